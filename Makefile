@@ -1,0 +1,3 @@
+.PHONY: build
+build:
+	go build -o bin/concord ./cmd/concord

@@ -1,0 +1,350 @@
+// Package client is Concord's Go client.
+//
+//	c, err := client.New(ctx, "127.0.0.1:7001", "127.0.0.1:7002")
+//	prev, existed, err := c.Put(ctx, []byte("k"), []byte("v"))
+//	v, found, err := c.Get(ctx, []byte("k"))
+//
+// New takes any subset of the cluster's node addresses and learns the rest
+// from the routing table. Each request goes straight to the leader of its
+// key's shard when the client knows it (any node would forward it there).
+// On leader changes and unavailability the client retries with backoff until
+// the context's deadline (DefaultTimeout if it has none).
+//
+// Mutations are at-most-once: each carries a session id and sequence number,
+// and a retry reuses them, so a shard that already applied the request
+// answers with the first result instead of applying it again. When the
+// deadline passes and the client cannot know whether a mutation applied, it
+// returns an error wrapping ErrAmbiguous.
+//
+// A Client is safe for concurrent use.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/routing"
+)
+
+// DefaultTimeout bounds a request whose context has no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// ErrAmbiguous means a mutation may or may not have been applied: the
+// deadline passed after at least one attempt whose outcome is unknown.
+var ErrAmbiguous = errors.New("concord: outcome unknown (ambiguous)")
+
+// ErrNoEndpoints is returned by New without addresses.
+var ErrNoEndpoints = errors.New("concord: no endpoints given")
+
+// Client talks to one Concord cluster.
+type Client struct {
+	seeds []string
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // guarded by mu
+
+	routes     atomic.Pointer[routes]
+	refreshing atomic.Bool
+
+	sessions chan *session
+}
+
+// routes is an immutable snapshot of the routing table.
+type routes struct {
+	table   *routing.Table
+	leaders map[uint64]uint64 // shard → node
+	addrs   map[uint64]string // node → address
+}
+
+type session struct {
+	id  uint64
+	seq uint64
+}
+
+// New connects to the cluster at endpoints (any subset of its nodes) and
+// fetches the routing table.
+func New(ctx context.Context, endpoints ...string) (*Client, error) {
+	if len(endpoints) == 0 {
+		return nil, ErrNoEndpoints
+	}
+	c := &Client{seeds: endpoints, conns: map[string]*grpc.ClientConn{}, sessions: make(chan *session, 1024)}
+	c.routes.Store(&routes{table: routing.NewTable(nil), leaders: map[uint64]uint64{}, addrs: map[uint64]string{}})
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	// A cluster that is starting may not answer yet: keep trying until the deadline.
+	for attempt := 0; ; attempt++ {
+		err := c.refresh(ctx)
+		if err == nil {
+			return c, nil
+		}
+		if werr := sleep(ctx, backoff(attempt)); werr != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+}
+
+// Close closes the client's connections.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a, conn := range c.conns {
+		conn.Close()
+		delete(c.conns, a)
+	}
+	return nil
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if conn, ok := c.conns[addr]; ok {
+		return conn, nil
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = conn
+	return conn, nil
+}
+
+// refresh fetches the routing table from the first node that answers.
+func (c *Client) refresh(ctx context.Context) error {
+	var lastErr error
+	for _, addr := range c.candidates() {
+		conn, err := c.conn(addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rt, err := concordpb.NewClusterClient(conn).RoutingTable(rctx, &concordpb.RoutingTableRequest{})
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		c.routes.Store(newRoutes(rt))
+		return nil
+	}
+	return fmt.Errorf("concord: no node answered with a routing table: %w", lastErr)
+}
+
+func newRoutes(rt *concordpb.RoutingTableResponse) *routes {
+	r := &routes{leaders: map[uint64]uint64{}, addrs: map[uint64]string{}}
+	var descs []*concordpb.ShardDescriptor
+	for _, s := range rt.GetShards() {
+		descs = append(descs, s.GetShard())
+		if s.GetLeaderNodeId() != 0 {
+			r.leaders[s.GetShard().GetShardId()] = s.GetLeaderNodeId()
+		}
+	}
+	for _, n := range rt.GetNodes() {
+		if n.GetState() == concordpb.NodeState_NODE_UP {
+			r.addrs[n.GetNodeId()] = n.GetAddress()
+		}
+	}
+	r.table = routing.NewTable(descs)
+	return r
+}
+
+// maybeRefresh refreshes the routing table in the background, one at a time.
+func (c *Client) maybeRefresh() {
+	if !c.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer c.refreshing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = c.refresh(ctx)
+	}()
+}
+
+// candidates lists every address known, the seeds first.
+func (c *Client) candidates() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(a string) {
+		if a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for _, a := range c.seeds {
+		add(a)
+	}
+	for _, a := range c.routes.Load().addrs {
+		add(a)
+	}
+	return out
+}
+
+// target returns the address to send a request for key to, and its shard.
+func (c *Client) target(key []byte, attempt int) (string, uint64) {
+	r := c.routes.Load()
+	var shard uint64
+	if d := r.table.Lookup(key); d != nil {
+		shard = d.GetShardId()
+		if leader, ok := r.leaders[shard]; ok && attempt < 3 {
+			if a, ok := r.addrs[leader]; ok {
+				return a, shard
+			}
+		}
+	}
+	cands := c.candidates()
+	return cands[mrand.IntN(len(cands))], shard
+}
+
+// learn records the leader hint of a response.
+func (c *Client) learn(h *concordpb.ResponseHeader) {
+	if h == nil || h.GetShardId() == 0 || h.GetLeaderNodeId() == 0 {
+		return
+	}
+	r := c.routes.Load()
+	if r.leaders[h.GetShardId()] == h.GetLeaderNodeId() && r.addrs[h.GetLeaderNodeId()] == h.GetLeaderAddress() {
+		return
+	}
+	next := &routes{table: r.table, leaders: make(map[uint64]uint64, len(r.leaders)), addrs: make(map[uint64]string, len(r.addrs))}
+	for k, v := range r.leaders {
+		next.leaders[k] = v
+	}
+	for k, v := range r.addrs {
+		next.addrs[k] = v
+	}
+	next.leaders[h.GetShardId()] = h.GetLeaderNodeId()
+	if h.GetLeaderAddress() != "" {
+		next.addrs[h.GetLeaderNodeId()] = h.GetLeaderAddress()
+	}
+	c.routes.Store(next)
+}
+
+func (c *Client) takeSession() *session {
+	select {
+	case s := <-c.sessions:
+		return s
+	default:
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return &session{id: binary.BigEndian.Uint64(b[:]) | 1}
+	}
+}
+
+func (c *Client) putSession(s *session) {
+	select {
+	case c.sessions <- s:
+	default:
+	}
+}
+
+// call runs one request with retries. For a mutation it holds a session for
+// the whole call and every attempt carries the same sequence number.
+func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistency concordpb.Consistency,
+	do func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error)) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	h := &concordpb.RequestHeader{Consistency: consistency}
+	if mutation {
+		s := c.takeSession()
+		defer c.putSession(s)
+		s.seq++
+		h.SessionId, h.Seq = s.id, s.seq
+	}
+	uncertain := false // some attempt may have applied the mutation
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		addr, _ := c.target(key, attempt)
+		conn, err := c.conn(addr)
+		if err != nil {
+			return fmt.Errorf("concord: connect to %s: %w", addr, err)
+		}
+		rh, err := do(ctx, concordpb.NewKVClient(conn), h)
+		if err == nil {
+			c.learn(rh)
+			return nil
+		}
+		lastErr = err
+		code := status.Code(err)
+		if !retryable(code) {
+			if mutation && (code == codes.DeadlineExceeded || code == codes.Canceled) {
+				return fmt.Errorf("%w: %w", ErrAmbiguous, err)
+			}
+			return err
+		}
+		if mutation && !(code == codes.Unavailable && isRefusal(err)) {
+			uncertain = true
+		}
+		c.maybeRefresh()
+		if werr := sleep(ctx, backoff(attempt)); werr != nil {
+			if mutation && uncertain {
+				return fmt.Errorf("%w: %w (last error: %v)", ErrAmbiguous, werr, lastErr)
+			}
+			return fmt.Errorf("%w (last error: %v)", werr, lastErr)
+		}
+	}
+}
+
+// retryable reports whether a failed attempt should be retried. Unknown (an
+// ambiguous outcome) is retried too: the session makes the retry safe.
+func retryable(code codes.Code) bool {
+	switch code {
+	case codes.Unavailable, codes.Unknown, codes.Aborted, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
+// isRefusal reports whether an Unavailable error came from a node that
+// refused the request before proposing it (so it certainly did not apply),
+// rather than from a broken connection.
+func isRefusal(err error) bool {
+	st, _ := status.FromError(err)
+	msg := st.Message()
+	for _, s := range []string{"no leader known", "not the leader", "not initialized", "does not know the shard",
+		"dropped by raft", "already forwarded", "no replica of the shard", "has no known address"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func backoff(attempt int) time.Duration {
+	d := time.Duration(float64(10*time.Millisecond) * math.Pow(2, float64(min(attempt, 6))))
+	d = min(d, 500*time.Millisecond)
+	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,177 @@
+package client
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// ReadOption changes how a read is served.
+type ReadOption func(*concordpb.RequestHeader)
+
+// Stale serves a read from the local replica of whichever node answers:
+// it does not wait for a quorum and may return an older value.
+func Stale() ReadOption {
+	return func(h *concordpb.RequestHeader) { h.Consistency = concordpb.Consistency_STALE }
+}
+
+func readConsistency(opts []ReadOption) concordpb.Consistency {
+	h := &concordpb.RequestHeader{}
+	for _, o := range opts {
+		o(h)
+	}
+	return h.GetConsistency()
+}
+
+// Get returns the value of key and whether it exists. Reads are
+// linearizable unless Stale is given.
+func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (value []byte, found bool, err error) {
+	err = c.call(ctx, key, false, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.Get(ctx, &concordpb.GetRequest{Header: h, Key: key})
+		value, found = resp.GetValue(), resp.GetFound()
+		return resp.GetHeader(), err
+	})
+	return value, found, err
+}
+
+// Put stores value under key and returns the previous value, if one existed.
+func (c *Client) Put(ctx context.Context, key, value []byte) (prev []byte, existed bool, err error) {
+	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.Put(ctx, &concordpb.PutRequest{Header: h, Key: key, Value: value})
+		prev, existed = resp.GetPrevValue(), resp.GetPrevExists()
+		return resp.GetHeader(), err
+	})
+	return prev, existed, err
+}
+
+// Delete removes key and reports whether it existed.
+func (c *Client) Delete(ctx context.Context, key []byte) (existed bool, err error) {
+	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.Delete(ctx, &concordpb.DeleteRequest{Header: h, Key: key})
+		existed = resp.GetExisted()
+		return resp.GetHeader(), err
+	})
+	return existed, err
+}
+
+// CAS describes a compare-and-swap: the swap happens when the key is absent
+// (ExpectAbsent) or holds exactly Expected; it then stores Value, or deletes
+// the key if Delete is set.
+type CAS struct {
+	Expected     []byte
+	ExpectAbsent bool
+	Value        []byte
+	Delete       bool
+}
+
+// CASResult is the outcome of a compare-and-swap.
+type CASResult struct {
+	Swapped bool
+	// The key's state before the operation.
+	CurrentExists bool
+	CurrentValue  []byte
+}
+
+// CompareAndSwap applies cas to key atomically.
+func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res CASResult, err error) {
+	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.CompareAndSwap(ctx, &concordpb.CompareAndSwapRequest{Header: h, Key: key,
+			Expected: cas.Expected, ExpectAbsent: cas.ExpectAbsent, Value: cas.Value, Delete: cas.Delete})
+		res = CASResult{Swapped: resp.GetSucceeded(), CurrentExists: resp.GetCurrentExists(), CurrentValue: resp.GetCurrentValue()}
+		return resp.GetHeader(), err
+	})
+	return res, err
+}
+
+// Batch applies ops (whose keys must all belong to one shard) atomically.
+func (c *Client) Batch(ctx context.Context, ops []*concordpb.Op) (results []*concordpb.OpResult, err error) {
+	var key []byte
+	if len(ops) > 0 {
+		key = ops[0].GetKey()
+	}
+	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.Batch(ctx, &concordpb.BatchRequest{Header: h, Ops: ops})
+		results = resp.GetResults()
+		return resp.GetHeader(), err
+	})
+	return results, err
+}
+
+// KeyValue is one pair returned by Scan.
+type KeyValue struct {
+	Key, Value []byte
+}
+
+// Scan returns up to limit pairs with keys in [start, end) in key order
+// across all shards (an empty end means no bound; limit 0 means no limit),
+// fetching pages as needed.
+func (c *Client) Scan(ctx context.Context, start, end []byte, limit int, opts ...ReadOption) ([]KeyValue, error) {
+	var out []KeyValue
+	for {
+		page := uint32(1000)
+		if limit > 0 {
+			page = uint32(min(limit-len(out), 1000))
+		}
+		resp, err := c.ScanPage(ctx, start, end, page, opts...)
+		if err != nil {
+			return out, err
+		}
+		for _, kv := range resp.GetKvs() {
+			out = append(out, KeyValue{Key: kv.GetKey(), Value: kv.GetValue()})
+		}
+		if !resp.GetMore() || (limit > 0 && len(out) >= limit) || len(resp.GetNextStart()) == 0 {
+			return out, nil
+		}
+		if bytes.Compare(resp.GetNextStart(), start) <= 0 {
+			return out, nil // defensive: never loop on a page that does not advance
+		}
+		start = resp.GetNextStart()
+	}
+}
+
+// ScanPage returns one page of a scan, as the server sends it.
+func (c *Client) ScanPage(ctx context.Context, start, end []byte, limit uint32, opts ...ReadOption) (resp *concordpb.ScanResponse, err error) {
+	err = c.call(ctx, start, false, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err = kv.Scan(ctx, &concordpb.ScanRequest{Header: h, Start: start, End: end, Limit: limit})
+		return nil, err
+	})
+	return resp, err
+}
+
+// RoutingTable returns the cluster's nodes and shards as a node reports them.
+func (c *Client) RoutingTable(ctx context.Context) (*concordpb.RoutingTableResponse, error) {
+	var lastErr error
+	for _, addr := range c.candidates() {
+		conn, err := c.conn(addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		rt, err := concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
+		if err == nil {
+			return rt, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// Status returns the cluster's status as the placement leader sees it (or,
+// if it cannot be reached, as the answering node sees it).
+func (c *Client) Status(ctx context.Context) (*concordpb.StatusResponse, error) {
+	var lastErr error
+	for _, addr := range c.candidates() {
+		conn, err := c.conn(addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		st, err := concordpb.NewClusterClient(conn).Status(ctx, &concordpb.StatusRequest{})
+		if err == nil {
+			return st, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}

@@ -1,0 +1,237 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/concord-kv/concord/client"
+)
+
+func newPutCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "put KEY VALUE",
+		Short: "Store VALUE under KEY",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			prev, existed, err := c.Put(ctx, []byte(args[0]), []byte(args[1]))
+			if err != nil {
+				return err
+			}
+			if f.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"ok": true, "prev_exists": existed, "prev_value": string(prev)})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "OK")
+			return nil
+		},
+	}
+	addClientFlags(cmd, &f)
+	return cmd
+}
+
+func newGetCmd() *cobra.Command {
+	var f clientFlags
+	var stale bool
+	cmd := &cobra.Command{
+		Use:   "get KEY",
+		Short: "Print the value of KEY (exit status 1 if it does not exist)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			var opts []client.ReadOption
+			if stale {
+				opts = append(opts, client.Stale())
+			}
+			v, found, err := c.Get(ctx, []byte(args[0]), opts...)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case f.output == "json":
+				if err := printJSON(out, map[string]any{"key": args[0], "found": found, "value": string(v)}); err != nil {
+					return err
+				}
+			case found:
+				fmt.Fprintln(out, string(v))
+			default:
+				fmt.Fprintln(out, "not found")
+			}
+			if !found {
+				return ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&stale, "stale", false, "read the answering node's replica without confirming leadership (may be behind)")
+	addClientFlags(cmd, &f)
+	return cmd
+}
+
+func newDelCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "del KEY",
+		Short: "Delete KEY; prints 1 if it existed, 0 if not",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			existed, err := c.Delete(ctx, []byte(args[0]))
+			if err != nil {
+				return err
+			}
+			if f.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"key": args[0], "existed": existed})
+			}
+			n := 0
+			if existed {
+				n = 1
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), strconv.Itoa(n))
+			return nil
+		},
+	}
+	addClientFlags(cmd, &f)
+	return cmd
+}
+
+func newCasCmd() *cobra.Command {
+	var f clientFlags
+	var absent, del bool
+	cmd := &cobra.Command{
+		Use:   "cas KEY OLD NEW",
+		Short: "Set KEY to NEW if it holds OLD (exit status 1 if it does not)",
+		Long: "Compare-and-swap. With --absent the expected state is \"no such key\" and OLD is omitted:\n" +
+			"  concord cas KEY NEW --absent\n" +
+			"With --delete the key is deleted on a match and NEW is omitted:\n" +
+			"  concord cas KEY OLD --delete",
+		Args: cobra.RangeArgs(1, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cas, err := casArgs(args, absent, del)
+			if err != nil {
+				return err
+			}
+			c, ctx, cancel, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			res, err := c.CompareAndSwap(ctx, []byte(args[0]), cas)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case f.output == "json":
+				err = printJSON(out, map[string]any{"key": args[0], "swapped": res.Swapped,
+					"current_exists": res.CurrentExists, "current_value": string(res.CurrentValue)})
+			case res.Swapped:
+				fmt.Fprintln(out, "OK")
+			case res.CurrentExists:
+				fmt.Fprintf(out, "FAILED: current value is %q\n", res.CurrentValue)
+			default:
+				fmt.Fprintln(out, "FAILED: key does not exist")
+			}
+			if err == nil && !res.Swapped {
+				return ExitError{Code: 1}
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&absent, "absent", false, "expect the key not to exist (omit OLD)")
+	cmd.Flags().BoolVar(&del, "delete", false, "delete the key on a match (omit NEW)")
+	addClientFlags(cmd, &f)
+	return cmd
+}
+
+func casArgs(args []string, absent, del bool) (client.CAS, error) {
+	want := 3
+	if absent {
+		want--
+	}
+	if del {
+		want--
+	}
+	if len(args) != want {
+		return client.CAS{}, fmt.Errorf("cas takes KEY%s%s (got %d arguments)",
+			map[bool]string{false: " OLD", true: ""}[absent], map[bool]string{false: " NEW", true: ""}[del], len(args))
+	}
+	cas := client.CAS{ExpectAbsent: absent, Delete: del}
+	rest := args[1:]
+	if !absent {
+		cas.Expected, rest = []byte(rest[0]), rest[1:]
+	}
+	if !del {
+		cas.Value = []byte(rest[0])
+	}
+	return cas, nil
+}
+
+func newScanCmd() *cobra.Command {
+	var f clientFlags
+	var limit int
+	var stale bool
+	cmd := &cobra.Command{
+		Use:   "scan [START [END]]",
+		Short: "Print keys in [START, END) in byte order, one \"key<TAB>value\" per line",
+		Args:  cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var start, end []byte
+			if len(args) > 0 {
+				start = []byte(args[0])
+			}
+			if len(args) > 1 {
+				end = []byte(args[1])
+			}
+			c, ctx, cancel, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			var opts []client.ReadOption
+			if stale {
+				opts = append(opts, client.Stale())
+			}
+			kvs, err := c.Scan(ctx, start, end, limit, opts...)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if f.output == "json" {
+				list := make([]map[string]string, 0, len(kvs))
+				for _, kv := range kvs {
+					list = append(list, map[string]string{"key": string(kv.Key), "value": string(kv.Value)})
+				}
+				return printJSON(out, list)
+			}
+			for _, kv := range kvs {
+				fmt.Fprintf(out, "%s\t%s\n", kv.Key, kv.Value)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many keys (0: all)")
+	cmd.Flags().BoolVar(&stale, "stale", false, "read replicas without confirming leadership (may be behind)")
+	addClientFlags(cmd, &f)
+	return cmd
+}

@@ -1,0 +1,113 @@
+// Package cli is the concord command line: one file per verb, registered
+// here. The same binary runs a node (server), a local cluster (cluster up)
+// and the client verbs (put, get, del, cas, scan, status).
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/client"
+)
+
+// ExitError carries a process exit code without printing a usage error.
+type ExitError struct{ Code int }
+
+func (e ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string) int {
+	root := NewRoot()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	if e, ok := err.(ExitError); ok {
+		return e.Code
+	}
+	fmt.Fprintln(os.Stderr, "error:", err)
+	return 2
+}
+
+// NewRoot builds the command tree.
+func NewRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "concord",
+		Short:         "Concord: a sharded, replicated, durable key-value store",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newServerCmd(),
+		newClusterCmd(),
+		newPutCmd(),
+		newGetCmd(),
+		newDelCmd(),
+		newCasCmd(),
+		newScanCmd(),
+		newStatusCmd(),
+	)
+	return root
+}
+
+// clientFlags are the flags every client verb takes.
+type clientFlags struct {
+	endpoints string
+	output    string
+	timeout   time.Duration
+}
+
+func addClientFlags(cmd *cobra.Command, f *clientFlags) {
+	def := os.Getenv("CONCORD_ENDPOINTS")
+	if def == "" {
+		def = "127.0.0.1:7001"
+	}
+	cmd.Flags().StringVar(&f.endpoints, "endpoints", def, "comma-separated node addresses (env CONCORD_ENDPOINTS)")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to keep retrying before giving up")
+}
+
+// connect returns a client and a context bounded by the timeout.
+func (f *clientFlags) connect() (*client.Client, context.Context, context.CancelFunc, error) {
+	if f.output != "text" && f.output != "json" {
+		return nil, nil, nil, fmt.Errorf("--output must be text or json, not %q", f.output)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	var eps []string
+	for _, e := range strings.Split(f.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	c, err := client.New(ctx, eps...)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return c, ctx, cancel, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printProtoJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/concord-kv/concord/internal/node"
+)
+
+func newServerCmd() *cobra.Command {
+	cfg := node.DefaultConfig()
+	var peers, logLevel string
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a node",
+		Long: "Run a Concord node. The nodes in --peers form the initial cluster the first time they start\n" +
+			"with empty data dirs; on restart a node takes its identity and membership from its data dir.\n" +
+			"With no flags: a single-node cluster on 127.0.0.1:7001 with data in ./concord-data.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			logger, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			slog.SetDefault(logger)
+			if peers != "" {
+				cfg.Peers = strings.Split(peers, ",")
+			}
+			return runServer(cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "address to serve clients and peers on (gRPC)")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node's data")
+	f.StringVar(&peers, "peers", "", "comma-separated addresses of the initial cluster, this node included (default: --addr alone)")
+	f.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of shards (fixed when the cluster bootstraps)")
+	f.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas per shard (capped at the node count)")
+	f.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "largest key accepted")
+	f.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value accepted")
+	f.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "how long shards remember an idle client session (at-most-once window)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "raft tick; elections time out after 10 ticks")
+	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "applied raft entries each replica keeps for slow followers")
+	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "entries beyond the kept ones that trigger a log truncation")
+	_ = f.MarkHidden("tick-interval")
+	_ = f.MarkHidden("raft-log-keep-entries")
+	_ = f.MarkHidden("raft-log-truncate-entries")
+	return cmd
+}
+
+// runServer runs a node until SIGINT or SIGTERM.
+func runServer(cfg node.Config) error {
+	n, err := node.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := n.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while waiting for peers
+		}
+		return fmt.Errorf("start node: %w", err)
+	}
+	<-ctx.Done()
+	cfg.Logger.Info("stopping node")
+	n.Stop()
+	return nil
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+func newStatusCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's nodes and every shard's leader, term, applied index and replicas",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if f.output == "json" {
+				return printProtoJSON(cmd.OutOrStdout(), st)
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	addClientFlags(cmd, &f)
+	return cmd
+}
+
+func printStatus(out io.Writer, st *concordpb.StatusResponse) {
+	fmt.Fprintf(out, "cluster %x (answered by node %d)\n\n", st.GetClusterId(), st.GetAnsweredByNodeId())
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tHEARTBEAT\tREPLICAS\tLEADERS")
+	for _, ns := range st.GetNodes() {
+		hb := "never"
+		if age := ns.GetLastHeartbeatAgeSeconds(); age >= 0 {
+			hb = fmt.Sprintf("%.1fs ago", age)
+		}
+		state := strings.TrimPrefix(ns.GetNode().GetState().String(), "NODE_")
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", ns.GetNode().GetNodeId(), ns.GetNode().GetAddress(), state, hb, ns.GetReplicas(), ns.GetLeaders())
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SHARD\tLEADER\tTERM\tCOMMIT\tAPPLIED\tEPOCH\tREPLICAS (replica@node)")
+	for _, ss := range st.GetShards() {
+		name := fmt.Sprint(ss.GetShard().GetShardId())
+		if ss.GetIsMeta() {
+			name += " (meta)"
+		}
+		leader := "-"
+		if ss.GetLeaderNodeId() != 0 {
+			leader = fmt.Sprintf("node %d", ss.GetLeaderNodeId())
+		}
+		var reps []string
+		for _, r := range ss.GetShard().GetReplicas() {
+			reps = append(reps, fmt.Sprintf("%d@%d", r.GetReplicaId(), r.GetNodeId()))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, leader, ss.GetTerm(), ss.GetCommitIndex(), ss.GetAppliedIndex(),
+			ss.GetShard().GetEpoch(), strings.Join(reps, " "))
+	}
+	w.Flush()
+}

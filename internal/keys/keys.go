@@ -1,0 +1,200 @@
+// Package keys is the one place that defines what Concord stores in Pebble and
+// under which key. Every other package builds keys through these functions.
+//
+// Layout (all integers big-endian, so keys sort numerically):
+//
+//	\x01 ident                      NodeIdent: this node's cluster and node id
+//	\x01 addr  <node 8>             NodeDescriptor: the address book
+//	\x01 seen  <node 8>             (empty) this node has received peer traffic from node
+//	\x01 repl  <shard 8>            replica id of the shard replica hosted here
+//	\x01 tomb  <shard 8>            highest replica id of the shard removed from here
+//
+//	\x02 <shard 8> r h              raftpb.HardState
+//	\x02 <shard 8> r l <index 8>    raftpb.Entry
+//	\x02 <shard 8> r t              TruncatedState: the last entry removed from the log
+//	\x02 <shard 8> s a              AppliedState: applied index and term
+//	\x02 <shard 8> s c              raftpb.ConfState as of the applied index
+//	\x02 <shard 8> s d              ShardDescriptor as of the applied index
+//	\x02 <shard 8> s e <session 8>  SessionRecord
+//	\x02 <shard 8> s m n <node 8>   (meta shard) NodeDescriptor
+//	\x02 <shard 8> s m s <shard 8>  (meta shard) ShardDescriptor of every shard
+//	\x02 <shard 8> s m c            (meta shard) MetaCounters
+//	\x02 <shard 8> s u <user key>   user value
+//
+// A shard's Raft keys ("r") and state-machine keys ("s") are disjoint spans of
+// the shard's prefix. A snapshot carries the "s" span; installing one replaces
+// the whole shard prefix atomically.
+package keys
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+const (
+	localPrefix   = 0x01
+	replicaPrefix = 0x02
+)
+
+// Node-local keys.
+var (
+	identKey        = []byte{localPrefix, 'i', 'd', 'e', 'n', 't'}
+	addrPrefix      = []byte{localPrefix, 'a', 'd', 'd', 'r'}
+	seenPrefix      = []byte{localPrefix, 's', 'e', 'e', 'n'}
+	hostedPrefix    = []byte{localPrefix, 'r', 'e', 'p', 'l'}
+	tombstonePrefix = []byte{localPrefix, 't', 'o', 'm', 'b'}
+)
+
+// Ident is the key of the node's identity record.
+func Ident() []byte { return identKey }
+
+// Address is the address-book key of a node.
+func Address(node uint64) []byte { return appendU64(clone(addrPrefix), node) }
+
+// AddressSpan covers the whole address book.
+func AddressSpan() (start, end []byte) { return clone(addrPrefix), PrefixEnd(addrPrefix) }
+
+// Seen marks that this node has received peer traffic from node.
+func Seen(node uint64) []byte { return appendU64(clone(seenPrefix), node) }
+
+// Hosted records that this node hosts a replica of shard.
+func Hosted(shard uint64) []byte { return appendU64(clone(hostedPrefix), shard) }
+
+// HostedSpan covers every Hosted key.
+func HostedSpan() (start, end []byte) { return clone(hostedPrefix), PrefixEnd(hostedPrefix) }
+
+// ShardOfHosted decodes the shard id from a Hosted key.
+func ShardOfHosted(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(hostedPrefix):]) }
+
+// Tombstone records the highest replica id of shard removed from this node.
+func Tombstone(shard uint64) []byte { return appendU64(clone(tombstonePrefix), shard) }
+
+// Per-shard keys.
+
+func shardPrefix(shard uint64) []byte {
+	return appendU64([]byte{replicaPrefix}, shard)
+}
+
+// ShardSpan covers everything stored for a shard replica: Raft and state machine.
+func ShardSpan(shard uint64) (start, end []byte) {
+	p := shardPrefix(shard)
+	return p, PrefixEnd(p)
+}
+
+// RaftSpan covers the shard's Raft keys.
+func RaftSpan(shard uint64) (start, end []byte) {
+	p := append(shardPrefix(shard), 'r')
+	return p, PrefixEnd(p)
+}
+
+// StateSpan covers the shard's state-machine keys: what a snapshot carries.
+func StateSpan(shard uint64) (start, end []byte) {
+	p := append(shardPrefix(shard), 's')
+	return p, PrefixEnd(p)
+}
+
+// HardState is the key of the shard's raftpb.HardState.
+func HardState(shard uint64) []byte { return append(shardPrefix(shard), 'r', 'h') }
+
+// Truncated is the key of the shard's TruncatedState.
+func Truncated(shard uint64) []byte { return append(shardPrefix(shard), 'r', 't') }
+
+// LogEntry is the key of the shard's Raft log entry at index.
+func LogEntry(shard, index uint64) []byte {
+	return appendU64(append(shardPrefix(shard), 'r', 'l'), index)
+}
+
+// LogIndex decodes the index from a LogEntry key.
+func LogIndex(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
+
+// Applied is the key of the shard's AppliedState.
+func Applied(shard uint64) []byte { return append(shardPrefix(shard), 's', 'a') }
+
+// ConfState is the key of the shard's raftpb.ConfState.
+func ConfState(shard uint64) []byte { return append(shardPrefix(shard), 's', 'c') }
+
+// Descriptor is the key of the shard's own ShardDescriptor.
+func Descriptor(shard uint64) []byte { return append(shardPrefix(shard), 's', 'd') }
+
+// Session is the key of a client session's record in shard.
+func Session(shard, session uint64) []byte {
+	return appendU64(append(shardPrefix(shard), 's', 'e'), session)
+}
+
+// SessionSpan covers every session record of shard.
+func SessionSpan(shard uint64) (start, end []byte) {
+	p := append(shardPrefix(shard), 's', 'e')
+	return p, PrefixEnd(p)
+}
+
+// MetaNode is the key of a node's descriptor in the meta shard.
+func MetaNode(meta, node uint64) []byte {
+	return appendU64(append(shardPrefix(meta), 's', 'm', 'n'), node)
+}
+
+// MetaNodeSpan covers every node descriptor in the meta shard.
+func MetaNodeSpan(meta uint64) (start, end []byte) {
+	p := append(shardPrefix(meta), 's', 'm', 'n')
+	return p, PrefixEnd(p)
+}
+
+// MetaShard is the key of a shard's descriptor in the meta shard.
+func MetaShard(meta, shard uint64) []byte {
+	return appendU64(append(shardPrefix(meta), 's', 'm', 's'), shard)
+}
+
+// MetaShardSpan covers every shard descriptor in the meta shard.
+func MetaShardSpan(meta uint64) (start, end []byte) {
+	p := append(shardPrefix(meta), 's', 'm', 's')
+	return p, PrefixEnd(p)
+}
+
+// MetaCounters is the key of the meta shard's id allocator.
+func MetaCounters(meta uint64) []byte { return append(shardPrefix(meta), 's', 'm', 'c') }
+
+// userPrefix is the prefix of shard's user data.
+func userPrefix(shard uint64) []byte { return append(shardPrefix(shard), 's', 'u') }
+
+// User is the storage key of a user key in shard.
+func User(shard uint64, key []byte) []byte {
+	p := userPrefix(shard)
+	k := make([]byte, len(p)+len(key))
+	copy(k, p)
+	copy(k[len(p):], key)
+	return k
+}
+
+// UserSpan is the storage span of user keys in [start, end) of shard; an empty
+// end means the end of the shard.
+func UserSpan(shard uint64, start, end []byte) (lo, hi []byte) {
+	lo = User(shard, start)
+	if len(end) == 0 {
+		return lo, PrefixEnd(userPrefix(shard))
+	}
+	return lo, User(shard, end)
+}
+
+// UserKey strips the storage prefix from a User key.
+func UserKey(shard uint64, k []byte) []byte {
+	n := len(userPrefix(shard))
+	if len(k) < n {
+		panic(fmt.Sprintf("keys: %x is not a user key of shard %d", k, shard))
+	}
+	return k[n:]
+}
+
+// PrefixEnd returns the smallest key greater than every key with prefix p.
+func PrefixEnd(p []byte) []byte {
+	end := clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	panic("keys: prefix of all 0xff has no end")
+}
+
+func appendU64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }

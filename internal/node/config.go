@@ -1,0 +1,109 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Config configures a node. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// Addr is where the node serves clients and peers (gRPC).
+	Addr string
+	// DataDir holds the node's Pebble database.
+	DataDir string
+	// Peers are the addresses of the initial cluster, this node included.
+	// Used only the first time a node starts with an empty data dir.
+	Peers []string
+	// Shards is the number of user shards, fixed at bootstrap.
+	Shards int
+	// Replicas is the replication factor R, capped at the node count.
+	Replicas int
+	// MaxKeyBytes and MaxValueBytes bound request sizes.
+	MaxKeyBytes, MaxValueBytes int
+	// SessionTTL is how long a shard remembers an idle client session.
+	SessionTTL time.Duration
+	// TickInterval is the raft tick; elections time out after 10 ticks.
+	TickInterval time.Duration
+	// LogKeepEntries and LogTruncateEntries control raft log truncation: a
+	// replica keeps LogKeepEntries applied entries and truncates once
+	// LogTruncateEntries more have piled up.
+	LogKeepEntries, LogTruncateEntries uint64
+	// HeartbeatInterval is how often the node reports to the placement leader.
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
+}
+
+// DefaultConfig returns the settings `concord server` starts with.
+func DefaultConfig() Config {
+	return Config{
+		Addr:               "127.0.0.1:7001",
+		DataDir:            "concord-data",
+		Shards:             16,
+		Replicas:           3,
+		MaxKeyBytes:        4096,
+		MaxValueBytes:      1 << 20,
+		SessionTTL:         time.Hour,
+		TickInterval:       100 * time.Millisecond,
+		LogKeepEntries:     5000,
+		LogTruncateEntries: 5000,
+		HeartbeatInterval:  time.Second,
+	}
+}
+
+// validate fills in defaults and rejects impossible settings.
+func (c *Config) validate() error {
+	d := DefaultConfig()
+	if c.Addr == "" {
+		c.Addr = d.Addr
+	}
+	if c.DataDir == "" {
+		c.DataDir = d.DataDir
+	}
+	if len(c.Peers) == 0 {
+		c.Peers = []string{c.Addr}
+	}
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{{&c.Shards, d.Shards}, {&c.Replicas, d.Replicas}, {&c.MaxKeyBytes, d.MaxKeyBytes}, {&c.MaxValueBytes, d.MaxValueBytes}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	for _, f := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.SessionTTL, d.SessionTTL}, {&c.TickInterval, d.TickInterval}, {&c.HeartbeatInterval, d.HeartbeatInterval}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if c.LogKeepEntries == 0 {
+		c.LogKeepEntries = d.LogKeepEntries
+	}
+	if c.LogTruncateEntries == 0 {
+		c.LogTruncateEntries = d.LogTruncateEntries
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Shards < 1 || c.Shards > 4096:
+		return fmt.Errorf("--shards must be between 1 and 4096, got %d", c.Shards)
+	case c.Replicas < 1:
+		return fmt.Errorf("--replicas must be at least 1, got %d", c.Replicas)
+	case c.MaxKeyBytes < 1 || c.MaxValueBytes < 0:
+		return errors.New("--max-key-bytes must be positive and --max-value-bytes not negative")
+	case c.MaxValueBytes > 32<<20:
+		return fmt.Errorf("--max-value-bytes above 32 MiB is not supported, got %d", c.MaxValueBytes)
+	}
+	for _, a := range append([]string{c.Addr}, c.Peers...) {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("address %q: %w", a, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/replica"
+)
+
+// toStatus maps an internal error to the gRPC status the API documents
+// (see api/concordpb/kv.proto): Unavailable when nothing was applied,
+// Unknown ("ambiguous") when the outcome cannot be known.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // already a status, e.g. from a forwarded call
+	}
+	var nl *replica.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		return status.Error(codes.Unavailable, nl.Error())
+	case errors.Is(err, replica.ErrAmbiguous) && errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "ambiguous: deadline passed after the request was proposed; it may or may not have applied")
+	case errors.Is(err, replica.ErrAmbiguous) && errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "ambiguous: request canceled after it was proposed; it may or may not have applied")
+	case errors.Is(err, replica.ErrAmbiguous):
+		return status.Error(codes.Unknown, "ambiguous: "+err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, replica.ErrDropped), errors.Is(err, multiraft.ErrNoReplica),
+		errors.Is(err, replica.ErrRemoved), errors.Is(err, multiraft.ErrStopped):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// readStatus maps a ReadIndex failure: a read never changes anything, so
+// what is ambiguous for a write is merely unavailable for a read.
+func readStatus(err error) error {
+	if errors.Is(err, replica.ErrAmbiguous) && !errors.Is(err, context.DeadlineExceeded) {
+		return status.Error(codes.Unavailable, fmt.Sprintf("read not confirmed: %v", err))
+	}
+	return toStatus(err)
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}

@@ -1,0 +1,162 @@
+package node
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// loadLocal reads the node's identity, address book and seen set, if any.
+func (n *Node) loadLocal() error {
+	var id storepb.NodeIdent
+	found, err := storage.GetProto(n.eng.DB, keys.Ident(), &id)
+	if err != nil {
+		return err
+	}
+	if found {
+		n.ident.Store(&id)
+	}
+	lo, hi := keys.AddressSpan()
+	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		d := &concordpb.NodeDescriptor{}
+		if err := proto.Unmarshal(it.Value(), d); err != nil {
+			it.Close()
+			return err
+		}
+		n.book.m[d.GetNodeId()] = d
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	for _, d := range n.book.m {
+		if _, closer, err := n.eng.DB.Get(keys.Seen(d.GetNodeId())); err == nil {
+			closer.Close()
+			n.seen.m[d.GetNodeId()] = true
+		}
+	}
+	return nil
+}
+
+// addressBook maps node ids to descriptors (addresses). It is persisted so a
+// restarted node can reach its peers before hearing from the placement leader.
+type addressBook struct {
+	mu sync.RWMutex
+	m  map[uint64]*concordpb.NodeDescriptor // guarded by mu
+}
+
+func (b *addressBook) resolve(node uint64) (string, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	d, ok := b.m[node]
+	return d.GetAddress(), ok
+}
+
+func (b *addressBook) get(node uint64) *concordpb.NodeDescriptor {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.m[node]
+}
+
+func (b *addressBook) all() []*concordpb.NodeDescriptor {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]*concordpb.NodeDescriptor, 0, len(b.m))
+	for _, d := range b.m {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetNodeId() < out[j].GetNodeId() })
+	return out
+}
+
+// update records descriptors that are new or changed, persisting them.
+func (b *addressBook) update(db *pebble.DB, ds []*concordpb.NodeDescriptor) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	batch := db.NewBatch()
+	defer batch.Close()
+	for _, d := range ds {
+		if cur, ok := b.m[d.GetNodeId()]; ok && proto.Equal(cur, d) {
+			continue
+		}
+		b.m[d.GetNodeId()] = d
+		if err := storage.SetProto(batch, keys.Address(d.GetNodeId()), d); err != nil {
+			return err
+		}
+	}
+	if batch.Empty() {
+		return nil
+	}
+	return batch.Commit(pebble.NoSync)
+}
+
+// seenSet is the set of nodes this node has received peer traffic from. A
+// node id in it had live raft state; if that node loses its data it must
+// join anew, because reusing the id would forget its votes.
+type seenSet struct {
+	mu sync.Mutex
+	m  map[uint64]bool // guarded by mu
+}
+
+func (s *seenSet) has(node uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[node]
+}
+
+// markSeen records that fromNode sent peer traffic, durably, before that
+// traffic is delivered. Only the first message from a node pays the fsync.
+func (n *Node) markSeen(fromNode uint64) {
+	n.seen.mu.Lock()
+	defer n.seen.mu.Unlock()
+	if n.seen.m[fromNode] {
+		return
+	}
+	if err := n.eng.DB.Set(keys.Seen(fromNode), nil, pebble.Sync); err != nil {
+		n.log.Error("record peer as seen", "peer", fromNode, "err", err)
+		return
+	}
+	n.seen.m[fromNode] = true
+}
+
+// connPool keeps one client connection per node address.
+type connPool struct {
+	mu sync.Mutex
+	m  map[string]*grpc.ClientConn // guarded by mu
+}
+
+func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.m[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
+	if err != nil {
+		return nil, err
+	}
+	p.m[addr] = c
+	return c, nil
+}
+
+func (p *connPool) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for a, c := range p.m {
+		c.Close()
+		delete(p.m, a)
+	}
+}

@@ -1,0 +1,300 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// metaView is what the placement leader learns from heartbeats. It lives
+// in memory only: a new placement leader rebuilds it within a heartbeat.
+type metaView struct {
+	mu       sync.Mutex
+	nodes    map[uint64]*nodeReport // guarded by mu: the last report per node
+	inflight map[uint64]bool        // guarded by mu: shards with a repair or descriptor update under way
+
+	// lastLeader is the placement leader named by the last heartbeat answer.
+	lastLeader atomic.Uint64
+	rr         atomic.Uint64 // round-robin cursor for finding the placement leader
+}
+
+type nodeReport struct {
+	at       time.Time
+	replicas []*concordpb.ReplicaStatus
+}
+
+func (m *metaView) record(node uint64, replicas []*concordpb.ReplicaStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nodes[node] = &nodeReport{at: time.Now(), replicas: replicas}
+}
+
+func (m *metaView) snapshot() map[uint64]*nodeReport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[uint64]*nodeReport, len(m.nodes))
+	for k, v := range m.nodes {
+		out[k] = v
+	}
+	return out
+}
+
+// begin marks shard busy; it reports false if it already was.
+func (m *metaView) begin(shard uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inflight == nil {
+		m.inflight = map[uint64]bool{}
+	}
+	if m.inflight[shard] {
+		return false
+	}
+	m.inflight[shard] = true
+	return true
+}
+
+func (m *metaView) end(shard uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.inflight, shard)
+}
+
+// leaders returns the node leading each shard according to the reports.
+func (m *metaView) leaders() map[uint64]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[uint64]uint64{}
+	for node, r := range m.nodes {
+		for _, rs := range r.replicas {
+			if rs.GetIsLeader() {
+				out[rs.GetShardId()] = node
+			}
+		}
+	}
+	return out
+}
+
+func (n *Node) startLoops() {
+	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat)
+	n.goLoop(2*time.Second, n.repair)
+	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions)
+}
+
+// goLoop runs f every interval until the node stops.
+func (n *Node) goLoop(interval time.Duration, f func(ctx context.Context)) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.stopC:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), max(interval, 2*time.Second))
+				f(ctx)
+				cancel()
+			}
+		}
+	}()
+}
+
+// sendHeartbeat reports this node's replicas to the placement leader and
+// learns the cluster's nodes and shards from the answer.
+func (n *Node) sendHeartbeat(ctx context.Context) {
+	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID())}
+	if req.Node == nil {
+		req.Node = &concordpb.NodeDescriptor{NodeId: n.ID(), Address: n.cfg.Addr}
+	}
+	for _, info := range n.host.Infos() {
+		req.Replicas = append(req.Replicas, &concordpb.ReplicaStatus{
+			ShardId: info.Shard, ReplicaId: info.ReplicaID, NodeId: n.ID(), LeaderReplicaId: info.LeaderReplica,
+			Term: info.Term, CommitIndex: info.Commit, AppliedIndex: info.Applied, IsLeader: info.IsLeader,
+			DescriptorEpoch: info.Desc.GetEpoch(),
+		})
+		if info.IsLeader && info.Desc != nil {
+			req.LedDescriptors = append(req.LedDescriptors, info.Desc)
+		}
+	}
+	var resp *concordpb.HeartbeatResponse
+	var err error
+	if leader, local := n.leaderOf(routing.MetaShard); local {
+		resp, err = n.handleHeartbeat(req)
+	} else {
+		target := leader
+		if target == 0 {
+			target = n.nextCandidate()
+		}
+		c, fctx, cerr := n.clusterClientFor(ctx, target)
+		if cerr != nil {
+			return
+		}
+		resp, err = c.Heartbeat(fctx, req)
+	}
+	if err != nil {
+		n.log.Debug("heartbeat failed", "err", err)
+		return
+	}
+	n.meta.lastLeader.Store(resp.GetMetaLeaderNodeId())
+	if err := n.book.update(n.eng.DB, resp.GetNodes()); err != nil {
+		n.log.Warn("update address book", "err", err)
+	}
+	routes := resp.GetShards()
+	n.routes.Store(&routes)
+}
+
+// nextCandidate cycles through the other known nodes, to find the placement
+// leader when no hint is known.
+func (n *Node) nextCandidate() uint64 {
+	nodes := n.book.all()
+	for range nodes {
+		d := nodes[int(n.meta.rr.Add(1))%len(nodes)]
+		if d.GetNodeId() != n.ID() && d.GetState() == concordpb.NodeState_NODE_UP {
+			return d.GetNodeId()
+		}
+	}
+	return 0
+}
+
+// handleHeartbeat runs on the placement leader.
+func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
+	n.meta.record(req.GetNode().GetNodeId(), req.GetReplicas())
+	shards, err := placement.Shards(n.eng.DB)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	known := map[uint64]*concordpb.ShardDescriptor{}
+	for _, d := range shards {
+		known[d.GetShardId()] = d
+	}
+	for _, d := range req.GetLedDescriptors() {
+		if cur := known[d.GetShardId()]; cur == nil || cur.GetEpoch() < d.GetEpoch() {
+			n.recordDescriptor(d)
+		}
+	}
+	nodes, err := placement.Nodes(n.eng.DB)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	leaders := n.meta.leaders()
+	resp := &concordpb.HeartbeatResponse{Nodes: nodes, MetaLeaderNodeId: n.ID()}
+	for _, d := range shards {
+		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: leaders[d.GetShardId()]})
+	}
+	return resp, nil
+}
+
+// recordDescriptor proposes a newer shard descriptor to the placement
+// state, in the background (a heartbeat must not wait on raft).
+func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
+	key := d.GetShardId() | 1<<63 // busy-key space apart from repairs
+	if !n.meta.begin(key) {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.meta.end(key)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
+			Kind: &storepb.Command_UpdateDescriptor{UpdateDescriptor: &storepb.UpdateDescriptor{Shard: proto.CloneOf(d)}}})
+		if err != nil {
+			n.log.Debug("record shard descriptor", "shard", d.GetShardId(), "err", err)
+		}
+	}()
+}
+
+// repair runs on the placement leader: every replica on a node that was
+// REPLACED (its data is gone; a fresh node took its address) is swapped for
+// a new replica on the node that replaced it.
+func (n *Node) repair(ctx context.Context) {
+	if _, local := n.leaderOf(routing.MetaShard); !local {
+		return
+	}
+	nodes, err := placement.Nodes(n.eng.DB)
+	if err != nil {
+		return
+	}
+	shards, err := placement.Shards(n.eng.DB)
+	if err != nil {
+		return
+	}
+	up := map[uint64]bool{}
+	for _, d := range nodes {
+		up[d.GetNodeId()] = d.GetState() == concordpb.NodeState_NODE_UP
+	}
+	leaders := n.meta.leaders()
+	for _, old := range nodes {
+		if old.GetState() != concordpb.NodeState_NODE_REPLACED || !up[old.GetReplacedBy()] {
+			continue
+		}
+		for _, d := range shards {
+			for _, r := range d.GetReplicas() {
+				if r.GetNodeId() == old.GetNodeId() {
+					n.replaceReplica(d, r.GetReplicaId(), old.GetReplacedBy(), leaders[d.GetShardId()])
+				}
+			}
+		}
+	}
+}
+
+func (n *Node) replaceReplica(d *concordpb.ShardDescriptor, remove, addNode, leader uint64) {
+	shard := d.GetShardId()
+	if _, local := n.leaderOf(shard); local {
+		leader = n.ID()
+	}
+	if leader == 0 || !n.meta.begin(shard) {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.meta.end(shard)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req := &concordpb.ChangeReplicasRequest{ShardId: shard, RemoveReplicaId: remove, AddNodeId: addNode}
+		var resp *concordpb.ChangeReplicasResponse
+		var err error
+		if leader == n.ID() {
+			resp, err = (&clusterService{n: n}).ChangeReplicas(ctx, req)
+		} else {
+			c, fctx, cerr := n.clusterClientFor(ctx, leader)
+			if cerr != nil {
+				return
+			}
+			resp, err = c.ChangeReplicas(fctx, req)
+		}
+		if err != nil {
+			n.log.Info("replica replacement not done yet", "shard", shard, "remove", remove, "add_node", addNode, "err", err)
+			return
+		}
+		n.log.Info("replaced replica", "shard", shard, "removed", remove, "added_on_node", addNode, "epoch", resp.GetShard().GetEpoch())
+		n.recordDescriptor(resp.GetShard())
+	}()
+}
+
+// expireSessions asks each shard this node leads to forget idle sessions.
+// The cutoff travels in the command, so every replica drops the same ones.
+func (n *Node) expireSessions(ctx context.Context) {
+	cutoff := time.Now().Add(-n.cfg.SessionTTL).UnixNano()
+	for _, info := range n.host.Infos() {
+		if !info.IsLeader || info.Shard == routing.MetaShard {
+			continue
+		}
+		_, err := n.host.Propose(ctx, info.Shard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
+			Kind: &storepb.Command_ExpireSessions{ExpireSessions: &storepb.ExpireSessions{IdleBeforeUnixNanos: cutoff}}})
+		if err != nil {
+			n.log.Debug("expire sessions", "shard", info.Shard, "err", err)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/transport"
+)
+
+// maxMsgBytes bounds a gRPC message: a batch of values at the 1 MiB default
+// limit plus headroom. Larger requests are refused by gRPC with ResourceExhausted.
+const maxMsgBytes = 64 << 20
+
+// Node is one Concord process. See the package doc.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	eng *storage.Engine
+	lis net.Listener
+	srv *grpc.Server
+
+	// ident is nil until the node has bootstrapped or joined.
+	ident     atomic.Pointer[storepb.NodeIdent]
+	host      *multiraft.Host     // set once, when ident is
+	transport *transport.Transport // set once, when ident is
+	ready     chan struct{}        // closed when host and transport are set
+
+	book  addressBook
+	seen  seenSet
+	conns connPool
+	meta  metaView
+	// routes is the placement leader's view of the shards, from heartbeats.
+	routes atomic.Pointer[[]*concordpb.ShardRoute]
+
+	stopOnce sync.Once
+	stopC    chan struct{}
+	wg       sync.WaitGroup
+}
+
+// New validates cfg and returns a node that Start will run.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{})}
+	n.book.m = map[uint64]*concordpb.NodeDescriptor{}
+	n.seen.m = map[uint64]bool{}
+	n.conns.m = map[string]*grpc.ClientConn{}
+	n.meta.nodes = map[uint64]*nodeReport{}
+	return n, nil
+}
+
+// Start opens storage, serves gRPC, establishes the node's identity
+// (bootstrapping or joining if its data dir is empty) and starts raft. It
+// returns once the node serves, or when ctx ends first.
+func (n *Node) Start(ctx context.Context) error {
+	eng, err := storage.Open(n.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	n.eng = eng
+	if err := n.loadLocal(); err != nil {
+		return n.abort(err)
+	}
+	if n.lis, err = net.Listen("tcp", n.cfg.Addr); err != nil {
+		return n.abort(fmt.Errorf("listen on %s: %w", n.cfg.Addr, err))
+	}
+	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes))
+	concordpb.RegisterKVServer(n.srv, &kvService{n: n})
+	concordpb.RegisterClusterServer(n.srv, &clusterService{n: n})
+	concordpb.RegisterRaftTransportServer(n.srv, &raftService{n: n})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.srv.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	if err := n.establishIdentity(ctx); err != nil {
+		return n.abort(err)
+	}
+	if err := n.startRaft(); err != nil {
+		return n.abort(err)
+	}
+	n.startLoops()
+	id := n.ident.Load()
+	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr)
+	return nil
+}
+
+func (n *Node) abort(err error) error {
+	n.Stop()
+	return err
+}
+
+// startRaft creates the transport and the host and starts them.
+func (n *Node) startRaft() error {
+	id := n.ident.Load()
+	n.transport = transport.New(transport.Config{
+		ClusterID: id.GetClusterId(), NodeID: id.GetNodeId(),
+		Resolve:   n.book.resolve,
+		OnReceive: n.markSeen,
+		Logger:    n.log,
+	}, n.eng)
+	hc := multiraft.DefaultConfig(id.GetNodeId())
+	hc.TickInterval = n.cfg.TickInterval
+	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
+	hc.Logger = n.log
+	n.host = multiraft.New(hc, n.eng, n.transport, func(shard uint64) replica.StateMachine {
+		if shard == routing.MetaShard {
+			return placement.New()
+		}
+		return kv.New(shard)
+	})
+	n.transport.SetReceiver(n.host)
+	if err := n.host.Start(); err != nil {
+		return err
+	}
+	close(n.ready)
+	return nil
+}
+
+// Addr is the address the node serves on.
+func (n *Node) Addr() string { return n.lis.Addr().String() }
+
+// ID is the node's id, 0 until it is initialized.
+func (n *Node) ID() uint64 { return n.ident.Load().GetNodeId() }
+
+// Stop ends every goroutine of the node and closes its storage.
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		close(n.stopC)
+		if n.srv != nil {
+			n.srv.Stop()
+		}
+		select {
+		case <-n.ready:
+			n.host.Stop()
+			n.transport.Stop()
+		default:
+		}
+		n.wg.Wait()
+		n.conns.closeAll()
+		if n.eng != nil {
+			if err := n.eng.Close(); err != nil {
+				n.log.Error("closing storage", "err", err)
+			}
+		}
+	})
+}
+
+// raftService forwards the RaftTransport service to the transport once the
+// node is initialized; before that, peers are told to retry.
+type raftService struct {
+	concordpb.UnimplementedRaftTransportServer
+	n *Node
+}
+
+func (s *raftService) server() (*transport.Server, error) {
+	select {
+	case <-s.n.ready:
+		return s.n.transport.Server(), nil
+	default:
+		return nil, status.Error(codes.Unavailable, "node not initialized yet")
+	}
+}
+
+func (s *raftService) Send(st grpc.ClientStreamingServer[concordpb.RaftBatch, concordpb.RaftAck]) error {
+	srv, err := s.server()
+	if err != nil {
+		return err
+	}
+	return srv.Send(st)
+}
+
+func (s *raftService) SendSnapshot(st grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]) error {
+	srv, err := s.server()
+	if err != nil {
+		return err
+	}
+	return srv.SendSnapshot(st)
+}

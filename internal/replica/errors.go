@@ -1,0 +1,35 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrDropped is returned when raft refused a proposal (no leader known, a
+// leadership transfer in progress, or too much uncommitted data). The command
+// was not applied; retrying is safe.
+var ErrDropped = errors.New("replica: proposal dropped by raft")
+
+// ErrAmbiguous is returned when a proposal was handed to raft but the replica
+// lost leadership, or gave up waiting, before it applied: it may or may not
+// apply. Retrying with the same session and sequence number is safe.
+var ErrAmbiguous = errors.New("replica: outcome unknown (leadership lost or timed out after proposing)")
+
+// ErrRemoved is returned for work on a replica that has been removed from its
+// shard on this node.
+var ErrRemoved = errors.New("replica: removed from this node")
+
+// NotLeaderError is returned when a request that needs the shard leader
+// reaches another replica. Nothing was applied.
+type NotLeaderError struct {
+	Shard uint64
+	// LeaderNode is the node of the leader this replica knows of; 0 if none.
+	LeaderNode uint64
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderNode == 0 {
+		return fmt.Sprintf("shard %d: no leader known", e.Shard)
+	}
+	return fmt.Sprintf("shard %d: not the leader; leader is on node %d", e.Shard, e.LeaderNode)
+}

@@ -1,0 +1,366 @@
+package replica
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// Propose queues p; FlushProposals hands every queued proposal to raft at
+// once, so commands that arrive together are appended together.
+func (r *Replica) Propose(p *Proposal) {
+	if err := r.checkLeader(); err != nil {
+		p.Done <- Outcome{Err: err}
+		return
+	}
+	p.born = r.ticks
+	r.queued = append(r.queued, p)
+}
+
+// FlushProposals steps the queued proposals into raft as one MsgProp.
+func (r *Replica) FlushProposals() {
+	if len(r.queued) == 0 {
+		return
+	}
+	ents := make([]*pb.Entry, 0, len(r.queued))
+	for _, p := range r.queued {
+		ents = append(ents, &pb.Entry{Data: p.Data})
+	}
+	err := r.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(r.cfg.ReplicaID), Entries: ents})
+	for _, p := range r.queued {
+		if err != nil {
+			p.Done <- Outcome{Err: ErrDropped}
+			continue
+		}
+		p.stepped = true
+		r.proposals[p.ID] = p
+	}
+	r.queued = r.queued[:0]
+}
+
+// ProposeConfChange hands a membership change to raft. Raft refuses it
+// (turning it into an empty entry) while another change is pending; its
+// proposal then ends as ambiguous when it times out.
+func (r *Replica) ProposeConfChange(p *Proposal) {
+	if err := r.checkLeader(); err != nil {
+		p.Done <- Outcome{Err: err}
+		return
+	}
+	p.born = r.ticks
+	if err := r.rn.ProposeConfChange(p.CC); err != nil {
+		p.Done <- Outcome{Err: ErrDropped}
+		return
+	}
+	p.stepped = true
+	r.proposals[p.ID] = p
+}
+
+// ReadIndex starts a linearizable read: Done receives nil once the shard's
+// commit index at the time of the request is applied locally.
+func (r *Replica) ReadIndex(rd *Read) {
+	if err := r.checkLeader(); err != nil {
+		rd.Done <- err
+		return
+	}
+	rd.born = r.ticks
+	r.reads[string(rd.Ctx)] = rd
+	r.rn.ReadIndex(rd.Ctx)
+}
+
+func (r *Replica) checkLeader() error {
+	if r.removed {
+		return ErrRemoved
+	}
+	if !r.isLeader {
+		return &NotLeaderError{Shard: r.cfg.Shard, LeaderNode: r.LeaderNode()}
+	}
+	return nil
+}
+
+// InstallSnapshot ingests the staged data of rd's snapshot, replacing the
+// replica's log and state machine atomically. It is durable on return.
+func (r *Replica) InstallSnapshot(eng *storage.Engine, rd raft.Ready) error {
+	meta := rd.Snapshot.GetMetadata()
+	idx, term := meta.GetIndex(), meta.GetTerm()
+	path, ok := r.staged[idx]
+	if !ok {
+		return fmt.Errorf("replica: shard %d: raft accepted snapshot %d but no data was staged", r.cfg.Shard, idx)
+	}
+	delete(r.staged, idx)
+	hs := proto.Clone(r.log.HardState()).(*pb.HardState)
+	if rd.HardState != nil {
+		hs = proto.Clone(rd.HardState).(*pb.HardState)
+	}
+	hs.Commit = new(max(hs.GetCommit(), idx))
+	if err := eng.InstallSnapshot(r.cfg.Shard, path, hs, idx, term); err != nil {
+		return err
+	}
+	r.DropStagedSnapshots()
+	r.log.ResetToSnapshot(idx, term, hs)
+	if err := r.loadState(); err != nil {
+		return err
+	}
+	if r.applied != idx {
+		return fmt.Errorf("replica: shard %d: snapshot %d installed applied index %d", r.cfg.Shard, idx, r.applied)
+	}
+	r.logger().Info("installed snapshot", "shard", r.cfg.Shard, "index", idx, "term", term)
+	return nil
+}
+
+// Persist writes rd's entries and hard state into b.
+func (r *Replica) Persist(b *pebble.Batch, rd raft.Ready) error {
+	if err := r.log.Append(b, rd.Entries); err != nil {
+		return err
+	}
+	if rd.HardState != nil {
+		return r.log.SetHardState(b, rd.HardState)
+	}
+	return nil
+}
+
+// Apply applies rd's committed entries, and the applied index with them, into b.
+func (r *Replica) Apply(b *pebble.Batch, rd raft.Ready) error {
+	if len(rd.CommittedEntries) == 0 {
+		return nil
+	}
+	for _, e := range rd.CommittedEntries {
+		if e.GetIndex() <= r.applied {
+			continue // already applied before a restart; see raft.Config.Applied
+		}
+		if e.GetIndex() != r.applied+1 {
+			return fmt.Errorf("replica: shard %d: apply gap: applied %d, next entry %d", r.cfg.Shard, r.applied, e.GetIndex())
+		}
+		if err := r.applyEntry(b, e); err != nil {
+			return fmt.Errorf("replica: shard %d: apply entry %d: %w", r.cfg.Shard, e.GetIndex(), err)
+		}
+		r.applied, r.appliedTerm = e.GetIndex(), e.GetTerm()
+	}
+	return storage.SetProto(b, keys.Applied(r.cfg.Shard), &storepb.AppliedState{Index: r.applied, Term: r.appliedTerm})
+}
+
+func (r *Replica) applyEntry(b *pebble.Batch, e *pb.Entry) error {
+	switch e.GetType() {
+	case pb.EntryNormal:
+		if len(e.GetData()) == 0 {
+			return nil // the empty entry a new leader appends
+		}
+		var cmd storepb.Command
+		if err := proto.Unmarshal(e.GetData(), &cmd); err != nil {
+			return fmt.Errorf("decode command: %w", err)
+		}
+		res, err := r.sm.Apply(b, r.desc, &cmd)
+		if err != nil {
+			return err
+		}
+		r.completions = append(r.completions, completion{id: cmd.GetId(), res: res})
+		return nil
+	case pb.EntryConfChange:
+		var cc pb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return fmt.Errorf("decode conf change: %w", err)
+		}
+		return r.applyConfChange(b, cc.AsV2())
+	case pb.EntryConfChangeV2:
+		var cc pb.ConfChangeV2
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return fmt.Errorf("decode conf change: %w", err)
+		}
+		return r.applyConfChange(b, &cc)
+	default:
+		return fmt.Errorf("unknown entry type %v", e.GetType())
+	}
+}
+
+// applyConfChange applies a membership change to raft and to the shard's
+// descriptor. Every committed change is applied; raft itself refuses
+// invalid ones at proposal time, and only one can be pending.
+func (r *Replica) applyConfChange(b *pebble.Batch, cc *pb.ConfChangeV2) error {
+	var ctx storepb.ConfChangeContext
+	if len(cc.GetContext()) > 0 {
+		if err := proto.Unmarshal(cc.GetContext(), &ctx); err != nil {
+			return fmt.Errorf("decode conf change context: %w", err)
+		}
+	}
+	cs := r.rn.ApplyConfChange(cc)
+	if len(cc.GetChanges()) > 0 {
+		r.desc = nextDescriptor(r.desc, cc, &ctx)
+		for _, rd := range ctx.GetAdded() {
+			r.nodes[rd.GetReplicaId()] = rd.GetNodeId()
+		}
+	}
+	if err := storage.SetProto(b, keys.ConfState(r.cfg.Shard), cs); err != nil {
+		return err
+	}
+	if err := storage.SetProto(b, keys.Descriptor(r.cfg.Shard), r.desc); err != nil {
+		return err
+	}
+	if !inConfState(cs, r.cfg.ReplicaID) {
+		r.removed = true
+	}
+	r.completions = append(r.completions, completion{id: ctx.GetCommandId(), res: &storepb.CommandResult{}})
+	r.logger().Info("applied membership change", "shard", r.cfg.Shard, "replica", r.cfg.ReplicaID,
+		"voters", cs.GetVoters(), "outgoing", cs.GetVotersOutgoing(), "learners", cs.GetLearners(), "epoch", r.desc.GetEpoch())
+	return nil
+}
+
+// nextDescriptor returns desc after cc: each removed replica's slot goes to
+// an added one, so the order (and with it the preferred leader, the first
+// replica) stays stable; remaining additions are appended.
+func nextDescriptor(desc *concordpb.ShardDescriptor, cc *pb.ConfChangeV2, ctx *storepb.ConfChangeContext) *concordpb.ShardDescriptor {
+	d := proto.Clone(desc).(*concordpb.ShardDescriptor)
+	added := slices.Clone(ctx.GetAdded())
+	for _, c := range cc.GetChanges() {
+		if c.GetType() != pb.ConfChangeRemoveNode {
+			continue
+		}
+		i := slices.IndexFunc(d.Replicas, func(rd *concordpb.ReplicaDescriptor) bool { return rd.GetReplicaId() == c.GetNodeId() })
+		if i < 0 {
+			continue
+		}
+		if len(added) > 0 {
+			d.Replicas[i], added = added[0], added[1:]
+		} else {
+			d.Replicas = slices.Delete(d.Replicas, i, i+1)
+		}
+	}
+	d.Replicas = append(d.Replicas, added...)
+	for _, rd := range ctx.GetAdded() {
+		d.NextReplicaId = max(d.GetNextReplicaId(), rd.GetReplicaId()+1)
+	}
+	d.Epoch++
+	return d
+}
+
+func inConfState(cs *pb.ConfState, id uint64) bool {
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing(), cs.GetLearners(), cs.GetLearnersNext()} {
+		if slices.Contains(ids, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// Outbound is a raft message and the node to send it to.
+type Outbound struct {
+	ToNode uint64
+	Msg    *pb.Message
+}
+
+// Messages returns rd's messages with their destination nodes. Messages to
+// replicas whose node is unknown are reported unreachable and dropped.
+func (r *Replica) Messages(rd raft.Ready) []Outbound {
+	out := make([]Outbound, 0, len(rd.Messages))
+	for _, m := range rd.Messages {
+		node, ok := r.nodes[m.GetTo()]
+		if !ok {
+			r.rn.ReportUnreachable(m.GetTo())
+			continue
+		}
+		out = append(out, Outbound{ToNode: node, Msg: m})
+	}
+	return out
+}
+
+// Advance finishes a Ready cycle once its batch is durable and its messages
+// are sent: it delivers outcomes, serves reads and tells raft.
+func (r *Replica) Advance(rd raft.Ready) {
+	for _, c := range r.completions {
+		if p, ok := r.proposals[c.id]; ok {
+			delete(r.proposals, c.id)
+			p.Done <- Outcome{Result: c.res}
+		}
+	}
+	r.completions = r.completions[:0]
+	if rd.HardState != nil {
+		r.term = rd.HardState.GetTerm()
+	}
+	if rd.SoftState != nil {
+		r.updateLeadership(rd.SoftState)
+	}
+	for _, rs := range rd.ReadStates {
+		if read, ok := r.reads[string(rs.RequestCtx)]; ok {
+			read.index, read.hasIndex = rs.Index, true
+		}
+	}
+	r.serveReads()
+	if r.removed {
+		r.failPending(ErrRemoved)
+	}
+	r.rn.Advance(rd)
+}
+
+// updateLeadership fails the work that depended on this replica leading.
+func (r *Replica) updateLeadership(ss *raft.SoftState) {
+	wasLeader := r.isLeader
+	r.isLeader = ss.RaftState == raft.StateLeader
+	if ss.Lead != r.lead {
+		r.logger().Debug("leader changed", "shard", r.cfg.Shard, "replica", r.cfg.ReplicaID,
+			"from", r.lead, "to", ss.Lead, "term", r.term)
+	}
+	r.lead = ss.Lead
+	if wasLeader && !r.isLeader {
+		r.failPending(&NotLeaderError{Shard: r.cfg.Shard, LeaderNode: r.LeaderNode()})
+	}
+}
+
+// failPending ends every waiting proposal and read. Proposals raft already
+// holds are ambiguous; reads never are (nothing was written).
+func (r *Replica) failPending(readErr error) {
+	for id, p := range r.proposals {
+		delete(r.proposals, id)
+		p.Done <- Outcome{Err: ErrAmbiguous}
+	}
+	for k, rd := range r.reads {
+		delete(r.reads, k)
+		rd.Done <- readErr
+	}
+}
+
+// serveReads releases the reads whose index is applied.
+func (r *Replica) serveReads() {
+	for k, rd := range r.reads {
+		if rd.hasIndex && rd.index <= r.applied {
+			delete(r.reads, k)
+			rd.Done <- nil
+		}
+	}
+}
+
+// TransferToPreferred hands leadership to the shard's preferred replica (the
+// first in its descriptor) when this replica leads instead and the preferred
+// one is caught up and reachable. This spreads leaders as the initial
+// placement intended, and restores that spread after failovers.
+func (r *Replica) TransferToPreferred() {
+	if !r.isLeader || r.desc == nil || len(r.desc.GetReplicas()) == 0 {
+		return
+	}
+	preferred := r.desc.GetReplicas()[0].GetReplicaId()
+	if preferred == r.cfg.ReplicaID {
+		return
+	}
+	st := r.rn.Status()
+	pr, ok := st.Progress[preferred]
+	if !ok || !pr.RecentActive || pr.IsLearner || pr.Match < r.log.HardState().GetCommit() {
+		return
+	}
+	r.rn.TransferLeader(preferred)
+}
+
+// Destroy fails everything still waiting; the caller removes the data.
+func (r *Replica) Destroy() {
+	r.failPending(ErrRemoved)
+	for _, p := range r.queued {
+		p.Done <- Outcome{Err: ErrRemoved}
+	}
+	r.queued = nil
+	r.DropStagedSnapshots()
+}

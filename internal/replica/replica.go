@@ -1,0 +1,276 @@
+package replica
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// StateMachine is what a shard applies: package kv for user shards, package
+// placement for the meta shard. Apply writes into b, an indexed batch, and
+// must be deterministic. An error return is a storage failure and is fatal.
+type StateMachine interface {
+	Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error)
+}
+
+// Config configures one replica.
+type Config struct {
+	NodeID    uint64
+	Shard     uint64
+	ReplicaID uint64
+	// ElectionTicks and HeartbeatTicks are in multiraft ticks.
+	ElectionTicks  int
+	HeartbeatTicks int
+	// MaxSizePerMsgBytes bounds the entries in one append message.
+	MaxSizePerMsgBytes uint64
+	// MaxInflightMsgs bounds unacknowledged appends per follower.
+	MaxInflightMsgs int
+	// MaxUncommittedBytes bounds proposals not yet committed; beyond it raft
+	// drops proposals (backpressure).
+	MaxUncommittedBytes uint64
+	// PendingTimeoutTicks is how long a proposal or read may wait before the
+	// replica forgets it (its caller has given up long before).
+	PendingTimeoutTicks uint64
+	// Snapshot builds the snapshot raft asks for (see multiraft).
+	Snapshot func() (*pb.Snapshot, error)
+	Logger   *slog.Logger
+}
+
+// Outcome is the result of a proposal.
+type Outcome struct {
+	Result *storepb.CommandResult
+	Err    error
+}
+
+// Proposal is a command or a membership change waiting for its outcome.
+type Proposal struct {
+	ID   uint64
+	Data []byte           // a marshalled storepb.Command, or nil for a conf change
+	CC   *pb.ConfChangeV2 // a membership change, or nil
+	// Done receives exactly one Outcome; it must have room for it.
+	Done chan Outcome
+
+	stepped bool   // handed to raft: from now on its outcome is ambiguous
+	born    uint64 // replica tick at creation
+}
+
+// Read is a linearizable read waiting for its ReadIndex to be applied.
+type Read struct {
+	// Ctx must be unique per request, never reused across retries.
+	Ctx []byte
+	// Done receives nil when the read may be served from local state, or an error.
+	Done chan error
+
+	index    uint64
+	hasIndex bool
+	born     uint64
+}
+
+// Replica is one shard replica. See the package doc for the Ready cycle.
+type Replica struct {
+	cfg Config
+	db  *pebble.DB
+	log *storage.RaftLog
+	rn  *raft.RawNode
+	sm  StateMachine
+
+	// desc, applied and appliedTerm are the state as of the last applied entry.
+	desc                 *concordpb.ShardDescriptor
+	applied, appliedTerm uint64
+	// nodes maps replica ids of this shard to the nodes that host them.
+	nodes map[uint64]uint64
+
+	proposals map[uint64]*Proposal
+	queued    []*Proposal
+	reads     map[string]*Read
+	// completions are outcomes decided in Apply, delivered in Advance after
+	// the batch holding them is durable.
+	completions []completion
+
+	lead, term uint64
+	isLeader   bool
+	ticks      uint64
+	// staged maps snapshot index to the SSTable file received for it.
+	staged  map[uint64]string
+	removed bool
+}
+
+type completion struct {
+	id  uint64
+	res *storepb.CommandResult
+}
+
+// Load opens the replica of cfg.Shard stored in db.
+func Load(db *pebble.DB, cfg Config, sm StateMachine) (*Replica, error) {
+	l, err := storage.LoadRaftLog(db, cfg.Shard)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{
+		cfg: cfg, db: db, log: l, sm: sm,
+		nodes:     map[uint64]uint64{},
+		proposals: map[uint64]*Proposal{},
+		reads:     map[string]*Read{},
+		staged:    map[uint64]string{},
+	}
+	if err := r.loadState(); err != nil {
+		return nil, err
+	}
+	l.SetSnapshotFunc(cfg.Snapshot)
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        cfg.ReplicaID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   l,
+		Applied:                   r.applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsgBytes,
+		MaxCommittedSizePerReady:  4 * cfg.MaxSizePerMsgBytes,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    newRaftLogger(cfg.Logger),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica: shard %d: %w", cfg.Shard, err)
+	}
+	r.rn = rn
+	return r, nil
+}
+
+// loadState reads the state machine's applied state and descriptor.
+func (r *Replica) loadState() error {
+	var as storepb.AppliedState
+	if _, err := storage.GetProto(r.db, keys.Applied(r.cfg.Shard), &as); err != nil {
+		return err
+	}
+	r.applied, r.appliedTerm = as.GetIndex(), as.GetTerm()
+	desc := &concordpb.ShardDescriptor{}
+	found, err := storage.GetProto(r.db, keys.Descriptor(r.cfg.Shard), desc)
+	if err != nil {
+		return err
+	}
+	if found {
+		r.desc = desc
+		for _, rd := range desc.GetReplicas() {
+			r.nodes[rd.GetReplicaId()] = rd.GetNodeId()
+		}
+	}
+	return nil
+}
+
+// Shard is the replica's shard id.
+func (r *Replica) Shard() uint64 { return r.cfg.Shard }
+
+// ID is the replica's id within its shard.
+func (r *Replica) ID() uint64 { return r.cfg.ReplicaID }
+
+// Descriptor is the shard's descriptor as of the applied index; nil until
+// the replica is initialized (by bootstrap or a snapshot).
+func (r *Replica) Descriptor() *concordpb.ShardDescriptor { return r.desc }
+
+// Applied is the applied index.
+func (r *Replica) Applied() uint64 { return r.applied }
+
+// IsLeader reports whether this replica is the shard's leader.
+func (r *Replica) IsLeader() bool { return r.isLeader }
+
+// LeaderNode is the node of the leader this replica knows of; 0 if none.
+func (r *Replica) LeaderNode() uint64 {
+	if r.lead == 0 {
+		return 0
+	}
+	return r.nodes[r.lead]
+}
+
+// Removed reports whether the replica was removed from its shard.
+func (r *Replica) Removed() bool { return r.removed }
+
+// Status returns raft's status of the replica.
+func (r *Replica) Status() raft.BasicStatus { return r.rn.BasicStatus() }
+
+// Campaign starts an election.
+func (r *Replica) Campaign() error { return r.rn.Campaign() }
+
+// Tick advances the replica's logical clock and forgets work whose callers
+// have long given up.
+func (r *Replica) Tick() {
+	r.rn.Tick()
+	r.ticks++
+	for id, p := range r.proposals {
+		if r.ticks-p.born > r.cfg.PendingTimeoutTicks {
+			delete(r.proposals, id)
+			p.Done <- Outcome{Err: ErrAmbiguous}
+		}
+	}
+	for k, rd := range r.reads {
+		if r.ticks-rd.born > r.cfg.PendingTimeoutTicks {
+			delete(r.reads, k)
+			rd.Done <- ErrAmbiguous
+		}
+	}
+}
+
+// Step hands raft a message that fromNode sent.
+func (r *Replica) Step(fromNode uint64, m *pb.Message) error {
+	if m.GetFrom() != 0 && fromNode != 0 {
+		r.nodes[m.GetFrom()] = fromNode
+	}
+	return r.rn.Step(m)
+}
+
+// ReportUnreachable tells raft a message to replica id could not be sent.
+func (r *Replica) ReportUnreachable(id uint64) { r.rn.ReportUnreachable(id) }
+
+// ReportSnapshot tells raft whether a snapshot reached replica id.
+func (r *Replica) ReportSnapshot(id uint64, ok bool) {
+	st := raft.SnapshotFinish
+	if !ok {
+		st = raft.SnapshotFailure
+	}
+	r.rn.ReportSnapshot(id, st)
+}
+
+// StageSnapshot records the SSTable file holding the data of the snapshot at
+// index, for InstallSnapshot to ingest when raft accepts it.
+func (r *Replica) StageSnapshot(index uint64, path string) {
+	if old, ok := r.staged[index]; ok && old != path {
+		os.Remove(old)
+	}
+	r.staged[index] = path
+}
+
+// DropStagedSnapshots removes staged files raft did not (or no longer can) use.
+func (r *Replica) DropStagedSnapshots() {
+	for idx, path := range r.staged {
+		os.Remove(path)
+		delete(r.staged, idx)
+	}
+}
+
+// HasReady reports whether raft has work for a Ready cycle.
+func (r *Replica) HasReady() bool { return r.rn.HasReady() }
+
+// Ready returns raft's next Ready.
+func (r *Replica) Ready() raft.Ready { return r.rn.Ready() }
+
+// RaftLog returns the replica's raft.Storage.
+func (r *Replica) RaftLog() *storage.RaftLog { return r.log }
+
+// Nodes returns the node hosting each known replica id of the shard.
+func (r *Replica) Nodes() map[uint64]uint64 { return r.nodes }
+
+func (r *Replica) logger() *slog.Logger { return r.cfg.Logger }
+

@@ -1,0 +1,79 @@
+// Package routing maps keys to shards. A key's position is the xxhash64 of the
+// key; shard i of S owns the i-th of S equal, contiguous slices of the 64-bit
+// hash space. The hash function must never change once data exists.
+//
+// Shard 0 is the meta shard (the placement service) and owns no user keys;
+// user shards are numbered 1..S.
+package routing
+
+import (
+	"math"
+	"sort"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// MetaShard is the id of the placement service's shard.
+const MetaShard uint64 = 0
+
+// Hash is the stable 64-bit position of key in the hash space.
+func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
+
+// Ranges splits the hash space into n contiguous inclusive ranges [start, end],
+// the i-th for shard i+1.
+func Ranges(n int) (starts, ends []uint64) {
+	if n <= 0 {
+		panic("routing: shard count must be positive")
+	}
+	step := math.MaxUint64/uint64(n) + 1
+	if n == 1 {
+		step = 0 // one shard owns everything; avoid the overflow below
+	}
+	for i := 0; i < n; i++ {
+		start := uint64(i) * step
+		end := uint64(math.MaxUint64)
+		if i < n-1 {
+			end = uint64(i+1)*step - 1
+		}
+		starts, ends = append(starts, start), append(ends, end)
+	}
+	return starts, ends
+}
+
+// Table finds the shard of a key among a set of user-shard descriptors.
+// It is immutable once built.
+type Table struct {
+	shards []*concordpb.ShardDescriptor // sorted by start hash
+}
+
+// NewTable builds a Table from user-shard descriptors; the meta shard is ignored.
+func NewTable(descs []*concordpb.ShardDescriptor) *Table {
+	t := &Table{}
+	for _, d := range descs {
+		if d.GetShardId() != MetaShard {
+			t.shards = append(t.shards, d)
+		}
+	}
+	sort.Slice(t.shards, func(i, j int) bool { return t.shards[i].GetStartHash() < t.shards[j].GetStartHash() })
+	return t
+}
+
+// Lookup returns the descriptor of the shard that owns key, or nil if no
+// shard covers its hash.
+func (t *Table) Lookup(key []byte) *concordpb.ShardDescriptor {
+	return t.LookupHash(Hash(key))
+}
+
+// LookupHash returns the descriptor of the shard whose range holds h.
+func (t *Table) LookupHash(h uint64) *concordpb.ShardDescriptor {
+	i := sort.Search(len(t.shards), func(i int) bool { return t.shards[i].GetEndHash() >= h })
+	if i == len(t.shards) || t.shards[i].GetStartHash() > h {
+		return nil
+	}
+	return t.shards[i]
+}
+
+// Shards returns the user shards in hash order.
+func (t *Table) Shards() []*concordpb.ShardDescriptor { return t.shards }

@@ -1,0 +1,252 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// RaftLog is raft.Storage for one shard replica, backed by the node's Pebble.
+//
+// Log entries are stored as an 8-byte term followed by the marshalled entry,
+// so Term reads a few bytes instead of decoding the entry.
+//
+// Not safe for concurrent use: the multiraft loop owns it.
+type RaftLog struct {
+	db    *pebble.DB
+	shard uint64
+
+	hardState *pb.HardState
+	// Invariant: truncIndex <= lastIndex. The log holds (truncIndex, lastIndex].
+	truncIndex, truncTerm uint64
+	lastIndex, lastTerm   uint64
+
+	// snapshot builds the snapshot raft asks for; set by the replica.
+	snapshot func() (*pb.Snapshot, error)
+}
+
+var _ raft.Storage = (*RaftLog)(nil)
+
+// LoadRaftLog reads a replica's Raft state. A replica with nothing stored
+// (created to receive a snapshot) has an empty log at index 0.
+func LoadRaftLog(db *pebble.DB, shard uint64) (*RaftLog, error) {
+	l := &RaftLog{db: db, shard: shard, hardState: &pb.HardState{}}
+	if _, err := GetProto(db, keys.HardState(shard), l.hardState); err != nil {
+		return nil, err
+	}
+	var ts storepb.TruncatedState
+	if _, err := GetProto(db, keys.Truncated(shard), &ts); err != nil {
+		return nil, err
+	}
+	l.truncIndex, l.truncTerm = ts.GetIndex(), ts.GetTerm()
+	l.lastIndex, l.lastTerm = l.truncIndex, l.truncTerm
+	it, err := db.NewIter(&pebble.IterOptions{
+		LowerBound: keys.LogEntry(shard, l.truncIndex+1),
+		UpperBound: keys.LogEntry(shard, 1<<64-1),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	if it.Last() {
+		l.lastIndex = keys.LogIndex(it.Key())
+		l.lastTerm = binary.BigEndian.Uint64(it.Value())
+	}
+	return l, it.Error()
+}
+
+// SetSnapshotFunc sets the function that builds snapshots for raft.
+func (l *RaftLog) SetSnapshotFunc(f func() (*pb.Snapshot, error)) { l.snapshot = f }
+
+// InitialState implements raft.Storage.
+func (l *RaftLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	cs := &pb.ConfState{}
+	if _, err := GetProto(l.db, keys.ConfState(l.shard), cs); err != nil {
+		return nil, nil, err
+	}
+	return proto.Clone(l.hardState).(*pb.HardState), cs, nil
+}
+
+// Entries implements raft.Storage: entries in [lo, hi), at least one if any,
+// and no more than maxSize bytes beyond the first.
+func (l *RaftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	if lo <= l.truncIndex {
+		return nil, raft.ErrCompacted
+	}
+	if hi > l.lastIndex+1 {
+		return nil, fmt.Errorf("storage: shard %d: entries [%d, %d) beyond last index %d", l.shard, lo, hi, l.lastIndex)
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: keys.LogEntry(l.shard, lo),
+		UpperBound: keys.LogEntry(l.shard, hi),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var ents []*pb.Entry
+	var size uint64
+	next := lo
+	for ok := it.First(); ok; ok = it.Next() {
+		e, err := decodeEntry(it.Value())
+		if err != nil {
+			return nil, err
+		}
+		if e.GetIndex() != next {
+			return nil, fmt.Errorf("storage: shard %d: log gap: want index %d, found %d", l.shard, next, e.GetIndex())
+		}
+		size += uint64(proto.Size(e))
+		if len(ents) > 0 && size > maxSize {
+			break
+		}
+		ents = append(ents, e)
+		next++
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	if len(ents) == 0 && lo < hi {
+		return nil, fmt.Errorf("storage: shard %d: entries [%d, %d) missing", l.shard, lo, hi)
+	}
+	return ents, nil
+}
+
+// Term implements raft.Storage. Term(FirstIndex()-1) is the truncated term.
+func (l *RaftLog) Term(i uint64) (uint64, error) {
+	switch {
+	case i == l.truncIndex:
+		return l.truncTerm, nil
+	case i < l.truncIndex:
+		return 0, raft.ErrCompacted
+	case i > l.lastIndex:
+		return 0, raft.ErrUnavailable
+	case i == l.lastIndex:
+		return l.lastTerm, nil
+	}
+	v, closer, err := l.db.Get(keys.LogEntry(l.shard, i))
+	if err != nil {
+		return 0, fmt.Errorf("storage: shard %d: term of %d: %w", l.shard, i, err)
+	}
+	defer closer.Close()
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// LastIndex implements raft.Storage.
+func (l *RaftLog) LastIndex() (uint64, error) { return l.lastIndex, nil }
+
+// FirstIndex implements raft.Storage.
+func (l *RaftLog) FirstIndex() (uint64, error) { return l.truncIndex + 1, nil }
+
+// Snapshot implements raft.Storage.
+func (l *RaftLog) Snapshot() (*pb.Snapshot, error) {
+	if l.snapshot == nil {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return l.snapshot()
+}
+
+// HardState returns the last hard state written.
+func (l *RaftLog) HardState() *pb.HardState { return l.hardState }
+
+// Truncated returns the index and term of the last entry removed from the log.
+func (l *RaftLog) Truncated() (index, term uint64) { return l.truncIndex, l.truncTerm }
+
+// Append writes entries into b, discarding any stored entries they replace or
+// that follow them (raft's truncate-on-conflict), and updates the in-memory
+// indexes. b must be committed before raft is called again.
+func (l *RaftLog) Append(b *pebble.Batch, ents []*pb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	first, last := ents[0].GetIndex(), ents[len(ents)-1].GetIndex()
+	if first <= l.truncIndex || first > l.lastIndex+1 {
+		return fmt.Errorf("storage: shard %d: append [%d, %d] does not follow log (%d, %d]",
+			l.shard, first, last, l.truncIndex, l.lastIndex)
+	}
+	for i, e := range ents {
+		if e.GetIndex() != first+uint64(i) {
+			return fmt.Errorf("storage: shard %d: append of non-contiguous entries at %d", l.shard, e.GetIndex())
+		}
+		if err := b.Set(keys.LogEntry(l.shard, e.GetIndex()), encodeEntry(e), nil); err != nil {
+			return err
+		}
+	}
+	if last < l.lastIndex {
+		if err := b.DeleteRange(keys.LogEntry(l.shard, last+1), keys.LogEntry(l.shard, l.lastIndex+1), nil); err != nil {
+			return err
+		}
+	}
+	l.lastIndex, l.lastTerm = last, ents[len(ents)-1].GetTerm()
+	return nil
+}
+
+// SetHardState writes hs into b.
+func (l *RaftLog) SetHardState(b *pebble.Batch, hs *pb.HardState) error {
+	if err := SetProto(b, keys.HardState(l.shard), hs); err != nil {
+		return err
+	}
+	l.hardState = proto.Clone(hs).(*pb.HardState)
+	return nil
+}
+
+// Truncate removes entries up to and including index from the log. The
+// caller guarantees index is applied; entries above stay for slow followers.
+func (l *RaftLog) Truncate(b *pebble.Batch, index uint64) error {
+	if index <= l.truncIndex {
+		return nil
+	}
+	if index > l.lastIndex {
+		return fmt.Errorf("storage: shard %d: truncate to %d beyond last index %d", l.shard, index, l.lastIndex)
+	}
+	term, err := l.Term(index)
+	if err != nil {
+		return err
+	}
+	if err := b.DeleteRange(keys.LogEntry(l.shard, 0), keys.LogEntry(l.shard, index+1), nil); err != nil {
+		return err
+	}
+	if err := SetProto(b, keys.Truncated(l.shard), &storepb.TruncatedState{Index: index, Term: term}); err != nil {
+		return err
+	}
+	l.truncIndex, l.truncTerm = index, term
+	return nil
+}
+
+// ResetToSnapshot updates the in-memory state after a snapshot at (index,
+// term) replaced the replica's log, with hs as the stored hard state.
+func (l *RaftLog) ResetToSnapshot(index, term uint64, hs *pb.HardState) {
+	l.truncIndex, l.truncTerm = index, term
+	l.lastIndex, l.lastTerm = index, term
+	l.hardState = proto.Clone(hs).(*pb.HardState)
+}
+
+func encodeEntry(e *pb.Entry) []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 8+proto.Size(e)), e.GetTerm())
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, e)
+	if err != nil {
+		panic(fmt.Sprintf("storage: marshal raft entry: %v", err)) // cannot fail for a valid message
+	}
+	return b
+}
+
+func decodeEntry(v []byte) (*pb.Entry, error) {
+	if len(v) < 8 {
+		return nil, fmt.Errorf("storage: log entry of %d bytes is corrupt", len(v))
+	}
+	e := &pb.Entry{}
+	if err := proto.Unmarshal(v[8:], e); err != nil {
+		return nil, fmt.Errorf("storage: decode log entry: %w", err)
+	}
+	if e.GetTerm() != binary.BigEndian.Uint64(v) {
+		return nil, fmt.Errorf("storage: log entry %d: term prefix %d disagrees with entry term %d",
+			e.GetIndex(), binary.BigEndian.Uint64(v), e.GetTerm())
+	}
+	return e, nil
+}

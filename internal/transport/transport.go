@@ -1,0 +1,440 @@
+// Package transport carries raft traffic between nodes over gRPC.
+//
+// Each peer node gets one goroutine and one client stream (RaftTransport.Send)
+// fed by a bounded queue; the goroutine batches whatever has queued into one
+// RaftBatch per send. Send never blocks the multiraft loop: when a peer's
+// queue is full or its stream is down, messages are dropped (raft
+// retransmits) and the peer is reported unreachable.
+//
+// Snapshots go over their own stream per snapshot (RaftTransport.SendSnapshot):
+// the sender iterates a Pebble snapshot of the shard's state-machine span and
+// sends it in chunks; the receiver writes the chunks into an SSTable file as
+// they arrive, so neither side holds a snapshot in memory.
+//
+// Peer traffic can be cut per node (Block) for fault injection; client
+// traffic is not affected.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+)
+
+// Receiver is where incoming raft traffic goes (the multiraft host).
+type Receiver interface {
+	Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error
+	DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, path string) error
+	ReportUnreachable(node uint64)
+}
+
+// Config configures a Transport.
+type Config struct {
+	ClusterID, NodeID uint64
+	// Resolve returns the address of a node.
+	Resolve func(node uint64) (string, bool)
+	// OnReceive is called with the sender of every accepted batch, before
+	// its messages are delivered (the node records which peers it has heard).
+	OnReceive func(fromNode uint64)
+	// QueueLen bounds the messages queued per peer.
+	QueueLen int
+	// SnapshotChunkBytes bounds the data in one snapshot chunk.
+	SnapshotChunkBytes int
+	Logger             *slog.Logger
+}
+
+// Transport sends and receives raft traffic. It implements multiraft.Transport
+// and the RaftTransport gRPC service.
+type Transport struct {
+	cfg  Config
+	eng  *storage.Engine
+	recv Receiver
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	peers map[uint64]*peer // guarded by mu
+
+	// blocked holds the nodes whose traffic is dropped both ways (fault injection).
+	blocked atomic.Pointer[map[uint64]bool]
+	snapSeq atomic.Uint64
+
+	stopC chan struct{}
+	wg    sync.WaitGroup
+}
+
+// New creates a Transport; SetReceiver must be called before traffic flows.
+func New(cfg Config, eng *storage.Engine) *Transport {
+	if cfg.QueueLen == 0 {
+		cfg.QueueLen = 4096
+	}
+	if cfg.SnapshotChunkBytes == 0 {
+		cfg.SnapshotChunkBytes = 1 << 20
+	}
+	t := &Transport{cfg: cfg, eng: eng, log: cfg.Logger, peers: map[uint64]*peer{}, stopC: make(chan struct{})}
+	t.blocked.Store(&map[uint64]bool{})
+	return t
+}
+
+// SetReceiver sets where incoming traffic is delivered.
+func (t *Transport) SetReceiver(r Receiver) { t.recv = r }
+
+// Block drops all traffic to and from the given nodes, replacing any earlier
+// set; an empty set heals.
+func (t *Transport) Block(nodes map[uint64]bool) { t.blocked.Store(&nodes) }
+
+func (t *Transport) isBlocked(node uint64) bool { return (*t.blocked.Load())[node] }
+
+// Stop closes every peer stream.
+func (t *Transport) Stop() {
+	close(t.stopC)
+	t.mu.Lock()
+	for _, p := range t.peers {
+		p.conn.Close()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// peer is the outgoing side of one peer node.
+type peer struct {
+	node  uint64
+	addr  string
+	conn  *grpc.ClientConn
+	queue chan *concordpb.RaftEnvelope
+	// stopC ends the peer's goroutine; queue is never closed, because the
+	// loop may be sending on it.
+	stopC chan struct{}
+}
+
+func (t *Transport) peer(node uint64) (*peer, error) {
+	addr, ok := t.cfg.Resolve(node)
+	if !ok {
+		return nil, fmt.Errorf("transport: no address for node %d", node)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.peers[node]; ok && p.addr == addr {
+		return p, nil
+	} else if ok {
+		close(p.stopC) // the node moved: end the old peer's goroutine
+		p.conn.Close()
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	p := &peer{node: node, addr: addr, conn: conn, queue: make(chan *concordpb.RaftEnvelope, t.cfg.QueueLen),
+		stopC: make(chan struct{})}
+	t.peers[node] = p
+	t.wg.Add(1)
+	go t.runPeer(p)
+	return p, nil
+}
+
+// Send implements multiraft.Transport.
+func (t *Transport) Send(toNode, shard uint64, m *pb.Message) {
+	if t.isBlocked(toNode) {
+		return
+	}
+	p, err := t.peer(toNode)
+	if err != nil {
+		t.recv.ReportUnreachable(toNode)
+		return
+	}
+	data, err := proto.Marshal(m)
+	if err != nil {
+		t.log.Error("marshal raft message", "err", err)
+		return
+	}
+	select {
+	case p.queue <- &concordpb.RaftEnvelope{ShardId: shard, Message: data}:
+	default:
+		t.recv.ReportUnreachable(toNode)
+	}
+}
+
+// runPeer sends p's queue over a stream, reconnecting with backoff.
+func (t *Transport) runPeer(p *peer) {
+	defer t.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		err := t.stream(p)
+		select {
+		case <-t.stopC:
+			return
+		default:
+		}
+		if errors.Is(err, errPeerClosed) {
+			return
+		}
+		t.log.Debug("peer stream ended", "peer", p.node, "addr", p.addr, "err", err)
+		t.recv.ReportUnreachable(p.node)
+		t.dropQueued(p)
+		select {
+		case <-t.stopC:
+			return
+		case <-p.stopC:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+var errPeerClosed = errors.New("peer closed")
+
+func (t *Transport) stream(p *peer) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := concordpb.NewRaftTransportClient(p.conn).Send(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		var env *concordpb.RaftEnvelope
+		var ok bool
+		select {
+		case env, ok = <-p.queue:
+		case <-t.stopC:
+			return errPeerClosed
+		case <-p.stopC:
+			return errPeerClosed
+		}
+		if !ok {
+			return errPeerClosed
+		}
+		batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: p.node,
+			Messages: []*concordpb.RaftEnvelope{env}}
+	more:
+		for len(batch.Messages) < 512 {
+			select {
+			case env, ok := <-p.queue:
+				if !ok {
+					break more
+				}
+				batch.Messages = append(batch.Messages, env)
+			default:
+				break more
+			}
+		}
+		if t.isBlocked(p.node) {
+			continue
+		}
+		if err := s.Send(batch); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *Transport) dropQueued(p *peer) {
+	for {
+		select {
+		case _, ok := <-p.queue:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// Server is the receiving side: the RaftTransport gRPC service.
+type Server struct {
+	concordpb.UnimplementedRaftTransportServer
+	t *Transport
+}
+
+// Server returns the RaftTransport service of t.
+func (t *Transport) Server() *Server { return &Server{t: t} }
+
+// Send implements the RaftTransport service: a peer's stream of batches.
+func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concordpb.RaftAck]) error {
+	t := srv.t
+	for {
+		b, err := s.Recv()
+		if err == io.EOF {
+			return s.SendAndClose(&concordpb.RaftAck{})
+		}
+		if err != nil {
+			return err
+		}
+		if err := t.checkHeader(b.GetClusterId(), b.GetToNodeId()); err != nil {
+			return err
+		}
+		from := b.GetFromNodeId()
+		if t.isBlocked(from) {
+			continue
+		}
+		if t.cfg.OnReceive != nil {
+			t.cfg.OnReceive(from)
+		}
+		if err := t.recv.Deliver(from, b.GetMessages()); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *Transport) checkHeader(clusterID, toNode uint64) error {
+	if clusterID != t.cfg.ClusterID {
+		return fmt.Errorf("transport: message for cluster %x reached cluster %x", clusterID, t.cfg.ClusterID)
+	}
+	if toNode != t.cfg.NodeID {
+		return fmt.Errorf("transport: message for node %d reached node %d", toNode, t.cfg.NodeID)
+	}
+	return nil
+}
+
+// SendSnapshot implements multiraft.Transport.
+func (t *Transport) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebble.Snapshot, done func(ok bool)) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		err := t.sendSnapshot(toNode, shard, m, snap)
+		if err != nil {
+			t.log.Warn("snapshot send failed", "shard", shard, "to_node", toNode, "err", err)
+		}
+		done(err == nil)
+	}()
+}
+
+func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebble.Snapshot) error {
+	if t.isBlocked(toNode) {
+		return errors.New("peer blocked")
+	}
+	p, err := t.peer(toNode)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s, err := concordpb.NewRaftTransportClient(p.conn).SendSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	hdr, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	lo, hi := keys.StateSpan(shard)
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	chunk := &concordpb.SnapshotChunk{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: toNode,
+		ShardId: shard, RaftMessage: hdr}
+	size, sent := 0, 0
+	for ok := it.First(); ok; ok = it.Next() {
+		chunk.Kvs = append(chunk.Kvs, &concordpb.KeyValue{Key: append([]byte(nil), it.Key()...), Value: append([]byte(nil), it.Value()...)})
+		size += len(it.Key()) + len(it.Value())
+		if size >= t.cfg.SnapshotChunkBytes {
+			if err := s.Send(chunk); err != nil {
+				return err
+			}
+			sent += len(chunk.Kvs)
+			chunk, size = &concordpb.SnapshotChunk{ShardId: shard}, 0
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	chunk.Done = true
+	if err := s.Send(chunk); err != nil {
+		return err
+	}
+	ack, err := s.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	if !ack.GetApplied() {
+		return errors.New("receiver did not take the snapshot")
+	}
+	t.log.Info("snapshot sent", "shard", shard, "to_node", toNode, "keys", sent+len(chunk.Kvs))
+	return nil
+}
+
+// SendSnapshot implements the RaftTransport service: one incoming snapshot.
+func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]) error {
+	t := srv.t
+	first, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	if err := t.checkHeader(first.GetClusterId(), first.GetToNodeId()); err != nil {
+		return err
+	}
+	from, shard := first.GetFromNodeId(), first.GetShardId()
+	if t.isBlocked(from) {
+		return errors.New("transport: peer blocked")
+	}
+	m := &pb.Message{}
+	if err := proto.Unmarshal(first.GetRaftMessage(), m); err != nil || m.GetType() != pb.MsgSnap {
+		return fmt.Errorf("transport: snapshot stream must start with a MsgSnap (%v)", err)
+	}
+	path, err := t.receiveSnapshotData(s, first, shard)
+	if err != nil {
+		return err
+	}
+	if t.cfg.OnReceive != nil {
+		t.cfg.OnReceive(from)
+	}
+	if err := t.recv.DeliverSnapshot(s.Context(), from, shard, m, path); err != nil {
+		return err
+	}
+	return s.SendAndClose(&concordpb.SnapshotAck{Applied: true})
+}
+
+// receiveSnapshotData writes the stream's pairs into an SSTable file and
+// returns its path. Every key must lie in the shard's state-machine span.
+func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck],
+	chunk *concordpb.SnapshotChunk, shard uint64) (string, error) {
+	w, err := t.eng.NewSSTWriter(fmt.Sprintf("snap-%d-%d.sst", shard, t.snapSeq.Add(1)))
+	if err != nil {
+		return "", err
+	}
+	lo, hi := keys.StateSpan(shard)
+	for {
+		for _, kv := range chunk.GetKvs() {
+			if string(kv.GetKey()) < string(lo) || string(kv.GetKey()) >= string(hi) {
+				w.Abort()
+				return "", fmt.Errorf("transport: snapshot key %x outside shard %d", kv.GetKey(), shard)
+			}
+			if err := w.Set(kv.GetKey(), kv.GetValue()); err != nil {
+				w.Abort()
+				return "", err
+			}
+		}
+		if chunk.GetDone() {
+			break
+		}
+		if chunk, err = s.Recv(); err != nil {
+			w.Abort()
+			return "", err
+		}
+		if chunk.GetShardId() != shard {
+			w.Abort()
+			return "", fmt.Errorf("transport: snapshot chunk for shard %d in a stream for shard %d", chunk.GetShardId(), shard)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		return "", err
+	}
+	return w.Path(), nil
+}
