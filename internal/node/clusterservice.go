@@ -139,7 +139,9 @@ func (n *Node) localStatus() *concordpb.StatusResponse {
 			CommitIndex: info.Commit, AppliedIndex: info.Applied, IsMeta: info.Shard == routing.MetaShard,
 		})
 	}
-	sort.Slice(resp.Shards, func(i, j int) bool { return resp.Shards[i].GetShard().GetShardId() < resp.Shards[j].GetShard().GetShardId() })
+	sort.Slice(resp.Shards, func(i, j int) bool {
+		return resp.Shards[i].GetShard().GetShardId() < resp.Shards[j].GetShard().GetShardId()
+	})
 	return resp
 }
 

@@ -38,7 +38,7 @@ type Node struct {
 
 	// ident is nil until the node has bootstrapped or joined.
 	ident     atomic.Pointer[storepb.NodeIdent]
-	host      *multiraft.Host     // set once, when ident is
+	host      *multiraft.Host      // set once, when ident is
 	transport *transport.Transport // set once, when ident is
 	ready     chan struct{}        // closed when host and transport are set
 

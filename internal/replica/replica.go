@@ -273,4 +273,3 @@ func (r *Replica) RaftLog() *storage.RaftLog { return r.log }
 func (r *Replica) Nodes() map[uint64]uint64 { return r.nodes }
 
 func (r *Replica) logger() *slog.Logger { return r.cfg.Logger }
-
