@@ -12,6 +12,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -146,6 +147,9 @@ func (s *kvService) Scan(ctx context.Context, req *concordpb.ScanRequest) (*conc
 	}
 	limit = min(limit, maxScanLimit)
 	if shard := req.GetOnlyShard(); shard != 0 {
+		if _, ok := n.shardDescriptors()[shard]; !ok || shard == routing.MetaShard {
+			return nil, status.Errorf(codes.NotFound, "shard %d does not exist", shard)
+		}
 		kvs, err := n.scanShard(ctx, req, shard, limit)
 		if err != nil {
 			return nil, err
