@@ -34,10 +34,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/routing"
 )
 
@@ -119,8 +119,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if conn, ok := c.conns[addr]; ok {
 		return conn, nil
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	conn, err := dial.Dial(addr)
 	if err != nil {
 		return nil, err
 	}

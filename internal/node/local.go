@@ -6,10 +6,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -143,8 +143,7 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.m[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
+	c, err := dial.Dial(addr)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
@@ -24,9 +25,9 @@ import (
 	"github.com/concord-kv/concord/internal/transport"
 )
 
-// maxMsgBytes bounds a gRPC message: a batch of values at the 1 MiB default
-// limit plus headroom. Larger requests are refused by gRPC with ResourceExhausted.
-const maxMsgBytes = 64 << 20
+// maxMsgBytes bounds a gRPC message; larger requests are refused by gRPC
+// with ResourceExhausted.
+const maxMsgBytes = dial.MaxMsgBytes
 
 // Node is one Concord process. See the package doc.
 type Node struct {

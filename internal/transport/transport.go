@@ -28,10 +28,10 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -134,8 +134,7 @@ func (t *Transport) peer(node uint64) (*peer, error) {
 		close(p.stopC) // the node moved: end the old peer's goroutine
 		p.conn.Close()
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	conn, err := dial.Dial(addr)
 	if err != nil {
 		return nil, err
 	}
