@@ -162,10 +162,13 @@ func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
 		ns := &concordpb.NodeStatus{Node: d, LastHeartbeatAgeSeconds: -1}
 		if r, ok := reports[d.GetNodeId()]; ok {
 			ns.LastHeartbeatAgeSeconds = time.Since(r.at).Seconds()
+			ns.Replicas = uint32(len(r.replicas))
 			for _, rs := range r.replicas {
-				ns.Replicas++
-				if rs.GetIsLeader() {
-					ns.Leaders++
+				if !rs.GetIsLeader() || time.Since(r.at) > n.reportMaxAge() {
+					continue // a silent node's old claims do not count
+				}
+				ns.Leaders++
+				if cur := leaders[rs.GetShardId()]; cur == nil || cur.GetTerm() <= rs.GetTerm() {
 					leaders[rs.GetShardId()] = rs
 				}
 			}

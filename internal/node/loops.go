@@ -67,20 +67,31 @@ func (m *metaView) end(shard uint64) {
 	delete(m.inflight, shard)
 }
 
-// leaders returns the node leading each shard according to the reports.
-func (m *metaView) leaders() map[uint64]uint64 {
+// leaders returns the node leading each shard according to the reports no
+// older than maxAge. A dead node's last report still claims its old
+// leaderships, so stale reports are skipped, and of two claims the higher
+// term wins.
+func (m *metaView) leaders(maxAge time.Duration) map[uint64]uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[uint64]uint64{}
+	terms := map[uint64]uint64{}
 	for node, r := range m.nodes {
+		if time.Since(r.at) > maxAge {
+			continue
+		}
 		for _, rs := range r.replicas {
-			if rs.GetIsLeader() {
-				out[rs.GetShardId()] = node
+			if rs.GetIsLeader() && rs.GetTerm() >= terms[rs.GetShardId()] {
+				out[rs.GetShardId()], terms[rs.GetShardId()] = node, rs.GetTerm()
 			}
 		}
 	}
 	return out
 }
+
+// reportMaxAge is how old a heartbeat report may be to count: a few
+// heartbeats, so one lost heartbeat does not hide a leader.
+func (n *Node) reportMaxAge() time.Duration { return 3 * n.cfg.HeartbeatInterval }
 
 func (n *Node) startLoops() {
 	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat)
@@ -185,7 +196,7 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	leaders := n.meta.leaders()
+	leaders := n.meta.leaders(n.reportMaxAge())
 	resp := &concordpb.HeartbeatResponse{Nodes: nodes, MetaLeaderNodeId: n.ID()}
 	for _, d := range shards {
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: leaders[d.GetShardId()]})
@@ -233,7 +244,7 @@ func (n *Node) repair(ctx context.Context) {
 	for _, d := range nodes {
 		up[d.GetNodeId()] = d.GetState() == concordpb.NodeState_NODE_UP
 	}
-	leaders := n.meta.leaders()
+	leaders := n.meta.leaders(n.reportMaxAge())
 	for _, old := range nodes {
 		if old.GetState() != concordpb.NodeState_NODE_REPLACED || !up[old.GetReplacedBy()] {
 			continue
