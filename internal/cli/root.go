@@ -1,6 +1,7 @@
 // Package cli is the concord command line: one file per verb, registered
-// here. The same binary runs a node (server), a local cluster (cluster up)
-// and the client verbs (put, get, del, cas, scan, status).
+// here. The same binary runs a node (server), a local cluster (cluster up),
+// the client verbs (put, get, del, cas, scan, status) and the load
+// generator (bench).
 package cli
 
 import (
@@ -56,6 +57,8 @@ func NewRoot() *cobra.Command {
 		newCasCmd(),
 		newScanCmd(),
 		newStatusCmd(),
+		newFaultCmd(),
+		newBenchCmd(),
 	)
 	return root
 }

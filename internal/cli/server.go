@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -47,6 +48,7 @@ func newServerCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value accepted")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "how long shards remember an idle client session (at-most-once window)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&cfg.EnableFaultInjection, "enable-fault-injection", false, "serve the Admin fault API (die, partition, heal); test clusters only")
 	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "raft tick; elections time out after 10 ticks")
 	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "applied raft entries each replica keeps for slow followers")
 	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "entries beyond the kept ones that trigger a log truncation")
@@ -71,8 +73,8 @@ func runServer(cfg node.Config) error {
 		return fmt.Errorf("start node: %w", err)
 	}
 	<-ctx.Done()
-	cfg.Logger.Info("stopping node")
-	n.Stop()
+	cfg.Logger.Info("stopping node: handing off leaderships, then flushing")
+	n.Shutdown(5 * time.Second)
 	return nil
 }
 

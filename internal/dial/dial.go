@@ -19,8 +19,8 @@ const MaxMsgBytes = 64 << 20
 // Reconnect backoff is capped at one second: gRPC's default grows to two
 // minutes, which would keep a restarted node unreachable to its peers (and
 // clients) long after it is back.
-func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
+func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMsgBytes), grpc.MaxCallSendMsgSize(MaxMsgBytes)),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -32,5 +32,6 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 			},
 			MinConnectTimeout: time.Second,
 		}),
-	)
+	}
+	return grpc.NewClient(addr, append(opts, extra...)...)
 }

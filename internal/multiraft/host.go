@@ -748,3 +748,36 @@ func (h *Host) Infos() []ReplicaInfo {
 
 // Engine is the node's storage engine.
 func (h *Host) Engine() *storage.Engine { return h.eng }
+
+// TransferLeadersAway asks every replica this node leads to hand leadership
+// to a caught-up peer, and waits until none leads here or ctx ends.
+func (h *Host) TransferLeadersAway(ctx context.Context) error {
+	started := 0
+	if err := h.Do(ctx, func() {
+		for _, r := range h.replicas {
+			if r.TransferAway() {
+				started++
+				h.dirty[r.Shard()] = r
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	for started > 0 {
+		leading := 0
+		for _, i := range h.Infos() {
+			if i.IsLeader {
+				leading++
+			}
+		}
+		if leading == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}

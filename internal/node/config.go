@@ -33,6 +33,9 @@ type Config struct {
 	LogKeepEntries, LogTruncateEntries uint64
 	// HeartbeatInterval is how often the node reports to the placement leader.
 	HeartbeatInterval time.Duration
+	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
+	// off, it refuses every call. For test clusters only.
+	EnableFaultInjection bool
 	Logger            *slog.Logger
 }
 

@@ -133,8 +133,9 @@ func (n *Node) markSeen(fromNode uint64) {
 
 // connPool keeps one client connection per node address.
 type connPool struct {
-	mu sync.Mutex
-	m  map[string]*grpc.ClientConn // guarded by mu
+	opts []grpc.DialOption
+	mu   sync.Mutex
+	m    map[string]*grpc.ClientConn // guarded by mu
 }
 
 func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
@@ -143,7 +144,7 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.m[addr]; ok {
 		return c, nil
 	}
-	c, err := dial.Dial(addr)
+	c, err := dial.Dial(addr, p.opts...)
 	if err != nil {
 		return nil, err
 	}

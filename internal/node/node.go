@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -49,6 +50,9 @@ type Node struct {
 	meta  metaView
 	// routes is the placement leader's view of the shards, from heartbeats.
 	routes atomic.Pointer[[]*concordpb.ShardRoute]
+	// reachable holds the peer addresses a fault-injected partition leaves
+	// reachable; nil when there is no partition.
+	reachable atomic.Pointer[map[string]bool]
 
 	stopOnce sync.Once
 	stopC    chan struct{}
@@ -64,6 +68,7 @@ func New(cfg Config) (*Node, error) {
 	n.book.m = map[uint64]*concordpb.NodeDescriptor{}
 	n.seen.m = map[uint64]bool{}
 	n.conns.m = map[string]*grpc.ClientConn{}
+	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(n.stampFromNode)}
 	n.meta.nodes = map[uint64]*nodeReport{}
 	return n, nil
 }
@@ -83,10 +88,12 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.lis, err = net.Listen("tcp", n.cfg.Addr); err != nil {
 		return n.abort(fmt.Errorf("listen on %s: %w", n.cfg.Addr, err))
 	}
-	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes))
+	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+		grpc.UnaryInterceptor(n.dropPartitioned))
 	concordpb.RegisterKVServer(n.srv, &kvService{n: n})
 	concordpb.RegisterClusterServer(n.srv, &clusterService{n: n})
 	concordpb.RegisterRaftTransportServer(n.srv, &raftService{n: n})
+	concordpb.RegisterAdminServer(n.srv, &adminService{n: n})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -118,6 +125,7 @@ func (n *Node) startRaft() error {
 		ClusterID: id.GetClusterId(), NodeID: id.GetNodeId(),
 		Resolve:   n.book.resolve,
 		OnReceive: n.markSeen,
+		Blocked:   n.blocked,
 		Logger:    n.log,
 	}, n.eng)
 	hc := multiraft.DefaultConfig(id.GetNodeId())
@@ -197,4 +205,30 @@ func (s *raftService) SendSnapshot(st grpc.ClientStreamingServer[concordpb.Snaps
 		return err
 	}
 	return srv.SendSnapshot(st)
+}
+
+// Shutdown leaves gracefully: it hands leadership of the shards this node
+// leads to caught-up peers (so the cluster does not wait out an election
+// timeout), gives in-flight requests a moment to finish, then stops and
+// flushes storage. It is bounded by timeout.
+func (n *Node) Shutdown(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	select {
+	case <-n.ready:
+		ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-time.Second))
+		if err := n.host.TransferLeadersAway(ctx); err != nil {
+			n.log.Info("some leaderships not handed off before shutdown", "err", err)
+		}
+		cancel()
+	default:
+	}
+	if n.srv != nil {
+		done := make(chan struct{})
+		go func() { n.srv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	n.Stop()
 }

@@ -103,6 +103,9 @@ func (n *Node) kvClientFor(node uint64, hops uint32, shard uint64) (concordpb.KV
 	if hops >= maxHops {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: not the leader here, and the request was already forwarded %d times", shard, hops)
 	}
+	if n.blocked(node) {
+		return nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d is cut off by a partition (fault injection)", shard, node)
+	}
 	addr, ok := n.book.resolve(node)
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d has no known address", shard, node)
@@ -123,6 +126,9 @@ func (n *Node) clusterClientFor(ctx context.Context, node uint64) (concordpb.Clu
 	}
 	if hops >= maxHops {
 		return nil, ctx, status.Errorf(codes.Unavailable, "request already forwarded %d times", hops)
+	}
+	if n.blocked(node) {
+		return nil, ctx, status.Errorf(codes.Unavailable, "node %d is cut off by a partition (fault injection)", node)
 	}
 	addr, ok := n.book.resolve(node)
 	if !ok {

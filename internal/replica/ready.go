@@ -364,3 +364,27 @@ func (r *Replica) Destroy() {
 	r.queued = nil
 	r.DropStagedSnapshots()
 }
+
+// TransferAway hands leadership to the most caught-up reachable voter, if
+// this replica leads. It reports whether a transfer was started.
+func (r *Replica) TransferAway() bool {
+	if !r.isLeader {
+		return false
+	}
+	st := r.rn.Status()
+	var best uint64
+	var bestMatch uint64
+	for id, pr := range st.Progress {
+		if id == r.cfg.ReplicaID || pr.IsLearner || !pr.RecentActive {
+			continue
+		}
+		if best == 0 || pr.Match > bestMatch {
+			best, bestMatch = id, pr.Match
+		}
+	}
+	if best == 0 {
+		return false
+	}
+	r.rn.TransferLeader(best)
+	return true
+}

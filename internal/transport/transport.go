@@ -11,8 +11,8 @@
 // sends it in chunks; the receiver writes the chunks into an SSTable file as
 // they arrive, so neither side holds a snapshot in memory.
 //
-// Peer traffic can be cut per node (Block) for fault injection; client
-// traffic is not affected.
+// Peer traffic can be cut per node (Config.Blocked) for fault injection;
+// client traffic is not affected.
 package transport
 
 import (
@@ -51,6 +51,9 @@ type Config struct {
 	// OnReceive is called with the sender of every accepted batch, before
 	// its messages are delivered (the node records which peers it has heard).
 	OnReceive func(fromNode uint64)
+	// Blocked reports whether traffic to and from a node is cut (fault
+	// injection); nil means never.
+	Blocked func(node uint64) bool
 	// QueueLen bounds the messages queued per peer.
 	QueueLen int
 	// SnapshotChunkBytes bounds the data in one snapshot chunk.
@@ -69,8 +72,6 @@ type Transport struct {
 	mu    sync.Mutex
 	peers map[uint64]*peer // guarded by mu
 
-	// blocked holds the nodes whose traffic is dropped both ways (fault injection).
-	blocked atomic.Pointer[map[uint64]bool]
 	snapSeq atomic.Uint64
 
 	stopC chan struct{}
@@ -85,19 +86,16 @@ func New(cfg Config, eng *storage.Engine) *Transport {
 	if cfg.SnapshotChunkBytes == 0 {
 		cfg.SnapshotChunkBytes = 1 << 20
 	}
-	t := &Transport{cfg: cfg, eng: eng, log: cfg.Logger, peers: map[uint64]*peer{}, stopC: make(chan struct{})}
-	t.blocked.Store(&map[uint64]bool{})
-	return t
+	if cfg.Blocked == nil {
+		cfg.Blocked = func(uint64) bool { return false }
+	}
+	return &Transport{cfg: cfg, eng: eng, log: cfg.Logger, peers: map[uint64]*peer{}, stopC: make(chan struct{})}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
 func (t *Transport) SetReceiver(r Receiver) { t.recv = r }
 
-// Block drops all traffic to and from the given nodes, replacing any earlier
-// set; an empty set heals.
-func (t *Transport) Block(nodes map[uint64]bool) { t.blocked.Store(&nodes) }
-
-func (t *Transport) isBlocked(node uint64) bool { return (*t.blocked.Load())[node] }
+func (t *Transport) isBlocked(node uint64) bool { return t.cfg.Blocked(node) }
 
 // Stop closes every peer stream.
 func (t *Transport) Stop() {

@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
+)
+
+func newFaultCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "fault",
+		Short: "Inject faults into a node started with --enable-fault-injection (test clusters only)",
+	}
+	var clean bool
+	die := &cobra.Command{
+		Use:   "die ADDR",
+		Short: "End the node at ADDR: at once as after a power cut, or with --clean gracefully",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(args[0], func(ctx context.Context, a concordpb.AdminClient) error {
+				_, err := a.Die(ctx, &concordpb.DieRequest{Clean: clean})
+				if err == nil {
+					fmt.Fprintln(cmd.OutOrStdout(), "OK")
+				}
+				return err
+			})
+		},
+	}
+	die.Flags().BoolVar(&clean, "clean", false, "finish in-flight work, hand off leaderships, flush, exit 0")
+	partition := &cobra.Command{
+		Use:   "partition ADDR [REACHABLE...]",
+		Short: "Cut the node at ADDR off from every peer not listed (no list: isolate it)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(args[0], func(ctx context.Context, a concordpb.AdminClient) error {
+				resp, err := a.Partition(ctx, &concordpb.PartitionRequest{Reachable: args[1:]})
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "OK: cut off from nodes %v\n", resp.GetBlockedNodeIds())
+				}
+				return err
+			})
+		},
+	}
+	heal := &cobra.Command{
+		Use:   "heal ADDR",
+		Short: "Make the node at ADDR reachable from every peer again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(args[0], func(ctx context.Context, a concordpb.AdminClient) error {
+				_, err := a.Heal(ctx, &concordpb.HealRequest{})
+				if err == nil {
+					fmt.Fprintln(cmd.OutOrStdout(), "OK")
+				}
+				return err
+			})
+		},
+	}
+	cmd.AddCommand(die, partition, heal)
+	return cmd
+}
+
+func withAdmin(addr string, f func(context.Context, concordpb.AdminClient) error) error {
+	conn, err := dial.Dial(addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return f(ctx, concordpb.NewAdminClient(conn))
+}
