@@ -36,7 +36,7 @@ type Config struct {
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
-	Logger            *slog.Logger
+	Logger               *slog.Logger
 }
 
 // DefaultConfig returns the settings `concord server` starts with.
