@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/concord-kv/concord/internal/bench"
+)
+
+type benchFlags struct {
+	cfg       bench.Config
+	endpoints string
+	output    string
+	plot      string
+	timeout   time.Duration
+}
+
+func newBenchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Generate load against a cluster and report throughput and latency",
+		Long: "Run a YCSB-style load: --clients goroutines sharing --conns clients issue reads and updates\n" +
+			"(by --workload or --read-ratio) on --keys keys drawn by --distribution, for --duration or --ops.\n" +
+			"Example:\n  concord bench --workload a --clients 16 --duration 15s --output json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.resolve(cmd); err != nil {
+				return err
+			}
+			return runBench(cmd, f)
+		},
+	}
+	addBenchFlags(cmd, &f)
+	return cmd
+}
+
+func addBenchFlags(cmd *cobra.Command, f *benchFlags) {
+	def := os.Getenv("CONCORD_ENDPOINTS")
+	if def == "" {
+		def = "127.0.0.1:7001"
+	}
+	fl := cmd.Flags()
+	c := &f.cfg
+	fl.StringVar(&f.endpoints, "endpoints", def, "comma-separated node addresses (env CONCORD_ENDPOINTS)")
+	fl.StringVar(&c.Target, "target", "concord", "system to load (only concord for now)")
+	fl.StringVar(&c.Workload, "workload", "a", "a (50% reads), b (95%), c (100%), put (0%) or get (100%)")
+	fl.Float64Var(&c.ReadRatio, "read-ratio", 0, "fraction of reads, 0..1 (overrides --workload)")
+	fl.StringVar(&c.Distribution, "distribution", "uniform", "key choice: uniform, zipfian or hotkey (90% of requests on 10% of keys)")
+	fl.IntVar(&c.Keys, "keys", 10000, "number of distinct keys")
+	fl.IntVar(&c.KeySize, "key-size", 16, "key length in bytes")
+	fl.IntVar(&c.ValueSize, "value-size", 256, "value length in bytes")
+	fl.IntVar(&c.Clients, "clients", 16, "concurrent goroutines issuing requests")
+	fl.IntVar(&c.Conns, "conns", 1, "client instances (connection sets), shared round-robin by the goroutines")
+	fl.DurationVar(&c.Duration, "duration", 10*time.Second, "how long to measure (unless only --ops is given)")
+	fl.Int64Var(&c.Ops, "ops", 0, "total operations to run (0: run for --duration)")
+	fl.StringVar(&c.Consistency, "consistency", "linearizable", "reads: linearizable or stale")
+	fl.BoolVar(&c.Preload, "preload", false, "put every key once before measuring (default: on when the workload reads)")
+	fl.Uint64Var(&c.Seed, "seed", 1, "random seed (key and operation choices)")
+	fl.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
+	fl.StringVar(&f.plot, "plot", "", "also write an SVG with the latency CDF and throughput over time to this file")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the cluster to answer at start")
+}
+
+// resolve applies the flag interactions cobra cannot express: --read-ratio
+// overrides --workload, --ops alone replaces the default duration, and
+// preload defaults on for workloads that read.
+func (f *benchFlags) resolve(cmd *cobra.Command) error {
+	c, fl := &f.cfg, cmd.Flags()
+	if f.output != "text" && f.output != "json" {
+		return fmt.Errorf("--output must be text or json, not %q", f.output)
+	}
+	if !fl.Changed("read-ratio") {
+		r, err := bench.ReadRatioOf(c.Workload)
+		if err != nil {
+			return err
+		}
+		c.ReadRatio = r
+	} else if !fl.Changed("workload") {
+		c.Workload = "custom"
+	}
+	if fl.Changed("ops") && !fl.Changed("duration") {
+		c.Duration = 0
+	}
+	if !fl.Changed("preload") {
+		c.Preload = c.ReadRatio > 0
+	}
+	for _, e := range strings.Split(f.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			c.Endpoints = append(c.Endpoints, e)
+		}
+	}
+	return c.Validate()
+}
+
+func runBench(cmd *cobra.Command, f benchFlags) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	targets, err := dialTargets(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, t := range targets {
+			t.Close()
+		}
+	}()
+	res, err := bench.Run(ctx, f.cfg, targets, progressWriter())
+	if err != nil {
+		return err
+	}
+	if f.plot != "" {
+		if err := writePlot(f.plot, res); err != nil {
+			return err
+		}
+	}
+	if f.output == "json" {
+		return res.WriteJSON(cmd.OutOrStdout())
+	}
+	return res.WriteText(cmd.OutOrStdout())
+}
+
+// dialTargets opens --conns clients; each waits up to --timeout for the
+// cluster.
+func dialTargets(ctx context.Context, f benchFlags) ([]bench.Target, error) {
+	var targets []bench.Target
+	for range f.cfg.Conns {
+		dctx, cancel := context.WithTimeout(ctx, f.timeout)
+		t, err := bench.DialConcord(dctx, f.cfg.Endpoints, f.cfg.Consistency == "stale")
+		cancel()
+		if err != nil {
+			for _, t := range targets {
+				t.Close()
+			}
+			return nil, err
+		}
+		targets = append(targets, t)
+	}
+	return targets, nil
+}
+
+// progressWriter is stderr when it is a terminal, else nil (quiet): a
+// redrawn line would be noise in a log or a pipe.
+func progressWriter() io.Writer {
+	fi, err := os.Stderr.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return os.Stderr
+}
+
+func writePlot(path string, res *bench.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(res.WritePlot(f), f.Close())
+}
