@@ -37,6 +37,10 @@ func Open(dataDir string) (*Engine, error) {
 		Logger:             quietLogger{},
 		MemTableSize:       64 << 20,
 	}
+	// pebble.Open fills in defaults on a copy; NewSSTWriter derives its
+	// writer options from e.opts, which need them too (per-level block
+	// sizes and compression).
+	opts.EnsureDefaults()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
