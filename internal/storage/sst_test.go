@@ -1,0 +1,263 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// fillShard stores a replica of shard the way a running node would: a log
+// with a truncated prefix, a hard state, applied state and user data.
+func fillShard(t *testing.T, db *pebble.DB, shard uint64, tag string) {
+	t.Helper()
+	l := loadLog(t, db, shard)
+	_, last := mustBounds(t, l)
+	appendEntries(t, db, l, entries(2, last+1, last+12))
+	truncateLog(t, db, l, last+3)
+	commit(t, db, func(b *pebble.Batch) error {
+		for i := range 5 {
+			k := keys.User(shard, fmt.Appendf(nil, "%s-%d", tag, i))
+			if err := b.Set(k, []byte(tag), nil); err != nil {
+				return err
+			}
+		}
+		if err := SetProto(b, keys.Applied(shard), &storepb.AppliedState{Index: 10, Term: 2}); err != nil {
+			return err
+		}
+		if err := SetProto(b, keys.Session(shard, 77), &storepb.SessionRecord{Seq: 3}); err != nil {
+			return err
+		}
+		return l.SetHardState(b, &pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(uint64(10))})
+	})
+}
+
+// dump returns every pair stored under [lo, hi).
+func dump(t *testing.T, r pebble.Reader, lo, hi []byte) map[string]string {
+	t.Helper()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for ok := it.First(); ok; ok = it.Next() {
+		out[string(it.Key())] = string(it.Value())
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func dumpShard(t *testing.T, r pebble.Reader, shard uint64) map[string]string {
+	t.Helper()
+	lo, hi := keys.ShardSpan(shard)
+	return dump(t, r, lo, hi)
+}
+
+func sameMap(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// writeSST writes pairs (already sorted) into a new SST in the aux dir.
+func writeSST(t *testing.T, e *Engine, name string, pairs [][2][]byte) string {
+	t.Helper()
+	w, err := e.NewSSTWriter(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pairs {
+		if err := w.Set(p[0], p[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Count() != len(pairs) {
+		t.Fatalf("SSTWriter.Count() = %d, want %d", w.Count(), len(pairs))
+	}
+	return w.Path()
+}
+
+// snapshotPairs is the state span of shard 7 in the snapshot the tests install.
+func snapshotPairs(t *testing.T) [][2][]byte {
+	t.Helper()
+	applied, err := proto.Marshal(&storepb.AppliedState{Index: 40, Term: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return [][2][]byte{
+		{keys.Applied(7), applied},
+		{keys.Session(7, 5), []byte{}},
+		{keys.User(7, []byte("new-a")), []byte("A")},
+		{keys.User(7, []byte("new-b")), []byte("B")},
+	}
+}
+
+// TestInstallSnapshotReplacesShard protects snapshot installation: the
+// shard's old log, hard state and data are replaced by the snapshot's data,
+// hard state and truncated state, other shards and node-local keys are
+// untouched, and all of it survives a reopen.
+func TestInstallSnapshotReplacesShard(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir)
+	for _, s := range []uint64{6, 7, 8} {
+		fillShard(t, e.DB, s, fmt.Sprintf("old%d", s))
+	}
+	if err := e.DB.Flush(); err != nil { // some of the old state in SSTs...
+		t.Fatal(err)
+	}
+	fillShard(t, e.DB, 7, "recent") // ...and some only in the memtable
+	hosted := binary.BigEndian.AppendUint64(nil, 3)
+	commit(t, e.DB, func(b *pebble.Batch) error { return b.Set(keys.Hosted(7), hosted, nil) })
+	before6, before8 := dumpShard(t, e.DB, 6), dumpShard(t, e.DB, 8)
+
+	pairs := snapshotPairs(t)
+	path := writeSST(t, e, "snap-7.sst", pairs)
+	hs := &pb.HardState{Term: new(uint64(9)), Vote: new(uint64(2)), Commit: new(uint64(40))}
+	if err := e.InstallSnapshot(7, path, hs, 40, 6); err != nil {
+		t.Fatalf("InstallSnapshot: %v", err)
+	}
+	check := func(e *Engine) {
+		t.Helper()
+		checkInstalled(t, e.DB, pairs, hs)
+		if !sameMap(dumpShard(t, e.DB, 6), before6) || !sameMap(dumpShard(t, e.DB, 8), before8) {
+			t.Fatalf("installing shard 7 changed its neighbours")
+		}
+		if v, closer, err := e.DB.Get(keys.Hosted(7)); err != nil || !bytes.Equal(v, hosted) {
+			t.Fatalf("node-local key of shard 7 lost: %v", err)
+		} else {
+			closer.Close()
+		}
+	}
+	check(e)
+	e = reopen(t, e, dir)
+	check(e)
+}
+
+// checkInstalled asserts shard 7 holds exactly the snapshot's state, the
+// hard state hs and a log truncated at (40, 6).
+func checkInstalled(t *testing.T, db *pebble.DB, pairs [][2][]byte, hs *pb.HardState) {
+	t.Helper()
+	lo, hi := keys.StateSpan(7)
+	want := map[string]string{}
+	for _, p := range pairs {
+		want[string(p[0])] = string(p[1])
+	}
+	if got := dump(t, db, lo, hi); !sameMap(got, want) {
+		t.Fatalf("state of shard 7 after install: %d keys %q, want %q", len(got), got, want)
+	}
+	rlo, rhi := keys.RaftSpan(7)
+	if n := countKeys(t, db, rlo, rhi); n != 2 {
+		t.Fatalf("shard 7 has %d raft keys after install, want hard state and truncated state only", n)
+	}
+	l := loadLog(t, db, 7)
+	checkBounds(t, l, 41, 40)
+	checkTerm(t, l, 40, 6)
+	if got, _, err := l.InitialState(); err != nil || !proto.Equal(got, hs) {
+		t.Fatalf("hard state after install: %v (%v), want %v", got, err, hs)
+	}
+}
+
+// TestInstallSnapshotFreshReplica protects the common case of a replica
+// created empty to receive its first snapshot, and that the log can grow
+// from the snapshot index afterwards.
+func TestInstallSnapshotFreshReplica(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	fillShard(t, e.DB, 8, "other")
+	pairs := snapshotPairs(t)
+	hs := &pb.HardState{Term: new(uint64(6)), Commit: new(uint64(40))}
+	if err := e.InstallSnapshot(7, writeSST(t, e, "s.sst", pairs), hs, 40, 6); err != nil {
+		t.Fatal(err)
+	}
+	checkInstalled(t, e.DB, pairs, hs)
+	l := loadLog(t, e.DB, 7)
+	appendEntries(t, e.DB, l, entries(6, 41, 42))
+	checkEntries(t, l, 41, 43, entries(6, 41, 42))
+	if names := auxFiles(t, e); len(names) != 0 {
+		t.Fatalf("aux dir after install holds %v; the ingested files should be gone", names)
+	}
+}
+
+func auxFiles(t *testing.T, e *Engine) []string {
+	t.Helper()
+	ents, err := os.ReadDir(e.AuxDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ent := range ents {
+		names = append(names, ent.Name())
+	}
+	return names
+}
+
+// TestSSTWriterOrder protects the writer's key-order check and Abort.
+func TestSSTWriterOrder(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	w, err := e.NewSSTWriter("x.sst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Set([]byte("b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := w.Set([]byte(k), nil); err == nil {
+			t.Fatalf("Set(%q) after \"b\" succeeded", k)
+		}
+	}
+	w.Abort()
+	if _, err := os.Stat(filepath.Join(e.AuxDir(), "x.sst")); !os.IsNotExist(err) {
+		t.Fatalf("aborted SST still exists: %v", err)
+	}
+}
+
+// TestOpenClearsAuxDir protects against snapshot files left by a crash
+// piling up: Open empties the aux dir.
+func TestOpenClearsAuxDir(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir)
+	writeSST(t, e, "left.sst", [][2][]byte{{[]byte("k"), []byte("v")}})
+	e = reopen(t, e, dir)
+	if names := auxFiles(t, e); len(names) != 0 {
+		t.Fatalf("aux dir after reopen holds %v", names)
+	}
+}
+
+// TestDestroyReplica protects replica removal: the shard's whole prefix
+// goes, other shards stay.
+func TestDestroyReplica(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	fillShard(t, e.DB, 7, "a")
+	fillShard(t, e.DB, 8, "b")
+	before8 := dumpShard(t, e.DB, 8)
+	if err := e.DestroyReplica(7); err != nil {
+		t.Fatal(err)
+	}
+	if got := dumpShard(t, e.DB, 7); len(got) != 0 {
+		t.Fatalf("shard 7 keeps %d keys after DestroyReplica", len(got))
+	}
+	if !sameMap(dumpShard(t, e.DB, 8), before8) {
+		t.Fatalf("DestroyReplica(7) changed shard 8")
+	}
+	checkBounds(t, loadLog(t, e.DB, 7), 1, 0)
+}
