@@ -28,16 +28,22 @@ type RaftLog struct {
 	truncIndex, truncTerm uint64
 	lastIndex, lastTerm   uint64
 
+	// cache holds the newest entries, which raft reads back soonest.
+	cache entryCache
+
 	// snapshot builds the snapshot raft asks for; set by the replica.
 	snapshot func() (*pb.Snapshot, error)
 }
+
+// entryCacheBytes bounds each replica's entry cache.
+const entryCacheBytes = 4 << 20
 
 var _ raft.Storage = (*RaftLog)(nil)
 
 // LoadRaftLog reads a replica's Raft state. A replica with nothing stored
 // (created to receive a snapshot) has an empty log at index 0.
 func LoadRaftLog(db *pebble.DB, shard uint64) (*RaftLog, error) {
-	l := &RaftLog{db: db, shard: shard, hardState: &pb.HardState{}}
+	l := &RaftLog{db: db, shard: shard, hardState: &pb.HardState{}, cache: entryCache{maxBytes: entryCacheBytes}}
 	if _, err := GetProto(db, keys.HardState(shard), l.hardState); err != nil {
 		return nil, err
 	}
@@ -82,6 +88,9 @@ func (l *RaftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	}
 	if hi > l.lastIndex+1 {
 		return nil, fmt.Errorf("storage: shard %d: entries [%d, %d) beyond last index %d", l.shard, lo, hi, l.lastIndex)
+	}
+	if ents, ok := l.cache.get(lo, hi, maxSize); ok {
+		return ents, nil
 	}
 	it, err := l.db.NewIter(&pebble.IterOptions{
 		LowerBound: keys.LogEntry(l.shard, lo),
@@ -129,6 +138,9 @@ func (l *RaftLog) Term(i uint64) (uint64, error) {
 		return 0, raft.ErrUnavailable
 	case i == l.lastIndex:
 		return l.lastTerm, nil
+	}
+	if t, ok := l.cache.term(i); ok {
+		return t, nil
 	}
 	v, closer, err := l.db.Get(keys.LogEntry(l.shard, i))
 	if err != nil {
@@ -184,6 +196,7 @@ func (l *RaftLog) Append(b *pebble.Batch, ents []*pb.Entry) error {
 		}
 	}
 	l.lastIndex, l.lastTerm = last, ents[len(ents)-1].GetTerm()
+	l.cache.append(ents)
 	return nil
 }
 
@@ -216,6 +229,7 @@ func (l *RaftLog) Truncate(b *pebble.Batch, index uint64) error {
 		return err
 	}
 	l.truncIndex, l.truncTerm = index, term
+	l.cache.dropTo(index)
 	return nil
 }
 
@@ -225,6 +239,7 @@ func (l *RaftLog) ResetToSnapshot(index, term uint64, hs *pb.HardState) {
 	l.truncIndex, l.truncTerm = index, term
 	l.lastIndex, l.lastTerm = index, term
 	l.hardState = proto.Clone(hs).(*pb.HardState)
+	l.cache.clear()
 }
 
 func encodeEntry(e *pb.Entry) []byte {
