@@ -1,0 +1,252 @@
+package kv
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/codes"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+const shard = 3
+
+// wholeRange is a descriptor owning the whole hash space.
+var wholeRange = &concordpb.ShardDescriptor{ShardId: shard, StartHash: 0, EndHash: math.MaxUint64}
+
+type fixture struct {
+	t  *testing.T
+	db *pebble.DB
+	sm *StateMachine
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	eng, err := storage.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	return &fixture{t: t, db: eng.DB, sm: New(shard)}
+}
+
+// apply applies cmd in its own indexed batch, commits it, and returns the result.
+func (f *fixture) apply(desc *concordpb.ShardDescriptor, cmd *storepb.Command) *storepb.CommandResult {
+	f.t.Helper()
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	res, err := f.sm.Apply(b, desc, cmd)
+	if err != nil {
+		f.t.Fatalf("Apply: %v", err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		f.t.Fatal(err)
+	}
+	return res
+}
+
+// kv applies ops as one KV command of session/seq at time now.
+func (f *fixture) kv(session, seq uint64, now int64, ops ...*concordpb.Op) *storepb.CommandResult {
+	f.t.Helper()
+	return f.apply(wholeRange, kvCmd(session, seq, now, ops...))
+}
+
+func kvCmd(session, seq uint64, now int64, ops ...*concordpb.Op) *storepb.Command {
+	return &storepb.Command{UnixNanos: now, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
+		SessionId: session, Seq: seq, Ops: ops,
+	}}}
+}
+
+func put(k, v string) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v)}
+}
+
+func del(k string) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: []byte(k)}
+}
+
+func getOp(k string) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: []byte(k)}
+}
+
+// one returns the single op result of a successful command.
+func (f *fixture) one(res *storepb.CommandResult) *concordpb.OpResult {
+	f.t.Helper()
+	if res.GetErrorCode() != 0 || len(res.GetResults()) != 1 {
+		f.t.Fatalf("want one op result, got %v", res)
+	}
+	return res.GetResults()[0]
+}
+
+// value asserts the stored value of k (absent when want is nil).
+func (f *fixture) value(k string, want []byte) {
+	f.t.Helper()
+	got, found, err := Get(f.db, shard, []byte(k))
+	if err != nil || found != (want != nil) || !bytes.Equal(got, want) {
+		f.t.Fatalf("Get(%q) = %q, %v, %v; want %q (found %v)", k, got, found, err, want, want != nil)
+	}
+}
+
+// TestPutReturnsPrevious protects Put's result: whether a value existed and
+// which, and that the new value is stored.
+func TestPutReturnsPrevious(t *testing.T) {
+	f := newFixture(t)
+	if r := f.one(f.kv(0, 0, 1, put("k", "v1"))); r.GetOk() || r.GetValue() != nil {
+		t.Fatalf("first Put: %v, want no previous value", r)
+	}
+	if r := f.one(f.kv(0, 0, 2, put("k", "v2"))); !r.GetOk() || string(r.GetValue()) != "v1" {
+		t.Fatalf("second Put: %v, want previous v1", r)
+	}
+	f.value("k", []byte("v2"))
+}
+
+// TestDeleteReportsExisted protects Delete's existed flag and its effect.
+func TestDeleteReportsExisted(t *testing.T) {
+	f := newFixture(t)
+	f.kv(0, 0, 1, put("k", "v"))
+	if r := f.one(f.kv(0, 0, 2, del("k"))); !r.GetOk() {
+		t.Fatalf("Delete of a present key: %v, want existed", r)
+	}
+	f.value("k", nil)
+	if r := f.one(f.kv(0, 0, 3, del("k"))); r.GetOk() {
+		t.Fatalf("Delete of an absent key: %v, want not existed", r)
+	}
+}
+
+// TestGetOp protects the read op inside a command, including an empty value
+// (present) versus an absent key.
+func TestGetOp(t *testing.T) {
+	f := newFixture(t)
+	f.kv(0, 0, 1, put("empty", ""))
+	if r := f.one(f.kv(0, 0, 2, getOp("empty"))); !r.GetOk() || len(r.GetValue()) != 0 {
+		t.Fatalf("Get of an empty value: %v, want found", r)
+	}
+	if r := f.one(f.kv(0, 0, 3, getOp("nothing"))); r.GetOk() {
+		t.Fatalf("Get of an absent key: %v, want not found", r)
+	}
+	f.value("empty", []byte{})
+}
+
+func cas(k string, expected []byte, expectAbsent bool, value string, isDelete bool) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_CAS, Key: []byte(k), Expected: expected,
+		ExpectAbsent: expectAbsent, Value: []byte(value), Delete: isDelete}
+}
+
+// TestCompareAndSwap protects every CAS branch: expect-absent, expected value
+// match and mismatch, delete on match, and the reported current value.
+func TestCompareAndSwap(t *testing.T) {
+	f := newFixture(t)
+	steps := []struct {
+		name          string
+		op            *concordpb.Op
+		ok, exists    bool
+		current, want []byte // value reported before, value stored after (nil: absent)
+	}{
+		{"absent, expected empty", cas("k", nil, false, "x", false), false, false, nil, nil},
+		{"expect absent, absent", cas("k", nil, true, "v1", false), true, false, nil, []byte("v1")},
+		{"expect absent, present", cas("k", nil, true, "v2", false), false, true, []byte("v1"), []byte("v1")},
+		{"expected mismatch", cas("k", []byte("nope"), false, "v2", false), false, true, []byte("v1"), []byte("v1")},
+		{"expected match", cas("k", []byte("v1"), false, "v2", false), true, true, []byte("v1"), []byte("v2")},
+		{"delete, mismatch", cas("k", []byte("v1"), false, "", true), false, true, []byte("v2"), []byte("v2")},
+		{"delete, match", cas("k", []byte("v2"), false, "", true), true, true, []byte("v2"), nil},
+		{"delete, expect absent", cas("k", nil, true, "", true), true, false, nil, nil},
+	}
+	for i, s := range steps {
+		r := f.one(f.kv(0, 0, int64(i), s.op))
+		if r.GetOk() != s.ok || r.GetExists() != s.exists || !bytes.Equal(r.GetValue(), s.current) {
+			t.Fatalf("%s: got ok=%v exists=%v value=%q; want ok=%v exists=%v value=%q",
+				s.name, r.GetOk(), r.GetExists(), r.GetValue(), s.ok, s.exists, s.current)
+		}
+		f.value("k", s.want)
+	}
+}
+
+// TestUnknownCommand protects the state machine from commands of other
+// shards' kinds: an InvalidArgument result and no write.
+func TestUnknownCommand(t *testing.T) {
+	f := newFixture(t)
+	res := f.apply(wholeRange, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: "x"}}})
+	if codes.Code(res.GetErrorCode()) != codes.InvalidArgument {
+		t.Fatalf("AddNode on a KV shard: %v, want InvalidArgument", res)
+	}
+	lo, hi := keys.ShardSpan(shard)
+	if n := count(t, f.db, lo, hi); n != 0 {
+		t.Fatalf("refused command wrote %d keys", n)
+	}
+}
+
+func count(t *testing.T, r pebble.Reader, lo, hi []byte) int {
+	t.Helper()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// keyIn returns a key whose hash is inside (in=true) or outside desc's range.
+func keyIn(t *testing.T, desc *concordpb.ShardDescriptor, in bool, tag string) string {
+	t.Helper()
+	for i := range 1000 {
+		k := fmt.Sprintf("%s-%d", tag, i)
+		h := routing.Hash([]byte(k))
+		if (h >= desc.GetStartHash() && h <= desc.GetEndHash()) == in {
+			return k
+		}
+	}
+	t.Fatalf("no key found")
+	return ""
+}
+
+// lowerHalf owns the lower half of the hash space.
+var lowerHalf = &concordpb.ShardDescriptor{ShardId: shard, StartHash: 0, EndHash: math.MaxUint64 / 2}
+
+// TestBatchOutsideRangeAppliesNothing protects batch atomicity: one key
+// outside the shard's hash range refuses the whole batch, valid ops included.
+func TestBatchOutsideRangeAppliesNothing(t *testing.T) {
+	f := newFixture(t)
+	in1, in2 := keyIn(t, lowerHalf, true, "a"), keyIn(t, lowerHalf, true, "b")
+	out := keyIn(t, lowerHalf, false, "c")
+	f.apply(lowerHalf, kvCmd(0, 0, 1, put(in2, "old")))
+	res := f.apply(lowerHalf, kvCmd(0, 0, 2, put(in1, "v"), del(in2), put(out, "v")))
+	if codes.Code(res.GetErrorCode()) != codes.InvalidArgument || len(res.GetResults()) != 0 {
+		t.Fatalf("batch with a foreign key: %v, want InvalidArgument and no results", res)
+	}
+	f.value(in1, nil)
+	f.value(in2, []byte("old"))
+	f.value(out, nil)
+}
+
+// TestBatchSeesItsOwnWrites protects in-batch ordering: later ops of a batch
+// see the effects of earlier ones, and every op gets its result in order.
+func TestBatchSeesItsOwnWrites(t *testing.T) {
+	f := newFixture(t)
+	res := f.kv(0, 0, 1, put("a", "1"), getOp("a"), put("a", "2"), del("a"), getOp("a"))
+	want := []struct {
+		ok    bool
+		value string
+	}{{false, ""}, {true, "1"}, {true, "1"}, {true, ""}, {false, ""}}
+	if res.GetErrorCode() != 0 || len(res.GetResults()) != len(want) {
+		t.Fatalf("batch result %v", res)
+	}
+	for i, w := range want {
+		if r := res.GetResults()[i]; r.GetOk() != w.ok || string(r.GetValue()) != w.value {
+			t.Fatalf("op %d: %v, want ok=%v value=%q", i, r, w.ok, w.value)
+		}
+	}
+	f.value("a", nil)
+}
