@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -17,7 +19,7 @@ import (
 
 func newServerCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var peers, logLevel string
+	var peers, logLevel, pprofAddr string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a node",
@@ -35,6 +37,9 @@ func newServerCmd() *cobra.Command {
 			if peers != "" {
 				cfg.Peers = strings.Split(peers, ",")
 			}
+			if pprofAddr != "" {
+				servePprof(pprofAddr, logger)
+			}
 			return runServer(cfg)
 		},
 	}
@@ -48,6 +53,7 @@ func newServerCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value accepted")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "how long shards remember an idle client session (at-most-once window)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's pprof profiles over HTTP on this address (debugging)")
 	f.BoolVar(&cfg.EnableFaultInjection, "enable-fault-injection", false, "serve the Admin fault API (die, partition, heal); test clusters only")
 	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "raft tick; elections time out after 10 ticks")
 	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "applied raft entries each replica keeps for slow followers")
@@ -84,4 +90,17 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// servePprof serves net/http/pprof on addr, for profiling a running node.
+func servePprof(addr string, logger *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	go func() {
+		if err := http.ListenAndServe(addr, mux); err != nil {
+			logger.Error("pprof server stopped", "addr", addr, "err", err)
+		}
+	}()
 }

@@ -9,7 +9,11 @@
 //     entries, hard states and applied commands into ONE Pebble batch, and
 //     commits it with ONE fsync (group commit across all shards);
 //  3. only then sends the replicas' messages (raft's persist-before-send
-//     rule), hands outcomes to the waiting callers, and advances raft.
+//     rule), hands outcomes to the waiting callers, and advances raft. The
+//     one exception: a leader's appends and heartbeats leave before the
+//     fsync (unless the Ready changes its term or vote), so the leader's
+//     write overlaps its followers' (Raft thesis §10.2.1); it counts itself
+//     towards a commit only once its own write is durable.
 //
 // Client goroutines never touch a replica: they enqueue work with Propose,
 // ReadIndex or ChangeReplicas and wait on a channel. Readers of replica state

@@ -423,8 +423,9 @@ func (h *Host) destroyReplica(r *replica.Replica) {
 }
 
 type cycle struct {
-	r  *replica.Replica
-	rd raft.Ready
+	r    *replica.Replica
+	rd   raft.Ready
+	late []replica.Outbound // messages that wait for the batch to be durable
 }
 
 // handleReady runs one Ready cycle for every replica that has one; see the
@@ -451,7 +452,9 @@ func (h *Host) handleReady() {
 			h.fatal(err)
 		}
 		mustSync = mustSync || rd.MustSync
-		cycles = append(cycles, cycle{r, rd})
+		early, late := r.Messages(rd)
+		h.send(r, early) // a leader's appends overlap its own fsync
+		cycles = append(cycles, cycle{r, rd, late})
 	}
 	if len(cycles) == 0 {
 		b.Close()
@@ -466,7 +469,7 @@ func (h *Host) handleReady() {
 	}
 	b.Close()
 	for _, c := range cycles {
-		h.send(c.r, c.r.Messages(c.rd))
+		h.send(c.r, c.late)
 		c.r.Advance(c.rd)
 		if c.r.Removed() {
 			h.destroyReplica(c.r)

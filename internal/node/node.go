@@ -223,11 +223,13 @@ func (n *Node) Shutdown(timeout time.Duration) {
 	default:
 	}
 	if n.srv != nil {
+		// GracefulStop also waits for the peers' raft streams, which never
+		// end on their own: give in-flight client requests a moment, no more.
 		done := make(chan struct{})
 		go func() { n.srv.GracefulStop(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(time.Until(deadline)):
+		case <-time.After(min(time.Until(deadline), time.Second)):
 		}
 	}
 	n.Stop()

@@ -118,6 +118,9 @@ func (r *Replica) InstallSnapshot(eng *storage.Engine, rd raft.Ready) error {
 
 // Persist writes rd's entries and hard state into b.
 func (r *Replica) Persist(b *pebble.Batch, rd raft.Ready) error {
+	prev := r.log.HardState()
+	r.voteChanged = rd.HardState != nil &&
+		(rd.HardState.GetTerm() != prev.GetTerm() || rd.HardState.GetVote() != prev.GetVote())
 	if err := r.log.Append(b, rd.Entries); err != nil {
 		return err
 	}
@@ -255,19 +258,32 @@ type Outbound struct {
 	Msg    *pb.Message
 }
 
-// Messages returns rd's messages with their destination nodes. Messages to
-// replicas whose node is unknown are reported unreachable and dropped.
-func (r *Replica) Messages(rd raft.Ready) []Outbound {
-	out := make([]Outbound, 0, len(rd.Messages))
+// Messages splits rd's messages, with their destination nodes, into those
+// that may go out before rd is durable (early) and those that must wait
+// (late). Messages to replicas whose node is unknown are reported
+// unreachable and dropped.
+//
+// Early are a leader's appends and heartbeats, provided this Ready does not
+// change the term or vote: the leader may write its own log in parallel with
+// its followers (Raft thesis §10.2.1), because it counts itself towards a
+// commit only once its own write is durable. Everything else — votes,
+// acknowledgements, anything sent under a new term — waits, since it promises
+// state this node has not yet persisted.
+func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 	for _, m := range rd.Messages {
 		node, ok := r.nodes[m.GetTo()]
 		if !ok {
 			r.rn.ReportUnreachable(m.GetTo())
 			continue
 		}
-		out = append(out, Outbound{ToNode: node, Msg: m})
+		ob := Outbound{ToNode: node, Msg: m}
+		if !r.voteChanged && (m.GetType() == pb.MsgApp || m.GetType() == pb.MsgHeartbeat) {
+			early = append(early, ob)
+		} else {
+			late = append(late, ob)
+		}
 	}
-	return out
+	return early, late
 }
 
 // Advance finishes a Ready cycle once its batch is durable and its messages

@@ -98,6 +98,9 @@ type Replica struct {
 
 	lead, term uint64
 	isLeader   bool
+	// voteChanged: the Ready being handled changes the term or vote, so none
+	// of its messages may leave before it is durable.
+	voteChanged bool
 	ticks      uint64
 	// staged maps snapshot index to the SSTable file received for it.
 	staged  map[uint64]string
