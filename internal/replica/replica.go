@@ -101,7 +101,7 @@ type Replica struct {
 	// voteChanged: the Ready being handled changes the term or vote, so none
 	// of its messages may leave before it is durable.
 	voteChanged bool
-	ticks      uint64
+	ticks       uint64
 	// staged maps snapshot index to the SSTable file received for it.
 	staged  map[uint64]string
 	removed bool
