@@ -206,7 +206,8 @@ func TestGroupRestart(t *testing.T) {
 // TestGroupReplaceReplica protects membership changes: a joint change that
 // swaps replica 3 for a fresh replica 4 completes, the new replica is
 // created empty and brought up by snapshot, every member's descriptor puts
-// 4 in 3's slot with the next epoch, and the new group commits writes.
+// 4 in 3's slot with the next epoch, the new group commits writes, and
+// replica 3 knows it was removed.
 func TestGroupReplaceReplica(t *testing.T) {
 	g := newGroup(t)
 	leader := g.elect(1)
@@ -240,4 +241,10 @@ func TestGroupReplaceReplica(t *testing.T) {
 	}
 	g.value("k", []byte("v"), 1, 2, 4)
 	g.value("after", []byte("x"), 1, 2, 4)
+	if !g.node(3).r.Removed() {
+		t.Fatalf("replica 3 did not notice its removal")
+	}
+	if o := <-g.propose(g.node(3), put("k", "z")).Done; !errors.Is(o.Err, ErrRemoved) {
+		t.Fatalf("proposal on a removed replica: %+v, want ErrRemoved", o)
+	}
 }

@@ -150,7 +150,7 @@ func (g *group) node(id uint64) *member { return g.members[id-1] }
 // cycle runs one Ready cycle of m as multiraft's handleReady does. It
 // reports whether there was one.
 func (g *group) cycle(m *member) bool {
-	if !m.r.HasReady() {
+	if m.r.Removed() || !m.r.HasReady() { // multiraft destroys a removed replica
 		return false
 	}
 	rd := m.r.Ready()

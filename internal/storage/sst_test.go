@@ -170,6 +170,9 @@ func checkInstalled(t *testing.T, db *pebble.DB, pairs [][2][]byte, hs *pb.HardS
 		t.Fatalf("shard 7 has %d raft keys after install, want hard state and truncated state only", n)
 	}
 	l := loadLog(t, db, 7)
+	if idx, term := l.Truncated(); idx != 40 || term != 6 {
+		t.Fatalf("truncated state after install: (%d, %d), want (40, 6)", idx, term)
+	}
 	checkBounds(t, l, 41, 40)
 	checkTerm(t, l, 40, 6)
 	if got, _, err := l.InitialState(); err != nil || !proto.Equal(got, hs) {
