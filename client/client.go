@@ -274,8 +274,16 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 	}
 	uncertain := false // some attempt may have applied the mutation
 	var lastErr error
+	stale := !mutation && consistency == concordpb.Consistency_STALE
+	firstSeed := mrand.IntN(len(c.seeds))
 	for attempt := 0; ; attempt++ {
 		addr, _ := c.target(key, attempt)
+		if stale && attempt < len(c.seeds) {
+			// A stale read reads the replica of the node that receives it: ask
+			// the nodes this client was given, not the leader, so that a client
+			// of one node (`concord get --stale --endpoints X`) reads X's replica.
+			addr = c.seeds[(firstSeed+attempt)%len(c.seeds)]
+		}
 		conn, err := c.conn(addr)
 		if err != nil {
 			return fmt.Errorf("concord: connect to %s: %w", addr, err)

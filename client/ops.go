@@ -10,8 +10,9 @@ import (
 // ReadOption changes how a read is served.
 type ReadOption func(*concordpb.RequestHeader)
 
-// Stale serves a read from the local replica of whichever node answers:
-// it does not wait for a quorum and may return an older value.
+// Stale serves a read from the local replica of the node that receives it,
+// one of the endpoints the client was given (any other node if none of them
+// answers): it does not wait for a quorum and may return an older value.
 func Stale() ReadOption {
 	return func(h *concordpb.RequestHeader) { h.Consistency = concordpb.Consistency_STALE }
 }
