@@ -86,7 +86,7 @@ func updateDescriptor(b *pebble.Batch, d *concordpb.ShardDescriptor) error {
 
 // Bootstrap writes the initial placement records into w.
 func Bootstrap(w pebble.Writer, nodes []*concordpb.NodeDescriptor, shards []*concordpb.ShardDescriptor) error {
-	var next uint64
+	next := uint64(1) // node id 0 means "no node"
 	for _, n := range nodes {
 		if err := storage.SetProto(w, keys.MetaNode(meta, n.GetNodeId()), n); err != nil {
 			return err

@@ -118,9 +118,6 @@ func (r *Replica) InstallSnapshot(eng *storage.Engine, rd raft.Ready) error {
 
 // Persist writes rd's entries and hard state into b.
 func (r *Replica) Persist(b *pebble.Batch, rd raft.Ready) error {
-	prev := r.log.HardState()
-	r.voteChanged = rd.HardState != nil &&
-		(rd.HardState.GetTerm() != prev.GetTerm() || rd.HardState.GetVote() != prev.GetVote())
 	if err := r.log.Append(b, rd.Entries); err != nil {
 		return err
 	}

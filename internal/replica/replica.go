@@ -266,8 +266,16 @@ func (r *Replica) DropStagedSnapshots() {
 // HasReady reports whether raft has work for a Ready cycle.
 func (r *Replica) HasReady() bool { return r.rn.HasReady() }
 
-// Ready returns raft's next Ready.
-func (r *Replica) Ready() raft.Ready { return r.rn.Ready() }
+// Ready returns raft's next Ready, noting whether it changes the term or
+// vote (compared with the hard state stored before it, so before a snapshot
+// in it is installed).
+func (r *Replica) Ready() raft.Ready {
+	rd := r.rn.Ready()
+	prev := r.log.HardState()
+	r.voteChanged = rd.HardState != nil &&
+		(rd.HardState.GetTerm() != prev.GetTerm() || rd.HardState.GetVote() != prev.GetVote())
+	return rd
+}
 
 // RaftLog returns the replica's raft.Storage.
 func (r *Replica) RaftLog() *storage.RaftLog { return r.log }
