@@ -54,6 +54,7 @@ var ErrNoEndpoints = errors.New("concord: no endpoints given")
 // Client talks to one Concord cluster.
 type Client struct {
 	seeds []string
+	opts  Options
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // guarded by mu
@@ -79,10 +80,27 @@ type session struct {
 // New connects to the cluster at endpoints (any subset of its nodes) and
 // fetches the routing table.
 func New(ctx context.Context, endpoints ...string) (*Client, error) {
+	return NewWithOptions(ctx, Options{Endpoints: endpoints})
+}
+
+// Options configures a client beyond its endpoints.
+type Options struct {
+	// Endpoints are node addresses: any subset of the cluster.
+	Endpoints []string
+	// ThroughEndpoints sends every request to the endpoints given, in turn,
+	// and lets those nodes forward it to the shard's leader, instead of
+	// sending it to the leader directly. For clients that must go through
+	// particular nodes (a load balancer, a test of the nodes' forwarding).
+	ThroughEndpoints bool
+}
+
+// NewWithOptions is New with Options.
+func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
+	endpoints := opts.Endpoints
 	if len(endpoints) == 0 {
 		return nil, ErrNoEndpoints
 	}
-	c := &Client{seeds: endpoints, conns: map[string]*grpc.ClientConn{}, sessions: make(chan *session, 1024)}
+	c := &Client{seeds: endpoints, opts: opts, conns: map[string]*grpc.ClientConn{}, sessions: make(chan *session, 1024)}
 	c.routes.Store(&routes{table: routing.NewTable(nil), leaders: map[uint64]uint64{}, addrs: map[uint64]string{}})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -274,14 +292,14 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 	}
 	uncertain := false // some attempt may have applied the mutation
 	var lastErr error
-	stale := !mutation && consistency == concordpb.Consistency_STALE
+	// A stale read reads the replica of the node that receives it: ask the
+	// nodes this client was given, not the leader, so that a client of one
+	// node (`concord get --stale --endpoints X`) reads X's replica.
+	viaSeeds := c.opts.ThroughEndpoints || !mutation && consistency == concordpb.Consistency_STALE
 	firstSeed := mrand.IntN(len(c.seeds))
 	for attempt := 0; ; attempt++ {
 		addr, _ := c.target(key, attempt)
-		if stale && attempt < len(c.seeds) {
-			// A stale read reads the replica of the node that receives it: ask
-			// the nodes this client was given, not the leader, so that a client
-			// of one node (`concord get --stale --endpoints X`) reads X's replica.
+		if viaSeeds && (c.opts.ThroughEndpoints || attempt < len(c.seeds)) {
 			addr = c.seeds[(firstSeed+attempt)%len(c.seeds)]
 		}
 		conn, err := c.conn(addr)

@@ -79,10 +79,14 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// Main runs the tests of a package that uses testcluster and then removes the
+// Main runs the tests of a package that uses testcluster, then the after
+// functions (summaries), and then removes the
 // binary it built. Call it from TestMain.
-func Main(m *testing.M) {
+func Main(m *testing.M, after ...func()) {
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if build.dir != "" {
 		os.RemoveAll(build.dir)
 	}

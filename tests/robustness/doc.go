@@ -1,0 +1,18 @@
+// Package robustness runs a real 3-node Concord cluster under injected faults
+// while several clients issue Get, Put, Delete and CompareAndSwap on a small
+// key set, records every operation with its invocation and return times, and
+// checks the history for linearizability with porcupine. It also writes
+// unique keys throughout and checks, after healing, that every acknowledged
+// one is present.
+//
+// A fault schedule comes from a seed, printed by every run; the same seed
+// replays the same faults at the same moments (the interleavings of a real
+// cluster still differ run to run). A failing history is kept, with
+// porcupine's HTML visualisation, under $CONCORD_ROBUSTNESS_OUT (default:
+// robustness-out/ in the repository root).
+//
+// Operations whose outcome the client cannot know (client.ErrAmbiguous) are
+// recorded as such: they may take effect at any point after their
+// invocation, or never. Operations that certainly did not take effect are
+// left out of the history.
+package robustness

@@ -1,0 +1,98 @@
+package robustness
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/concord-kv/concord/client"
+)
+
+// recorder collects a history of operations with monotonic timestamps.
+type recorder struct {
+	start time.Time
+
+	mu        sync.Mutex
+	ops       []porcupine.Operation // guarded by mu
+	ambiguous int                   // guarded by mu
+	dropped   int                   // guarded by mu: failed, certainly without effect
+}
+
+func newRecorder() *recorder { return &recorder{start: time.Now()} }
+
+// now is the time since the recorder started, from Go's monotonic clock.
+func (r *recorder) now() int64 { return time.Since(r.start).Nanoseconds() }
+
+// record adds an operation invoked at call that returned out or err.
+// An ambiguous mutation never returns, as far as the checker knows: it may
+// take effect at any time after its call. Any other error means it took no
+// effect (the client only says so when certain), so it is left out.
+func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, err error) {
+	ret := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+	case in.Kind != opGet && errors.Is(err, client.ErrAmbiguous):
+		out, ret = kvOutput{Unknown: true}, math.MaxInt64
+		r.ambiguous++
+	default:
+		r.dropped++
+		return
+	}
+	r.ops = append(r.ops, porcupine.Operation{ClientId: clientID, Input: in, Call: call, Output: out, Return: ret})
+}
+
+func (r *recorder) history() []porcupine.Operation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]porcupine.Operation(nil), r.ops...)
+}
+
+// verdict is the checker's judgement of one history.
+type verdict struct {
+	result porcupine.CheckResult
+	info   porcupine.LinearizationInfo
+}
+
+// check runs porcupine over the history, bounded by timeout.
+func check(ops []porcupine.Operation, timeout time.Duration) verdict {
+	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, timeout)
+	return verdict{result: res, info: info}
+}
+
+// keep writes a failing history and porcupine's visualisation into dir.
+func keep(dir string, ops []porcupine.Operation, v verdict) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	type jsonOp struct {
+		Client int      `json:"client"`
+		Call   int64    `json:"call_ns"`
+		Return int64    `json:"return_ns"`
+		Input  kvInput  `json:"input"`
+		Output kvOutput `json:"output"`
+	}
+	out := make([]jsonOp, 0, len(ops))
+	for _, o := range ops {
+		out = append(out, jsonOp{o.ClientId, o.Call, o.Return, o.Input.(kvInput), o.Output.(kvOutput)})
+	}
+	b, err := json.MarshalIndent(out, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644); err != nil {
+		return err
+	}
+	if err := porcupine.VisualizePath(kvModel, v.info, filepath.Join(dir, "history.html")); err != nil {
+		return fmt.Errorf("visualize: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/testcluster"
+)
+
+// faultKind names one way the nemesis breaks the cluster.
+type faultKind string
+
+const (
+	killLeader     faultKind = "kill-leader"      // kill -9 a shard's leader, restart it
+	killFollower   faultKind = "kill-follower"    // kill -9 a node that does not lead the shard
+	cleanDie       faultKind = "clean-die"        // Admin.Die(clean), restart
+	restart        faultKind = "restart"          // SIGTERM, restart at once
+	minority       faultKind = "minority"         // cut a follower off from the other two
+	leaderCutOff   faultKind = "leader-cut-off"   // cut the majority off from a shard's leader
+	bridge         faultKind = "bridge"           // two nodes cannot see each other; the third sees both
+	isolate        faultKind = "isolate"          // cut a random node off from every peer
+	wipe           faultKind = "wipe"             // kill -9, delete its data dir, restart empty
+	pause          faultKind = "pause"            // SIGSTOP for a few seconds, then SIGCONT
+	allFaultKinds            = "all"
+)
+
+var faultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause}
+
+// nemesis injects faults, one at a time, on a schedule drawn from its seed.
+type nemesis struct {
+	t     testing.TB
+	c     *testcluster.Cluster
+	rng   *rand.Rand
+	kinds []faultKind
+	// injected counts faults per kind.
+	injected map[faultKind]int
+}
+
+// run injects faults until ctx ends: wait, break, hold, heal, wait healthy.
+func (n *nemesis) run(ctx context.Context) {
+	for {
+		if !sleepCtx(ctx, time.Duration(1000+n.rng.IntN(2000))*time.Millisecond) {
+			return
+		}
+		kind := n.kinds[n.rng.IntN(len(n.kinds))]
+		hold := time.Duration(2000+n.rng.IntN(3000)) * time.Millisecond
+		n.t.Logf("nemesis: %s for %v", kind, hold)
+		heal := n.inject(kind)
+		n.injected[kind]++
+		sleepCtx(ctx, hold) // hold, but cut short at the end of the run
+		heal()
+		n.waitHealthy(60 * time.Second)
+	}
+}
+
+// inject breaks the cluster and returns the function that heals it.
+func (n *nemesis) inject(kind faultKind) (heal func()) {
+	shard := uint64(1 + n.rng.IntN(testcluster.DefaultShards))
+	leader := n.c.LeaderOf(n.t, shard, 30*time.Second)
+	other := (leader + 1 + n.rng.IntN(n.c.N()-1)) % n.c.N()
+	rnd := n.rng.IntN(n.c.N())
+	switch kind {
+	case killLeader:
+		return n.killAndRestart(leader)
+	case killFollower:
+		return n.killAndRestart(other)
+	case cleanDie:
+		exited := n.c.ExpectExit(rnd)
+		n.admin(rnd, func(ctx context.Context, a concordpb.AdminClient) error {
+			_, err := a.Die(ctx, &concordpb.DieRequest{Clean: true})
+			return err
+		})
+		exited(20 * time.Second)
+		return func() { n.c.Start(rnd) }
+	case restart:
+		n.c.Stop(rnd)
+		n.c.Start(rnd)
+		return func() {}
+	case minority:
+		return n.partition(map[int][]int{other: nil})
+	case leaderCutOff:
+		return n.partition(map[int][]int{leader: nil})
+	case bridge:
+		a, b := (rnd+1)%n.c.N(), (rnd+2)%n.c.N()
+		return n.partition(map[int][]int{a: {rnd}, b: {rnd}})
+	case isolate:
+		return n.partition(map[int][]int{rnd: nil})
+	case wipe:
+		n.c.Kill(rnd)
+		n.c.Wipe(rnd)
+		n.c.Start(rnd)
+		return func() {}
+	case pause:
+		n.c.Pause(rnd)
+		return func() { n.c.Resume(rnd) }
+	}
+	panic(fmt.Sprintf("unknown fault kind %q", kind))
+}
+
+func (n *nemesis) killAndRestart(i int) func() {
+	n.c.Kill(i)
+	return func() { n.c.Start(i) }
+}
+
+// partition cuts each listed node off from every peer but the ones given.
+func (n *nemesis) partition(reach map[int][]int) func() {
+	for i, peers := range reach {
+		var addrs []string
+		for _, p := range peers {
+			addrs = append(addrs, n.c.Addr(p))
+		}
+		n.admin(i, func(ctx context.Context, a concordpb.AdminClient) error {
+			_, err := a.Partition(ctx, &concordpb.PartitionRequest{Reachable: addrs})
+			return err
+		})
+	}
+	return func() {
+		for i := range reach {
+			n.admin(i, func(ctx context.Context, a concordpb.AdminClient) error {
+				_, err := a.Heal(ctx, &concordpb.HealRequest{})
+				return err
+			})
+		}
+	}
+}
+
+func (n *nemesis) admin(i int, f func(context.Context, concordpb.AdminClient) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f(ctx, concordpb.NewAdminClient(n.c.Conn(i))); err != nil {
+		n.t.Fatalf("nemesis: admin call to node %d: %v", i, err)
+	}
+}
+
+// waitHealthy waits until every shard has a leader and every replica is on
+// a live node, so the next fault never stacks on an unrepaired one.
+func (n *nemesis) waitHealthy(timeout time.Duration) {
+	n.c.WaitReady(n.t, timeout)
+	testcluster.WaitFor(n.t, timeout, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := concordpb.NewClusterClient(n.c.Conn(n.rng.IntN(n.c.N()))).Status(ctx, &concordpb.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		return healthy(st)
+	})
+}
+
+// healthy reports why a status is not healthy: a shard without a leader, or
+// a replica on a node that is not UP.
+func healthy(st *concordpb.StatusResponse) error {
+	up := map[uint64]bool{}
+	for _, ns := range st.GetNodes() {
+		up[ns.GetNode().GetNodeId()] = ns.GetNode().GetState() == concordpb.NodeState_NODE_UP &&
+			ns.GetLastHeartbeatAgeSeconds() >= 0 && ns.GetLastHeartbeatAgeSeconds() < 3
+	}
+	for _, ss := range st.GetShards() {
+		if ss.GetLeaderNodeId() == 0 {
+			return fmt.Errorf("shard %d has no leader", ss.GetShard().GetShardId())
+		}
+		for _, r := range ss.GetShard().GetReplicas() {
+			if !up[r.GetNodeId()] {
+				return fmt.Errorf("shard %d has a replica on node %d, which is not up", ss.GetShard().GetShardId(), r.GetNodeId())
+			}
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

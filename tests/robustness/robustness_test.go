@@ -1,0 +1,244 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/testcluster"
+)
+
+// summary totals every history this test binary checked.
+var summary struct {
+	mu                                   sync.Mutex
+	histories, ops, faults, lost, failed int
+	inconclusive                         int
+}
+
+func TestMain(m *testing.M) { testcluster.Main(m, printSummary) }
+
+// printSummary prints the one line every run ends with.
+func printSummary() {
+	summary.mu.Lock()
+	defer summary.mu.Unlock()
+	if summary.histories == 0 {
+		return
+	}
+	v := "PASS"
+	if summary.failed > 0 {
+		v = fmt.Sprintf("FAIL (%d histories)", summary.failed)
+	}
+	fmt.Printf("robustness: %d histories, %d operations, %d faults injected, %d acknowledged writes lost, %d checks inconclusive, verdict: %s\n",
+		summary.histories, summary.ops, summary.faults, summary.lost, summary.inconclusive, v)
+}
+
+// boundedRuns are the histories `make test` checks: one fault kind each,
+// fixed seeds.
+var boundedRuns = []struct {
+	kind faultKind
+	seed uint64
+}{
+	{killLeader, 101}, {leaderCutOff, 102}, {bridge, 103}, {wipe, 104}, {pause, 105}, {cleanDie, 106},
+}
+
+// TestRobustness checks six short histories, each under one kind of fault.
+func TestRobustness(t *testing.T) {
+	d := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", 20*time.Second)
+	for _, r := range boundedRuns {
+		t.Run(string(r.kind), func(t *testing.T) {
+			runHistory(t, r.seed, []faultKind{r.kind}, d)
+		})
+	}
+}
+
+// TestRobustnessLong runs histories with random seeds and every fault kind
+// for CONCORD_ROBUSTNESS_DURATION (make robustness DURATION=30m).
+func TestRobustnessLong(t *testing.T) {
+	total := envDuration(t, "CONCORD_ROBUSTNESS_DURATION", 0)
+	if total == 0 {
+		t.Skip("set CONCORD_ROBUSTNESS_DURATION (make robustness DURATION=30m)")
+	}
+	each := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", time.Minute)
+	for end := time.Now().Add(total); time.Now().Before(end); {
+		seed := rand.Uint64() % 1_000_000_000
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) { runHistory(t, seed, faultKinds, each) })
+		if t.Failed() && os.Getenv("CONCORD_ROBUSTNESS_KEEP_GOING") == "" {
+			return
+		}
+	}
+}
+
+// TestRobustnessSeed reruns one history: CONCORD_SEED=n [CONCORD_FAULTS=kind,kind|all].
+func TestRobustnessSeed(t *testing.T) {
+	s := os.Getenv("CONCORD_SEED")
+	if s == "" {
+		t.Skip("set CONCORD_SEED to rerun a seed")
+	}
+	seed, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("CONCORD_SEED: %v", err)
+	}
+	kinds := faultKinds
+	if f := os.Getenv("CONCORD_FAULTS"); f != "" && f != allFaultKinds {
+		kinds = nil
+		for _, k := range strings.Split(f, ",") {
+			kinds = append(kinds, faultKind(k))
+		}
+	}
+	runHistory(t, seed, kinds, envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", time.Minute))
+}
+
+// TestWholeClusterCrash kills every node with SIGKILL in the middle of the
+// workload, restarts them, and checks the history across the crash and
+// that every acknowledged write survived.
+func TestWholeClusterCrash(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{ExtraArgs: []string{"--enable-fault-injection"}})
+	c.WaitReady(t, 60*time.Second)
+	w := newWorkload(t, c, 7)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.run(ctx); close(done) }()
+	time.Sleep(4 * time.Second) // let the workload build up writes in flight
+	c.KillAll()
+	for i := 0; i < c.N(); i++ {
+		c.Start(i)
+	}
+	c.WaitReady(t, 60*time.Second)
+	time.Sleep(3 * time.Second) // and run on the restarted cluster for a while
+	cancel()
+	<-done
+	finish(t, c, w, 7, 1)
+}
+
+// runHistory runs the workload for d under faults of kinds and checks it.
+func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
+	t.Logf("seed %d, faults %v, %v (rerun: CONCORD_SEED=%d CONCORD_FAULTS=%s go test -run TestRobustnessSeed ./tests/robustness)",
+		seed, kinds, d, seed, joinKinds(kinds))
+	c := testcluster.New(t, testcluster.Options{ExtraArgs: []string{"--enable-fault-injection"}})
+	c.WaitReady(t, 60*time.Second)
+	w := newWorkload(t, c, seed)
+	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { w.run(ctx); close(done) }()
+	n.run(ctx)
+	<-done
+	faults := 0
+	for _, k := range n.injected {
+		faults += k
+	}
+	t.Logf("faults injected: %v", n.injected)
+	n.waitHealthy(60 * time.Second)
+	finish(t, c, w, seed, faults)
+}
+
+func newWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *workload {
+	w := &workload{keys: []string{"k0", "k1", "k2", "k3", "k4", "k5"}, rec: newRecorder(), seed: seed, opTimeout: 3 * time.Second}
+	// Two clients send each request to its shard's leader; two send it to
+	// any node, which serves or forwards it: the checker must see the nodes'
+	// own guarantees, not only the client library's routing.
+	for i := 0; i < 2; i++ {
+		w.clients = append(w.clients, c.Client(t), throughNodes(t, c))
+	}
+	return w
+}
+
+// throughNodes is a client that sends every request to the cluster's nodes
+// in turn rather than to the leader.
+func throughNodes(t *testing.T, c *testcluster.Cluster) *client.Client {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.NewWithOptions(ctx, client.Options{Endpoints: c.Endpoints(), ThroughEndpoints: true})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// finish reads the final state, checks the history and the unique writes,
+// keeps a failing history, and adds to the summary.
+func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faults int) {
+	final := c.Client(t)
+	w.finalReads(final)
+	lost, checked, err := w.lostWrites(final)
+	if err != nil {
+		t.Errorf("reading back acknowledged writes: %v", err)
+	}
+	ops := w.rec.history()
+	v := check(ops, 2*time.Minute)
+	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
+		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
+	failed := v.result == porcupine.Illegal || len(lost) > 0 || err != nil
+	if len(lost) > 0 {
+		t.Errorf("%d acknowledged writes lost, e.g. %v", len(lost), lost[:min(5, len(lost))])
+	}
+	if v.result == porcupine.Illegal {
+		t.Errorf("history is not linearizable (seed %d)", seed)
+	}
+	if failed {
+		dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed%d", strings.ReplaceAll(t.Name(), "/", "_"), seed))
+		if kerr := keep(dir, ops, v); kerr != nil {
+			t.Logf("could not keep the history: %v", kerr)
+		} else {
+			t.Logf("history and visualisation kept in %s; rerun with CONCORD_SEED=%d", dir, seed)
+		}
+	}
+	summary.mu.Lock()
+	defer summary.mu.Unlock()
+	summary.histories++
+	summary.ops += len(ops)
+	summary.faults += faults
+	summary.lost += len(lost)
+	if failed {
+		summary.failed++
+	}
+	if v.result == porcupine.Unknown {
+		summary.inconclusive++
+	}
+}
+
+func outDir(t *testing.T) string {
+	if d := os.Getenv("CONCORD_ROBUSTNESS_OUT"); d != "" {
+		return d
+	}
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		return os.TempDir()
+	}
+	return filepath.Join(root, "robustness-out")
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+func joinKinds(kinds []faultKind) string {
+	if len(kinds) == len(faultKinds) {
+		return allFaultKinds
+	}
+	s := make([]string, len(kinds))
+	for i, k := range kinds {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,149 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/concord-kv/concord/client"
+)
+
+// workload drives the clients: linearizable Get/Put/Delete/CAS on a small
+// key set (recorded for the checker), and a writer of unique keys whose
+// acknowledged writes must all survive.
+type workload struct {
+	clients []*client.Client
+	keys    []string
+	rec     *recorder
+	seed    uint64
+	// opTimeout bounds one operation, retries included.
+	opTimeout time.Duration
+
+	mu    sync.Mutex
+	acked []string // guarded by mu: unique keys whose put returned success
+}
+
+// run issues operations until ctx ends.
+func (w *workload) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i, c := range w.clients {
+		wg.Add(2)
+		go func() { defer wg.Done(); w.runClient(ctx, i, c) }()
+		go func() { defer wg.Done(); w.runUniqueWriter(ctx, i, c) }()
+	}
+	wg.Wait()
+}
+
+func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
+	rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
+	seen := map[string]string{} // the last value this client saw per key
+	for n := 0; ctx.Err() == nil; n++ {
+		k := w.keys[rng.IntN(len(w.keys))]
+		in := w.nextOp(rng, id, n, k, seen)
+		call := w.rec.now()
+		out, err := w.do(c, in)
+		w.rec.record(id, call, in, out, err)
+		if err == nil {
+			if v, ok := observed(in, out); ok {
+				seen[k] = v
+			}
+		}
+	}
+}
+
+// nextOp picks an operation: 40% get, 30% put, 10% delete, 20% CAS.
+func (w *workload) nextOp(rng *rand.Rand, id, n int, k string, seen map[string]string) kvInput {
+	v := fmt.Sprintf("c%d.%d", id, n)
+	switch p := rng.IntN(100); {
+	case p < 40:
+		return kvInput{Kind: opGet, Key: k}
+	case p < 70:
+		return kvInput{Kind: opPut, Key: k, Value: v}
+	case p < 80:
+		return kvInput{Kind: opDelete, Key: k}
+	default:
+		exp, ok := seen[k]
+		return kvInput{Kind: opCAS, Key: k, Value: v, Expected: exp, Absent: !ok || rng.IntN(4) == 0}
+	}
+}
+
+// observed is the value a successful operation shows the key holds.
+func observed(in kvInput, out kvOutput) (string, bool) {
+	switch {
+	case in.Kind == opGet && out.Ok:
+		return out.Value, true
+	case in.Kind == opPut, in.Kind == opCAS && out.Ok:
+		return in.Value, true
+	case in.Kind == opCAS && out.Exists:
+		return out.Value, true
+	}
+	return "", false
+}
+
+func (w *workload) do(c *client.Client, in kvInput) (kvOutput, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.opTimeout)
+	defer cancel()
+	key := []byte(in.Key)
+	switch in.Kind {
+	case opGet:
+		v, found, err := c.Get(ctx, key)
+		return kvOutput{Ok: found, Value: string(v)}, err
+	case opPut:
+		prev, existed, err := c.Put(ctx, key, []byte(in.Value))
+		return kvOutput{Ok: existed, Value: string(prev)}, err
+	case opDelete:
+		existed, err := c.Delete(ctx, key)
+		return kvOutput{Ok: existed}, err
+	default:
+		res, err := c.CompareAndSwap(ctx, key, client.CAS{Expected: []byte(in.Expected), ExpectAbsent: in.Absent, Value: []byte(in.Value)})
+		return kvOutput{Ok: res.Swapped, Exists: res.CurrentExists, Value: string(res.CurrentValue)}, err
+	}
+}
+
+// runUniqueWriter writes keys no one else writes; each acknowledged one must
+// be readable once the cluster has healed.
+func (w *workload) runUniqueWriter(ctx context.Context, id int, c *client.Client) {
+	for n := 0; ctx.Err() == nil; n++ {
+		k := fmt.Sprintf("u-%d-%d", id, n)
+		octx, cancel := context.WithTimeout(context.Background(), w.opTimeout)
+		_, _, err := c.Put(octx, []byte(k), []byte(k))
+		cancel()
+		if err == nil {
+			w.mu.Lock()
+			w.acked = append(w.acked, k)
+			w.mu.Unlock()
+		}
+	}
+}
+
+// finalReads reads every key once more, linearizably, into the history.
+func (w *workload) finalReads(c *client.Client) {
+	for _, k := range w.keys {
+		in := kvInput{Kind: opGet, Key: k}
+		call := w.rec.now()
+		out, err := w.do(c, in)
+		w.rec.record(len(w.clients), call, in, out, err)
+	}
+}
+
+// lostWrites returns the acknowledged unique keys that cannot be read back.
+func (w *workload) lostWrites(c *client.Client) (lost []string, checked int, err error) {
+	w.mu.Lock()
+	acked := append([]string(nil), w.acked...)
+	w.mu.Unlock()
+	for _, k := range acked {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		v, found, gerr := c.Get(ctx, []byte(k))
+		cancel()
+		if gerr != nil {
+			return lost, checked, fmt.Errorf("read back %s: %w", k, gerr)
+		}
+		checked++
+		if !found || string(v) != k {
+			lost = append(lost, k)
+		}
+	}
+	return lost, checked, nil
+}
