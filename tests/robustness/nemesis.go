@@ -15,17 +15,17 @@ import (
 type faultKind string
 
 const (
-	killLeader     faultKind = "kill-leader"      // kill -9 a shard's leader, restart it
-	killFollower   faultKind = "kill-follower"    // kill -9 a node that does not lead the shard
-	cleanDie       faultKind = "clean-die"        // Admin.Die(clean), restart
-	restart        faultKind = "restart"          // SIGTERM, restart at once
-	minority       faultKind = "minority"         // cut a follower off from the other two
-	leaderCutOff   faultKind = "leader-cut-off"   // cut the majority off from a shard's leader
-	bridge         faultKind = "bridge"           // two nodes cannot see each other; the third sees both
-	isolate        faultKind = "isolate"          // cut a random node off from every peer
-	wipe           faultKind = "wipe"             // kill -9, delete its data dir, restart empty
-	pause          faultKind = "pause"            // SIGSTOP for a few seconds, then SIGCONT
-	allFaultKinds            = "all"
+	killLeader    faultKind = "kill-leader"    // kill -9 a shard's leader, restart it
+	killFollower  faultKind = "kill-follower"  // kill -9 a node that does not lead the shard
+	cleanDie      faultKind = "clean-die"      // Admin.Die(clean), restart
+	restart       faultKind = "restart"        // SIGTERM, restart at once
+	minority      faultKind = "minority"       // cut a follower off from the other two
+	leaderCutOff  faultKind = "leader-cut-off" // cut the majority off from a shard's leader
+	bridge        faultKind = "bridge"         // two nodes cannot see each other; the third sees both
+	isolate       faultKind = "isolate"        // cut a random node off from every peer
+	wipe          faultKind = "wipe"           // kill -9, delete its data dir, restart empty
+	pause         faultKind = "pause"          // SIGSTOP for a few seconds, then SIGCONT
+	allFaultKinds           = "all"
 )
 
 var faultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause}
