@@ -5,7 +5,9 @@ NODES   ?= 3
 PORT    ?= 7001
 DATA    ?= ./data
 
-.PHONY: all build run test test-unit test-e2e test-race vet fmt generate clean
+DURATION ?= 30m
+
+.PHONY: all build run test test-unit test-e2e test-robustness robustness vet fmt generate clean
 
 all: build
 
@@ -16,9 +18,10 @@ build:
 run: build
 	$(BIN) cluster up --nodes $(NODES) --base-port $(PORT) --data-dir $(DATA)
 
-# Everything CI runs: vet, unit tests with the race detector, then the
-# end-to-end suite against real node processes.
-test: vet test-unit test-e2e
+# Everything CI runs: vet, unit tests with the race detector, the end-to-end
+# suite against real node processes, and the bounded robustness run
+# (six fault histories checked for linearizability, and a whole-cluster crash).
+test: vet test-unit test-e2e test-robustness
 
 vet:
 	$(GO) vet ./...
@@ -29,7 +32,25 @@ test-unit:
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /tests/)
 
 test-e2e: build
-	$(GO) test -count=1 -timeout 15m ./tests/...
+	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./internal/testcluster/...
+
+# Prints the test results and the run's summary line; the full log is in
+# robustness-out/test.log (and printed in part on failure).
+test-robustness: build
+	@mkdir -p robustness-out
+	@$(GO) test -count=1 -timeout 20m -v -run '^(TestRobustness|TestWholeClusterCrash)$$' ./tests/robustness \
+		> robustness-out/test.log 2>&1; rc=$$?; \
+	grep -E '^(--- |ok|FAIL|robustness:)|not linearizable|lost|kept in' robustness-out/test.log; \
+	if [ $$rc -ne 0 ]; then tail -n 150 robustness-out/test.log; fi; exit $$rc
+
+# The long robustness run: random seeds and every fault kind, one-minute
+# histories, for DURATION (default 30m). Rerun a seed from its output with
+# CONCORD_SEED=n CONCORD_FAULTS=kinds go test -run TestRobustnessSeed -v ./tests/robustness
+robustness: build
+	@mkdir -p robustness-out
+	@CONCORD_ROBUSTNESS_DURATION=$(DURATION) CONCORD_ROBUSTNESS_KEEP_GOING=1 $(GO) test -count=1 -timeout 0 -v \
+		-run '^TestRobustnessLong$$' ./tests/robustness > robustness-out/long.log 2>&1; rc=$$?; \
+	grep -E '^(    --- |--- |ok|FAIL|robustness:)|faults injected|history:|not linearizable|lost|kept in' robustness-out/long.log; exit $$rc
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
