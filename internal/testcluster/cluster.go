@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -32,7 +33,7 @@ type Options struct {
 	// Shards and Replicas become --shards and --replicas; 0 leaves the
 	// server's default.
 	Shards, Replicas int
-	// LogLevel becomes --log-level; "" means info.
+	// LogLevel becomes --log-level; "" means $CONCORD_TEST_LOG_LEVEL, or info.
 	LogLevel string
 	// ExtraArgs are appended to every node's command line, e.g.
 	// "--raft-log-keep-entries=20".
@@ -77,7 +78,7 @@ func New(t testing.TB, opts Options) *Cluster {
 		opts.Nodes = 3
 	}
 	if opts.LogLevel == "" {
-		opts.LogLevel = "info"
+		opts.LogLevel = cmp.Or(os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info")
 	}
 	c := &Cluster{t: t, opts: opts, bin: Binary(t), dir: t.TempDir(), conns: map[int]*grpc.ClientConn{}}
 	for i := 0; i < opts.Nodes; i++ {
@@ -309,7 +310,29 @@ func (c *Cluster) cleanup() {
 	c.mu.Unlock()
 	if c.t.Failed() {
 		c.dumpLogs()
+		c.keepLogs()
 	}
+}
+
+// keepLogs copies the nodes' logs to $CONCORD_TEST_KEEP_LOGS/<test name>/
+// when that variable is set, for a failed test.
+func (c *Cluster) keepLogs() {
+	root := os.Getenv("CONCORD_TEST_KEEP_LOGS")
+	if root == "" {
+		return
+	}
+	dir := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(c.t.Name()),
+		time.Now().Format("20060102-150405.000"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Logf("testcluster: keep logs: %v", err)
+		return
+	}
+	for i, n := range c.nodes {
+		if b, err := os.ReadFile(n.logPath); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("node%d.log", i)), b, 0o644)
+		}
+	}
+	c.t.Logf("testcluster: node logs kept in %s", dir)
 }
 
 func (c *Cluster) dumpLogs() {

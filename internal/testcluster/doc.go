@@ -23,6 +23,11 @@
 // the order of Endpoints). Every process is killed by PID in t.Cleanup, even
 // when the test fails, and started with Pdeathsig SIGKILL so that it dies
 // with the test binary. When a test fails, the tail of every node's log is
-// printed (CONCORD_TEST_LOG_LINES lines, default 60; 0 prints whole logs). A
+// printed (CONCORD_TEST_LOG_LINES lines, default 60; 0 prints whole logs),
+// and with CONCORD_TEST_KEEP_LOGS=DIR the whole logs are copied under DIR
+// (CONCORD_TEST_LOG_LEVEL=debug makes them detailed). A
 // node that exits without being asked to (Stop or Kill) fails the test.
+//
+// Start, Stop, Kill, KillAll and Wipe report problems through the test that
+// created the cluster, so call them from that test's goroutine.
 package testcluster

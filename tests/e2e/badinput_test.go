@@ -35,12 +35,14 @@ func TestBadInput(t *testing.T) {
 		k := []byte("alive-" + what)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if _, err := c.KV(i).Put(cctx, &concordpb.PutRequest{Key: k, Value: []byte("yes")}); err != nil {
+		pr, err := c.KV(i).Put(cctx, &concordpb.PutRequest{Key: k, Value: []byte("yes")})
+		if err != nil {
 			t.Fatalf("node %d does not serve a put after %s: %v", i, what, err)
 		}
 		resp, err := c.KV(i).Get(cctx, &concordpb.GetRequest{Key: k})
-		if err != nil || string(resp.GetValue()) != "yes" {
-			t.Fatalf("node %d does not serve a get after %s: %v, %v", i, what, resp, err)
+		if err != nil || !resp.GetFound() || string(resp.GetValue()) != "yes" {
+			t.Fatalf("node %d after %s: put %q answered %v, then a linearizable get answered found=%v %v, %v",
+				i, what, k, pr.GetHeader(), resp.GetFound(), resp.GetHeader(), err)
 		}
 	}
 
