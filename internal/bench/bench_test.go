@@ -363,3 +363,39 @@ func TestTextAndPlot(t *testing.T) {
 		t.Errorf("%d polylines, want 4", lines)
 	}
 }
+
+func TestProgressLine(t *testing.T) {
+	cfg := validConfig()
+	cfg.Ops, cfg.Duration = 0, 1200*time.Millisecond
+	var out syncBuffer
+	res, err := Run(context.Background(), cfg, []Target{newFake()}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	// Two redraws at least (0.5 s and 1.0 s), each rewriting the line in place.
+	if strings.Count(s, "\r\033[K") < 2 || !strings.Contains(s, "ops/s") || !strings.HasSuffix(s, "\n") {
+		t.Errorf("progress output %q", s)
+	}
+	if len(res.Timeline) < 2 {
+		t.Errorf("timeline has %d samples", len(res.Timeline))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the sampler goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
