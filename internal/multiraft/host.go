@@ -38,6 +38,8 @@ type Transport interface {
 	// toNode, with m (a MsgSnap) as the header, and calls done when the
 	// receiver has stepped it (ok) or the stream failed.
 	SendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebble.Snapshot, done func(ok bool))
+	// Flush hands the messages queued by Send to the network.
+	Flush()
 }
 
 // Config configures a Host.
@@ -460,6 +462,7 @@ func (h *Host) handleReady() {
 		b.Close()
 		return
 	}
+	h.transport.Flush() // the early messages, before this node's fsync
 	opts := pebble.NoSync
 	if mustSync {
 		opts = pebble.Sync
@@ -470,6 +473,9 @@ func (h *Host) handleReady() {
 	b.Close()
 	for _, c := range cycles {
 		h.send(c.r, c.late)
+	}
+	h.transport.Flush()
+	for _, c := range cycles {
 		c.r.Advance(c.rd)
 		if c.r.Removed() {
 			h.destroyReplica(c.r)

@@ -1,9 +1,10 @@
 // Package transport carries raft traffic between nodes over gRPC.
 //
 // Each peer node gets one goroutine and one client stream (RaftTransport.Send)
-// fed by a bounded queue; the goroutine batches whatever has queued into one
-// RaftBatch per send. Send never blocks the multiraft loop: when a peer's
-// queue is full or its stream is down, messages are dropped (raft
+// fed by a bounded queue. The multiraft loop queues a whole phase of its
+// iteration with Send and then calls Flush, so each peer gets one RaftBatch
+// per phase rather than one per message. Send never blocks the loop: when a
+// peer's queue is full or its stream is down, messages are dropped (raft
 // retransmits) and the peer is reported unreachable.
 //
 // Snapshots go over their own stream per snapshot (RaftTransport.SendSnapshot):
@@ -110,13 +111,33 @@ func (t *Transport) Stop() {
 
 // peer is the outgoing side of one peer node.
 type peer struct {
-	node  uint64
-	addr  string
-	conn  *grpc.ClientConn
-	queue chan *concordpb.RaftEnvelope
-	// stopC ends the peer's goroutine; queue is never closed, because the
-	// loop may be sending on it.
+	node uint64
+	addr string
+	conn *grpc.ClientConn
+
+	mu      sync.Mutex
+	pending []*concordpb.RaftEnvelope // guarded by mu: queued, not yet handed to the stream
+
+	// wakeC tells the peer's goroutine that pending has messages.
+	wakeC chan struct{}
+	// stopC ends the peer's goroutine.
 	stopC chan struct{}
+}
+
+func (p *peer) wake() {
+	select {
+	case p.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the queue.
+func (p *peer) take() []*concordpb.RaftEnvelope {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	msgs := p.pending
+	p.pending = nil
+	return msgs
 }
 
 func (t *Transport) peer(node uint64) (*peer, error) {
@@ -136,15 +157,20 @@ func (t *Transport) peer(node uint64) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{node: node, addr: addr, conn: conn, queue: make(chan *concordpb.RaftEnvelope, t.cfg.QueueLen),
-		stopC: make(chan struct{})}
+	p := &peer{node: node, addr: addr, conn: conn, wakeC: make(chan struct{}, 1), stopC: make(chan struct{})}
 	t.peers[node] = p
 	t.wg.Add(1)
 	go t.runPeer(p)
 	return p, nil
 }
 
-// Send implements multiraft.Transport.
+// maxBatch bounds the messages in one RaftBatch; a peer's queue is also
+// handed over early once it holds this many.
+const maxBatch = 512
+
+// Send implements multiraft.Transport: it queues m for toNode. The message
+// leaves at the next Flush, so that everything one loop iteration sends to a
+// peer goes out in one batch.
 func (t *Transport) Send(toNode, shard uint64, m *pb.Message) {
 	if t.isBlocked(toNode) {
 		return
@@ -159,10 +185,33 @@ func (t *Transport) Send(toNode, shard uint64, m *pb.Message) {
 		t.log.Error("marshal raft message", "err", err)
 		return
 	}
-	select {
-	case p.queue <- &concordpb.RaftEnvelope{ShardId: shard, Message: data}:
-	default:
-		t.recv.ReportUnreachable(toNode)
+	p.mu.Lock()
+	full := len(p.pending) >= t.cfg.QueueLen
+	if !full {
+		p.pending = append(p.pending, &concordpb.RaftEnvelope{ShardId: shard, Message: data})
+	}
+	n := len(p.pending)
+	p.mu.Unlock()
+	switch {
+	case full:
+		t.recv.ReportUnreachable(toNode) // the peer is not keeping up; raft retransmits
+	case n >= maxBatch:
+		p.wake()
+	}
+}
+
+// Flush implements multiraft.Transport: it hands every peer's queued
+// messages to its sender.
+func (t *Transport) Flush() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.peers {
+		p.mu.Lock()
+		has := len(p.pending) > 0
+		p.mu.Unlock()
+		if has {
+			p.wake()
+		}
 	}
 }
 
@@ -182,7 +231,7 @@ func (t *Transport) runPeer(p *peer) {
 		}
 		t.log.Debug("peer stream ended", "peer", p.node, "addr", p.addr, "err", err)
 		t.recv.ReportUnreachable(p.node)
-		t.dropQueued(p)
+		p.take() // drop what was queued: raft retransmits
 		select {
 		case <-t.stopC:
 			return
@@ -196,6 +245,7 @@ func (t *Transport) runPeer(p *peer) {
 
 var errPeerClosed = errors.New("peer closed")
 
+// stream sends p's queue over one stream until it fails or p stops.
 func (t *Transport) stream(p *peer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -204,50 +254,20 @@ func (t *Transport) stream(p *peer) error {
 		return err
 	}
 	for {
-		var env *concordpb.RaftEnvelope
-		var ok bool
 		select {
-		case env, ok = <-p.queue:
+		case <-p.wakeC:
 		case <-t.stopC:
 			return errPeerClosed
 		case <-p.stopC:
 			return errPeerClosed
 		}
-		if !ok {
-			return errPeerClosed
-		}
-		batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: p.node,
-			Messages: []*concordpb.RaftEnvelope{env}}
-	more:
-		for len(batch.Messages) < 512 {
-			select {
-			case env, ok := <-p.queue:
-				if !ok {
-					break more
-				}
-				batch.Messages = append(batch.Messages, env)
-			default:
-				break more
+		for msgs := p.take(); len(msgs) > 0 && !t.isBlocked(p.node); {
+			n := min(len(msgs), maxBatch)
+			batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: p.node, Messages: msgs[:n]}
+			if err := s.Send(batch); err != nil {
+				return err
 			}
-		}
-		if t.isBlocked(p.node) {
-			continue
-		}
-		if err := s.Send(batch); err != nil {
-			return err
-		}
-	}
-}
-
-func (t *Transport) dropQueued(p *peer) {
-	for {
-		select {
-		case _, ok := <-p.queue:
-			if !ok {
-				return
-			}
-		default:
-			return
+			msgs = msgs[n:]
 		}
 	}
 }
