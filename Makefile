@@ -32,7 +32,7 @@ test-unit:
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /tests/)
 
 test-e2e: build
-	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./internal/testcluster/...
+	$(GO) test -count=1 -timeout 15m ./tests/e2e/...
 
 # Prints the test results and the run's summary line; the full log is in
 # robustness-out/test.log (and printed in part on failure).
