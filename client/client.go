@@ -147,24 +147,20 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 
 // refresh fetches the routing table from the first node that answers.
 func (c *Client) refresh(ctx context.Context) error {
-	var lastErr error
-	for _, addr := range c.candidates() {
-		conn, err := c.conn(addr)
-		if err != nil {
-			lastErr = err
-			continue
-		}
+	err := c.anyNode(func(conn *grpc.ClientConn) error {
+		// A node that hangs (paused, partitioned) must not stall the others' turn.
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		rt, err := concordpb.NewClusterClient(conn).RoutingTable(rctx, &concordpb.RoutingTableRequest{})
-		cancel()
-		if err != nil {
-			lastErr = err
-			continue
+		if err == nil {
+			c.routes.Store(newRoutes(rt))
 		}
-		c.routes.Store(newRoutes(rt))
-		return nil
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("concord: no node answered with a routing table: %w", err)
 	}
-	return fmt.Errorf("concord: no node answered with a routing table: %w", lastErr)
+	return nil
 }
 
 func newRoutes(rt *concordpb.RoutingTableResponse) *routes {

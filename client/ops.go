@@ -3,6 +3,9 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
+
+	"google.golang.org/grpc"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -141,38 +144,35 @@ func (c *Client) ScanPage(ctx context.Context, start, end []byte, limit uint32, 
 }
 
 // RoutingTable returns the cluster's nodes and shards as a node reports them.
-func (c *Client) RoutingTable(ctx context.Context) (*concordpb.RoutingTableResponse, error) {
-	var lastErr error
-	for _, addr := range c.candidates() {
-		conn, err := c.conn(addr)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		rt, err := concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
-		if err == nil {
-			return rt, nil
-		}
-		lastErr = err
-	}
-	return nil, lastErr
+func (c *Client) RoutingTable(ctx context.Context) (rt *concordpb.RoutingTableResponse, err error) {
+	err = c.anyNode(func(conn *grpc.ClientConn) error {
+		rt, err = concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
+		return err
+	})
+	return rt, err
 }
 
 // Status returns the cluster's status as the placement leader sees it (or,
 // if it cannot be reached, as the answering node sees it).
-func (c *Client) Status(ctx context.Context) (*concordpb.StatusResponse, error) {
-	var lastErr error
+func (c *Client) Status(ctx context.Context) (st *concordpb.StatusResponse, err error) {
+	err = c.anyNode(func(conn *grpc.ClientConn) error {
+		st, err = concordpb.NewClusterClient(conn).Status(ctx, &concordpb.StatusRequest{})
+		return err
+	})
+	return st, err
+}
+
+// anyNode calls f on each known node in turn until one call succeeds.
+func (c *Client) anyNode(f func(*grpc.ClientConn) error) error {
+	lastErr := errors.New("concord: no node known")
 	for _, addr := range c.candidates() {
 		conn, err := c.conn(addr)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		st, err := concordpb.NewClusterClient(conn).Status(ctx, &concordpb.StatusRequest{})
 		if err == nil {
-			return st, nil
+			if err = f(conn); err == nil {
+				return nil
+			}
 		}
 		lastErr = err
 	}
-	return nil, lastErr
+	return lastErr
 }

@@ -16,12 +16,11 @@ func newPutCmd() *cobra.Command {
 		Short: "Store VALUE under KEY",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.connect()
+			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer c.Close()
+			defer done()
 			prev, existed, err := c.Put(ctx, []byte(args[0]), []byte(args[1]))
 			if err != nil {
 				return err
@@ -45,12 +44,11 @@ func newGetCmd() *cobra.Command {
 		Short: "Print the value of KEY (exit status 1 if it does not exist)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.connect()
+			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer c.Close()
+			defer done()
 			var opts []client.ReadOption
 			if stale {
 				opts = append(opts, client.Stale())
@@ -88,12 +86,11 @@ func newDelCmd() *cobra.Command {
 		Short: "Delete KEY; prints 1 if it existed, 0 if not",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.connect()
+			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer c.Close()
+			defer done()
 			existed, err := c.Delete(ctx, []byte(args[0]))
 			if err != nil {
 				return err
@@ -129,12 +126,11 @@ func newCasCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := f.connect()
+			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer c.Close()
+			defer done()
 			res, err := c.CompareAndSwap(ctx, []byte(args[0]), cas)
 			if err != nil {
 				return err
@@ -202,12 +198,11 @@ func newScanCmd() *cobra.Command {
 			if len(args) > 1 {
 				end = []byte(args[1])
 			}
-			c, ctx, cancel, err := f.connect()
+			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer c.Close()
+			defer done()
 			var opts []client.ReadOption
 			if stale {
 				opts = append(opts, client.Stale())

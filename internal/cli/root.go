@@ -80,8 +80,9 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to keep retrying before giving up")
 }
 
-// connect returns a client and a context bounded by the timeout.
-func (f *clientFlags) connect() (*client.Client, context.Context, context.CancelFunc, error) {
+// connect returns a client, a context bounded by the timeout, and the
+// function that releases both.
+func (f *clientFlags) connect() (*client.Client, context.Context, func(), error) {
 	if f.output != "text" && f.output != "json" {
 		return nil, nil, nil, fmt.Errorf("--output must be text or json, not %q", f.output)
 	}
@@ -97,7 +98,7 @@ func (f *clientFlags) connect() (*client.Client, context.Context, context.Cancel
 		cancel()
 		return nil, nil, nil, err
 	}
-	return c, ctx, cancel, nil
+	return c, ctx, func() { c.Close(); cancel() }, nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -18,12 +18,11 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the cluster's nodes and every shard's leader, term, applied index and replicas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.connect()
+			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer c.Close()
+			defer done()
 			st, err := c.Status(ctx)
 			if err != nil {
 				return err

@@ -127,7 +127,6 @@ type Host struct {
 type inbox struct {
 	msgs  []inMsg
 	props []shardProposal
-	ccs   []shardProposal
 	reads []shardRead
 	fns   []func()
 }
@@ -327,14 +326,6 @@ func (h *Host) drain() {
 	}
 	for _, r := range h.dirty {
 		r.FlushProposals()
-	}
-	for _, sp := range in.ccs {
-		if r := h.replicas[sp.shard]; r != nil {
-			r.ProposeConfChange(sp.p)
-			h.dirty[sp.shard] = r
-		} else {
-			sp.p.Done <- replica.Outcome{Err: ErrNoReplica}
-		}
 	}
 	for _, sr := range in.reads {
 		if r := h.replicas[sr.shard]; r != nil {
