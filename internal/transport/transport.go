@@ -90,6 +90,9 @@ func New(cfg Config, eng *storage.Engine) *Transport {
 	if cfg.Blocked == nil {
 		cfg.Blocked = func(uint64) bool { return false }
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	return &Transport{cfg: cfg, eng: eng, log: cfg.Logger, peers: map[uint64]*peer{}, stopC: make(chan struct{})}
 }
 

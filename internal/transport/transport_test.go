@@ -1,0 +1,240 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+)
+
+// recorder is a Receiver that records what arrives.
+type recorder struct {
+	mu          sync.Mutex
+	batches     [][]*concordpb.RaftEnvelope
+	snaps       []string
+	unreachable map[uint64]int
+}
+
+func (r *recorder) Deliver(_ uint64, envs []*concordpb.RaftEnvelope) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.batches = append(r.batches, envs)
+	return nil
+}
+
+func (r *recorder) DeliverSnapshot(_ context.Context, _, _ uint64, _ *pb.Message, path string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.snaps = append(r.snaps, path)
+	return nil
+}
+
+func (r *recorder) ReportUnreachable(node uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unreachable == nil {
+		r.unreachable = map[uint64]int{}
+	}
+	r.unreachable[node]++
+}
+
+func (r *recorder) messages() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, b := range r.batches {
+		n += len(b)
+	}
+	return n
+}
+
+// endpoint is one node's transport with its own gRPC server and Pebble.
+type endpoint struct {
+	t    *Transport
+	recv *recorder
+	addr string
+	eng  *storage.Engine
+}
+
+// pair starts two transports (nodes 1 and 2) that know each other's address.
+func pair(t *testing.T, blocked func(self, peer uint64) bool) (a, b *endpoint) {
+	t.Helper()
+	addrs := map[uint64]string{}
+	var eps [2]*endpoint
+	lis := make([]net.Listener, 2)
+	for i := range lis {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[i], addrs[uint64(i+1)] = l, l.Addr().String()
+	}
+	for i := range eps {
+		self := uint64(i + 1)
+		eng, err := storage.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{ClusterID: 7, NodeID: self, QueueLen: 8,
+			Resolve: func(n uint64) (string, bool) { a, ok := addrs[n]; return a, ok }}
+		if blocked != nil {
+			cfg.Blocked = func(peer uint64) bool { return blocked(self, peer) }
+		}
+		tr := New(cfg, eng)
+		rec := &recorder{}
+		tr.SetReceiver(rec)
+		srv := grpc.NewServer()
+		concordpb.RegisterRaftTransportServer(srv, tr.Server())
+		go srv.Serve(lis[i])
+		eps[i] = &endpoint{t: tr, recv: rec, addr: addrs[self], eng: eng}
+		t.Cleanup(func() { srv.Stop(); tr.Stop(); eng.Close() })
+	}
+	return eps[0], eps[1]
+}
+
+func heartbeat(to uint64) *pb.Message {
+	return &pb.Message{Type: pb.MsgHeartbeat.Enum(), To: new(to), From: new(uint64(1)), Term: new(uint64(3))}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestFlushSendsOneBatch protects the batching contract: messages queued by
+// Send leave only at Flush, and what was queued for a peer travels together.
+func TestFlushSendsOneBatch(t *testing.T) {
+	a, b := pair(t, nil)
+	for i := 0; i < 5; i++ {
+		a.t.Send(2, uint64(i), heartbeat(2))
+	}
+	time.Sleep(50 * time.Millisecond) // nothing may arrive before Flush; absence cannot be polled
+	if n := b.recv.messages(); n != 0 {
+		t.Fatalf("%d messages arrived before Flush", n)
+	}
+	a.t.Flush()
+	waitFor(t, "5 messages", func() bool { return b.recv.messages() == 5 })
+	b.recv.mu.Lock()
+	defer b.recv.mu.Unlock()
+	if len(b.recv.batches) != 1 {
+		t.Fatalf("5 messages flushed together arrived in %d batches, want 1", len(b.recv.batches))
+	}
+}
+
+// TestQueueFullReportsUnreachable protects backpressure: Send never blocks,
+// and a peer whose queue is full is reported unreachable (raft retransmits).
+func TestQueueFullReportsUnreachable(t *testing.T) {
+	a, _ := pair(t, nil)
+	p, err := a.t.peer(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(p.stopC) // keep the sender from draining the queue
+	for i := 0; i < 20; i++ {
+		a.t.Send(2, 1, heartbeat(2))
+	}
+	a.recv.mu.Lock()
+	defer a.recv.mu.Unlock()
+	if a.recv.unreachable[2] == 0 {
+		t.Fatal("a full queue (QueueLen 8, 20 sends) did not report the peer unreachable")
+	}
+}
+
+// TestBlockedPeerCutBothWays protects the partition fault: a node that
+// blocks a peer neither sends to it nor accepts from it.
+func TestBlockedPeerCutBothWays(t *testing.T) {
+	// Node 1 blocks node 2; node 2 blocks no one.
+	a, b := pair(t, func(self, peer uint64) bool { return self == 1 && peer == 2 })
+	a.t.Send(2, 1, heartbeat(2))
+	a.t.Flush()
+	b.t.Send(1, 1, heartbeat(1))
+	b.t.Flush()
+	time.Sleep(200 * time.Millisecond) // absence cannot be polled
+	if n := b.recv.messages(); n != 0 {
+		t.Fatalf("blocked sender delivered %d messages", n)
+	}
+	if n := a.recv.messages(); n != 0 {
+		t.Fatalf("blocking receiver accepted %d messages", n)
+	}
+}
+
+// TestSnapshotKeysOutsideShardRefused protects the receiver: a snapshot
+// stream may only carry keys of its own shard's state span.
+func TestSnapshotKeysOutsideShardRefused(t *testing.T) {
+	_, b := pair(t, nil)
+	conn, err := dial.Dial(b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	send := func(shard uint64, key []byte) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := concordpb.NewRaftTransportClient(conn).SendSnapshot(ctx)
+		if err != nil {
+			return err
+		}
+		m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(2))}}}
+		hdr, err := proto.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if err := s.Send(&concordpb.SnapshotChunk{ClusterId: 7, FromNodeId: 1, ToNodeId: 2, ShardId: shard, RaftMessage: hdr,
+			Kvs: []*concordpb.KeyValue{{Key: key, Value: []byte("v")}}, Done: true}); err != nil {
+			return err
+		}
+		_, err = s.CloseAndRecv()
+		return err
+	}
+	if err := send(3, keys.User(4, []byte("k"))); err == nil {
+		t.Fatal("a snapshot of shard 3 carrying a key of shard 4 was accepted")
+	}
+	if err := send(3, keys.User(3, []byte("k"))); err != nil {
+		t.Fatalf("a well-formed snapshot was refused: %v", err)
+	}
+	b.recv.mu.Lock()
+	defer b.recv.mu.Unlock()
+	if len(b.recv.snaps) != 1 {
+		t.Fatalf("receiver got %d snapshots, want exactly the well-formed one", len(b.recv.snaps))
+	}
+}
+
+// TestWrongClusterRefused protects against cross-talk between clusters
+// that reuse addresses: a batch for another cluster id ends the stream.
+func TestWrongClusterRefused(t *testing.T) {
+	_, b := pair(t, nil)
+	conn, err := dial.Dial(b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := concordpb.NewRaftTransportClient(conn).Send(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Send(&concordpb.RaftBatch{ClusterId: 99, FromNodeId: 1, ToNodeId: 2})
+	if _, err := s.CloseAndRecv(); err == nil {
+		t.Fatal("a batch for cluster 99 was accepted by cluster 7")
+	}
+	if n := b.recv.messages(); n != 0 {
+		t.Fatalf("%d messages delivered from another cluster", n)
+	}
+}
