@@ -21,38 +21,81 @@ import (
 
 func testRNG() *rand.Rand { return rand.New(rand.NewPCG(7, 11)) }
 
-func TestReadRatioHonoured(t *testing.T) {
-	for _, want := range []float64{0, 0.05, 0.5, 0.95, 1} {
+func TestMixHonoured(t *testing.T) {
+	for _, w := range []string{"a", "b", "c", "d", "e", "f", "put", "get"} {
+		mix, err := MixOf(w)
+		if err != nil {
+			t.Fatal(err)
+		}
 		rng := testRNG()
 		const n = 200_000
-		reads := 0
+		var got [numOps]int
 		for range n {
-			if isRead(rng, want) {
-				reads++
-			}
+			got[mix.pick(rng)]++
 		}
 		// 200k Bernoulli draws: one standard deviation is at most 0.0011.
-		if got := float64(reads) / n; got < want-0.006 || got > want+0.006 {
-			t.Errorf("read ratio %v: got %v reads", want, got)
+		for op := range numOps {
+			if f := float64(got[op]) / n; f < mix[op]-0.006 || f > mix[op]+0.006 {
+				t.Errorf("workload %s, %s: drew %v, want %v", w, opNames[op], f, mix[op])
+			}
 		}
 	}
 }
 
-func TestWorkloadRatios(t *testing.T) {
-	for w, want := range map[string]float64{"a": 0.5, "b": 0.95, "c": 1, "put": 0, "get": 1} {
-		if got, err := ReadRatioOf(w); err != nil || got != want {
-			t.Errorf("workload %s: got %v, %v; want %v", w, got, err, want)
+func TestWorkloadMixes(t *testing.T) {
+	want := map[string]string{
+		"a": `{"read":0.5,"update":0.5}`, "b": `{"read":0.95,"update":0.05}`, "c": `{"read":1}`,
+		"d": `{"read":0.95,"insert":0.05}`, "e": `{"insert":0.05,"scan":0.95}`,
+		"f": `{"read":0.5,"rmw":0.5}`, "put": `{"update":1}`, "get": `{"read":1}`,
+	}
+	for w, js := range want {
+		m, err := MixOf(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := m.MarshalJSON(); string(got) != js {
+			t.Errorf("workload %s: mix %s, want %s", w, got, js)
 		}
 	}
-	if _, err := ReadRatioOf("d"); err == nil {
-		t.Error("workload d accepted")
+	if _, err := MixOf("g"); err == nil {
+		t.Error("workload g accepted")
+	}
+	if d := DefaultDistribution("d"); d != "latest" {
+		t.Errorf("workload d reads %s keys, want latest", d)
+	}
+}
+
+func TestLatestFavoursNewestKeys(t *testing.T) {
+	ks := newKeyspace(1000)
+	ch, err := newChooser("latest", ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pick := ch.bind(testRNG())
+	for range 500 {
+		ks.insert()
+	}
+	newest := 0
+	const n = 20_000
+	for range n {
+		k := pick()
+		if k < 0 || k >= 1500 {
+			t.Fatalf("latest picked %d outside [0, 1500)", k)
+		}
+		if k >= 1400 {
+			newest++
+		}
+	}
+	// Zipf(1.1) over recency puts well over half the draws on the 100 newest keys.
+	if f := float64(newest) / n; f < 0.5 {
+		t.Errorf("latest: only %.2f of draws on the 100 newest keys", f)
 	}
 }
 
 // counts draws n keys from dist over keys keys and returns per-key counts.
 func counts(t *testing.T, dist string, keys, n int) []int {
 	t.Helper()
-	ch, err := newChooser(dist, keys)
+	ch, err := newChooser(dist, newKeyspace(keys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +152,7 @@ func TestUniformIsFlatAndZipfianIsSkewed(t *testing.T) {
 	if z[0] < z[1] || z[1] < z[10] {
 		t.Errorf("zipfian: key 0 should be the most popular: %d, %d, %d", z[0], z[1], z[10])
 	}
-	if _, err := newChooser("gaussian", 10); err == nil {
+	if _, err := newChooser("gaussian", newKeyspace(10)); err == nil {
 		t.Error("unknown distribution accepted")
 	}
 }
@@ -164,9 +207,11 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[string]func(*Config){
-		"etcd":         func(c *Config) { c.Target = "etcd" },
+		"target":       func(c *Config) { c.Target = "cassandra" },
+		"redis scan":   func(c *Config) { c.Target, c.Workload = "redis", "e" },
+		"workload":     func(c *Config) { c.Workload = "g" },
 		"short keys":   func(c *Config) { c.Keys, c.KeySize = 1000, 3 }, // "k999" needs 4
-		"ratio":        func(c *Config) { c.ReadRatio = 1.5 },
+		"ratio":        func(c *Config) { c.Workload, c.ReadRatio = "custom", 1.5 },
 		"no limit":     func(c *Config) { c.Ops, c.Duration = 0, 0 },
 		"consistency":  func(c *Config) { c.Consistency = "eventual" },
 		"distribution": func(c *Config) { c.Distribution = "normal" },
@@ -178,10 +223,12 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	c = validConfig()
-	c.Target = "redis"
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "only concord") {
-		t.Errorf("redis target: %v", err)
+	for _, target := range []string{"etcd", "redis"} {
+		c = validConfig()
+		c.Target = target
+		if err := c.Validate(); err != nil {
+			t.Errorf("target %s: %v", target, err)
+		}
 	}
 }
 
@@ -210,6 +257,19 @@ func (f *fakeTarget) Put(ctx context.Context, key, value []byte) error {
 	defer f.mu.Unlock()
 	f.m[string(key)] = string(value)
 	return nil
+}
+
+// Scan counts the stored keys at or after start, up to n.
+func (f *fakeTarget) Scan(ctx context.Context, start []byte, n int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := 0
+	for k := range f.m {
+		if k >= string(start) {
+			c++
+		}
+	}
+	return min(c, n), nil
 }
 
 func (f *fakeTarget) Close() error { return nil }
@@ -398,4 +458,40 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestRunInsertsScansAndReadModifyWrites(t *testing.T) {
+	for _, w := range []string{"d", "e", "f"} {
+		cfg := validConfig()
+		cfg.Workload, cfg.Distribution, cfg.Preload = w, "", true
+		f := newFake()
+		res, err := Run(context.Background(), cfg, []Target{f}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Ops != cfg.Ops || res.Errors != 0 {
+			t.Fatalf("workload %s: ops %d errors %d", w, res.Ops, res.Errors)
+		}
+		var sum int64
+		for _, st := range res.ByOp {
+			sum += st.Ops
+		}
+		if sum != res.Ops {
+			t.Errorf("workload %s: per-op counts %v do not add up to %d", w, res.ByOp, res.Ops)
+		}
+		switch w {
+		case "d", "e":
+			// Every insert added a key past the preloaded ones.
+			if ins := res.ByOp["insert"].Ops; ins < 20 || len(f.m) != cfg.Keys+int(ins) {
+				t.Errorf("workload %s: %d inserts but %d keys stored (preloaded %d)", w, ins, len(f.m), cfg.Keys)
+			}
+		case "f":
+			if rmw := res.ByOp["rmw"]; rmw.Ops < 400 || rmw.NotFound != 0 {
+				t.Errorf("workload f: rmw %+v", rmw)
+			}
+		}
+		if w == "e" && res.ByOp["scan"].Ops < 900 {
+			t.Errorf("workload e: only %d scans", res.ByOp["scan"].Ops)
+		}
+	}
 }

@@ -26,36 +26,54 @@ type Config struct {
 	Consistency  string        `json:"consistency"`
 	Preload      bool          `json:"preload"`
 	Seed         uint64        `json:"seed"`
+	Mix          Mix           `json:"mix"`
 }
 
-// Workload read ratios. YCSB A/B/C are defined by their read/update split;
-// our records are single values, so an update is a whole-value Put.
-var workloadReadRatio = map[string]float64{
-	"a":   0.5,
-	"b":   0.95,
-	"c":   1.0,
-	"put": 0.0,
-	"get": 1.0,
-}
+// Targets --target accepts.
+var targets = map[string]bool{"concord": true, "etcd": true, "redis": true}
 
-// ReadRatioOf returns the read fraction of a named workload.
-func ReadRatioOf(workload string) (float64, error) {
-	r, ok := workloadReadRatio[workload]
-	if !ok {
-		return 0, fmt.Errorf("--workload must be a, b, c, put or get, not %q", workload)
+// Normalize fills what the flags leave implicit: the operation mix (from
+// --workload, or from --read-ratio when the workload is "custom"), the
+// read ratio it implies, and the workload's default distribution.
+func (c *Config) Normalize() error {
+	if c.Workload == "custom" {
+		if c.ReadRatio < 0 || c.ReadRatio > 1 {
+			return fmt.Errorf("--read-ratio must be between 0 and 1, got %v", c.ReadRatio)
+		}
+		c.Mix = ReadsOnly(c.ReadRatio)
+	} else {
+		m, err := MixOf(c.Workload)
+		if err != nil {
+			return err
+		}
+		c.Mix = m
 	}
-	return r, nil
+	c.ReadRatio = c.Mix[opRead]
+	if c.Distribution == "" {
+		c.Distribution = DefaultDistribution(c.Workload)
+	}
+	return nil
 }
+
+// NeedsPreload reports whether the mix reads keys that must exist first.
+func (c *Config) NeedsPreload() bool { return c.Mix.reads() }
 
 // Validate rejects settings a run cannot honour.
 func (c *Config) Validate() error {
+	if err := c.Normalize(); err != nil {
+		return err
+	}
 	switch {
-	case c.Target != "concord":
-		return fmt.Errorf("--target %q is not supported yet: only concord is (etcd and redis are planned)", c.Target)
+	case !targets[c.Target]:
+		return fmt.Errorf("--target must be concord, etcd or redis, not %q", c.Target)
+	case c.Target == "redis" && c.Mix.has(opScan):
+		return errors.New("--target redis cannot run scans (workload e): Redis has no ordered range read over string keys")
+	case c.Target == "redis" && len(c.Endpoints) != 1:
+		return fmt.Errorf("--target redis takes one endpoint (a single Redis server), got %d", len(c.Endpoints))
 	case len(c.Endpoints) == 0:
 		return errors.New("--endpoints is empty")
-	case c.ReadRatio < 0 || c.ReadRatio > 1:
-		return fmt.Errorf("--read-ratio must be between 0 and 1, got %v", c.ReadRatio)
+	case c.Mix.valid() != nil:
+		return c.Mix.valid()
 	case c.Keys < 1:
 		return fmt.Errorf("--keys must be positive, got %d", c.Keys)
 	case c.ValueSize < 0:
@@ -67,7 +85,7 @@ func (c *Config) Validate() error {
 	case c.Consistency != "linearizable" && c.Consistency != "stale":
 		return fmt.Errorf("--consistency must be linearizable or stale, not %q", c.Consistency)
 	}
-	if _, err := newChooser(c.Distribution, c.Keys); err != nil {
+	if _, err := newChooser(c.Distribution, newKeyspace(c.Keys)); err != nil {
 		return err
 	}
 	// Keys must all have the same length, or --key-size would be a lie.

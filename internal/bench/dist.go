@@ -3,7 +3,27 @@ package bench
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 )
+
+// keyspace is the set of keys a run uses: the loaded keys [0, loaded) and
+// the keys inserts have added after them, numbered on from loaded.
+type keyspace struct {
+	loaded int
+	next   atomic.Int64 // the index the next insert takes
+}
+
+func newKeyspace(loaded int) *keyspace {
+	ks := &keyspace{loaded: loaded}
+	ks.next.Store(int64(loaded))
+	return ks
+}
+
+// insert reserves the index of a new key.
+func (ks *keyspace) insert() int { return int(ks.next.Add(1) - 1) }
+
+// size is the number of keys loaded or inserted (or being inserted).
+func (ks *keyspace) size() int { return int(ks.next.Load()) }
 
 // chooser picks key indexes. bind returns a picker that draws from rng;
 // each goroutine binds its own rng, so pickers need no locking.
@@ -23,8 +43,14 @@ const (
 	HotOpsFraction  = 0.90
 )
 
-func newChooser(dist string, keys int) (chooser, error) {
+// newChooser returns the key chooser for dist. uniform, zipfian and
+// hotkey draw from the loaded keys; latest (YCSB D) favours the newest
+// keys, inserted ones included.
+func newChooser(dist string, ks *keyspace) (chooser, error) {
+	keys := ks.loaded
 	switch dist {
+	case "latest":
+		return latest{ks: ks}, nil
 	case "uniform":
 		return uniform{n: keys}, nil
 	case "zipfian":
@@ -33,7 +59,20 @@ func newChooser(dist string, keys int) (chooser, error) {
 		hot := max(1, int(float64(keys)*HotKeysFraction))
 		return hotkey{n: keys, hot: hot}, nil
 	}
-	return nil, fmt.Errorf("--distribution must be uniform, zipfian or hotkey, not %q", dist)
+	return nil, fmt.Errorf("--distribution must be uniform, zipfian, hotkey or latest, not %q", dist)
+}
+
+// latest is YCSB's "latest" distribution: zipfian over recency, so the
+// newest key is the most popular. The zipfian rank is drawn over the
+// loaded key count and clamped to the keys that exist.
+type latest struct{ ks *keyspace }
+
+func (l latest) bind(rng *rand.Rand) func() int {
+	zf := rand.NewZipf(rng, ZipfS, 1, uint64(max(l.ks.loaded-1, 1)))
+	return func() int {
+		n := l.ks.size()
+		return max(0, n-1-int(zf.Uint64()))
+	}
 }
 
 type uniform struct{ n int }
@@ -61,7 +100,3 @@ func (h hotkey) bind(rng *rand.Rand) func() int {
 	}
 }
 
-// isRead decides one operation of the mix.
-func isRead(rng *rand.Rand, readRatio float64) bool {
-	return rng.Float64() < readRatio
-}

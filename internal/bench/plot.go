@@ -18,8 +18,9 @@ const (
 	plotMarginT, plotMarginB = 40.0, 44.0
 )
 
-// plotColors per series: all, read, update.
-var plotColors = map[string]string{"all": "#333333", "read": "#1f77b4", "update": "#d62728"}
+// plotColors per series: all, then one per operation type.
+var plotColors = map[string]string{"all": "#333333", "read": "#1f77b4", "update": "#d62728",
+	"insert": "#2ca02c", "scan": "#9467bd", "rmw": "#ff7f0e"}
 
 // cdfPercentiles are where the CDF is sampled: every percent, then finer
 // steps in the tail where the interesting latencies are.

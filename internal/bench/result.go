@@ -55,8 +55,7 @@ type Result struct {
 func buildResult(cfg Config, workers []*worker, elapsed time.Duration, timeline []Sample) *Result {
 	r := &Result{Config: cfg, DurationSec: elapsed.Seconds(), ErrorsByKind: map[string]int64{},
 		ByOp: map[string]OpStats{}, Timeline: timeline, all: newHist()}
-	var opErrs [numOps]int64
-	var notFound int64
+	var opErrs, notFound [numOps]int64
 	for op := range numOps {
 		r.perOp[op] = newHist()
 	}
@@ -64,18 +63,16 @@ func buildResult(cfg Config, workers []*worker, elapsed time.Duration, timeline 
 		for op := range numOps {
 			r.perOp[op].Merge(w.hist[op])
 			opErrs[op] += w.opErrs[op]
+			notFound[op] += w.notFound[op]
 		}
 		for k, n := range w.kinds {
 			r.ErrorsByKind[k] += n
 		}
-		notFound += w.notFound
 	}
 	for op := range numOps {
 		r.all.Merge(r.perOp[op])
 		st := r.stats(r.perOp[op], opErrs[op])
-		if op == opRead {
-			st.NotFound = notFound
-		}
+		st.NotFound = notFound[op]
 		if st.Ops+st.Errors > 0 {
 			r.ByOp[opNames[op]] = st
 		}
@@ -119,8 +116,9 @@ func (r *Result) WriteJSON(w io.Writer) error {
 func (r *Result) WriteText(w io.Writer) error {
 	c := r.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "target %s, workload %s (%.0f%% reads, %s), %s keys over %d keys, key %d B, value %d B\n",
-		c.Target, c.Workload, c.ReadRatio*100, c.Consistency, c.Distribution, c.Keys, c.KeySize, c.ValueSize)
+	mix, _ := c.Mix.MarshalJSON()
+	fmt.Fprintf(&b, "target %s, workload %s (mix %s, %s), %s keys over %d keys, key %d B, value %d B\n",
+		c.Target, c.Workload, mix, c.Consistency, c.Distribution, c.Keys, c.KeySize, c.ValueSize)
 	fmt.Fprintf(&b, "%d clients on %d conns, preload %v", c.Clients, c.Conns, c.Preload)
 	if r.Interrupted {
 		b.WriteString(", INTERRUPTED")
@@ -137,8 +135,10 @@ func (r *Result) WriteText(w io.Writer) error {
 			row(name, s)
 		}
 	}
-	if s, ok := r.ByOp["read"]; ok && s.NotFound > 0 {
-		fmt.Fprintf(&b, "\nreads that found no value: %d\n", s.NotFound)
+	for _, name := range opNames {
+		if s, ok := r.ByOp[name]; ok && s.NotFound > 0 {
+			fmt.Fprintf(&b, "\n%s operations that found no value: %d\n", name, s.NotFound)
+		}
 	}
 	if len(r.ErrorsByKind) > 0 {
 		b.WriteString("\nerrors by kind:")

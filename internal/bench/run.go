@@ -12,15 +12,6 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// Operation types, indexes into per-type arrays.
-const (
-	opRead = iota
-	opUpdate
-	numOps
-)
-
-var opNames = [numOps]string{"read", "update"}
-
 // Histogram range: 1 µs to 60 s (past any client timeout) at 3
 // significant digits, i.e. 0.1 % resolution.
 const (
@@ -86,13 +77,14 @@ func preload(ctx context.Context, cfg Config, targets []Target, vals *valuePool)
 
 // measure runs the timed phase.
 func measure(ctx context.Context, cfg Config, targets []Target, vals *valuePool, progress io.Writer) (*Result, error) {
-	ch, err := newChooser(cfg.Distribution, cfg.Keys)
+	ks := newKeyspace(cfg.Keys)
+	ch, err := newChooser(cfg.Distribution, ks)
 	if err != nil {
 		return nil, err
 	}
 	workers := make([]*worker, cfg.Clients)
 	for i := range workers {
-		workers[i] = newWorker(cfg, ch, vals, uint64(i))
+		workers[i] = newWorker(cfg, ks, ch, vals, uint64(i))
 	}
 	start := time.Now()
 	lim := newLimits(cfg, start)
@@ -145,21 +137,22 @@ type worker struct {
 	// done and errs are read live by the sampler.
 	done, errs atomic.Int64
 
-	rng       *rand.Rand
-	pick      func() int
-	vals      *valuePool
-	readRatio float64
-	keySize   int
+	rng     *rand.Rand
+	pick    func() int
+	ks      *keyspace
+	vals    *valuePool
+	mix     Mix
+	keySize int
 
 	hist     [numOps]*hdrhistogram.Histogram
 	opErrs   [numOps]int64
 	kinds    map[string]int64
-	notFound int64
+	notFound [numOps]int64
 }
 
-func newWorker(cfg Config, ch chooser, vals *valuePool, id uint64) *worker {
+func newWorker(cfg Config, ks *keyspace, ch chooser, vals *valuePool, id uint64) *worker {
 	rng := rand.New(rand.NewPCG(cfg.Seed, id+1))
-	w := &worker{rng: rng, pick: ch.bind(rng), vals: vals, readRatio: cfg.ReadRatio,
+	w := &worker{rng: rng, pick: ch.bind(rng), ks: ks, vals: vals, mix: cfg.Mix,
 		keySize: cfg.KeySize, kinds: map[string]int64{}}
 	for i := range w.hist {
 		w.hist[i] = newHist()
@@ -170,11 +163,14 @@ func newWorker(cfg Config, ch chooser, vals *valuePool, id uint64) *worker {
 func (w *worker) run(ctx context.Context, t Target, lim *limits) {
 	key := make([]byte, 0, w.keySize)
 	for ctx.Err() == nil && lim.take() {
-		key = AppendKey(key[:0], w.pick(), w.keySize)
-		op := opUpdate
-		if isRead(w.rng, w.readRatio) {
-			op = opRead
+		op := w.mix.pick(w.rng)
+		idx := 0
+		if op == opInsert {
+			idx = w.ks.insert()
+		} else {
+			idx = w.pick()
 		}
+		key = AppendKey(key[:0], idx, w.keySize)
 		w.do(ctx, t, op, key)
 	}
 }
@@ -183,17 +179,11 @@ func (w *worker) run(ctx context.Context, t Target, lim *limits) {
 // latency histograms; failures are counted by kind.
 func (w *worker) do(ctx context.Context, t Target, op int, key []byte) {
 	start := time.Now()
-	var err error
-	if op == opRead {
-		var found bool
-		found, err = t.Get(ctx, key)
-		if err == nil && !found {
-			w.notFound++
-		}
-	} else {
-		err = t.Put(ctx, key, w.vals.next(w.rng))
-	}
+	found, err := w.exec(ctx, t, op, key)
 	us := time.Since(start).Microseconds()
+	if err == nil && !found {
+		w.notFound[op]++
+	}
 	switch {
 	case err == nil:
 		_ = w.hist[op].RecordValue(min(max(us, histMinUs), histMaxUs))
@@ -204,5 +194,27 @@ func (w *worker) do(ctx context.Context, t Target, op int, key []byte) {
 		w.opErrs[op]++
 		w.kinds[ErrorKind(err)]++
 		w.errs.Add(1)
+	}
+}
+
+// exec issues one operation. found is false for a read, scan or
+// read-modify-write that found nothing; mutations report true.
+func (w *worker) exec(ctx context.Context, t Target, op int, key []byte) (found bool, err error) {
+	switch op {
+	case opRead:
+		return t.Get(ctx, key)
+	case opScan:
+		n, err := t.Scan(ctx, key, 1+w.rng.IntN(MaxScanLength))
+		return n > 0, err
+	case opRMW:
+		// YCSB's read-modify-write reads the record, then writes it back
+		// changed; the value written does not depend on what was read
+		// (records here are opaque), but the read must finish first.
+		if found, err = t.Get(ctx, key); err != nil {
+			return found, err
+		}
+		return found, t.Put(ctx, key, w.vals.next(w.rng))
+	default: // opUpdate, opInsert
+		return true, t.Put(ctx, key, w.vals.next(w.rng))
 	}
 }

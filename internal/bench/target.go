@@ -14,7 +14,24 @@ import (
 type Target interface {
 	Get(ctx context.Context, key []byte) (found bool, err error)
 	Put(ctx context.Context, key, value []byte) error
+	// Scan reads up to n pairs in key order from start and returns how
+	// many it read.
+	Scan(ctx context.Context, start []byte, n int) (int, error)
 	Close() error
+}
+
+// Dial opens one Target of cfg.Target (Validate has checked the name).
+// clients is how many goroutines will share it, for targets that pool
+// connections.
+func Dial(ctx context.Context, cfg Config, clients int) (Target, error) {
+	stale := cfg.Consistency == "stale"
+	switch cfg.Target {
+	case "etcd":
+		return DialEtcd(ctx, cfg.Endpoints, stale)
+	case "redis":
+		return DialRedis(ctx, cfg.Endpoints[0], clients)
+	}
+	return DialConcord(ctx, cfg.Endpoints, stale)
 }
 
 // concordTarget drives a Concord cluster through the Go client.
@@ -45,6 +62,11 @@ func (t *concordTarget) Get(ctx context.Context, key []byte) (bool, error) {
 func (t *concordTarget) Put(ctx context.Context, key, value []byte) error {
 	_, _, err := t.c.Put(ctx, key, value)
 	return err
+}
+
+func (t *concordTarget) Scan(ctx context.Context, start []byte, n int) (int, error) {
+	kvs, err := t.c.Scan(ctx, start, nil, n, t.opts...)
+	return len(kvs), err
 }
 
 func (t *concordTarget) Close() error { return t.c.Close() }

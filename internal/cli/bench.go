@@ -29,9 +29,11 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Generate load against a cluster and report throughput and latency",
-		Long: "Run a YCSB-style load: --clients goroutines sharing --conns clients issue reads and updates\n" +
-			"(by --workload or --read-ratio) on --keys keys drawn by --distribution, for --duration or --ops.\n" +
-			"Example:\n  concord bench --workload a --clients 16 --duration 15s --output json",
+		Long: "Run a YCSB-style load: --clients goroutines sharing --conns clients issue the operations of\n" +
+			"--workload (or reads and updates by --read-ratio) on --keys keys drawn by --distribution, for\n" +
+			"--duration or --ops, against Concord, etcd or Redis (--target), the same load for each.\n" +
+			"Examples:\n  concord bench --workload a --clients 16 --duration 15s --output json\n" +
+			"  concord bench --target etcd --endpoints 127.0.0.1:2379 --workload put --clients 100 --conns 10",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.resolve(cmd); err != nil {
@@ -52,10 +54,12 @@ func addBenchFlags(cmd *cobra.Command, f *benchFlags) {
 	fl := cmd.Flags()
 	c := &f.cfg
 	fl.StringVar(&f.endpoints, "endpoints", def, "comma-separated node addresses (env CONCORD_ENDPOINTS)")
-	fl.StringVar(&c.Target, "target", "concord", "system to load (only concord for now)")
-	fl.StringVar(&c.Workload, "workload", "a", "a (50% reads), b (95%), c (100%), put (0%) or get (100%)")
+	fl.StringVar(&c.Target, "target", "concord", "system to load: concord, etcd (Go client v3) or redis (go-redis; one endpoint)")
+	fl.StringVar(&c.Workload, "workload", "a", "YCSB a (50% read/50% update), b (95/5), c (100% read), d (95% read latest/5% insert),\n"+
+		"e (95% scan/5% insert), f (50% read/50% read-modify-write), put (100% update) or get (100% read)")
 	fl.Float64Var(&c.ReadRatio, "read-ratio", 0, "fraction of reads, 0..1 (overrides --workload)")
-	fl.StringVar(&c.Distribution, "distribution", "uniform", "key choice: uniform, zipfian or hotkey (90% of requests on 10% of keys)")
+	fl.StringVar(&c.Distribution, "distribution", "", "key choice: uniform, zipfian, hotkey (90% of requests on 10% of keys) or latest\n"+
+		"(default: latest for workload d, else uniform)")
 	fl.IntVar(&c.Keys, "keys", 10000, "number of distinct keys")
 	fl.IntVar(&c.KeySize, "key-size", 16, "key length in bytes")
 	fl.IntVar(&c.ValueSize, "value-size", 256, "value length in bytes")
@@ -79,20 +83,20 @@ func (f *benchFlags) resolve(cmd *cobra.Command) error {
 	if f.output != "text" && f.output != "json" {
 		return fmt.Errorf("--output must be text or json, not %q", f.output)
 	}
-	if !fl.Changed("read-ratio") {
-		r, err := bench.ReadRatioOf(c.Workload)
-		if err != nil {
-			return err
+	if fl.Changed("read-ratio") {
+		if fl.Changed("workload") {
+			return errors.New("give --workload or --read-ratio, not both")
 		}
-		c.ReadRatio = r
-	} else if !fl.Changed("workload") {
 		c.Workload = "custom"
+	}
+	if err := c.Normalize(); err != nil {
+		return err
 	}
 	if fl.Changed("ops") && !fl.Changed("duration") {
 		c.Duration = 0
 	}
 	if !fl.Changed("preload") {
-		c.Preload = c.ReadRatio > 0
+		c.Preload = c.NeedsPreload()
 	}
 	for _, e := range strings.Split(f.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
@@ -133,9 +137,10 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 // cluster.
 func dialTargets(ctx context.Context, f benchFlags) ([]bench.Target, error) {
 	var targets []bench.Target
+	perConn := (f.cfg.Clients + f.cfg.Conns - 1) / f.cfg.Conns
 	for range f.cfg.Conns {
 		dctx, cancel := context.WithTimeout(ctx, f.timeout)
-		t, err := bench.DialConcord(dctx, f.cfg.Endpoints, f.cfg.Consistency == "stale")
+		t, err := bench.Dial(dctx, f.cfg, perConn)
 		cancel()
 		if err != nil {
 			for _, t := range targets {

@@ -59,7 +59,10 @@ func TestBenchFlagInteractions(t *testing.T) {
 
 func TestBenchRejects(t *testing.T) {
 	for _, args := range [][]string{
-		{"--target", "etcd"},
+		{"--target", "dynamo"},
+		{"--target", "redis", "--workload", "e"},
+		{"--target", "redis", "--endpoints", "a:1,b:2"},
+		{"--workload", "a", "--read-ratio", "0.3"},
 		{"--workload", "z"},
 		{"--distribution", "normal"},
 		{"--output", "yaml"},
@@ -69,8 +72,25 @@ func TestBenchRejects(t *testing.T) {
 			t.Errorf("%v accepted", args)
 		}
 	}
-	_, err := resolveArgs(t, "--target", "redis")
-	if err == nil || !strings.Contains(err.Error(), "only concord") {
-		t.Errorf("--target redis: %v", err)
+	_, err := resolveArgs(t, "--target", "redis", "--workload", "e")
+	if err == nil || !strings.Contains(err.Error(), "no ordered range read") {
+		t.Errorf("--target redis, workload e: %v", err)
+	}
+}
+
+func TestBenchWorkloadDefaults(t *testing.T) {
+	f, err := resolveArgs(t, "--target", "etcd", "--workload", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.cfg.Distribution != "latest" || !f.cfg.Preload || f.cfg.ReadRatio != 0.95 {
+		t.Errorf("workload d: %+v", f.cfg)
+	}
+	f, err = resolveArgs(t, "--workload", "e", "--distribution", "zipfian")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.cfg.Distribution != "zipfian" || !f.cfg.Preload || f.cfg.ReadRatio != 0 {
+		t.Errorf("workload e: scans need a preload and keep the given distribution: %+v", f.cfg)
 	}
 }
