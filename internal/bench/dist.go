@@ -99,4 +99,3 @@ func (h hotkey) bind(rng *rand.Rand) func() int {
 		return h.hot + rng.IntN(h.n-h.hot)
 	}
 }
-
