@@ -379,7 +379,24 @@ func TestJSONShape(t *testing.T) {
 			t.Errorf("by_op.%s has no latency_ms.p99: %v", op, st)
 		}
 	}
+	// The CDF rises from the fastest to the slowest operation.
+	var pts []CDFPoint
+	raw, _ := json.Marshal(m["latency_cdf"])
+	if err := json.Unmarshal(raw, &pts); err != nil || len(pts) < 100 {
+		t.Fatalf("latency_cdf: %v, %d points", err, len(pts))
+	}
+	for i := 1; i < len(pts); i++ {
+		if pts[i].Percent <= pts[i-1].Percent || pts[i].Ms < pts[i-1].Ms {
+			t.Fatalf("latency_cdf not monotonic at %d: %v then %v", i, pts[i-1], pts[i])
+		}
+	}
+	if last := pts[len(pts)-1]; last.Percent != 100 || last.Ms != lat["max"].(float64) {
+		t.Errorf("latency_cdf ends at %v, want 100%% at max %v", last, lat["max"])
+	}
 	conf, _ := m["config"].(map[string]any)
+	if mix, _ := conf["mix"].(map[string]any); mix["read"] != 0.5 || mix["update"] != 0.5 {
+		t.Errorf("config.mix = %v", conf["mix"])
+	}
 	if conf["workload"] != "a" || conf["clients"].(float64) != 4 {
 		t.Errorf("config not echoed: %v", conf)
 	}

@@ -21,13 +21,21 @@ type Latency struct {
 	Mean float64 `json:"mean"`
 }
 
+// CDFPoint is one point of a latency CDF: Percent of operations took at
+// most Ms milliseconds.
+type CDFPoint struct {
+	Percent float64 `json:"pct"`
+	Ms      float64 `json:"ms"`
+}
+
 // OpStats summarises one operation type (or all of them).
 type OpStats struct {
-	Ops        int64   `json:"ops"`
-	Errors     int64   `json:"errors"`
-	NotFound   int64   `json:"not_found,omitempty"`
-	Throughput float64 `json:"throughput_ops_per_sec"`
-	Latency    Latency `json:"latency_ms"`
+	Ops        int64      `json:"ops"`
+	Errors     int64      `json:"errors"`
+	NotFound   int64      `json:"not_found,omitempty"`
+	Throughput float64    `json:"throughput_ops_per_sec"`
+	Latency    Latency    `json:"latency_ms"`
+	CDF        []CDFPoint `json:"latency_cdf,omitempty"`
 }
 
 // Result is the outcome of a run; its JSON form is `--output json`.
@@ -41,6 +49,7 @@ type Result struct {
 	ErrorsByKind map[string]int64   `json:"errors_by_kind"`
 	Throughput   float64            `json:"throughput_ops_per_sec"`
 	Latency      Latency            `json:"latency_ms"`
+	CDF          []CDFPoint         `json:"latency_cdf"`
 	ByOp         map[string]OpStats `json:"by_op"`
 	Timeline     []Sample           `json:"timeline"`
 	Interrupted  bool               `json:"interrupted,omitempty"`
@@ -81,11 +90,26 @@ func buildResult(cfg Config, workers []*worker, elapsed time.Duration, timeline 
 	r.Ops = r.all.TotalCount()
 	r.Throughput = rate(r.Ops, r.DurationSec)
 	r.Latency = summarize(r.all)
+	r.CDF = cdf(r.all)
 	return r
 }
 
+// cdf samples h at the plot's percentiles, so that runs can be drawn
+// together from their JSON (bench/seeds does).
+func cdf(h *hdrhistogram.Histogram) []CDFPoint {
+	if h.TotalCount() == 0 {
+		return nil
+	}
+	var pts []CDFPoint
+	for _, q := range cdfPercentiles() {
+		pts = append(pts, CDFPoint{Percent: q, Ms: float64(h.ValueAtQuantile(q)) / 1000})
+	}
+	return pts
+}
+
 func (r *Result) stats(h *hdrhistogram.Histogram, errs int64) OpStats {
-	return OpStats{Ops: h.TotalCount(), Errors: errs, Throughput: rate(h.TotalCount(), r.DurationSec), Latency: summarize(h)}
+	return OpStats{Ops: h.TotalCount(), Errors: errs, Throughput: rate(h.TotalCount(), r.DurationSec),
+		Latency: summarize(h), CDF: cdf(h)}
 }
 
 func rate(n int64, sec float64) float64 {
