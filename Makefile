@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build run test test-unit test-e2e test-robustness robustness vet fmt generate clean
+.PHONY: all build run test test-unit test-e2e test-robustness robustness bench-compare vet fmt generate clean
 
 all: build
 
@@ -51,6 +51,16 @@ robustness: build
 	@CONCORD_ROBUSTNESS_DURATION=$(DURATION) CONCORD_ROBUSTNESS_KEEP_GOING=1 $(GO) test -count=1 -timeout 0 -v \
 		-run '^TestRobustnessLong$$' ./tests/robustness > robustness-out/long.log 2>&1; rc=$$?; \
 	grep -E '^(    --- |--- |ok|FAIL|robustness:)|faults injected|history:|not linearizable|lost|kept in' robustness-out/long.log; exit $$rc
+
+# Side-by-side: etcd (3 members), Redis (AOF everysec, always) and Concord
+# (3 nodes) on 127.0.0.1, one at a time, the same workloads through
+# `concord bench --target`, put/get rows cross-checked with etcd's benchmark
+# and redis-benchmark. bench/peers.sh builds or installs the peers when
+# missing. Prints one table; logs and per-run JSON in bench-out/compare.
+# QUICK=1: 2 s runs and fewer rows, for a smoke test.
+bench-compare: build
+	./bench/peers.sh
+	$(GO) run ./bench/compare -out bench-out/compare $(if $(QUICK),-quick)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')

@@ -1,0 +1,169 @@
+// Command compare runs the same workloads against etcd, Redis and Concord
+// on this machine, one system at a time, and prints one table: the
+// numbers `make bench-compare` reports. Every workload goes through
+// `concord bench --target …`, so the load is identical key for key; the
+// put and get rows are cross-checked with each peer's own tool (etcd's
+// `benchmark`, `redis-benchmark`). Peers are installed by bench/peers.sh.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	concord, peers, out string
+	duration            time.Duration
+	keys                int
+	systems             []string
+	quick               bool
+}
+
+// A workload is one `concord bench` invocation, named for the table.
+type workload struct {
+	name string
+	args []string
+	big  bool // left out with -quick
+	kind string // "put" or "get" for cross-checked rows, else ""
+	// clients/conns for the cross-check with the peer's own tool.
+	clients, conns int
+}
+
+var workloads = []workload{
+	{name: "put, 1 client", args: []string{"--workload", "put", "--clients", "1", "--conns", "1"}, kind: "put", clients: 1, conns: 1},
+	{name: "put, 100 clients", args: []string{"--workload", "put", "--clients", "100", "--conns", "10"}, kind: "put", clients: 100, conns: 10},
+	{name: "put, 1000 clients", args: []string{"--workload", "put", "--clients", "1000", "--conns", "100"}, big: true},
+	{name: "get, 1 client", args: []string{"--workload", "get", "--clients", "1", "--conns", "1"}, kind: "get", clients: 1, conns: 1},
+	{name: "get, 100 clients", args: []string{"--workload", "get", "--clients", "100", "--conns", "10"}, kind: "get", clients: 100, conns: 10},
+	{name: "YCSB A, 100 clients", args: []string{"--workload", "a", "--clients", "100", "--conns", "10"}},
+	{name: "YCSB C, 100 clients", args: []string{"--workload", "c", "--clients", "100", "--conns", "10"}, big: true},
+}
+
+// row is one line of the table.
+type row struct {
+	System    string  `json:"system"`
+	Workload  string  `json:"workload"`
+	Tool      string  `json:"tool"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+	Errors    int64   `json:"errors"`
+	BoxCPU    float64 `json:"box_cpu_pct"` // whole machine, % of one core
+	Note      string  `json:"note,omitempty"`
+}
+
+// current is the running system, stopped on Ctrl-C.
+var (
+	mu      sync.Mutex
+	current *system
+)
+
+func setCurrent(s *system) { mu.Lock(); current = s; mu.Unlock() }
+
+func main() {
+	var o options
+	var systems string
+	flag.StringVar(&o.concord, "concord", "bin/concord", "the concord binary (load generator and server)")
+	flag.StringVar(&o.peers, "peers", ".cache/peers/bin", "where bench/peers.sh put etcd, benchmark and redis")
+	flag.StringVar(&o.out, "out", "bench-out/compare", "directory for logs, per-run JSON and the table")
+	flag.DurationVar(&o.duration, "duration", 8*time.Second, "measured time of each run")
+	flag.IntVar(&o.keys, "keys", 10000, "key space of every workload")
+	flag.StringVar(&systems, "systems", "etcd,redis-everysec,redis-always,concord", "systems to run, in order")
+	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 s runs, no 1000-client or YCSB C rows")
+	flag.Parse()
+	o.systems = strings.Split(systems, ",")
+	if o.quick {
+		o.duration = 2 * time.Second
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		fatal(err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		mu.Lock()
+		if current != nil {
+			current.stop()
+		}
+		os.Exit(130)
+	}()
+	start := time.Now()
+	var rows []row
+	for _, name := range o.systems {
+		rs, err := runSystem(o, name)
+		rows = append(rows, rs...)
+		if err != nil {
+			fatal(fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	table := formatTable(rows, o, time.Since(start))
+	fmt.Print(table)
+	if err := os.WriteFile(filepath.Join(o.out, "compare.md"), []byte(table), 0o644); err != nil {
+		fatal(err)
+	}
+	js, _ := json.MarshalIndent(rows, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.out, "compare.json"), js, 0o644); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench-compare:", err)
+	os.Exit(1)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// runSystem starts one system, runs every workload and its cross-checks,
+// and stops it.
+func runSystem(o options, name string) ([]row, error) {
+	logf("starting %s", name)
+	var s *system
+	var err error
+	switch {
+	case name == "concord":
+		s, err = startConcord(o.concord, o.out)
+	case name == "etcd":
+		s, err = startEtcd(o.peers, o.out)
+	case strings.HasPrefix(name, "redis-"):
+		s, err = startRedis(o.peers, o.out, strings.TrimPrefix(name, "redis-"))
+	default:
+		err = fmt.Errorf("unknown system (want concord, etcd, redis-everysec or redis-always)")
+	}
+	if err != nil {
+		return nil, err
+	}
+	setCurrent(s)
+	defer func() { s.stop(); setCurrent(nil) }()
+
+	if err := preload(o, s); err != nil {
+		return nil, err
+	}
+	var rows []row
+	rates := map[string]float64{}
+	for _, w := range workloads {
+		if w.big && o.quick {
+			continue
+		}
+		r, err := runBench(o, s, w)
+		if err != nil {
+			return rows, err
+		}
+		logf("%s %s: %.0f ops/s p50 %.2f p99 %.2f ms", s.name, w.name, r.OpsPerSec, r.P50, r.P99)
+		rows = append(rows, r)
+		rates[w.name] = r.OpsPerSec
+	}
+	cross, err := crossCheck(o, s, rates)
+	return append(rows, cross...), err
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/concord-kv/concord/internal/bench"
+)
+
+// system is one store under test, started on 127.0.0.1 with its data in
+// a temp dir.
+type system struct {
+	name      string // as printed in the table
+	target    string // concord bench --target
+	endpoints []string
+	procs     []*exec.Cmd
+	dir       string
+}
+
+// stop signals every process the system started and waits for it; a
+// process that has not exited after 10 s is killed.
+func (s *system) stop() {
+	for _, p := range s.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range s.procs {
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	s.procs = nil
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// start runs a process in its own process group (so stop reaches its
+// children), with output to log.
+func (s *system) start(log string, name string, args ...string) error {
+	f, err := os.Create(log)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	f.Close() // the child holds its own descriptor
+	s.procs = append(s.procs, cmd)
+	return nil
+}
+
+// freePorts finds n consecutive free TCP ports on 127.0.0.1 (Concord's
+// cluster up wants consecutive ones) by trying random bases.
+func freePorts(n int) (int, error) {
+	for try := 0; try < 50; try++ {
+		base := 20000 + int(time.Now().UnixNano()%20000)
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports", n)
+}
+
+// waitReady polls the system with a put until one succeeds.
+func (s *system) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		cfg := bench.Config{Target: s.target, Endpoints: s.endpoints}
+		t, err := bench.Dial(ctx, cfg, 1)
+		if err == nil {
+			err = t.Put(ctx, []byte("compare-ready"), []byte("x"))
+			t.Close()
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready after %v: %v", s.name, timeout, last)
+}
+
+func startConcord(bin, logDir string) (*system, error) {
+	dir, err := os.MkdirTemp("", "compare-concord-")
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: "concord", target: "concord", dir: dir}
+	base, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	for i := range 3 {
+		s.endpoints = append(s.endpoints, "127.0.0.1:"+strconv.Itoa(base+i))
+	}
+	err = s.start(filepath.Join(logDir, "concord.log"), bin, "cluster", "up", "--nodes", "3",
+		"--base-port", strconv.Itoa(base), "--data-dir", dir)
+	if err == nil {
+		err = s.waitReady(60 * time.Second)
+	}
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startEtcd starts a 3-member etcd cluster with the defaults of
+// ../shared/research/peers-bench.md section 2 (fsync on, as always in etcd).
+func startEtcd(peers, logDir string) (*system, error) {
+	dir, err := os.MkdirTemp("", "compare-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: "etcd", target: "etcd", dir: dir}
+	base, err := freePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	var cluster []string
+	for i := range 3 {
+		cluster = append(cluster, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, base+3+i))
+	}
+	for i := range 3 {
+		client := fmt.Sprintf("http://127.0.0.1:%d", base+i)
+		peer := fmt.Sprintf("http://127.0.0.1:%d", base+3+i)
+		s.endpoints = append(s.endpoints, strings.TrimPrefix(client, "http://"))
+		err = s.start(filepath.Join(logDir, fmt.Sprintf("etcd-m%d.log", i)), filepath.Join(peers, "etcd"),
+			"--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-token", "concord-compare",
+			"--initial-cluster-state", "new", "--log-level", "warn")
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+	}
+	if err := s.waitReady(60 * time.Second); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startRedis starts one redis-server with the append-only file on and
+// the given fsync policy (everysec or always).
+func startRedis(peers, logDir, fsync string) (*system, error) {
+	dir, err := os.MkdirTemp("", "compare-redis-")
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: "redis-" + fsync, target: "redis", dir: dir}
+	port, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	s.endpoints = []string{"127.0.0.1:" + strconv.Itoa(port)}
+	err = s.start(filepath.Join(logDir, s.name+".log"), filepath.Join(peers, "redis-server"),
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir, "--save", "",
+		"--appendonly", "yes", "--appendfsync", fsync, "--daemonize", "no", "--maxclients", "4000")
+	if err == nil {
+		err = s.waitReady(30 * time.Second)
+	}
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
