@@ -31,7 +31,7 @@ type options struct {
 type workload struct {
 	name string
 	args []string
-	big  bool // left out with -quick
+	big  bool   // left out with -quick
 	kind string // "put" or "get" for cross-checked rows, else ""
 	// clients/conns for the cross-check with the peer's own tool.
 	clients, conns int

@@ -180,4 +180,3 @@ func (m *cpuMeter) stop() float64 {
 	}
 	return 100 * float64(b-m.busy) / float64(t-m.total) * float64(numCPU())
 }
-
