@@ -78,11 +78,22 @@ func startInProcessCluster(b *testing.B) []string {
 //	go test -run '^$' -bench 'Put3Nodes/clients=16' -benchtime 10000x -cpuprofile cpu.out ./internal/bench/
 func BenchmarkPut3Nodes(b *testing.B) {
 	for _, clients := range []int{1, 16} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchPuts(b, clients) })
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchOps(b, clients, false) })
 	}
 }
 
-func benchPuts(b *testing.B, clients int) {
+// BenchmarkGet3Nodes is BenchmarkPut3Nodes for linearizable gets of
+// keys written in the warm-up.
+func BenchmarkGet3Nodes(b *testing.B) {
+	for _, clients := range []int{1, 16} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchOps(b, clients, true) })
+	}
+}
+
+// warmKeys is how many keys the warm-up writes; the timed ops use them.
+const warmKeys = 1000
+
+func benchOps(b *testing.B, clients int, gets bool) {
 	addrs := startInProcessCluster(b)
 	ctx := context.Background()
 	t, err := DialConcord(ctx, addrs, false)
@@ -93,7 +104,7 @@ func benchPuts(b *testing.B, clients int) {
 	rng := testRNG()
 	vals := newValuePool(256, rng)
 	// Warm up: elections and leader discovery happen here, not in the timing.
-	for i := range 100 {
+	for i := range warmKeys {
 		if err := t.Put(ctx, AppendKey(nil, i, 16), vals.next(rng)); err != nil {
 			b.Fatalf("warm-up put: %v", err)
 		}
@@ -109,14 +120,23 @@ func benchPuts(b *testing.B, clients int) {
 			rng := rand.New(rand.NewPCG(7, uint64(g))) // distinct keys per goroutine
 			key := make([]byte, 0, 16)
 			for left.Add(-1) >= 0 {
-				key = AppendKey(key[:0], rng.IntN(10000), 16)
-				if err := t.Put(ctx, key, vals.next(rng)); err != nil {
-					b.Errorf("put: %v", err)
+				key = AppendKey(key[:0], rng.IntN(warmKeys), 16)
+				var err error
+				if gets {
+					var found bool
+					if found, err = t.Get(ctx, key); err == nil && !found {
+						err = fmt.Errorf("key %s written in the warm-up not found", key)
+					}
+				} else {
+					err = t.Put(ctx, key, vals.next(rng))
+				}
+				if err != nil {
+					b.Errorf("op: %v", err)
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "puts/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
