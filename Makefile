@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build run test test-unit test-e2e test-robustness robustness bench-compare vet fmt generate clean
+.PHONY: all build run test test-unit test-e2e test-robustness robustness bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -71,3 +71,13 @@ generate:
 
 clean:
 	rm -rf bin
+
+# The earlier designs' experiments (shared/seeds) rerun on Concord: RecoverKV
+# figs. 2, 4, 5, GTStore fig. 3, the CS739 P1 table and the ECE419 grid, each
+# against fresh local clusters on free ports (about 12-15 min on 2 cores).
+# Per-run JSON, cluster logs, plots and seeds.md go to bench-out/seeds; the
+# markdown and plots are then copied to docs/seeds.md and docs/img/seeds/.
+# QUICK=1: 1 s points and fewer of them (~2 min), written to
+# bench-out/seeds-quick only, docs untouched.
+bench-seeds: build
+	$(GO) run ./bench/seeds $(if $(QUICK),-quick -out bench-out/seeds-quick,-out bench-out/seeds -docs docs)
