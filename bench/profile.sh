@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Profiles real `concord server` processes under load: starts a 3-node
+# cluster on 127.0.0.1 (ports from $BASE, default 27701; pprof on BASE+10..),
+# then for each workload runs `concord bench` while it captures a CPU profile
+# of every node and an allocation profile (delta over the run) of node 1.
+# Output in $OUT (default bench-out/profile): <run>-cpu-n<i>.out,
+# <run>-allocs-n1.out, <run>.json (the bench result), servers' logs.
+# Read with: go tool pprof -top bin/concord bench-out/profile/put100-cpu-n1.out
+# Used for the profile section of docs/benchmarks.md. Not part of make test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BASE=${BASE:-27701}
+SECS=${SECS:-15}
+OUT=${OUT:-bench-out/profile}
+BIN=$PWD/bin/concord
+mkdir -p "$OUT"
+DATA=$(mktemp -d)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	rm -rf "$DATA"
+}
+trap cleanup EXIT
+
+PEERS=127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))
+for i in 0 1 2; do
+	"$BIN" server --addr 127.0.0.1:$((BASE + i)) --data-dir "$DATA/n$i" --peers "$PEERS" \
+		--pprof-addr 127.0.0.1:$((BASE + 10 + i)) --log-level warn >"$OUT/server-n$((i + 1)).log" 2>&1 &
+	PIDS+=($!)
+done
+# Wait until every shard takes writes (the preload of the first run would
+# otherwise profile the elections).
+for _ in $(seq 60); do
+	"$BIN" bench --endpoints "$PEERS" --workload put --clients 16 --ops 500 -o json >/dev/null 2>&1 && break
+	sleep 1
+done
+
+# run NAME BENCH-ARGS...: one bench run of $SECS+4 s with the profiles taken
+# over its middle $SECS s.
+run() {
+	local name=$1
+	shift
+	"$BIN" bench --endpoints "$PEERS" --duration $((SECS + 4))s -o json "$@" >"$OUT/$name.json" &
+	local bench=$!
+	sleep 2
+	for i in 0 1 2; do
+		curl -s "http://127.0.0.1:$((BASE + 10 + i))/debug/pprof/profile?seconds=$SECS" \
+			-o "$OUT/$name-cpu-n$((i + 1)).out" &
+	done
+	curl -s "http://127.0.0.1:$((BASE + 10))/debug/pprof/allocs?seconds=$SECS" -o "$OUT/$name-allocs-n1.out" &
+	wait
+	echo "$name: $(grep -o '"throughput_ops_per_sec":[0-9.]*' "$OUT/$name.json")"
+}
+
+run put100 --workload put --clients 100 --conns 10
+run get100 --workload get --clients 100 --conns 10
+run put1 --workload put --clients 1
+run get1 --workload get --clients 1 --preload=false
