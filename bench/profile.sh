@@ -41,15 +41,17 @@ run() {
 	local name=$1
 	shift
 	"$BIN" bench --endpoints "$PEERS" --duration $((SECS + 4))s -o json "$@" >"$OUT/$name.json" &
-	local bench=$!
+	local waits=($!)
 	sleep 2
 	for i in 0 1 2; do
 		curl -s "http://127.0.0.1:$((BASE + 10 + i))/debug/pprof/profile?seconds=$SECS" \
 			-o "$OUT/$name-cpu-n$((i + 1)).out" &
+		waits+=($!)
 	done
 	curl -s "http://127.0.0.1:$((BASE + 10))/debug/pprof/allocs?seconds=$SECS" -o "$OUT/$name-allocs-n1.out" &
-	wait
-	echo "$name: $(grep -o '"throughput_ops_per_sec":[0-9.]*' "$OUT/$name.json")"
+	waits+=($!)
+	wait "${waits[@]}" # not a bare wait: the servers are children too
+	echo "$name: $(grep -o '"throughput_ops_per_sec": *[0-9]*' "$OUT/$name.json")"
 }
 
 run put100 --workload put --clients 100 --conns 10
