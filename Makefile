@@ -74,7 +74,7 @@ clean:
 
 # The earlier designs' experiments (shared/seeds) rerun on Concord: RecoverKV
 # figs. 2, 4, 5, GTStore fig. 3, the CS739 P1 table and the ECE419 grid, each
-# against fresh local clusters on free ports (about 12-15 min on 2 cores).
+# against fresh local clusters on free ports (about 9 min on 2 cores).
 # Per-run JSON, cluster logs, plots and seeds.md go to bench-out/seeds; the
 # markdown and plots are then copied to docs/seeds.md and docs/img/seeds/.
 # QUICK=1: 1 s points and fewer of them (~2 min), written to

@@ -13,11 +13,13 @@ BASE=${BASE:-27701}
 SECS=${SECS:-15}
 OUT=${OUT:-bench-out/profile}
 BIN=$PWD/bin/concord
+[ -x "$BIN" ] || { echo "profile: $BIN missing: run make build first" >&2; exit 1; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d)
 PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true # reap them, quietly
 	rm -rf "$DATA"
 }
 trap cleanup EXIT
@@ -30,10 +32,15 @@ for i in 0 1 2; do
 done
 # Wait until every shard takes writes (the preload of the first run would
 # otherwise profile the elections).
+ready=
 for _ in $(seq 60); do
-	"$BIN" bench --endpoints "$PEERS" --workload put --clients 16 --ops 500 -o json >/dev/null 2>&1 && break
+	if "$BIN" bench --endpoints "$PEERS" --workload put --clients 16 --ops 500 -o json >/dev/null 2>&1; then
+		ready=1
+		break
+	fi
 	sleep 1
 done
+[ -n "$ready" ] || { echo "profile: the cluster took no writes within 60 s; see $OUT/server-n*.log" >&2; exit 1; }
 
 # run NAME BENCH-ARGS...: one bench run of $SECS+4 s with the profiles taken
 # over its middle $SECS s.
@@ -41,7 +48,8 @@ run() {
 	local name=$1
 	shift
 	"$BIN" bench --endpoints "$PEERS" --duration $((SECS + 4))s -o json "$@" >"$OUT/$name.json" &
-	local waits=($!)
+	local bench=$!
+	local waits=()
 	sleep 2
 	for i in 0 1 2; do
 		curl -s "http://127.0.0.1:$((BASE + 10 + i))/debug/pprof/profile?seconds=$SECS" \
@@ -51,7 +59,8 @@ run() {
 	curl -s "http://127.0.0.1:$((BASE + 10))/debug/pprof/allocs?seconds=$SECS" -o "$OUT/$name-allocs-n1.out" &
 	waits+=($!)
 	wait "${waits[@]}" # not a bare wait: the servers are children too
-	echo "$name: $(grep -o '"throughput_ops_per_sec": *[0-9]*' "$OUT/$name.json")"
+	wait "$bench" || { echo "profile: concord bench failed in run $name (see $OUT/$name.json)" >&2; exit 1; }
+	echo "$name: $(grep -o '"throughput_ops_per_sec": *[0-9]*' "$OUT/$name.json" | head -n 1)"
 }
 
 run put100 --workload put --clients 100 --conns 10

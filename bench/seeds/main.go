@@ -10,7 +10,7 @@
 // (cluster output) and seeds.md (tables and plot links); with -docs DIR it
 // copies seeds.md and the plots to DIR/seeds.md and DIR/img/seeds/.
 //
-//	go run ./bench/seeds -out bench-out/seeds -docs docs       # `make bench-seeds`, about 10-15 min
+//	go run ./bench/seeds -out bench-out/seeds -docs docs       # `make bench-seeds`, about 9 min
 //	go run ./bench/seeds -out bench-out/seeds-quick -quick    # `make bench-seeds QUICK=1`, about 2 min
 package main
 
