@@ -8,8 +8,6 @@
 // (the placement service), which is a real shard, so ShardID 0 is valid.
 package ids
 
-import "strconv"
-
 // NodeID identifies a Concord process (a node) within its cluster. Ids are
 // allocated by the placement service and never reused.
 type NodeID uint64
@@ -21,7 +19,3 @@ type ShardID uint64
 // ReplicaID identifies one replica within its shard; it is the replica's
 // Raft id. A replica that lost its state comes back under a new id.
 type ReplicaID uint64
-
-func (id NodeID) String() string    { return "n" + strconv.FormatUint(uint64(id), 10) }
-func (id ShardID) String() string   { return "s" + strconv.FormatUint(uint64(id), 10) }
-func (id ReplicaID) String() string { return "r" + strconv.FormatUint(uint64(id), 10) }
