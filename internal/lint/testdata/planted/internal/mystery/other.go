@@ -1,0 +1,2 @@
+// The package is reported once, at its first file in name order.
+package mystery
