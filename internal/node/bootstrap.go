@@ -11,6 +11,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/keys"
@@ -26,6 +27,41 @@ const (
 	initialIndex = 5
 	initialTerm  = 5
 )
+
+// loadLocal reads the node's identity, address book and seen set, if any.
+func (n *Node) loadLocal() error {
+	var id storepb.NodeIdent
+	found, err := storage.GetProto(n.eng.DB, keys.Ident(), &id)
+	if err != nil {
+		return err
+	}
+	if found {
+		n.ident.Store(&id)
+	}
+	lo, hi := keys.AddressSpan()
+	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		d := &concordpb.NodeDescriptor{}
+		if err := proto.Unmarshal(it.Value(), d); err != nil {
+			it.Close()
+			return err
+		}
+		n.book.m[d.GetNodeId()] = d
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	for _, d := range n.book.m {
+		if _, closer, err := n.eng.DB.Get(keys.Seen(d.GetNodeId())); err == nil {
+			closer.Close()
+			n.seen.m[d.GetNodeId()] = true
+		}
+	}
+	return nil
+}
 
 // establishIdentity loads the node's identity or, for an empty data dir,
 // decides between bootstrapping the cluster in --peers and joining it.
@@ -270,4 +306,19 @@ func peersHash(sorted []string) uint64 {
 		h = 1 // 0 means "no cluster"
 	}
 	return h
+}
+
+// addNode is the placement leader's side of join: it proposes a new node at
+// addr (which marks an older node at the same address REPLACED) and records
+// the resulting address book.
+func (n *Node) addNode(ctx context.Context, addr string) (uint64, []*concordpb.NodeDescriptor, error) {
+	res, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{
+		UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: addr}},
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	n.log.Info("node joined", "node", res.GetNodeId(), "addr", addr)
+	_ = n.book.update(n.eng.DB, res.GetNodes())
+	return res.GetNodeId(), res.GetNodes(), nil
 }

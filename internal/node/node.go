@@ -11,11 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
@@ -49,10 +48,11 @@ type Node struct {
 	conns connPool
 	meta  metaView
 	// routes is the placement leader's view of the shards, from heartbeats.
-	routes atomic.Pointer[[]*concordpb.ShardRoute]
-	// reachable holds the peer addresses a fault-injected partition leaves
-	// reachable; nil when there is no partition.
-	reachable atomic.Pointer[map[string]bool]
+	routes    atomic.Pointer[[]*concordpb.ShardRoute]
+	partition partition
+	// cluster is the Cluster service, which the repair loop calls directly
+	// when this node leads the shard it repairs.
+	cluster *grpcapi.Cluster
 
 	stopOnce sync.Once
 	stopC    chan struct{}
@@ -68,8 +68,9 @@ func New(cfg Config) (*Node, error) {
 	n.book.m = map[uint64]*concordpb.NodeDescriptor{}
 	n.seen.m = map[uint64]bool{}
 	n.conns.m = map[string]*grpc.ClientConn{}
-	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(n.stampFromNode)}
+	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}
 	n.meta.nodes = map[uint64]*nodeReport{}
+	n.cluster = grpcapi.NewCluster(n.backend())
 	return n, nil
 }
 
@@ -88,12 +89,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.lis, err = net.Listen("tcp", n.cfg.Addr); err != nil {
 		return n.abort(fmt.Errorf("listen on %s: %w", n.cfg.Addr, err))
 	}
-	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
-		grpc.UnaryInterceptor(n.dropPartitioned))
-	concordpb.RegisterKVServer(n.srv, &kvService{n: n})
-	concordpb.RegisterClusterServer(n.srv, &clusterService{n: n})
-	concordpb.RegisterRaftTransportServer(n.srv, &raftService{n: n})
-	concordpb.RegisterAdminServer(n.srv, &adminService{n: n})
+	n.srv = n.newServer()
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -111,6 +107,19 @@ func (n *Node) Start(ctx context.Context) error {
 	id := n.ident.Load()
 	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr)
 	return nil
+}
+
+// newServer builds the gRPC server and registers the front door's services.
+func (n *Node) newServer() *grpc.Server {
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+		grpc.UnaryInterceptor(grpcapi.DropPartitioned(n.blocked)))
+	b := n.backend()
+	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
+	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, limits))
+	concordpb.RegisterClusterServer(srv, n.cluster)
+	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
+	concordpb.RegisterAdminServer(srv, grpcapi.NewAdmin(b, n.cfg.EnableFaultInjection))
+	return srv
 }
 
 func (n *Node) abort(err error) error {
@@ -146,6 +155,35 @@ func (n *Node) startRaft() error {
 	return nil
 }
 
+// startLoops starts the node's periodic goroutines: heartbeats to the
+// placement leader (heartbeat.go), replica repair on the placement leader
+// (repair.go) and session expiry (sessions.go).
+func (n *Node) startLoops() {
+	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat)
+	n.goLoop(2*time.Second, n.repair)
+	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions)
+}
+
+// goLoop runs f every interval until the node stops.
+func (n *Node) goLoop(interval time.Duration, f func(ctx context.Context)) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.stopC:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), max(interval, 2*time.Second))
+				f(ctx)
+				cancel()
+			}
+		}
+	}()
+}
+
 // Addr is the address the node serves on.
 func (n *Node) Addr() string { return n.lis.Addr().String() }
 
@@ -173,38 +211,6 @@ func (n *Node) Stop() {
 			}
 		}
 	})
-}
-
-// raftService forwards the RaftTransport service to the transport once the
-// node is initialized; before that, peers are told to retry.
-type raftService struct {
-	concordpb.UnimplementedRaftTransportServer
-	n *Node
-}
-
-func (s *raftService) server() (*transport.Server, error) {
-	select {
-	case <-s.n.ready:
-		return s.n.transport.Server(), nil
-	default:
-		return nil, status.Error(codes.Unavailable, "node not initialized yet")
-	}
-}
-
-func (s *raftService) Send(st grpc.ClientStreamingServer[concordpb.RaftBatch, concordpb.RaftAck]) error {
-	srv, err := s.server()
-	if err != nil {
-		return err
-	}
-	return srv.Send(st)
-}
-
-func (s *raftService) SendSnapshot(st grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]) error {
-	srv, err := s.server()
-	if err != nil {
-		return err
-	}
-	return srv.SendSnapshot(st)
 }
 
 // Shutdown leaves gracefully: it hands leadership of the shards this node

@@ -12,43 +12,11 @@ import (
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
-	"github.com/concord-kv/concord/internal/storepb"
 )
 
-// loadLocal reads the node's identity, address book and seen set, if any.
-func (n *Node) loadLocal() error {
-	var id storepb.NodeIdent
-	found, err := storage.GetProto(n.eng.DB, keys.Ident(), &id)
-	if err != nil {
-		return err
-	}
-	if found {
-		n.ident.Store(&id)
-	}
-	lo, hi := keys.AddressSpan()
-	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		d := &concordpb.NodeDescriptor{}
-		if err := proto.Unmarshal(it.Value(), d); err != nil {
-			it.Close()
-			return err
-		}
-		n.book.m[d.GetNodeId()] = d
-	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	for _, d := range n.book.m {
-		if _, closer, err := n.eng.DB.Get(keys.Seen(d.GetNodeId())); err == nil {
-			closer.Close()
-			n.seen.m[d.GetNodeId()] = true
-		}
-	}
-	return nil
-}
+// What the node knows and holds about its peers: their addresses (the
+// address book), which of them have sent it raft traffic (the seen set),
+// and one client connection per peer address (the connection pool).
 
 // addressBook maps node ids to descriptors (addresses). It is persisted so a
 // restarted node can reach its peers before hearing from the placement leader.

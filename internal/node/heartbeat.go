@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -93,32 +94,6 @@ func (m *metaView) leaders(maxAge time.Duration) map[uint64]uint64 {
 // heartbeats, so one lost heartbeat does not hide a leader.
 func (n *Node) reportMaxAge() time.Duration { return 3 * n.cfg.HeartbeatInterval }
 
-func (n *Node) startLoops() {
-	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat)
-	n.goLoop(2*time.Second, n.repair)
-	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions)
-}
-
-// goLoop runs f every interval until the node stops.
-func (n *Node) goLoop(interval time.Duration, f func(ctx context.Context)) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-n.stopC:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), max(interval, 2*time.Second))
-				f(ctx)
-				cancel()
-			}
-		}
-	}()
-}
-
 // sendHeartbeat reports this node's replicas to the placement leader and
 // learns the cluster's nodes and shards from the answer.
 func (n *Node) sendHeartbeat(ctx context.Context) {
@@ -145,7 +120,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 		if target == 0 {
 			target = n.nextCandidate()
 		}
-		c, fctx, cerr := n.clusterClientFor(ctx, target)
+		c, fctx, cerr := grpcapi.ClusterClientFor(ctx, n.backend(), target)
 		if cerr != nil {
 			return
 		}
@@ -176,12 +151,14 @@ func (n *Node) nextCandidate() uint64 {
 	return 0
 }
 
-// handleHeartbeat runs on the placement leader.
+// handleHeartbeat runs on the placement leader: it records the report,
+// proposes any newer descriptor a shard leader sent, and answers with the
+// nodes and the shard routes.
 func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
 	n.meta.record(req.GetNode().GetNodeId(), req.GetReplicas())
 	shards, err := placement.Shards(n.eng.DB)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	known := map[uint64]*concordpb.ShardDescriptor{}
 	for _, d := range shards {
@@ -194,7 +171,7 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 	}
 	nodes, err := placement.Nodes(n.eng.DB)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	leaders := n.meta.leaders(n.reportMaxAge())
 	resp := &concordpb.HeartbeatResponse{Nodes: nodes, MetaLeaderNodeId: n.ID()}
@@ -225,87 +202,12 @@ func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
 	}()
 }
 
-// repair runs on the placement leader: every replica on a node that was
-// REPLACED (its data is gone; a fresh node took its address) is swapped for
-// a new replica on the node that replaced it.
-func (n *Node) repair(ctx context.Context) {
-	if _, local := n.leaderOf(routing.MetaShard); !local {
-		return
+// placementLeaderHint names the node to ask for placement requests when the
+// meta shard's leader is unknown: the last leader a heartbeat named, else
+// any other known node (which forwards).
+func (n *Node) placementLeaderHint() uint64 {
+	if h := n.meta.lastLeader.Load(); h != 0 && h != n.ID() {
+		return h
 	}
-	nodes, err := placement.Nodes(n.eng.DB)
-	if err != nil {
-		return
-	}
-	shards, err := placement.Shards(n.eng.DB)
-	if err != nil {
-		return
-	}
-	up := map[uint64]bool{}
-	for _, d := range nodes {
-		up[d.GetNodeId()] = d.GetState() == concordpb.NodeState_NODE_UP
-	}
-	leaders := n.meta.leaders(n.reportMaxAge())
-	for _, old := range nodes {
-		if old.GetState() != concordpb.NodeState_NODE_REPLACED || !up[old.GetReplacedBy()] {
-			continue
-		}
-		for _, d := range shards {
-			for _, r := range d.GetReplicas() {
-				if r.GetNodeId() == old.GetNodeId() {
-					n.replaceReplica(d, r.GetReplicaId(), old.GetReplacedBy(), leaders[d.GetShardId()])
-				}
-			}
-		}
-	}
-}
-
-func (n *Node) replaceReplica(d *concordpb.ShardDescriptor, remove, addNode, leader uint64) {
-	shard := d.GetShardId()
-	if _, local := n.leaderOf(shard); local {
-		leader = n.ID()
-	}
-	if leader == 0 || !n.meta.begin(shard) {
-		return
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		defer n.meta.end(shard)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		req := &concordpb.ChangeReplicasRequest{ShardId: shard, RemoveReplicaId: remove, AddNodeId: addNode}
-		var resp *concordpb.ChangeReplicasResponse
-		var err error
-		if leader == n.ID() {
-			resp, err = (&clusterService{n: n}).ChangeReplicas(ctx, req)
-		} else {
-			c, fctx, cerr := n.clusterClientFor(ctx, leader)
-			if cerr != nil {
-				return
-			}
-			resp, err = c.ChangeReplicas(fctx, req)
-		}
-		if err != nil {
-			n.log.Info("replica replacement not done yet", "shard", shard, "remove", remove, "add_node", addNode, "err", err)
-			return
-		}
-		n.log.Info("replaced replica", "shard", shard, "removed", remove, "added_on_node", addNode, "epoch", resp.GetShard().GetEpoch())
-		n.recordDescriptor(resp.GetShard())
-	}()
-}
-
-// expireSessions asks each shard this node leads to forget idle sessions.
-// The cutoff travels in the command, so every replica drops the same ones.
-func (n *Node) expireSessions(ctx context.Context) {
-	cutoff := time.Now().Add(-n.cfg.SessionTTL).UnixNano()
-	for _, info := range n.host.Infos() {
-		if !info.IsLeader || info.Shard == routing.MetaShard {
-			continue
-		}
-		_, err := n.host.Propose(ctx, info.Shard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
-			Kind: &storepb.Command_ExpireSessions{ExpireSessions: &storepb.ExpireSessions{IdleBeforeUnixNanos: cutoff}}})
-		if err != nil {
-			n.log.Debug("expire sessions", "shard", info.Shard, "err", err)
-		}
-	}
+	return n.nextCandidate()
 }

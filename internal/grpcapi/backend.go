@@ -1,0 +1,120 @@
+package grpcapi
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// Backend is everything the services need from the node that runs them. The
+// node implements it (internal/node/backend.go); tests implement it with a
+// fake. Each service takes only the part it uses, so a reader sees at a
+// glance what a service can do to the node.
+//
+// Every method is called from the goroutine of one RPC, many at once, so all
+// must be safe for concurrent use. Methods that read raft state (everything
+// except Ready, ID, Blocked, AnswerProbe and the Faults) may be called only
+// after Ready is closed; the services check Ready first.
+type Backend interface {
+	KVBackend
+	ClusterBackend
+	RaftBackend
+	Faults
+}
+
+// Router is the node's view of where shards and peers are, and its
+// connections to peers: what a service needs to forward a request.
+type Router interface {
+	// Ready is closed once the node has an identity and raft runs.
+	Ready() <-chan struct{}
+	// ID is this node's id, 0 until it has one.
+	ID() uint64
+	// Descriptors returns every shard this node knows of, the meta shard
+	// included: its own replicas' descriptors, else the placement leader's
+	// view from heartbeats. The caller may not modify them.
+	Descriptors() map[uint64]*concordpb.ShardDescriptor
+	// Leader returns the node leading shard as far as this node knows (0 if
+	// unknown) and whether that is this node.
+	Leader(shard uint64) (node uint64, local bool)
+	// Resolve returns the address of node from the address book.
+	Resolve(node uint64) (addr string, ok bool)
+	// Conn returns the pooled connection to addr; the caller must not close
+	// it. Calls on it carry this node's id (see StampFromNode).
+	Conn(addr string) (grpc.ClientConnInterface, error)
+	// Blocked reports whether a fault-injected partition cuts this node off
+	// from node; always false without a partition.
+	Blocked(node uint64) bool
+}
+
+// KVBackend is what the KV service needs: the local replicas' raft and
+// their applied state.
+type KVBackend interface {
+	Router
+	// HasReplica reports whether this node hosts an initialized replica of
+	// shard, which a stale read may read.
+	HasReplica(shard uint64) bool
+	// Propose proposes cmd to the local replica of shard and waits until it
+	// applies, fails, or ctx ends. Errors are internal (see toStatus).
+	Propose(ctx context.Context, shard uint64, cmd *storepb.Command) (*storepb.CommandResult, error)
+	// ReadIndex returns once the local replica of shard, as leader, has
+	// applied everything committed before the call.
+	ReadIndex(ctx context.Context, shard uint64) error
+	// LocalGet and LocalScan read the local replica's applied state, with no
+	// raft involvement: the caller decides whether a ReadIndex comes first.
+	LocalGet(shard uint64, key []byte) (value []byte, found bool, err error)
+	LocalScan(shard uint64, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+}
+
+// ClusterBackend is what the Cluster service needs: the node's identity and
+// what it does as (or for) the placement leader, the meta shard's leader.
+type ClusterBackend interface {
+	Router
+	// ClusterID is the id of the node's cluster, 0 until it has one.
+	ClusterID() uint64
+	// Nodes returns the address book, sorted by node id.
+	Nodes() []*concordpb.NodeDescriptor
+	// AnswerProbe tells a fresh node whether its initial id is unused. It
+	// works before Ready.
+	AnswerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse
+	// PlacementLeaderHint names a node to ask for placement requests when
+	// the meta shard's leader is unknown; 0 if there is none.
+	PlacementLeaderHint() uint64
+	// ChangeReplicas, on the shard's leader, replaces replica remove with a
+	// new replica on node addNode (one joint-consensus change).
+	ChangeReplicas(ctx context.Context, shard, remove, addNode uint64) (*concordpb.ShardDescriptor, error)
+	// AddNode, on the placement leader, allocates a node id for a node
+	// joining at addr and records the new address book.
+	AddNode(ctx context.Context, addr string) (node uint64, nodes []*concordpb.NodeDescriptor, err error)
+	// HandleHeartbeat, on the placement leader, records a node's report and
+	// answers with the cluster's nodes and shard routes.
+	HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error)
+	// ClusterStatus is the placement leader's whole-cluster view.
+	ClusterStatus() (*concordpb.StatusResponse, error)
+	// LocalStatus reports only this node's replicas, for when the placement
+	// leader cannot be reached.
+	LocalStatus() *concordpb.StatusResponse
+}
+
+// RaftBackend is what the RaftTransport service needs.
+type RaftBackend interface {
+	// Ready is closed once RaftReceiver may be called.
+	Ready() <-chan struct{}
+	// RaftReceiver is the receive side of the raft transport.
+	RaftReceiver() concordpb.RaftTransportServer
+}
+
+// Faults are the fault-injection hooks the Admin service calls once it has
+// checked that fault injection is enabled. They work before Ready.
+type Faults interface {
+	// Die stops the process, cleanly (as SIGTERM does) or as kill -9 would.
+	// It returns at once, so the caller can answer before the process ends.
+	Die(clean bool)
+	// Partition cuts this node off from every peer whose address is not in
+	// reachable, and returns the ids of the peers now cut off.
+	Partition(reachable []string) (blocked []uint64)
+	// Heal ends the partition.
+	Heal()
+}

@@ -1,0 +1,127 @@
+package grpcapi
+
+import (
+	"context"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/routing"
+)
+
+// Cluster implements the Cluster gRPC service. Requests that need the
+// placement service (Join, Heartbeat, Status) are served by the meta shard's
+// leader; other nodes forward them there.
+type Cluster struct {
+	concordpb.UnimplementedClusterServer
+	b ClusterBackend
+}
+
+// NewCluster returns the Cluster service of b.
+func NewCluster(b ClusterBackend) *Cluster { return &Cluster{b: b} }
+
+// Probe answers a fresh node deciding whether to bootstrap; it works before
+// this node has an identity.
+func (s *Cluster) Probe(_ context.Context, req *concordpb.ProbeRequest) (*concordpb.ProbeResponse, error) {
+	return s.b.AnswerProbe(req), nil
+}
+
+// Join gives a node with an empty data dir a new node id.
+func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concordpb.JoinResponse, error) {
+	if err := ready(s.b, notReady); err != nil {
+		return nil, err
+	}
+	if req.GetAddress() == "" {
+		return nil, invalid("join needs the joining node's address")
+	}
+	if leader, local := s.b.Leader(routing.MetaShard); !local {
+		c, fctx, err := ClusterClientFor(ctx, s.b, s.metaLeaderHint(leader))
+		if err != nil {
+			return nil, err
+		}
+		return c.Join(fctx, req)
+	}
+	id, nodes, err := s.b.AddNode(ctx, req.GetAddress())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &concordpb.JoinResponse{ClusterId: s.b.ClusterID(), NodeId: id, Nodes: nodes}, nil
+}
+
+// Heartbeat takes a node's report to the placement leader.
+func (s *Cluster) Heartbeat(ctx context.Context, req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
+	if err := ready(s.b, notReady); err != nil {
+		return nil, err
+	}
+	if leader, local := s.b.Leader(routing.MetaShard); !local {
+		c, fctx, err := ClusterClientFor(ctx, s.b, s.metaLeaderHint(leader))
+		if err != nil {
+			return nil, err
+		}
+		return c.Heartbeat(fctx, req)
+	}
+	resp, err := s.b.HandleHeartbeat(req)
+	return resp, toStatus(err)
+}
+
+// ChangeReplicas replaces one replica of a shard, at the shard's leader. The
+// node's repair loop calls it directly when this node leads the shard.
+func (s *Cluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeReplicasRequest) (*concordpb.ChangeReplicasResponse, error) {
+	if err := ready(s.b, notReady); err != nil {
+		return nil, err
+	}
+	leader, local := s.b.Leader(req.GetShardId())
+	if !local {
+		c, fctx, err := ClusterClientFor(ctx, s.b, leader)
+		if err != nil {
+			return nil, err
+		}
+		return c.ChangeReplicas(fctx, req)
+	}
+	d, err := s.b.ChangeReplicas(ctx, req.GetShardId(), req.GetRemoveReplicaId(), req.GetAddNodeId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &concordpb.ChangeReplicasResponse{Shard: d}, nil
+}
+
+// RoutingTable answers from this node's own view, without forwarding.
+func (s *Cluster) RoutingTable(context.Context, *concordpb.RoutingTableRequest) (*concordpb.RoutingTableResponse, error) {
+	if err := ready(s.b, notReady); err != nil {
+		return nil, err
+	}
+	resp := &concordpb.RoutingTableResponse{ClusterId: s.b.ClusterID(), Nodes: s.b.Nodes()}
+	for _, d := range table(s.b).Shards() {
+		leader, _ := s.b.Leader(d.GetShardId())
+		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: leader})
+	}
+	return resp, nil
+}
+
+// Status is the placement leader's view of the cluster, or this node's own
+// when the placement leader cannot be reached.
+func (s *Cluster) Status(ctx context.Context, _ *concordpb.StatusRequest) (*concordpb.StatusResponse, error) {
+	if err := ready(s.b, notReady); err != nil {
+		return nil, err
+	}
+	if leader, local := s.b.Leader(routing.MetaShard); !local {
+		if c, fctx, err := ClusterClientFor(ctx, s.b, s.metaLeaderHint(leader)); err == nil {
+			if resp, err := c.Status(fctx, &concordpb.StatusRequest{}); err == nil {
+				return resp, nil
+			}
+		}
+		return s.b.LocalStatus(), nil // the placement leader is unreachable: say what this node sees
+	}
+	resp, err := s.b.ClusterStatus()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return resp, nil
+}
+
+// metaLeaderHint picks the node to ask for placement requests: the meta
+// shard's leader if known, else the node's best guess.
+func (s *Cluster) metaLeaderHint(leader uint64) uint64 {
+	if leader != 0 {
+		return leader
+	}
+	return s.b.PlacementLeaderHint()
+}

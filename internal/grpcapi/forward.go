@@ -1,0 +1,86 @@
+package grpcapi
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// maxHops bounds node-to-node forwarding of one request, so that nodes with
+// stale leader hints cannot bounce a request between them forever. KV
+// requests count hops in their RequestHeader; Cluster requests, which have
+// no header, in gRPC metadata (hopsKey).
+const maxHops = 2
+
+// hopsKey is the metadata key carrying a forwarded Cluster request's hops.
+const hopsKey = "concord-hops"
+
+// kvClientFor returns a KV client for node, or Unavailable if this request
+// may not be forwarded further.
+func kvClientFor(r Router, node uint64, hops uint32, shard uint64) (concordpb.KVClient, error) {
+	if node == 0 {
+		return nil, status.Errorf(codes.Unavailable, "shard %d: no leader known yet (election in progress?)", shard)
+	}
+	if hops >= maxHops {
+		return nil, status.Errorf(codes.Unavailable, "shard %d: not the leader here, and the request was already forwarded %d times", shard, hops)
+	}
+	if r.Blocked(node) {
+		return nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d is cut off by a partition (fault injection)", shard, node)
+	}
+	addr, ok := r.Resolve(node)
+	if !ok {
+		return nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d has no known address", shard, node)
+	}
+	conn, err := r.Conn(addr)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "connect to node %d at %s: %v", node, addr, err)
+	}
+	return concordpb.NewKVClient(conn), nil
+}
+
+// ClusterClientFor returns a Cluster client for node and the context to call
+// it with, which carries the forwarding hop count (one more than ctx's
+// incoming count). It fails with Unavailable when node is unknown or this
+// node itself, the hop limit is reached, or a partition cuts node off. The
+// node's own loops use it too, so that they obey the same rules.
+func ClusterClientFor(ctx context.Context, r Router, node uint64) (concordpb.ClusterClient, context.Context, error) {
+	hops := incomingHops(ctx)
+	if node == 0 || node == r.ID() {
+		return nil, ctx, status.Error(codes.Unavailable, "placement leader unknown")
+	}
+	if hops >= maxHops {
+		return nil, ctx, status.Errorf(codes.Unavailable, "request already forwarded %d times", hops)
+	}
+	if r.Blocked(node) {
+		return nil, ctx, status.Errorf(codes.Unavailable, "node %d is cut off by a partition (fault injection)", node)
+	}
+	addr, ok := r.Resolve(node)
+	if !ok {
+		return nil, ctx, status.Errorf(codes.Unavailable, "node %d has no known address", node)
+	}
+	conn, err := r.Conn(addr)
+	if err != nil {
+		return nil, ctx, status.Errorf(codes.Unavailable, "connect to node %d at %s: %v", node, addr, err)
+	}
+	out := metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(int(hops+1)))
+	return concordpb.NewClusterClient(conn), out, nil
+}
+
+func incomingHops(ctx context.Context) uint32 {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(hopsKey); len(v) > 0 {
+		h, _ := strconv.Atoi(v[0])
+		return uint32(h)
+	}
+	return 0
+}
+
+// forwardedHeader is the header of a KV request forwarded one hop further.
+func forwardedHeader(h *concordpb.RequestHeader) *concordpb.RequestHeader {
+	return &concordpb.RequestHeader{SessionId: h.GetSessionId(), Seq: h.GetSeq(), Consistency: h.GetConsistency(), Hops: h.GetHops() + 1}
+}

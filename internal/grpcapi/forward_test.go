@@ -1,0 +1,165 @@
+package grpcapi
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+func wantStatus(t *testing.T, err error, code codes.Code, msg string) {
+	t.Helper()
+	if st := status.Convert(err); st.Code() != code || st.Message() != msg {
+		t.Fatalf("got %v %q, want %v %q", st.Code(), st.Message(), code, msg)
+	}
+}
+
+// TestWriteIsForwardedToTheLeader protects the path of a write that reaches
+// a follower: it is proposed once, on the leader, with its session intact.
+func TestWriteIsForwardedToTheLeader(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	serve(t, f2, f1)
+	c1 := concordpb.NewKVClient(serve(t, f1, f2))
+	resp, err := c1.Put(context.Background(), &concordpb.PutRequest{
+		Header: &concordpb.RequestHeader{SessionId: 5, Seq: 1}, Key: []byte("k"), Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetHeader().GetServedByNodeId(); got != 2 {
+		t.Fatalf("served by node %d, want 2", got)
+	}
+	if f1.proposalCount() != 0 || f2.proposalCount() != 1 {
+		t.Fatalf("proposals: %d on the follower, %d on the leader; want 0 and 1", f1.proposalCount(), f2.proposalCount())
+	}
+	kv := f2.proposals[0].GetKv()
+	if kv.GetSessionId() != 5 || kv.GetSeq() != 1 || string(kv.GetOps()[0].GetKey()) != "k" {
+		t.Fatalf("leader proposed %v", kv)
+	}
+}
+
+// TestStaleReadIsForwardedToAnyReplica protects that a node without a
+// replica sends a stale read to one that has it (no leader needed, no read
+// barrier), while a linearizable read without a known leader fails fast.
+func TestStaleReadIsForwardedToAnyReplica(t *testing.T) {
+	f1, f3 := newFakeNode(t, 1, 4, 0), newFakeNode(t, 3, 4, 0)
+	shard := f1.shardOfKey("k")
+	f1.data[shard] = []*concordpb.KeyValue{{Key: []byte("k"), Value: []byte("v1")}}
+	serve(t, f1, f3)
+	c3 := concordpb.NewKVClient(serve(t, f3, f1))
+	ctx := context.Background()
+	resp, err := c3.Get(ctx, &concordpb.GetRequest{Key: []byte("k"),
+		Header: &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.GetValue()) != "v1" || resp.GetHeader().GetServedByNodeId() != 1 || len(f1.readIndex) != 0 {
+		t.Fatalf("got %q from node %d after %d barriers; want v1 from node 1 with none",
+			resp.GetValue(), resp.GetHeader().GetServedByNodeId(), len(f1.readIndex))
+	}
+	_, err = c3.Get(ctx, &concordpb.GetRequest{Key: []byte("k")})
+	wantStatus(t, err, codes.Unavailable, fmt.Sprintf("shard %d: no leader known yet (election in progress?)", shard))
+}
+
+// TestLinearizableReadWaitsForTheBarrier protects that a leader reads only
+// after ReadIndex, and that a failed barrier is not an ambiguous outcome.
+func TestLinearizableReadWaitsForTheBarrier(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	shard := f.shardOfKey("k")
+	kv := NewKV(f, testLimits)
+	if _, err := kv.Get(context.Background(), &concordpb.GetRequest{Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.readIndex) != 1 || f.readIndex[0] != shard {
+		t.Fatalf("barriers on shards %v, want [%d]", f.readIndex, shard)
+	}
+}
+
+// TestBouncingRequestStopsAtTheHopLimit protects against two nodes with
+// stale leader hints, each naming the other, forwarding a request forever.
+func TestBouncingRequestStopsAtTheHopLimit(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 1)
+	shard := f1.shardOfKey("k")
+	serve(t, f2, f1)
+	conn := serve(t, f1, f2)
+	ctx := context.Background()
+	want := fmt.Sprintf("shard %d: not the leader here, and the request was already forwarded 2 times", shard)
+	_, err := concordpb.NewKVClient(conn).Put(ctx, &concordpb.PutRequest{Key: []byte("k")})
+	wantStatus(t, err, codes.Unavailable, want)
+	_, err = concordpb.NewKVClient(conn).Get(ctx, &concordpb.GetRequest{Key: []byte("k")})
+	wantStatus(t, err, codes.Unavailable, want)
+	_, err = concordpb.NewClusterClient(conn).ChangeReplicas(ctx, &concordpb.ChangeReplicasRequest{ShardId: shard})
+	wantStatus(t, err, codes.Unavailable, "request already forwarded 2 times")
+	if f1.proposalCount()+f2.proposalCount() != 0 {
+		t.Fatal("a bounced request was proposed")
+	}
+}
+
+// TestHeartbeatFindsThePlacementLeaderByHint protects that placement
+// requests reach the meta leader even when this node does not know it.
+func TestHeartbeatFindsThePlacementLeaderByHint(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 0), newFakeNode(t, 2, 4, 2)
+	f1.hint = 2
+	serve(t, f2, f1)
+	c1 := concordpb.NewClusterClient(serve(t, f1, f2))
+	resp, err := c1.Heartbeat(context.Background(), &concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2.mu.Lock()
+	got := f2.heartbeats
+	f2.mu.Unlock()
+	if resp.GetMetaLeaderNodeId() != 2 || len(got) != 1 || got[0] != 7 {
+		t.Fatalf("answered by %d; placement leader recorded %v", resp.GetMetaLeaderNodeId(), got)
+	}
+	f1.hint = 0
+	_, err = NewCluster(f1).Heartbeat(context.Background(), &concordpb.HeartbeatRequest{})
+	wantStatus(t, err, codes.Unavailable, "placement leader unknown")
+}
+
+// TestPartitionCutsNodeToNodeCallsOnly protects fault injection's contract:
+// a partition refuses forwarding in both directions, while clients still
+// reach the partitioned node.
+func TestPartitionCutsNodeToNodeCallsOnly(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	f2.blocked[1] = true // node 2 refuses calls from node 1
+	c2 := concordpb.NewKVClient(serve(t, f2, f1))
+	c1 := concordpb.NewKVClient(serve(t, f1, f2))
+	ctx := context.Background()
+	_, err := c1.Put(ctx, &concordpb.PutRequest{Key: []byte("k")})
+	wantStatus(t, err, codes.Unavailable, "partitioned from node 1 (fault injection)")
+	if _, err := c2.Put(ctx, &concordpb.PutRequest{Key: []byte("k")}); err != nil {
+		t.Fatalf("a client call to the partitioned node: %v", err)
+	}
+	f3 := newFakeNode(t, 3, 4, 2)
+	f3.blocked[2] = true // node 3 will not even send to node 2
+	f3.addrs[2] = "unused"
+	_, err = NewKV(f3, testLimits).Put(ctx, &concordpb.PutRequest{Key: []byte("k")})
+	wantStatus(t, err, codes.Unavailable,
+		fmt.Sprintf("shard %d: leader node 2 is cut off by a partition (fault injection)", f3.shardOfKey("k")))
+}
+
+// TestNothingButProbeBeforeReady protects a fresh node, which serves gRPC
+// before it has an identity: it answers probes and refuses the rest.
+func TestNothingButProbeBeforeReady(t *testing.T) {
+	f := newFakeNode(t, 0, 4, 0)
+	f.readyC = make(chan struct{})
+	conn := serve(t, f)
+	ctx := context.Background()
+	_, err := concordpb.NewKVClient(conn).Get(ctx, &concordpb.GetRequest{Key: []byte("k")})
+	wantStatus(t, err, codes.Unavailable, notReady)
+	_, err = concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
+	wantStatus(t, err, codes.Unavailable, notReady)
+	if _, err := concordpb.NewClusterClient(conn).Probe(ctx, &concordpb.ProbeRequest{}); err != nil {
+		t.Fatalf("probe before ready: %v", err)
+	}
+	st, err := concordpb.NewRaftTransportClient(conn).Send(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.CloseAndRecv()
+	wantStatus(t, err, codes.Unavailable, "node not initialized yet")
+}

@@ -1,0 +1,62 @@
+package grpcapi
+
+import (
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/routing"
+)
+
+// table returns the routing table of the user shards r knows of.
+func table(r Router) *routing.Table {
+	descs := r.Descriptors()
+	list := make([]*concordpb.ShardDescriptor, 0, len(descs))
+	for _, d := range descs {
+		list = append(list, d)
+	}
+	return routing.NewTable(list)
+}
+
+// shardOf returns the shard that owns key.
+func shardOf(r Router, key []byte) (uint64, error) {
+	d := table(r).Lookup(key)
+	if d == nil {
+		return 0, status.Error(codes.Unavailable, "this node does not know the shard of the key yet")
+	}
+	return d.GetShardId(), nil
+}
+
+// anyReplicaNode returns a node hosting a replica of shard, preferring the leader.
+func anyReplicaNode(r Router, shard uint64) uint64 {
+	if leader, _ := r.Leader(shard); leader != 0 {
+		return leader
+	}
+	if d := r.Descriptors()[shard]; d != nil && len(d.GetReplicas()) > 0 {
+		return d.GetReplicas()[0].GetNodeId()
+	}
+	return 0
+}
+
+// header builds the response header for shard.
+func header(r Router, shard uint64) *concordpb.ResponseHeader {
+	h := &concordpb.ResponseHeader{ShardId: shard, ServedByNodeId: r.ID()}
+	if leader, _ := r.Leader(shard); leader != 0 {
+		h.LeaderNodeId = leader
+		h.LeaderAddress, _ = r.Resolve(leader)
+	}
+	return h
+}
+
+// ready fails with Unavailable until the node has an identity and raft runs.
+func ready(r interface{ Ready() <-chan struct{} }, msg string) error {
+	select {
+	case <-r.Ready():
+		return nil
+	default:
+		return status.Error(codes.Unavailable, msg)
+	}
+}
+
+// notReady is the text of ready's error for client-facing services.
+const notReady = "node not initialized yet (waiting for its peers)"

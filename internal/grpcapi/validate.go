@@ -1,0 +1,79 @@
+package grpcapi
+
+import (
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// Limits on a single request, beyond the key and value limits of Limits.
+const (
+	maxBatchOps      = 1000
+	defaultScanLimit = 1000
+	maxScanLimit     = 10000
+)
+
+// Limits bounds the sizes of keys and values a request may carry; the node
+// sets them from its flags, whose names the error texts cite.
+type Limits struct {
+	MaxKeyBytes   int // --max-key-bytes
+	MaxValueBytes int // --max-value-bytes
+}
+
+func (l Limits) checkKey(k []byte) error {
+	switch {
+	case len(k) == 0:
+		return invalid("key is empty")
+	case len(k) > l.MaxKeyBytes:
+		return invalid("key is %d bytes; the limit is %d (--max-key-bytes)", len(k), l.MaxKeyBytes)
+	}
+	return nil
+}
+
+func (l Limits) checkValue(v []byte) error {
+	if len(v) > l.MaxValueBytes {
+		return invalid("value is %d bytes; the limit is %d (--max-value-bytes)", len(v), l.MaxValueBytes)
+	}
+	return nil
+}
+
+// checkBatch validates a batch and returns its shard; shardOf finds a key's
+// shard.
+func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (uint64, error)) (uint64, error) {
+	ops, h := req.GetOps(), req.GetHeader()
+	switch {
+	case len(ops) == 0:
+		return 0, invalid("batch has no operations")
+	case len(ops) > maxBatchOps:
+		return 0, invalid("batch has %d operations; the limit is %d", len(ops), maxBatchOps)
+	case h.GetSessionId() != 0 && h.GetSeq() == 0:
+		return 0, invalid("a request with a session must carry a positive sequence number")
+	}
+	var shard uint64
+	for i, op := range ops {
+		if err := l.checkOp(i, op); err != nil {
+			return 0, err
+		}
+		s, err := shardOf(op.GetKey())
+		if err != nil {
+			return 0, err
+		}
+		if i > 0 && s != shard {
+			return 0, invalid("batch keys span shards %d and %d; a batch must stay within one shard", shard, s)
+		}
+		shard = s
+	}
+	return shard, nil
+}
+
+// checkOp validates operation i of a batch on its own.
+func (l Limits) checkOp(i int, op *concordpb.Op) error {
+	if _, ok := concordpb.OpType_name[int32(op.GetType())]; !ok {
+		return invalid("operation %d has unknown type %d", i, op.GetType())
+	}
+	if err := l.checkKey(op.GetKey()); err != nil {
+		return err
+	}
+	if err := l.checkValue(op.GetValue()); err != nil {
+		return err
+	}
+	return l.checkValue(op.GetExpected())
+}

@@ -1,0 +1,109 @@
+package grpcapi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// keysInTwoShards returns two short keys that f routes to different shards.
+func keysInTwoShards(t *testing.T, f *fakeNode) (a, b string, sa, sb uint64) {
+	t.Helper()
+	for i := range 100 {
+		k := fmt.Sprintf("k%d", i)
+		if i == 0 {
+			a, sa = k, f.shardOfKey(k)
+		} else if s := f.shardOfKey(k); s != sa {
+			return a, k, sa, s
+		}
+	}
+	t.Fatal("no two keys in different shards")
+	return
+}
+
+func put(k string) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k)}
+}
+
+// TestInvalidRequestsAreRefusedWithTheirReason protects the texts clients
+// (and tests/e2e) see for bad input, and that nothing bad reaches raft.
+func TestInvalidRequestsAreRefusedWithTheirReason(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	kv, cl := NewKV(f, testLimits), NewCluster(f)
+	ctx := context.Background()
+	a, b, sa, sb := keysInTwoShards(t, f)
+	tooMany := make([]*concordpb.Op, maxBatchOps+1)
+	for i := range tooMany {
+		tooMany[i] = put(a)
+	}
+	err := func(_ any, err error) error { return err }
+	tests := []struct {
+		name string
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{"empty key", err(kv.Get(ctx, &concordpb.GetRequest{})), codes.InvalidArgument, "key is empty"},
+		{"oversized key", err(kv.Put(ctx, &concordpb.PutRequest{Key: []byte("12345")})), codes.InvalidArgument,
+			"key is 5 bytes; the limit is 4 (--max-key-bytes)"},
+		{"oversized value", err(kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("123456789")})), codes.InvalidArgument,
+			"value is 9 bytes; the limit is 8 (--max-value-bytes)"},
+		{"oversized expected", err(kv.CompareAndSwap(ctx, &concordpb.CompareAndSwapRequest{Key: []byte("k"), Expected: []byte("123456789")})),
+			codes.InvalidArgument, "value is 9 bytes; the limit is 8 (--max-value-bytes)"},
+		{"empty batch", err(kv.Batch(ctx, &concordpb.BatchRequest{})), codes.InvalidArgument, "batch has no operations"},
+		{"too many ops", err(kv.Batch(ctx, &concordpb.BatchRequest{Ops: tooMany})), codes.InvalidArgument,
+			"batch has 1001 operations; the limit is 1000"},
+		{"session without seq", err(kv.Delete(ctx, &concordpb.DeleteRequest{Header: &concordpb.RequestHeader{SessionId: 5}, Key: []byte("k")})),
+			codes.InvalidArgument, "a request with a session must carry a positive sequence number"},
+		{"batch across shards", err(kv.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{put(a), put(b)}})), codes.InvalidArgument,
+			fmt.Sprintf("batch keys span shards %d and %d; a batch must stay within one shard", sa, sb)},
+		{"unknown op", err(kv.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{{Type: 42, Key: []byte("k")}}})), codes.InvalidArgument,
+			"operation 0 has unknown type 42"},
+		{"scan backwards", err(kv.Scan(ctx, &concordpb.ScanRequest{Start: []byte("b"), End: []byte("a")})), codes.InvalidArgument,
+			`scan start "b" is not before end "a"`},
+		{"scan of a missing shard", err(kv.Scan(ctx, &concordpb.ScanRequest{OnlyShard: 99})), codes.NotFound, "shard 99 does not exist"},
+		{"join without address", err(cl.Join(ctx, &concordpb.JoinRequest{})), codes.InvalidArgument, "join needs the joining node's address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := status.Convert(tt.err)
+			if st.Code() != tt.code || st.Message() != tt.msg {
+				t.Fatalf("got %v %q, want %v %q", st.Code(), st.Message(), tt.code, tt.msg)
+			}
+		})
+	}
+	if n := f.proposalCount(); n != 0 {
+		t.Fatalf("%d invalid requests reached raft", n)
+	}
+}
+
+// TestValidRequestsPass protects the boundaries: a key or value exactly at
+// its limit, and a batch of exactly maxBatchOps ops in one shard, are fine.
+func TestValidRequestsPass(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	f.proposeResult.Results = make([]*concordpb.OpResult, 1)
+	kv := NewKV(f, testLimits)
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, &concordpb.PutRequest{Key: []byte("1234"), Value: []byte("12345678")}); err != nil {
+		t.Fatal(err)
+	}
+	ops := make([]*concordpb.Op, maxBatchOps)
+	for i := range ops {
+		ops[i] = put("k")
+	}
+	if err := (Limits{MaxKeyBytes: 4}).checkOp(0, put(strings.Repeat("x", 4))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Batch(ctx, &concordpb.BatchRequest{Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.proposalCount(); n != 2 {
+		t.Fatalf("%d proposals, want 2", n)
+	}
+}

@@ -1,0 +1,86 @@
+package node
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// backend is the node as the front door sees it: it implements
+// grpcapi.Backend by delegating to the node, so the node's own exported API
+// stays what cli and tests use (New, Start, Stop, Shutdown, Addr, ID).
+type backend struct{ n *Node }
+
+var _ grpcapi.Backend = backend{}
+
+func (n *Node) backend() backend { return backend{n: n} }
+
+func (b backend) Ready() <-chan struct{} { return b.n.ready }
+func (b backend) ID() uint64             { return b.n.ID() }
+func (b backend) ClusterID() uint64      { return b.n.ident.Load().GetClusterId() }
+
+func (b backend) Descriptors() map[uint64]*concordpb.ShardDescriptor { return b.n.shardDescriptors() }
+func (b backend) Leader(shard uint64) (uint64, bool)                 { return b.n.leaderOf(shard) }
+func (b backend) Resolve(node uint64) (string, bool)                 { return b.n.book.resolve(node) }
+func (b backend) Nodes() []*concordpb.NodeDescriptor                 { return b.n.book.all() }
+func (b backend) Blocked(node uint64) bool                           { return b.n.blocked(node) }
+func (b backend) PlacementLeaderHint() uint64                        { return b.n.placementLeaderHint() }
+
+func (b backend) Conn(addr string) (grpc.ClientConnInterface, error) {
+	c, err := b.n.conns.get(addr)
+	if err != nil {
+		return nil, err // not a typed nil in an interface
+	}
+	return c, nil
+}
+
+func (b backend) HasReplica(shard uint64) bool {
+	info, ok := b.n.host.Info(shard)
+	return ok && info.Desc != nil
+}
+
+func (b backend) Propose(ctx context.Context, shard uint64, cmd *storepb.Command) (*storepb.CommandResult, error) {
+	return b.n.host.Propose(ctx, shard, cmd)
+}
+
+func (b backend) ReadIndex(ctx context.Context, shard uint64) error {
+	return b.n.host.ReadIndex(ctx, shard)
+}
+
+func (b backend) LocalGet(shard uint64, key []byte) ([]byte, bool, error) {
+	return kv.Get(b.n.eng.DB, shard, key)
+}
+
+func (b backend) LocalScan(shard uint64, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
+	return kv.Scan(b.n.eng.DB, shard, start, end, limit)
+}
+
+func (b backend) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64) (*concordpb.ShardDescriptor, error) {
+	return b.n.host.ChangeReplicas(ctx, shard, remove, addNode)
+}
+
+func (b backend) AnswerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse {
+	return b.n.answerProbe(req)
+}
+
+func (b backend) AddNode(ctx context.Context, addr string) (uint64, []*concordpb.NodeDescriptor, error) {
+	return b.n.addNode(ctx, addr)
+}
+
+func (b backend) HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
+	return b.n.handleHeartbeat(req)
+}
+
+func (b backend) ClusterStatus() (*concordpb.StatusResponse, error) { return b.n.clusterStatus() }
+func (b backend) LocalStatus() *concordpb.StatusResponse            { return b.n.localStatus() }
+
+func (b backend) RaftReceiver() concordpb.RaftTransportServer { return b.n.transport.Server() }
+
+func (b backend) Die(clean bool)                        { b.n.die(clean) }
+func (b backend) Partition(reachable []string) []uint64 { return b.n.partitionFrom(reachable) }
+func (b backend) Heal()                                 { b.n.heal() }

@@ -1,0 +1,75 @@
+package node
+
+import (
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The fault-injection hooks behind the Admin service (grpcapi.Faults). The
+// Admin service refuses every call unless Config.EnableFaultInjection is set,
+// so none of this runs outside test clusters.
+
+// partition is a fault-injected network partition: the peer addresses this
+// node can still reach. The transport (raft streams, snapshots) and the
+// front door (node-to-node RPCs, both directions) consult it through
+// Node.blocked.
+type partition struct {
+	// reachable is nil when there is no partition; the map is never
+	// modified once stored.
+	reachable atomic.Pointer[map[string]bool]
+}
+
+// blocked reports whether a partition cuts this node off from node.
+func (n *Node) blocked(node uint64) bool {
+	reach := n.partition.reachable.Load()
+	if reach == nil || node == n.ID() {
+		return false
+	}
+	addr, ok := n.book.resolve(node)
+	return !ok || !(*reach)[addr]
+}
+
+// partitionFrom cuts this node off from every peer not in reachable and
+// returns the ids of the peers now cut off.
+func (n *Node) partitionFrom(reachable []string) []uint64 {
+	reach := map[string]bool{n.cfg.Addr: true}
+	for _, a := range reachable {
+		reach[a] = true
+	}
+	n.partition.reachable.Store(&reach)
+	var blocked []uint64
+	for _, d := range n.book.all() {
+		if n.blocked(d.GetNodeId()) {
+			blocked = append(blocked, d.GetNodeId())
+		}
+	}
+	n.log.Warn("fault injection: partitioned", "reachable", reachable, "blocked_nodes", blocked)
+	return blocked
+}
+
+func (n *Node) heal() {
+	n.partition.reachable.Store(nil)
+	n.log.Warn("fault injection: healed")
+}
+
+// die ends the process: clean runs the graceful path of SIGTERM, unclean
+// is kill -9. Either way it returns at once so the RPC can answer first.
+func (n *Node) die(clean bool) {
+	if clean {
+		n.log.Warn("fault injection: clean die requested")
+		go func() {
+			n.Shutdown(5 * time.Second)
+			os.Exit(0)
+		}()
+		return
+	}
+	n.log.Warn("fault injection: unclean die requested; exiting now")
+	// Reply first so the caller sees success, then die as kill -9 would:
+	// no deferred work, nothing flushed.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}()
+}

@@ -1,0 +1,47 @@
+package node
+
+import (
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// The node's view of the shards: what its own replicas know, filled in by
+// the placement leader's routes from heartbeats. The front door (grpcapi)
+// routes and forwards with it; the loops use it to find leaders.
+
+// shardDescriptors returns what this node knows of every shard: its own
+// replicas' descriptors, else the placement leader's view from heartbeats.
+func (n *Node) shardDescriptors() map[uint64]*concordpb.ShardDescriptor {
+	out := map[uint64]*concordpb.ShardDescriptor{}
+	if routes := n.routes.Load(); routes != nil {
+		for _, r := range *routes {
+			out[r.GetShard().GetShardId()] = r.GetShard()
+		}
+	}
+	for _, info := range n.host.Infos() {
+		if info.Desc != nil {
+			out[info.Shard] = info.Desc
+		}
+	}
+	return out
+}
+
+// leaderOf returns the node leading shard as far as this node knows
+// (0 if unknown) and whether that is this node.
+func (n *Node) leaderOf(shard uint64) (leader uint64, local bool) {
+	if info, ok := n.host.Info(shard); ok {
+		if info.IsLeader {
+			return n.ID(), true
+		}
+		if info.LeaderNode != 0 {
+			return info.LeaderNode, false
+		}
+	}
+	if routes := n.routes.Load(); routes != nil {
+		for _, r := range *routes {
+			if r.GetShard().GetShardId() == shard && r.GetLeaderNodeId() != n.ID() {
+				return r.GetLeaderNodeId(), false
+			}
+		}
+	}
+	return 0, false
+}
