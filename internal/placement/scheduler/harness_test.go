@@ -1,0 +1,190 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// TestSchedule runs the scripts in testdata/. It protects the planner's
+// decisions: which replicas get replaced, on which node, through which
+// leader, and when nothing must happen. Rewrite the golden output with
+// `go test ./internal/placement/scheduler -rewrite` and read the diff.
+//
+// Commands (all ids are plain numbers; s, n and r prefixes are accepted):
+//
+//	reset                                   empty view, default settings
+//	settings report-max-age=3s
+//	node id=3 [state=up|replaced] [replaced-by=4]      add or overwrite
+//	shard id=1 replicas=(1@1,2@2,3@3) [epoch=1]        replica@node
+//	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
+//	inflight s=(2,3) | done s=2             mark / clear shards busy
+//	override s=1 n=2                        LeaderOverride[s1] = n2
+//	schedule                                prints Schedule(view)
+//	leaders                                 prints Leaders(view)
+func TestSchedule(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		e := newEnv()
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return e.handle(t, d)
+		})
+	})
+}
+
+// base is the harness's fixed "now"; report ages count back from it.
+var base = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type env struct{ v View }
+
+func newEnv() *env {
+	return &env{v: View{
+		Now: base, Settings: DefaultSettings(time.Second),
+		Reports: map[ids.NodeID]Report{}, InFlight: map[ids.ShardID]bool{},
+		LeaderOverride: map[ids.ShardID]ids.NodeID{},
+	}}
+}
+
+func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
+	switch d.Cmd {
+	case "reset":
+		*e = *newEnv()
+	case "settings":
+		e.v.Settings.ReportMaxAge = duration(t, d, "report-max-age")
+	case "node":
+		e.node(t, d)
+	case "shard":
+		e.shard(t, d)
+	case "report":
+		e.report(t, d)
+	case "inflight", "done":
+		for _, s := range numbers(t, d, "s") {
+			e.v.InFlight[ids.ShardID(s)] = d.Cmd == "inflight"
+		}
+	case "override":
+		e.v.LeaderOverride[ids.ShardID(number(t, d, "s"))] = ids.NodeID(number(t, d, "n"))
+	case "schedule":
+		steps := Schedule(e.v)
+		checkSteps(t, e.v, steps)
+		return DescribeSteps(steps)
+	case "leaders":
+		return DescribeLeaders(Leaders(e.v), e.v)
+	default:
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+	}
+	return "ok"
+}
+
+func (e *env) node(t *testing.T, d *datadriven.TestData) {
+	n := &concordpb.NodeDescriptor{NodeId: number(t, d, "id")}
+	n.Address = fmt.Sprintf("10.0.0.%d:7000", n.NodeId)
+	if d.HasArg("state") {
+		var state string
+		d.ScanArgs(t, "state", &state)
+		st, ok := map[string]concordpb.NodeState{"up": concordpb.NodeState_NODE_UP, "replaced": concordpb.NodeState_NODE_REPLACED}[state]
+		if !ok {
+			d.Fatalf(t, "unknown state %q", state)
+		}
+		n.State = st
+	}
+	if d.HasArg("replaced-by") {
+		n.ReplacedBy = number(t, d, "replaced-by")
+	}
+	e.v.Nodes = slices.DeleteFunc(e.v.Nodes, func(o *concordpb.NodeDescriptor) bool { return o.GetNodeId() == n.NodeId })
+	e.v.Nodes = append(e.v.Nodes, n)
+}
+
+func (e *env) shard(t *testing.T, d *datadriven.TestData) {
+	s := &concordpb.ShardDescriptor{ShardId: number(t, d, "id"), Epoch: 1}
+	if d.HasArg("epoch") {
+		s.Epoch = number(t, d, "epoch")
+	}
+	arg, _ := d.Arg("replicas")
+	for _, val := range arg.Vals {
+		rs, ns, ok := strings.Cut(val, "@")
+		if !ok {
+			d.Fatalf(t, "replica %q is not replica@node", val)
+		}
+		r := &concordpb.ReplicaDescriptor{ReplicaId: parse(t, d, rs), NodeId: parse(t, d, ns)}
+		s.Replicas = append(s.Replicas, r)
+		s.NextReplicaId = max(s.NextReplicaId, r.ReplicaId+1)
+	}
+	e.v.Shards = slices.DeleteFunc(e.v.Shards, func(o *concordpb.ShardDescriptor) bool { return o.GetShardId() == s.ShardId })
+	e.v.Shards = append(e.v.Shards, s)
+}
+
+// report records node's heartbeat, received age ago. Replica ids come from
+// the shard descriptors already declared.
+func (e *env) report(t *testing.T, d *datadriven.TestData) {
+	node := ids.NodeID(number(t, d, "node"))
+	var term uint64 = 1
+	if d.HasArg("term") {
+		term = number(t, d, "term")
+	}
+	r := Report{At: base.Add(-duration(t, d, "age"))}
+	for _, kind := range []string{"leader", "follower"} {
+		for _, s := range numbers(t, d, kind) {
+			r.Replicas = append(r.Replicas, &concordpb.ReplicaStatus{
+				ShardId: s, ReplicaId: e.replicaID(ids.ShardID(s), node), NodeId: uint64(node),
+				Term: term, IsLeader: kind == "leader",
+			})
+		}
+	}
+	e.v.Reports[node] = r
+}
+
+func (e *env) replicaID(shard ids.ShardID, node ids.NodeID) uint64 {
+	for _, s := range e.v.Shards {
+		if ids.ShardID(s.GetShardId()) == shard {
+			return replicaOn(s, node).GetReplicaId()
+		}
+	}
+	return 0
+}
+
+// number scans key's single value; numbers scans all of them (none if the
+// key is absent). Both accept an s, n or r prefix: "s1", "n3", "r2".
+func number(t *testing.T, d *datadriven.TestData, key string) uint64 {
+	vals := numbers(t, d, key)
+	if len(vals) != 1 {
+		d.Fatalf(t, "%s needs one value, got %d", key, len(vals))
+	}
+	return vals[0]
+}
+
+func numbers(t *testing.T, d *datadriven.TestData, key string) []uint64 {
+	arg, ok := d.Arg(key)
+	if !ok {
+		return nil
+	}
+	out := make([]uint64, len(arg.Vals))
+	for i, v := range arg.Vals {
+		out[i] = parse(t, d, v)
+	}
+	return out
+}
+
+func parse(t *testing.T, d *datadriven.TestData, s string) uint64 {
+	n, err := strconv.ParseUint(strings.TrimLeft(s, "snr"), 10, 64)
+	if err != nil {
+		d.Fatalf(t, "%q: %v", s, err)
+	}
+	return n
+}
+
+func duration(t *testing.T, d *datadriven.TestData, key string) time.Duration {
+	var s string
+	d.ScanArgs(t, key, &s)
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		d.Fatalf(t, "%s=%q: %v", key, s, err)
+	}
+	return dur
+}

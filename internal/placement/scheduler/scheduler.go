@@ -1,0 +1,97 @@
+package scheduler
+
+import (
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// Schedule returns the steps that v calls for, sorted by shard (then kind,
+// replica, target and leader), at most one per shard: the executor runs
+// one change per shard at a time, and a shard's later problems are planned
+// from the view that follows the first change.
+func Schedule(v View) []Step {
+	leaders := Leaders(v)
+	moves := replacements(v)
+	var steps []Step
+	for _, d := range sortedShards(v) {
+		shard := ids.ShardID(d.GetShardId())
+		if v.InFlight[shard] {
+			continue
+		}
+		via := leaderOf(v, leaders, shard)
+		if via == 0 {
+			continue // nobody to send it to; the next round may know
+		}
+		if s, ok := replaceReplaced(moves, d, via); ok {
+			steps = append(steps, s)
+		}
+	}
+	sortSteps(steps)
+	return steps
+}
+
+// leaderOf is the node to address shard's step to: the planning node's own
+// knowledge first (View.LeaderOverride), then the heartbeat reports; zero
+// if neither knows.
+func leaderOf(v View, leaders map[ids.ShardID]Leader, shard ids.ShardID) ids.NodeID {
+	if n, ok := v.LeaderOverride[shard]; ok && n != 0 {
+		return n
+	}
+	return leaders[shard].Node
+}
+
+// move is a wiped node and the UP node that took its address.
+type move struct{ from, to ids.NodeID }
+
+// replacements lists, in order of the old node's id, every node in state
+// REPLACED whose successor is UP. A successor that is not UP yet (or was
+// itself wiped) gets nothing: the new replica would have nowhere to run.
+// So in a chain (n1 replaced by n2, then n2 replaced by n3) n1's replicas
+// stay until dead-node detection replaces them; the repair loop did the
+// same.
+func replacements(v View) []move {
+	up := map[ids.NodeID]bool{}
+	for _, n := range v.Nodes {
+		up[ids.NodeID(n.GetNodeId())] = n.GetState() == concordpb.NodeState_NODE_UP
+	}
+	var out []move
+	for _, n := range sortedNodes(v) {
+		to := ids.NodeID(n.GetReplacedBy())
+		if n.GetState() == concordpb.NodeState_NODE_REPLACED && to != 0 && up[to] {
+			out = append(out, move{from: ids.NodeID(n.GetNodeId()), to: to})
+		}
+	}
+	return out
+}
+
+// replaceReplaced is the checker for wiped nodes: a replica on a node in
+// state REPLACED is replaced by a new replica on the node that took the
+// old one's address. Of several such replicas in d, the one on the lowest
+// node id goes first, as in the node's repair loop.
+//
+// A shard that already has a replica on the replacement node is left
+// alone: ChangeReplicas refuses that change, and it happens only while the
+// view's descriptor lags a replacement already made.
+func replaceReplaced(moves []move, d *concordpb.ShardDescriptor, via ids.NodeID) (Step, bool) {
+	for _, m := range moves {
+		r := replicaOn(d, m.from)
+		if r == nil || replicaOn(d, m.to) != nil {
+			continue
+		}
+		return Step{
+			Kind: StepReplace, Shard: ids.ShardID(d.GetShardId()), Via: via, Epoch: d.GetEpoch(),
+			Replica: ids.ReplicaID(r.GetReplicaId()), ReplicaNode: m.from, Target: m.to,
+		}, true
+	}
+	return Step{}, false
+}
+
+// replicaOn returns d's replica on node, or nil.
+func replicaOn(d *concordpb.ShardDescriptor, node ids.NodeID) *concordpb.ReplicaDescriptor {
+	for _, r := range d.GetReplicas() {
+		if ids.NodeID(r.GetNodeId()) == node {
+			return r
+		}
+	}
+	return nil
+}
