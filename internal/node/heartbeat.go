@@ -10,7 +10,9 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -19,34 +21,44 @@ import (
 // in memory only: a new placement leader rebuilds it within a heartbeat.
 type metaView struct {
 	mu       sync.Mutex
-	nodes    map[uint64]*nodeReport // guarded by mu: the last report per node
-	inflight map[uint64]bool        // guarded by mu: shards with a repair or descriptor update under way
+	reports  map[ids.NodeID]scheduler.Report // guarded by mu: the last report per node
+	inflight map[uint64]bool                 // guarded by mu: shards with a repair or descriptor update under way
 
 	// lastLeader is the placement leader named by the last heartbeat answer.
 	lastLeader atomic.Uint64
 	rr         atomic.Uint64 // round-robin cursor for finding the placement leader
 }
 
-type nodeReport struct {
-	at       time.Time
-	replicas []*concordpb.ReplicaStatus
-}
-
 func (m *metaView) record(node uint64, replicas []*concordpb.ReplicaStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.nodes[node] = &nodeReport{at: time.Now(), replicas: replicas}
+	if m.reports == nil {
+		m.reports = map[ids.NodeID]scheduler.Report{}
+	}
+	m.reports[ids.NodeID(node)] = scheduler.Report{At: time.Now(), Replicas: replicas}
 }
 
-func (m *metaView) snapshot() map[uint64]*nodeReport {
+// view assembles the scheduler's input from the placement state (nodes,
+// shards) and the reports and in-flight changes held here, as of now.
+func (m *metaView) view(now time.Time, s scheduler.Settings, nodes []*concordpb.NodeDescriptor, shards []*concordpb.ShardDescriptor) scheduler.View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[uint64]*nodeReport, len(m.nodes))
-	for k, v := range m.nodes {
-		out[k] = v
+	v := scheduler.View{Now: now, Settings: s, Nodes: nodes, Shards: shards,
+		Reports: make(map[ids.NodeID]scheduler.Report, len(m.reports)), InFlight: map[ids.ShardID]bool{}}
+	for node, r := range m.reports {
+		v.Reports[node] = r
 	}
-	return out
+	for shard := range m.inflight {
+		if shard&descriptorBusy == 0 {
+			v.InFlight[ids.ShardID(shard)] = true
+		}
+	}
+	return v
 }
+
+// descriptorBusy marks the busy keys of descriptor updates, a key space
+// apart from the shards' repairs.
+const descriptorBusy = 1 << 63
 
 // begin marks shard busy; it reports false if it already was.
 func (m *metaView) begin(shard uint64) bool {
@@ -68,31 +80,26 @@ func (m *metaView) end(shard uint64) {
 	delete(m.inflight, shard)
 }
 
-// leaders returns the node leading each shard according to the reports no
-// older than maxAge. A dead node's last report still claims its old
-// leaderships, so stale reports are skipped, and of two claims the higher
-// term wins.
-func (m *metaView) leaders(maxAge time.Duration) map[uint64]uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := map[uint64]uint64{}
-	terms := map[uint64]uint64{}
-	for node, r := range m.nodes {
-		if time.Since(r.at) > maxAge {
-			continue
-		}
-		for _, rs := range r.replicas {
-			if rs.GetIsLeader() && rs.GetTerm() >= terms[rs.GetShardId()] {
-				out[rs.GetShardId()], terms[rs.GetShardId()] = node, rs.GetTerm()
-			}
-		}
-	}
-	return out
+// schedulerSettings are the scheduler's limits, derived from the node's
+// configuration: a report counts for a few heartbeats, so one lost
+// heartbeat does not hide a leader.
+func (n *Node) schedulerSettings() scheduler.Settings {
+	return scheduler.DefaultSettings(n.cfg.HeartbeatInterval)
 }
 
-// reportMaxAge is how old a heartbeat report may be to count: a few
-// heartbeats, so one lost heartbeat does not hide a leader.
-func (n *Node) reportMaxAge() time.Duration { return 3 * n.cfg.HeartbeatInterval }
+// placementView is the scheduler's view of the cluster, read from the
+// local meta replica's state and this node's heartbeat reports.
+func (n *Node) placementView() (scheduler.View, error) {
+	nodes, err := placement.Nodes(n.eng.DB)
+	if err != nil {
+		return scheduler.View{}, err
+	}
+	shards, err := placement.Shards(n.eng.DB)
+	if err != nil {
+		return scheduler.View{}, err
+	}
+	return n.meta.view(time.Now(), n.schedulerSettings(), nodes, shards), nil
+}
 
 // sendHeartbeat reports this node's replicas to the placement leader and
 // learns the cluster's nodes and shards from the answer.
@@ -156,12 +163,12 @@ func (n *Node) nextCandidate() uint64 {
 // nodes and the shard routes.
 func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
 	n.meta.record(req.GetNode().GetNodeId(), req.GetReplicas())
-	shards, err := placement.Shards(n.eng.DB)
+	v, err := n.placementView()
 	if err != nil {
 		return nil, err
 	}
 	known := map[uint64]*concordpb.ShardDescriptor{}
-	for _, d := range shards {
+	for _, d := range v.Shards {
 		known[d.GetShardId()] = d
 	}
 	for _, d := range req.GetLedDescriptors() {
@@ -169,14 +176,11 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 			n.recordDescriptor(d)
 		}
 	}
-	nodes, err := placement.Nodes(n.eng.DB)
-	if err != nil {
-		return nil, err
-	}
-	leaders := n.meta.leaders(n.reportMaxAge())
-	resp := &concordpb.HeartbeatResponse{Nodes: nodes, MetaLeaderNodeId: n.ID()}
-	for _, d := range shards {
-		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: leaders[d.GetShardId()]})
+	leaders := scheduler.Leaders(v)
+	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: n.ID()}
+	for _, d := range v.Shards {
+		leader := leaders[ids.ShardID(d.GetShardId())].Node
+		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})
 	}
 	return resp, nil
 }
@@ -184,7 +188,7 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 // recordDescriptor proposes a newer shard descriptor to the placement
 // state, in the background (a heartbeat must not wait on raft).
 func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
-	key := d.GetShardId() | 1<<63 // busy-key space apart from repairs
+	key := d.GetShardId() | descriptorBusy
 	if !n.meta.begin(key) {
 		return
 	}

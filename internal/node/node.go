@@ -69,7 +69,6 @@ func New(cfg Config) (*Node, error) {
 	n.seen.m = map[uint64]bool{}
 	n.conns.m = map[string]*grpc.ClientConn{}
 	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}
-	n.meta.nodes = map[uint64]*nodeReport{}
 	n.cluster = grpcapi.NewCluster(n.backend())
 	return n, nil
 }

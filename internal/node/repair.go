@@ -6,50 +6,44 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
-	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/routing"
 )
 
-// repair runs on the placement leader: every replica on a node that was
-// REPLACED (its data is gone; a fresh node took its address) is swapped for
-// a new replica on the node that replaced it.
-func (n *Node) repair(ctx context.Context) {
+// repair runs on the placement leader: it asks the scheduler what the
+// cluster needs (internal/placement/scheduler, pure planning) and executes
+// the steps, each in the background, one at a time per shard.
+func (n *Node) repair(context.Context) {
 	if _, local := n.leaderOf(routing.MetaShard); !local {
 		return
 	}
-	nodes, err := placement.Nodes(n.eng.DB)
+	v, err := n.placementView()
 	if err != nil {
+		n.log.Debug("placement view", "err", err)
 		return
 	}
-	shards, err := placement.Shards(n.eng.DB)
-	if err != nil {
-		return
-	}
-	up := map[uint64]bool{}
-	for _, d := range nodes {
-		up[d.GetNodeId()] = d.GetState() == concordpb.NodeState_NODE_UP
-	}
-	leaders := n.meta.leaders(n.reportMaxAge())
-	for _, old := range nodes {
-		if old.GetState() != concordpb.NodeState_NODE_REPLACED || !up[old.GetReplacedBy()] {
-			continue
+	// This node's own leaderships are first-hand: fresher than any report.
+	v.LeaderOverride = map[ids.ShardID]ids.NodeID{}
+	for _, info := range n.host.Infos() {
+		if info.IsLeader {
+			v.LeaderOverride[ids.ShardID(info.Shard)] = ids.NodeID(n.ID())
 		}
-		for _, d := range shards {
-			for _, r := range d.GetReplicas() {
-				if r.GetNodeId() == old.GetNodeId() {
-					n.replaceReplica(d, r.GetReplicaId(), old.GetReplacedBy(), leaders[d.GetShardId()])
-				}
-			}
-		}
+	}
+	for _, s := range scheduler.Schedule(v) {
+		n.execute(s)
 	}
 }
 
-func (n *Node) replaceReplica(d *concordpb.ShardDescriptor, remove, addNode, leader uint64) {
-	shard := d.GetShardId()
-	if _, local := n.leaderOf(shard); local {
-		leader = n.ID()
+// execute runs step s in the background. Only replacement steps exist
+// today; the placement issue adds the executors of the other kinds.
+func (n *Node) execute(s scheduler.Step) {
+	if s.Kind != scheduler.StepReplace {
+		n.log.Warn("scheduler step not supported yet", "step", scheduler.DescribeStep(s))
+		return
 	}
-	if leader == 0 || !n.meta.begin(shard) {
+	shard := uint64(s.Shard)
+	if !n.meta.begin(shard) {
 		return
 	}
 	n.wg.Add(1)
@@ -58,23 +52,29 @@ func (n *Node) replaceReplica(d *concordpb.ShardDescriptor, remove, addNode, lea
 		defer n.meta.end(shard)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		req := &concordpb.ChangeReplicasRequest{ShardId: shard, RemoveReplicaId: remove, AddNodeId: addNode}
-		var resp *concordpb.ChangeReplicasResponse
-		var err error
-		if leader == n.ID() {
-			resp, err = n.cluster.ChangeReplicas(ctx, req)
-		} else {
-			c, fctx, cerr := grpcapi.ClusterClientFor(ctx, n.backend(), leader)
-			if cerr != nil {
-				return
-			}
-			resp, err = c.ChangeReplicas(fctx, req)
-		}
-		if err != nil {
-			n.log.Info("replica replacement not done yet", "shard", shard, "remove", remove, "add_node", addNode, "err", err)
+		n.replaceReplica(ctx, s)
+	}()
+}
+
+// replaceReplica asks the shard's leader (s.Via, possibly this node) for
+// the joint change that replaces s.Replica by a new replica on s.Target.
+func (n *Node) replaceReplica(ctx context.Context, s scheduler.Step) {
+	req := &concordpb.ChangeReplicasRequest{ShardId: uint64(s.Shard), RemoveReplicaId: uint64(s.Replica), AddNodeId: uint64(s.Target)}
+	var resp *concordpb.ChangeReplicasResponse
+	var err error
+	if uint64(s.Via) == n.ID() {
+		resp, err = n.cluster.ChangeReplicas(ctx, req)
+	} else {
+		c, fctx, cerr := grpcapi.ClusterClientFor(ctx, n.backend(), uint64(s.Via))
+		if cerr != nil {
 			return
 		}
-		n.log.Info("replaced replica", "shard", shard, "removed", remove, "added_on_node", addNode, "epoch", resp.GetShard().GetEpoch())
-		n.recordDescriptor(resp.GetShard())
-	}()
+		resp, err = c.ChangeReplicas(fctx, req)
+	}
+	if err != nil {
+		n.log.Info("replica replacement not done yet", "shard", s.Shard, "remove", s.Replica, "add_node", s.Target, "err", err)
+		return
+	}
+	n.log.Info("replaced replica", "shard", s.Shard, "removed", s.Replica, "added_on_node", s.Target, "epoch", resp.GetShard().GetEpoch())
+	n.recordDescriptor(resp.GetShard())
 }

@@ -2,12 +2,12 @@ package node
 
 import (
 	"sort"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
-	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/routing"
 )
 
@@ -33,42 +33,37 @@ func (n *Node) localStatus() *concordpb.StatusResponse {
 // clusterStatus is the placement leader's whole-cluster view: the placement
 // state, with each node's last heartbeat report.
 func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
-	nodes, err := placement.Nodes(n.eng.DB)
+	v, err := n.placementView()
 	if err != nil {
 		return nil, err
 	}
-	shards, err := placement.Shards(n.eng.DB)
-	if err != nil {
-		return nil, err
-	}
-	reports := n.meta.snapshot()
+	leaders := scheduler.Leaders(v)
 	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: n.ID()}
-	leaders := map[uint64]*concordpb.ReplicaStatus{}
-	for _, d := range nodes {
-		resp.Nodes = append(resp.Nodes, n.nodeStatus(d, reports[d.GetNodeId()], leaders))
+	for _, d := range v.Nodes {
+		resp.Nodes = append(resp.Nodes, nodeStatus(v, d))
 	}
-	for _, d := range shards {
-		resp.Shards = append(resp.Shards, n.shardStatus(d, leaders[d.GetShardId()]))
+	for _, d := range v.Shards {
+		resp.Shards = append(resp.Shards, n.shardStatus(d, leaders[ids.ShardID(d.GetShardId())].Status))
 	}
 	return resp, nil
 }
 
-// nodeStatus describes node d from its last report r (nil if none), and
-// records in leaders the leaderships r claims, of two claims the higher term.
-func (n *Node) nodeStatus(d *concordpb.NodeDescriptor, r *nodeReport, leaders map[uint64]*concordpb.ReplicaStatus) *concordpb.NodeStatus {
+// nodeStatus describes node d from its last report in v, if any. A silent
+// node's old leadership claims do not count.
+func nodeStatus(v scheduler.View, d *concordpb.NodeDescriptor) *concordpb.NodeStatus {
 	ns := &concordpb.NodeStatus{Node: d, LastHeartbeatAgeSeconds: -1}
-	if r == nil {
+	r, ok := v.Reports[ids.NodeID(d.GetNodeId())]
+	if !ok {
 		return ns
 	}
-	ns.LastHeartbeatAgeSeconds = time.Since(r.at).Seconds()
-	ns.Replicas = uint32(len(r.replicas))
-	for _, rs := range r.replicas {
-		if !rs.GetIsLeader() || time.Since(r.at) > n.reportMaxAge() {
-			continue // a silent node's old claims do not count
-		}
-		ns.Leaders++
-		if cur := leaders[rs.GetShardId()]; cur == nil || cur.GetTerm() <= rs.GetTerm() {
-			leaders[rs.GetShardId()] = rs
+	ns.LastHeartbeatAgeSeconds = v.Now.Sub(r.At).Seconds()
+	ns.Replicas = uint32(len(r.Replicas))
+	if !r.Fresh(v.Now, v.Settings) {
+		return ns
+	}
+	for _, rs := range r.Replicas {
+		if rs.GetIsLeader() {
+			ns.Leaders++
 		}
 	}
 	return ns
