@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -37,7 +38,7 @@ type Transport interface {
 	// SendSnapshot streams the shard's state-machine keys from snap to
 	// toNode, with m (a MsgSnap) as the header, and calls done when the
 	// receiver has stepped it (ok) or the stream failed.
-	SendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebble.Snapshot, done func(ok bool))
+	SendSnapshot(toNode, shard uint64, m *pb.Message, snap *storage.Snapshot, done func(ok bool))
 	// Flush hands the messages queued by Send to the network.
 	Flush()
 }
@@ -165,20 +166,14 @@ func New(cfg Config, eng *storage.Engine, t Transport, newSM NewStateMachine) *H
 
 // Start loads every replica recorded as hosted and starts the loop.
 func (h *Host) Start() error {
-	lo, hi := keys.HostedSpan()
-	it, err := h.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	hosted, err := h.eng.HostedReplicas()
 	if err != nil {
 		return err
 	}
-	for ok := it.First(); ok; ok = it.Next() {
-		shard, id := keys.ShardOfHosted(it.Key()), binary.BigEndian.Uint64(it.Value())
-		if _, err := h.loadReplica(shard, id); err != nil {
-			it.Close()
+	for _, shard := range slices.Sorted(maps.Keys(hosted)) {
+		if _, err := h.loadReplica(shard, hosted[shard]); err != nil {
 			return err
 		}
-	}
-	if err := it.Close(); err != nil {
-		return err
 	}
 	// The preferred replica of each shard campaigns at once, so leaders start
 	// spread as placed rather than wherever an election timer fires first.
@@ -215,7 +210,7 @@ func (h *Host) replicaConfig(shard, id uint64) replica.Config {
 }
 
 func (h *Host) loadReplica(shard, id uint64) (*replica.Replica, error) {
-	r, err := replica.Load(h.eng.DB, h.replicaConfig(shard, id), h.newSM(shard))
+	r, err := replica.Load(h.eng, h.replicaConfig(shard, id), h.newSM(shard))
 	if err != nil {
 		return nil, err
 	}
@@ -376,17 +371,14 @@ func (h *Host) createReplica(shard, id uint64, m *pb.Message) (*replica.Replica,
 	default:
 		return nil, nil
 	}
-	var tomb [8]byte
-	if v, closer, err := h.eng.DB.Get(keys.Tombstone(shard)); err == nil {
-		copy(tomb[:], v)
-		closer.Close()
-		if id <= binary.BigEndian.Uint64(tomb[:]) {
-			return nil, nil
-		}
-	} else if err != pebble.ErrNotFound {
+	tomb, err := h.eng.Tombstone(shard)
+	if err != nil {
 		return nil, err
 	}
-	if err := h.eng.DB.Set(keys.Hosted(shard), binary.BigEndian.AppendUint64(nil, id), pebble.Sync); err != nil {
+	if id <= tomb {
+		return nil, nil
+	}
+	if err := h.eng.SetHosted(shard, id); err != nil {
 		h.fatal(err)
 	}
 	h.log.Info("created replica to receive shard", "shard", shard, "replica", id)
@@ -400,13 +392,7 @@ func (h *Host) destroyReplica(r *replica.Replica) {
 	r.Destroy()
 	delete(h.replicas, shard)
 	delete(h.dirty, shard)
-	b := h.eng.DB.NewBatch()
-	_ = b.Set(keys.Tombstone(shard), binary.BigEndian.AppendUint64(nil, r.ID()), nil)
-	_ = b.Delete(keys.Hosted(shard), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		h.fatal(err)
-	}
-	if err := h.eng.DestroyReplica(shard); err != nil {
+	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
 		h.fatal(err)
 	}
 	h.infoMu.Lock()
@@ -424,7 +410,7 @@ type cycle struct {
 // handleReady runs one Ready cycle for every replica that has one; see the
 // package doc for the order and why.
 func (h *Host) handleReady() {
-	b := h.eng.DB.NewIndexedBatch()
+	b := h.eng.NewIndexedBatch()
 	var cycles []cycle
 	mustSync := false
 	for shard, r := range h.dirty {
@@ -434,7 +420,7 @@ func (h *Host) handleReady() {
 		}
 		rd := r.Ready()
 		if !raft.IsEmptySnap(rd.Snapshot) {
-			if err := r.InstallSnapshot(h.eng, rd); err != nil {
+			if err := r.InstallSnapshot(rd); err != nil {
 				h.fatal(err)
 			}
 		}
@@ -454,11 +440,7 @@ func (h *Host) handleReady() {
 		return
 	}
 	h.transport.Flush() // the early messages, before this node's fsync
-	opts := pebble.NoSync
-	if mustSync {
-		opts = pebble.Sync
-	}
-	if err := b.Commit(opts); err != nil {
+	if err := storage.Commit(b, mustSync); err != nil {
 		h.fatal(err)
 	}
 	b.Close()
@@ -534,7 +516,7 @@ func (h *Host) publish(r *replica.Replica) {
 
 // truncateLogs drops applied entries beyond what slow followers may need.
 func (h *Host) truncateLogs() {
-	b := h.eng.DB.NewBatch()
+	b := h.eng.NewBatch()
 	defer b.Close()
 	for _, r := range h.replicas {
 		first, _ := r.RaftLog().FirstIndex()
@@ -549,7 +531,7 @@ func (h *Host) truncateLogs() {
 	if b.Empty() {
 		return
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := storage.Commit(b, false); err != nil {
 		h.fatal(err)
 	}
 }
@@ -562,11 +544,11 @@ func (h *Host) snapshotFunc(shard uint64) func() (*pb.Snapshot, error) {
 		if !h.snaps.reserve(h.cfg.MaxOutgoingSnapshots) {
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
-		snap := h.eng.DB.NewSnapshot()
+		snap := h.eng.NewSnapshot()
 		var as storepb.AppliedState
 		cs := &pb.ConfState{}
-		_, err1 := storage.GetProto(snap, keys.Applied(shard), &as)
-		_, err2 := storage.GetProto(snap, keys.ConfState(shard), cs)
+		_, err1 := snap.GetProto(keys.Applied(shard), &as)
+		_, err2 := snap.GetProto(keys.ConfState(shard), cs)
 		if err := errors.Join(err1, err2); err != nil {
 			snap.Close()
 			h.snaps.done()
@@ -638,7 +620,7 @@ func (h *Host) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64
 			perr = ErrNoReplica
 			return
 		}
-		cc, err := replaceChange(r.Descriptor(), id, remove, addNode)
+		cc, err := replica.ReplaceChange(r.Descriptor(), id, remove, addNode)
 		if err != nil {
 			perr = err
 			return
@@ -656,36 +638,6 @@ func (h *Host) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64
 	return info.Desc, nil
 }
 
-// replaceChange builds the joint conf change that swaps replica remove for a
-// fresh replica (the shard's next id, never used before) on node addNode.
-func replaceChange(desc *concordpb.ShardDescriptor, cmdID, remove, addNode uint64) (*pb.ConfChangeV2, error) {
-	if desc == nil {
-		return nil, fmt.Errorf("shard has no descriptor yet")
-	}
-	found := false
-	for _, rd := range desc.GetReplicas() {
-		if rd.GetNodeId() == addNode {
-			return nil, fmt.Errorf("shard %d already has a replica on node %d", desc.GetShardId(), addNode)
-		}
-		found = found || rd.GetReplicaId() == remove
-	}
-	if !found {
-		return nil, fmt.Errorf("shard %d has no replica %d", desc.GetShardId(), remove)
-	}
-	added := &concordpb.ReplicaDescriptor{ReplicaId: desc.GetNextReplicaId(), NodeId: addNode}
-	ctx, err := proto.Marshal(&storepb.ConfChangeContext{CommandId: cmdID, Added: []*concordpb.ReplicaDescriptor{added}})
-	if err != nil {
-		return nil, err
-	}
-	return &pb.ConfChangeV2{
-		Changes: []*pb.ConfChangeSingle{
-			{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(added.GetReplicaId())},
-			{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(remove)},
-		},
-		Context: ctx,
-	}, nil
-}
-
 // Deliver queues messages a peer node sent.
 func (h *Host) Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error {
 	msgs := make([]inMsg, 0, len(envs))
@@ -699,15 +651,16 @@ func (h *Host) Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error {
 	return h.enqueue(func(in *inbox) { in.msgs = append(in.msgs, msgs...) })
 }
 
-// DeliverSnapshot stages a received snapshot's data file and steps its
-// MsgSnap; the file is ingested when raft accepts the snapshot.
-func (h *Host) DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, path string) error {
+// DeliverSnapshot stages a received snapshot's data and steps its MsgSnap;
+// the data is ingested when raft accepts the snapshot. The replica takes
+// ownership of snap, or it is discarded.
+func (h *Host) DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, snap *storage.StagedSnapshot) error {
 	return h.Do(ctx, func() {
 		h.step(inMsg{fromNode: fromNode, shard: shard, m: m})
 		if r := h.replicas[shard]; r != nil && r.ID() == m.GetTo() {
-			r.StageSnapshot(m.GetSnapshot().GetMetadata().GetIndex(), path)
+			r.StageSnapshot(m.GetSnapshot().GetMetadata().GetIndex(), snap)
 		} else {
-			os.Remove(path)
+			snap.Discard()
 		}
 	})
 }

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
+	"github.com/concord-kv/concord/internal/storage"
 )
 
 // outgoingSnapshots holds the Pebble snapshots behind snapshot handles that
@@ -19,7 +19,7 @@ type outgoingSnapshots struct {
 }
 
 type outSnap struct {
-	snap *pebble.Snapshot
+	snap *storage.Snapshot
 	made time.Time
 }
 
@@ -42,7 +42,7 @@ func (o *outgoingSnapshots) done() {
 }
 
 // put registers snap and returns its handle.
-func (o *outgoingSnapshots) put(snap *pebble.Snapshot) []byte {
+func (o *outgoingSnapshots) put(snap *storage.Snapshot) []byte {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.next++
@@ -51,7 +51,7 @@ func (o *outgoingSnapshots) put(snap *pebble.Snapshot) []byte {
 }
 
 // take claims the snapshot of handle; the caller closes it and calls done.
-func (o *outgoingSnapshots) take(handle []byte) *pebble.Snapshot {
+func (o *outgoingSnapshots) take(handle []byte) *storage.Snapshot {
 	if len(handle) != 8 {
 		return nil
 	}

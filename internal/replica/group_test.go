@@ -117,7 +117,7 @@ func (g *group) load(m *member) {
 		Snapshot:            g.snapshotFunc(m),
 		Logger:              slog.New(slog.DiscardHandler),
 	}
-	r, err := Load(m.eng.DB, cfg, kv.New(testShard))
+	r, err := Load(m.eng, cfg, kv.New(testShard))
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func (g *group) cycle(m *member) bool {
 	}
 	rd := m.r.Ready()
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := m.r.InstallSnapshot(m.eng, rd); err != nil {
+		if err := m.r.InstallSnapshot(rd); err != nil {
 			g.t.Fatalf("node %d: install snapshot: %v", m.id, err)
 		}
 	}
@@ -250,7 +250,7 @@ func (g *group) stageSnapshot(to *member, m *pb.Message) {
 	snap := g.snaps[id]
 	delete(g.snaps, id)
 	defer snap.Close()
-	w, err := to.eng.NewSSTWriter(fmt.Sprintf("snap-%d.sst", id))
+	w, err := to.eng.NewSnapshotWriter(testShard)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -267,10 +267,11 @@ func (g *group) stageSnapshot(to *member, m *pb.Message) {
 	if err := it.Close(); err != nil {
 		g.t.Fatal(err)
 	}
-	if err := w.Finish(); err != nil {
+	staged, err := w.Finish()
+	if err != nil {
 		g.t.Fatal(err)
 	}
-	to.r.StageSnapshot(m.GetSnapshot().GetMetadata().GetIndex(), w.Path())
+	to.r.StageSnapshot(m.GetSnapshot().GetMetadata().GetIndex(), staged)
 }
 
 func (g *group) tick() {
