@@ -324,3 +324,13 @@ func TestRestartFromDisk(t *testing.T) {
 		c.WaitValue(k, v, 1, 2, 3)
 	}
 }
+
+// TestDelayedMessages protects progress on a slow network: with every
+// message held back for two ticks (a fifth of the election timeout), the
+// cluster still elects a leader and commits writes.
+func TestDelayedMessages(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	c.Net.SetDelay(2)
+	c.Put("k", "v")
+	c.WaitValue("k", "v", 1, 2, 3)
+}
