@@ -20,6 +20,29 @@
 // (routing, status) use the Info snapshot the loop publishes after each cycle.
 //
 // Snapshots are never built in memory: raft's Snapshot carries a handle to a
-// Pebble snapshot taken at the applied index, and the transport streams the
-// shard's state-machine keys from it.
+// storage.Snapshot taken at the applied index, and the transport streams the
+// shard's state-machine keys from it. A received snapshot arrives as a
+// storage.StagedSnapshot, which the replica owns until it installs or
+// discards it. The host never touches Pebble directly: every key it writes
+// (hosted records, tombstones, batches) goes through storage.Engine.
+//
+// Time, failure and randomness are injected through Config, so that a Host
+// can run inside a deterministic test harness (package multiraftest):
+//   - Ticks is the tick source (nil: a time.Ticker of TickInterval). Every
+//     periodic policy is configured as a duration and converted to ticks once
+//     (policy.go), so the loop itself only counts ticks.
+//   - Fatal receives storage errors in the raft path (nil: log and exit 2).
+//   - IDBase seeds proposal ids and ReadIndex contexts (0: crypto/rand).
+//
+// Files, by concern:
+//
+//	host.go       the Host, its collaborators (Transport, NewStateMachine), New
+//	config.go     Config, DefaultConfig, defaults and validation, TickSource
+//	api.go        what other goroutines call: Propose, ReadIndex,
+//	              ChangeReplicas, Deliver, DeliverSnapshot, ReportUnreachable,
+//	              Info/Infos, TransferLeadersAway, Do
+//	loop.go       the loop: the inbox, run, tick, drain, step, handleReady, send
+//	lifecycle.go  Start/Stop and replica load, creation and removal
+//	policy.go     periodic policies: leader preference, log truncation
+//	snapshots.go  outgoing snapshot handles and raft's Snapshot function
 package multiraft

@@ -2,10 +2,15 @@ package multiraft
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
-	"time"
 
-	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // outgoingSnapshots holds the Pebble snapshots behind snapshot handles that
@@ -19,8 +24,8 @@ type outgoingSnapshots struct {
 }
 
 type outSnap struct {
-	snap *pebble.Snapshot
-	made time.Time
+	snap *storage.Snapshot
+	made uint64 // the loop's tick count when raft built it
 }
 
 // reserve counts one more snapshot in flight, if fewer than limit are.
@@ -41,17 +46,17 @@ func (o *outgoingSnapshots) done() {
 	o.mu.Unlock()
 }
 
-// put registers snap and returns its handle.
-func (o *outgoingSnapshots) put(snap *pebble.Snapshot) []byte {
+// put registers snap, built at tick now, and returns its handle.
+func (o *outgoingSnapshots) put(snap *storage.Snapshot, now uint64) []byte {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.next++
-	o.m[o.next] = &outSnap{snap: snap, made: time.Now()}
+	o.m[o.next] = &outSnap{snap: snap, made: now}
 	return binary.BigEndian.AppendUint64(nil, o.next)
 }
 
 // take claims the snapshot of handle; the caller closes it and calls done.
-func (o *outgoingSnapshots) take(handle []byte) *pebble.Snapshot {
+func (o *outgoingSnapshots) take(handle []byte) *storage.Snapshot {
 	if len(handle) != 8 {
 		return nil
 	}
@@ -66,12 +71,13 @@ func (o *outgoingSnapshots) take(handle []byte) *pebble.Snapshot {
 	return s.snap
 }
 
-// expire releases snapshots raft built but never sent.
-func (o *outgoingSnapshots) expire(age time.Duration) {
+// expire releases, at tick now, snapshots raft built more than ttl ticks
+// ago but never sent.
+func (o *outgoingSnapshots) expire(now, ttl uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for id, s := range o.m {
-		if time.Since(s.made) > age {
+		if now-s.made > ttl {
 			s.snap.Close()
 			delete(o.m, id)
 			o.inflight--
@@ -85,5 +91,31 @@ func (o *outgoingSnapshots) releaseAll() {
 	for id, s := range o.m {
 		s.snap.Close()
 		delete(o.m, id)
+	}
+}
+
+// snapshotFunc returns the raft.Storage Snapshot function of shard: a
+// handle to a Pebble snapshot taken now, at the applied index. Called on the
+// loop, after the last batch was committed, so the two agree.
+func (h *Host) snapshotFunc(shard uint64) func() (*pb.Snapshot, error) {
+	return func() (*pb.Snapshot, error) {
+		if !h.snaps.reserve(h.cfg.MaxOutgoingSnapshots) {
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
+		snap := h.eng.NewSnapshot()
+		var as storepb.AppliedState
+		cs := &pb.ConfState{}
+		_, err1 := snap.GetProto(keys.Applied(shard), &as)
+		_, err2 := snap.GetProto(keys.ConfState(shard), cs)
+		if err := errors.Join(err1, err2); err != nil {
+			snap.Close()
+			h.snaps.done()
+			return nil, err
+		}
+		handle := h.snaps.put(snap, h.ticks)
+		return &pb.Snapshot{
+			Data:     handle,
+			Metadata: &pb.SnapshotMetadata{Index: new(as.GetIndex()), Term: new(as.GetTerm()), ConfState: cs},
+		}, nil
 	}
 }

@@ -7,7 +7,7 @@
 // one Ready cycle at a time:
 //
 //	rd := r.Ready()
-//	r.InstallSnapshot(...)      // if rd carries one; durable on return
+//	r.InstallSnapshot(rd)       // if rd carries one; durable on return
 //	r.Persist(batch, rd)        // log entries and hard state into the batch
 //	r.Apply(batch, rd)          // committed entries and applied index into the same batch
 //	batch.Commit(sync)          // one fsync for every replica of the node

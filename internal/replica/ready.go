@@ -88,10 +88,10 @@ func (r *Replica) checkLeader() error {
 
 // InstallSnapshot ingests the staged data of rd's snapshot, replacing the
 // replica's log and state machine atomically. It is durable on return.
-func (r *Replica) InstallSnapshot(eng *storage.Engine, rd raft.Ready) error {
+func (r *Replica) InstallSnapshot(rd raft.Ready) error {
 	meta := rd.Snapshot.GetMetadata()
 	idx, term := meta.GetIndex(), meta.GetTerm()
-	path, ok := r.staged[idx]
+	staged, ok := r.staged[idx]
 	if !ok {
 		return fmt.Errorf("replica: shard %d: raft accepted snapshot %d but no data was staged", r.cfg.Shard, idx)
 	}
@@ -101,7 +101,7 @@ func (r *Replica) InstallSnapshot(eng *storage.Engine, rd raft.Ready) error {
 		hs = proto.Clone(rd.HardState).(*pb.HardState)
 	}
 	hs.Commit = new(max(hs.GetCommit(), idx))
-	if err := eng.InstallSnapshot(r.cfg.Shard, path, hs, idx, term); err != nil {
+	if err := r.eng.InstallSnapshot(r.cfg.Shard, staged, hs, idx, term); err != nil {
 		return err
 	}
 	r.DropStagedSnapshots()

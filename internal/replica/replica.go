@@ -3,7 +3,6 @@ package replica
 import (
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -78,7 +77,7 @@ type Read struct {
 // Replica is one shard replica. See the package doc for the Ready cycle.
 type Replica struct {
 	cfg Config
-	db  *pebble.DB
+	eng *storage.Engine
 	log *storage.RaftLog
 	rn  *raft.RawNode
 	sm  StateMachine
@@ -102,8 +101,8 @@ type Replica struct {
 	// of its messages may leave before it is durable.
 	voteChanged bool
 	ticks       uint64
-	// staged maps snapshot index to the SSTable file received for it.
-	staged  map[uint64]string
+	// staged maps snapshot index to the data received for it.
+	staged  map[uint64]*storage.StagedSnapshot
 	removed bool
 }
 
@@ -112,18 +111,18 @@ type completion struct {
 	res *storepb.CommandResult
 }
 
-// Load opens the replica of cfg.Shard stored in db.
-func Load(db *pebble.DB, cfg Config, sm StateMachine) (*Replica, error) {
-	l, err := storage.LoadRaftLog(db, cfg.Shard)
+// Load opens the replica of cfg.Shard stored in eng.
+func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
+	l, err := eng.LoadRaftLog(cfg.Shard)
 	if err != nil {
 		return nil, err
 	}
 	r := &Replica{
-		cfg: cfg, db: db, log: l, sm: sm,
+		cfg: cfg, eng: eng, log: l, sm: sm,
 		nodes:     map[uint64]uint64{},
 		proposals: map[uint64]*Proposal{},
 		reads:     map[string]*Read{},
-		staged:    map[uint64]string{},
+		staged:    map[uint64]*storage.StagedSnapshot{},
 	}
 	if err := r.loadState(); err != nil {
 		return nil, err
@@ -156,12 +155,12 @@ func Load(db *pebble.DB, cfg Config, sm StateMachine) (*Replica, error) {
 // loadState reads the state machine's applied state and descriptor.
 func (r *Replica) loadState() error {
 	var as storepb.AppliedState
-	if _, err := storage.GetProto(r.db, keys.Applied(r.cfg.Shard), &as); err != nil {
+	if _, err := r.eng.GetProto(keys.Applied(r.cfg.Shard), &as); err != nil {
 		return err
 	}
 	r.applied, r.appliedTerm = as.GetIndex(), as.GetTerm()
 	desc := &concordpb.ShardDescriptor{}
-	found, err := storage.GetProto(r.db, keys.Descriptor(r.cfg.Shard), desc)
+	found, err := r.eng.GetProto(keys.Descriptor(r.cfg.Shard), desc)
 	if err != nil {
 		return err
 	}
@@ -246,19 +245,20 @@ func (r *Replica) ReportSnapshot(id uint64, ok bool) {
 	r.rn.ReportSnapshot(id, st)
 }
 
-// StageSnapshot records the SSTable file holding the data of the snapshot at
-// index, for InstallSnapshot to ingest when raft accepts it.
-func (r *Replica) StageSnapshot(index uint64, path string) {
-	if old, ok := r.staged[index]; ok && old != path {
-		os.Remove(old)
+// StageSnapshot takes ownership of s, the data of the snapshot at index,
+// for InstallSnapshot to ingest when raft accepts it. A snapshot staged
+// earlier for the same index is discarded.
+func (r *Replica) StageSnapshot(index uint64, s *storage.StagedSnapshot) {
+	if old, ok := r.staged[index]; ok && old != s {
+		old.Discard()
 	}
-	r.staged[index] = path
+	r.staged[index] = s
 }
 
-// DropStagedSnapshots removes staged files raft did not (or no longer can) use.
+// DropStagedSnapshots discards staged data raft did not (or no longer can) use.
 func (r *Replica) DropStagedSnapshots() {
-	for idx, path := range r.staged {
-		os.Remove(path)
+	for idx, s := range r.staged {
+		s.Discard()
 		delete(r.staged, idx)
 	}
 }

@@ -9,7 +9,17 @@
 // and must treat any storage error as fatal, as raft's Storage contract says.
 //
 // Snapshots travel as the key/value pairs of a shard's state-machine span.
-// The receiver writes them into an SSTable file as they stream in, then
-// installs it with IngestAndExcise, which replaces the replica's whole prefix
-// (log, hard state, data) in one atomic step.
+// The sender reads them from a Snapshot (ScanState); the receiver writes them
+// through a SnapshotWriter into an SSTable file as they stream in, getting a
+// StagedSnapshot, a handle storage owns the file behind: InstallSnapshot
+// consumes it with IngestAndExcise, which replaces the replica's whole prefix
+// (log, hard state, data) in one atomic step, or Discard removes it.
+//
+// The engine also owns the records of which replicas a node hosts
+// (HostedReplicas, SetHosted, Tombstone, DestroyReplica) and the initial
+// state of a bootstrapped replica (BootstrapReplica), so that no other
+// package writes those keys. Engine.DB stays exported only until
+// internal/node moves to engine methods.
+//
+// OpenFS runs an engine on any Pebble vfs.FS; tests use an in-memory one.
 package storage

@@ -4,30 +4,44 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
 )
 
 // Engine is a node's Pebble database.
 type Engine struct {
+	// DB is the raw database. Only internal/node still uses it, until its
+	// code moves to Engine methods; multiraft, replica and transport must not.
 	DB   *pebble.DB
 	opts *pebble.Options
+	fs   vfs.FS
 	// dir holds the database; auxDir holds snapshot files being received.
 	dir, auxDir string
+	// stagedSeq numbers staged snapshot files, so concurrent receivers of
+	// the same shard never share a file.
+	stagedSeq atomic.Uint64
 }
 
-// Open opens (creating if needed) the Pebble database under dataDir/db.
-func Open(dataDir string) (*Engine, error) {
+// Open opens (creating if needed) the Pebble database under dataDir/db on
+// the operating system's file system.
+func Open(dataDir string) (*Engine, error) { return OpenFS(vfs.Default, dataDir) }
+
+// OpenFS is Open on fs. Tests pass vfs.NewMem() (reopening an engine on the
+// same MemFS finds what was synced) so that a whole cluster runs without
+// touching the disk.
+func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) {
 	dir := filepath.Join(dataDir, "db")
 	aux := filepath.Join(dataDir, "aux")
 	for _, d := range []string{dir, aux} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := fs.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("storage: create %s: %w", d, err)
 		}
 	}
 	// Snapshot files left by a crash are never needed again.
-	if err := clearDir(aux); err != nil {
+	if err := clearDir(fs, aux); err != nil {
 		return nil, err
 	}
 	opts := &pebble.Options{
@@ -36,6 +50,7 @@ func Open(dataDir string) (*Engine, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             quietLogger{},
 		MemTableSize:       64 << 20,
+		FS:                 fs,
 	}
 	// pebble.Open fills in defaults on a copy; NewSSTWriter derives its
 	// writer options from e.opts, which need them too (per-level block
@@ -45,7 +60,7 @@ func Open(dataDir string) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	return &Engine{DB: db, opts: opts, dir: dir, auxDir: aux}, nil
+	return &Engine{DB: db, opts: opts, fs: fs, dir: dir, auxDir: aux}, nil
 }
 
 // Close closes the database.
@@ -82,13 +97,13 @@ func SetProto(w pebble.Writer, key []byte, m proto.Message) error {
 // Sync makes every write so far durable.
 func (e *Engine) Sync() error { return e.DB.LogData(nil, pebble.Sync) }
 
-func clearDir(dir string) error {
-	ents, err := os.ReadDir(dir)
+func clearDir(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
 	if err != nil {
 		return err
 	}
-	for _, ent := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, ent.Name())); err != nil {
+	for _, name := range names {
+		if err := fs.RemoveAll(filepath.Join(dir, name)); err != nil {
 			return err
 		}
 	}

@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -20,6 +19,7 @@ import (
 // SSTWriter streams sorted key/value pairs into an SSTable file, so a
 // snapshot never has to sit in memory whole.
 type SSTWriter struct {
+	fs   vfs.FS
 	path string
 	w    *sstable.Writer
 	last []byte
@@ -29,12 +29,12 @@ type SSTWriter struct {
 // NewSSTWriter creates an SSTable file named name in the engine's aux dir.
 func (e *Engine) NewSSTWriter(name string) (*SSTWriter, error) {
 	path := filepath.Join(e.auxDir, name)
-	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	f, err := e.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return nil, fmt.Errorf("storage: create %s: %w", path, err)
 	}
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), e.opts.MakeWriterOptions(0, e.DB.TableFormat()))
-	return &SSTWriter{path: path, w: w}, nil
+	return &SSTWriter{fs: e.fs, path: path, w: w}, nil
 }
 
 // Set adds a pair; keys must arrive in strictly increasing order.
@@ -53,7 +53,7 @@ func (s *SSTWriter) Finish() error { return s.w.Close() }
 // Abort closes and removes the file.
 func (s *SSTWriter) Abort() {
 	_ = s.w.Close()
-	_ = os.Remove(s.path)
+	_ = s.fs.Remove(s.path)
 }
 
 // Path is the file's path.
@@ -63,15 +63,19 @@ func (s *SSTWriter) Path() string { return s.path }
 func (s *SSTWriter) Count() int { return s.n }
 
 // InstallSnapshot atomically replaces everything stored for shard (its Raft
-// log, hard state and state machine) by the state-machine pairs in dataPath,
-// a hard state hs, and an empty log truncated at (index, term). It is durable
-// when it returns. dataPath must hold only keys of the shard's state span.
-func (e *Engine) InstallSnapshot(shard uint64, dataPath string, hs *pb.HardState, index, term uint64) error {
+// log, hard state and state machine) by the state-machine pairs of staged, a
+// hard state hs, and an empty log truncated at (index, term). It is durable
+// when it returns, and it consumes staged whether or not it succeeds.
+func (e *Engine) InstallSnapshot(shard uint64, staged *StagedSnapshot, hs *pb.HardState, index, term uint64) error {
+	defer staged.Discard() // after a successful ingest the file is already gone
+	if staged.shard != shard {
+		return fmt.Errorf("storage: snapshot staged for shard %d installed into shard %d", staged.shard, shard)
+	}
 	raftSST, err := e.NewSSTWriter(fmt.Sprintf("raft-%d-%d.sst", shard, index))
 	if err != nil {
 		return err
 	}
-	defer os.Remove(raftSST.Path())
+	defer func() { _ = e.fs.Remove(raftSST.Path()) }()
 	// Keys must be sorted: "rh" (hard state) < "rt" (truncated state).
 	if err := setProtoSST(raftSST, keys.HardState(shard), hs); err != nil {
 		raftSST.Abort()
@@ -85,18 +89,12 @@ func (e *Engine) InstallSnapshot(shard uint64, dataPath string, hs *pb.HardState
 		return err
 	}
 	start, end := keys.ShardSpan(shard)
-	_, err = e.DB.IngestAndExcise(context.Background(), []string{raftSST.Path(), dataPath}, nil, nil,
+	_, err = e.DB.IngestAndExcise(context.Background(), []string{raftSST.Path(), staged.path}, nil, nil,
 		pebble.KeyRange{Start: start, End: end})
 	if err != nil {
 		return fmt.Errorf("storage: shard %d: install snapshot at %d: %w", shard, index, err)
 	}
 	return nil
-}
-
-// DestroyReplica removes everything stored for shard's replica on this node.
-func (e *Engine) DestroyReplica(shard uint64) error {
-	start, end := keys.ShardSpan(shard)
-	return e.DB.Excise(context.Background(), pebble.KeyRange{Start: start, End: end})
 }
 
 func setProtoSST(w *SSTWriter, key []byte, m proto.Message) error {

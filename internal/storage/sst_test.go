@@ -97,6 +97,26 @@ func writeSST(t *testing.T, e *Engine, name string, pairs [][2][]byte) string {
 	return w.Path()
 }
 
+// stage writes pairs (already sorted) into a staged snapshot of shard, as a
+// snapshot receiver does.
+func stage(t *testing.T, e *Engine, shard uint64, pairs [][2][]byte) *StagedSnapshot {
+	t.Helper()
+	w, err := e.NewSnapshotWriter(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pairs {
+		if err := w.Set(p[0], p[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := w.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // snapshotPairs is the state span of shard 7 in the snapshot the tests install.
 func snapshotPairs(t *testing.T) [][2][]byte {
 	t.Helper()
@@ -131,9 +151,9 @@ func TestInstallSnapshotReplacesShard(t *testing.T) {
 	before6, before8 := dumpShard(t, e.DB, 6), dumpShard(t, e.DB, 8)
 
 	pairs := snapshotPairs(t)
-	path := writeSST(t, e, "snap-7.sst", pairs)
+	staged := stage(t, e, 7, pairs)
 	hs := &pb.HardState{Term: new(uint64(9)), Vote: new(uint64(2)), Commit: new(uint64(40))}
-	if err := e.InstallSnapshot(7, path, hs, 40, 6); err != nil {
+	if err := e.InstallSnapshot(7, staged, hs, 40, 6); err != nil {
 		t.Fatalf("InstallSnapshot: %v", err)
 	}
 	check := func(e *Engine) {
@@ -188,7 +208,7 @@ func TestInstallSnapshotFreshReplica(t *testing.T) {
 	fillShard(t, e.DB, 8, "other")
 	pairs := snapshotPairs(t)
 	hs := &pb.HardState{Term: new(uint64(6)), Commit: new(uint64(40))}
-	if err := e.InstallSnapshot(7, writeSST(t, e, "s.sst", pairs), hs, 40, 6); err != nil {
+	if err := e.InstallSnapshot(7, stage(t, e, 7, pairs), hs, 40, 6); err != nil {
 		t.Fatal(err)
 	}
 	checkInstalled(t, e.DB, pairs, hs)
@@ -244,23 +264,4 @@ func TestOpenClearsAuxDir(t *testing.T) {
 	if names := auxFiles(t, e); len(names) != 0 {
 		t.Fatalf("aux dir after reopen holds %v", names)
 	}
-}
-
-// TestDestroyReplica protects replica removal: the shard's whole prefix
-// goes, other shards stay.
-func TestDestroyReplica(t *testing.T) {
-	e := openEngine(t, t.TempDir())
-	fillShard(t, e.DB, 7, "a")
-	fillShard(t, e.DB, 8, "b")
-	before8 := dumpShard(t, e.DB, 8)
-	if err := e.DestroyReplica(7); err != nil {
-		t.Fatal(err)
-	}
-	if got := dumpShard(t, e.DB, 7); len(got) != 0 {
-		t.Fatalf("shard 7 keeps %d keys after DestroyReplica", len(got))
-	}
-	if !sameMap(dumpShard(t, e.DB, 8), before8) {
-		t.Fatalf("DestroyReplica(7) changed shard 8")
-	}
-	checkBounds(t, loadLog(t, e.DB, 7), 1, 0)
 }

@@ -23,24 +23,22 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
-	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 )
 
 // Receiver is where incoming raft traffic goes (the multiraft host).
 type Receiver interface {
 	Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error
-	DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, path string) error
+	// DeliverSnapshot takes ownership of snap: it stages it or discards it.
+	DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, snap *storage.StagedSnapshot) error
 	ReportUnreachable(node uint64)
 }
 
@@ -65,22 +63,22 @@ type Config struct {
 // Transport sends and receives raft traffic. It implements multiraft.Transport
 // and the RaftTransport gRPC service.
 type Transport struct {
-	cfg  Config
-	eng  *storage.Engine
+	cfg Config
+	// sink stages the snapshots this node receives.
+	sink storage.SnapshotSink
 	recv Receiver
 	log  *slog.Logger
 
 	mu    sync.Mutex
 	peers map[uint64]*peer // guarded by mu
 
-	snapSeq atomic.Uint64
-
 	stopC chan struct{}
 	wg    sync.WaitGroup
 }
 
-// New creates a Transport; SetReceiver must be called before traffic flows.
-func New(cfg Config, eng *storage.Engine) *Transport {
+// New creates a Transport that stages received snapshots in sink (the
+// node's storage engine); SetReceiver must be called before traffic flows.
+func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.QueueLen == 0 {
 		cfg.QueueLen = 4096
 	}
@@ -93,7 +91,7 @@ func New(cfg Config, eng *storage.Engine) *Transport {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Transport{cfg: cfg, eng: eng, log: cfg.Logger, peers: map[uint64]*peer{}, stopC: make(chan struct{})}
+	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[uint64]*peer{}, stopC: make(chan struct{})}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -322,7 +320,7 @@ func (t *Transport) checkHeader(clusterID, toNode uint64) error {
 }
 
 // SendSnapshot implements multiraft.Transport.
-func (t *Transport) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebble.Snapshot, done func(ok bool)) {
+func (t *Transport) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -334,7 +332,7 @@ func (t *Transport) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebb
 	}()
 }
 
-func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebble.Snapshot) error {
+func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap storage.SnapshotSource) error {
 	if t.isBlocked(toNode) {
 		return errors.New("peer blocked")
 	}
@@ -352,27 +350,23 @@ func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap *pebb
 	if err != nil {
 		return err
 	}
-	lo, hi := keys.StateSpan(shard)
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
 	chunk := &concordpb.SnapshotChunk{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: toNode,
 		ShardId: shard, RaftMessage: hdr}
 	size, sent := 0, 0
-	for ok := it.First(); ok; ok = it.Next() {
-		chunk.Kvs = append(chunk.Kvs, &concordpb.KeyValue{Key: append([]byte(nil), it.Key()...), Value: append([]byte(nil), it.Value()...)})
-		size += len(it.Key()) + len(it.Value())
-		if size >= t.cfg.SnapshotChunkBytes {
-			if err := s.Send(chunk); err != nil {
-				return err
-			}
-			sent += len(chunk.Kvs)
-			chunk, size = &concordpb.SnapshotChunk{ShardId: shard}, 0
+	err = snap.ScanState(shard, func(k, v []byte) error {
+		chunk.Kvs = append(chunk.Kvs, &concordpb.KeyValue{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
+		size += len(k) + len(v)
+		if size < t.cfg.SnapshotChunkBytes {
+			return nil
 		}
-	}
-	if err := it.Error(); err != nil {
+		if err := s.Send(chunk); err != nil {
+			return err
+		}
+		sent += len(chunk.Kvs)
+		chunk, size = &concordpb.SnapshotChunk{ShardId: shard}, 0
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	chunk.Done = true
@@ -408,37 +402,33 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 	if err := proto.Unmarshal(first.GetRaftMessage(), m); err != nil || m.GetType() != pb.MsgSnap {
 		return fmt.Errorf("transport: snapshot stream must start with a MsgSnap (%v)", err)
 	}
-	path, err := t.receiveSnapshotData(s, first, shard)
+	staged, err := t.receiveSnapshotData(s, first, shard)
 	if err != nil {
 		return err
 	}
 	if t.cfg.OnReceive != nil {
 		t.cfg.OnReceive(from)
 	}
-	if err := t.recv.DeliverSnapshot(s.Context(), from, shard, m, path); err != nil {
+	if err := t.recv.DeliverSnapshot(s.Context(), from, shard, m, staged); err != nil {
 		return err
 	}
 	return s.SendAndClose(&concordpb.SnapshotAck{Applied: true})
 }
 
-// receiveSnapshotData writes the stream's pairs into an SSTable file and
-// returns its path. Every key must lie in the shard's state-machine span.
+// receiveSnapshotData writes the stream's pairs into a staged snapshot.
+// Every key must lie in the shard's state-machine span (the writer refuses
+// others).
 func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck],
-	chunk *concordpb.SnapshotChunk, shard uint64) (string, error) {
-	w, err := t.eng.NewSSTWriter(fmt.Sprintf("snap-%d-%d.sst", shard, t.snapSeq.Add(1)))
+	chunk *concordpb.SnapshotChunk, shard uint64) (*storage.StagedSnapshot, error) {
+	w, err := t.sink.NewSnapshotWriter(shard)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	lo, hi := keys.StateSpan(shard)
 	for {
 		for _, kv := range chunk.GetKvs() {
-			if string(kv.GetKey()) < string(lo) || string(kv.GetKey()) >= string(hi) {
-				w.Abort()
-				return "", fmt.Errorf("transport: snapshot key %x outside shard %d", kv.GetKey(), shard)
-			}
 			if err := w.Set(kv.GetKey(), kv.GetValue()); err != nil {
 				w.Abort()
-				return "", err
+				return nil, fmt.Errorf("transport: %w", err)
 			}
 		}
 		if chunk.GetDone() {
@@ -446,15 +436,12 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 		}
 		if chunk, err = s.Recv(); err != nil {
 			w.Abort()
-			return "", err
+			return nil, err
 		}
 		if chunk.GetShardId() != shard {
 			w.Abort()
-			return "", fmt.Errorf("transport: snapshot chunk for shard %d in a stream for shard %d", chunk.GetShardId(), shard)
+			return nil, fmt.Errorf("transport: snapshot chunk for shard %d in a stream for shard %d", chunk.GetShardId(), shard)
 		}
 	}
-	if err := w.Finish(); err != nil {
-		return "", err
-	}
-	return w.Path(), nil
+	return w.Finish()
 }

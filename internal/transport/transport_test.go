@@ -21,7 +21,7 @@ import (
 type recorder struct {
 	mu          sync.Mutex
 	batches     [][]*concordpb.RaftEnvelope
-	snaps       []string
+	snaps       []*storage.StagedSnapshot
 	unreachable map[uint64]int
 }
 
@@ -32,10 +32,10 @@ func (r *recorder) Deliver(_ uint64, envs []*concordpb.RaftEnvelope) error {
 	return nil
 }
 
-func (r *recorder) DeliverSnapshot(_ context.Context, _, _ uint64, _ *pb.Message, path string) error {
+func (r *recorder) DeliverSnapshot(_ context.Context, _, _ uint64, _ *pb.Message, snap *storage.StagedSnapshot) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.snaps = append(r.snaps, path)
+	r.snaps = append(r.snaps, snap)
 	return nil
 }
 

@@ -1,0 +1,225 @@
+package multiraft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// ErrNoReplica is returned for work on a shard this node hosts no replica of.
+var ErrNoReplica = errors.New("multiraft: no replica of the shard on this node")
+
+// ErrStopped is returned once the host is stopping.
+var ErrStopped = errors.New("multiraft: host stopped")
+
+// ReplicaInfo is a published, read-only view of one replica.
+type ReplicaInfo struct {
+	Shard, ReplicaID uint64
+	Desc             *concordpb.ShardDescriptor
+	IsLeader         bool
+	LeaderReplica    uint64
+	LeaderNode       uint64
+	Term             uint64
+	Commit, Applied  uint64
+}
+
+// Do runs f on the loop goroutine, where it may touch replicas, and waits.
+func (h *Host) Do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	if err := h.enqueue(func(in *inbox) { in.fns = append(in.fns, func() { f(); close(done) }) }); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.doneC:
+		return ErrStopped
+	}
+}
+
+func (h *Host) nextID() uint64 { return h.idBase + h.idCount.Add(1) }
+
+// Propose replicates cmd through shard's raft group and returns its result
+// once applied. An error wrapping replica.ErrAmbiguous (or a context error)
+// means the command may or may not apply.
+func (h *Host) Propose(ctx context.Context, shard uint64, cmd *storepb.Command) (*storepb.CommandResult, error) {
+	cmd = proto.CloneOf(cmd)
+	cmd.Id = h.nextID()
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p := &replica.Proposal{ID: cmd.Id, Data: data, Done: make(chan replica.Outcome, 1)}
+	if err := h.enqueue(func(in *inbox) { in.props = append(in.props, shardProposal{shard, p}) }); err != nil {
+		return nil, err
+	}
+	return h.wait(ctx, p)
+}
+
+func (h *Host) wait(ctx context.Context, p *replica.Proposal) (*storepb.CommandResult, error) {
+	select {
+	case o := <-p.Done:
+		return o.Result, o.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", replica.ErrAmbiguous, ctx.Err())
+	case <-h.doneC:
+		return nil, fmt.Errorf("%w: %w", replica.ErrAmbiguous, ErrStopped)
+	}
+}
+
+// ReadIndex returns nil once shard's local state reflects every write
+// committed before the call (a linearizable read may then read locally).
+func (h *Host) ReadIndex(ctx context.Context, shard uint64) error {
+	rctx := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, h.idBase), h.idCount.Add(1))
+	rd := &replica.Read{Ctx: rctx, Done: make(chan error, 1)}
+	if err := h.enqueue(func(in *inbox) { in.reads = append(in.reads, shardRead{shard, rd}) }); err != nil {
+		return err
+	}
+	select {
+	case err := <-rd.Done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.doneC:
+		return ErrStopped
+	}
+}
+
+// ChangeReplicas replaces replica remove of shard by a new replica on node
+// addNode, in one joint-consensus step. Must run on the shard's leader.
+func (h *Host) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64) (*concordpb.ShardDescriptor, error) {
+	id := h.nextID()
+	done := make(chan replica.Outcome, 1)
+	var perr error
+	err := h.Do(ctx, func() {
+		r := h.replicas[shard]
+		if r == nil {
+			perr = ErrNoReplica
+			return
+		}
+		cc, err := replica.ReplaceChange(r.Descriptor(), id, remove, addNode)
+		if err != nil {
+			perr = err
+			return
+		}
+		r.ProposeConfChange(&replica.Proposal{ID: id, CC: cc, Done: done})
+		h.dirty[shard] = r
+	})
+	if err := errors.Join(err, perr); err != nil {
+		return nil, err
+	}
+	if _, err := h.wait(ctx, &replica.Proposal{Done: done}); err != nil {
+		return nil, err
+	}
+	info, _ := h.Info(shard)
+	return info.Desc, nil
+}
+
+// Deliver queues messages a peer node sent.
+func (h *Host) Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error {
+	msgs := make([]inMsg, 0, len(envs))
+	for _, env := range envs {
+		m := &pb.Message{}
+		if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
+			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
+		}
+		msgs = append(msgs, inMsg{fromNode: fromNode, shard: env.GetShardId(), m: m})
+	}
+	return h.enqueue(func(in *inbox) { in.msgs = append(in.msgs, msgs...) })
+}
+
+// DeliverSnapshot stages a received snapshot's data and steps its MsgSnap;
+// the data is ingested when raft accepts the snapshot. The replica takes
+// ownership of snap, or it is discarded.
+func (h *Host) DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, snap *storage.StagedSnapshot) error {
+	return h.Do(ctx, func() {
+		h.step(inMsg{fromNode: fromNode, shard: shard, m: m})
+		if r := h.replicas[shard]; r != nil && r.ID() == m.GetTo() {
+			r.StageSnapshot(m.GetSnapshot().GetMetadata().GetIndex(), snap)
+		} else {
+			snap.Discard()
+		}
+	})
+}
+
+// ReportUnreachable tells every replica that messages to node failed.
+func (h *Host) ReportUnreachable(node uint64) {
+	_ = h.enqueue(func(in *inbox) {
+		in.fns = append(in.fns, func() {
+			for _, r := range h.replicas {
+				for id, n := range r.Nodes() {
+					if n == node {
+						r.ReportUnreachable(id)
+					}
+				}
+			}
+		})
+	})
+}
+
+// Info returns the published state of the replica of shard on this node.
+func (h *Host) Info(shard uint64) (ReplicaInfo, bool) {
+	h.infoMu.RLock()
+	defer h.infoMu.RUnlock()
+	i, ok := h.infos[shard]
+	return i, ok
+}
+
+// Infos returns the published state of every replica on this node.
+func (h *Host) Infos() []ReplicaInfo {
+	h.infoMu.RLock()
+	defer h.infoMu.RUnlock()
+	out := make([]ReplicaInfo, 0, len(h.infos))
+	for _, i := range h.infos {
+		out = append(out, i)
+	}
+	return out
+}
+
+// Engine is the node's storage engine.
+func (h *Host) Engine() *storage.Engine { return h.eng }
+
+// TransferLeadersAway asks every replica this node leads to hand leadership
+// to a caught-up peer, and waits until none leads here or ctx ends.
+func (h *Host) TransferLeadersAway(ctx context.Context) error {
+	started := 0
+	if err := h.Do(ctx, func() {
+		for _, r := range h.replicas {
+			if r.TransferAway() {
+				started++
+				h.dirty[r.Shard()] = r
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	for started > 0 {
+		leading := 0
+		for _, i := range h.Infos() {
+			if i.IsLeader {
+				leading++
+			}
+		}
+		if leading == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}

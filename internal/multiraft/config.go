@@ -1,0 +1,152 @@
+package multiraft
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Config configures a Host. DefaultConfig gives the production values; New
+// fills any zero field with them, and Start refuses impossible combinations.
+type Config struct {
+	NodeID uint64
+	// TickInterval is the length of one raft tick (default 100 ms). Every
+	// other duration below is converted to ticks, once, by newPolicy.
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks: raft timeouts in ticks (election
+	// should be at least 10 heartbeats).
+	ElectionTicks, HeartbeatTicks int
+	// LeaderPreferenceInterval is how often a leader that is not its
+	// shard's preferred replica offers leadership back to it (default 5 s).
+	LeaderPreferenceInterval time.Duration
+	// LogTruncationInterval is how often logs are checked for truncation and
+	// unsent snapshot handles for expiry (default 1 s).
+	LogTruncationInterval time.Duration
+	// SnapshotHandleTTL is how long a snapshot raft built but never sent
+	// keeps its Pebble snapshot (and its slot among MaxOutgoingSnapshots)
+	// before it is released (default 1 min).
+	SnapshotHandleTTL time.Duration
+	// PendingTimeout is how long a proposal or read may wait on its replica
+	// before the replica forgets it as ambiguous; its caller has given up
+	// long before (default 60 s).
+	PendingTimeout time.Duration
+	// LogKeepEntries is how many applied entries a replica keeps in its log
+	// for slow followers; LogTruncateEntries is how many more it lets pile up
+	// before truncating back down to LogKeepEntries.
+	LogKeepEntries, LogTruncateEntries uint64
+	// MaxSizePerMsgBytes, MaxInflightMsgs, MaxUncommittedBytes: raft flow control.
+	MaxSizePerMsgBytes  uint64
+	MaxInflightMsgs     int
+	MaxUncommittedBytes uint64
+	// MaxOutgoingSnapshots bounds snapshots being streamed at once.
+	MaxOutgoingSnapshots int
+	// Ticks is where the loop's ticks come from; nil means a time.Ticker of
+	// TickInterval. Tests pass a manual source to drive a Host tick by tick.
+	Ticks TickSource
+	// Fatal is called, on the loop goroutine, with a storage error in the
+	// raft path; nil means log it and exit the process with status 2. Raft's
+	// storage contract makes the instance inoperable after such an error, so
+	// if Fatal returns, the loop ends where it is (without the cleanup of
+	// Stop) and every later call fails with ErrStopped.
+	Fatal func(error)
+	// IDBase is the base of this process's proposal ids and ReadIndex
+	// contexts; 0 means random (crypto/rand). Ids must not repeat across a
+	// node's restarts, so only tests, which derive it from their seed, set it.
+	IDBase uint64
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the production settings.
+func DefaultConfig(nodeID uint64) Config {
+	return Config{
+		NodeID:                   nodeID,
+		TickInterval:             100 * time.Millisecond,
+		ElectionTicks:            10,
+		HeartbeatTicks:           1,
+		LeaderPreferenceInterval: 5 * time.Second,
+		LogTruncationInterval:    time.Second,
+		SnapshotHandleTTL:        time.Minute,
+		PendingTimeout:           60 * time.Second,
+		LogKeepEntries:           5000,
+		LogTruncateEntries:       5000,
+		MaxSizePerMsgBytes:       1 << 20,
+		MaxInflightMsgs:          256,
+		MaxUncommittedBytes:      64 << 20,
+		MaxOutgoingSnapshots:     4,
+		Logger:                   slog.Default(),
+	}
+}
+
+// withDefaults returns c with every zero field set to its default. (A zero
+// LogKeepEntries or LogTruncateEntries is taken as unset too.)
+func (c Config) withDefaults() Config {
+	d := DefaultConfig(c.NodeID)
+	for _, f := range []struct{ v, d *time.Duration }{
+		{&c.TickInterval, &d.TickInterval}, {&c.LeaderPreferenceInterval, &d.LeaderPreferenceInterval},
+		{&c.LogTruncationInterval, &d.LogTruncationInterval}, {&c.SnapshotHandleTTL, &d.SnapshotHandleTTL},
+		{&c.PendingTimeout, &d.PendingTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
+	for _, f := range []struct{ v, d *int }{
+		{&c.ElectionTicks, &d.ElectionTicks}, {&c.HeartbeatTicks, &d.HeartbeatTicks},
+		{&c.MaxInflightMsgs, &d.MaxInflightMsgs}, {&c.MaxOutgoingSnapshots, &d.MaxOutgoingSnapshots},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
+	for _, f := range []struct{ v, d *uint64 }{
+		{&c.LogKeepEntries, &d.LogKeepEntries}, {&c.LogTruncateEntries, &d.LogTruncateEntries},
+		{&c.MaxSizePerMsgBytes, &d.MaxSizePerMsgBytes}, {&c.MaxUncommittedBytes, &d.MaxUncommittedBytes},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	if c.Fatal == nil {
+		c.Fatal = exitOnFatal(c.Logger, c.NodeID)
+	}
+	return c
+}
+
+// validate refuses settings raft or the loop cannot work with.
+func (c Config) validate() error {
+	switch {
+	case c.TickInterval <= 0:
+		return fmt.Errorf("multiraft: TickInterval %v must be positive", c.TickInterval)
+	case c.HeartbeatTicks <= 0 || c.ElectionTicks <= c.HeartbeatTicks:
+		return fmt.Errorf("multiraft: ElectionTicks %d must exceed HeartbeatTicks %d > 0", c.ElectionTicks, c.HeartbeatTicks)
+	case c.MaxOutgoingSnapshots <= 0:
+		return fmt.Errorf("multiraft: MaxOutgoingSnapshots %d must be positive", c.MaxOutgoingSnapshots)
+	}
+	return nil
+}
+
+// exitOnFatal is the production Fatal: stop the process, since a replica
+// must never continue from state it could not persist.
+func exitOnFatal(log *slog.Logger, node uint64) func(error) {
+	return func(err error) {
+		log.Error("fatal storage error; stopping the node", "node", node, "err", err)
+		os.Exit(2)
+	}
+}
+
+// TickSource delivers the loop's ticks. The loop reads C until it ends, then
+// calls Stop.
+type TickSource interface {
+	C() <-chan time.Time
+	Stop()
+}
+
+// realTicker is the production TickSource.
+type realTicker struct{ t *time.Ticker }
+
+func (r realTicker) C() <-chan time.Time { return r.t.C }
+func (r realTicker) Stop()               { r.t.Stop() }

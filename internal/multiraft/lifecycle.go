@@ -1,0 +1,107 @@
+package multiraft
+
+import (
+	"maps"
+	"slices"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/internal/replica"
+)
+
+// Start loads every replica recorded as hosted and starts the loop.
+func (h *Host) Start() error {
+	if err := h.cfg.validate(); err != nil {
+		return err
+	}
+	hosted, err := h.eng.HostedReplicas()
+	if err != nil {
+		return err
+	}
+	for _, shard := range slices.Sorted(maps.Keys(hosted)) {
+		if _, err := h.loadReplica(shard, hosted[shard]); err != nil {
+			return err
+		}
+	}
+	// The preferred replica of each shard campaigns at once, so leaders start
+	// spread as placed rather than wherever an election timer fires first.
+	for _, r := range h.replicas {
+		if d := r.Descriptor(); d != nil && len(d.GetReplicas()) > 0 && d.GetReplicas()[0].GetReplicaId() == r.ID() {
+			_ = r.Campaign()
+		}
+		h.dirty[r.Shard()] = r
+	}
+	go h.run()
+	return nil
+}
+
+// Stop ends the loop. Waiting callers get ErrAmbiguous or an error.
+func (h *Host) Stop() {
+	if h.stopped.Swap(true) {
+		<-h.doneC
+		return
+	}
+	close(h.stopC)
+	<-h.doneC
+}
+
+func (h *Host) replicaConfig(shard, id uint64) replica.Config {
+	return replica.Config{
+		NodeID: h.cfg.NodeID, Shard: shard, ReplicaID: id,
+		ElectionTicks: h.cfg.ElectionTicks, HeartbeatTicks: h.cfg.HeartbeatTicks,
+		MaxSizePerMsgBytes: h.cfg.MaxSizePerMsgBytes, MaxInflightMsgs: h.cfg.MaxInflightMsgs,
+		MaxUncommittedBytes: h.cfg.MaxUncommittedBytes,
+		PendingTimeoutTicks: h.policy.pendingTimeoutTicks,
+		Snapshot:            h.snapshotFunc(shard),
+		Logger:              h.log,
+	}
+}
+
+func (h *Host) loadReplica(shard, id uint64) (*replica.Replica, error) {
+	r, err := replica.Load(h.eng, h.replicaConfig(shard, id), h.newSM(shard))
+	if err != nil {
+		return nil, err
+	}
+	h.replicas[shard] = r
+	h.publish(r)
+	return r, nil
+}
+
+// createReplica creates an uninitialized replica to receive the shard from
+// its leader (by log or snapshot). Only a leader's messages create one, and
+// never a replica id at or below the shard's tombstone here.
+func (h *Host) createReplica(shard, id uint64, m *pb.Message) (*replica.Replica, error) {
+	switch m.GetType() {
+	case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
+	default:
+		return nil, nil
+	}
+	tomb, err := h.eng.Tombstone(shard)
+	if err != nil {
+		return nil, err
+	}
+	if id <= tomb {
+		return nil, nil
+	}
+	if err := h.eng.SetHosted(shard, id); err != nil {
+		h.fatal(err)
+	}
+	h.log.Info("created replica to receive shard", "shard", shard, "replica", id)
+	return h.loadReplica(shard, id)
+}
+
+// destroyReplica removes a replica and its data, leaving a tombstone so
+// that stale messages cannot recreate it.
+func (h *Host) destroyReplica(r *replica.Replica) {
+	shard := r.Shard()
+	r.Destroy()
+	delete(h.replicas, shard)
+	delete(h.dirty, shard)
+	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
+		h.fatal(err)
+	}
+	h.infoMu.Lock()
+	delete(h.infos, shard)
+	h.infoMu.Unlock()
+	h.log.Info("removed replica", "shard", shard, "replica", r.ID())
+}

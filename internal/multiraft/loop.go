@@ -1,0 +1,271 @@
+package multiraft
+
+import (
+	"errors"
+	"runtime"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/storage"
+)
+
+type inbox struct {
+	msgs  []inMsg
+	props []shardProposal
+	reads []shardRead
+	fns   []func()
+}
+
+type inMsg struct {
+	fromNode, shard uint64
+	m               *pb.Message
+}
+
+type shardProposal struct {
+	shard uint64
+	p     *replica.Proposal
+}
+
+type shardRead struct {
+	shard uint64
+	r     *replica.Read
+}
+
+// run is the loop. It is the only goroutine that touches a replica.
+func (h *Host) run() {
+	defer close(h.doneC)
+	ticks := h.cfg.Ticks
+	if ticks == nil {
+		ticks = realTicker{time.NewTicker(h.cfg.TickInterval)}
+	}
+	defer ticks.Stop()
+	for {
+		select {
+		case <-h.stopC:
+			h.shutdown()
+			return
+		case <-ticks.C():
+			h.tick()
+		case <-h.notifyC:
+		}
+		h.drain()
+		h.handleReady()
+	}
+}
+
+func (h *Host) shutdown() {
+	h.drain()
+	for _, r := range h.replicas {
+		r.Destroy()
+	}
+	h.snaps.releaseAll()
+}
+
+// fatal hands a storage error to Config.Fatal, which stops the process in
+// production: a storage failure leaves raft inoperable, and a replica must
+// never continue from state it could not persist. If Fatal returns (tests),
+// the loop goroutine ends right here; its deferred calls close doneC.
+func (h *Host) fatal(err error) {
+	h.stopped.Store(true)
+	h.cfg.Fatal(err)
+	runtime.Goexit()
+}
+
+func (h *Host) enqueue(f func(in *inbox)) error {
+	if h.stopped.Load() {
+		return ErrStopped
+	}
+	h.mu.Lock()
+	f(&h.inbox)
+	h.mu.Unlock()
+	select {
+	case h.notifyC <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (h *Host) tick() {
+	h.ticks++
+	for _, r := range h.replicas {
+		r.Tick()
+		h.dirty[r.Shard()] = r
+	}
+	h.runPolicies()
+}
+
+// drain takes the inbox and feeds it to the replicas.
+func (h *Host) drain() {
+	h.mu.Lock()
+	in := h.inbox
+	h.inbox = inbox{}
+	h.mu.Unlock()
+	for _, m := range in.msgs {
+		h.step(m)
+	}
+	for _, sp := range in.props {
+		if r := h.replicas[sp.shard]; r != nil {
+			r.Propose(sp.p)
+			h.dirty[sp.shard] = r
+		} else {
+			sp.p.Done <- replica.Outcome{Err: ErrNoReplica}
+		}
+	}
+	for _, r := range h.dirty {
+		r.FlushProposals()
+	}
+	for _, sr := range in.reads {
+		if r := h.replicas[sr.shard]; r != nil {
+			r.ReadIndex(sr.r)
+			h.dirty[sr.shard] = r
+		} else {
+			sr.r.Done <- ErrNoReplica
+		}
+	}
+	for _, f := range in.fns {
+		f()
+	}
+}
+
+// step delivers a peer's message, creating the replica if this is the first
+// message a newly added replica receives.
+func (h *Host) step(in inMsg) {
+	r := h.replicas[in.shard]
+	to := in.m.GetTo()
+	if r != nil && r.ID() != to {
+		if to < r.ID() {
+			return // addressed to an older replica of this shard here
+		}
+		h.destroyReplica(r) // a newer replica of the shard was added here
+		r = nil
+	}
+	if r == nil {
+		var err error
+		if r, err = h.createReplica(in.shard, to, in.m); r == nil {
+			if err != nil {
+				h.log.Warn("cannot create replica", "shard", in.shard, "replica", to, "err", err)
+			}
+			return
+		}
+	}
+	if err := r.Step(in.fromNode, in.m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		h.log.Debug("step failed", "shard", in.shard, "type", in.m.GetType(), "err", err)
+	}
+	h.dirty[in.shard] = r
+}
+
+type cycle struct {
+	r    *replica.Replica
+	rd   raft.Ready
+	late []replica.Outbound // messages that wait for the batch to be durable
+}
+
+// handleReady runs one Ready cycle for every replica that has one; see the
+// package doc for the order and why.
+func (h *Host) handleReady() {
+	b := h.eng.NewIndexedBatch()
+	var cycles []cycle
+	mustSync := false
+	for shard, r := range h.dirty {
+		delete(h.dirty, shard)
+		if !r.HasReady() {
+			continue
+		}
+		rd := r.Ready()
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			if err := r.InstallSnapshot(rd); err != nil {
+				h.fatal(err)
+			}
+		}
+		if err := r.Persist(b, rd); err != nil {
+			h.fatal(err)
+		}
+		if err := r.Apply(b, rd); err != nil {
+			h.fatal(err)
+		}
+		mustSync = mustSync || rd.MustSync
+		early, late := r.Messages(rd)
+		h.send(r, early) // a leader's appends overlap its own fsync
+		cycles = append(cycles, cycle{r, rd, late})
+	}
+	if len(cycles) == 0 {
+		b.Close()
+		return
+	}
+	h.transport.Flush() // the early messages, before this node's fsync
+	if err := storage.Commit(b, mustSync); err != nil {
+		h.fatal(err)
+	}
+	b.Close()
+	for _, c := range cycles {
+		h.send(c.r, c.late)
+	}
+	h.transport.Flush()
+	for _, c := range cycles {
+		c.r.Advance(c.rd)
+		if c.r.Removed() {
+			h.destroyReplica(c.r)
+			continue
+		}
+		h.publish(c.r)
+		if c.r.HasReady() {
+			h.dirty[c.r.Shard()] = c.r
+		}
+	}
+	if len(h.dirty) > 0 {
+		select {
+		case h.notifyC <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *Host) send(r *replica.Replica, out []replica.Outbound) {
+	for _, ob := range out {
+		if ob.Msg.GetType() == pb.MsgSnap {
+			h.sendSnapshot(r, ob)
+			continue
+		}
+		h.transport.Send(ob.ToNode, r.Shard(), ob.Msg)
+	}
+}
+
+func (h *Host) sendSnapshot(r *replica.Replica, ob replica.Outbound) {
+	shard, to := r.Shard(), ob.Msg.GetTo()
+	snap := h.snaps.take(ob.Msg.GetSnapshot().GetData())
+	if snap == nil {
+		h.log.Warn("snapshot handle unknown; reporting failure", "shard", shard, "to", to)
+		r.ReportSnapshot(to, false)
+		return
+	}
+	h.log.Info("sending snapshot", "shard", shard, "to_replica", to, "to_node", ob.ToNode,
+		"index", ob.Msg.GetSnapshot().GetMetadata().GetIndex())
+	h.transport.SendSnapshot(ob.ToNode, shard, ob.Msg, snap, func(ok bool) {
+		snap.Close()
+		h.snaps.done()
+		_ = h.enqueue(func(in *inbox) {
+			in.fns = append(in.fns, func() {
+				if r := h.replicas[shard]; r != nil {
+					r.ReportSnapshot(to, ok)
+					h.dirty[shard] = r
+				}
+			})
+		})
+	})
+}
+
+// publish records r's state for readers outside the loop.
+func (h *Host) publish(r *replica.Replica) {
+	st := r.Status()
+	info := ReplicaInfo{
+		Shard: r.Shard(), ReplicaID: r.ID(), Desc: r.Descriptor(),
+		IsLeader: r.IsLeader(), LeaderReplica: st.Lead, LeaderNode: r.LeaderNode(),
+		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: r.Applied(),
+	}
+	h.infoMu.Lock()
+	h.infos[r.Shard()] = info
+	h.infoMu.Unlock()
+}

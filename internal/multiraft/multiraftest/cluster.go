@@ -1,0 +1,414 @@
+package multiraftest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// Options shapes a Cluster.
+type Options struct {
+	// Nodes is the number of nodes bootstrapped (default 3).
+	Nodes int
+	// Shards is the number of user shards, 1..Shards (default 1). There is
+	// no meta shard: placement is fixed by the test.
+	Shards int
+	// Replicas per shard (default and at most Nodes), placed round-robin
+	// from node s for shard s as the real bootstrap does; the first is the
+	// shard's preferred leader and campaigns at start.
+	Replicas int
+	// Seed drives every random fault; 0 means Seed(t).
+	Seed int64
+	// Configure adjusts each host's config (log truncation thresholds, ...).
+	Configure func(*multiraft.Config)
+	// Logger receives the hosts' logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Cluster is N nodes, each a real multiraft.Host on its own engine, on one
+// in-memory Network.
+type Cluster struct {
+	t     testing.TB
+	opts  Options
+	rng   *rand.Rand
+	Net   *Network
+	nodes map[uint64]*Node
+	descs []*concordpb.ShardDescriptor
+	table *routing.Table
+}
+
+// Node is one member of a Cluster. Its fields are for reading; change it
+// through the Cluster.
+type Node struct {
+	ID     uint64
+	Host   *multiraft.Host // nil while stopped
+	Engine *storage.Engine // nil while stopped
+	fs     vfs.FS
+	dir    string
+	ticks  *ManualTicks
+	idBase uint64
+}
+
+// New bootstraps a cluster as internal/node would and starts every node.
+// It stops everything when the test ends.
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	opts = withDefaults(opts)
+	if opts.Seed == 0 {
+		opts.Seed = Seed(t)
+	}
+	rng := rand.New(rand.NewSource(opts.Seed))
+	c := &Cluster{t: t, opts: opts, rng: rng, Net: newNetwork(rng.Int63()), nodes: map[uint64]*Node{}}
+	c.descs = placement(opts)
+	c.table = routing.NewTable(c.descs)
+	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+		c.bootstrap(c.addNode(id))
+	}
+	for _, n := range c.Nodes() {
+		c.Start(n.ID)
+	}
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+func withDefaults(o Options) Options {
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Shards == 0 {
+		o.Shards = 1
+	}
+	if o.Replicas == 0 || o.Replicas > o.Nodes {
+		o.Replicas = o.Nodes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// placement is internal/node's initial placement of user shards 1..S:
+// shard s's replicas go round-robin from node s, each replica id being its
+// node's id.
+func placement(o Options) []*concordpb.ShardDescriptor {
+	starts, ends := routing.Ranges(o.Shards)
+	var out []*concordpb.ShardDescriptor
+	for i := range starts {
+		d := &concordpb.ShardDescriptor{ShardId: uint64(i + 1), StartHash: starts[i], EndHash: ends[i], Epoch: 1,
+			NextReplicaId: uint64(o.Nodes + 1)}
+		for j := range o.Replicas {
+			node := uint64((i+j)%o.Nodes + 1)
+			d.Replicas = append(d.Replicas, &concordpb.ReplicaDescriptor{ReplicaId: node, NodeId: node})
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func (c *Cluster) addNode(id uint64) *Node {
+	n := &Node{ID: id, fs: vfs.NewMem(), dir: fmt.Sprintf("/node%d", id), idBase: c.rng.Uint64() | 1}
+	c.nodes[id] = n
+	return n
+}
+
+// bootstrap writes n's replicas of the initial placement, as
+// internal/node's bootstrap does (storage.BootstrapReplica).
+func (c *Cluster) bootstrap(n *Node) {
+	eng := c.open(n)
+	defer eng.Close()
+	b := eng.NewBatch()
+	defer b.Close()
+	for _, d := range c.descs {
+		if slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return r.GetNodeId() == n.ID }) {
+			c.check(storage.BootstrapReplica(b, d, n.ID))
+		}
+	}
+	c.check(storage.Commit(b, true))
+}
+
+func (c *Cluster) open(n *Node) *storage.Engine {
+	eng, err := storage.OpenFS(n.fs, n.dir)
+	c.check(err)
+	return eng
+}
+
+func (c *Cluster) check(err error) {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// AddNode adds an empty node (no replicas: it receives them by conf change
+// and snapshot, as a joining node does), starts it, and returns its id.
+func (c *Cluster) AddNode() uint64 {
+	n := c.addNode(uint64(len(c.nodes) + 1))
+	c.Start(n.ID)
+	return n.ID
+}
+
+// Start opens node id's engine and starts its host.
+func (c *Cluster) Start(id uint64) {
+	c.t.Helper()
+	n := c.nodes[id]
+	if n.Host != nil {
+		c.t.Fatalf("node %d is already running", id)
+	}
+	n.Engine = c.open(n)
+	n.ticks = NewManualTicks()
+	cfg := multiraft.DefaultConfig(id)
+	cfg.Ticks = n.ticks
+	cfg.IDBase = n.idBase
+	cfg.Logger = c.opts.Logger.With("node", id)
+	cfg.Fatal = func(err error) { c.t.Errorf("node %d: fatal storage error: %v", id, err) }
+	if c.opts.Configure != nil {
+		c.opts.Configure(&cfg)
+	}
+	n.Host = multiraft.New(cfg, n.Engine, &endpoint{net: c.Net, node: id},
+		func(shard uint64) replica.StateMachine { return kv.New(shard) })
+	c.Net.setUp(id, &peer{host: n.Host, eng: n.Engine})
+	c.check(n.Host.Start())
+}
+
+// Stop stops node id's host and closes its engine, as a clean shutdown
+// does; Start brings it back from what it synced.
+func (c *Cluster) Stop(id uint64) {
+	n := c.nodes[id]
+	if n.Host == nil {
+		return
+	}
+	c.Net.setUp(id, nil)
+	n.Host.Stop()
+	c.Net.waitStreams(id)
+	c.check(n.Engine.Close())
+	n.Host, n.Engine = nil, nil
+}
+
+func (c *Cluster) stopAll() {
+	for _, n := range c.Nodes() {
+		c.Stop(n.ID)
+	}
+}
+
+// Nodes returns the nodes in id order.
+func (c *Cluster) Nodes() []*Node {
+	var out []*Node
+	for id := uint64(1); id <= uint64(len(c.nodes)); id++ {
+		out = append(out, c.nodes[id])
+	}
+	return out
+}
+
+// Node returns node id.
+func (c *Cluster) Node(id uint64) *Node { return c.nodes[id] }
+
+// ShardOf is the user shard that owns key.
+func (c *Cluster) ShardOf(key string) uint64 { return c.table.Lookup([]byte(key)).GetShardId() }
+
+// Cut isolates node in both directions until Heal.
+func (c *Cluster) Cut(node uint64) { c.Net.Cut(node) }
+
+// Heal reconnects node.
+func (c *Cluster) Heal(node uint64) { c.Net.Heal(node) }
+
+// Tick advances every running host n ticks, letting the cluster settle
+// after each.
+func (c *Cluster) Tick(n int) {
+	for range n {
+		c.Net.advance()
+		for _, node := range c.Nodes() {
+			if node.Host != nil {
+				node.ticks.Tick()
+			}
+		}
+		c.settle()
+	}
+}
+
+// settle runs barriers on every host until a full round of them saw no
+// message delivered and no snapshot stream start or end: then every host has
+// processed everything it was sent. It gives up after a bound (a cluster
+// may never be quiet, e.g. while a snapshot keeps failing), which is fine:
+// tests wait for conditions, not for quiet.
+func (c *Cluster) settle() {
+	for range 50 {
+		before := c.Net.activityCount()
+		for _, n := range c.Nodes() {
+			c.barrier(n)
+		}
+		if c.Net.activityCount() == before {
+			return
+		}
+	}
+}
+
+// barrier returns once n's loop has finished an iteration that started after
+// the call: the first Do runs in a drain after everything queued before it,
+// the second after that iteration's Ready handling.
+func (c *Cluster) barrier(n *Node) {
+	if n.Host == nil {
+		return
+	}
+	for range 2 {
+		if err := n.Host.Do(context.Background(), func() {}); err != nil {
+			return
+		}
+	}
+}
+
+// RunUntil ticks until cond holds, failing the test after maxTicks.
+func (c *Cluster) RunUntil(what string, maxTicks int, cond func() bool) {
+	c.t.Helper()
+	for range maxTicks {
+		c.settle()
+		if cond() {
+			return
+		}
+		c.Tick(1)
+	}
+	if !cond() {
+		c.t.Fatalf("gave up after %d ticks waiting for %s", maxTicks, what)
+	}
+}
+
+// Leader returns the node whose replica of shard leads it in the highest
+// term seen among running nodes, 0 if none does.
+func (c *Cluster) Leader(shard uint64) uint64 {
+	var leader, term uint64
+	for _, n := range c.Nodes() {
+		if n.Host == nil {
+			continue
+		}
+		if i, ok := n.Host.Info(shard); ok && i.IsLeader && i.Term >= term {
+			leader, term = n.ID, i.Term
+		}
+	}
+	return leader
+}
+
+// WaitLeader ticks until shard has a leader that every running, connected
+// replica of it follows, and returns its node.
+func (c *Cluster) WaitLeader(shard uint64) uint64 {
+	c.t.Helper()
+	var leader uint64
+	c.RunUntil(fmt.Sprintf("a leader of shard %d", shard), 500, func() bool {
+		leader = c.Leader(shard)
+		return leader != 0 && c.followers(shard, leader)
+	})
+	return leader
+}
+
+// followers reports whether every running, connected replica of shard
+// knows leader as its leader.
+func (c *Cluster) followers(shard, leader uint64) bool {
+	for _, n := range c.Nodes() {
+		if n.Host == nil || c.Net.isCut(n.ID) {
+			continue
+		}
+		if i, ok := n.Host.Info(shard); ok && i.LeaderNode != leader {
+			return false
+		}
+	}
+	return true
+}
+
+// Call is a proposal in flight.
+type Call struct {
+	done   chan struct{}
+	Result *storepb.CommandResult
+	Err    error
+}
+
+// Done reports whether the call has its outcome.
+func (c *Call) Done() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Propose proposes ops to shard on node and returns at once; the cluster
+// must be ticked (RunUntil) for the outcome if it needs elections or
+// timeouts.
+func (c *Cluster) Propose(node, shard uint64, ops ...*concordpb.Op) *Call {
+	call := &Call{done: make(chan struct{})}
+	h := c.nodes[node].Host
+	cmd := &storepb.Command{Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}}
+	go func() {
+		defer close(call.done)
+		call.Result, call.Err = h.Propose(context.Background(), shard, cmd)
+	}()
+	return call
+}
+
+// Await ticks until call has its outcome.
+func (c *Cluster) Await(call *Call) *Call {
+	c.t.Helper()
+	c.RunUntil("a proposal's outcome", 1000, call.Done)
+	return call
+}
+
+// Put writes key=value through the current leader of key's shard, retrying
+// (with the same effect: a put is idempotent) until a proposal succeeds.
+func (c *Cluster) Put(key, value string) {
+	c.t.Helper()
+	shard := c.ShardOf(key)
+	for range 20 {
+		call := c.Await(c.Propose(c.WaitLeader(shard), shard, PutOp(key, value)))
+		if call.Err == nil {
+			return
+		}
+		c.t.Logf("put %q: %v; retrying", key, call.Err)
+	}
+	c.t.Fatalf("put %q never succeeded", key)
+}
+
+// Get reads key from node's local state.
+func (c *Cluster) Get(node uint64, key string) (string, bool) {
+	c.t.Helper()
+	v, found, err := kv.Get(c.nodes[node].Engine.Reader(), c.ShardOf(key), []byte(key))
+	c.check(err)
+	return string(v), found
+}
+
+// WaitValue ticks until every node in nodes holds key=value locally.
+func (c *Cluster) WaitValue(key, value string, nodes ...uint64) {
+	c.t.Helper()
+	c.RunUntil(fmt.Sprintf("%q=%q on nodes %v", key, value, nodes), 1000, func() bool {
+		for _, n := range nodes {
+			if v, ok := c.Get(n, key); !ok || v != value {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// PutOp is a put of key=value.
+func PutOp(key, value string) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(key), Value: []byte(value)}
+}
+
+// StagedFiles counts the snapshot files staged on node's engine.
+func (c *Cluster) StagedFiles(node uint64) int {
+	n := c.nodes[node]
+	names, err := n.fs.List(filepath.Join(n.dir, "aux"))
+	c.check(err)
+	return len(names)
+}

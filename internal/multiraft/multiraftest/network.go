@@ -1,0 +1,238 @@
+package multiraftest
+
+import (
+	"context"
+	"math/rand"
+	"sync"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/storage"
+)
+
+// Network connects the nodes of a Cluster in memory. Its faults apply to
+// raft messages and snapshots alike.
+type Network struct {
+	mu   sync.Mutex
+	cond *sync.Cond // signalled when a snapshot stream ends
+	rng  *rand.Rand // guarded by mu
+	// up holds each running node's host and engine; a stopped node is absent.
+	up map[uint64]*peer
+	// cut holds nodes whose traffic is dropped in both directions.
+	cut map[uint64]bool
+	// dropRate is the probability that a message is lost.
+	dropRate float64
+	// delayTicks holds messages back this many ticks.
+	delayTicks uint64
+	now        uint64
+	delayed    []delayed
+	// activity counts deliveries and snapshot streams started or ended; a
+	// cluster has settled when a full round of barriers leaves it unchanged.
+	activity uint64
+	// streams counts the snapshot streams touching each node's engine, which
+	// must not close while one reads or writes it.
+	streams map[uint64]int
+}
+
+type peer struct {
+	host *multiraft.Host
+	eng  *storage.Engine
+}
+
+type delayed struct {
+	due      uint64
+	from, to uint64
+	env      *concordpb.RaftEnvelope
+}
+
+func newNetwork(seed int64) *Network {
+	n := &Network{rng: rand.New(rand.NewSource(seed)), up: map[uint64]*peer{}, cut: map[uint64]bool{}, streams: map[uint64]int{}}
+	n.cond = sync.NewCond(&n.mu)
+	return n
+}
+
+// endpoint is one node's multiraft.Transport. Send and Flush run on that
+// node's loop goroutine only, so queued needs no lock.
+type endpoint struct {
+	net    *Network
+	node   uint64
+	queued []queued
+}
+
+type queued struct {
+	to  uint64
+	env *concordpb.RaftEnvelope
+}
+
+var _ multiraft.Transport = (*endpoint)(nil)
+
+// Send implements multiraft.Transport. The message is marshalled now, on the
+// loop, as the real transport does: raft may reuse what it handed out.
+func (e *endpoint) Send(toNode, shard uint64, m *pb.Message) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		panic(err) // a raft message always marshals
+	}
+	e.queued = append(e.queued, queued{to: toNode, env: &concordpb.RaftEnvelope{ShardId: shard, Message: data}})
+}
+
+// Flush implements multiraft.Transport: the queued messages reach their
+// nodes now, unless a fault drops or delays them.
+func (e *endpoint) Flush() {
+	msgs := e.queued
+	e.queued = nil
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	for _, q := range msgs {
+		e.net.routeLocked(e.node, q.to, q.env)
+	}
+}
+
+func (n *Network) routeLocked(from, to uint64, env *concordpb.RaftEnvelope) {
+	if n.cut[from] || n.cut[to] {
+		return
+	}
+	if n.dropRate > 0 && n.rng.Float64() < n.dropRate {
+		return
+	}
+	if n.delayTicks > 0 {
+		n.delayed = append(n.delayed, delayed{due: n.now + n.delayTicks, from: from, to: to, env: env})
+		return
+	}
+	n.deliverLocked(from, to, env)
+}
+
+// deliverLocked hands env to node to's host, which only queues it.
+func (n *Network) deliverLocked(from, to uint64, env *concordpb.RaftEnvelope) {
+	p := n.up[to]
+	if p == nil {
+		return
+	}
+	n.activity++
+	_ = p.host.Deliver(from, []*concordpb.RaftEnvelope{env}) // fails only once the host stopped
+}
+
+// advance moves the network one tick on, delivering delayed messages now due.
+func (n *Network) advance() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.now++
+	var later []delayed
+	for _, d := range n.delayed {
+		if d.due > n.now {
+			later = append(later, d)
+			continue
+		}
+		if !n.cut[d.from] && !n.cut[d.to] {
+			n.deliverLocked(d.from, d.to, d.env)
+		}
+	}
+	n.delayed = later
+}
+
+// SendSnapshot implements multiraft.Transport: it streams the shard's state
+// span from snap into a staged snapshot on the receiver, in a goroutine of
+// its own as the real transport does (the receiver's loop must not wait on
+// the sender's, or two loops sending each other snapshots would deadlock).
+func (e *endpoint) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
+	hdr, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	n := e.net
+	n.mu.Lock()
+	n.activity++
+	n.streams[e.node]++
+	n.streams[toNode]++
+	n.mu.Unlock()
+	go func() {
+		ok := n.streamSnapshot(e.node, toNode, shard, hdr, snap)
+		done(ok) // closes snap, so before the sender's engine may close
+		n.mu.Lock()
+		n.activity++
+		n.streams[e.node]--
+		n.streams[toNode]--
+		n.cond.Broadcast()
+		n.mu.Unlock()
+	}()
+}
+
+func (n *Network) streamSnapshot(from, to, shard uint64, hdr []byte, snap *storage.Snapshot) bool {
+	n.mu.Lock()
+	p, blocked := n.up[to], n.cut[from] || n.cut[to]
+	n.mu.Unlock()
+	if p == nil || blocked {
+		return false
+	}
+	w, err := p.eng.NewSnapshotWriter(shard)
+	if err != nil {
+		return false
+	}
+	if err := snap.ScanState(shard, w.Set); err != nil {
+		w.Abort()
+		return false
+	}
+	staged, err := w.Finish()
+	if err != nil {
+		return false
+	}
+	m := &pb.Message{}
+	if err := proto.Unmarshal(hdr, m); err != nil {
+		staged.Discard()
+		return false
+	}
+	return p.host.DeliverSnapshot(context.Background(), from, shard, m, staged) == nil
+}
+
+// setUp makes node's host reachable (nil: the node is down).
+func (n *Network) setUp(node uint64, p *peer) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p == nil {
+		delete(n.up, node)
+		return
+	}
+	n.up[node] = p
+}
+
+// waitStreams waits until no snapshot stream touches node's engine.
+func (n *Network) waitStreams(node uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for n.streams[node] > 0 {
+		n.cond.Wait()
+	}
+}
+
+func (n *Network) activityCount() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.activity
+}
+
+// Cut drops every message to and from node until Heal.
+func (n *Network) Cut(node uint64) { n.set(func() { n.cut[node] = true }) }
+
+// Heal undoes Cut.
+func (n *Network) Heal(node uint64) { n.set(func() { delete(n.cut, node) }) }
+
+// SetDropRate makes each message (not snapshots) lost with probability p.
+func (n *Network) SetDropRate(p float64) { n.set(func() { n.dropRate = p }) }
+
+// SetDelay holds every message back for ticks ticks (0: deliver at once).
+func (n *Network) SetDelay(ticks uint64) { n.set(func() { n.delayTicks = ticks }) }
+
+func (n *Network) set(f func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f()
+}
+
+func (n *Network) isCut(node uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cut[node]
+}

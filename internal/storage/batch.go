@@ -1,0 +1,32 @@
+package storage
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+)
+
+// NewBatch returns a write-only batch; Commit commits it.
+func (e *Engine) NewBatch() *pebble.Batch { return e.DB.NewBatch() }
+
+// NewIndexedBatch returns a batch whose reads see its own writes, as state
+// machines need: a command reads what earlier commands in the batch wrote.
+func (e *Engine) NewIndexedBatch() *pebble.Batch { return e.DB.NewIndexedBatch() }
+
+// Commit commits b; with sync set it is durable when Commit returns.
+func Commit(b *pebble.Batch, sync bool) error {
+	if sync {
+		return b.Commit(pebble.Sync)
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// GetProto reads key into m from the engine's committed state; it reports
+// false if the key is absent.
+func (e *Engine) GetProto(key []byte, m proto.Message) (bool, error) { return GetProto(e.DB, key, m) }
+
+// Reader is a read-only view of the engine's committed state, for read paths
+// that take a pebble.Reader (kv.Get, kv.Scan).
+func (e *Engine) Reader() pebble.Reader { return e.DB }
+
+// LoadRaftLog loads the raft log of shard's replica on this engine.
+func (e *Engine) LoadRaftLog(shard uint64) (*RaftLog, error) { return LoadRaftLog(e.DB, shard) }
