@@ -23,16 +23,8 @@ import (
 // imported path or the banned identifier. An entry that matches nothing fails
 // the test: delete it when its violation is gone.
 var knownViolations = []knownViolation{
-	// Pebble leaves node, multiraft and transport: they go through
-	// internal/storage instead.
+	// Pebble leaves node: it goes through internal/storage instead.
 	{"internal/node", rulePebble, pebblePath, "removed by issue 9 item 5"},
-	{"internal/multiraft", rulePebble, pebblePath, "removed by issue 9 item 5"},
-	{"internal/transport", rulePebble, pebblePath, "removed by issue 9 item 5"},
-	// replica.go: StageSnapshot/DropStagedSnapshots remove staged snapshot
-	// files (os.Remove), removed by issue 9 item 5. logger.go: raftLogger's
-	// Fatal and Fatalf call os.Exit(1); that adapter must move out of replica
-	// (or panic instead) before this entry can go.
-	{"internal/replica", ruleCoreImport, "os", "staged snapshot files removed by issue 9 item 5; raftLogger.Fatal's os.Exit still to move"},
 }
 
 const pebblePath = "github.com/cockroachdb/pebble/v2"

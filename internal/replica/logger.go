@@ -3,7 +3,6 @@ package replica
 import (
 	"fmt"
 	"log/slog"
-	"os"
 )
 
 // raftLogger adapts slog to raft.Logger. Raft's info messages (elections,
@@ -27,13 +26,17 @@ func (r *raftLogger) Warningf(format string, v ...interface{}) {
 }
 func (r *raftLogger) Error(v ...interface{})                 { r.l.Error(fmt.Sprint(v...)) }
 func (r *raftLogger) Errorf(format string, v ...interface{}) { r.l.Error(fmt.Sprintf(format, v...)) }
+
+// Fatal and Fatalf panic rather than exit: replica owns no process-level
+// effects (internal/lint), and a panic on the loop goroutine ends the
+// process just as surely, with a stack trace.
 func (r *raftLogger) Fatal(v ...interface{}) {
 	r.l.Error(fmt.Sprint(v...))
-	os.Exit(1)
+	panic(fmt.Sprint(v...))
 }
 func (r *raftLogger) Fatalf(format string, v ...interface{}) {
 	r.l.Error(fmt.Sprintf(format, v...))
-	os.Exit(1)
+	panic(fmt.Sprintf(format, v...))
 }
 func (r *raftLogger) Panic(v ...interface{})                 { panic(fmt.Sprint(v...)) }
 func (r *raftLogger) Panicf(format string, v ...interface{}) { panic(fmt.Sprintf(format, v...)) }

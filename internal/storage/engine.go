@@ -25,6 +25,14 @@ type Engine struct {
 	stagedSeq atomic.Uint64
 }
 
+// FS is the file system an engine lives on (Pebble's vfs.FS), so that
+// callers outside storage need not import Pebble.
+type FS = vfs.FS
+
+// NewMemFS returns an empty in-memory file system for OpenFS: what was
+// synced survives reopening an engine on it, and nothing touches the disk.
+func NewMemFS() FS { return vfs.NewMem() }
+
 // Open opens (creating if needed) the Pebble database under dataDir/db on
 // the operating system's file system.
 func Open(dataDir string) (*Engine, error) { return OpenFS(vfs.Default, dataDir) }

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
@@ -57,7 +55,7 @@ type Node struct {
 	ID     uint64
 	Host   *multiraft.Host // nil while stopped
 	Engine *storage.Engine // nil while stopped
-	fs     vfs.FS
+	fs     storage.FS
 	dir    string
 	ticks  *ManualTicks
 	idBase uint64
@@ -120,7 +118,7 @@ func placement(o Options) []*concordpb.ShardDescriptor {
 }
 
 func (c *Cluster) addNode(id uint64) *Node {
-	n := &Node{ID: id, fs: vfs.NewMem(), dir: fmt.Sprintf("/node%d", id), idBase: c.rng.Uint64() | 1}
+	n := &Node{ID: id, fs: storage.NewMemFS(), dir: fmt.Sprintf("/node%d", id), idBase: c.rng.Uint64() | 1}
 	c.nodes[id] = n
 	return n
 }
