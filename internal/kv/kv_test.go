@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc/codes"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/routing"
-	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -29,12 +29,14 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	eng, err := storage.Open(t.TempDir())
+	// The state machine works on Pebble batches; a bare in-memory Pebble
+	// is all it needs.
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = eng.Close() })
-	return &fixture{t: t, db: eng.DB, sm: New(shard)}
+	t.Cleanup(func() { _ = db.Close() })
+	return &fixture{t: t, db: db, sm: New(shard)}
 }
 
 // apply applies cmd in its own indexed batch, commits it, and returns the result.

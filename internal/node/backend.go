@@ -53,11 +53,11 @@ func (b backend) ReadIndex(ctx context.Context, shard uint64) error {
 }
 
 func (b backend) LocalGet(shard uint64, key []byte) ([]byte, bool, error) {
-	return kv.Get(b.n.eng.DB, shard, key)
+	return kv.Get(b.n.eng.Reader(), shard, key)
 }
 
 func (b backend) LocalScan(shard uint64, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
-	return kv.Scan(b.n.eng.DB, shard, start, end, limit)
+	return kv.Scan(b.n.eng.Reader(), shard, start, end, limit)
 }
 
 func (b backend) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64) (*concordpb.ShardDescriptor, error) {

@@ -2,63 +2,40 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/cockroachdb/pebble/v2"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
-	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
-// Every bootstrapped replica starts from the same state: a log truncated at
-// (initialIndex, initialTerm), with nothing to replay.
-const (
-	initialIndex = 5
-	initialTerm  = 5
-)
-
 // loadLocal reads the node's identity, address book and seen set, if any.
 func (n *Node) loadLocal() error {
-	var id storepb.NodeIdent
-	found, err := storage.GetProto(n.eng.DB, keys.Ident(), &id)
+	id, found, err := n.eng.Ident()
 	if err != nil {
 		return err
 	}
 	if found {
-		n.ident.Store(&id)
+		n.ident.Store(id)
 	}
-	lo, hi := keys.AddressSpan()
-	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	addrs, err := n.eng.Addresses()
 	if err != nil {
 		return err
 	}
-	for ok := it.First(); ok; ok = it.Next() {
-		d := &concordpb.NodeDescriptor{}
-		if err := proto.Unmarshal(it.Value(), d); err != nil {
-			it.Close()
+	for _, d := range addrs {
+		n.book.m[d.GetNodeId()] = d
+		seen, err := n.eng.Seen(d.GetNodeId())
+		if err != nil {
 			return err
 		}
-		n.book.m[d.GetNodeId()] = d
-	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	for _, d := range n.book.m {
-		if _, closer, err := n.eng.DB.Get(keys.Seen(d.GetNodeId())); err == nil {
-			closer.Close()
-			n.seen.m[d.GetNodeId()] = true
-		}
+		n.seen.m[d.GetNodeId()] = seen
 	}
 	return nil
 }
@@ -172,14 +149,14 @@ func (n *Node) bootstrap(peers []string, hash, self uint64) error {
 		nodes[i] = &concordpb.NodeDescriptor{NodeId: uint64(i + 1), Address: p}
 	}
 	shards := initialShards(len(peers), n.cfg.Shards, n.cfg.Replicas)
-	b := n.eng.DB.NewBatch()
+	b := n.eng.NewBatch()
 	defer b.Close()
 	ident := &storepb.NodeIdent{ClusterId: hash, NodeId: self, PeersHash: hash}
-	if err := storage.SetProto(b, keys.Ident(), ident); err != nil {
+	if err := storage.SetIdent(b, ident); err != nil {
 		return err
 	}
 	for _, d := range nodes {
-		if err := storage.SetProto(b, keys.Address(d.GetNodeId()), d); err != nil {
+		if err := storage.SetAddress(b, d); err != nil {
 			return err
 		}
 	}
@@ -188,44 +165,28 @@ func (n *Node) bootstrap(peers []string, hash, self uint64) error {
 			return err
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := storage.Commit(b, true); err != nil {
 		return err
 	}
 	n.ident.Store(ident)
-	if err := n.book.update(n.eng.DB, nodes); err != nil {
+	if err := n.book.update(n.eng, nodes); err != nil {
 		return err
 	}
 	n.log.Info("bootstrapped new cluster", "node", self, "peers", peers, "shards", n.cfg.Shards, "replicas", min(n.cfg.Replicas, len(peers)))
 	return nil
 }
 
-// bootstrapReplica writes self's replica of shard d, if it has one.
-func bootstrapReplica(b *pebble.Batch, d *concordpb.ShardDescriptor, self uint64, nodes []*concordpb.NodeDescriptor, all []*concordpb.ShardDescriptor) error {
-	var voters []uint64
-	hosted := false
-	for _, r := range d.GetReplicas() {
-		voters = append(voters, r.GetReplicaId())
-		hosted = hosted || r.GetNodeId() == self
-	}
-	if !hosted {
+// bootstrapReplica writes self's replica of shard d, if it has one; in the
+// initial placement a replica's id is its node's id.
+func bootstrapReplica(w storage.Writer, d *concordpb.ShardDescriptor, self uint64, nodes []*concordpb.NodeDescriptor, all []*concordpb.ShardDescriptor) error {
+	if !slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return r.GetNodeId() == self }) {
 		return nil
 	}
-	shard := d.GetShardId()
-	errs := []error{
-		b.Set(keys.Hosted(shard), binary.BigEndian.AppendUint64(nil, self), nil),
-		storage.SetProto(b, keys.HardState(shard), &pb.HardState{Term: new(uint64(initialTerm)), Commit: new(uint64(initialIndex))}),
-		storage.SetProto(b, keys.Truncated(shard), &storepb.TruncatedState{Index: initialIndex, Term: initialTerm}),
-		storage.SetProto(b, keys.Applied(shard), &storepb.AppliedState{Index: initialIndex, Term: initialTerm}),
-		storage.SetProto(b, keys.ConfState(shard), &pb.ConfState{Voters: voters}),
-		storage.SetProto(b, keys.Descriptor(shard), d),
+	if err := storage.BootstrapReplica(w, d, self); err != nil {
+		return err
 	}
-	if shard == routing.MetaShard {
-		errs = append(errs, placement.Bootstrap(b, nodes, all))
-	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	if d.GetShardId() == routing.MetaShard {
+		return placement.Bootstrap(w, nodes, all)
 	}
 	return nil
 }
@@ -278,16 +239,16 @@ func (n *Node) join(ctx context.Context, via string) error {
 
 func (n *Node) saveJoin(resp *concordpb.JoinResponse) error {
 	ident := &storepb.NodeIdent{ClusterId: resp.GetClusterId(), NodeId: resp.GetNodeId()}
-	b := n.eng.DB.NewBatch()
+	b := n.eng.NewBatch()
 	defer b.Close()
-	if err := storage.SetProto(b, keys.Ident(), ident); err != nil {
+	if err := storage.SetIdent(b, ident); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := storage.Commit(b, true); err != nil {
 		return err
 	}
 	n.ident.Store(ident)
-	if err := n.book.update(n.eng.DB, resp.GetNodes()); err != nil {
+	if err := n.book.update(n.eng, resp.GetNodes()); err != nil {
 		return err
 	}
 	n.log.Info("joined cluster as a new node", "node", ident.GetNodeId(), "cluster", fmt.Sprintf("%x", ident.GetClusterId()))
@@ -319,6 +280,6 @@ func (n *Node) addNode(ctx context.Context, addr string) (uint64, []*concordpb.N
 		return 0, nil, err
 	}
 	n.log.Info("node joined", "node", res.GetNodeId(), "addr", addr)
-	_ = n.book.update(n.eng.DB, res.GetNodes())
+	_ = n.book.update(n.eng, res.GetNodes())
 	return res.GetNodeId(), res.GetNodes(), nil
 }

@@ -90,11 +90,11 @@ func (n *Node) schedulerSettings() scheduler.Settings {
 // placementView is the scheduler's view of the cluster, read from the
 // local meta replica's state and this node's heartbeat reports.
 func (n *Node) placementView() (scheduler.View, error) {
-	nodes, err := placement.Nodes(n.eng.DB)
+	nodes, err := placement.Nodes(n.eng.Reader())
 	if err != nil {
 		return scheduler.View{}, err
 	}
-	shards, err := placement.Shards(n.eng.DB)
+	shards, err := placement.Shards(n.eng.Reader())
 	if err != nil {
 		return scheduler.View{}, err
 	}
@@ -138,7 +138,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 		return
 	}
 	n.meta.lastLeader.Store(resp.GetMetaLeaderNodeId())
-	if err := n.book.update(n.eng.DB, resp.GetNodes()); err != nil {
+	if err := n.book.update(n.eng, resp.GetNodes()); err != nil {
 		n.log.Warn("update address book", "err", err)
 	}
 	routes := resp.GetShards()

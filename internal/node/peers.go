@@ -4,13 +4,11 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
-	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 )
 
@@ -49,25 +47,28 @@ func (b *addressBook) all() []*concordpb.NodeDescriptor {
 	return out
 }
 
-// update records descriptors that are new or changed, persisting them.
-func (b *addressBook) update(db *pebble.DB, ds []*concordpb.NodeDescriptor) error {
+// update records descriptors that are new or changed, durably. It holds
+// mu across the write (rarely: only when a descriptor changed), so that two
+// updates cannot persist in one order and publish in the other.
+func (b *addressBook) update(eng *storage.Engine, ds []*concordpb.NodeDescriptor) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	batch := db.NewBatch()
-	defer batch.Close()
+	var changed []*concordpb.NodeDescriptor
 	for _, d := range ds {
-		if cur, ok := b.m[d.GetNodeId()]; ok && proto.Equal(cur, d) {
-			continue
-		}
-		b.m[d.GetNodeId()] = d
-		if err := storage.SetProto(batch, keys.Address(d.GetNodeId()), d); err != nil {
-			return err
+		if cur, ok := b.m[d.GetNodeId()]; !ok || !proto.Equal(cur, d) {
+			changed = append(changed, d)
 		}
 	}
-	if batch.Empty() {
+	if len(changed) == 0 {
 		return nil
 	}
-	return batch.Commit(pebble.NoSync)
+	if err := eng.SaveAddresses(changed); err != nil {
+		return err
+	}
+	for _, d := range changed {
+		b.m[d.GetNodeId()] = d
+	}
+	return nil
 }
 
 // seenSet is the set of nodes this node has received peer traffic from. A
@@ -92,7 +93,7 @@ func (n *Node) markSeen(fromNode uint64) {
 	if n.seen.m[fromNode] {
 		return
 	}
-	if err := n.eng.DB.Set(keys.Seen(fromNode), nil, pebble.Sync); err != nil {
+	if err := n.eng.MarkSeen(fromNode); err != nil {
 		n.log.Error("record peer as seen", "peer", fromNode, "err", err)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -15,12 +16,12 @@ import (
 
 func openDB(t *testing.T) *pebble.DB {
 	t.Helper()
-	eng, err := storage.Open(t.TempDir())
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = eng.Close() })
-	return eng.DB
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
 
 // apply applies cmd in its own indexed batch and commits it.

@@ -5,12 +5,20 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// Reader and Writer are Pebble's read and write interfaces under storage's
+// name, so that code outside storage and the state machines can pass them
+// along without importing Pebble (internal/lint).
+type (
+	Reader = pebble.Reader
+	Writer = pebble.Writer
+)
+
 // NewBatch returns a write-only batch; Commit commits it.
-func (e *Engine) NewBatch() *pebble.Batch { return e.DB.NewBatch() }
+func (e *Engine) NewBatch() *pebble.Batch { return e.db.NewBatch() }
 
 // NewIndexedBatch returns a batch whose reads see its own writes, as state
 // machines need: a command reads what earlier commands in the batch wrote.
-func (e *Engine) NewIndexedBatch() *pebble.Batch { return e.DB.NewIndexedBatch() }
+func (e *Engine) NewIndexedBatch() *pebble.Batch { return e.db.NewIndexedBatch() }
 
 // Commit commits b; with sync set it is durable when Commit returns.
 func Commit(b *pebble.Batch, sync bool) error {
@@ -22,11 +30,11 @@ func Commit(b *pebble.Batch, sync bool) error {
 
 // GetProto reads key into m from the engine's committed state; it reports
 // false if the key is absent.
-func (e *Engine) GetProto(key []byte, m proto.Message) (bool, error) { return GetProto(e.DB, key, m) }
+func (e *Engine) GetProto(key []byte, m proto.Message) (bool, error) { return GetProto(e.db, key, m) }
 
 // Reader is a read-only view of the engine's committed state, for read paths
 // that take a pebble.Reader (kv.Get, kv.Scan).
-func (e *Engine) Reader() pebble.Reader { return e.DB }
+func (e *Engine) Reader() pebble.Reader { return e.db }
 
 // LoadRaftLog loads the raft log of shard's replica on this engine.
-func (e *Engine) LoadRaftLog(shard uint64) (*RaftLog, error) { return LoadRaftLog(e.DB, shard) }
+func (e *Engine) LoadRaftLog(shard uint64) (*RaftLog, error) { return LoadRaftLog(e.db, shard) }

@@ -18,8 +18,11 @@
 // The engine also owns the records of which replicas a node hosts
 // (HostedReplicas, SetHosted, Tombstone, DestroyReplica) and the initial
 // state of a bootstrapped replica (BootstrapReplica), so that no other
-// package writes those keys. Engine.DB stays exported only until
-// internal/node moves to engine methods.
+// package writes those keys, and the node's own records (identity, address
+// book, seen peers: local.go). The *pebble.DB never leaves the package:
+// other packages read through Reader and snapshots and write through
+// batches, and only storage and the state machines' apply code import
+// Pebble (internal/lint enforces it).
 //
 // OpenFS runs an engine on any Pebble vfs.FS; tests use an in-memory one.
 package storage

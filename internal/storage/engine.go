@@ -13,9 +13,9 @@ import (
 
 // Engine is a node's Pebble database.
 type Engine struct {
-	// DB is the raw database. Only internal/node still uses it, until its
-	// code moves to Engine methods; multiraft, replica and transport must not.
-	DB   *pebble.DB
+	// db is the raw database; it never leaves this package, so every key
+	// written outside the state machines' batches is written here.
+	db   *pebble.DB
 	opts *pebble.Options
 	fs   vfs.FS
 	// dir holds the database; auxDir holds snapshot files being received.
@@ -68,11 +68,11 @@ func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	return &Engine{DB: db, opts: opts, fs: fs, dir: dir, auxDir: aux}, nil
+	return &Engine{db: db, opts: opts, fs: fs, dir: dir, auxDir: aux}, nil
 }
 
 // Close closes the database.
-func (e *Engine) Close() error { return e.DB.Close() }
+func (e *Engine) Close() error { return e.db.Close() }
 
 // AuxDir is a scratch directory for files that are not part of the database.
 func (e *Engine) AuxDir() string { return e.auxDir }
@@ -103,7 +103,7 @@ func SetProto(w pebble.Writer, key []byte, m proto.Message) error {
 }
 
 // Sync makes every write so far durable.
-func (e *Engine) Sync() error { return e.DB.LogData(nil, pebble.Sync) }
+func (e *Engine) Sync() error { return e.db.LogData(nil, pebble.Sync) }
 
 func clearDir(fs vfs.FS, dir string) error {
 	names, err := fs.List(dir)

@@ -24,7 +24,7 @@ func TestRaftLogMatchesMemoryStorage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	l := loadLog(t, e.DB, 5)
+	l := loadLog(t, e.db, 5)
 	ms := raft.NewMemoryStorage()
 	term := uint64(1)
 	for step := 0; step < 300; step++ {
@@ -34,19 +34,19 @@ func TestRaftLogMatchesMemoryStorage(t *testing.T) {
 			term++
 			lo := first + rng.Uint64N(last-first+2)
 			ents := entries(term, lo, lo+rng.Uint64N(5))
-			appendEntries(t, e.DB, l, ents)
+			appendEntries(t, e.db, l, ents)
 			if err := ms.Append(ents); err != nil {
 				t.Fatal(err)
 			}
 		case op < 9 && last >= first: // compact to a random index in the log
 			i := first + rng.Uint64N(last-first+1)
-			truncateLog(t, e.DB, l, i)
+			truncateLog(t, e.db, l, i)
 			if err := ms.Compact(i); err != nil {
 				t.Fatal(err)
 			}
 		default:
 			e = reopen(t, e, dir)
-			l = loadLog(t, e.DB, 5)
+			l = loadLog(t, e.db, 5)
 		}
 		compareStorage(t, step, rng, l, ms)
 	}

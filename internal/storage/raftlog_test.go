@@ -16,7 +16,7 @@ import (
 // (one created to receive a snapshot): an empty log at index 0.
 func TestRaftLogEmpty(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	l := loadLog(t, e.DB, 1)
+	l := loadLog(t, e.db, 1)
 	hs, cs, err := l.InitialState()
 	if err != nil || !raft.IsEmptyHardState(hs) || cs == nil || len(cs.GetVoters()) != 0 {
 		t.Fatalf("InitialState = %v, %v, %v; want empty hard state and empty non-nil conf state", hs, cs, err)
@@ -36,17 +36,17 @@ func TestRaftLogEmpty(t *testing.T) {
 func TestRaftLogInitialState(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	l := loadLog(t, e.DB, 3)
+	l := loadLog(t, e.db, 3)
 	hs := &pb.HardState{Term: new(uint64(7)), Vote: new(uint64(2)), Commit: new(uint64(4))}
 	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}
-	commit(t, e.DB, func(b *pebble.Batch) error {
+	commit(t, e.db, func(b *pebble.Batch) error {
 		if err := SetProto(b, keys.ConfState(3), cs); err != nil {
 			return err
 		}
 		return l.SetHardState(b, hs)
 	})
 	e = reopen(t, e, dir)
-	l = loadLog(t, e.DB, 3)
+	l = loadLog(t, e.db, 3)
 	gotHS, gotCS, err := l.InitialState()
 	if err != nil || !proto.Equal(gotHS, hs) || !proto.Equal(gotCS, cs) {
 		t.Fatalf("InitialState = %v, %v, %v; want %v, %v", gotHS, gotCS, err, hs, cs)
@@ -61,9 +61,9 @@ func TestRaftLogInitialState(t *testing.T) {
 // ErrCompacted and out-of-range errors.
 func TestRaftLogEntriesRange(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	l := loadLog(t, e.DB, 1)
+	l := loadLog(t, e.db, 1)
 	all := entries(1, 1, 10)
-	appendEntries(t, e.DB, l, all)
+	appendEntries(t, e.db, l, all)
 	checkEntries(t, l, 3, 7, all[2:6])
 	checkEntries(t, l, 1, 11, all)
 	checkEntries(t, l, 10, 11, all[9:])
@@ -73,7 +73,7 @@ func TestRaftLogEntriesRange(t *testing.T) {
 	if _, err := l.Entries(5, 12, 1<<30); err == nil {
 		t.Fatalf("Entries beyond the last index succeeded")
 	}
-	truncateLog(t, e.DB, l, 4)
+	truncateLog(t, e.db, l, 4)
 	for _, lo := range []uint64{1, 4} {
 		if _, err := l.Entries(lo, 8, 1<<30); !errors.Is(err, raft.ErrCompacted) {
 			t.Fatalf("Entries(%d, 8) after truncating to 4: %v, want ErrCompacted", lo, err)
@@ -86,9 +86,9 @@ func TestRaftLogEntriesRange(t *testing.T) {
 // bytes in total, but always at least one.
 func TestRaftLogEntriesMaxSize(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	l := loadLog(t, e.DB, 1)
+	l := loadLog(t, e.db, 1)
 	all := entries(2, 1, 5)
-	appendEntries(t, e.DB, l, all)
+	appendEntries(t, e.db, l, all)
 	size := func(n int) uint64 {
 		var s uint64
 		for _, x := range all[:n] {
@@ -114,9 +114,9 @@ func TestRaftLogEntriesMaxSize(t *testing.T) {
 // slice: appending to it or altering it must not change what storage returns.
 func TestRaftLogEntriesNotAliased(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	l := loadLog(t, e.DB, 1)
+	l := loadLog(t, e.db, 1)
 	all := entries(1, 1, 4)
-	appendEntries(t, e.DB, l, all)
+	appendEntries(t, e.db, l, all)
 	got, err := l.Entries(1, 3, 1<<30)
 	if err != nil {
 		t.Fatal(err)
@@ -129,9 +129,9 @@ func TestRaftLogEntriesNotAliased(t *testing.T) {
 // TestRaftLogTerm protects Term over the whole log and its error cases.
 func TestRaftLogTerm(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	l := loadLog(t, e.DB, 1)
-	appendEntries(t, e.DB, l, entries(1, 1, 3))
-	appendEntries(t, e.DB, l, entries(3, 4, 6))
+	l := loadLog(t, e.db, 1)
+	appendEntries(t, e.db, l, entries(1, 1, 3))
+	appendEntries(t, e.db, l, entries(3, 4, 6))
 	for i, want := range map[uint64]uint64{0: 0, 1: 1, 3: 1, 4: 3, 6: 3} {
 		checkTerm(t, l, i, want)
 	}
@@ -146,11 +146,11 @@ func TestRaftLogTerm(t *testing.T) {
 func TestRaftLogAppendTruncatesOnConflict(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	l := loadLog(t, e.DB, 1)
+	l := loadLog(t, e.db, 1)
 	old := entries(1, 1, 10)
-	appendEntries(t, e.DB, l, old)
+	appendEntries(t, e.db, l, old)
 	repl := entries(2, 5, 6)
-	appendEntries(t, e.DB, l, repl)
+	appendEntries(t, e.db, l, repl)
 	want := append(append([]*pb.Entry{}, old[:4]...), repl...)
 	check := func(l *RaftLog) {
 		t.Helper()
@@ -164,7 +164,7 @@ func TestRaftLogAppendTruncatesOnConflict(t *testing.T) {
 	}
 	check(l)
 	e = reopen(t, e, dir)
-	check(loadLog(t, e.DB, 1))
+	check(loadLog(t, e.db, 1))
 }
 
 // TestRaftLogAppendConflictAfterReopen protects truncate-on-conflict when
@@ -173,18 +173,18 @@ func TestRaftLogAppendTruncatesOnConflict(t *testing.T) {
 func TestRaftLogAppendConflictAfterReopen(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	appendEntries(t, e.DB, loadLog(t, e.DB, 1), entries(1, 1, 10))
+	appendEntries(t, e.db, loadLog(t, e.db, 1), entries(1, 1, 10))
 	e = reopen(t, e, dir)
-	l := loadLog(t, e.DB, 1)
-	appendEntries(t, e.DB, l, entries(4, 3, 3))
+	l := loadLog(t, e.db, 1)
+	appendEntries(t, e.db, l, entries(4, 3, 3))
 	checkBounds(t, l, 1, 3)
 	e = reopen(t, e, dir)
-	l = loadLog(t, e.DB, 1)
+	l = loadLog(t, e.db, 1)
 	checkBounds(t, l, 1, 3)
 	checkTerm(t, l, 3, 4)
-	appendEntries(t, e.DB, l, entries(5, 3, 3))
+	appendEntries(t, e.db, l, entries(5, 3, 3))
 	e = reopen(t, e, dir)
-	l = loadLog(t, e.DB, 1)
+	l = loadLog(t, e.db, 1)
 	checkBounds(t, l, 1, 3)
 	checkEntries(t, l, 1, 4, append(entries(1, 1, 2), entries(5, 3, 3)...))
 }
@@ -193,16 +193,16 @@ func TestRaftLogAppendConflictAfterReopen(t *testing.T) {
 // that skip ahead, start in the compacted prefix, or are not contiguous.
 func TestRaftLogAppendRejectsBadRanges(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	l := loadLog(t, e.DB, 1)
-	appendEntries(t, e.DB, l, entries(1, 1, 5))
-	truncateLog(t, e.DB, l, 2)
+	l := loadLog(t, e.db, 1)
+	appendEntries(t, e.db, l, entries(1, 1, 5))
+	truncateLog(t, e.db, l, 2)
 	gappy := append(entries(1, 6, 6), entries(1, 8, 8)...)
 	for name, ents := range map[string][]*pb.Entry{
 		"gap after last":     entries(1, 7, 8),
 		"inside compacted":   entries(2, 2, 3),
 		"non-contiguous run": gappy,
 	} {
-		b := e.DB.NewBatch()
+		b := e.db.NewBatch()
 		if err := l.Append(b, ents); err == nil {
 			t.Errorf("%s: Append succeeded", name)
 		}
@@ -216,11 +216,11 @@ func TestRaftLogAppendRejectsBadRanges(t *testing.T) {
 func TestRaftLogTruncate(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	l := loadLog(t, e.DB, 1)
-	appendEntries(t, e.DB, l, entries(1, 1, 3))
-	appendEntries(t, e.DB, l, entries(2, 4, 8))
-	truncateLog(t, e.DB, l, 4)
-	truncateLog(t, e.DB, l, 2) // at or below the truncated index: no-op
+	l := loadLog(t, e.db, 1)
+	appendEntries(t, e.db, l, entries(1, 1, 3))
+	appendEntries(t, e.db, l, entries(2, 4, 8))
+	truncateLog(t, e.db, l, 4)
+	truncateLog(t, e.db, l, 2) // at or below the truncated index: no-op
 	check := func(l *RaftLog) {
 		t.Helper()
 		checkBounds(t, l, 5, 8)
@@ -235,13 +235,13 @@ func TestRaftLogTruncate(t *testing.T) {
 	}
 	check(l)
 	e = reopen(t, e, dir)
-	check(loadLog(t, e.DB, 1))
-	if n := countKeys(t, e.DB, keys.LogEntry(1, 0), keys.LogEntry(1, 5)); n != 0 {
+	check(loadLog(t, e.db, 1))
+	if n := countKeys(t, e.db, keys.LogEntry(1, 0), keys.LogEntry(1, 5)); n != 0 {
 		t.Fatalf("%d truncated entries still stored", n)
 	}
-	b := e.DB.NewBatch()
+	b := e.db.NewBatch()
 	defer b.Close()
-	if err := loadLog(t, e.DB, 1).Truncate(b, 9); err == nil {
+	if err := loadLog(t, e.db, 1).Truncate(b, 9); err == nil {
 		t.Fatalf("truncating past the last index succeeded")
 	}
 }
@@ -251,14 +251,14 @@ func TestRaftLogTruncate(t *testing.T) {
 func TestRaftLogTruncateWholeLog(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	l := loadLog(t, e.DB, 1)
-	appendEntries(t, e.DB, l, entries(3, 1, 6))
-	truncateLog(t, e.DB, l, 6)
+	l := loadLog(t, e.db, 1)
+	appendEntries(t, e.db, l, entries(3, 1, 6))
+	truncateLog(t, e.db, l, 6)
 	e = reopen(t, e, dir)
-	l = loadLog(t, e.DB, 1)
+	l = loadLog(t, e.db, 1)
 	checkBounds(t, l, 7, 6)
 	checkTerm(t, l, 6, 3)
-	appendEntries(t, e.DB, l, entries(4, 7, 8))
+	appendEntries(t, e.db, l, entries(4, 7, 8))
 	checkEntries(t, l, 7, 9, entries(4, 7, 8))
 }
 
@@ -266,12 +266,12 @@ func TestRaftLogTruncateWholeLog(t *testing.T) {
 // other: appends, truncations and conflicts stay within one shard's keys.
 func TestRaftLogShardsIsolated(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	a, b := loadLog(t, e.DB, 1), loadLog(t, e.DB, 2)
-	appendEntries(t, e.DB, a, entries(1, 1, 5))
-	appendEntries(t, e.DB, b, entries(7, 1, 3))
-	truncateLog(t, e.DB, a, 4)
-	appendEntries(t, e.DB, a, entries(2, 5, 5))
-	b = loadLog(t, e.DB, 2)
+	a, b := loadLog(t, e.db, 1), loadLog(t, e.db, 2)
+	appendEntries(t, e.db, a, entries(1, 1, 5))
+	appendEntries(t, e.db, b, entries(7, 1, 3))
+	truncateLog(t, e.db, a, 4)
+	appendEntries(t, e.db, a, entries(2, 5, 5))
+	b = loadLog(t, e.db, 2)
 	checkBounds(t, b, 1, 3)
 	checkEntries(t, b, 1, 4, entries(7, 1, 3))
 }

@@ -22,7 +22,7 @@ import (
 // HostedReplicas returns the replica id hosted here of every shard.
 func (e *Engine) HostedReplicas() (map[uint64]uint64, error) {
 	lo, hi := keys.HostedSpan()
-	it, err := e.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return nil, err
 	}
@@ -39,13 +39,13 @@ func (e *Engine) HostedReplicas() (map[uint64]uint64, error) {
 
 // SetHosted durably records that this node hosts replica id of shard.
 func (e *Engine) SetHosted(shard, id uint64) error {
-	return e.DB.Set(keys.Hosted(shard), binary.BigEndian.AppendUint64(nil, id), pebble.Sync)
+	return e.db.Set(keys.Hosted(shard), binary.BigEndian.AppendUint64(nil, id), pebble.Sync)
 }
 
 // Tombstone returns the highest replica id of shard removed from this node;
 // 0 if none was.
 func (e *Engine) Tombstone(shard uint64) (uint64, error) {
-	v, closer, err := e.DB.Get(keys.Tombstone(shard))
+	v, closer, err := e.db.Get(keys.Tombstone(shard))
 	if err == pebble.ErrNotFound {
 		return 0, nil
 	}
@@ -64,7 +64,7 @@ func (e *Engine) Tombstone(shard uint64) (uint64, error) {
 // never restarts a half-removed replica), then removes the shard's whole
 // prefix (log, hard state, data). It is durable when it returns.
 func (e *Engine) DestroyReplica(shard, id uint64) error {
-	b := e.DB.NewBatch()
+	b := e.db.NewBatch()
 	defer b.Close()
 	if err := b.Set(keys.Tombstone(shard), binary.BigEndian.AppendUint64(nil, id), nil); err != nil {
 		return err
@@ -76,7 +76,7 @@ func (e *Engine) DestroyReplica(shard, id uint64) error {
 		return err
 	}
 	start, end := keys.ShardSpan(shard)
-	return e.DB.Excise(context.Background(), pebble.KeyRange{Start: start, End: end})
+	return e.db.Excise(context.Background(), pebble.KeyRange{Start: start, End: end})
 }
 
 // Every bootstrapped replica starts from the same state: a log truncated at

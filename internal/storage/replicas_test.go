@@ -38,25 +38,25 @@ func TestHostedAndTombstone(t *testing.T) {
 func TestDestroyReplica(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	fillShard(t, e.DB, 7, "a")
-	fillShard(t, e.DB, 8, "b")
+	fillShard(t, e.db, 7, "a")
+	fillShard(t, e.db, 8, "b")
 	for _, s := range []uint64{7, 8} {
 		if err := e.SetHosted(s, 4); err != nil {
 			t.Fatal(err)
 		}
 	}
-	before8 := dumpShard(t, e.DB, 8)
+	before8 := dumpShard(t, e.db, 8)
 	if err := e.DestroyReplica(7, 4); err != nil {
 		t.Fatal(err)
 	}
 	e = reopen(t, e, dir)
-	if got := dumpShard(t, e.DB, 7); len(got) != 0 {
+	if got := dumpShard(t, e.db, 7); len(got) != 0 {
 		t.Fatalf("shard 7 keeps %d keys after DestroyReplica", len(got))
 	}
-	if !sameMap(dumpShard(t, e.DB, 8), before8) {
+	if !sameMap(dumpShard(t, e.db, 8), before8) {
 		t.Fatalf("DestroyReplica(7) changed shard 8")
 	}
-	checkBounds(t, loadLog(t, e.DB, 7), 1, 0)
+	checkBounds(t, loadLog(t, e.db, 7), 1, 0)
 	if h, err := e.HostedReplicas(); err != nil || len(h) != 1 || h[8] != 4 {
 		t.Fatalf("hosted after destroying shard 7: %v, %v; want only shard 8", h, err)
 	}
@@ -143,11 +143,11 @@ func TestStagedSnapshotDiscard(t *testing.T) {
 // shard's state span, as of the snapshot, not later writes.
 func TestScanState(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	fillShard(t, e.DB, 7, "a")
-	fillShard(t, e.DB, 8, "b")
+	fillShard(t, e.db, 7, "a")
+	fillShard(t, e.db, 8, "b")
 	snap := e.NewSnapshot()
 	defer snap.Close()
-	if err := e.DB.Set(keys.User(7, []byte("later")), nil, nil); err != nil {
+	if err := e.db.Set(keys.User(7, []byte("later")), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	lo, hi := keys.StateSpan(7)

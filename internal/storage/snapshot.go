@@ -16,7 +16,7 @@ type Snapshot struct {
 }
 
 // NewSnapshot returns a view of everything committed so far.
-func (e *Engine) NewSnapshot() *Snapshot { return &Snapshot{snap: e.DB.NewSnapshot()} }
+func (e *Engine) NewSnapshot() *Snapshot { return &Snapshot{snap: e.db.NewSnapshot()} }
 
 // GetProto reads key into m; it reports false if the key is absent.
 func (s *Snapshot) GetProto(key []byte, m proto.Message) (bool, error) {

@@ -33,7 +33,7 @@ func (e *Engine) NewSSTWriter(name string) (*SSTWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: create %s: %w", path, err)
 	}
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), e.opts.MakeWriterOptions(0, e.DB.TableFormat()))
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), e.opts.MakeWriterOptions(0, e.db.TableFormat()))
 	return &SSTWriter{fs: e.fs, path: path, w: w}, nil
 }
 
@@ -89,7 +89,7 @@ func (e *Engine) InstallSnapshot(shard uint64, staged *StagedSnapshot, hs *pb.Ha
 		return err
 	}
 	start, end := keys.ShardSpan(shard)
-	_, err = e.DB.IngestAndExcise(context.Background(), []string{raftSST.Path(), staged.path}, nil, nil,
+	_, err = e.db.IngestAndExcise(context.Background(), []string{raftSST.Path(), staged.path}, nil, nil,
 		pebble.KeyRange{Start: start, End: end})
 	if err != nil {
 		return fmt.Errorf("storage: shard %d: install snapshot at %d: %w", shard, index, err)

@@ -140,15 +140,15 @@ func TestInstallSnapshotReplacesShard(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
 	for _, s := range []uint64{6, 7, 8} {
-		fillShard(t, e.DB, s, fmt.Sprintf("old%d", s))
+		fillShard(t, e.db, s, fmt.Sprintf("old%d", s))
 	}
-	if err := e.DB.Flush(); err != nil { // some of the old state in SSTs...
+	if err := e.db.Flush(); err != nil { // some of the old state in SSTs...
 		t.Fatal(err)
 	}
-	fillShard(t, e.DB, 7, "recent") // ...and some only in the memtable
+	fillShard(t, e.db, 7, "recent") // ...and some only in the memtable
 	hosted := binary.BigEndian.AppendUint64(nil, 3)
-	commit(t, e.DB, func(b *pebble.Batch) error { return b.Set(keys.Hosted(7), hosted, nil) })
-	before6, before8 := dumpShard(t, e.DB, 6), dumpShard(t, e.DB, 8)
+	commit(t, e.db, func(b *pebble.Batch) error { return b.Set(keys.Hosted(7), hosted, nil) })
+	before6, before8 := dumpShard(t, e.db, 6), dumpShard(t, e.db, 8)
 
 	pairs := snapshotPairs(t)
 	staged := stage(t, e, 7, pairs)
@@ -158,11 +158,11 @@ func TestInstallSnapshotReplacesShard(t *testing.T) {
 	}
 	check := func(e *Engine) {
 		t.Helper()
-		checkInstalled(t, e.DB, pairs, hs)
-		if !sameMap(dumpShard(t, e.DB, 6), before6) || !sameMap(dumpShard(t, e.DB, 8), before8) {
+		checkInstalled(t, e.db, pairs, hs)
+		if !sameMap(dumpShard(t, e.db, 6), before6) || !sameMap(dumpShard(t, e.db, 8), before8) {
 			t.Fatalf("installing shard 7 changed its neighbours")
 		}
-		if v, closer, err := e.DB.Get(keys.Hosted(7)); err != nil || !bytes.Equal(v, hosted) {
+		if v, closer, err := e.db.Get(keys.Hosted(7)); err != nil || !bytes.Equal(v, hosted) {
 			t.Fatalf("node-local key of shard 7 lost: %v", err)
 		} else {
 			closer.Close()
@@ -205,15 +205,15 @@ func checkInstalled(t *testing.T, db *pebble.DB, pairs [][2][]byte, hs *pb.HardS
 // from the snapshot index afterwards.
 func TestInstallSnapshotFreshReplica(t *testing.T) {
 	e := openEngine(t, t.TempDir())
-	fillShard(t, e.DB, 8, "other")
+	fillShard(t, e.db, 8, "other")
 	pairs := snapshotPairs(t)
 	hs := &pb.HardState{Term: new(uint64(6)), Commit: new(uint64(40))}
 	if err := e.InstallSnapshot(7, stage(t, e, 7, pairs), hs, 40, 6); err != nil {
 		t.Fatal(err)
 	}
-	checkInstalled(t, e.DB, pairs, hs)
-	l := loadLog(t, e.DB, 7)
-	appendEntries(t, e.DB, l, entries(6, 41, 42))
+	checkInstalled(t, e.db, pairs, hs)
+	l := loadLog(t, e.db, 7)
+	appendEntries(t, e.db, l, entries(6, 41, 42))
 	checkEntries(t, l, 41, 43, entries(6, 41, 42))
 	if names := auxFiles(t, e); len(names) != 0 {
 		t.Fatalf("aux dir after install holds %v; the ingested files should be gone", names)

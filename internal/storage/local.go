@@ -1,0 +1,79 @@
+package storage
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// The node's own records, outside every shard: its identity, its address
+// book and the set of peers it has heard from (see keys: \x01 ident, addr,
+// seen). internal/node owns their meaning; storage owns their keys.
+
+// Ident returns the node's identity; false if the node has none yet.
+func (e *Engine) Ident() (*storepb.NodeIdent, bool, error) {
+	id := &storepb.NodeIdent{}
+	found, err := GetProto(e.db, keys.Ident(), id)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	return id, true, nil
+}
+
+// SetIdent writes the node's identity into w.
+func SetIdent(w pebble.Writer, id *storepb.NodeIdent) error { return SetProto(w, keys.Ident(), id) }
+
+// Addresses returns the address book: every node descriptor recorded here.
+func (e *Engine) Addresses() ([]*concordpb.NodeDescriptor, error) {
+	lo, hi := keys.AddressSpan()
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	var out []*concordpb.NodeDescriptor
+	for ok := it.First(); ok; ok = it.Next() {
+		d := &concordpb.NodeDescriptor{}
+		if err := proto.Unmarshal(it.Value(), d); err != nil {
+			it.Close()
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, it.Close()
+}
+
+// SetAddress writes node descriptor d into w.
+func SetAddress(w pebble.Writer, d *concordpb.NodeDescriptor) error {
+	return SetProto(w, keys.Address(d.GetNodeId()), d)
+}
+
+// SaveAddresses records ds in the address book, durably: a restarted node
+// reaches its peers through it before it hears from the placement leader.
+func (e *Engine) SaveAddresses(ds []*concordpb.NodeDescriptor) error {
+	b := e.db.NewBatch()
+	defer b.Close()
+	for _, d := range ds {
+		if err := SetAddress(b, d); err != nil {
+			return err
+		}
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// Seen reports whether the node has recorded receiving raft traffic from node.
+func (e *Engine) Seen(node uint64) (bool, error) {
+	_, closer, err := e.db.Get(keys.Seen(node))
+	if err == pebble.ErrNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, closer.Close()
+}
+
+// MarkSeen durably records that the node has received raft traffic from node.
+func (e *Engine) MarkSeen(node uint64) error { return e.db.Set(keys.Seen(node), nil, pebble.Sync) }
