@@ -53,8 +53,8 @@ var ErrNoEndpoints = errors.New("concord: no endpoints given")
 
 // Client talks to one Concord cluster.
 type Client struct {
-	seeds []string
-	opts  Options
+	endpoints []string
+	opts      Options
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // guarded by mu
@@ -100,7 +100,7 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, ErrNoEndpoints
 	}
-	c := &Client{seeds: endpoints, opts: opts, conns: map[string]*grpc.ClientConn{}, sessions: make(chan *session, 1024)}
+	c := &Client{endpoints: endpoints, opts: opts, conns: map[string]*grpc.ClientConn{}, sessions: make(chan *session, 1024)}
 	c.routes.Store(&routes{table: routing.NewTable(nil), leaders: map[uint64]uint64{}, addrs: map[uint64]string{}})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -194,7 +194,7 @@ func (c *Client) maybeRefresh() {
 	}()
 }
 
-// candidates lists every address known, the seeds first.
+// candidates lists every address known, the endpoints given first.
 func (c *Client) candidates() []string {
 	seen := map[string]bool{}
 	var out []string
@@ -204,7 +204,7 @@ func (c *Client) candidates() []string {
 			out = append(out, a)
 		}
 	}
-	for _, a := range c.seeds {
+	for _, a := range c.endpoints {
 		add(a)
 	}
 	for _, a := range c.routes.Load().addrs {
@@ -291,12 +291,12 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 	// A stale read reads the replica of the node that receives it: ask the
 	// nodes this client was given, not the leader, so that a client of one
 	// node (`concord get --stale --endpoints X`) reads X's replica.
-	viaSeeds := c.opts.ThroughEndpoints || !mutation && consistency == concordpb.Consistency_STALE
-	firstSeed := mrand.IntN(len(c.seeds))
+	viaEndpoints := c.opts.ThroughEndpoints || !mutation && consistency == concordpb.Consistency_STALE
+	firstEndpoint := mrand.IntN(len(c.endpoints))
 	for attempt := 0; ; attempt++ {
 		addr, _ := c.target(key, attempt)
-		if viaSeeds && (c.opts.ThroughEndpoints || attempt < len(c.seeds)) {
-			addr = c.seeds[(firstSeed+attempt)%len(c.seeds)]
+		if viaEndpoints && (c.opts.ThroughEndpoints || attempt < len(c.endpoints)) {
+			addr = c.endpoints[(firstEndpoint+attempt)%len(c.endpoints)]
 		}
 		conn, err := c.conn(addr)
 		if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/internal/bench"
+	"github.com/concord-kv/concord/internal/localcluster"
 )
 
 // system is one store under test, started on 127.0.0.1 with its data in
@@ -21,13 +21,17 @@ type system struct {
 	name      string // as printed in the table
 	target    string // concord bench --target
 	endpoints []string
-	procs     []*exec.Cmd
+	procs     []*exec.Cmd           // etcd, Redis: their own processes
+	lc        *localcluster.Cluster // Concord: its nodes
 	dir       string
 }
 
 // stop signals every process the system started and waits for it; a
 // process that has not exited after 10 s is killed.
 func (s *system) stop() {
+	if s.lc != nil {
+		s.lc.Shutdown(10 * time.Second)
+	}
 	for _, p := range s.procs {
 		_ = p.Process.Signal(syscall.SIGTERM)
 	}
@@ -66,27 +70,6 @@ func (s *system) start(log string, name string, args ...string) error {
 	return nil
 }
 
-// freePorts finds n consecutive free TCP ports on 127.0.0.1 (Concord's
-// cluster up wants consecutive ones) by trying random bases.
-func freePorts(n int) (int, error) {
-	for try := 0; try < 50; try++ {
-		base := 20000 + int(time.Now().UnixNano()%20000)
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l.Close()
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports", n)
-}
-
 // waitReady polls the system with a put until one succeeds.
 func (s *system) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
@@ -115,16 +98,12 @@ func startConcord(bin, logDir string) (*system, error) {
 		return nil, err
 	}
 	s := &system{name: "concord", target: "concord", dir: dir}
-	base, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	for i := range 3 {
-		s.endpoints = append(s.endpoints, "127.0.0.1:"+strconv.Itoa(base+i))
-	}
-	err = s.start(filepath.Join(logDir, "concord.log"), bin, "cluster", "up", "--nodes", "3",
-		"--base-port", strconv.Itoa(base), "--data-dir", dir)
+	// The nodes as `concord cluster up --nodes 3` runs them (its default
+	// shards and replicas), logs in logDir/concord/node1.log ...
+	s.lc, err = localcluster.Start(localcluster.Config{Binary: bin, Dir: dir, Nodes: 3, Shards: 16, Replicas: 3,
+		LogDir: filepath.Join(logDir, "concord")})
 	if err == nil {
+		s.endpoints = s.lc.Addrs()
 		err = s.waitReady(60 * time.Second)
 	}
 	if err != nil {
@@ -142,17 +121,17 @@ func startEtcd(peers, logDir string) (*system, error) {
 		return nil, err
 	}
 	s := &system{name: "etcd", target: "etcd", dir: dir}
-	base, err := freePorts(6)
+	ports, err := localcluster.FreePorts(6) // 3 client ports, then 3 peer ports
 	if err != nil {
 		return nil, err
 	}
 	var cluster []string
 	for i := range 3 {
-		cluster = append(cluster, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, base+3+i))
+		cluster = append(cluster, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[3+i]))
 	}
 	for i := range 3 {
-		client := fmt.Sprintf("http://127.0.0.1:%d", base+i)
-		peer := fmt.Sprintf("http://127.0.0.1:%d", base+3+i)
+		client := fmt.Sprintf("http://127.0.0.1:%d", ports[i])
+		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[3+i])
 		s.endpoints = append(s.endpoints, strings.TrimPrefix(client, "http://"))
 		err = s.start(filepath.Join(logDir, fmt.Sprintf("etcd-m%d.log", i)), filepath.Join(peers, "etcd"),
 			"--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
@@ -180,7 +159,7 @@ func startRedis(peers, logDir, fsync string) (*system, error) {
 		return nil, err
 	}
 	s := &system{name: "redis-" + fsync, target: "redis", dir: dir}
-	port, err := freePorts(1)
+	port, err := localcluster.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -1,14 +1,16 @@
 // Command seeds reproduces on Concord the experiments of the five earlier
 // designs in shared/seeds (RecoverKV figures 2, 4 and 5, GTStore figure 3,
 // the CS739 project 1 table and the ECE419 servers x clients grid). Every
-// measurement is one `concord bench` run against a real cluster started
-// with `concord cluster up` on free ports and a temporary data dir; the
-// driver stops every process it started, also on Ctrl-C or error.
+// measurement is one `concord bench` run against a real cluster of
+// `concord server` processes, started by internal/localcluster (the
+// launcher behind `concord cluster up`) on free ports and a temporary data
+// dir; the driver stops every process it started, also on Ctrl-C or error.
 //
 // It writes into -out: runs/NAME.json (the bench result with the command,
-// cluster and CPU use), img/seeds/*.svg (hand-written SVG plots), logs/
-// (cluster output) and seeds.md (tables and plot links); with -docs DIR it
-// copies seeds.md and the plots to DIR/seeds.md and DIR/img/seeds/.
+// cluster and CPU use), img/seeds/*.svg (hand-written SVG plots),
+// logs/cluster-NAME/nodeN.log (each node's output) and seeds.md (tables
+// and plot links); with -docs DIR it copies seeds.md and the plots to
+// DIR/seeds.md and DIR/img/seeds/.
 //
 //	go run ./bench/seeds -out bench-out/seeds -docs docs       # `make bench-seeds`, about 9 min
 //	go run ./bench/seeds -out bench-out/seeds-quick -quick    # `make bench-seeds QUICK=1`, about 2 min

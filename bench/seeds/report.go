@@ -37,7 +37,7 @@ func (d *driver) report(ran []string, interrupted bool) string {
 	}
 	w(`
 Each experiment of the five reports in `+"`shared/seeds/`"+` that measured something Concord can run is
-reproduced here against real Concord clusters: `+"`concord cluster up`"+` node processes on 127.0.0.1 (fresh
+reproduced here against real Concord clusters: `+"`concord server`"+` processes on 127.0.0.1, as `+"`concord cluster up`"+` starts them (fresh
 temporary data dirs, 16 shards), loaded by `+"`concord bench`"+` on the same machine. Common to every run:
 16-byte keys, 256-byte values, uniform key choice, linearizable reads, every client goroutine with its own
 connection set (`+"`--conns`"+` = `+"`--clients`"+`, as each client of the earlier designs was its own

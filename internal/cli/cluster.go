@@ -3,10 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/concord-kv/concord/internal/localcluster"
 )
 
 func newClusterCmd() *cobra.Command {
@@ -54,18 +55,8 @@ func newClusterUpCmd() *cobra.Command {
 	return cmd
 }
 
-// localCluster is a set of node processes started by `cluster up`.
-type localCluster struct {
-	f     clusterUpFlags
-	self  string
-	addrs []string
-	ctx   context.Context // ends on Ctrl-C or SIGTERM
-
-	mu    sync.Mutex
-	procs []*exec.Cmd // guarded by mu: the running process of each node, nil while down
-}
-
-// clusterUp starts the nodes as child processes and stops them together.
+// clusterUp starts the nodes as child processes and stops them together
+// on Ctrl-C or SIGTERM.
 func clusterUp(f clusterUpFlags) error {
 	if f.nodes < 1 || f.basePort < 1 || f.basePort+f.nodes > 65536 {
 		return fmt.Errorf("--nodes must be positive and the ports must fit below 65536")
@@ -76,81 +67,35 @@ func clusterUp(f clusterUpFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	lc := &localCluster{f: f, self: self, ctx: ctx, procs: make([]*exec.Cmd, f.nodes)}
-	for i := 0; i < f.nodes; i++ {
-		lc.addrs = append(lc.addrs, f.host+":"+strconv.Itoa(f.basePort+i))
+	c, err := localcluster.Start(upConfig(f, self))
+	if err != nil {
+		return err
 	}
-	var wg sync.WaitGroup
-	for i := range lc.addrs {
-		if err := lc.start(i); err != nil {
-			lc.stopAll()
-			return err
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); lc.watch(i) }()
-	}
-	lc.printBanner()
+	printBanner(f, c)
 	<-ctx.Done()
 	fmt.Println("cluster: stopping all nodes")
-	lc.stopAll()
-	wg.Wait()
+	c.Shutdown(10 * time.Second)
 	return nil
 }
 
-func (lc *localCluster) start(i int) error {
-	dir := filepath.Join(lc.f.dataDir, fmt.Sprintf("node%d", i+1))
-	args := []string{"server", "--addr", lc.addrs[i], "--data-dir", dir, "--peers", strings.Join(lc.addrs, ","),
-		"--shards", strconv.Itoa(lc.f.shards), "--replicas", strconv.Itoa(lc.f.replicas)}
-	if lc.f.faults {
-		args = append(args, "--enable-fault-injection")
+// upConfig is the launcher's configuration for the flags: consecutive
+// ports from --base-port, data dirs DATA/node1..., output on stderr.
+func upConfig(f clusterUpFlags, self string) localcluster.Config {
+	cfg := localcluster.Config{Binary: self, Dir: f.dataDir, Shards: f.shards, Replicas: f.replicas,
+		FaultInjection: f.faults, ExtraArgs: f.extra, Supervise: f.supervise, RestartDelay: f.restartDelay,
+		Output: func(i int) io.Writer { return prefixWriter(i + 1) }}
+	for i := 0; i < f.nodes; i++ {
+		cfg.Addrs = append(cfg.Addrs, f.host+":"+strconv.Itoa(f.basePort+i))
 	}
-	c := exec.Command(lc.self, append(args, lc.f.extra...)...)
-	c.Stdout, c.Stderr = prefixWriter(i+1), prefixWriter(i+1)
-	// If this process dies, even by SIGKILL, its nodes die with it.
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.Start(); err != nil {
-		return fmt.Errorf("start node %d: %w", i+1, err)
+	cfg.OnExit = func(e localcluster.Exit) {
+		if !e.Asked { // asked: we are stopping
+			fmt.Fprintf(os.Stderr, "cluster: node %d (pid %d) exited: %v\n", e.Node+1, e.PID, exitDesc(e.Err))
+		}
 	}
-	lc.mu.Lock()
-	lc.procs[i] = c
-	lc.mu.Unlock()
-	return nil
-}
-
-// watch waits for node i to exit and, when supervising, restarts it.
-func (lc *localCluster) watch(i int) {
-	for {
-		lc.mu.Lock()
-		c := lc.procs[i]
-		lc.mu.Unlock()
-		err := c.Wait()
-		lc.mu.Lock()
-		lc.procs[i] = nil
-		lc.mu.Unlock()
-		if lc.ctx.Err() != nil {
-			return
-		}
-		fmt.Fprintf(os.Stderr, "cluster: node %d (pid %d) exited: %v\n", i+1, c.Process.Pid, exitDesc(err))
-		if !lc.f.supervise {
-			return
-		}
-		select {
-		case <-lc.ctx.Done():
-			return
-		case <-time.After(lc.f.restartDelay):
-		}
-		for lc.start(i) != nil {
-			select {
-			case <-lc.ctx.Done():
-				return
-			case <-time.After(lc.f.restartDelay):
-			}
-		}
-		lc.mu.Lock()
-		pid := lc.procs[i].Process.Pid
-		lc.mu.Unlock()
-		fmt.Fprintf(os.Stderr, "cluster: restarted node %d at %s (pid %d)\n", i+1, lc.addrs[i], pid)
+	cfg.OnRestart = func(i, pid int) {
+		fmt.Fprintf(os.Stderr, "cluster: restarted node %d at %s (pid %d)\n", i+1, cfg.Addrs[i], pid)
 	}
+	return cfg
 }
 
 func exitDesc(err error) string {
@@ -160,41 +105,16 @@ func exitDesc(err error) string {
 	return err.Error()
 }
 
-func (lc *localCluster) printBanner() {
-	fmt.Printf("Concord cluster of %d nodes is starting; data under %s\n", lc.f.nodes, lc.f.dataDir)
-	lc.mu.Lock()
-	for i, a := range lc.addrs {
-		fmt.Printf("  node %d: %s (pid %d)\n", i+1, a, lc.procs[i].Process.Pid)
+func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
+	fmt.Printf("Concord cluster of %d nodes is starting; data under %s\n", f.nodes, f.dataDir)
+	for i, a := range c.Addrs() {
+		fmt.Printf("  node %d: %s (pid %d)\n", i+1, a, c.Process(i).PID())
 	}
-	lc.mu.Unlock()
-	if lc.f.supervise {
-		fmt.Printf("Supervised: a node that exits is restarted after %v.\n", lc.f.restartDelay)
+	if f.supervise {
+		fmt.Printf("Supervised: a node that exits is restarted after %v.\n", f.restartDelay)
 	}
-	eps := strings.Join(lc.addrs, ",")
+	eps := strings.Join(c.Addrs(), ",")
 	fmt.Printf("Endpoints: %s\nTry:       concord put hello world --endpoints %s\nCtrl-C stops the cluster.\n", eps, eps)
-}
-
-// stopAll sends SIGTERM to every node and SIGKILL to those still running
-// after a grace period.
-func (lc *localCluster) stopAll() {
-	lc.mu.Lock()
-	procs := append([]*exec.Cmd(nil), lc.procs...)
-	lc.mu.Unlock()
-	for _, c := range procs {
-		if c != nil {
-			_ = c.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, c := range procs {
-		if c == nil {
-			continue
-		}
-		for time.Now().Before(deadline) && c.Process.Signal(syscall.Signal(0)) == nil {
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = c.Process.Kill()
-	}
 }
 
 // prefixWriter writes a node's output to stderr, each line prefixed with the node.

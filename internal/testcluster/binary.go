@@ -1,13 +1,12 @@
 package testcluster
 
 import (
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/concord-kv/concord/internal/localcluster"
 )
 
 // BinEnv names an environment variable that, when set, is the path of a
@@ -30,7 +29,9 @@ func Binary(t testing.TB) string {
 			build.path, build.err = filepath.Abs(p)
 			return
 		}
-		build.path, build.err = buildBinary()
+		if build.dir, build.err = os.MkdirTemp("", "concord-testbin-"); build.err == nil {
+			build.path, build.err = localcluster.Build(build.dir)
+		}
 	})
 	if build.err != nil {
 		t.Fatalf("testcluster: %v", build.err)
@@ -38,46 +39,9 @@ func Binary(t testing.TB) string {
 	return build.path
 }
 
-// buildBinary runs `go build -o TMP/concord ./cmd/concord` in the module root.
-func buildBinary() (string, error) {
-	root, err := ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "concord-testbin-")
-	if err != nil {
-		return "", err
-	}
-	build.dir = dir
-	path := filepath.Join(dir, "concord")
-	cmd := exec.Command("go", "build", "-o", path, "./cmd/concord")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/concord in %s: %v\n%s", root, err, out)
-	}
-	return path, nil
-}
-
 // ModuleRoot returns the directory of the go.mod above the working directory
 // (tests run in their package's directory).
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return "", err
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+func ModuleRoot() (string, error) { return localcluster.ModuleRoot() }
 
 // Main runs the tests of a package that uses testcluster, then the after
 // functions (summaries), and then removes the

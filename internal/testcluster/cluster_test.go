@@ -20,20 +20,6 @@ func TestModuleRoot(t *testing.T) {
 	}
 }
 
-func TestFreePortNeverRepeats(t *testing.T) {
-	seen := map[int]bool{}
-	for range 50 {
-		p, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[p] {
-			t.Fatalf("port %d handed out twice", p)
-		}
-		seen[p] = true
-	}
-}
-
 // TestLifecycle exercises the harness itself against a real cluster: start,
 // serve, graceful stop, restart, kill, wipe, and the helpers.
 func TestLifecycle(t *testing.T) {

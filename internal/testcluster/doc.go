@@ -17,10 +17,12 @@
 // tests never depend on bin/ being fresh; CONCORD_TEST_BIN names a prebuilt
 // binary to use instead. Main removes the temporary build directory.
 //
-// Each node gets a port the OS chose (listen on 127.0.0.1:0, close, use),
-// its own data dir under t.TempDir(), and a log file that collects its
-// stdout and stderr across restarts. Nodes are addressed by index (0-based,
-// the order of Endpoints). Every process is killed by PID in t.Cleanup, even
+// The processes are run by internal/localcluster; this package adds the
+// testing.TB side. Each node gets a port from localcluster.FreePort, its
+// own data dir under t.TempDir() (node1, node2, ... for indexes 0, 1, ...)
+// and a log file beside it (node1.log, ...) that collects its stdout and
+// stderr across restarts. Nodes are addressed by index (0-based, the order
+// of Endpoints). Every process is killed by PID in t.Cleanup, even
 // when the test fails, and started with Pdeathsig SIGKILL so that it dies
 // with the test binary. When a test fails, the tail of every node's log is
 // printed (CONCORD_TEST_LOG_LINES lines, default 60; 0 prints whole logs),

@@ -11,7 +11,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
-	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/localcluster"
 	"github.com/concord-kv/concord/internal/routing"
 )
 
@@ -19,20 +19,11 @@ import (
 // If timeout passes first, the test fails with cond's last error.
 func WaitFor(t testing.TB, timeout time.Duration, cond func() error) time.Duration {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	interval := 20 * time.Millisecond
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-		}
-		time.Sleep(interval)
-		interval = min(interval*2, 250*time.Millisecond)
+	d, err := localcluster.WaitFor(context.Background(), timeout, cond)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return d
 }
 
 // Client returns a client of the whole cluster, closed when the test ends.
@@ -63,16 +54,10 @@ func newClient(t testing.TB, endpoints ...string) *client.Client {
 // shared by the cluster's helpers and closed when the test ends. It
 // reconnects by itself across restarts of the node.
 func (c *Cluster) Conn(i int) *grpc.ClientConn {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if conn, ok := c.conns[i]; ok {
-		return conn
-	}
-	conn, err := dial.Dial(c.nodes[i].addr) // reconnects within a second of a restart
+	conn, err := c.lc.Conn(i)
 	if err != nil {
-		panic(fmt.Sprintf("testcluster: dial %s: %v", c.nodes[i].addr, err)) // only fails on a malformed target
+		panic(fmt.Sprintf("testcluster: dial %s: %v", c.Addr(i), err)) // a malformed target, or after the test
 	}
-	c.conns[i] = conn
 	return conn
 }
 
@@ -86,43 +71,17 @@ func (c *Cluster) ClusterAPI(i int) concordpb.ClusterClient {
 
 // RoutingTable asks node i (alone) for its routing table.
 func (c *Cluster) RoutingTable(ctx context.Context, i int) (*concordpb.RoutingTableResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return c.ClusterAPI(i).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
-}
-
-// shardCount is the number of user shards the cluster was started with.
-func (c *Cluster) shardCount() int {
-	if c.opts.Shards != 0 {
-		return c.opts.Shards
-	}
-	return DefaultShards
+	return c.lc.RoutingTable(ctx, i)
 }
 
 // WaitReady waits until every running node serves a routing table that
 // names a leader for each user shard, and returns how long that took.
 func (c *Cluster) WaitReady(t testing.TB, timeout time.Duration) time.Duration {
 	t.Helper()
-	d := WaitFor(t, timeout, func() error {
-		for i := range c.nodes {
-			if !c.Running(i) {
-				continue
-			}
-			rt, err := c.RoutingTable(context.Background(), i)
-			if err != nil {
-				return fmt.Errorf("node %d: %w", i, err)
-			}
-			if got, want := len(rt.GetShards()), c.shardCount(); got != want {
-				return fmt.Errorf("node %d knows %d shards, want %d", i, got, want)
-			}
-			for _, s := range rt.GetShards() {
-				if s.GetLeaderNodeId() == 0 {
-					return fmt.Errorf("node %d knows no leader of shard %d", i, s.GetShard().GetShardId())
-				}
-			}
-		}
-		return nil
-	})
+	d, err := c.lc.WaitReady(context.Background(), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("testcluster: cluster ready after %v", d.Round(time.Millisecond))
 	return d
 }
@@ -136,12 +95,12 @@ func (c *Cluster) NodeID(ctx context.Context, i int) (uint64, error) {
 	}
 	var id uint64
 	for _, n := range rt.GetNodes() {
-		if n.GetAddress() == c.nodes[i].addr && n.GetState() == concordpb.NodeState_NODE_UP {
+		if n.GetAddress() == c.Addr(i) && n.GetState() == concordpb.NodeState_NODE_UP {
 			id = max(id, n.GetNodeId())
 		}
 	}
 	if id == 0 {
-		return 0, fmt.Errorf("node %d does not list itself (%s) as an up node", i, c.nodes[i].addr)
+		return 0, fmt.Errorf("node %d does not list itself (%s) as an up node", i, c.Addr(i))
 	}
 	return id, nil
 }
@@ -151,7 +110,7 @@ func (c *Cluster) NodeID(ctx context.Context, i int) (uint64, error) {
 // tables list user shards only, not the meta shard.)
 func (c *Cluster) Leader(ctx context.Context, shard uint64) (int, error) {
 	var errs []error
-	for i := range c.nodes {
+	for i := 0; i < c.N(); i++ {
 		if !c.Running(i) {
 			continue
 		}
@@ -162,7 +121,7 @@ func (c *Cluster) Leader(ctx context.Context, shard uint64) (int, error) {
 		}
 		self := uint64(0)
 		for _, n := range rt.GetNodes() {
-			if n.GetAddress() == c.nodes[i].addr && n.GetState() == concordpb.NodeState_NODE_UP {
+			if n.GetAddress() == c.Addr(i) && n.GetState() == concordpb.NodeState_NODE_UP {
 				self = max(self, n.GetNodeId())
 			}
 		}
