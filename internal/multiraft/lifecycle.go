@@ -6,6 +6,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/replica"
 )
 
@@ -19,7 +20,7 @@ func (h *Host) Start() error {
 		return err
 	}
 	for _, shard := range slices.Sorted(maps.Keys(hosted)) {
-		if _, err := h.loadReplica(shard, hosted[shard]); err != nil {
+		if _, err := h.loadReplica(uint64(shard), uint64(hosted[shard])); err != nil {
 			return err
 		}
 	}
@@ -76,14 +77,14 @@ func (h *Host) createReplica(shard, id uint64, m *pb.Message) (*replica.Replica,
 	default:
 		return nil, nil
 	}
-	tomb, err := h.eng.Tombstone(shard)
+	tomb, err := h.eng.Tombstone(ids.ShardID(shard))
 	if err != nil {
 		return nil, err
 	}
-	if id <= tomb {
+	if ids.ReplicaID(id) <= tomb {
 		return nil, nil
 	}
-	if err := h.eng.SetHosted(shard, id); err != nil {
+	if err := h.eng.SetHosted(ids.ShardID(shard), ids.ReplicaID(id)); err != nil {
 		h.fatal(err)
 	}
 	h.log.Info("created replica to receive shard", "shard", shard, "replica", id)
@@ -97,7 +98,7 @@ func (h *Host) destroyReplica(r *replica.Replica) {
 	r.Destroy()
 	delete(h.replicas, shard)
 	delete(h.dirty, shard)
-	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
+	if err := h.eng.DestroyReplica(ids.ShardID(shard), ids.ReplicaID(r.ID())); err != nil {
 		h.fatal(err)
 	}
 	h.infoMu.Lock()

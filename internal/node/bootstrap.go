@@ -10,6 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
@@ -31,7 +32,7 @@ func (n *Node) loadLocal() error {
 	}
 	for _, d := range addrs {
 		n.book.m[d.GetNodeId()] = d
-		seen, err := n.eng.Seen(d.GetNodeId())
+		seen, err := n.eng.Seen(ids.NodeID(d.GetNodeId()))
 		if err != nil {
 			return err
 		}
@@ -182,7 +183,7 @@ func bootstrapReplica(w storage.Writer, d *concordpb.ShardDescriptor, self uint6
 	if !slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return r.GetNodeId() == self }) {
 		return nil
 	}
-	if err := storage.BootstrapReplica(w, d, self); err != nil {
+	if err := storage.BootstrapReplica(w, d, ids.ReplicaID(self)); err != nil {
 		return err
 	}
 	if d.GetShardId() == routing.MetaShard {

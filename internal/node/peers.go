@@ -9,6 +9,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storage"
 )
 
@@ -93,7 +94,7 @@ func (n *Node) markSeen(fromNode uint64) {
 	if n.seen.m[fromNode] {
 		return
 	}
-	if err := n.eng.MarkSeen(fromNode); err != nil {
+	if err := n.eng.MarkSeen(ids.NodeID(fromNode)); err != nil {
 		n.log.Error("record peer as seen", "peer", fromNode, "err", err)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -101,7 +102,7 @@ func (r *Replica) InstallSnapshot(rd raft.Ready) error {
 		hs = proto.Clone(rd.HardState).(*pb.HardState)
 	}
 	hs.Commit = new(max(hs.GetCommit(), idx))
-	if err := r.eng.InstallSnapshot(r.cfg.Shard, staged, hs, idx, term); err != nil {
+	if err := r.eng.InstallSnapshot(ids.ShardID(r.cfg.Shard), staged, hs, idx, term); err != nil {
 		return err
 	}
 	r.DropStagedSnapshots()

@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -113,7 +114,7 @@ type completion struct {
 
 // Load opens the replica of cfg.Shard stored in eng.
 func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
-	l, err := eng.LoadRaftLog(cfg.Shard)
+	l, err := eng.LoadRaftLog(ids.ShardID(cfg.Shard))
 	if err != nil {
 		return nil, err
 	}

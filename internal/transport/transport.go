@@ -31,6 +31,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storage"
 )
 
@@ -353,7 +354,7 @@ func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap stora
 	chunk := &concordpb.SnapshotChunk{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: toNode,
 		ShardId: shard, RaftMessage: hdr}
 	size, sent := 0, 0
-	err = snap.ScanState(shard, func(k, v []byte) error {
+	err = snap.ScanState(ids.ShardID(shard), func(k, v []byte) error {
 		chunk.Kvs = append(chunk.Kvs, &concordpb.KeyValue{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
 		size += len(k) + len(v)
 		if size < t.cfg.SnapshotChunkBytes {
@@ -420,7 +421,7 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 // others).
 func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck],
 	chunk *concordpb.SnapshotChunk, shard uint64) (*storage.StagedSnapshot, error) {
-	w, err := t.sink.NewSnapshotWriter(shard)
+	w, err := t.sink.NewSnapshotWriter(ids.ShardID(shard))
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/replica"
@@ -132,7 +133,7 @@ func (c *Cluster) bootstrap(n *Node) {
 	defer b.Close()
 	for _, d := range c.descs {
 		if slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return r.GetNodeId() == n.ID }) {
-			c.check(storage.BootstrapReplica(b, d, n.ID))
+			c.check(storage.BootstrapReplica(b, d, ids.ReplicaID(n.ID)))
 		}
 	}
 	c.check(storage.Commit(b, true))

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -167,11 +168,11 @@ func (n *Network) streamSnapshot(from, to, shard uint64, hdr []byte, snap *stora
 	if p == nil || blocked {
 		return false
 	}
-	w, err := p.eng.NewSnapshotWriter(shard)
+	w, err := p.eng.NewSnapshotWriter(ids.ShardID(shard))
 	if err != nil {
 		return false
 	}
-	if err := snap.ScanState(shard, w.Set); err != nil {
+	if err := snap.ScanState(ids.ShardID(shard), w.Set); err != nil {
 		w.Abort()
 		return false
 	}
