@@ -20,14 +20,14 @@ func (h *Host) Start() error {
 		return err
 	}
 	for _, shard := range slices.Sorted(maps.Keys(hosted)) {
-		if _, err := h.loadReplica(uint64(shard), uint64(hosted[shard])); err != nil {
+		if _, err := h.loadReplica(shard, hosted[shard]); err != nil {
 			return err
 		}
 	}
 	// The preferred replica of each shard campaigns at once, so leaders start
 	// spread as placed rather than wherever an election timer fires first.
 	for _, r := range h.replicas {
-		if d := r.Descriptor(); d != nil && len(d.GetReplicas()) > 0 && d.GetReplicas()[0].GetReplicaId() == r.ID() {
+		if d := r.Descriptor(); d != nil && len(d.GetReplicas()) > 0 && ids.ReplicaID(d.GetReplicas()[0].GetReplicaId()) == r.ID() {
 			_ = r.Campaign()
 		}
 		h.dirty[r.Shard()] = r
@@ -46,7 +46,7 @@ func (h *Host) Stop() {
 	<-h.doneC
 }
 
-func (h *Host) replicaConfig(shard, id uint64) replica.Config {
+func (h *Host) replicaConfig(shard ids.ShardID, id ids.ReplicaID) replica.Config {
 	return replica.Config{
 		NodeID: h.cfg.NodeID, Shard: shard, ReplicaID: id,
 		ElectionTicks: h.cfg.ElectionTicks, HeartbeatTicks: h.cfg.HeartbeatTicks,
@@ -58,7 +58,7 @@ func (h *Host) replicaConfig(shard, id uint64) replica.Config {
 	}
 }
 
-func (h *Host) loadReplica(shard, id uint64) (*replica.Replica, error) {
+func (h *Host) loadReplica(shard ids.ShardID, id ids.ReplicaID) (*replica.Replica, error) {
 	r, err := replica.Load(h.eng, h.replicaConfig(shard, id), h.newSM(shard))
 	if err != nil {
 		return nil, err
@@ -71,20 +71,20 @@ func (h *Host) loadReplica(shard, id uint64) (*replica.Replica, error) {
 // createReplica creates an uninitialized replica to receive the shard from
 // its leader (by log or snapshot). Only a leader's messages create one, and
 // never a replica id at or below the shard's tombstone here.
-func (h *Host) createReplica(shard, id uint64, m *pb.Message) (*replica.Replica, error) {
+func (h *Host) createReplica(shard ids.ShardID, id ids.ReplicaID, m *pb.Message) (*replica.Replica, error) {
 	switch m.GetType() {
 	case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
 	default:
 		return nil, nil
 	}
-	tomb, err := h.eng.Tombstone(ids.ShardID(shard))
+	tomb, err := h.eng.Tombstone(shard)
 	if err != nil {
 		return nil, err
 	}
-	if ids.ReplicaID(id) <= tomb {
+	if id <= tomb {
 		return nil, nil
 	}
-	if err := h.eng.SetHosted(ids.ShardID(shard), ids.ReplicaID(id)); err != nil {
+	if err := h.eng.SetHosted(shard, id); err != nil {
 		h.fatal(err)
 	}
 	h.log.Info("created replica to receive shard", "shard", shard, "replica", id)
@@ -98,7 +98,7 @@ func (h *Host) destroyReplica(r *replica.Replica) {
 	r.Destroy()
 	delete(h.replicas, shard)
 	delete(h.dirty, shard)
-	if err := h.eng.DestroyReplica(ids.ShardID(shard), ids.ReplicaID(r.ID())); err != nil {
+	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
 		h.fatal(err)
 	}
 	h.infoMu.Lock()
