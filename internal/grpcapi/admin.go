@@ -42,7 +42,12 @@ func (s *Admin) Partition(_ context.Context, req *concordpb.PartitionRequest) (*
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return &concordpb.PartitionResponse{BlockedNodeIds: s.f.Partition(req.GetReachable())}, nil
+	blocked := s.f.Partition(req.GetReachable())
+	ns := make([]uint64, len(blocked))
+	for i, n := range blocked {
+		ns[i] = uint64(n)
+	}
+	return &concordpb.PartitionResponse{BlockedNodeIds: ns}, nil
 }
 
 // Heal ends a partition.

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -31,22 +32,22 @@ type Router interface {
 	// Ready is closed once the node has an identity and raft runs.
 	Ready() <-chan struct{}
 	// ID is this node's id, 0 until it has one.
-	ID() uint64
+	ID() ids.NodeID
 	// Descriptors returns every shard this node knows of, the meta shard
 	// included: its own replicas' descriptors, else the placement leader's
 	// view from heartbeats. The caller may not modify them.
-	Descriptors() map[uint64]*concordpb.ShardDescriptor
+	Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor
 	// Leader returns the node leading shard as far as this node knows (0 if
 	// unknown) and whether that is this node.
-	Leader(shard uint64) (node uint64, local bool)
+	Leader(shard ids.ShardID) (node ids.NodeID, local bool)
 	// Resolve returns the address of node from the address book.
-	Resolve(node uint64) (addr string, ok bool)
+	Resolve(node ids.NodeID) (addr string, ok bool)
 	// Conn returns the pooled connection to addr; the caller must not close
 	// it. Calls on it carry this node's id (see StampFromNode).
 	Conn(addr string) (grpc.ClientConnInterface, error)
 	// Blocked reports whether a fault-injected partition cuts this node off
 	// from node; always false without a partition.
-	Blocked(node uint64) bool
+	Blocked(node ids.NodeID) bool
 }
 
 // KVBackend is what the KV service needs: the local replicas' raft and
@@ -55,17 +56,17 @@ type KVBackend interface {
 	Router
 	// HasReplica reports whether this node hosts an initialized replica of
 	// shard, which a stale read may read.
-	HasReplica(shard uint64) bool
+	HasReplica(shard ids.ShardID) bool
 	// Propose proposes cmd to the local replica of shard and waits until it
 	// applies, fails, or ctx ends. Errors are internal (see toStatus).
-	Propose(ctx context.Context, shard uint64, cmd *storepb.Command) (*storepb.CommandResult, error)
+	Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error)
 	// ReadIndex returns once the local replica of shard, as leader, has
 	// applied everything committed before the call.
-	ReadIndex(ctx context.Context, shard uint64) error
+	ReadIndex(ctx context.Context, shard ids.ShardID) error
 	// LocalGet and LocalScan read the local replica's applied state, with no
 	// raft involvement: the caller decides whether a ReadIndex comes first.
-	LocalGet(shard uint64, key []byte) (value []byte, found bool, err error)
-	LocalScan(shard uint64, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	LocalGet(shard ids.ShardID, key []byte) (value []byte, found bool, err error)
+	LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
 }
 
 // ClusterBackend is what the Cluster service needs: the node's identity and
@@ -81,13 +82,13 @@ type ClusterBackend interface {
 	AnswerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse
 	// PlacementLeaderHint names a node to ask for placement requests when
 	// the meta shard's leader is unknown; 0 if there is none.
-	PlacementLeaderHint() uint64
+	PlacementLeaderHint() ids.NodeID
 	// ChangeReplicas, on the shard's leader, replaces replica remove with a
 	// new replica on node addNode (one joint-consensus change).
-	ChangeReplicas(ctx context.Context, shard, remove, addNode uint64) (*concordpb.ShardDescriptor, error)
+	ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error)
 	// AddNode, on the placement leader, allocates a node id for a node
 	// joining at addr and records the new address book.
-	AddNode(ctx context.Context, addr string) (node uint64, nodes []*concordpb.NodeDescriptor, err error)
+	AddNode(ctx context.Context, addr string) (node ids.NodeID, nodes []*concordpb.NodeDescriptor, err error)
 	// HandleHeartbeat, on the placement leader, records a node's report and
 	// answers with the cluster's nodes and shard routes.
 	HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error)
@@ -114,7 +115,7 @@ type Faults interface {
 	Die(clean bool)
 	// Partition cuts this node off from every peer whose address is not in
 	// reachable, and returns the ids of the peers now cut off.
-	Partition(reachable []string) (blocked []uint64)
+	Partition(reachable []string) (blocked []ids.NodeID)
 	// Heal ends the partition.
 	Heal()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/routing"
 )
 
@@ -43,7 +44,7 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &concordpb.JoinResponse{ClusterId: s.b.ClusterID(), NodeId: id, Nodes: nodes}, nil
+	return &concordpb.JoinResponse{ClusterId: s.b.ClusterID(), NodeId: uint64(id), Nodes: nodes}, nil
 }
 
 // Heartbeat takes a node's report to the placement leader.
@@ -68,7 +69,8 @@ func (s *Cluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeRepli
 	if err := ready(s.b, notReady); err != nil {
 		return nil, err
 	}
-	leader, local := s.b.Leader(req.GetShardId())
+	shard := ids.ShardID(req.GetShardId())
+	leader, local := s.b.Leader(shard)
 	if !local {
 		c, fctx, err := ClusterClientFor(ctx, s.b, leader)
 		if err != nil {
@@ -76,7 +78,7 @@ func (s *Cluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeRepli
 		}
 		return c.ChangeReplicas(fctx, req)
 	}
-	d, err := s.b.ChangeReplicas(ctx, req.GetShardId(), req.GetRemoveReplicaId(), req.GetAddNodeId())
+	d, err := s.b.ChangeReplicas(ctx, shard, ids.ReplicaID(req.GetRemoveReplicaId()), ids.NodeID(req.GetAddNodeId()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -90,8 +92,8 @@ func (s *Cluster) RoutingTable(context.Context, *concordpb.RoutingTableRequest) 
 	}
 	resp := &concordpb.RoutingTableResponse{ClusterId: s.b.ClusterID(), Nodes: s.b.Nodes()}
 	for _, d := range table(s.b).Shards() {
-		leader, _ := s.b.Leader(d.GetShardId())
-		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: leader})
+		leader, _ := s.b.Leader(ids.ShardID(d.GetShardId()))
+		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})
 	}
 	return resp, nil
 }
@@ -119,7 +121,7 @@ func (s *Cluster) Status(ctx context.Context, _ *concordpb.StatusRequest) (*conc
 
 // metaLeaderHint picks the node to ask for placement requests: the meta
 // shard's leader if known, else the node's best guess.
-func (s *Cluster) metaLeaderHint(leader uint64) uint64 {
+func (s *Cluster) metaLeaderHint(leader ids.NodeID) ids.NodeID {
 	if leader != 0 {
 		return leader
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -18,14 +19,14 @@ import (
 // fakeNode is a Backend whose routing, leaders and data a test sets
 // directly, and which records what the services asked of it.
 type fakeNode struct {
-	id      uint64
+	id      ids.NodeID
 	readyC  chan struct{}
-	descs   map[uint64]*concordpb.ShardDescriptor
-	leaders map[uint64]uint64 // shard → leader node; missing means unknown
-	addrs   map[uint64]string // guarded by mu: node → address of its front door
-	blocked map[uint64]bool
-	data    map[uint64][]*concordpb.KeyValue // shard → sorted keys
-	hint    uint64                           // PlacementLeaderHint
+	descs   map[ids.ShardID]*concordpb.ShardDescriptor
+	leaders map[ids.ShardID]ids.NodeID // shard → leader node; missing means unknown
+	addrs   map[ids.NodeID]string      // guarded by mu: node → address of its front door
+	blocked map[ids.NodeID]bool
+	data    map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
+	hint    ids.NodeID                            // PlacementLeaderHint
 
 	proposeResult *storepb.CommandResult
 	proposeErr    error
@@ -33,7 +34,7 @@ type fakeNode struct {
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
-	readIndex  []uint64                    // guarded by mu: shards asked for a barrier
+	readIndex  []ids.ShardID               // guarded by mu: shards asked for a barrier
 	heartbeats []uint64                    // guarded by mu: nodes whose heartbeat arrived
 	conns      map[string]*grpc.ClientConn // guarded by mu
 	died       []bool                      // guarded by mu: Die calls
@@ -43,18 +44,18 @@ type fakeNode struct {
 
 // newFakeNode returns node id of a cluster with the meta shard and shards
 // user shards, every shard led by leader, and ready.
-func newFakeNode(t *testing.T, id uint64, shards int, leader uint64) *fakeNode {
-	f := &fakeNode{id: id, readyC: make(chan struct{}), descs: map[uint64]*concordpb.ShardDescriptor{},
-		leaders: map[uint64]uint64{}, addrs: map[uint64]string{}, blocked: map[uint64]bool{},
-		data: map[uint64][]*concordpb.KeyValue{}, conns: map[string]*grpc.ClientConn{},
+func newFakeNode(t *testing.T, id ids.NodeID, shards int, leader ids.NodeID) *fakeNode {
+	f := &fakeNode{id: id, readyC: make(chan struct{}), descs: map[ids.ShardID]*concordpb.ShardDescriptor{},
+		leaders: map[ids.ShardID]ids.NodeID{}, addrs: map[ids.NodeID]string{}, blocked: map[ids.NodeID]bool{},
+		data: map[ids.ShardID][]*concordpb.KeyValue{}, conns: map[string]*grpc.ClientConn{},
 		proposeResult: &storepb.CommandResult{Results: []*concordpb.OpResult{{}}}}
 	close(f.readyC)
 	starts, ends := routing.Ranges(shards)
-	f.descs[routing.MetaShard] = &concordpb.ShardDescriptor{ShardId: routing.MetaShard,
+	f.descs[routing.MetaShard] = &concordpb.ShardDescriptor{ShardId: uint64(routing.MetaShard),
 		Replicas: []*concordpb.ReplicaDescriptor{{ReplicaId: 1, NodeId: 1}}}
 	for i := range starts {
-		shard := uint64(i + 1)
-		f.descs[shard] = &concordpb.ShardDescriptor{ShardId: shard, StartHash: starts[i], EndHash: ends[i],
+		shard := ids.ShardID(i + 1)
+		f.descs[shard] = &concordpb.ShardDescriptor{ShardId: uint64(shard), StartHash: starts[i], EndHash: ends[i],
 			Replicas: []*concordpb.ReplicaDescriptor{{ReplicaId: 1, NodeId: 1}, {ReplicaId: 2, NodeId: 2}}}
 	}
 	for shard := range f.descs {
@@ -67,7 +68,7 @@ func newFakeNode(t *testing.T, id uint64, shards int, leader uint64) *fakeNode {
 }
 
 // shardOfKey is the shard the fake's routing puts key in.
-func (f *fakeNode) shardOfKey(key string) uint64 {
+func (f *fakeNode) shardOfKey(key string) ids.ShardID {
 	s, err := shardOf(f, []byte(key))
 	if err != nil {
 		panic(err)
@@ -76,17 +77,17 @@ func (f *fakeNode) shardOfKey(key string) uint64 {
 }
 
 func (f *fakeNode) Ready() <-chan struct{} { return f.readyC }
-func (f *fakeNode) ID() uint64             { return f.id }
+func (f *fakeNode) ID() ids.NodeID         { return f.id }
 func (f *fakeNode) ClusterID() uint64      { return 77 }
 
-func (f *fakeNode) Descriptors() map[uint64]*concordpb.ShardDescriptor { return f.descs }
+func (f *fakeNode) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor { return f.descs }
 
-func (f *fakeNode) Leader(shard uint64) (uint64, bool) {
+func (f *fakeNode) Leader(shard ids.ShardID) (ids.NodeID, bool) {
 	l := f.leaders[shard]
 	return l, l != 0 && l == f.id
 }
 
-func (f *fakeNode) Resolve(node uint64) (string, bool) {
+func (f *fakeNode) Resolve(node ids.NodeID) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a, ok := f.addrs[node]
@@ -116,32 +117,32 @@ func (f *fakeNode) closeConns() {
 	}
 }
 
-func (f *fakeNode) Blocked(node uint64) bool { return f.blocked[node] }
+func (f *fakeNode) Blocked(node ids.NodeID) bool { return f.blocked[node] }
 
-func (f *fakeNode) HasReplica(shard uint64) bool {
+func (f *fakeNode) HasReplica(shard ids.ShardID) bool {
 	for _, r := range f.descs[shard].GetReplicas() {
-		if r.GetNodeId() == f.id {
+		if ids.NodeID(r.GetNodeId()) == f.id {
 			return true
 		}
 	}
 	return false
 }
 
-func (f *fakeNode) Propose(_ context.Context, _ uint64, cmd *storepb.Command) (*storepb.CommandResult, error) {
+func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.proposals = append(f.proposals, cmd)
 	return f.proposeResult, f.proposeErr
 }
 
-func (f *fakeNode) ReadIndex(_ context.Context, shard uint64) error {
+func (f *fakeNode) ReadIndex(_ context.Context, shard ids.ShardID) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readIndex = append(f.readIndex, shard)
 	return f.readIndexErr
 }
 
-func (f *fakeNode) LocalGet(shard uint64, key []byte) ([]byte, bool, error) {
+func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, bool, error) {
 	for _, kv := range f.data[shard] {
 		if bytes.Equal(kv.GetKey(), key) {
 			return kv.GetValue(), true, nil
@@ -150,7 +151,7 @@ func (f *fakeNode) LocalGet(shard uint64, key []byte) ([]byte, bool, error) {
 	return nil, false, nil
 }
 
-func (f *fakeNode) LocalScan(shard uint64, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
+func (f *fakeNode) LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
 	var out []*concordpb.KeyValue
 	for _, kv := range f.data[shard] {
 		k := kv.GetKey()
@@ -163,20 +164,20 @@ func (f *fakeNode) LocalScan(shard uint64, start, end []byte, limit int) ([]*con
 
 func (f *fakeNode) Nodes() []*concordpb.NodeDescriptor {
 	addr, _ := f.Resolve(f.id)
-	return []*concordpb.NodeDescriptor{{NodeId: f.id, Address: addr}}
+	return []*concordpb.NodeDescriptor{{NodeId: uint64(f.id), Address: addr}}
 }
 
 func (f *fakeNode) AnswerProbe(*concordpb.ProbeRequest) *concordpb.ProbeResponse {
-	return &concordpb.ProbeResponse{NodeId: f.id}
+	return &concordpb.ProbeResponse{NodeId: uint64(f.id)}
 }
 
-func (f *fakeNode) PlacementLeaderHint() uint64 { return f.hint }
+func (f *fakeNode) PlacementLeaderHint() ids.NodeID { return f.hint }
 
-func (f *fakeNode) ChangeReplicas(_ context.Context, shard, _, _ uint64) (*concordpb.ShardDescriptor, error) {
+func (f *fakeNode) ChangeReplicas(_ context.Context, shard ids.ShardID, _ ids.ReplicaID, _ ids.NodeID) (*concordpb.ShardDescriptor, error) {
 	return f.descs[shard], nil
 }
 
-func (f *fakeNode) AddNode(context.Context, string) (uint64, []*concordpb.NodeDescriptor, error) {
+func (f *fakeNode) AddNode(context.Context, string) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
 	return 9, f.Nodes(), nil
 }
 
@@ -184,15 +185,15 @@ func (f *fakeNode) HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heartbeats = append(f.heartbeats, req.GetNode().GetNodeId())
-	return &concordpb.HeartbeatResponse{MetaLeaderNodeId: f.id}, nil
+	return &concordpb.HeartbeatResponse{MetaLeaderNodeId: uint64(f.id)}, nil
 }
 
 func (f *fakeNode) ClusterStatus() (*concordpb.StatusResponse, error) {
-	return &concordpb.StatusResponse{AnsweredByNodeId: f.id}, nil
+	return &concordpb.StatusResponse{AnsweredByNodeId: uint64(f.id)}, nil
 }
 
 func (f *fakeNode) LocalStatus() *concordpb.StatusResponse {
-	return &concordpb.StatusResponse{AnsweredByNodeId: f.id}
+	return &concordpb.StatusResponse{AnsweredByNodeId: uint64(f.id)}
 }
 
 func (f *fakeNode) RaftReceiver() concordpb.RaftTransportServer {
@@ -205,11 +206,11 @@ func (f *fakeNode) Die(clean bool) {
 	f.died = append(f.died, clean)
 }
 
-func (f *fakeNode) Partition(reachable []string) []uint64 {
+func (f *fakeNode) Partition(reachable []string) []ids.NodeID {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.partitions = append(f.partitions, reachable)
-	return []uint64{3}
+	return []ids.NodeID{3}
 }
 
 func (f *fakeNode) Heal() {

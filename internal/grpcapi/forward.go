@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // maxHops bounds node-to-node forwarding of one request, so that nodes with
@@ -22,7 +23,7 @@ const hopsKey = "concord-hops"
 
 // kvClientFor returns a KV client for node, or Unavailable if this request
 // may not be forwarded further.
-func kvClientFor(r Router, node uint64, hops uint32, shard uint64) (concordpb.KVClient, error) {
+func kvClientFor(r Router, node ids.NodeID, hops uint32, shard ids.ShardID) (concordpb.KVClient, error) {
 	if node == 0 {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: no leader known yet (election in progress?)", shard)
 	}
@@ -48,7 +49,7 @@ func kvClientFor(r Router, node uint64, hops uint32, shard uint64) (concordpb.KV
 // incoming count). It fails with Unavailable when node is unknown or this
 // node itself, the hop limit is reached, or a partition cuts node off. The
 // node's own loops use it too, so that they obey the same rules.
-func ClusterClientFor(ctx context.Context, r Router, node uint64) (concordpb.ClusterClient, context.Context, error) {
+func ClusterClientFor(ctx context.Context, r Router, node ids.NodeID) (concordpb.ClusterClient, context.Context, error) {
 	hops := incomingHops(ctx)
 	if node == 0 || node == r.ID() {
 		return nil, ctx, status.Error(codes.Unavailable, "placement leader unknown")

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // fromNodeKey is the metadata key naming the node that sent a node-to-node
@@ -16,11 +18,11 @@ const fromNodeKey = "concord-from-node"
 
 // StampFromNode returns the client interceptor of node-to-node connections:
 // it names the calling node, id(), once it has an id.
-func StampFromNode(id func() uint64) grpc.UnaryClientInterceptor {
+func StampFromNode(id func() ids.NodeID) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if id := id(); id != 0 {
-			ctx = metadata.AppendToOutgoingContext(ctx, fromNodeKey, strconv.FormatUint(id, 10))
+			ctx = metadata.AppendToOutgoingContext(ctx, fromNodeKey, strconv.FormatUint(uint64(id), 10))
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -29,10 +31,10 @@ func StampFromNode(id func() uint64) grpc.UnaryClientInterceptor {
 // DropPartitioned returns the server interceptor that refuses calls from
 // peers a fault-injected partition cuts off (blocked says which). Client
 // calls carry no node id and always pass.
-func DropPartitioned(blocked func(node uint64) bool) grpc.UnaryServerInterceptor {
+func DropPartitioned(blocked func(node ids.NodeID) bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if v := metadata.ValueFromIncomingContext(ctx, fromNodeKey); len(v) > 0 {
-			if from, err := strconv.ParseUint(v[0], 10, 64); err == nil && blocked(from) {
+			if from, err := strconv.ParseUint(v[0], 10, 64); err == nil && blocked(ids.NodeID(from)) {
 				return nil, status.Errorf(codes.Unavailable, "partitioned from node %d (fault injection)", from)
 			}
 		}

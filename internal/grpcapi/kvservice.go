@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -105,7 +106,7 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	if err := ready(s.b, notReady); err != nil {
 		return nil, err
 	}
-	shard, err := s.limits.checkBatch(req, func(k []byte) (uint64, error) { return shardOf(s.b, k) })
+	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) })
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +144,7 @@ func (s *KV) Scan(ctx context.Context, req *concordpb.ScanRequest) (*concordpb.S
 		limit = defaultScanLimit
 	}
 	limit = min(limit, maxScanLimit)
-	if shard := req.GetOnlyShard(); shard != 0 {
+	if shard := ids.ShardID(req.GetOnlyShard()); shard != 0 {
 		if _, ok := s.b.Descriptors()[shard]; !ok || shard == routing.MetaShard {
 			return nil, status.Errorf(codes.NotFound, "shard %d does not exist", shard)
 		}
@@ -171,7 +172,7 @@ func (s *KV) scanAll(ctx context.Context, req *concordpb.ScanRequest, limit int)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = s.scanShard(ctx, req, d.GetShardId(), limit)
+			results[i], errs[i] = s.scanShard(ctx, req, ids.ShardID(d.GetShardId()), limit)
 		}()
 	}
 	wg.Wait()
@@ -189,19 +190,19 @@ func (s *KV) scanAll(ctx context.Context, req *concordpb.ScanRequest, limit int)
 
 // mergedScan sorts the keys of every shard's scan, keeps the first limit and
 // says where the next page starts: just after the last key returned.
-func mergedScan(servedBy uint64, all []*concordpb.KeyValue, more bool, limit int) *concordpb.ScanResponse {
+func mergedScan(servedBy ids.NodeID, all []*concordpb.KeyValue, more bool, limit int) *concordpb.ScanResponse {
 	sort.Slice(all, func(i, j int) bool { return bytes.Compare(all[i].GetKey(), all[j].GetKey()) < 0 })
 	if len(all) > limit {
 		all, more = all[:limit], true
 	}
-	resp := &concordpb.ScanResponse{Header: &concordpb.ResponseHeader{ServedByNodeId: servedBy}, Kvs: all, More: more}
+	resp := &concordpb.ScanResponse{Header: &concordpb.ResponseHeader{ServedByNodeId: uint64(servedBy)}, Kvs: all, More: more}
 	if more && len(all) > 0 {
 		resp.NextStart = append(append([]byte(nil), all[len(all)-1].GetKey()...), 0)
 	}
 	return resp
 }
 
-func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard uint64, limit int) ([]*concordpb.KeyValue, error) {
+func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) ([]*concordpb.KeyValue, error) {
 	if s.canReadLocally(req.GetHeader(), shard) {
 		if err := s.readBarrier(ctx, req.GetHeader(), shard); err != nil {
 			return nil, err
@@ -214,13 +215,13 @@ func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ui
 		return nil, err
 	}
 	resp, err := c.Scan(ctx, &concordpb.ScanRequest{Header: forwardedHeader(req.GetHeader()),
-		Start: req.GetStart(), End: req.GetEnd(), Limit: uint32(limit), OnlyShard: shard})
+		Start: req.GetStart(), End: req.GetEnd(), Limit: uint32(limit), OnlyShard: uint64(shard)})
 	return resp.GetKvs(), err
 }
 
 // canReadLocally: a stale read needs any local replica; a linearizable one
 // needs the local replica to lead.
-func (s *KV) canReadLocally(h *concordpb.RequestHeader, shard uint64) bool {
+func (s *KV) canReadLocally(h *concordpb.RequestHeader, shard ids.ShardID) bool {
 	if h.GetConsistency() == concordpb.Consistency_STALE {
 		return s.b.HasReplica(shard)
 	}
@@ -229,7 +230,7 @@ func (s *KV) canReadLocally(h *concordpb.RequestHeader, shard uint64) bool {
 }
 
 // readTarget is the node to forward a read to.
-func (s *KV) readTarget(h *concordpb.RequestHeader, shard uint64) uint64 {
+func (s *KV) readTarget(h *concordpb.RequestHeader, shard ids.ShardID) ids.NodeID {
 	if h.GetConsistency() == concordpb.Consistency_STALE {
 		return anyReplicaNode(s.b, shard)
 	}
@@ -239,7 +240,7 @@ func (s *KV) readTarget(h *concordpb.RequestHeader, shard uint64) uint64 {
 
 // readBarrier makes a linearizable read wait until the local replica has
 // applied everything committed before the read arrived.
-func (s *KV) readBarrier(ctx context.Context, h *concordpb.RequestHeader, shard uint64) error {
+func (s *KV) readBarrier(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID) error {
 	if h.GetConsistency() == concordpb.Consistency_STALE {
 		return nil
 	}

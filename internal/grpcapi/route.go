@@ -5,6 +5,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/routing"
 )
 
@@ -19,30 +20,30 @@ func table(r Router) *routing.Table {
 }
 
 // shardOf returns the shard that owns key.
-func shardOf(r Router, key []byte) (uint64, error) {
+func shardOf(r Router, key []byte) (ids.ShardID, error) {
 	d := table(r).Lookup(key)
 	if d == nil {
 		return 0, status.Error(codes.Unavailable, "this node does not know the shard of the key yet")
 	}
-	return d.GetShardId(), nil
+	return ids.ShardID(d.GetShardId()), nil
 }
 
 // anyReplicaNode returns a node hosting a replica of shard, preferring the leader.
-func anyReplicaNode(r Router, shard uint64) uint64 {
+func anyReplicaNode(r Router, shard ids.ShardID) ids.NodeID {
 	if leader, _ := r.Leader(shard); leader != 0 {
 		return leader
 	}
 	if d := r.Descriptors()[shard]; d != nil && len(d.GetReplicas()) > 0 {
-		return d.GetReplicas()[0].GetNodeId()
+		return ids.NodeID(d.GetReplicas()[0].GetNodeId())
 	}
 	return 0
 }
 
 // header builds the response header for shard.
-func header(r Router, shard uint64) *concordpb.ResponseHeader {
-	h := &concordpb.ResponseHeader{ShardId: shard, ServedByNodeId: r.ID()}
+func header(r Router, shard ids.ShardID) *concordpb.ResponseHeader {
+	h := &concordpb.ResponseHeader{ShardId: uint64(shard), ServedByNodeId: uint64(r.ID())}
 	if leader, _ := r.Leader(shard); leader != 0 {
-		h.LeaderNodeId = leader
+		h.LeaderNodeId = uint64(leader)
 		h.LeaderAddress, _ = r.Resolve(leader)
 	}
 	return h

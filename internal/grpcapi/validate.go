@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // Limits on a single request, beyond the key and value limits of Limits.
@@ -37,7 +38,7 @@ func (l Limits) checkValue(v []byte) error {
 
 // checkBatch validates a batch and returns its shard; shardOf finds a key's
 // shard.
-func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (uint64, error)) (uint64, error) {
+func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error)) (ids.ShardID, error) {
 	ops, h := req.GetOps(), req.GetHeader()
 	switch {
 	case len(ops) == 0:
@@ -47,7 +48,7 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ui
 	case h.GetSessionId() != 0 && h.GetSeq() == 0:
 		return 0, invalid("a request with a session must carry a positive sequence number")
 	}
-	var shard uint64
+	var shard ids.ShardID
 	for i, op := range ops {
 		if err := l.checkOp(i, op); err != nil {
 			return 0, err

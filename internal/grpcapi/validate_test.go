@@ -10,10 +10,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // keysInTwoShards returns two short keys that f routes to different shards.
-func keysInTwoShards(t *testing.T, f *fakeNode) (a, b string, sa, sb uint64) {
+func keysInTwoShards(t *testing.T, f *fakeNode) (a, b string, sa, sb ids.ShardID) {
 	t.Helper()
 	for i := range 100 {
 		k := fmt.Sprintf("k%d", i)

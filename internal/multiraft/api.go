@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -24,13 +25,14 @@ var ErrStopped = errors.New("multiraft: host stopped")
 
 // ReplicaInfo is a published, read-only view of one replica.
 type ReplicaInfo struct {
-	Shard, ReplicaID uint64
-	Desc             *concordpb.ShardDescriptor
-	IsLeader         bool
-	LeaderReplica    uint64
-	LeaderNode       uint64
-	Term             uint64
-	Commit, Applied  uint64
+	Shard           ids.ShardID
+	ReplicaID       ids.ReplicaID
+	Desc            *concordpb.ShardDescriptor
+	IsLeader        bool
+	LeaderReplica   ids.ReplicaID
+	LeaderNode      ids.NodeID
+	Term            uint64
+	Commit, Applied uint64
 }
 
 // Do runs f on the loop goroutine, where it may touch replicas, and waits.
@@ -54,7 +56,7 @@ func (h *Host) nextID() uint64 { return h.idBase + h.idCount.Add(1) }
 // Propose replicates cmd through shard's raft group and returns its result
 // once applied. An error wrapping replica.ErrAmbiguous (or a context error)
 // means the command may or may not apply.
-func (h *Host) Propose(ctx context.Context, shard uint64, cmd *storepb.Command) (*storepb.CommandResult, error) {
+func (h *Host) Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	cmd = proto.CloneOf(cmd)
 	cmd.Id = h.nextID()
 	data, err := proto.Marshal(cmd)
@@ -81,7 +83,7 @@ func (h *Host) wait(ctx context.Context, p *replica.Proposal) (*storepb.CommandR
 
 // ReadIndex returns nil once shard's local state reflects every write
 // committed before the call (a linearizable read may then read locally).
-func (h *Host) ReadIndex(ctx context.Context, shard uint64) error {
+func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) error {
 	rctx := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, h.idBase), h.idCount.Add(1))
 	rd := &replica.Read{Ctx: rctx, Done: make(chan error, 1)}
 	if err := h.enqueue(func(in *inbox) { in.reads = append(in.reads, shardRead{shard, rd}) }); err != nil {
@@ -99,7 +101,7 @@ func (h *Host) ReadIndex(ctx context.Context, shard uint64) error {
 
 // ChangeReplicas replaces replica remove of shard by a new replica on node
 // addNode, in one joint-consensus step. Must run on the shard's leader.
-func (h *Host) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64) (*concordpb.ShardDescriptor, error) {
+func (h *Host) ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error) {
 	id := h.nextID()
 	done := make(chan replica.Outcome, 1)
 	var perr error
@@ -128,14 +130,14 @@ func (h *Host) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64
 }
 
 // Deliver queues messages a peer node sent.
-func (h *Host) Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error {
+func (h *Host) Deliver(fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error {
 	msgs := make([]inMsg, 0, len(envs))
 	for _, env := range envs {
 		m := &pb.Message{}
 		if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
 			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
 		}
-		msgs = append(msgs, inMsg{fromNode: fromNode, shard: env.GetShardId(), m: m})
+		msgs = append(msgs, inMsg{fromNode: fromNode, shard: ids.ShardID(env.GetShardId()), m: m})
 	}
 	return h.enqueue(func(in *inbox) { in.msgs = append(in.msgs, msgs...) })
 }
@@ -143,10 +145,10 @@ func (h *Host) Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error {
 // DeliverSnapshot stages a received snapshot's data and steps its MsgSnap;
 // the data is ingested when raft accepts the snapshot. The replica takes
 // ownership of snap, or it is discarded.
-func (h *Host) DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, snap *storage.StagedSnapshot) error {
+func (h *Host) DeliverSnapshot(ctx context.Context, fromNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.StagedSnapshot) error {
 	return h.Do(ctx, func() {
 		h.step(inMsg{fromNode: fromNode, shard: shard, m: m})
-		if r := h.replicas[shard]; r != nil && r.ID() == m.GetTo() {
+		if r := h.replicas[shard]; r != nil && r.ID() == ids.ReplicaID(m.GetTo()) {
 			r.StageSnapshot(m.GetSnapshot().GetMetadata().GetIndex(), snap)
 		} else {
 			snap.Discard()
@@ -155,7 +157,7 @@ func (h *Host) DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *p
 }
 
 // ReportUnreachable tells every replica that messages to node failed.
-func (h *Host) ReportUnreachable(node uint64) {
+func (h *Host) ReportUnreachable(node ids.NodeID) {
 	_ = h.enqueue(func(in *inbox) {
 		in.fns = append(in.fns, func() {
 			for _, r := range h.replicas {
@@ -170,7 +172,7 @@ func (h *Host) ReportUnreachable(node uint64) {
 }
 
 // Info returns the published state of the replica of shard on this node.
-func (h *Host) Info(shard uint64) (ReplicaInfo, bool) {
+func (h *Host) Info(shard ids.ShardID) (ReplicaInfo, bool) {
 	h.infoMu.RLock()
 	defer h.infoMu.RUnlock()
 	i, ok := h.infos[shard]

@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // Config configures a Host. DefaultConfig gives the production values; New
 // fills any zero field with them, and Start refuses impossible combinations.
 type Config struct {
-	NodeID uint64
+	NodeID ids.NodeID
 	// TickInterval is the length of one raft tick (default 100 ms). Every
 	// other duration below is converted to ticks, once, by newPolicy.
 	TickInterval time.Duration
@@ -58,7 +60,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the production settings.
-func DefaultConfig(nodeID uint64) Config {
+func DefaultConfig(nodeID ids.NodeID) Config {
 	return Config{
 		NodeID:                   nodeID,
 		TickInterval:             100 * time.Millisecond,
@@ -131,7 +133,7 @@ func (c Config) validate() error {
 
 // exitOnFatal is the production Fatal: stop the process, since a replica
 // must never continue from state it could not persist.
-func exitOnFatal(log *slog.Logger, node uint64) func(error) {
+func exitOnFatal(log *slog.Logger, node ids.NodeID) func(error) {
 	return func(err error) {
 		log.Error("fatal storage error; stopping the node", "node", node, "err", err)
 		os.Exit(2)

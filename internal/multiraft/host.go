@@ -9,6 +9,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -16,17 +17,17 @@ import (
 // Transport sends raft traffic to other nodes. Send must not block: it may
 // drop a message (raft retransmits) and report the peer unreachable.
 type Transport interface {
-	Send(toNode, shard uint64, m *pb.Message)
+	Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message)
 	// SendSnapshot streams the shard's state-machine keys from snap to
 	// toNode, with m (a MsgSnap) as the header, and calls done when the
 	// receiver has stepped it (ok) or the stream failed.
-	SendSnapshot(toNode, shard uint64, m *pb.Message, snap *storage.Snapshot, done func(ok bool))
+	SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.Snapshot, done func(ok bool))
 	// Flush hands the messages queued by Send to the network.
 	Flush()
 }
 
 // NewStateMachine returns the state machine of a shard.
-type NewStateMachine func(shard uint64) replica.StateMachine
+type NewStateMachine func(shard ids.ShardID) replica.StateMachine
 
 // Host drives every replica of a node. See the package doc.
 type Host struct {
@@ -42,12 +43,12 @@ type Host struct {
 	notifyC chan struct{}
 
 	// Owned by the loop.
-	replicas map[uint64]*replica.Replica
-	dirty    map[uint64]*replica.Replica
+	replicas map[ids.ShardID]*replica.Replica
+	dirty    map[ids.ShardID]*replica.Replica
 	ticks    uint64
 
 	infoMu sync.RWMutex
-	infos  map[uint64]ReplicaInfo // guarded by infoMu
+	infos  map[ids.ShardID]ReplicaInfo // guarded by infoMu
 
 	snaps outgoingSnapshots
 
@@ -71,9 +72,9 @@ func New(cfg Config, eng *storage.Engine, t Transport, newSM NewStateMachine) *H
 	return &Host{
 		cfg: cfg, policy: newPolicy(cfg), eng: eng, transport: t, newSM: newSM, log: cfg.Logger,
 		notifyC:  make(chan struct{}, 1),
-		replicas: map[uint64]*replica.Replica{},
-		dirty:    map[uint64]*replica.Replica{},
-		infos:    map[uint64]ReplicaInfo{},
+		replicas: map[ids.ShardID]*replica.Replica{},
+		dirty:    map[ids.ShardID]*replica.Replica{},
+		infos:    map[ids.ShardID]ReplicaInfo{},
 		snaps:    outgoingSnapshots{m: map[uint64]*outSnap{}},
 		idBase:   idBase,
 		stopC:    make(chan struct{}),

@@ -6,6 +6,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/replica"
 )
 
@@ -26,7 +27,7 @@ func (h *Host) Start() error {
 	// The preferred replica of each shard campaigns at once, so leaders start
 	// spread as placed rather than wherever an election timer fires first.
 	for _, r := range h.replicas {
-		if d := r.Descriptor(); d != nil && len(d.GetReplicas()) > 0 && d.GetReplicas()[0].GetReplicaId() == r.ID() {
+		if d := r.Descriptor(); d != nil && len(d.GetReplicas()) > 0 && ids.ReplicaID(d.GetReplicas()[0].GetReplicaId()) == r.ID() {
 			_ = r.Campaign()
 		}
 		h.dirty[r.Shard()] = r
@@ -45,7 +46,7 @@ func (h *Host) Stop() {
 	<-h.doneC
 }
 
-func (h *Host) replicaConfig(shard, id uint64) replica.Config {
+func (h *Host) replicaConfig(shard ids.ShardID, id ids.ReplicaID) replica.Config {
 	return replica.Config{
 		NodeID: h.cfg.NodeID, Shard: shard, ReplicaID: id,
 		ElectionTicks: h.cfg.ElectionTicks, HeartbeatTicks: h.cfg.HeartbeatTicks,
@@ -57,7 +58,7 @@ func (h *Host) replicaConfig(shard, id uint64) replica.Config {
 	}
 }
 
-func (h *Host) loadReplica(shard, id uint64) (*replica.Replica, error) {
+func (h *Host) loadReplica(shard ids.ShardID, id ids.ReplicaID) (*replica.Replica, error) {
 	r, err := replica.Load(h.eng, h.replicaConfig(shard, id), h.newSM(shard))
 	if err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func (h *Host) loadReplica(shard, id uint64) (*replica.Replica, error) {
 // createReplica creates an uninitialized replica to receive the shard from
 // its leader (by log or snapshot). Only a leader's messages create one, and
 // never a replica id at or below the shard's tombstone here.
-func (h *Host) createReplica(shard, id uint64, m *pb.Message) (*replica.Replica, error) {
+func (h *Host) createReplica(shard ids.ShardID, id ids.ReplicaID, m *pb.Message) (*replica.Replica, error) {
 	switch m.GetType() {
 	case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
 	default:

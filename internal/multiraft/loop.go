@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -20,17 +21,18 @@ type inbox struct {
 }
 
 type inMsg struct {
-	fromNode, shard uint64
-	m               *pb.Message
+	fromNode ids.NodeID
+	shard    ids.ShardID
+	m        *pb.Message
 }
 
 type shardProposal struct {
-	shard uint64
+	shard ids.ShardID
 	p     *replica.Proposal
 }
 
 type shardRead struct {
-	shard uint64
+	shard ids.ShardID
 	r     *replica.Read
 }
 
@@ -134,7 +136,7 @@ func (h *Host) drain() {
 // message a newly added replica receives.
 func (h *Host) step(in inMsg) {
 	r := h.replicas[in.shard]
-	to := in.m.GetTo()
+	to := ids.ReplicaID(in.m.GetTo())
 	if r != nil && r.ID() != to {
 		if to < r.ID() {
 			return // addressed to an older replica of this shard here
@@ -234,7 +236,7 @@ func (h *Host) send(r *replica.Replica, out []replica.Outbound) {
 }
 
 func (h *Host) sendSnapshot(r *replica.Replica, ob replica.Outbound) {
-	shard, to := r.Shard(), ob.Msg.GetTo()
+	shard, to := r.Shard(), ids.ReplicaID(ob.Msg.GetTo())
 	snap := h.snaps.take(ob.Msg.GetSnapshot().GetData())
 	if snap == nil {
 		h.log.Warn("snapshot handle unknown; reporting failure", "shard", shard, "to", to)
@@ -262,7 +264,7 @@ func (h *Host) publish(r *replica.Replica) {
 	st := r.Status()
 	info := ReplicaInfo{
 		Shard: r.Shard(), ReplicaID: r.ID(), Desc: r.Descriptor(),
-		IsLeader: r.IsLeader(), LeaderReplica: st.Lead, LeaderNode: r.LeaderNode(),
+		IsLeader: r.IsLeader(), LeaderReplica: ids.ReplicaID(st.Lead), LeaderNode: r.LeaderNode(),
 		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: r.Applied(),
 	}
 	h.infoMu.Lock()

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -97,7 +98,7 @@ func (o *outgoingSnapshots) releaseAll() {
 // snapshotFunc returns the raft.Storage Snapshot function of shard: a
 // handle to a Pebble snapshot taken now, at the applied index. Called on the
 // loop, after the last batch was committed, so the two agree.
-func (h *Host) snapshotFunc(shard uint64) func() (*pb.Snapshot, error) {
+func (h *Host) snapshotFunc(shard ids.ShardID) func() (*pb.Snapshot, error) {
 	return func() (*pb.Snapshot, error) {
 		if !h.snaps.reserve(h.cfg.MaxOutgoingSnapshots) {
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
@@ -105,8 +106,8 @@ func (h *Host) snapshotFunc(shard uint64) func() (*pb.Snapshot, error) {
 		snap := h.eng.NewSnapshot()
 		var as storepb.AppliedState
 		cs := &pb.ConfState{}
-		_, err1 := snap.GetProto(keys.Applied(shard), &as)
-		_, err2 := snap.GetProto(keys.ConfState(shard), cs)
+		_, err1 := snap.GetProto(keys.Applied(uint64(shard)), &as)
+		_, err2 := snap.GetProto(keys.ConfState(uint64(shard)), cs)
 		if err := errors.Join(err1, err2); err != nil {
 			snap.Close()
 			h.snaps.done()

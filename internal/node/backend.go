@@ -7,6 +7,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -21,15 +22,17 @@ var _ grpcapi.Backend = backend{}
 func (n *Node) backend() backend { return backend{n: n} }
 
 func (b backend) Ready() <-chan struct{} { return b.n.ready }
-func (b backend) ID() uint64             { return b.n.ID() }
+func (b backend) ID() ids.NodeID         { return b.n.ID() }
 func (b backend) ClusterID() uint64      { return b.n.ident.Load().GetClusterId() }
 
-func (b backend) Descriptors() map[uint64]*concordpb.ShardDescriptor { return b.n.shardDescriptors() }
-func (b backend) Leader(shard uint64) (uint64, bool)                 { return b.n.leaderOf(shard) }
-func (b backend) Resolve(node uint64) (string, bool)                 { return b.n.book.resolve(node) }
-func (b backend) Nodes() []*concordpb.NodeDescriptor                 { return b.n.book.all() }
-func (b backend) Blocked(node uint64) bool                           { return b.n.blocked(node) }
-func (b backend) PlacementLeaderHint() uint64                        { return b.n.placementLeaderHint() }
+func (b backend) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor {
+	return b.n.shardDescriptors()
+}
+func (b backend) Leader(shard ids.ShardID) (ids.NodeID, bool) { return b.n.leaderOf(shard) }
+func (b backend) Resolve(node ids.NodeID) (string, bool)      { return b.n.book.resolve(node) }
+func (b backend) Nodes() []*concordpb.NodeDescriptor          { return b.n.book.all() }
+func (b backend) Blocked(node ids.NodeID) bool                { return b.n.blocked(node) }
+func (b backend) PlacementLeaderHint() ids.NodeID             { return b.n.placementLeaderHint() }
 
 func (b backend) Conn(addr string) (grpc.ClientConnInterface, error) {
 	c, err := b.n.conns.get(addr)
@@ -39,28 +42,28 @@ func (b backend) Conn(addr string) (grpc.ClientConnInterface, error) {
 	return c, nil
 }
 
-func (b backend) HasReplica(shard uint64) bool {
+func (b backend) HasReplica(shard ids.ShardID) bool {
 	info, ok := b.n.host.Info(shard)
 	return ok && info.Desc != nil
 }
 
-func (b backend) Propose(ctx context.Context, shard uint64, cmd *storepb.Command) (*storepb.CommandResult, error) {
+func (b backend) Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	return b.n.host.Propose(ctx, shard, cmd)
 }
 
-func (b backend) ReadIndex(ctx context.Context, shard uint64) error {
+func (b backend) ReadIndex(ctx context.Context, shard ids.ShardID) error {
 	return b.n.host.ReadIndex(ctx, shard)
 }
 
-func (b backend) LocalGet(shard uint64, key []byte) ([]byte, bool, error) {
-	return kv.Get(b.n.eng.Reader(), shard, key)
+func (b backend) LocalGet(shard ids.ShardID, key []byte) ([]byte, bool, error) {
+	return kv.Get(b.n.eng.Reader(), uint64(shard), key)
 }
 
-func (b backend) LocalScan(shard uint64, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
-	return kv.Scan(b.n.eng.Reader(), shard, start, end, limit)
+func (b backend) LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
+	return kv.Scan(b.n.eng.Reader(), uint64(shard), start, end, limit)
 }
 
-func (b backend) ChangeReplicas(ctx context.Context, shard, remove, addNode uint64) (*concordpb.ShardDescriptor, error) {
+func (b backend) ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error) {
 	return b.n.host.ChangeReplicas(ctx, shard, remove, addNode)
 }
 
@@ -68,7 +71,7 @@ func (b backend) AnswerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeRespon
 	return b.n.answerProbe(req)
 }
 
-func (b backend) AddNode(ctx context.Context, addr string) (uint64, []*concordpb.NodeDescriptor, error) {
+func (b backend) AddNode(ctx context.Context, addr string) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
 	return b.n.addNode(ctx, addr)
 }
 
@@ -81,6 +84,6 @@ func (b backend) LocalStatus() *concordpb.StatusResponse            { return b.n
 
 func (b backend) RaftReceiver() concordpb.RaftTransportServer { return b.n.transport.Server() }
 
-func (b backend) Die(clean bool)                        { b.n.die(clean) }
-func (b backend) Partition(reachable []string) []uint64 { return b.n.partitionFrom(reachable) }
-func (b backend) Heal()                                 { b.n.heal() }
+func (b backend) Die(clean bool)                            { b.n.die(clean) }
+func (b backend) Partition(reachable []string) []ids.NodeID { return b.n.partitionFrom(reachable) }
+func (b backend) Heal()                                     { b.n.heal() }

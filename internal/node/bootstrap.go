@@ -10,6 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
@@ -30,12 +31,13 @@ func (n *Node) loadLocal() error {
 		return err
 	}
 	for _, d := range addrs {
-		n.book.m[d.GetNodeId()] = d
-		seen, err := n.eng.Seen(d.GetNodeId())
+		node := ids.NodeID(d.GetNodeId())
+		n.book.m[node] = d
+		seen, err := n.eng.Seen(node)
 		if err != nil {
 			return err
 		}
-		n.seen.m[d.GetNodeId()] = seen
+		n.seen.m[node] = seen
 	}
 	return nil
 }
@@ -58,7 +60,7 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		return fmt.Errorf("--peers %s does not include this node's --addr %s", strings.Join(peers, ","), n.cfg.Addr)
 	}
 	hash := peersHash(peers)
-	initialID := uint64(self + 1)
+	initialID := ids.NodeID(self + 1)
 	for attempt := 0; ; attempt++ {
 		decision, via := n.probePeers(ctx, peers, hash, initialID)
 		switch decision {
@@ -89,7 +91,7 @@ const (
 )
 
 // probePeers asks every other peer about its state and decides.
-func (n *Node) probePeers(ctx context.Context, peers []string, hash, initialID uint64) (decision, string) {
+func (n *Node) probePeers(ctx context.Context, peers []string, hash uint64, initialID ids.NodeID) (decision, string) {
 	answered := 0
 	for _, p := range peers {
 		if p == n.cfg.Addr {
@@ -110,7 +112,7 @@ func (n *Node) probePeers(ctx context.Context, peers []string, hash, initialID u
 	return decideWait, ""
 }
 
-func (n *Node) probe(ctx context.Context, addr string, hash, initialID uint64) (*concordpb.ProbeResponse, error) {
+func (n *Node) probe(ctx context.Context, addr string, hash uint64, initialID ids.NodeID) (*concordpb.ProbeResponse, error) {
 	conn, err := n.conns.get(addr)
 	if err != nil {
 		return nil, err
@@ -118,7 +120,7 @@ func (n *Node) probe(ctx context.Context, addr string, hash, initialID uint64) (
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	return concordpb.NewClusterClient(conn).Probe(ctx, &concordpb.ProbeRequest{
-		FromAddress: n.cfg.Addr, PeersHash: hash, InitialNodeId: initialID,
+		FromAddress: n.cfg.Addr, PeersHash: hash, InitialNodeId: uint64(initialID),
 	})
 }
 
@@ -128,7 +130,7 @@ func (n *Node) answerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse
 	if id == nil {
 		return &concordpb.ProbeResponse{}
 	}
-	seen := n.seen.has(req.GetInitialNodeId())
+	seen := n.seen.has(ids.NodeID(req.GetInitialNodeId()))
 	for _, d := range n.book.all() {
 		// The address already belongs to a node that joined under another id.
 		if d.GetAddress() == req.GetFromAddress() && d.GetNodeId() != req.GetInitialNodeId() {
@@ -143,7 +145,7 @@ func (n *Node) answerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse
 
 // bootstrap writes the initial state of the cluster in peers: every node
 // computes the same state, so no coordination is needed beyond the probes.
-func (n *Node) bootstrap(peers []string, hash, self uint64) error {
+func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID) error {
 	nodes := make([]*concordpb.NodeDescriptor, len(peers))
 	for i, p := range peers {
 		nodes[i] = &concordpb.NodeDescriptor{NodeId: uint64(i + 1), Address: p}
@@ -151,7 +153,7 @@ func (n *Node) bootstrap(peers []string, hash, self uint64) error {
 	shards := initialShards(len(peers), n.cfg.Shards, n.cfg.Replicas)
 	b := n.eng.NewBatch()
 	defer b.Close()
-	ident := &storepb.NodeIdent{ClusterId: hash, NodeId: self, PeersHash: hash}
+	ident := &storepb.NodeIdent{ClusterId: hash, NodeId: uint64(self), PeersHash: hash}
 	if err := storage.SetIdent(b, ident); err != nil {
 		return err
 	}
@@ -178,14 +180,14 @@ func (n *Node) bootstrap(peers []string, hash, self uint64) error {
 
 // bootstrapReplica writes self's replica of shard d, if it has one; in the
 // initial placement a replica's id is its node's id.
-func bootstrapReplica(w storage.Writer, d *concordpb.ShardDescriptor, self uint64, nodes []*concordpb.NodeDescriptor, all []*concordpb.ShardDescriptor) error {
-	if !slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return r.GetNodeId() == self }) {
+func bootstrapReplica(w storage.Writer, d *concordpb.ShardDescriptor, self ids.NodeID, nodes []*concordpb.NodeDescriptor, all []*concordpb.ShardDescriptor) error {
+	if !slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return ids.NodeID(r.GetNodeId()) == self }) {
 		return nil
 	}
-	if err := storage.BootstrapReplica(w, d, self); err != nil {
+	if err := storage.BootstrapReplica(w, d, ids.ReplicaID(self)); err != nil {
 		return err
 	}
-	if d.GetShardId() == routing.MetaShard {
+	if ids.ShardID(d.GetShardId()) == routing.MetaShard {
 		return placement.Bootstrap(w, nodes, all)
 	}
 	return nil
@@ -198,8 +200,8 @@ func bootstrapReplica(w storage.Writer, d *concordpb.ShardDescriptor, self uint6
 func initialShards(n, shards, replicas int) []*concordpb.ShardDescriptor {
 	r := min(replicas, n)
 	starts, ends := routing.Ranges(shards)
-	mk := func(shard uint64, first int, start, end uint64) *concordpb.ShardDescriptor {
-		d := &concordpb.ShardDescriptor{ShardId: shard, StartHash: start, EndHash: end, Epoch: 1, NextReplicaId: uint64(n + 1)}
+	mk := func(shard ids.ShardID, first int, start, end uint64) *concordpb.ShardDescriptor {
+		d := &concordpb.ShardDescriptor{ShardId: uint64(shard), StartHash: start, EndHash: end, Epoch: 1, NextReplicaId: uint64(n + 1)}
 		for j := 0; j < r; j++ {
 			node := uint64((first+j)%n + 1)
 			d.Replicas = append(d.Replicas, &concordpb.ReplicaDescriptor{ReplicaId: node, NodeId: node})
@@ -208,7 +210,7 @@ func initialShards(n, shards, replicas int) []*concordpb.ShardDescriptor {
 	}
 	out := []*concordpb.ShardDescriptor{mk(routing.MetaShard, 0, 0, 0)}
 	for i := range starts {
-		out = append(out, mk(uint64(i+1), i, starts[i], ends[i]))
+		out = append(out, mk(ids.ShardID(i+1), i, starts[i], ends[i]))
 	}
 	return out
 }
@@ -272,7 +274,7 @@ func peersHash(sorted []string) uint64 {
 // addNode is the placement leader's side of join: it proposes a new node at
 // addr (which marks an older node at the same address REPLACED) and records
 // the resulting address book.
-func (n *Node) addNode(ctx context.Context, addr string) (uint64, []*concordpb.NodeDescriptor, error) {
+func (n *Node) addNode(ctx context.Context, addr string) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
 	res, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{
 		UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: addr}},
 	})
@@ -281,5 +283,5 @@ func (n *Node) addNode(ctx context.Context, addr string) (uint64, []*concordpb.N
 	}
 	n.log.Info("node joined", "node", res.GetNodeId(), "addr", addr)
 	_ = n.book.update(n.eng, res.GetNodes())
-	return res.GetNodeId(), res.GetNodes(), nil
+	return ids.NodeID(res.GetNodeId()), res.GetNodes(), nil
 }

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // The fault-injection hooks behind the Admin service (grpcapi.Faults). The
@@ -22,7 +24,7 @@ type partition struct {
 }
 
 // blocked reports whether a partition cuts this node off from node.
-func (n *Node) blocked(node uint64) bool {
+func (n *Node) blocked(node ids.NodeID) bool {
 	reach := n.partition.reachable.Load()
 	if reach == nil || node == n.ID() {
 		return false
@@ -33,16 +35,16 @@ func (n *Node) blocked(node uint64) bool {
 
 // partitionFrom cuts this node off from every peer not in reachable and
 // returns the ids of the peers now cut off.
-func (n *Node) partitionFrom(reachable []string) []uint64 {
+func (n *Node) partitionFrom(reachable []string) []ids.NodeID {
 	reach := map[string]bool{n.cfg.Addr: true}
 	for _, a := range reachable {
 		reach[a] = true
 	}
 	n.partition.reachable.Store(&reach)
-	var blocked []uint64
+	var blocked []ids.NodeID
 	for _, d := range n.book.all() {
-		if n.blocked(d.GetNodeId()) {
-			blocked = append(blocked, d.GetNodeId())
+		if id := ids.NodeID(d.GetNodeId()); n.blocked(id) {
+			blocked = append(blocked, id)
 		}
 	}
 	n.log.Warn("fault injection: partitioned", "reachable", reachable, "blocked_nodes", blocked)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -19,16 +20,16 @@ func TestPartitionBlocksPeersOutsideReachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.ident.Store(&storepb.NodeIdent{NodeId: 1})
-	for id, addr := range map[uint64]string{1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"} {
-		n.book.m[id] = &concordpb.NodeDescriptor{NodeId: id, Address: addr}
+	for id, addr := range map[ids.NodeID]string{1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"} {
+		n.book.m[id] = &concordpb.NodeDescriptor{NodeId: uint64(id), Address: addr}
 	}
 	if n.blocked(2) || n.blocked(4) {
 		t.Fatal("blocked without a partition")
 	}
-	if got := n.partitionFrom([]string{"127.0.0.1:7002"}); !slices.Equal(got, []uint64{3}) {
+	if got := n.partitionFrom([]string{"127.0.0.1:7002"}); !slices.Equal(got, []ids.NodeID{3}) {
 		t.Fatalf("partition blocked %v, want [3]", got)
 	}
-	for node, want := range map[uint64]bool{1: false, 2: false, 3: true, 4: true} {
+	for node, want := range map[ids.NodeID]bool{1: false, 2: false, 3: true, 4: true} {
 		if n.blocked(node) != want {
 			t.Fatalf("blocked(%d) = %v, want %v", node, !want, want)
 		}

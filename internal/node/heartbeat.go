@@ -22,20 +22,21 @@ import (
 type metaView struct {
 	mu       sync.Mutex
 	reports  map[ids.NodeID]scheduler.Report // guarded by mu: the last report per node
-	inflight map[uint64]bool                 // guarded by mu: shards with a repair or descriptor update under way
+	inflight map[ids.ShardID]bool            // guarded by mu: shards with a repair (key shard) or descriptor update (key shard|descriptorBusy) under way
 
-	// lastLeader is the placement leader named by the last heartbeat answer.
+	// lastLeader is the placement leader named by the last heartbeat answer
+	// (an ids.NodeID; atomic has no typed uint64).
 	lastLeader atomic.Uint64
 	rr         atomic.Uint64 // round-robin cursor for finding the placement leader
 }
 
-func (m *metaView) record(node uint64, replicas []*concordpb.ReplicaStatus) {
+func (m *metaView) record(node ids.NodeID, replicas []*concordpb.ReplicaStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.reports == nil {
 		m.reports = map[ids.NodeID]scheduler.Report{}
 	}
-	m.reports[ids.NodeID(node)] = scheduler.Report{At: time.Now(), Replicas: replicas}
+	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: replicas}
 }
 
 // view assembles the scheduler's input from the placement state (nodes,
@@ -50,7 +51,7 @@ func (m *metaView) view(now time.Time, s scheduler.Settings, nodes []*concordpb.
 	}
 	for shard := range m.inflight {
 		if shard&descriptorBusy == 0 {
-			v.InFlight[ids.ShardID(shard)] = true
+			v.InFlight[shard] = true
 		}
 	}
 	return v
@@ -61,11 +62,11 @@ func (m *metaView) view(now time.Time, s scheduler.Settings, nodes []*concordpb.
 const descriptorBusy = 1 << 63
 
 // begin marks shard busy; it reports false if it already was.
-func (m *metaView) begin(shard uint64) bool {
+func (m *metaView) begin(shard ids.ShardID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.inflight == nil {
-		m.inflight = map[uint64]bool{}
+		m.inflight = map[ids.ShardID]bool{}
 	}
 	if m.inflight[shard] {
 		return false
@@ -74,7 +75,7 @@ func (m *metaView) begin(shard uint64) bool {
 	return true
 }
 
-func (m *metaView) end(shard uint64) {
+func (m *metaView) end(shard ids.ShardID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.inflight, shard)
@@ -106,11 +107,11 @@ func (n *Node) placementView() (scheduler.View, error) {
 func (n *Node) sendHeartbeat(ctx context.Context) {
 	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID())}
 	if req.Node == nil {
-		req.Node = &concordpb.NodeDescriptor{NodeId: n.ID(), Address: n.cfg.Addr}
+		req.Node = &concordpb.NodeDescriptor{NodeId: uint64(n.ID()), Address: n.cfg.Addr}
 	}
 	for _, info := range n.host.Infos() {
 		req.Replicas = append(req.Replicas, &concordpb.ReplicaStatus{
-			ShardId: info.Shard, ReplicaId: info.ReplicaID, NodeId: n.ID(), LeaderReplicaId: info.LeaderReplica,
+			ShardId: uint64(info.Shard), ReplicaId: uint64(info.ReplicaID), NodeId: uint64(n.ID()), LeaderReplicaId: uint64(info.LeaderReplica),
 			Term: info.Term, CommitIndex: info.Commit, AppliedIndex: info.Applied, IsLeader: info.IsLeader,
 			DescriptorEpoch: info.Desc.GetEpoch(),
 		})
@@ -147,12 +148,12 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 
 // nextCandidate cycles through the other known nodes, to find the placement
 // leader when no hint is known.
-func (n *Node) nextCandidate() uint64 {
+func (n *Node) nextCandidate() ids.NodeID {
 	nodes := n.book.all()
 	for range nodes {
 		d := nodes[int(n.meta.rr.Add(1))%len(nodes)]
-		if d.GetNodeId() != n.ID() && d.GetState() == concordpb.NodeState_NODE_UP {
-			return d.GetNodeId()
+		if id := ids.NodeID(d.GetNodeId()); id != n.ID() && d.GetState() == concordpb.NodeState_NODE_UP {
+			return id
 		}
 	}
 	return 0
@@ -162,22 +163,22 @@ func (n *Node) nextCandidate() uint64 {
 // proposes any newer descriptor a shard leader sent, and answers with the
 // nodes and the shard routes.
 func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
-	n.meta.record(req.GetNode().GetNodeId(), req.GetReplicas())
+	n.meta.record(ids.NodeID(req.GetNode().GetNodeId()), req.GetReplicas())
 	v, err := n.placementView()
 	if err != nil {
 		return nil, err
 	}
-	known := map[uint64]*concordpb.ShardDescriptor{}
+	known := map[ids.ShardID]*concordpb.ShardDescriptor{}
 	for _, d := range v.Shards {
-		known[d.GetShardId()] = d
+		known[ids.ShardID(d.GetShardId())] = d
 	}
 	for _, d := range req.GetLedDescriptors() {
-		if cur := known[d.GetShardId()]; cur == nil || cur.GetEpoch() < d.GetEpoch() {
+		if cur := known[ids.ShardID(d.GetShardId())]; cur == nil || cur.GetEpoch() < d.GetEpoch() {
 			n.recordDescriptor(d)
 		}
 	}
 	leaders := scheduler.Leaders(v)
-	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: n.ID()}
+	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: uint64(n.ID())}
 	for _, d := range v.Shards {
 		leader := leaders[ids.ShardID(d.GetShardId())].Node
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})
@@ -188,7 +189,7 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 // recordDescriptor proposes a newer shard descriptor to the placement
 // state, in the background (a heartbeat must not wait on raft).
 func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
-	key := d.GetShardId() | descriptorBusy
+	key := ids.ShardID(d.GetShardId()) | descriptorBusy
 	if !n.meta.begin(key) {
 		return
 	}
@@ -209,8 +210,8 @@ func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
 // placementLeaderHint names the node to ask for placement requests when the
 // meta shard's leader is unknown: the last leader a heartbeat named, else
 // any other known node (which forwards).
-func (n *Node) placementLeaderHint() uint64 {
-	if h := n.meta.lastLeader.Load(); h != 0 && h != n.ID() {
+func (n *Node) placementLeaderHint() ids.NodeID {
+	if h := ids.NodeID(n.meta.lastLeader.Load()); h != 0 && h != n.ID() {
 		return h
 	}
 	return n.nextCandidate()

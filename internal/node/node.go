@@ -15,6 +15,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
@@ -65,8 +66,8 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{})}
-	n.book.m = map[uint64]*concordpb.NodeDescriptor{}
-	n.seen.m = map[uint64]bool{}
+	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
+	n.seen.m = map[ids.NodeID]bool{}
 	n.conns.m = map[string]*grpc.ClientConn{}
 	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}
 	n.cluster = grpcapi.NewCluster(n.backend())
@@ -130,21 +131,21 @@ func (n *Node) abort(err error) error {
 func (n *Node) startRaft() error {
 	id := n.ident.Load()
 	n.transport = transport.New(transport.Config{
-		ClusterID: id.GetClusterId(), NodeID: id.GetNodeId(),
+		ClusterID: id.GetClusterId(), NodeID: ids.NodeID(id.GetNodeId()),
 		Resolve:   n.book.resolve,
 		OnReceive: n.markSeen,
 		Blocked:   n.blocked,
 		Logger:    n.log,
 	}, n.eng)
-	hc := multiraft.DefaultConfig(id.GetNodeId())
+	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval
 	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
 	hc.Logger = n.log
-	n.host = multiraft.New(hc, n.eng, n.transport, func(shard uint64) replica.StateMachine {
+	n.host = multiraft.New(hc, n.eng, n.transport, func(shard ids.ShardID) replica.StateMachine {
 		if shard == routing.MetaShard {
 			return placement.New()
 		}
-		return kv.New(shard)
+		return kv.New(uint64(shard))
 	})
 	n.transport.SetReceiver(n.host)
 	if err := n.host.Start(); err != nil {
@@ -187,7 +188,7 @@ func (n *Node) goLoop(interval time.Duration, f func(ctx context.Context)) {
 func (n *Node) Addr() string { return n.lis.Addr().String() }
 
 // ID is the node's id, 0 until it is initialized.
-func (n *Node) ID() uint64 { return n.ident.Load().GetNodeId() }
+func (n *Node) ID() ids.NodeID { return ids.NodeID(n.ident.Load().GetNodeId()) }
 
 // Stop ends every goroutine of the node and closes its storage.
 func (n *Node) Stop() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storage"
 )
 
@@ -20,17 +21,17 @@ import (
 // restarted node can reach its peers before hearing from the placement leader.
 type addressBook struct {
 	mu sync.RWMutex
-	m  map[uint64]*concordpb.NodeDescriptor // guarded by mu
+	m  map[ids.NodeID]*concordpb.NodeDescriptor // guarded by mu
 }
 
-func (b *addressBook) resolve(node uint64) (string, bool) {
+func (b *addressBook) resolve(node ids.NodeID) (string, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	d, ok := b.m[node]
 	return d.GetAddress(), ok
 }
 
-func (b *addressBook) get(node uint64) *concordpb.NodeDescriptor {
+func (b *addressBook) get(node ids.NodeID) *concordpb.NodeDescriptor {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	return b.m[node]
@@ -55,7 +56,7 @@ func (b *addressBook) update(eng *storage.Engine, ds []*concordpb.NodeDescriptor
 	defer b.mu.Unlock()
 	var changed []*concordpb.NodeDescriptor
 	for _, d := range ds {
-		if cur, ok := b.m[d.GetNodeId()]; !ok || !proto.Equal(cur, d) {
+		if cur, ok := b.m[ids.NodeID(d.GetNodeId())]; !ok || !proto.Equal(cur, d) {
 			changed = append(changed, d)
 		}
 	}
@@ -66,7 +67,7 @@ func (b *addressBook) update(eng *storage.Engine, ds []*concordpb.NodeDescriptor
 		return err
 	}
 	for _, d := range changed {
-		b.m[d.GetNodeId()] = d
+		b.m[ids.NodeID(d.GetNodeId())] = d
 	}
 	return nil
 }
@@ -76,10 +77,10 @@ func (b *addressBook) update(eng *storage.Engine, ds []*concordpb.NodeDescriptor
 // join anew, because reusing the id would forget its votes.
 type seenSet struct {
 	mu sync.Mutex
-	m  map[uint64]bool // guarded by mu
+	m  map[ids.NodeID]bool // guarded by mu
 }
 
-func (s *seenSet) has(node uint64) bool {
+func (s *seenSet) has(node ids.NodeID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m[node]
@@ -87,7 +88,7 @@ func (s *seenSet) has(node uint64) bool {
 
 // markSeen records that fromNode sent peer traffic, durably, before that
 // traffic is delivered. Only the first message from a node pays the fsync.
-func (n *Node) markSeen(fromNode uint64) {
+func (n *Node) markSeen(fromNode ids.NodeID) {
 	n.seen.mu.Lock()
 	defer n.seen.mu.Unlock()
 	if n.seen.m[fromNode] {

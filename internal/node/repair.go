@@ -27,7 +27,7 @@ func (n *Node) repair(context.Context) {
 	v.LeaderOverride = map[ids.ShardID]ids.NodeID{}
 	for _, info := range n.host.Infos() {
 		if info.IsLeader {
-			v.LeaderOverride[ids.ShardID(info.Shard)] = ids.NodeID(n.ID())
+			v.LeaderOverride[info.Shard] = n.ID()
 		}
 	}
 	for _, s := range scheduler.Schedule(v) {
@@ -42,7 +42,7 @@ func (n *Node) execute(s scheduler.Step) {
 		n.log.Warn("scheduler step not supported yet", "step", scheduler.DescribeStep(s))
 		return
 	}
-	shard := uint64(s.Shard)
+	shard := s.Shard
 	if !n.meta.begin(shard) {
 		return
 	}
@@ -62,10 +62,10 @@ func (n *Node) replaceReplica(ctx context.Context, s scheduler.Step) {
 	req := &concordpb.ChangeReplicasRequest{ShardId: uint64(s.Shard), RemoveReplicaId: uint64(s.Replica), AddNodeId: uint64(s.Target)}
 	var resp *concordpb.ChangeReplicasResponse
 	var err error
-	if uint64(s.Via) == n.ID() {
+	if s.Via == n.ID() {
 		resp, err = n.cluster.ChangeReplicas(ctx, req)
 	} else {
-		c, fctx, cerr := grpcapi.ClusterClientFor(ctx, n.backend(), uint64(s.Via))
+		c, fctx, cerr := grpcapi.ClusterClientFor(ctx, n.backend(), s.Via)
 		if cerr != nil {
 			return
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // The node's view of the shards: what its own replicas know, filled in by
@@ -10,11 +11,11 @@ import (
 
 // shardDescriptors returns what this node knows of every shard: its own
 // replicas' descriptors, else the placement leader's view from heartbeats.
-func (n *Node) shardDescriptors() map[uint64]*concordpb.ShardDescriptor {
-	out := map[uint64]*concordpb.ShardDescriptor{}
+func (n *Node) shardDescriptors() map[ids.ShardID]*concordpb.ShardDescriptor {
+	out := map[ids.ShardID]*concordpb.ShardDescriptor{}
 	if routes := n.routes.Load(); routes != nil {
 		for _, r := range *routes {
-			out[r.GetShard().GetShardId()] = r.GetShard()
+			out[ids.ShardID(r.GetShard().GetShardId())] = r.GetShard()
 		}
 	}
 	for _, info := range n.host.Infos() {
@@ -27,7 +28,7 @@ func (n *Node) shardDescriptors() map[uint64]*concordpb.ShardDescriptor {
 
 // leaderOf returns the node leading shard as far as this node knows
 // (0 if unknown) and whether that is this node.
-func (n *Node) leaderOf(shard uint64) (leader uint64, local bool) {
+func (n *Node) leaderOf(shard ids.ShardID) (leader ids.NodeID, local bool) {
 	if info, ok := n.host.Info(shard); ok {
 		if info.IsLeader {
 			return n.ID(), true
@@ -38,8 +39,8 @@ func (n *Node) leaderOf(shard uint64) (leader uint64, local bool) {
 	}
 	if routes := n.routes.Load(); routes != nil {
 		for _, r := range *routes {
-			if r.GetShard().GetShardId() == shard && r.GetLeaderNodeId() != n.ID() {
-				return r.GetLeaderNodeId(), false
+			if l := ids.NodeID(r.GetLeaderNodeId()); ids.ShardID(r.GetShard().GetShardId()) == shard && l != n.ID() {
+				return l, false
 			}
 		}
 	}

@@ -14,13 +14,13 @@ import (
 // localStatus reports only this node's replicas, when the placement leader
 // cannot be reached.
 func (n *Node) localStatus() *concordpb.StatusResponse {
-	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: n.ID()}
+	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID())}
 	for _, d := range n.book.all() {
 		resp.Nodes = append(resp.Nodes, &concordpb.NodeStatus{Node: d, LastHeartbeatAgeSeconds: -1})
 	}
 	for _, info := range n.host.Infos() {
 		resp.Shards = append(resp.Shards, &concordpb.ShardStatus{
-			Shard: info.Desc, LeaderNodeId: info.LeaderNode, Term: info.Term,
+			Shard: info.Desc, LeaderNodeId: uint64(info.LeaderNode), Term: info.Term,
 			CommitIndex: info.Commit, AppliedIndex: info.Applied, IsMeta: info.Shard == routing.MetaShard,
 		})
 	}
@@ -38,7 +38,7 @@ func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
 		return nil, err
 	}
 	leaders := scheduler.Leaders(v)
-	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: n.ID()}
+	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID())}
 	for _, d := range v.Nodes {
 		resp.Nodes = append(resp.Nodes, nodeStatus(v, d))
 	}
@@ -72,13 +72,13 @@ func nodeStatus(v scheduler.View, d *concordpb.NodeDescriptor) *concordpb.NodeSt
 // shardStatus describes shard d as its leader's report rs (nil if none)
 // has it; a newer descriptor held here wins over the placement state's.
 func (n *Node) shardStatus(d *concordpb.ShardDescriptor, rs *concordpb.ReplicaStatus) *concordpb.ShardStatus {
-	ss := &concordpb.ShardStatus{Shard: d, IsMeta: d.GetShardId() == routing.MetaShard}
+	ss := &concordpb.ShardStatus{Shard: d, IsMeta: ids.ShardID(d.GetShardId()) == routing.MetaShard}
 	if rs == nil {
 		return ss
 	}
 	ss.LeaderNodeId, ss.Term, ss.CommitIndex, ss.AppliedIndex = rs.GetNodeId(), rs.GetTerm(), rs.GetCommitIndex(), rs.GetAppliedIndex()
 	if rs.GetDescriptorEpoch() > d.GetEpoch() {
-		if cur, ok := n.host.Info(d.GetShardId()); ok && cur.Desc != nil {
+		if cur, ok := n.host.Info(ids.ShardID(d.GetShardId())); ok && cur.Desc != nil {
 			ss.Shard = proto.CloneOf(cur.Desc)
 		}
 	}

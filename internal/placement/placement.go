@@ -14,7 +14,7 @@ import (
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
-const meta = routing.MetaShard
+const meta = uint64(routing.MetaShard)
 
 // StateMachine applies placement commands in the meta shard.
 type StateMachine struct{}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -18,21 +19,21 @@ import (
 // It refuses a node that already holds a replica of the shard (two replicas
 // of one shard on a node share one key prefix) and a replica that is not a
 // member.
-func ReplaceChange(desc *concordpb.ShardDescriptor, cmdID, remove, addNode uint64) (*pb.ConfChangeV2, error) {
+func ReplaceChange(desc *concordpb.ShardDescriptor, cmdID uint64, remove ids.ReplicaID, addNode ids.NodeID) (*pb.ConfChangeV2, error) {
 	if desc == nil {
 		return nil, fmt.Errorf("shard has no descriptor yet")
 	}
 	found := false
 	for _, rd := range desc.GetReplicas() {
-		if rd.GetNodeId() == addNode {
+		if rd.GetNodeId() == uint64(addNode) {
 			return nil, fmt.Errorf("shard %d already has a replica on node %d", desc.GetShardId(), addNode)
 		}
-		found = found || rd.GetReplicaId() == remove
+		found = found || rd.GetReplicaId() == uint64(remove)
 	}
 	if !found {
 		return nil, fmt.Errorf("shard %d has no replica %d", desc.GetShardId(), remove)
 	}
-	added := &concordpb.ReplicaDescriptor{ReplicaId: desc.GetNextReplicaId(), NodeId: addNode}
+	added := &concordpb.ReplicaDescriptor{ReplicaId: desc.GetNextReplicaId(), NodeId: uint64(addNode)}
 	ctx, err := proto.Marshal(&storepb.ConfChangeContext{CommandId: cmdID, Added: []*concordpb.ReplicaDescriptor{added}})
 	if err != nil {
 		return nil, err
@@ -40,7 +41,7 @@ func ReplaceChange(desc *concordpb.ShardDescriptor, cmdID, remove, addNode uint6
 	return &pb.ConfChangeV2{
 		Changes: []*pb.ConfChangeSingle{
 			{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(added.GetReplicaId())},
-			{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(remove)},
+			{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(uint64(remove))},
 		},
 		Context: ctx,
 	}, nil

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -46,9 +47,10 @@ func TestReplaceChangeRefuses(t *testing.T) {
 	desc := &concordpb.ShardDescriptor{ShardId: 3, NextReplicaId: 4,
 		Replicas: []*concordpb.ReplicaDescriptor{rep(1, 1), rep(2, 2), rep(3, 3)}}
 	for _, c := range []struct {
-		name         string
-		desc         *concordpb.ShardDescriptor
-		remove, onto uint64
+		name   string
+		desc   *concordpb.ShardDescriptor
+		remove ids.ReplicaID
+		onto   ids.NodeID
 	}{
 		{"no descriptor", nil, 1, 4},
 		{"not a member", desc, 9, 4},

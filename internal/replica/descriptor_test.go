@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -93,12 +94,12 @@ func TestNextDescriptorKeepsNodes(t *testing.T) {
 // is a voter, an outgoing voter (joint config), a learner or a learner-next.
 func TestInConfState(t *testing.T) {
 	cs := &pb.ConfState{Voters: []uint64{1, 2}, VotersOutgoing: []uint64{3}, Learners: []uint64{4}, LearnersNext: []uint64{5}}
-	for id := uint64(1); id <= 5; id++ {
+	for id := ids.ReplicaID(1); id <= 5; id++ {
 		if !inConfState(cs, id) {
 			t.Errorf("replica %d should be in %v", id, cs)
 		}
 	}
-	for _, id := range []uint64{0, 6} {
+	for _, id := range []ids.ReplicaID{0, 6} {
 		if inConfState(cs, id) {
 			t.Errorf("replica %d should not be in %v", id, cs)
 		}

@@ -3,6 +3,8 @@ package replica
 import (
 	"errors"
 	"fmt"
+
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // ErrDropped is returned when raft refused a proposal (no leader known, a
@@ -22,9 +24,9 @@ var ErrRemoved = errors.New("replica: removed from this node")
 // NotLeaderError is returned when a request that needs the shard leader
 // reaches another replica. Nothing was applied.
 type NotLeaderError struct {
-	Shard uint64
+	Shard ids.ShardID
 	// LeaderNode is the node of the leader this replica knows of; 0 if none.
-	LeaderNode uint64
+	LeaderNode ids.NodeID
 }
 
 func (e *NotLeaderError) Error() string {

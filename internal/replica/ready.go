@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -35,7 +36,7 @@ func (r *Replica) FlushProposals() {
 	for _, p := range r.queued {
 		ents = append(ents, &pb.Entry{Data: p.Data})
 	}
-	err := r.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(r.cfg.ReplicaID), Entries: ents})
+	err := r.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(uint64(r.cfg.ReplicaID)), Entries: ents})
 	for _, p := range r.queued {
 		if err != nil {
 			p.Done <- Outcome{Err: ErrDropped}
@@ -144,7 +145,7 @@ func (r *Replica) Apply(b *pebble.Batch, rd raft.Ready) error {
 		}
 		r.applied, r.appliedTerm = e.GetIndex(), e.GetTerm()
 	}
-	return storage.SetProto(b, keys.Applied(r.cfg.Shard), &storepb.AppliedState{Index: r.applied, Term: r.appliedTerm})
+	return storage.SetProto(b, keys.Applied(uint64(r.cfg.Shard)), &storepb.AppliedState{Index: r.applied, Term: r.appliedTerm})
 }
 
 func (r *Replica) applyEntry(b *pebble.Batch, e *pb.Entry) error {
@@ -194,13 +195,13 @@ func (r *Replica) applyConfChange(b *pebble.Batch, cc *pb.ConfChangeV2) error {
 	if len(cc.GetChanges()) > 0 {
 		r.desc = nextDescriptor(r.desc, cc, &ctx)
 		for _, rd := range ctx.GetAdded() {
-			r.nodes[rd.GetReplicaId()] = rd.GetNodeId()
+			r.nodes[ids.ReplicaID(rd.GetReplicaId())] = ids.NodeID(rd.GetNodeId())
 		}
 	}
-	if err := storage.SetProto(b, keys.ConfState(r.cfg.Shard), cs); err != nil {
+	if err := storage.SetProto(b, keys.ConfState(uint64(r.cfg.Shard)), cs); err != nil {
 		return err
 	}
-	if err := storage.SetProto(b, keys.Descriptor(r.cfg.Shard), r.desc); err != nil {
+	if err := storage.SetProto(b, keys.Descriptor(uint64(r.cfg.Shard)), r.desc); err != nil {
 		return err
 	}
 	if !inConfState(cs, r.cfg.ReplicaID) {
@@ -240,9 +241,9 @@ func nextDescriptor(desc *concordpb.ShardDescriptor, cc *pb.ConfChangeV2, ctx *s
 	return d
 }
 
-func inConfState(cs *pb.ConfState, id uint64) bool {
-	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing(), cs.GetLearners(), cs.GetLearnersNext()} {
-		if slices.Contains(ids, id) {
+func inConfState(cs *pb.ConfState, id ids.ReplicaID) bool {
+	for _, set := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing(), cs.GetLearners(), cs.GetLearnersNext()} {
+		if slices.Contains(set, uint64(id)) {
 			return true
 		}
 	}
@@ -251,7 +252,7 @@ func inConfState(cs *pb.ConfState, id uint64) bool {
 
 // Outbound is a raft message and the node to send it to.
 type Outbound struct {
-	ToNode uint64
+	ToNode ids.NodeID
 	Msg    *pb.Message
 }
 
@@ -268,7 +269,7 @@ type Outbound struct {
 // state this node has not yet persisted.
 func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 	for _, m := range rd.Messages {
-		node, ok := r.nodes[m.GetTo()]
+		node, ok := r.nodes[ids.ReplicaID(m.GetTo())]
 		if !ok {
 			r.rn.ReportUnreachable(m.GetTo())
 			continue
@@ -315,11 +316,11 @@ func (r *Replica) Advance(rd raft.Ready) {
 func (r *Replica) updateLeadership(ss *raft.SoftState) {
 	wasLeader := r.isLeader
 	r.isLeader = ss.RaftState == raft.StateLeader
-	if ss.Lead != r.lead {
+	if ids.ReplicaID(ss.Lead) != r.lead {
 		r.logger().Debug("leader changed", "shard", r.cfg.Shard, "replica", r.cfg.ReplicaID,
 			"from", r.lead, "to", ss.Lead, "term", r.term)
 	}
-	r.lead = ss.Lead
+	r.lead = ids.ReplicaID(ss.Lead)
 	if wasLeader && !r.isLeader {
 		r.failPending(&NotLeaderError{Shard: r.cfg.Shard, LeaderNode: r.LeaderNode()})
 	}
@@ -357,7 +358,7 @@ func (r *Replica) TransferToPreferred() {
 		return
 	}
 	preferred := r.desc.GetReplicas()[0].GetReplicaId()
-	if preferred == r.cfg.ReplicaID {
+	if ids.ReplicaID(preferred) == r.cfg.ReplicaID {
 		return
 	}
 	st := r.rn.Status()
@@ -388,7 +389,7 @@ func (r *Replica) TransferAway() bool {
 	var best uint64
 	var bestMatch uint64
 	for id, pr := range st.Progress {
-		if id == r.cfg.ReplicaID || pr.IsLearner || !pr.RecentActive {
+		if ids.ReplicaID(id) == r.cfg.ReplicaID || pr.IsLearner || !pr.RecentActive {
 			continue
 		}
 		if best == 0 || pr.Match > bestMatch {

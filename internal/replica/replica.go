@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -23,9 +24,9 @@ type StateMachine interface {
 
 // Config configures one replica.
 type Config struct {
-	NodeID    uint64
-	Shard     uint64
-	ReplicaID uint64
+	NodeID    ids.NodeID
+	Shard     ids.ShardID
+	ReplicaID ids.ReplicaID
 	// ElectionTicks and HeartbeatTicks are in multiraft ticks.
 	ElectionTicks  int
 	HeartbeatTicks int
@@ -86,7 +87,7 @@ type Replica struct {
 	desc                 *concordpb.ShardDescriptor
 	applied, appliedTerm uint64
 	// nodes maps replica ids of this shard to the nodes that host them.
-	nodes map[uint64]uint64
+	nodes map[ids.ReplicaID]ids.NodeID
 
 	proposals map[uint64]*Proposal
 	queued    []*Proposal
@@ -95,8 +96,9 @@ type Replica struct {
 	// the batch holding them is durable.
 	completions []completion
 
-	lead, term uint64
-	isLeader   bool
+	lead     ids.ReplicaID // raft's leader, 0 if none
+	term     uint64
+	isLeader bool
 	// voteChanged: the Ready being handled changes the term or vote, so none
 	// of its messages may leave before it is durable.
 	voteChanged bool
@@ -119,7 +121,7 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 	}
 	r := &Replica{
 		cfg: cfg, eng: eng, log: l, sm: sm,
-		nodes:     map[uint64]uint64{},
+		nodes:     map[ids.ReplicaID]ids.NodeID{},
 		proposals: map[uint64]*Proposal{},
 		reads:     map[string]*Read{},
 		staged:    map[uint64]*storage.StagedSnapshot{},
@@ -129,7 +131,7 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 	}
 	l.SetSnapshotFunc(cfg.Snapshot)
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID:                        cfg.ReplicaID,
+		ID:                        uint64(cfg.ReplicaID),
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
 		Storage:                   l,
@@ -155,29 +157,29 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 // loadState reads the state machine's applied state and descriptor.
 func (r *Replica) loadState() error {
 	var as storepb.AppliedState
-	if _, err := r.eng.GetProto(keys.Applied(r.cfg.Shard), &as); err != nil {
+	if _, err := r.eng.GetProto(keys.Applied(uint64(r.cfg.Shard)), &as); err != nil {
 		return err
 	}
 	r.applied, r.appliedTerm = as.GetIndex(), as.GetTerm()
 	desc := &concordpb.ShardDescriptor{}
-	found, err := r.eng.GetProto(keys.Descriptor(r.cfg.Shard), desc)
+	found, err := r.eng.GetProto(keys.Descriptor(uint64(r.cfg.Shard)), desc)
 	if err != nil {
 		return err
 	}
 	if found {
 		r.desc = desc
 		for _, rd := range desc.GetReplicas() {
-			r.nodes[rd.GetReplicaId()] = rd.GetNodeId()
+			r.nodes[ids.ReplicaID(rd.GetReplicaId())] = ids.NodeID(rd.GetNodeId())
 		}
 	}
 	return nil
 }
 
 // Shard is the replica's shard id.
-func (r *Replica) Shard() uint64 { return r.cfg.Shard }
+func (r *Replica) Shard() ids.ShardID { return r.cfg.Shard }
 
 // ID is the replica's id within its shard.
-func (r *Replica) ID() uint64 { return r.cfg.ReplicaID }
+func (r *Replica) ID() ids.ReplicaID { return r.cfg.ReplicaID }
 
 // Descriptor is the shard's descriptor as of the applied index; nil until
 // the replica is initialized (by bootstrap or a snapshot).
@@ -190,7 +192,7 @@ func (r *Replica) Applied() uint64 { return r.applied }
 func (r *Replica) IsLeader() bool { return r.isLeader }
 
 // LeaderNode is the node of the leader this replica knows of; 0 if none.
-func (r *Replica) LeaderNode() uint64 {
+func (r *Replica) LeaderNode() ids.NodeID {
 	if r.lead == 0 {
 		return 0
 	}
@@ -226,23 +228,23 @@ func (r *Replica) Tick() {
 }
 
 // Step hands raft a message that fromNode sent.
-func (r *Replica) Step(fromNode uint64, m *pb.Message) error {
+func (r *Replica) Step(fromNode ids.NodeID, m *pb.Message) error {
 	if m.GetFrom() != 0 && fromNode != 0 {
-		r.nodes[m.GetFrom()] = fromNode
+		r.nodes[ids.ReplicaID(m.GetFrom())] = fromNode
 	}
 	return r.rn.Step(m)
 }
 
 // ReportUnreachable tells raft a message to replica id could not be sent.
-func (r *Replica) ReportUnreachable(id uint64) { r.rn.ReportUnreachable(id) }
+func (r *Replica) ReportUnreachable(id ids.ReplicaID) { r.rn.ReportUnreachable(uint64(id)) }
 
 // ReportSnapshot tells raft whether a snapshot reached replica id.
-func (r *Replica) ReportSnapshot(id uint64, ok bool) {
+func (r *Replica) ReportSnapshot(id ids.ReplicaID, ok bool) {
 	st := raft.SnapshotFinish
 	if !ok {
 		st = raft.SnapshotFailure
 	}
-	r.rn.ReportSnapshot(id, st)
+	r.rn.ReportSnapshot(uint64(id), st)
 }
 
 // StageSnapshot takes ownership of s, the data of the snapshot at index,
@@ -281,6 +283,6 @@ func (r *Replica) Ready() raft.Ready {
 func (r *Replica) RaftLog() *storage.RaftLog { return r.log }
 
 // Nodes returns the node hosting each known replica id of the shard.
-func (r *Replica) Nodes() map[uint64]uint64 { return r.nodes }
+func (r *Replica) Nodes() map[ids.ReplicaID]ids.NodeID { return r.nodes }
 
 func (r *Replica) logger() *slog.Logger { return r.cfg.Logger }

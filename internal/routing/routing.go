@@ -13,10 +13,11 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // MetaShard is the id of the placement service's shard.
-const MetaShard uint64 = 0
+const MetaShard ids.ShardID = 0
 
 // Hash is the stable 64-bit position of key in the hash space.
 func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
@@ -52,7 +53,7 @@ type Table struct {
 func NewTable(descs []*concordpb.ShardDescriptor) *Table {
 	t := &Table{}
 	for _, d := range descs {
-		if d.GetShardId() != MetaShard {
+		if ids.ShardID(d.GetShardId()) != MetaShard {
 			t.shards = append(t.shards, d)
 		}
 	}

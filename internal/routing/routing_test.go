@@ -33,7 +33,7 @@ func TestLookupFindsOwningShard(t *testing.T) {
 	for i := range starts {
 		descs = append(descs, &concordpb.ShardDescriptor{ShardId: uint64(i + 1), StartHash: starts[i], EndHash: ends[i]})
 	}
-	descs = append(descs, &concordpb.ShardDescriptor{ShardId: MetaShard})
+	descs = append(descs, &concordpb.ShardDescriptor{ShardId: uint64(MetaShard)})
 	tbl := NewTable(descs)
 	hit := map[uint64]int{}
 	for i := 0; i < 10000; i++ {
@@ -48,7 +48,7 @@ func TestLookupFindsOwningShard(t *testing.T) {
 		}
 		hit[d.GetShardId()]++
 	}
-	if len(hit) != 16 || hit[MetaShard] != 0 {
+	if len(hit) != 16 || hit[uint64(MetaShard)] != 0 {
 		t.Fatalf("keys should spread over the 16 user shards only: %v", hit)
 	}
 	for _, h := range []uint64{0, math.MaxUint64, ends[3], starts[4]} {

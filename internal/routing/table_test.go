@@ -13,7 +13,7 @@ import (
 func TestLookupHashBoundariesAndGaps(t *testing.T) {
 	tbl := NewTable([]*concordpb.ShardDescriptor{
 		{ShardId: 3, StartHash: 200, EndHash: math.MaxUint64},
-		{ShardId: MetaShard, StartHash: 0, EndHash: 0},
+		{ShardId: uint64(MetaShard), StartHash: 0, EndHash: 0},
 		{ShardId: 1, StartHash: 0, EndHash: 99},
 		// shard 2, [100, 199], is missing
 	})

@@ -3,6 +3,8 @@ package storage
 import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // Reader and Writer are Pebble's read and write interfaces under storage's
@@ -37,4 +39,4 @@ func (e *Engine) GetProto(key []byte, m proto.Message) (bool, error) { return Ge
 func (e *Engine) Reader() pebble.Reader { return e.db }
 
 // LoadRaftLog loads the raft log of shard's replica on this engine.
-func (e *Engine) LoadRaftLog(shard uint64) (*RaftLog, error) { return LoadRaftLog(e.db, shard) }
+func (e *Engine) LoadRaftLog(shard ids.ShardID) (*RaftLog, error) { return LoadRaftLog(e.db, shard) }

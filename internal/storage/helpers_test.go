@@ -7,6 +7,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // openEngine opens an engine in dir and closes it when the test ends, unless
@@ -38,7 +40,7 @@ func reopen(t *testing.T, e *Engine, dataDir string) *Engine {
 
 func loadLog(t *testing.T, db *pebble.DB, shard uint64) *RaftLog {
 	t.Helper()
-	l, err := LoadRaftLog(db, shard)
+	l, err := LoadRaftLog(db, ids.ShardID(shard))
 	if err != nil {
 		t.Fatalf("load raft log of shard %d: %v", shard, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -64,8 +65,8 @@ func (e *Engine) SaveAddresses(ds []*concordpb.NodeDescriptor) error {
 }
 
 // Seen reports whether the node has recorded receiving raft traffic from node.
-func (e *Engine) Seen(node uint64) (bool, error) {
-	_, closer, err := e.db.Get(keys.Seen(node))
+func (e *Engine) Seen(node ids.NodeID) (bool, error) {
+	_, closer, err := e.db.Get(keys.Seen(uint64(node)))
 	if err == pebble.ErrNotFound {
 		return false, nil
 	}
@@ -76,4 +77,6 @@ func (e *Engine) Seen(node uint64) (bool, error) {
 }
 
 // MarkSeen durably records that the node has received raft traffic from node.
-func (e *Engine) MarkSeen(node uint64) error { return e.db.Set(keys.Seen(node), nil, pebble.Sync) }
+func (e *Engine) MarkSeen(node ids.NodeID) error {
+	return e.db.Set(keys.Seen(uint64(node)), nil, pebble.Sync)
+}

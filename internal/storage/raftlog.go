@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -20,7 +21,8 @@ import (
 //
 // Not safe for concurrent use: the multiraft loop owns it.
 type RaftLog struct {
-	db    *pebble.DB
+	db *pebble.DB
+	// shard is only ever encoded into keys, which take a plain uint64.
 	shard uint64
 
 	hardState *pb.HardState
@@ -42,7 +44,8 @@ var _ raft.Storage = (*RaftLog)(nil)
 
 // LoadRaftLog reads a replica's Raft state. A replica with nothing stored
 // (created to receive a snapshot) has an empty log at index 0.
-func LoadRaftLog(db *pebble.DB, shard uint64) (*RaftLog, error) {
+func LoadRaftLog(db *pebble.DB, id ids.ShardID) (*RaftLog, error) {
+	shard := uint64(id)
 	l := &RaftLog{db: db, shard: shard, hardState: &pb.HardState{}, cache: entryCache{maxBytes: entryCacheBytes}}
 	if _, err := GetProto(db, keys.HardState(shard), l.hardState); err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -20,32 +21,32 @@ import (
 // to it cannot bring it back).
 
 // HostedReplicas returns the replica id hosted here of every shard.
-func (e *Engine) HostedReplicas() (map[uint64]uint64, error) {
+func (e *Engine) HostedReplicas() (map[ids.ShardID]ids.ReplicaID, error) {
 	lo, hi := keys.HostedSpan()
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return nil, err
 	}
-	out := map[uint64]uint64{}
+	out := map[ids.ShardID]ids.ReplicaID{}
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(it.Value()) != 8 {
 			_ = it.Close()
 			return nil, fmt.Errorf("storage: hosted record %x is corrupt", it.Key())
 		}
-		out[keys.ShardOfHosted(it.Key())] = binary.BigEndian.Uint64(it.Value())
+		out[ids.ShardID(keys.ShardOfHosted(it.Key()))] = ids.ReplicaID(binary.BigEndian.Uint64(it.Value()))
 	}
 	return out, it.Close()
 }
 
 // SetHosted durably records that this node hosts replica id of shard.
-func (e *Engine) SetHosted(shard, id uint64) error {
-	return e.db.Set(keys.Hosted(shard), binary.BigEndian.AppendUint64(nil, id), pebble.Sync)
+func (e *Engine) SetHosted(shard ids.ShardID, id ids.ReplicaID) error {
+	return e.db.Set(keys.Hosted(uint64(shard)), binary.BigEndian.AppendUint64(nil, uint64(id)), pebble.Sync)
 }
 
 // Tombstone returns the highest replica id of shard removed from this node;
 // 0 if none was.
-func (e *Engine) Tombstone(shard uint64) (uint64, error) {
-	v, closer, err := e.db.Get(keys.Tombstone(shard))
+func (e *Engine) Tombstone(shard ids.ShardID) (ids.ReplicaID, error) {
+	v, closer, err := e.db.Get(keys.Tombstone(uint64(shard)))
 	if err == pebble.ErrNotFound {
 		return 0, nil
 	}
@@ -56,26 +57,26 @@ func (e *Engine) Tombstone(shard uint64) (uint64, error) {
 	if len(v) != 8 {
 		return 0, fmt.Errorf("storage: tombstone of shard %d is corrupt", shard)
 	}
-	return binary.BigEndian.Uint64(v), nil
+	return ids.ReplicaID(binary.BigEndian.Uint64(v)), nil
 }
 
 // DestroyReplica removes replica id of shard from this node: it records the
 // tombstone and drops the hosted record (durably, first, so that a crash
 // never restarts a half-removed replica), then removes the shard's whole
 // prefix (log, hard state, data). It is durable when it returns.
-func (e *Engine) DestroyReplica(shard, id uint64) error {
+func (e *Engine) DestroyReplica(shard ids.ShardID, id ids.ReplicaID) error {
 	b := e.db.NewBatch()
 	defer b.Close()
-	if err := b.Set(keys.Tombstone(shard), binary.BigEndian.AppendUint64(nil, id), nil); err != nil {
+	if err := b.Set(keys.Tombstone(uint64(shard)), binary.BigEndian.AppendUint64(nil, uint64(id)), nil); err != nil {
 		return err
 	}
-	if err := b.Delete(keys.Hosted(shard), nil); err != nil {
+	if err := b.Delete(keys.Hosted(uint64(shard)), nil); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	start, end := keys.ShardSpan(shard)
+	start, end := keys.ShardSpan(uint64(shard))
 	return e.db.Excise(context.Background(), pebble.KeyRange{Start: start, End: end})
 }
 
@@ -92,7 +93,7 @@ const (
 // hosted record, hard state, truncated log, applied state, conf state (the
 // descriptor's replicas as voters) and descriptor. The meta shard's own
 // records are the caller's (placement.Bootstrap).
-func BootstrapReplica(w pebble.Writer, d *concordpb.ShardDescriptor, id uint64) error {
+func BootstrapReplica(w pebble.Writer, d *concordpb.ShardDescriptor, id ids.ReplicaID) error {
 	var voters []uint64
 	for _, r := range d.GetReplicas() {
 		voters = append(voters, r.GetReplicaId())
@@ -112,5 +113,5 @@ func BootstrapReplica(w pebble.Writer, d *concordpb.ShardDescriptor, id uint64) 
 			return err
 		}
 	}
-	return w.Set(keys.Hosted(shard), binary.BigEndian.AppendUint64(nil, id), nil)
+	return w.Set(keys.Hosted(shard), binary.BigEndian.AppendUint64(nil, uint64(id)), nil)
 }

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -17,7 +18,7 @@ import (
 func TestHostedAndTombstone(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)
-	for shard, id := range map[uint64]uint64{0: 1, 3: 2, 9: 7} {
+	for shard, id := range map[ids.ShardID]ids.ReplicaID{0: 1, 3: 2, 9: 7} {
 		if err := e.SetHosted(shard, id); err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +41,7 @@ func TestDestroyReplica(t *testing.T) {
 	e := openEngine(t, dir)
 	fillShard(t, e.db, 7, "a")
 	fillShard(t, e.db, 8, "b")
-	for _, s := range []uint64{7, 8} {
+	for _, s := range []ids.ShardID{7, 8} {
 		if err := e.SetHosted(s, 4); err != nil {
 			t.Fatal(err)
 		}

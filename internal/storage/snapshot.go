@@ -4,6 +4,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 )
 
@@ -26,8 +27,8 @@ func (s *Snapshot) GetProto(key []byte, m proto.Message) (bool, error) {
 // ScanState calls f with every pair of shard's state-machine span, in key
 // order. f must copy what it keeps: key and value are only valid during the
 // call.
-func (s *Snapshot) ScanState(shard uint64, f func(key, value []byte) error) error {
-	lo, hi := keys.StateSpan(shard)
+func (s *Snapshot) ScanState(shard ids.ShardID, f func(key, value []byte) error) error {
+	lo, hi := keys.StateSpan(uint64(shard))
 	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
@@ -47,7 +48,7 @@ func (s *Snapshot) Close() error { return s.snap.Close() }
 // SnapshotSource is what a snapshot sender reads: a shard's state span.
 // *Snapshot implements it.
 type SnapshotSource interface {
-	ScanState(shard uint64, f func(key, value []byte) error) error
+	ScanState(shard ids.ShardID, f func(key, value []byte) error) error
 }
 
 var _ SnapshotSource = (*Snapshot)(nil)

@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -66,7 +67,7 @@ func (s *SSTWriter) Count() int { return s.n }
 // log, hard state and state machine) by the state-machine pairs of staged, a
 // hard state hs, and an empty log truncated at (index, term). It is durable
 // when it returns, and it consumes staged whether or not it succeeds.
-func (e *Engine) InstallSnapshot(shard uint64, staged *StagedSnapshot, hs *pb.HardState, index, term uint64) error {
+func (e *Engine) InstallSnapshot(shard ids.ShardID, staged *StagedSnapshot, hs *pb.HardState, index, term uint64) error {
 	defer staged.Discard() // after a successful ingest the file is already gone
 	if staged.shard != shard {
 		return fmt.Errorf("storage: snapshot staged for shard %d installed into shard %d", staged.shard, shard)
@@ -77,18 +78,18 @@ func (e *Engine) InstallSnapshot(shard uint64, staged *StagedSnapshot, hs *pb.Ha
 	}
 	defer func() { _ = e.fs.Remove(raftSST.Path()) }()
 	// Keys must be sorted: "rh" (hard state) < "rt" (truncated state).
-	if err := setProtoSST(raftSST, keys.HardState(shard), hs); err != nil {
+	if err := setProtoSST(raftSST, keys.HardState(uint64(shard)), hs); err != nil {
 		raftSST.Abort()
 		return err
 	}
-	if err := setProtoSST(raftSST, keys.Truncated(shard), &storepb.TruncatedState{Index: index, Term: term}); err != nil {
+	if err := setProtoSST(raftSST, keys.Truncated(uint64(shard)), &storepb.TruncatedState{Index: index, Term: term}); err != nil {
 		raftSST.Abort()
 		return err
 	}
 	if err := raftSST.Finish(); err != nil {
 		return err
 	}
-	start, end := keys.ShardSpan(shard)
+	start, end := keys.ShardSpan(uint64(shard))
 	_, err = e.db.IngestAndExcise(context.Background(), []string{raftSST.Path(), staged.path}, nil, nil,
 		pebble.KeyRange{Start: start, End: end})
 	if err != nil {

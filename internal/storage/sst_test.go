@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -101,7 +102,7 @@ func writeSST(t *testing.T, e *Engine, name string, pairs [][2][]byte) string {
 // snapshot receiver does.
 func stage(t *testing.T, e *Engine, shard uint64, pairs [][2][]byte) *StagedSnapshot {
 	t.Helper()
-	w, err := e.NewSnapshotWriter(shard)
+	w, err := e.NewSnapshotWriter(ids.ShardID(shard))
 	if err != nil {
 		t.Fatal(err)
 	}

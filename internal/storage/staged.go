@@ -5,6 +5,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 )
 
@@ -12,7 +13,7 @@ import (
 // shard state in a file the engine owns. *Engine implements it; the
 // transport's receiver (and the in-process test transport) write into it.
 type SnapshotSink interface {
-	NewSnapshotWriter(shard uint64) (*SnapshotWriter, error)
+	NewSnapshotWriter(shard ids.ShardID) (*SnapshotWriter, error)
 }
 
 var _ SnapshotSink = (*Engine)(nil)
@@ -23,17 +24,17 @@ var _ SnapshotSink = (*Engine)(nil)
 // shard's data wholesale, and a key outside it would corrupt another shard.
 type SnapshotWriter struct {
 	sst    *SSTWriter
-	shard  uint64
+	shard  ids.ShardID
 	lo, hi []byte
 }
 
 // NewSnapshotWriter starts a staged snapshot of shard.
-func (e *Engine) NewSnapshotWriter(shard uint64) (*SnapshotWriter, error) {
+func (e *Engine) NewSnapshotWriter(shard ids.ShardID) (*SnapshotWriter, error) {
 	w, err := e.NewSSTWriter(fmt.Sprintf("snap-%d-%d.sst", shard, e.stagedSeq.Add(1)))
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := keys.StateSpan(shard)
+	lo, hi := keys.StateSpan(uint64(shard))
 	return &SnapshotWriter{sst: w, shard: shard, lo: lo, hi: hi}, nil
 }
 
@@ -65,11 +66,11 @@ func (w *SnapshotWriter) Abort() { w.sst.Abort() }
 type StagedSnapshot struct {
 	fs    vfs.FS
 	path  string
-	shard uint64
+	shard ids.ShardID
 }
 
 // Shard is the shard the data belongs to.
-func (s *StagedSnapshot) Shard() uint64 { return s.shard }
+func (s *StagedSnapshot) Shard() ids.ShardID { return s.shard }
 
 // Discard removes the data file. It is safe to call more than once, and
 // after InstallSnapshot.

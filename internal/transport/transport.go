@@ -31,28 +31,30 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storage"
 )
 
 // Receiver is where incoming raft traffic goes (the multiraft host).
 type Receiver interface {
-	Deliver(fromNode uint64, envs []*concordpb.RaftEnvelope) error
+	Deliver(fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error
 	// DeliverSnapshot takes ownership of snap: it stages it or discards it.
-	DeliverSnapshot(ctx context.Context, fromNode, shard uint64, m *pb.Message, snap *storage.StagedSnapshot) error
-	ReportUnreachable(node uint64)
+	DeliverSnapshot(ctx context.Context, fromNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.StagedSnapshot) error
+	ReportUnreachable(node ids.NodeID)
 }
 
 // Config configures a Transport.
 type Config struct {
-	ClusterID, NodeID uint64
+	ClusterID uint64
+	NodeID    ids.NodeID
 	// Resolve returns the address of a node.
-	Resolve func(node uint64) (string, bool)
+	Resolve func(node ids.NodeID) (string, bool)
 	// OnReceive is called with the sender of every accepted batch, before
 	// its messages are delivered (the node records which peers it has heard).
-	OnReceive func(fromNode uint64)
+	OnReceive func(fromNode ids.NodeID)
 	// Blocked reports whether traffic to and from a node is cut (fault
 	// injection); nil means never.
-	Blocked func(node uint64) bool
+	Blocked func(node ids.NodeID) bool
 	// QueueLen bounds the messages queued per peer.
 	QueueLen int
 	// SnapshotChunkBytes bounds the data in one snapshot chunk.
@@ -70,7 +72,7 @@ type Transport struct {
 	log  *slog.Logger
 
 	mu    sync.Mutex
-	peers map[uint64]*peer // guarded by mu
+	peers map[ids.NodeID]*peer // guarded by mu
 
 	stopC chan struct{}
 	wg    sync.WaitGroup
@@ -86,18 +88,18 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 		cfg.SnapshotChunkBytes = 1 << 20
 	}
 	if cfg.Blocked == nil {
-		cfg.Blocked = func(uint64) bool { return false }
+		cfg.Blocked = func(ids.NodeID) bool { return false }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[uint64]*peer{}, stopC: make(chan struct{})}
+	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{})}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
 func (t *Transport) SetReceiver(r Receiver) { t.recv = r }
 
-func (t *Transport) isBlocked(node uint64) bool { return t.cfg.Blocked(node) }
+func (t *Transport) isBlocked(node ids.NodeID) bool { return t.cfg.Blocked(node) }
 
 // Stop closes every peer stream.
 func (t *Transport) Stop() {
@@ -112,7 +114,7 @@ func (t *Transport) Stop() {
 
 // peer is the outgoing side of one peer node.
 type peer struct {
-	node uint64
+	node ids.NodeID
 	addr string
 	conn *grpc.ClientConn
 
@@ -141,7 +143,7 @@ func (p *peer) take() []*concordpb.RaftEnvelope {
 	return msgs
 }
 
-func (t *Transport) peer(node uint64) (*peer, error) {
+func (t *Transport) peer(node ids.NodeID) (*peer, error) {
 	addr, ok := t.cfg.Resolve(node)
 	if !ok {
 		return nil, fmt.Errorf("transport: no address for node %d", node)
@@ -172,7 +174,7 @@ const maxBatch = 512
 // Send implements multiraft.Transport: it queues m for toNode. The message
 // leaves at the next Flush, so that everything one loop iteration sends to a
 // peer goes out in one batch.
-func (t *Transport) Send(toNode, shard uint64, m *pb.Message) {
+func (t *Transport) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 	if t.isBlocked(toNode) {
 		return
 	}
@@ -189,7 +191,7 @@ func (t *Transport) Send(toNode, shard uint64, m *pb.Message) {
 	p.mu.Lock()
 	full := len(p.pending) >= t.cfg.QueueLen
 	if !full {
-		p.pending = append(p.pending, &concordpb.RaftEnvelope{ShardId: shard, Message: data})
+		p.pending = append(p.pending, &concordpb.RaftEnvelope{ShardId: uint64(shard), Message: data})
 	}
 	n := len(p.pending)
 	p.mu.Unlock()
@@ -264,7 +266,7 @@ func (t *Transport) stream(p *peer) error {
 		}
 		for msgs := p.take(); len(msgs) > 0 && !t.isBlocked(p.node); {
 			n := min(len(msgs), maxBatch)
-			batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: p.node, Messages: msgs[:n]}
+			batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: uint64(t.cfg.NodeID), ToNodeId: uint64(p.node), Messages: msgs[:n]}
 			if err := s.Send(batch); err != nil {
 				return err
 			}
@@ -293,10 +295,10 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 		if err != nil {
 			return err
 		}
-		if err := t.checkHeader(b.GetClusterId(), b.GetToNodeId()); err != nil {
+		if err := t.checkHeader(b.GetClusterId(), ids.NodeID(b.GetToNodeId())); err != nil {
 			return err
 		}
-		from := b.GetFromNodeId()
+		from := ids.NodeID(b.GetFromNodeId())
 		if t.isBlocked(from) {
 			continue
 		}
@@ -309,7 +311,7 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 	}
 }
 
-func (t *Transport) checkHeader(clusterID, toNode uint64) error {
+func (t *Transport) checkHeader(clusterID uint64, toNode ids.NodeID) error {
 	if clusterID != t.cfg.ClusterID {
 		return fmt.Errorf("transport: message for cluster %x reached cluster %x", clusterID, t.cfg.ClusterID)
 	}
@@ -320,7 +322,7 @@ func (t *Transport) checkHeader(clusterID, toNode uint64) error {
 }
 
 // SendSnapshot implements multiraft.Transport.
-func (t *Transport) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
+func (t *Transport) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -332,7 +334,7 @@ func (t *Transport) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *stor
 	}()
 }
 
-func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap storage.SnapshotSource) error {
+func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap storage.SnapshotSource) error {
 	if t.isBlocked(toNode) {
 		return errors.New("peer blocked")
 	}
@@ -350,8 +352,8 @@ func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap stora
 	if err != nil {
 		return err
 	}
-	chunk := &concordpb.SnapshotChunk{ClusterId: t.cfg.ClusterID, FromNodeId: t.cfg.NodeID, ToNodeId: toNode,
-		ShardId: shard, RaftMessage: hdr}
+	chunk := &concordpb.SnapshotChunk{ClusterId: t.cfg.ClusterID, FromNodeId: uint64(t.cfg.NodeID), ToNodeId: uint64(toNode),
+		ShardId: uint64(shard), RaftMessage: hdr}
 	size, sent := 0, 0
 	err = snap.ScanState(shard, func(k, v []byte) error {
 		chunk.Kvs = append(chunk.Kvs, &concordpb.KeyValue{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
@@ -363,7 +365,7 @@ func (t *Transport) sendSnapshot(toNode, shard uint64, m *pb.Message, snap stora
 			return err
 		}
 		sent += len(chunk.Kvs)
-		chunk, size = &concordpb.SnapshotChunk{ShardId: shard}, 0
+		chunk, size = &concordpb.SnapshotChunk{ShardId: uint64(shard)}, 0
 		return nil
 	})
 	if err != nil {
@@ -391,10 +393,10 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 	if err != nil {
 		return err
 	}
-	if err := t.checkHeader(first.GetClusterId(), first.GetToNodeId()); err != nil {
+	if err := t.checkHeader(first.GetClusterId(), ids.NodeID(first.GetToNodeId())); err != nil {
 		return err
 	}
-	from, shard := first.GetFromNodeId(), first.GetShardId()
+	from, shard := ids.NodeID(first.GetFromNodeId()), ids.ShardID(first.GetShardId())
 	if t.isBlocked(from) {
 		return errors.New("transport: peer blocked")
 	}
@@ -419,7 +421,7 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 // Every key must lie in the shard's state-machine span (the writer refuses
 // others).
 func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck],
-	chunk *concordpb.SnapshotChunk, shard uint64) (*storage.StagedSnapshot, error) {
+	chunk *concordpb.SnapshotChunk, shard ids.ShardID) (*storage.StagedSnapshot, error) {
 	w, err := t.sink.NewSnapshotWriter(shard)
 	if err != nil {
 		return nil, err
@@ -438,7 +440,7 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 			w.Abort()
 			return nil, err
 		}
-		if chunk.GetShardId() != shard {
+		if ids.ShardID(chunk.GetShardId()) != shard {
 			w.Abort()
 			return nil, fmt.Errorf("transport: snapshot chunk for shard %d in a stream for shard %d", chunk.GetShardId(), shard)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -22,28 +23,28 @@ type recorder struct {
 	mu          sync.Mutex
 	batches     [][]*concordpb.RaftEnvelope
 	snaps       []*storage.StagedSnapshot
-	unreachable map[uint64]int
+	unreachable map[ids.NodeID]int
 }
 
-func (r *recorder) Deliver(_ uint64, envs []*concordpb.RaftEnvelope) error {
+func (r *recorder) Deliver(_ ids.NodeID, envs []*concordpb.RaftEnvelope) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.batches = append(r.batches, envs)
 	return nil
 }
 
-func (r *recorder) DeliverSnapshot(_ context.Context, _, _ uint64, _ *pb.Message, snap *storage.StagedSnapshot) error {
+func (r *recorder) DeliverSnapshot(_ context.Context, _ ids.NodeID, _ ids.ShardID, _ *pb.Message, snap *storage.StagedSnapshot) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.snaps = append(r.snaps, snap)
 	return nil
 }
 
-func (r *recorder) ReportUnreachable(node uint64) {
+func (r *recorder) ReportUnreachable(node ids.NodeID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.unreachable == nil {
-		r.unreachable = map[uint64]int{}
+		r.unreachable = map[ids.NodeID]int{}
 	}
 	r.unreachable[node]++
 }
@@ -67,9 +68,9 @@ type endpoint struct {
 }
 
 // pair starts two transports (nodes 1 and 2) that know each other's address.
-func pair(t *testing.T, blocked func(self, peer uint64) bool) (a, b *endpoint) {
+func pair(t *testing.T, blocked func(self, peer ids.NodeID) bool) (a, b *endpoint) {
 	t.Helper()
-	addrs := map[uint64]string{}
+	addrs := map[ids.NodeID]string{}
 	var eps [2]*endpoint
 	lis := make([]net.Listener, 2)
 	for i := range lis {
@@ -77,18 +78,18 @@ func pair(t *testing.T, blocked func(self, peer uint64) bool) (a, b *endpoint) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lis[i], addrs[uint64(i+1)] = l, l.Addr().String()
+		lis[i], addrs[ids.NodeID(i+1)] = l, l.Addr().String()
 	}
 	for i := range eps {
-		self := uint64(i + 1)
+		self := ids.NodeID(i + 1)
 		eng, err := storage.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := Config{ClusterID: 7, NodeID: self, QueueLen: 8,
-			Resolve: func(n uint64) (string, bool) { a, ok := addrs[n]; return a, ok }}
+			Resolve: func(n ids.NodeID) (string, bool) { a, ok := addrs[n]; return a, ok }}
 		if blocked != nil {
-			cfg.Blocked = func(peer uint64) bool { return blocked(self, peer) }
+			cfg.Blocked = func(peer ids.NodeID) bool { return blocked(self, peer) }
 		}
 		tr := New(cfg, eng)
 		rec := &recorder{}
@@ -121,7 +122,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestFlushSendsOneBatch(t *testing.T) {
 	a, b := pair(t, nil)
 	for i := 0; i < 5; i++ {
-		a.t.Send(2, uint64(i), heartbeat(2))
+		a.t.Send(2, ids.ShardID(i), heartbeat(2))
 	}
 	time.Sleep(50 * time.Millisecond) // nothing may arrive before Flush; absence cannot be polled
 	if n := b.recv.messages(); n != 0 {
@@ -159,7 +160,7 @@ func TestQueueFullReportsUnreachable(t *testing.T) {
 // blocks a peer neither sends to it nor accepts from it.
 func TestBlockedPeerCutBothWays(t *testing.T) {
 	// Node 1 blocks node 2; node 2 blocks no one.
-	a, b := pair(t, func(self, peer uint64) bool { return self == 1 && peer == 2 })
+	a, b := pair(t, func(self, peer ids.NodeID) bool { return self == 1 && peer == 2 })
 	a.t.Send(2, 1, heartbeat(2))
 	a.t.Flush()
 	b.t.Send(1, 1, heartbeat(1))

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/replica"
@@ -44,7 +45,7 @@ type Cluster struct {
 	opts  Options
 	rng   *rand.Rand
 	Net   *Network
-	nodes map[uint64]*Node
+	nodes map[ids.NodeID]*Node
 	descs []*concordpb.ShardDescriptor
 	table *routing.Table
 }
@@ -52,7 +53,7 @@ type Cluster struct {
 // Node is one member of a Cluster. Its fields are for reading; change it
 // through the Cluster.
 type Node struct {
-	ID     uint64
+	ID     ids.NodeID
 	Host   *multiraft.Host // nil while stopped
 	Engine *storage.Engine // nil while stopped
 	fs     storage.FS
@@ -70,10 +71,10 @@ func New(t testing.TB, opts Options) *Cluster {
 		opts.Seed = Seed(t)
 	}
 	rng := rand.New(rand.NewSource(opts.Seed))
-	c := &Cluster{t: t, opts: opts, rng: rng, Net: newNetwork(rng.Int63()), nodes: map[uint64]*Node{}}
+	c := &Cluster{t: t, opts: opts, rng: rng, Net: newNetwork(rng.Int63()), nodes: map[ids.NodeID]*Node{}}
 	c.descs = placement(opts)
 	c.table = routing.NewTable(c.descs)
-	for id := uint64(1); id <= uint64(opts.Nodes); id++ {
+	for id := ids.NodeID(1); id <= ids.NodeID(opts.Nodes); id++ {
 		c.bootstrap(c.addNode(id))
 	}
 	for _, n := range c.Nodes() {
@@ -117,7 +118,7 @@ func placement(o Options) []*concordpb.ShardDescriptor {
 	return out
 }
 
-func (c *Cluster) addNode(id uint64) *Node {
+func (c *Cluster) addNode(id ids.NodeID) *Node {
 	n := &Node{ID: id, fs: storage.NewMemFS(), dir: fmt.Sprintf("/node%d", id), idBase: c.rng.Uint64() | 1}
 	c.nodes[id] = n
 	return n
@@ -131,8 +132,8 @@ func (c *Cluster) bootstrap(n *Node) {
 	b := eng.NewBatch()
 	defer b.Close()
 	for _, d := range c.descs {
-		if slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return r.GetNodeId() == n.ID }) {
-			c.check(storage.BootstrapReplica(b, d, n.ID))
+		if slices.ContainsFunc(d.GetReplicas(), func(r *concordpb.ReplicaDescriptor) bool { return ids.NodeID(r.GetNodeId()) == n.ID }) {
+			c.check(storage.BootstrapReplica(b, d, ids.ReplicaID(n.ID))) // replica id = node id in the initial placement
 		}
 	}
 	c.check(storage.Commit(b, true))
@@ -153,14 +154,14 @@ func (c *Cluster) check(err error) {
 
 // AddNode adds an empty node (no replicas: it receives them by conf change
 // and snapshot, as a joining node does), starts it, and returns its id.
-func (c *Cluster) AddNode() uint64 {
-	n := c.addNode(uint64(len(c.nodes) + 1))
+func (c *Cluster) AddNode() ids.NodeID {
+	n := c.addNode(ids.NodeID(len(c.nodes) + 1))
 	c.Start(n.ID)
 	return n.ID
 }
 
 // Start opens node id's engine and starts its host.
-func (c *Cluster) Start(id uint64) {
+func (c *Cluster) Start(id ids.NodeID) {
 	c.t.Helper()
 	n := c.nodes[id]
 	if n.Host != nil {
@@ -177,14 +178,14 @@ func (c *Cluster) Start(id uint64) {
 		c.opts.Configure(&cfg)
 	}
 	n.Host = multiraft.New(cfg, n.Engine, &endpoint{net: c.Net, node: id},
-		func(shard uint64) replica.StateMachine { return kv.New(shard) })
+		func(shard ids.ShardID) replica.StateMachine { return kv.New(uint64(shard)) })
 	c.Net.setUp(id, &peer{host: n.Host, eng: n.Engine})
 	c.check(n.Host.Start())
 }
 
 // Stop stops node id's host and closes its engine, as a clean shutdown
 // does; Start brings it back from what it synced.
-func (c *Cluster) Stop(id uint64) {
+func (c *Cluster) Stop(id ids.NodeID) {
 	n := c.nodes[id]
 	if n.Host == nil {
 		return
@@ -205,23 +206,25 @@ func (c *Cluster) stopAll() {
 // Nodes returns the nodes in id order.
 func (c *Cluster) Nodes() []*Node {
 	var out []*Node
-	for id := uint64(1); id <= uint64(len(c.nodes)); id++ {
+	for id := ids.NodeID(1); id <= ids.NodeID(len(c.nodes)); id++ {
 		out = append(out, c.nodes[id])
 	}
 	return out
 }
 
 // Node returns node id.
-func (c *Cluster) Node(id uint64) *Node { return c.nodes[id] }
+func (c *Cluster) Node(id ids.NodeID) *Node { return c.nodes[id] }
 
 // ShardOf is the user shard that owns key.
-func (c *Cluster) ShardOf(key string) uint64 { return c.table.Lookup([]byte(key)).GetShardId() }
+func (c *Cluster) ShardOf(key string) ids.ShardID {
+	return ids.ShardID(c.table.Lookup([]byte(key)).GetShardId())
+}
 
 // Cut isolates node in both directions until Heal.
-func (c *Cluster) Cut(node uint64) { c.Net.Cut(node) }
+func (c *Cluster) Cut(node ids.NodeID) { c.Net.Cut(node) }
 
 // Heal reconnects node.
-func (c *Cluster) Heal(node uint64) { c.Net.Heal(node) }
+func (c *Cluster) Heal(node ids.NodeID) { c.Net.Heal(node) }
 
 // Tick advances every running host n ticks, letting the cluster settle
 // after each.
@@ -285,8 +288,9 @@ func (c *Cluster) RunUntil(what string, maxTicks int, cond func() bool) {
 
 // Leader returns the node whose replica of shard leads it in the highest
 // term seen among running nodes, 0 if none does.
-func (c *Cluster) Leader(shard uint64) uint64 {
-	var leader, term uint64
+func (c *Cluster) Leader(shard ids.ShardID) ids.NodeID {
+	var leader ids.NodeID
+	var term uint64
 	for _, n := range c.Nodes() {
 		if n.Host == nil {
 			continue
@@ -300,9 +304,9 @@ func (c *Cluster) Leader(shard uint64) uint64 {
 
 // WaitLeader ticks until shard has a leader that every running, connected
 // replica of it follows, and returns its node.
-func (c *Cluster) WaitLeader(shard uint64) uint64 {
+func (c *Cluster) WaitLeader(shard ids.ShardID) ids.NodeID {
 	c.t.Helper()
-	var leader uint64
+	var leader ids.NodeID
 	c.RunUntil(fmt.Sprintf("a leader of shard %d", shard), 500, func() bool {
 		leader = c.Leader(shard)
 		return leader != 0 && c.followers(shard, leader)
@@ -312,7 +316,7 @@ func (c *Cluster) WaitLeader(shard uint64) uint64 {
 
 // followers reports whether every running, connected replica of shard
 // knows leader as its leader.
-func (c *Cluster) followers(shard, leader uint64) bool {
+func (c *Cluster) followers(shard ids.ShardID, leader ids.NodeID) bool {
 	for _, n := range c.Nodes() {
 		if n.Host == nil || c.Net.isCut(n.ID) {
 			continue
@@ -344,7 +348,7 @@ func (c *Call) Done() bool {
 // Propose proposes ops to shard on node and returns at once; the cluster
 // must be ticked (RunUntil) for the outcome if it needs elections or
 // timeouts.
-func (c *Cluster) Propose(node, shard uint64, ops ...*concordpb.Op) *Call {
+func (c *Cluster) Propose(node ids.NodeID, shard ids.ShardID, ops ...*concordpb.Op) *Call {
 	call := &Call{done: make(chan struct{})}
 	h := c.nodes[node].Host
 	cmd := &storepb.Command{Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}}
@@ -378,15 +382,15 @@ func (c *Cluster) Put(key, value string) {
 }
 
 // Get reads key from node's local state.
-func (c *Cluster) Get(node uint64, key string) (string, bool) {
+func (c *Cluster) Get(node ids.NodeID, key string) (string, bool) {
 	c.t.Helper()
-	v, found, err := kv.Get(c.nodes[node].Engine.Reader(), c.ShardOf(key), []byte(key))
+	v, found, err := kv.Get(c.nodes[node].Engine.Reader(), uint64(c.ShardOf(key)), []byte(key))
 	c.check(err)
 	return string(v), found
 }
 
 // WaitValue ticks until every node in nodes holds key=value locally.
-func (c *Cluster) WaitValue(key, value string, nodes ...uint64) {
+func (c *Cluster) WaitValue(key, value string, nodes ...ids.NodeID) {
 	c.t.Helper()
 	c.RunUntil(fmt.Sprintf("%q=%q on nodes %v", key, value, nodes), 1000, func() bool {
 		for _, n := range nodes {
@@ -404,7 +408,7 @@ func PutOp(key, value string) *concordpb.Op {
 }
 
 // StagedFiles counts the snapshot files staged on node's engine.
-func (c *Cluster) StagedFiles(node uint64) int {
+func (c *Cluster) StagedFiles(node ids.NodeID) int {
 	n := c.nodes[node]
 	names, err := n.fs.List(filepath.Join(n.dir, "aux"))
 	c.check(err)

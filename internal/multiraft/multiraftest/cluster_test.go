@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
@@ -21,8 +22,8 @@ var put = multiraftest.PutOp
 // flushed together each get their own command's result.
 func TestElectionAndProposals(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{Nodes: 3, Shards: 3})
-	for shard := uint64(1); shard <= 3; shard++ {
-		if l := c.WaitLeader(shard); l != shard {
+	for shard := ids.ShardID(1); shard <= 3; shard++ {
+		if l := c.WaitLeader(shard); l != ids.NodeID(shard) { // shard s starts on nodes s, s+1, ...
 			t.Errorf("shard %d elected node %d, want its preferred replica on node %d", shard, l, shard)
 		}
 	}
@@ -71,7 +72,7 @@ func TestFollowerRefuses(t *testing.T) {
 }
 
 // readAsync runs a ReadIndex on node in the background.
-func readAsync(c *multiraftest.Cluster, node, shard uint64) chan error {
+func readAsync(c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID) chan error {
 	done := make(chan error, 1)
 	h := c.Node(node).Host
 	go func() { done <- h.ReadIndex(context.Background(), shard) }()
@@ -126,7 +127,7 @@ func TestLeaderLoss(t *testing.T) {
 		v, _ := c.Get(c.Leader(1), k)
 		c.WaitValue(k, v, 1, 2, 3)
 	}
-	for _, n := range []uint64{1, 2, 3} {
+	for _, n := range []ids.NodeID{1, 2, 3} {
 		if v, found := c.Get(n, "k"); found {
 			t.Fatalf("node %d applied the cut-off leader's uncommitted write (k=%q)", n, v)
 		}
@@ -185,7 +186,7 @@ func TestCatchUpByLog(t *testing.T) {
 }
 
 // truncated returns the index node's log of shard 1 is truncated at.
-func truncated(t *testing.T, c *multiraftest.Cluster, node uint64) uint64 {
+func truncated(t *testing.T, c *multiraftest.Cluster, node ids.NodeID) uint64 {
 	t.Helper()
 	var ts storepb.TruncatedState
 	if _, err := c.Node(node).Engine.GetProto(keys.Truncated(1), &ts); err != nil {
@@ -241,9 +242,10 @@ func TestReplaceReplica(t *testing.T) {
 	c.Put("before", "1")
 	added := c.AddNode()
 	removed := leader%3 + 1
+	removedReplica := ids.ReplicaID(removed) // in the initial placement a replica's id is its node's
 	h := c.Node(leader).Host
 	changed := make(chan error, 1)
-	go func() { _, err := h.ChangeReplicas(context.Background(), 1, removed, added); changed <- err }()
+	go func() { _, err := h.ChangeReplicas(context.Background(), 1, removedReplica, added); changed <- err }()
 	for i := range 5 {
 		c.Put(fmt.Sprintf("during%d", i), "2")
 	}
@@ -252,8 +254,8 @@ func TestReplaceReplica(t *testing.T) {
 		t.Fatalf("ChangeReplicas: %v", err)
 	}
 	c.Put("after", "3")
-	members := []uint64{}
-	for n := uint64(1); n <= 3; n++ {
+	members := []ids.NodeID{}
+	for n := ids.NodeID(1); n <= 3; n++ {
 		if n != removed {
 			members = append(members, n)
 		}
@@ -266,11 +268,11 @@ func TestReplaceReplica(t *testing.T) {
 	}
 	for _, n := range members {
 		i, _ := c.Node(n).Host.Info(1)
-		got := map[uint64]uint64{}
+		got := map[ids.ReplicaID]ids.NodeID{}
 		for _, r := range i.Desc.GetReplicas() {
-			got[r.GetReplicaId()] = r.GetNodeId()
+			got[ids.ReplicaID(r.GetReplicaId())] = ids.NodeID(r.GetNodeId())
 		}
-		if len(got) != 3 || got[4] != added || got[removed] != 0 || i.Desc.GetEpoch() < 2 {
+		if len(got) != 3 || got[4] != added || got[removedReplica] != 0 || i.Desc.GetEpoch() < 2 {
 			t.Fatalf("node %d's descriptor %v, want replica 4 on node %d in place of %d", n, i.Desc, added, removed)
 		}
 	}
@@ -297,23 +299,23 @@ func TestRestartFromDisk(t *testing.T) {
 		t.Fatalf("node %d lost a=1 across its restart (got %q, %v)", f, v, ok)
 	}
 	c.WaitValue("b", "2", f)
-	applied := map[uint64]uint64{}
+	applied := map[ids.NodeID]uint64{}
 	c.RunUntil("every replica to apply the same index", 100, func() bool {
 		i1, _ := c.Node(1).Host.Info(1)
-		for n := uint64(1); n <= 3; n++ {
+		for n := ids.NodeID(1); n <= 3; n++ {
 			i, _ := c.Node(n).Host.Info(1)
 			applied[n] = i.Applied
 		}
 		return applied[1] == i1.Commit && applied[2] == applied[1] && applied[3] == applied[1]
 	})
-	for n := uint64(1); n <= 3; n++ {
+	for n := ids.NodeID(1); n <= 3; n++ {
 		var as storepb.AppliedState
 		if _, err := c.Node(n).Engine.GetProto(keys.Applied(1), &as); err != nil || as.GetIndex() != applied[n] {
 			t.Fatalf("node %d stored applied index %d (%v), want %d: it must be written with the data", n, as.GetIndex(), err, applied[n])
 		}
 		c.Stop(n)
 	}
-	for n := uint64(1); n <= 3; n++ {
+	for n := ids.NodeID(1); n <= 3; n++ {
 		c.Start(n)
 		if i, _ := c.Node(n).Host.Info(1); i.Applied != applied[n] {
 			t.Fatalf("node %d restarted at applied %d, want %d", n, i.Applied, applied[n])

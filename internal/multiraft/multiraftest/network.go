@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -20,9 +21,9 @@ type Network struct {
 	cond *sync.Cond // signalled when a snapshot stream ends
 	rng  *rand.Rand // guarded by mu
 	// up holds each running node's host and engine; a stopped node is absent.
-	up map[uint64]*peer
+	up map[ids.NodeID]*peer
 	// cut holds nodes whose traffic is dropped in both directions.
-	cut map[uint64]bool
+	cut map[ids.NodeID]bool
 	// dropRate is the probability that a message is lost.
 	dropRate float64
 	// delayTicks holds messages back this many ticks.
@@ -34,7 +35,7 @@ type Network struct {
 	activity uint64
 	// streams counts the snapshot streams touching each node's engine, which
 	// must not close while one reads or writes it.
-	streams map[uint64]int
+	streams map[ids.NodeID]int
 }
 
 type peer struct {
@@ -44,12 +45,12 @@ type peer struct {
 
 type delayed struct {
 	due      uint64
-	from, to uint64
+	from, to ids.NodeID
 	env      *concordpb.RaftEnvelope
 }
 
 func newNetwork(seed int64) *Network {
-	n := &Network{rng: rand.New(rand.NewSource(seed)), up: map[uint64]*peer{}, cut: map[uint64]bool{}, streams: map[uint64]int{}}
+	n := &Network{rng: rand.New(rand.NewSource(seed)), up: map[ids.NodeID]*peer{}, cut: map[ids.NodeID]bool{}, streams: map[ids.NodeID]int{}}
 	n.cond = sync.NewCond(&n.mu)
 	return n
 }
@@ -58,12 +59,12 @@ func newNetwork(seed int64) *Network {
 // node's loop goroutine only, so queued needs no lock.
 type endpoint struct {
 	net    *Network
-	node   uint64
+	node   ids.NodeID
 	queued []queued
 }
 
 type queued struct {
-	to  uint64
+	to  ids.NodeID
 	env *concordpb.RaftEnvelope
 }
 
@@ -71,12 +72,12 @@ var _ multiraft.Transport = (*endpoint)(nil)
 
 // Send implements multiraft.Transport. The message is marshalled now, on the
 // loop, as the real transport does: raft may reuse what it handed out.
-func (e *endpoint) Send(toNode, shard uint64, m *pb.Message) {
+func (e *endpoint) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 	data, err := proto.Marshal(m)
 	if err != nil {
 		panic(err) // a raft message always marshals
 	}
-	e.queued = append(e.queued, queued{to: toNode, env: &concordpb.RaftEnvelope{ShardId: shard, Message: data}})
+	e.queued = append(e.queued, queued{to: toNode, env: &concordpb.RaftEnvelope{ShardId: uint64(shard), Message: data}})
 }
 
 // Flush implements multiraft.Transport: the queued messages reach their
@@ -91,7 +92,7 @@ func (e *endpoint) Flush() {
 	}
 }
 
-func (n *Network) routeLocked(from, to uint64, env *concordpb.RaftEnvelope) {
+func (n *Network) routeLocked(from, to ids.NodeID, env *concordpb.RaftEnvelope) {
 	if n.cut[from] || n.cut[to] {
 		return
 	}
@@ -106,7 +107,7 @@ func (n *Network) routeLocked(from, to uint64, env *concordpb.RaftEnvelope) {
 }
 
 // deliverLocked hands env to node to's host, which only queues it.
-func (n *Network) deliverLocked(from, to uint64, env *concordpb.RaftEnvelope) {
+func (n *Network) deliverLocked(from, to ids.NodeID, env *concordpb.RaftEnvelope) {
 	p := n.up[to]
 	if p == nil {
 		return
@@ -137,7 +138,7 @@ func (n *Network) advance() {
 // span from snap into a staged snapshot on the receiver, in a goroutine of
 // its own as the real transport does (the receiver's loop must not wait on
 // the sender's, or two loops sending each other snapshots would deadlock).
-func (e *endpoint) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
+func (e *endpoint) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
 	hdr, err := proto.Marshal(m)
 	if err != nil {
 		panic(err)
@@ -160,7 +161,7 @@ func (e *endpoint) SendSnapshot(toNode, shard uint64, m *pb.Message, snap *stora
 	}()
 }
 
-func (n *Network) streamSnapshot(from, to, shard uint64, hdr []byte, snap *storage.Snapshot) bool {
+func (n *Network) streamSnapshot(from, to ids.NodeID, shard ids.ShardID, hdr []byte, snap *storage.Snapshot) bool {
 	n.mu.Lock()
 	p, blocked := n.up[to], n.cut[from] || n.cut[to]
 	n.mu.Unlock()
@@ -188,7 +189,7 @@ func (n *Network) streamSnapshot(from, to, shard uint64, hdr []byte, snap *stora
 }
 
 // setUp makes node's host reachable (nil: the node is down).
-func (n *Network) setUp(node uint64, p *peer) {
+func (n *Network) setUp(node ids.NodeID, p *peer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if p == nil {
@@ -199,7 +200,7 @@ func (n *Network) setUp(node uint64, p *peer) {
 }
 
 // waitStreams waits until no snapshot stream touches node's engine.
-func (n *Network) waitStreams(node uint64) {
+func (n *Network) waitStreams(node ids.NodeID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for n.streams[node] > 0 {
@@ -214,10 +215,10 @@ func (n *Network) activityCount() uint64 {
 }
 
 // Cut drops every message to and from node until Heal.
-func (n *Network) Cut(node uint64) { n.set(func() { n.cut[node] = true }) }
+func (n *Network) Cut(node ids.NodeID) { n.set(func() { n.cut[node] = true }) }
 
 // Heal undoes Cut.
-func (n *Network) Heal(node uint64) { n.set(func() { delete(n.cut, node) }) }
+func (n *Network) Heal(node ids.NodeID) { n.set(func() { delete(n.cut, node) }) }
 
 // SetDropRate makes each message (not snapshots) lost with probability p.
 func (n *Network) SetDropRate(p float64) { n.set(func() { n.dropRate = p }) }
@@ -231,7 +232,7 @@ func (n *Network) set(f func()) {
 	f()
 }
 
-func (n *Network) isCut(node uint64) bool {
+func (n *Network) isCut(node ids.NodeID) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.cut[node]
