@@ -38,8 +38,8 @@
 // stay apart), and multiraft and transport. An entry may narrow this further with an explicit list (client may
 // import only api/..., internal/ids, internal/routing and internal/dial).
 // Test-support packages (testcluster, sim, multiraftest) sit above all
-// production code, and only test support, tests/... and _test.go files may
-// import them.
+// production code, on one layer (so they do not import one another), and
+// only tests/... and _test.go files may import them.
 //
 // unknown-package: a package that is not in layerTable fails the test.
 //

@@ -20,8 +20,13 @@ import (
 // addressBook maps node ids to descriptors (addresses). It is persisted so a
 // restarted node can reach its peers before hearing from the placement leader.
 type addressBook struct {
-	mu sync.RWMutex
-	m  map[ids.NodeID]*concordpb.NodeDescriptor // guarded by mu
+	// writeMu serializes update, so that updates persist and publish in
+	// the same order; it is held across the write to storage. mu is not:
+	// the host loop resolves addresses for every message it sends, and
+	// must never wait on an fsync.
+	writeMu sync.Mutex
+	mu      sync.RWMutex
+	m       map[ids.NodeID]*concordpb.NodeDescriptor // guarded by mu
 }
 
 func (b *addressBook) resolve(node ids.NodeID) (string, bool) {
@@ -48,28 +53,37 @@ func (b *addressBook) all() []*concordpb.NodeDescriptor {
 	return out
 }
 
-// update records descriptors that are new or changed, durably. It holds
-// mu across the write (rarely: only when a descriptor changed), so that two
-// updates cannot persist in one order and publish in the other.
+// update records descriptors that are new or changed: durably first, then
+// in memory, so a restart never knows less than the node acted on.
 func (b *addressBook) update(eng *storage.Engine, ds []*concordpb.NodeDescriptor) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var changed []*concordpb.NodeDescriptor
-	for _, d := range ds {
-		if cur, ok := b.m[ids.NodeID(d.GetNodeId())]; !ok || !proto.Equal(cur, d) {
-			changed = append(changed, d)
-		}
-	}
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	changed := b.changed(ds)
 	if len(changed) == 0 {
 		return nil
 	}
 	if err := eng.SaveAddresses(changed); err != nil {
 		return err
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, d := range changed {
 		b.m[ids.NodeID(d.GetNodeId())] = d
 	}
 	return nil
+}
+
+// changed returns the descriptors of ds that are new or differ from the book's.
+func (b *addressBook) changed(ds []*concordpb.NodeDescriptor) []*concordpb.NodeDescriptor {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	var out []*concordpb.NodeDescriptor
+	for _, d := range ds {
+		if cur, ok := b.m[ids.NodeID(d.GetNodeId())]; !ok || !proto.Equal(cur, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // seenSet is the set of nodes this node has received peer traffic from. A

@@ -25,7 +25,7 @@
 //
 //	c := multiraftest.New(t, multiraftest.Options{Nodes: 3})
 //	leader := c.WaitLeader(1)
-//	c.Put(1, "k", "v")
+//	c.Put("k", "v")
 //	c.Cut(leader)
 //	c.RunUntil("a new leader", 200, func() bool { ... })
 package multiraftest

@@ -14,8 +14,9 @@ import (
 	"github.com/concord-kv/concord/internal/storage"
 )
 
-// Network connects the nodes of a Cluster in memory. Its faults apply to
-// raft messages and snapshots alike.
+// Network connects the nodes of a Cluster in memory. A cut applies to raft
+// messages and snapshots alike; drops and delays apply to raft messages
+// only (a snapshot stream either completes or is cut).
 type Network struct {
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when a snapshot stream ends
