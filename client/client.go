@@ -8,13 +8,18 @@
 // from the routing table. Each request goes straight to the leader of its
 // key's shard when the client knows it (any node would forward it there).
 // On leader changes and unavailability the client retries with backoff until
-// the context's deadline (DefaultTimeout if it has none).
+// the context's deadline (DefaultTimeout if it has none). Each attempt (one
+// RPC to one node) is bounded by Options.AttemptTimeout, so a node that
+// stalls (paused, black-holed) costs one attempt, not the whole deadline: the
+// next attempt goes to another node within the same call.
 //
 // Mutations are at-most-once: each carries a session id and sequence number,
 // and a retry reuses them, so a shard that already applied the request
 // answers with the first result instead of applying it again. When the
 // deadline passes and the client cannot know whether a mutation applied, it
-// returns an error wrapping ErrAmbiguous.
+// returns an error wrapping ErrAmbiguous. It says so only when some attempt
+// may have applied: a call whose every attempt was refused before proposing
+// (or never reached a node) fails with a plain error.
 //
 // A Client is safe for concurrent use.
 package client
@@ -43,6 +48,12 @@ import (
 
 // DefaultTimeout bounds a request whose context has no deadline.
 const DefaultTimeout = 10 * time.Second
+
+// Bounds of the default per-attempt timeout (Options.AttemptTimeout).
+const (
+	MinAttemptTimeout = 500 * time.Millisecond
+	MaxAttemptTimeout = 2 * time.Second
+)
 
 // ErrAmbiguous means a mutation may or may not have been applied: the
 // deadline passed after at least one attempt whose outcome is unknown.
@@ -92,6 +103,15 @@ type Options struct {
 	// sending it to the leader directly. For clients that must go through
 	// particular nodes (a load balancer, a test of the nodes' forwarding).
 	ThroughEndpoints bool
+	// AttemptTimeout bounds one attempt of a request: one RPC to one node.
+	// When it passes, the client tries another node within the same call; a
+	// mutation's retry carries the same session id and sequence number, so
+	// it applies at most once however many attempts reached a leader. Zero
+	// means a third of the call's deadline, at least MinAttemptTimeout and at
+	// most MaxAttemptTimeout (1 s for a 3 s call, 2 s for DefaultTimeout). A
+	// negative value disables it: each attempt may take the whole deadline.
+	// An attempt never outlives the call's own deadline.
+	AttemptTimeout time.Duration
 }
 
 // NewWithOptions is New with Options.
@@ -147,11 +167,8 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 
 // refresh fetches the routing table from the first node that answers.
 func (c *Client) refresh(ctx context.Context) error {
-	err := c.anyNode(func(conn *grpc.ClientConn) error {
-		// A node that hangs (paused, partitioned) must not stall the others' turn.
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		rt, err := concordpb.NewClusterClient(conn).RoutingTable(rctx, &concordpb.RoutingTableRequest{})
+	err := c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+		rt, err := concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
 		if err == nil {
 			c.routes.Store(newRoutes(rt))
 		}
@@ -213,20 +230,51 @@ func (c *Client) candidates() []string {
 	return out
 }
 
-// target returns the address to send a request for key to, and its shard.
-func (c *Client) target(key []byte, attempt int) (string, uint64) {
+// target returns the address to send a request for key to, and its shard:
+// the shard's leader, else (and after three attempts) a random node, never
+// one in avoid (nodes that failed this call without refusing) while another
+// is known.
+func (c *Client) target(key []byte, attempt int, avoid map[string]bool) (string, uint64) {
 	r := c.routes.Load()
 	var shard uint64
 	if d := r.table.Lookup(key); d != nil {
 		shard = d.GetShardId()
 		if leader, ok := r.leaders[shard]; ok && attempt < 3 {
-			if a, ok := r.addrs[leader]; ok {
+			if a, ok := r.addrs[leader]; ok && !avoid[a] {
 				return a, shard
 			}
 		}
 	}
 	cands := c.candidates()
+	if len(avoid) > 0 {
+		var fresh []string
+		for _, a := range cands {
+			if !avoid[a] {
+				fresh = append(fresh, a)
+			}
+		}
+		if len(fresh) > 0 {
+			cands = fresh
+		}
+	}
 	return cands[mrand.IntN(len(cands))], shard
+}
+
+// attemptTimeout is the bound of each attempt of a call whose deadline is
+// total away (see Options.AttemptTimeout).
+func (c *Client) attemptTimeout(total time.Duration) time.Duration {
+	if t := c.opts.AttemptTimeout; t != 0 {
+		return t
+	}
+	return min(max(total/3, MinAttemptTimeout), MaxAttemptTimeout)
+}
+
+// attemptContext bounds one attempt by per (none if per is negative).
+func attemptContext(ctx context.Context, per time.Duration) (context.Context, context.CancelFunc) {
+	if per < 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, per)
 }
 
 // learn records the leader hint of a response.
@@ -272,6 +320,12 @@ func (c *Client) putSession(s *session) {
 
 // call runs one request with retries. For a mutation it holds a session for
 // the whole call and every attempt carries the same sequence number.
+//
+// Each attempt is bounded by the attempt timeout. An attempt that timed out,
+// or lost its connection, may have reached a leader: the call notes that the
+// mutation may have applied and tries another node. When the deadline passes
+// the call fails; for a mutation with ErrAmbiguous if some attempt may have
+// applied, else with a plain error (every attempt was refused or never sent).
 func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistency concordpb.Consistency,
 	do func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error)) error {
 	if _, ok := ctx.Deadline(); !ok {
@@ -279,6 +333,8 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
+	deadline, _ := ctx.Deadline()
+	per := c.attemptTimeout(time.Until(deadline))
 	h := &concordpb.RequestHeader{Consistency: consistency}
 	if mutation {
 		s := c.takeSession()
@@ -288,13 +344,14 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 	}
 	uncertain := false // some attempt may have applied the mutation
 	var lastErr error
+	avoid := map[string]bool{} // nodes that failed this call without refusing
 	// A stale read reads the replica of the node that receives it: ask the
 	// nodes this client was given, not the leader, so that a client of one
 	// node (`concord get --stale --endpoints X`) reads X's replica.
 	viaEndpoints := c.opts.ThroughEndpoints || !mutation && consistency == concordpb.Consistency_STALE
 	firstEndpoint := mrand.IntN(len(c.endpoints))
 	for attempt := 0; ; attempt++ {
-		addr, _ := c.target(key, attempt)
+		addr, _ := c.target(key, attempt, avoid)
 		if viaEndpoints && (c.opts.ThroughEndpoints || attempt < len(c.endpoints)) {
 			addr = c.endpoints[(firstEndpoint+attempt)%len(c.endpoints)]
 		}
@@ -302,30 +359,43 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 		if err != nil {
 			return fmt.Errorf("concord: connect to %s: %w", addr, err)
 		}
-		rh, err := do(ctx, concordpb.NewKVClient(conn), h)
+		actx, cancel := attemptContext(ctx, per)
+		rh, err := do(actx, concordpb.NewKVClient(conn), h)
+		cancel()
 		if err == nil {
 			c.learn(rh)
 			return nil
 		}
 		lastErr = err
 		code := status.Code(err)
-		if !retryable(code) {
-			if mutation && (code == codes.DeadlineExceeded || code == codes.Canceled) {
-				return fmt.Errorf("%w: %w", ErrAmbiguous, err)
-			}
+		timedOut := code == codes.DeadlineExceeded || code == codes.Canceled
+		switch {
+		case timedOut, code == codes.Unavailable && !isRefusal(err) && !notSent(err):
+			avoid[addr] = true // stalled, or its connection broke: try another node
+		case !retryable(code):
 			return err
 		}
-		if mutation && !(code == codes.Unavailable && isRefusal(err)) {
+		if mutation && !isRefusal(err) && !notSent(err) {
 			uncertain = true
 		}
+		if ctx.Err() != nil {
+			return c.failed(ctx.Err(), lastErr, mutation && uncertain)
+		}
 		c.maybeRefresh()
-		if werr := sleep(ctx, backoff(attempt)); werr != nil {
-			if mutation && uncertain {
-				return fmt.Errorf("%w: %w (last error: %v)", ErrAmbiguous, werr, lastErr)
+		if !timedOut { // a timed-out attempt has waited long enough
+			if werr := sleep(ctx, backoff(attempt)); werr != nil {
+				return c.failed(werr, lastErr, mutation && uncertain)
 			}
-			return fmt.Errorf("%w (last error: %v)", werr, lastErr)
 		}
 	}
+}
+
+// failed is the error of a call that ran out of time (ctxErr) after lastErr.
+func (c *Client) failed(ctxErr, lastErr error, ambiguous bool) error {
+	if ambiguous {
+		return fmt.Errorf("%w: %w (last error: %v)", ErrAmbiguous, ctxErr, lastErr)
+	}
+	return fmt.Errorf("%w (last error: %v)", ctxErr, lastErr)
 }
 
 // retryable reports whether a failed attempt should be retried. Unknown (an
@@ -351,6 +421,13 @@ func isRefusal(err error) bool {
 		}
 	}
 	return false
+}
+
+// notSent reports whether an Unavailable error says the client never reached
+// the node (no connection could be opened), so the request was not sent.
+func notSent(err error) bool {
+	st, _ := status.FromError(err)
+	return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
 }
 
 func backoff(attempt int) time.Duration {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -145,7 +147,7 @@ func (c *Client) ScanPage(ctx context.Context, start, end []byte, limit uint32, 
 
 // RoutingTable returns the cluster's nodes and shards as a node reports them.
 func (c *Client) RoutingTable(ctx context.Context) (rt *concordpb.RoutingTableResponse, err error) {
-	err = c.anyNode(func(conn *grpc.ClientConn) error {
+	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		rt, err = concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
 		return err
 	})
@@ -155,20 +157,35 @@ func (c *Client) RoutingTable(ctx context.Context) (rt *concordpb.RoutingTableRe
 // Status returns the cluster's status as the placement leader sees it (or,
 // if it cannot be reached, as the answering node sees it).
 func (c *Client) Status(ctx context.Context) (st *concordpb.StatusResponse, err error) {
-	err = c.anyNode(func(conn *grpc.ClientConn) error {
+	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		st, err = concordpb.NewClusterClient(conn).Status(ctx, &concordpb.StatusRequest{})
 		return err
 	})
 	return st, err
 }
 
-// anyNode calls f on each known node in turn until one call succeeds.
-func (c *Client) anyNode(f func(*grpc.ClientConn) error) error {
+// anyNode calls f on each known node in turn until one call succeeds, each
+// call bounded by the attempt timeout so that a stalled node does not take
+// the others' turn.
+func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.ClientConn) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	per := c.attemptTimeout(time.Until(deadline))
 	lastErr := errors.New("concord: no node known")
 	for _, addr := range c.candidates() {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+		}
 		conn, err := c.conn(addr)
 		if err == nil {
-			if err = f(conn); err == nil {
+			actx, cancel := attemptContext(ctx, per)
+			err = f(actx, conn)
+			cancel()
+			if err == nil {
 				return nil
 			}
 		}
