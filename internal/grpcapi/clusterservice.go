@@ -34,11 +34,14 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 		return nil, invalid("join needs the joining node's address")
 	}
 	if leader, local := s.b.Leader(routing.MetaShard); !local {
-		c, fctx, err := ClusterClientFor(ctx, s.b, s.metaLeaderHint(leader))
-		if err != nil {
-			return nil, err
-		}
-		return c.Join(fctx, req)
+		node := s.metaLeaderHint(leader)
+		return forward(ctx, node, func(ctx context.Context) (*concordpb.JoinResponse, error) {
+			c, fctx, err := ClusterClientFor(ctx, s.b, node)
+			if err != nil {
+				return nil, err
+			}
+			return c.Join(fctx, req)
+		})
 	}
 	id, nodes, err := s.b.AddNode(ctx, req.GetAddress())
 	if err != nil {
@@ -53,11 +56,14 @@ func (s *Cluster) Heartbeat(ctx context.Context, req *concordpb.HeartbeatRequest
 		return nil, err
 	}
 	if leader, local := s.b.Leader(routing.MetaShard); !local {
-		c, fctx, err := ClusterClientFor(ctx, s.b, s.metaLeaderHint(leader))
-		if err != nil {
-			return nil, err
-		}
-		return c.Heartbeat(fctx, req)
+		node := s.metaLeaderHint(leader)
+		return forward(ctx, node, func(ctx context.Context) (*concordpb.HeartbeatResponse, error) {
+			c, fctx, err := ClusterClientFor(ctx, s.b, node)
+			if err != nil {
+				return nil, err
+			}
+			return c.Heartbeat(fctx, req)
+		})
 	}
 	resp, err := s.b.HandleHeartbeat(req)
 	return resp, toStatus(err)
@@ -72,11 +78,14 @@ func (s *Cluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeRepli
 	shard := ids.ShardID(req.GetShardId())
 	leader, local := s.b.Leader(shard)
 	if !local {
-		c, fctx, err := ClusterClientFor(ctx, s.b, leader)
-		if err != nil {
-			return nil, err
-		}
-		return c.ChangeReplicas(fctx, req)
+		node := leader
+		return forward(ctx, node, func(ctx context.Context) (*concordpb.ChangeReplicasResponse, error) {
+			c, fctx, err := ClusterClientFor(ctx, s.b, node)
+			if err != nil {
+				return nil, err
+			}
+			return c.ChangeReplicas(fctx, req)
+		})
 	}
 	d, err := s.b.ChangeReplicas(ctx, shard, ids.ReplicaID(req.GetRemoveReplicaId()), ids.NodeID(req.GetAddNodeId()))
 	if err != nil {
@@ -105,10 +114,16 @@ func (s *Cluster) Status(ctx context.Context, _ *concordpb.StatusRequest) (*conc
 		return nil, err
 	}
 	if leader, local := s.b.Leader(routing.MetaShard); !local {
-		if c, fctx, err := ClusterClientFor(ctx, s.b, s.metaLeaderHint(leader)); err == nil {
-			if resp, err := c.Status(fctx, &concordpb.StatusRequest{}); err == nil {
-				return resp, nil
+		node := s.metaLeaderHint(leader)
+		resp, err := forward(ctx, node, func(ctx context.Context) (*concordpb.StatusResponse, error) {
+			c, fctx, err := ClusterClientFor(ctx, s.b, node)
+			if err != nil {
+				return nil, err
 			}
+			return c.Status(fctx, &concordpb.StatusRequest{})
+		})
+		if err == nil {
+			return resp, nil
 		}
 		return s.b.LocalStatus(), nil // the placement leader is unreachable: say what this node sees
 	}

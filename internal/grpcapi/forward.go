@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -20,6 +21,31 @@ const maxHops = 2
 
 // hopsKey is the metadata key carrying a forwarded Cluster request's hops.
 const hopsKey = "concord-hops"
+
+// maxForwardTimeout bounds how long a node waits for the node it forwarded a
+// request to, whatever the caller's deadline.
+const maxForwardTimeout = 5 * time.Second
+
+// forward calls the node a request is forwarded to with a deadline of its
+// own, shorter than the caller's: three quarters of the time the caller has
+// left, at most maxForwardTimeout. When that node stalls (paused, black-holed)
+// this node still answers in time, with Unavailable, and the caller can try
+// another node. The node forwarded to may have received the request, so that
+// answer does not read as a refusal: a client retrying a write counts it as
+// possibly applied (and retries with the same session and sequence number).
+func forward[T any](ctx context.Context, node ids.NodeID, call func(context.Context) (T, error)) (T, error) {
+	d := maxForwardTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)*3/4)
+	}
+	fctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	resp, err := call(fctx)
+	if code := status.Code(err); ctx.Err() == nil && (code == codes.DeadlineExceeded || code == codes.Canceled) {
+		err = status.Errorf(codes.Unavailable, "forwarded to node %d, which did not answer within %v (it may have received the request)", node, d.Round(time.Millisecond))
+	}
+	return resp, err
+}
 
 // kvClientFor returns a KV client for node, or Unavailable if this request
 // may not be forwarded further.

@@ -51,11 +51,14 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 		}
 		return &concordpb.GetResponse{Header: header(s.b, shard), Found: found, Value: v}, nil
 	}
-	c, err := kvClientFor(s.b, s.readTarget(req.GetHeader(), shard), req.GetHeader().GetHops(), shard)
+	target := s.readTarget(req.GetHeader(), shard)
+	c, err := kvClientFor(s.b, target, req.GetHeader().GetHops(), shard)
 	if err != nil {
 		return nil, err
 	}
-	return c.Get(ctx, &concordpb.GetRequest{Header: forwardedHeader(req.GetHeader()), Key: req.GetKey()})
+	return forward(ctx, target, func(ctx context.Context) (*concordpb.GetResponse, error) {
+		return c.Get(ctx, &concordpb.GetRequest{Header: forwardedHeader(req.GetHeader()), Key: req.GetKey()})
+	})
 }
 
 // Put is a one-op Batch.
@@ -115,7 +118,9 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 		if err != nil {
 			return nil, err
 		}
-		return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(req.GetHeader()), Ops: req.GetOps()})
+		return forward(ctx, leader, func(ctx context.Context) (*concordpb.BatchResponse, error) {
+			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(req.GetHeader()), Ops: req.GetOps()})
+		})
 	}
 	cmd := &storepb.Command{UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
 		SessionId: req.GetHeader().GetSessionId(), Seq: req.GetHeader().GetSeq(), Ops: req.GetOps(),
@@ -210,12 +215,15 @@ func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard id
 		kvs, err := s.b.LocalScan(shard, req.GetStart(), req.GetEnd(), limit)
 		return kvs, toStatus(err)
 	}
-	c, err := kvClientFor(s.b, s.readTarget(req.GetHeader(), shard), req.GetHeader().GetHops(), shard)
+	target := s.readTarget(req.GetHeader(), shard)
+	c, err := kvClientFor(s.b, target, req.GetHeader().GetHops(), shard)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.Scan(ctx, &concordpb.ScanRequest{Header: forwardedHeader(req.GetHeader()),
-		Start: req.GetStart(), End: req.GetEnd(), Limit: uint32(limit), OnlyShard: uint64(shard)})
+	resp, err := forward(ctx, target, func(ctx context.Context) (*concordpb.ScanResponse, error) {
+		return c.Scan(ctx, &concordpb.ScanRequest{Header: forwardedHeader(req.GetHeader()),
+			Start: req.GetStart(), End: req.GetEnd(), Limit: uint32(limit), OnlyShard: uint64(shard)})
+	})
 	return resp.GetKvs(), err
 }
 
