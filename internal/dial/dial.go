@@ -8,11 +8,27 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 )
 
 // MaxMsgBytes bounds one gRPC message: a batch of values at the default
 // 1 MiB limit plus headroom. Servers use the same bound.
 const MaxMsgBytes = 64 << 20
+
+// Keepalive is how every connection checks that its peer is alive: after
+// Time without traffic it pings, and closes the connection if no answer
+// comes within Timeout, even with no call in flight. A peer that is paused
+// or black-holed (SIGSTOP, a dropped route) thus costs at most Time+Timeout
+// before the connection is seen as broken and redialled, instead of hanging
+// until the kernel gives up on TCP. gRPC raises a Time below 10 s to 10 s.
+var Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true}
+
+// KeepaliveEnforcement is the servers' side of Keepalive (every Concord
+// gRPC server must use it, grpc.KeepaliveEnforcementPolicy): pings as often as
+// Keepalive sends them, and without calls in flight, are allowed. (gRPC's
+// default refuses pings more often than every 5 minutes and closes the
+// connection of a client that sends them.)
+var KeepaliveEnforcement = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
 
 // Dial returns a lazily connecting client connection to addr.
 //
@@ -32,6 +48,7 @@ func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 			},
 			MinConnectTimeout: time.Second,
 		}),
+		grpc.WithKeepaliveParams(Keepalive),
 	}
 	return grpc.NewClient(addr, append(opts, extra...)...)
 }

@@ -112,7 +112,7 @@ func (n *Node) Start(ctx context.Context) error {
 // newServer builds the gRPC server and registers the front door's services.
 func (n *Node) newServer() *grpc.Server {
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
-		grpc.UnaryInterceptor(grpcapi.DropPartitioned(n.blocked)))
+		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement), grpc.UnaryInterceptor(grpcapi.DropPartitioned(n.blocked)))
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, limits))
