@@ -3,9 +3,11 @@ package robustness
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +25,9 @@ var summary struct {
 	mu                                   sync.Mutex
 	histories, ops, faults, lost, failed int
 	inconclusive                         int
+	// ambiguous counts, per fault kind (as joinKinds names the kinds of a
+	// history), the history's operations and its ambiguous ones.
+	ambiguous map[string][2]int
 }
 
 func TestMain(m *testing.M) { testcluster.Main(m, printSummary) }
@@ -38,8 +43,13 @@ func printSummary() {
 	if summary.failed > 0 {
 		v = fmt.Sprintf("FAIL (%d histories)", summary.failed)
 	}
-	fmt.Printf("robustness: %d histories, %d operations, %d faults injected, %d acknowledged writes lost, %d checks inconclusive, verdict: %s\n",
-		summary.histories, summary.ops, summary.faults, summary.lost, summary.inconclusive, v)
+	var amb []string
+	for _, k := range slices.Sorted(maps.Keys(summary.ambiguous)) {
+		n := summary.ambiguous[k]
+		amb = append(amb, fmt.Sprintf("%s %.2f%%", k, 100*float64(n[1])/float64(max(n[0], 1))))
+	}
+	fmt.Printf("robustness: %d histories, %d operations, %d faults injected, %d acknowledged writes lost, %d checks inconclusive, ambiguous: %s, verdict: %s\n",
+		summary.histories, summary.ops, summary.faults, summary.lost, summary.inconclusive, strings.Join(amb, ", "), v)
 }
 
 // boundedRuns are the histories `make test` checks: one fault kind each,
@@ -117,7 +127,7 @@ func TestWholeClusterCrash(t *testing.T) {
 	time.Sleep(3 * time.Second) // and run on the restarted cluster for a while
 	cancel()
 	<-done
-	finish(t, c, w, 7, 1)
+	finish(t, c, w, 7, 1, "crash")
 }
 
 // runHistory runs the workload for d under faults of kinds and checks it.
@@ -140,7 +150,7 @@ func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
 	}
 	t.Logf("faults injected: %v", n.injected)
 	n.waitHealthy(60 * time.Second)
-	finish(t, c, w, seed, faults)
+	finish(t, c, w, seed, faults, joinKinds(kinds))
 }
 
 func newWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *workload {
@@ -168,8 +178,9 @@ func throughNodes(t *testing.T, c *testcluster.Cluster) *client.Client {
 }
 
 // finish reads the final state, checks the history and the unique writes,
-// keeps a failing history, and adds to the summary.
-func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faults int) {
+// keeps a failing history, and adds to the summary (its ambiguous share
+// under kinds, the faults it ran under).
+func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faults int, kinds string) {
 	final := c.Client(t)
 	w.finalReads(final)
 	lost, checked, err := w.lostWrites(final)
@@ -207,6 +218,11 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	if v.result == porcupine.Unknown {
 		summary.inconclusive++
 	}
+	if summary.ambiguous == nil {
+		summary.ambiguous = map[string][2]int{}
+	}
+	a := summary.ambiguous[kinds]
+	summary.ambiguous[kinds] = [2]int{a[0] + len(ops), a[1] + w.rec.ambiguous}
 }
 
 func outDir(t *testing.T) string {
