@@ -7,8 +7,10 @@
 //     sequence number), finds the key's shard, and either serves it here
 //     (propose through raft; a linearizable read after a ReadIndex barrier;
 //     a stale read straight from the local replica) or forwards it to the
-//     node that can (forward.go), at most 2 hops. Scan fans out to every
-//     shard and merges.
+//     node that can (forward.go), at most 2 hops, with a deadline shorter
+//     than the caller's (a stalled target gets Unavailable back in time for
+//     the caller to try another node). Scan fans out to every shard and
+//     merges.
 //   - Cluster (clusterservice.go): Probe, Join, Heartbeat, ChangeReplicas,
 //     RoutingTable, Status. Placement requests go to the meta shard's leader.
 //   - Admin (admin.go): fault injection (Die, Partition, Heal), refused with
