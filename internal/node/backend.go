@@ -60,6 +60,9 @@ func (b backend) ReadIndex(ctx context.Context, shard ids.ShardID) (grpcapi.Shar
 	if err != nil {
 		return nil, err
 	}
+	if b.n.afterReadIndex != nil {
+		b.n.afterReadIndex()
+	}
 	return shardView{v: v, shard: shard}, nil
 }
 
