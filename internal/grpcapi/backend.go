@@ -61,12 +61,25 @@ type KVBackend interface {
 	// applies, fails, or ctx ends. Errors are internal (see toStatus).
 	Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error)
 	// ReadIndex returns once the local replica of shard, as leader, has
-	// applied everything committed before the call.
-	ReadIndex(ctx context.Context, shard ids.ShardID) error
-	// LocalGet and LocalScan read the local replica's applied state, with no
-	// raft involvement: the caller decides whether a ReadIndex comes first.
+	// applied everything committed before the call, with a view of the
+	// shard's state as of that moment, which a linearizable read reads (the
+	// replica may be removed, its data destroyed, before the read runs). The
+	// caller must Close the view.
+	ReadIndex(ctx context.Context, shard ids.ShardID) (ShardView, error)
+	// LocalGet and LocalScan read the local replica's current applied state
+	// with no raft involvement, as a stale read does. They fail (Unavailable)
+	// rather than answer for a replica removed while they read.
 	LocalGet(shard ids.ShardID, key []byte) (value []byte, found bool, err error)
 	LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+}
+
+// ShardView is one shard's applied state at one instant, from ReadIndex.
+// Errors are internal (see toStatus).
+type ShardView interface {
+	Get(key []byte) (value []byte, found bool, err error)
+	Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	// Close releases the view; it must be called exactly once.
+	Close()
 }
 
 // ClusterBackend is what the Cluster service needs: the node's identity and

@@ -135,12 +135,27 @@ func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Comman
 	return f.proposeResult, f.proposeErr
 }
 
-func (f *fakeNode) ReadIndex(_ context.Context, shard ids.ShardID) error {
+func (f *fakeNode) ReadIndex(_ context.Context, shard ids.ShardID) (ShardView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readIndex = append(f.readIndex, shard)
-	return f.readIndexErr
+	if f.readIndexErr != nil {
+		return nil, f.readIndexErr
+	}
+	return fakeView{f: f, shard: shard}, nil
 }
+
+// fakeView reads the fake's data as LocalGet and LocalScan do.
+type fakeView struct {
+	f     *fakeNode
+	shard ids.ShardID
+}
+
+func (v fakeView) Get(key []byte) ([]byte, bool, error) { return v.f.LocalGet(v.shard, key) }
+func (v fakeView) Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
+	return v.f.LocalScan(v.shard, start, end, limit)
+}
+func (v fakeView) Close() {}
 
 func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, bool, error) {
 	for _, kv := range f.data[shard] {

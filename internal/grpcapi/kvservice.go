@@ -42,12 +42,9 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 		return nil, err
 	}
 	if s.canReadLocally(req.GetHeader(), shard) {
-		if err := s.readBarrier(ctx, req.GetHeader(), shard); err != nil {
-			return nil, err
-		}
-		v, found, err := s.b.LocalGet(shard, req.GetKey())
+		v, found, err := s.localGet(ctx, req.GetHeader(), shard, req.GetKey())
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, err
 		}
 		return &concordpb.GetResponse{Header: header(s.b, shard), Found: found, Value: v}, nil
 	}
@@ -209,10 +206,16 @@ func mergedScan(servedBy ids.NodeID, all []*concordpb.KeyValue, more bool, limit
 
 func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) ([]*concordpb.KeyValue, error) {
 	if s.canReadLocally(req.GetHeader(), shard) {
-		if err := s.readBarrier(ctx, req.GetHeader(), shard); err != nil {
+		if req.GetHeader().GetConsistency() == concordpb.Consistency_STALE {
+			kvs, err := s.b.LocalScan(shard, req.GetStart(), req.GetEnd(), limit)
+			return kvs, toStatus(err)
+		}
+		view, err := s.readBarrier(ctx, shard)
+		if err != nil {
 			return nil, err
 		}
-		kvs, err := s.b.LocalScan(shard, req.GetStart(), req.GetEnd(), limit)
+		defer view.Close()
+		kvs, err := view.Scan(req.GetStart(), req.GetEnd(), limit)
 		return kvs, toStatus(err)
 	}
 	target := s.readTarget(req.GetHeader(), shard)
@@ -246,14 +249,30 @@ func (s *KV) readTarget(h *concordpb.RequestHeader, shard ids.ShardID) ids.NodeI
 	return leader
 }
 
-// readBarrier makes a linearizable read wait until the local replica has
-// applied everything committed before the read arrived.
-func (s *KV) readBarrier(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID) error {
+// localGet reads key from the local replica of shard: a stale read reads its
+// current state, a linearizable one the view its barrier returns.
+func (s *KV) localGet(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID, key []byte) ([]byte, bool, error) {
 	if h.GetConsistency() == concordpb.Consistency_STALE {
-		return nil
+		v, found, err := s.b.LocalGet(shard, key)
+		return v, found, toStatus(err)
 	}
-	if err := s.b.ReadIndex(ctx, shard); err != nil {
-		return readStatus(err)
+	view, err := s.readBarrier(ctx, shard)
+	if err != nil {
+		return nil, false, err
 	}
-	return nil
+	defer view.Close()
+	v, found, err := view.Get(key)
+	return v, found, toStatus(err)
+}
+
+// readBarrier makes a linearizable read wait until the local replica has
+// applied everything committed before the read arrived, and returns the
+// view of the shard the read must read (never the live engine: the replica
+// may be removed, its data destroyed, before the read runs).
+func (s *KV) readBarrier(ctx context.Context, shard ids.ShardID) (ShardView, error) {
+	view, err := s.b.ReadIndex(ctx, shard)
+	if err != nil {
+		return nil, readStatus(err)
+	}
+	return view, nil
 }

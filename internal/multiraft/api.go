@@ -81,21 +81,28 @@ func (h *Host) wait(ctx context.Context, p *replica.Proposal) (*storepb.CommandR
 	}
 }
 
-// ReadIndex returns nil once shard's local state reflects every write
-// committed before the call (a linearizable read may then read locally).
-func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) error {
+// ReadIndex returns, once shard's local replica has applied every write
+// committed before the call, a view of the engine taken at that moment: a
+// linearizable read reads the shard through it, even if the replica is
+// removed and its data destroyed meanwhile. The caller must Release it.
+func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadView, error) {
 	rctx := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, h.idBase), h.idCount.Add(1))
 	rd := &replica.Read{Ctx: rctx, Done: make(chan error, 1)}
 	if err := h.enqueue(func(in *inbox) { in.reads = append(in.reads, shardRead{shard, rd}) }); err != nil {
-		return err
+		return nil, err
 	}
 	select {
 	case err := <-rd.Done:
-		return err
+		if err != nil {
+			return nil, err
+		}
+		return rd.View(), nil
 	case <-ctx.Done():
-		return ctx.Err()
+		rd.Abandon()
+		return nil, ctx.Err()
 	case <-h.doneC:
-		return ErrStopped
+		rd.Abandon()
+		return nil, ErrStopped
 	}
 }
 

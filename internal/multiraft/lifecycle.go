@@ -92,17 +92,19 @@ func (h *Host) createReplica(shard ids.ShardID, id ids.ReplicaID, m *pb.Message)
 }
 
 // destroyReplica removes a replica and its data, leaving a tombstone so
-// that stale messages cannot recreate it.
+// that stale messages cannot recreate it. It unpublishes the replica before
+// destroying the data, so a stale read that finds the replica still
+// published after reading has read its data (node's LocalGet).
 func (h *Host) destroyReplica(r *replica.Replica) {
 	shard := r.Shard()
 	r.Destroy()
 	delete(h.replicas, shard)
 	delete(h.dirty, shard)
-	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
-		h.fatal(err)
-	}
 	h.infoMu.Lock()
 	delete(h.infos, shard)
 	h.infoMu.Unlock()
+	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
+		h.fatal(err)
+	}
 	h.log.Info("removed replica", "shard", shard, "replica", r.ID())
 }

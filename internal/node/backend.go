@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"google.golang.org/grpc"
 
@@ -9,6 +11,8 @@ import (
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -51,16 +55,84 @@ func (b backend) Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Co
 	return b.n.host.Propose(ctx, shard, cmd)
 }
 
-func (b backend) ReadIndex(ctx context.Context, shard ids.ShardID) error {
-	return b.n.host.ReadIndex(ctx, shard)
+func (b backend) ReadIndex(ctx context.Context, shard ids.ShardID) (grpcapi.ShardView, error) {
+	v, err := b.n.host.ReadIndex(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	if b.n.afterReadIndex != nil {
+		b.n.afterReadIndex()
+	}
+	return shardView{v: v, shard: shard}, nil
 }
 
-func (b backend) LocalGet(shard ids.ShardID, key []byte) ([]byte, bool, error) {
-	return kv.Get(b.n.eng.Reader(), uint64(shard), key)
+// shardView reads one shard from the view a linearizable read was released
+// with.
+type shardView struct {
+	v     *storage.ReadView
+	shard ids.ShardID
 }
 
-func (b backend) LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
-	return kv.Scan(b.n.eng.Reader(), uint64(shard), start, end, limit)
+func (s shardView) Get(key []byte) (value []byte, found bool, err error) {
+	err = s.v.Read(func(r storage.Reader) error {
+		value, found, err = kv.Get(r, uint64(s.shard), key)
+		return err
+	})
+	return value, found, readErr(err)
+}
+
+func (s shardView) Scan(start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
+	err = s.v.Read(func(r storage.Reader) error {
+		kvs, err = kv.Scan(r, uint64(s.shard), start, end, limit)
+		return err
+	})
+	return kvs, readErr(err)
+}
+
+func (s shardView) Close() { s.v.Release() }
+
+// LocalGet and LocalScan serve stale reads from the engine's current state.
+// The replica may be removed while they read, its data destroyed: they
+// answer only if the same initialized replica is still published after the
+// read (the host unpublishes a replica before destroying its data), so a
+// removed replica's empty span is never reported as "not found".
+func (b backend) LocalGet(shard ids.ShardID, key []byte) (value []byte, found bool, err error) {
+	err = b.readReplica(shard, func(r storage.Reader) error {
+		value, found, err = kv.Get(r, uint64(shard), key)
+		return err
+	})
+	return value, found, err
+}
+
+func (b backend) LocalScan(shard ids.ShardID, start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
+	err = b.readReplica(shard, func(r storage.Reader) error {
+		kvs, err = kv.Scan(r, uint64(shard), start, end, limit)
+		return err
+	})
+	return kvs, err
+}
+
+func (b backend) readReplica(shard ids.ShardID, f func(r storage.Reader) error) error {
+	before, ok := b.n.host.Info(shard)
+	if !ok || before.Desc == nil {
+		return multiraft.ErrNoReplica
+	}
+	if err := b.n.eng.Read(f); err != nil {
+		return readErr(err)
+	}
+	if after, ok := b.n.host.Info(shard); !ok || after.ReplicaID != before.ReplicaID {
+		return multiraft.ErrNoReplica
+	}
+	return nil
+}
+
+// readErr makes a read that arrived after storage closed (the node is
+// stopping) fail as the host's work does then: Unavailable.
+func readErr(err error) error {
+	if errors.Is(err, storage.ErrClosed) {
+		return fmt.Errorf("%w: %w", multiraft.ErrStopped, err)
+	}
+	return err
 }
 
 func (b backend) ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error) {

@@ -58,6 +58,66 @@ type Node struct {
 	stopOnce sync.Once
 	stopC    chan struct{}
 	wg       sync.WaitGroup
+	// rpcs counts the gRPC handlers running: Stop waits for them (at most
+	// drainTimeout) before it closes storage, since grpc.Server.Stop does not.
+	rpcs         inflight
+	drainTimeout time.Duration
+	// afterReadIndex, if set (tests), runs in a linearizable read between
+	// its barrier and its read.
+	afterReadIndex func()
+}
+
+// inflight counts running RPC handlers; wait returns once none runs.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n reaches 0, while a wait is pending
+}
+
+func (f *inflight) begin() { f.mu.Lock(); f.n++; f.mu.Unlock() }
+
+func (f *inflight) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n--; f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// wait returns the number of handlers still running after timeout, 0 if
+// they all ended.
+func (f *inflight) wait(timeout time.Duration) int {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return 0
+	}
+	idle := make(chan struct{})
+	f.idle = idle
+	f.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return 0
+	case <-t.C:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.n
+	}
+}
+
+func (n *Node) trackUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	n.rpcs.begin()
+	defer n.rpcs.end()
+	return h(ctx, req)
+}
+
+func (n *Node) trackStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	n.rpcs.begin()
+	defer n.rpcs.end()
+	return h(srv, ss)
 }
 
 // New validates cfg and returns a node that Start will run.
@@ -65,7 +125,7 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), drainTimeout: 2 * time.Second}
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
 	n.seen.m = map[ids.NodeID]bool{}
 	n.conns.m = map[string]*grpc.ClientConn{}
@@ -112,7 +172,9 @@ func (n *Node) Start(ctx context.Context) error {
 // newServer builds the gRPC server and registers the front door's services.
 func (n *Node) newServer() *grpc.Server {
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
-		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement), grpc.UnaryInterceptor(grpcapi.DropPartitioned(n.blocked)))
+		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
+		grpc.ChainUnaryInterceptor(n.trackUnary, grpcapi.DropPartitioned(n.blocked)),
+		grpc.StreamInterceptor(n.trackStream))
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, limits))
@@ -190,7 +252,12 @@ func (n *Node) Addr() string { return n.lis.Addr().String() }
 // ID is the node's id, 0 until it is initialized.
 func (n *Node) ID() ids.NodeID { return ids.NodeID(n.ident.Load().GetNodeId()) }
 
-// Stop ends every goroutine of the node and closes its storage.
+// Stop ends every goroutine of the node and closes its storage. gRPC's Stop
+// cancels the running handlers but does not wait for them, so Stop waits
+// (at most drainTimeout) for them to return before closing storage: those
+// waiting on the host end with ErrStopped once it stops, and a read that
+// passed its barrier finishes its read. A handler that outlives the wait and
+// then reads gets storage.ErrClosed (Unavailable), never Pebble's panic.
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
 		close(n.stopC)
@@ -202,6 +269,9 @@ func (n *Node) Stop() {
 			n.host.Stop()
 			n.transport.Stop()
 		default:
+		}
+		if left := n.rpcs.wait(n.drainTimeout); left > 0 {
+			n.log.Warn("closing storage with RPC handlers still running", "handlers", left)
 		}
 		n.wg.Wait()
 		n.conns.closeAll()

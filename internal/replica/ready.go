@@ -339,13 +339,30 @@ func (r *Replica) failPending(readErr error) {
 	}
 }
 
-// serveReads releases the reads whose index is applied.
+// serveReads releases the reads whose index is applied, with one view of
+// the engine for all of them. It is taken here, in Advance: after the batch
+// holding their index is committed, and before the loop may destroy this
+// replica's data (a removal applied in this very Ready) or replace it by a
+// snapshot, so a read that runs later on its own goroutine still sees the
+// state it was released at.
 func (r *Replica) serveReads() {
+	var ready []*Read
 	for k, rd := range r.reads {
 		if rd.hasIndex && rd.index <= r.applied {
 			delete(r.reads, k)
-			rd.Done <- nil
+			ready = append(ready, rd)
 		}
+	}
+	if len(ready) == 0 {
+		return
+	}
+	v, err := r.eng.NewReadView(len(ready))
+	for _, rd := range ready {
+		if err != nil {
+			rd.Done <- err
+			continue
+		}
+		rd.serve(v)
 	}
 }
 

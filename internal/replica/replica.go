@@ -3,6 +3,7 @@ package replica
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -67,12 +68,48 @@ type Proposal struct {
 type Read struct {
 	// Ctx must be unique per request, never reused across retries.
 	Ctx []byte
-	// Done receives nil when the read may be served from local state, or an error.
+	// Done receives nil when the read may be served, and View then holds
+	// the state to serve it from; or an error.
 	Done chan error
 
 	index    uint64
 	hasIndex bool
 	born     uint64
+	// view is set by the loop before it serves the read; state says who
+	// owns it (see serve and Abandon).
+	view  *storage.ReadView
+	state atomic.Uint32
+}
+
+const (
+	readWaiting uint32 = iota
+	readServed
+	readAbandoned
+)
+
+// View returns the state a read that received nil on Done reads: the
+// engine as of the read's release, when its index was applied. The
+// receiver owns one reference to it and must Release it.
+func (rd *Read) View() *storage.ReadView { return rd.view }
+
+// Abandon is called by a waiter that stops waiting without receiving from
+// Done (its context ended, the host stopped). A view the loop has handed the
+// read, or hands it later, is released; an error is simply dropped.
+func (rd *Read) Abandon() {
+	if !rd.state.CompareAndSwap(readWaiting, readAbandoned) {
+		rd.view.Release() // already served: the reference is the waiter's
+	}
+}
+
+// serve hands v (one reference) to the read and releases it, unless its
+// waiter gave up.
+func (rd *Read) serve(v *storage.ReadView) {
+	rd.view = v
+	if !rd.state.CompareAndSwap(readWaiting, readServed) {
+		v.Release()
+		return
+	}
+	rd.Done <- nil
 }
 
 // Replica is one shard replica. See the package doc for the Ready cycle.

@@ -22,7 +22,9 @@
 // book, seen peers: local.go). The *pebble.DB never leaves the package:
 // other packages read through Reader and snapshots and write through
 // batches, and only storage and the state machines' apply code import
-// Pebble (internal/lint enforces it).
+// Pebble (internal/lint enforces it). Reads from outside the host loop (RPC
+// handlers) go through Read and ReadView (readview.go), which fail with
+// ErrClosed once the engine is closed instead of letting Pebble panic.
 //
 // OpenFS runs an engine on any Pebble vfs.FS; tests use an in-memory one.
 package storage

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -23,6 +24,11 @@ type Engine struct {
 	// stagedSeq numbers staged snapshot files, so concurrent receivers of
 	// the same shard never share a file.
 	stagedSeq atomic.Uint64
+	// closeMu guards closed: reads from outside the host loop (Read,
+	// ReadView) hold it shared, Close exclusively, so none runs on a closed
+	// Pebble, which would panic.
+	closeMu sync.RWMutex
+	closed  bool
 }
 
 // FS is the file system an engine lives on (Pebble's vfs.FS), so that
@@ -71,8 +77,18 @@ func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) {
 	return &Engine{db: db, opts: opts, fs: fs, dir: dir, auxDir: aux}, nil
 }
 
-// Close closes the database.
-func (e *Engine) Close() error { return e.db.Close() }
+// Close closes the database once the reads in progress through Read and
+// ReadView are done; later ones fail with ErrClosed. The caller must have
+// stopped every other user of the engine (the host loop, snapshot streams).
+func (e *Engine) Close() error {
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	e.closed = true
+	return e.db.Close()
+}
 
 // AuxDir is a scratch directory for files that are not part of the database.
 func (e *Engine) AuxDir() string { return e.auxDir }

@@ -61,7 +61,7 @@ func TestFollowerRefuses(t *testing.T) {
 	if !errors.As(call.Err, &nl) || nl.LeaderNode != leader {
 		t.Fatalf("proposal on a follower: %v, want NotLeaderError naming node %d", call.Err, leader)
 	}
-	if err := c.Node(follower).Host.ReadIndex(context.Background(), 1); !errors.As(err, &nl) || nl.LeaderNode != leader {
+	if _, err := c.Node(follower).Host.ReadIndex(context.Background(), 1); !errors.As(err, &nl) || nl.LeaderNode != leader {
 		t.Fatalf("ReadIndex on a follower: %v, want NotLeaderError naming node %d", err, leader)
 	}
 	c.Put("other", "x")
@@ -75,7 +75,13 @@ func TestFollowerRefuses(t *testing.T) {
 func readAsync(c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID) chan error {
 	done := make(chan error, 1)
 	h := c.Node(node).Host
-	go func() { done <- h.ReadIndex(context.Background(), shard) }()
+	go func() {
+		v, err := h.ReadIndex(context.Background(), shard)
+		if v != nil {
+			v.Release()
+		}
+		done <- err
+	}()
 	return done
 }
 
