@@ -239,6 +239,8 @@ func TestBackoffResetsAfterStream(t *testing.T) {
 			t.Fatalf("wait %d after a stream that sent: %v, want %v (all waits: %v)", i, d, minBackoff, waits)
 		}
 	}
+	flaky.mu.Lock()
+	defer flaky.mu.Unlock()
 	t.Logf("waits %v; %d batches reached the flaky peer", waits, flaky.batches)
 }
 
