@@ -1,6 +1,8 @@
 package grpcapi
 
 import (
+	"cmp"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 )
@@ -12,11 +14,24 @@ const (
 	maxScanLimit     = 10000
 )
 
+// DefaultMaxBatchBytes is the default Limits.MaxBatchBytes: the most bytes
+// of keys, values and expected values one Batch may carry. The batch becomes
+// one raft entry (the ops plus a few bytes of framing each, at most 1,000 ops:
+// under 8 MiB + 64 KiB), which must fit in one RaftBatch on the wire
+// (transport.DefaultMaxBatchBytes, 16 MiB, itself a quarter of the gRPC
+// message limit) and in raft's flow control (a single entry over
+// MaxSizePerMsgBytes or MaxInflightBytes still goes, alone). A test in this
+// package checks the relation.
+const DefaultMaxBatchBytes = 8 << 20
+
 // Limits bounds the sizes of keys and values a request may carry; the node
 // sets them from its flags, whose names the error texts cite.
 type Limits struct {
 	MaxKeyBytes   int // --max-key-bytes
 	MaxValueBytes int // --max-value-bytes
+	// MaxBatchBytes bounds the sum of a batch's keys, values and expected
+	// values; 0 means DefaultMaxBatchBytes.
+	MaxBatchBytes int
 }
 
 func (l Limits) checkKey(k []byte) error {
@@ -49,6 +64,7 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 		return 0, invalid("a request with a session must carry a positive sequence number")
 	}
 	var shard ids.ShardID
+	size := 0
 	for i, op := range ops {
 		if err := l.checkOp(i, op); err != nil {
 			return 0, err
@@ -61,6 +77,10 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 			return 0, invalid("batch keys span shards %d and %d; a batch must stay within one shard", shard, s)
 		}
 		shard = s
+		size += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
+	}
+	if limit := cmp.Or(l.MaxBatchBytes, DefaultMaxBatchBytes); size > limit {
+		return 0, invalid("batch is %d bytes of keys and values; the limit is %d", size, limit)
 	}
 	return shard, nil
 }

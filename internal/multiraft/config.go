@@ -37,10 +37,27 @@ type Config struct {
 	// for slow followers; LogTruncateEntries is how many more it lets pile up
 	// before truncating back down to LogKeepEntries.
 	LogKeepEntries, LogTruncateEntries uint64
-	// MaxSizePerMsgBytes, MaxInflightMsgs, MaxUncommittedBytes: raft flow control.
-	MaxSizePerMsgBytes  uint64
-	MaxInflightMsgs     int
+	// Raft flow control, per shard. Bytes are raft's count of entry data.
+	// They bound what the transport is asked to carry, which must stay
+	// under its limits (transport.Config.QueueBytes, 64 MiB per peer lane;
+	// MaxBatchBytes, 16 MiB per RaftBatch): a follower that fell behind
+	// gets its backlog MaxInflightBytes at a time, never as one huge Ready.
+	//
+	// MaxSizePerMsgBytes bounds the entries in one MsgApp (default 1 MiB;
+	// a single larger entry still goes, alone).
+	MaxSizePerMsgBytes uint64
+	// MaxInflightMsgs and MaxInflightBytes bound the MsgApps sent to one
+	// follower and not yet acknowledged (default 256 messages, 4 MiB; the
+	// bytes must be at least MaxSizePerMsgBytes). 4 MiB per shard times the
+	// 16 shards a node may lead fills exactly one 64 MiB peer queue.
+	MaxInflightMsgs  int
+	MaxInflightBytes uint64
+	// MaxUncommittedBytes bounds a leader's proposals not yet committed;
+	// beyond it raft drops new ones (default 64 MiB).
 	MaxUncommittedBytes uint64
+	// MaxCommittedBytesPerReady bounds the committed entries one Ready hands
+	// to apply, and so one loop iteration's apply batch (default 4 MiB).
+	MaxCommittedBytesPerReady uint64
 	// MaxOutgoingSnapshots bounds snapshots being streamed at once.
 	MaxOutgoingSnapshots int
 	// Ticks is where the loop's ticks come from; nil means a time.Ticker of
@@ -77,6 +94,9 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 		MaxUncommittedBytes:      64 << 20,
 		MaxOutgoingSnapshots:     4,
 		Logger:                   slog.Default(),
+
+		MaxInflightBytes:          4 << 20,
+		MaxCommittedBytesPerReady: 4 << 20,
 	}
 }
 
@@ -104,6 +124,7 @@ func (c Config) withDefaults() Config {
 	for _, f := range []struct{ v, d *uint64 }{
 		{&c.LogKeepEntries, &d.LogKeepEntries}, {&c.LogTruncateEntries, &d.LogTruncateEntries},
 		{&c.MaxSizePerMsgBytes, &d.MaxSizePerMsgBytes}, {&c.MaxUncommittedBytes, &d.MaxUncommittedBytes},
+		{&c.MaxInflightBytes, &d.MaxInflightBytes}, {&c.MaxCommittedBytesPerReady, &d.MaxCommittedBytesPerReady},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.d
@@ -127,6 +148,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("multiraft: ElectionTicks %d must exceed HeartbeatTicks %d > 0", c.ElectionTicks, c.HeartbeatTicks)
 	case c.MaxOutgoingSnapshots <= 0:
 		return fmt.Errorf("multiraft: MaxOutgoingSnapshots %d must be positive", c.MaxOutgoingSnapshots)
+	case c.MaxInflightBytes < c.MaxSizePerMsgBytes:
+		return fmt.Errorf("multiraft: MaxInflightBytes %d must be at least MaxSizePerMsgBytes %d", c.MaxInflightBytes, c.MaxSizePerMsgBytes)
 	}
 	return nil
 }

@@ -51,6 +51,7 @@ func (h *Host) replicaConfig(shard ids.ShardID, id ids.ReplicaID) replica.Config
 		NodeID: h.cfg.NodeID, Shard: shard, ReplicaID: id,
 		ElectionTicks: h.cfg.ElectionTicks, HeartbeatTicks: h.cfg.HeartbeatTicks,
 		MaxSizePerMsgBytes: h.cfg.MaxSizePerMsgBytes, MaxInflightMsgs: h.cfg.MaxInflightMsgs,
+		MaxInflightBytes: h.cfg.MaxInflightBytes, MaxCommittedBytesPerReady: h.cfg.MaxCommittedBytesPerReady,
 		MaxUncommittedBytes: h.cfg.MaxUncommittedBytes,
 		PendingTimeoutTicks: h.policy.pendingTimeoutTicks,
 		Snapshot:            h.snapshotFunc(shard),

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/concord-kv/concord/internal/grpcapi"
 )
 
 // Config configures a node. Zero fields take the defaults of DefaultConfig.
@@ -100,8 +102,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--replicas must be at least 1, got %d", c.Replicas)
 	case c.MaxKeyBytes < 1 || c.MaxValueBytes < 0:
 		return errors.New("--max-key-bytes must be positive and --max-value-bytes not negative")
-	case c.MaxValueBytes > 32<<20:
-		return fmt.Errorf("--max-value-bytes above 32 MiB is not supported, got %d", c.MaxValueBytes)
+	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
+		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
+			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
 	}
 	for _, a := range append([]string{c.Addr}, c.Peers...) {
 		if _, _, err := net.SplitHostPort(a); err != nil {

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -33,11 +34,16 @@ type Config struct {
 	HeartbeatTicks int
 	// MaxSizePerMsgBytes bounds the entries in one append message.
 	MaxSizePerMsgBytes uint64
-	// MaxInflightMsgs bounds unacknowledged appends per follower.
-	MaxInflightMsgs int
+	// MaxInflightMsgs and MaxInflightBytes bound unacknowledged appends per
+	// follower (0 bytes: no byte bound).
+	MaxInflightMsgs  int
+	MaxInflightBytes uint64
 	// MaxUncommittedBytes bounds proposals not yet committed; beyond it raft
 	// drops proposals (backpressure).
 	MaxUncommittedBytes uint64
+	// MaxCommittedBytesPerReady bounds the committed entries in one Ready
+	// (0: 4 × MaxSizePerMsgBytes).
+	MaxCommittedBytesPerReady uint64
 	// PendingTimeoutTicks is how long a proposal or read may wait before the
 	// replica forgets it (its caller has given up long before).
 	PendingTimeoutTicks uint64
@@ -174,9 +180,10 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 		Storage:                   l,
 		Applied:                   r.applied,
 		MaxSizePerMsg:             cfg.MaxSizePerMsgBytes,
-		MaxCommittedSizePerReady:  4 * cfg.MaxSizePerMsgBytes,
+		MaxCommittedSizePerReady:  cmp.Or(cfg.MaxCommittedBytesPerReady, 4*cfg.MaxSizePerMsgBytes),
 		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
 		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxInflightBytes:          cfg.MaxInflightBytes,
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,

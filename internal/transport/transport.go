@@ -1,11 +1,25 @@
 // Package transport carries raft traffic between nodes over gRPC.
 //
-// Each peer node gets one goroutine and one client stream (RaftTransport.Send)
-// fed by a bounded queue. The multiraft loop queues a whole phase of its
-// iteration with Send and then calls Flush, so each peer gets one RaftBatch
-// per phase rather than one per message. Send never blocks the loop: when a
-// peer's queue is full or its stream is down, messages are dropped (raft
-// retransmits) and the peer is reported unreachable.
+// Each peer node gets two lanes, each a bounded queue drained by its own
+// goroutine into its own client stream (RaftTransport.Send): the control lane
+// carries the small messages raft's liveness depends on (heartbeats, votes,
+// append acknowledgements, ReadIndex, TimeoutNow; see isControl), the bulk
+// lane everything else, above all MsgApp. Two streams, because a stream is a
+// FIFO at every level (our queue, gRPC's per-stream flow-control window, the
+// receiver's handler): a heartbeat behind megabytes of appends would arrive
+// after them, and a leader whose followers answer late steps down ("quorum is
+// not active"). HTTP/2 interleaves the two streams' frames on the one
+// connection, and gRPC returns connection-level window as it reads, so a
+// slow bulk stream does not hold the control stream up.
+//
+// The multiraft loop queues a whole phase of its iteration with Send and then
+// calls Flush, so each lane of a peer gets one RaftBatch per phase rather
+// than one per message. A RaftBatch holds at most maxBatch messages and
+// Config.MaxBatchBytes bytes (a single larger message goes alone), well under
+// the gRPC message limit (dial.MaxMsgBytes). Each lane's queue is bounded in
+// messages (Config.QueueLen) and bytes (Config.QueueBytes). Send never blocks
+// the loop: when a lane's queue is full or its stream is down, messages are
+// dropped (raft retransmits) and the peer is reported unreachable.
 //
 // Snapshots go over their own stream per snapshot (RaftTransport.SendSnapshot):
 // the sender iterates a Pebble snapshot of the shard's state-machine span and
@@ -55,8 +69,18 @@ type Config struct {
 	// Blocked reports whether traffic to and from a node is cut (fault
 	// injection); nil means never.
 	Blocked func(node ids.NodeID) bool
-	// QueueLen bounds the messages queued per peer.
+	// QueueLen bounds the messages queued per peer and lane (default 4,096).
 	QueueLen int
+	// QueueBytes bounds the bytes of marshalled messages queued per peer and
+	// lane, not yet handed to the stream (default 64 MiB). It should exceed
+	// the shards a node may lead times raft's MaxInflightBytes, or a follower
+	// catching up many shards at once sees drops (raft then probes and
+	// resends; correct, only slower). A message larger than QueueBytes is
+	// still queued when the queue is empty.
+	QueueBytes int
+	// MaxBatchBytes bounds the bytes in one RaftBatch (default 16 MiB, a
+	// quarter of dial.MaxMsgBytes); a single larger message goes alone.
+	MaxBatchBytes int
 	// SnapshotChunkBytes bounds the data in one snapshot chunk.
 	SnapshotChunkBytes int
 	Logger             *slog.Logger
@@ -76,6 +100,9 @@ type Transport struct {
 
 	stopC chan struct{}
 	wg    sync.WaitGroup
+
+	// after waits out a reconnect backoff (time.After; tests record it).
+	after func(time.Duration) <-chan time.Time
 }
 
 // New creates a Transport that stages received snapshots in sink (the
@@ -83,6 +110,12 @@ type Transport struct {
 func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.QueueLen == 0 {
 		cfg.QueueLen = 4096
+	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if cfg.SnapshotChunkBytes == 0 {
 		cfg.SnapshotChunkBytes = 1 << 20
@@ -93,7 +126,8 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{})}
+	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
+		after: time.After}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -112,35 +146,115 @@ func (t *Transport) Stop() {
 	t.wg.Wait()
 }
 
-// peer is the outgoing side of one peer node.
+// Defaults of Config's byte limits.
+const (
+	// DefaultMaxBatchBytes is the default Config.MaxBatchBytes: well under
+	// dial.MaxMsgBytes (64 MiB), and above the largest raft entry a client
+	// can make (grpcapi.MaxBatchBytes, 8 MiB, plus the command's framing), so
+	// that such an entry fits in one RaftBatch.
+	DefaultMaxBatchBytes = 16 << 20
+	// DefaultQueueBytes is the default Config.QueueBytes.
+	DefaultQueueBytes = 64 << 20
+)
+
+// maxBatch bounds the messages in one RaftBatch; a lane's queue is also
+// handed over early once it holds this many, or MaxBatchBytes.
+const maxBatch = 512
+
+// Reconnect backoff of a lane whose stream failed: doubling from
+// minBackoff to maxBackoff, back to minBackoff after a stream that sent.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// envelopeOverhead bounds what a RaftEnvelope adds to its message on the
+// wire: the shard id and the field tags and lengths.
+const envelopeOverhead = 32
+
+func envelopeBytes(e *concordpb.RaftEnvelope) int { return len(e.GetMessage()) + envelopeOverhead }
+
+// isControl says which messages take the control lane: the small ones that
+// keep leaders and elections alive and answer reads. They must never wait
+// behind appends. Everything else (MsgApp above all) takes the bulk lane.
+// Raft tolerates reordering between the two.
+func isControl(t pb.MessageType) bool {
+	switch t {
+	case pb.MsgHeartbeat, pb.MsgHeartbeatResp, pb.MsgVote, pb.MsgVoteResp, pb.MsgPreVote, pb.MsgPreVoteResp,
+		pb.MsgAppResp, pb.MsgTimeoutNow, pb.MsgReadIndex, pb.MsgReadIndexResp:
+		return true
+	}
+	return false
+}
+
+// peer is the outgoing side of one peer node: two lanes over one connection.
 type peer struct {
 	node ids.NodeID
 	addr string
 	conn *grpc.ClientConn
 
-	mu      sync.Mutex
-	pending []*concordpb.RaftEnvelope // guarded by mu: queued, not yet handed to the stream
+	control, bulk *lane
 
-	// wakeC tells the peer's goroutine that pending has messages.
-	wakeC chan struct{}
-	// stopC ends the peer's goroutine.
+	// stopC ends the peer's goroutines.
 	stopC chan struct{}
 }
 
-func (p *peer) wake() {
+// lane is one of a peer's queues, drained by its own goroutine into its own
+// stream.
+type lane struct {
+	name string
+
+	mu      sync.Mutex
+	pending []*concordpb.RaftEnvelope // guarded by mu: queued, not yet handed to the stream
+	bytes   int                       // guarded by mu: envelopeBytes of pending
+
+	// wakeC tells the lane's goroutine that pending has messages.
+	wakeC chan struct{}
+}
+
+func newLane(name string) *lane { return &lane{name: name, wakeC: make(chan struct{}, 1)} }
+
+func (l *lane) wake() {
 	select {
-	case p.wakeC <- struct{}{}:
+	case l.wakeC <- struct{}{}:
 	default:
 	}
 }
 
-// take empties the queue.
-func (p *peer) take() []*concordpb.RaftEnvelope {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	msgs := p.pending
-	p.pending = nil
+// take removes and returns the head of the queue: at most maxMsgs messages
+// and maxBytes bytes, but at least one message if any is queued.
+func (l *lane) take(maxMsgs, maxBytes int) []*concordpb.RaftEnvelope {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, size := 0, 0
+	for n < len(l.pending) && n < maxMsgs {
+		b := envelopeBytes(l.pending[n])
+		if n > 0 && size+b > maxBytes {
+			break
+		}
+		size += b
+		n++
+	}
+	msgs := l.pending[:n:n]
+	l.pending = l.pending[n:]
+	l.bytes -= size
+	if len(l.pending) == 0 {
+		l.pending, l.bytes = nil, 0
+	}
 	return msgs
+}
+
+// drop empties the queue.
+func (l *lane) drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending, l.bytes = nil, 0
+}
+
+func (l *lane) hasPending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending) > 0
 }
 
 func (t *Transport) peer(node ids.NodeID) (*peer, error) {
@@ -153,27 +267,24 @@ func (t *Transport) peer(node ids.NodeID) (*peer, error) {
 	if p, ok := t.peers[node]; ok && p.addr == addr {
 		return p, nil
 	} else if ok {
-		close(p.stopC) // the node moved: end the old peer's goroutine
+		close(p.stopC) // the node moved: end the old peer's goroutines
 		p.conn.Close()
 	}
 	conn, err := dial.Dial(addr)
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{node: node, addr: addr, conn: conn, wakeC: make(chan struct{}, 1), stopC: make(chan struct{})}
+	p := &peer{node: node, addr: addr, conn: conn, control: newLane("control"), bulk: newLane("bulk"), stopC: make(chan struct{})}
 	t.peers[node] = p
-	t.wg.Add(1)
-	go t.runPeer(p)
+	t.wg.Add(2)
+	go t.runLane(p, p.control)
+	go t.runLane(p, p.bulk)
 	return p, nil
 }
 
-// maxBatch bounds the messages in one RaftBatch; a peer's queue is also
-// handed over early once it holds this many.
-const maxBatch = 512
-
-// Send implements multiraft.Transport: it queues m for toNode. The message
-// leaves at the next Flush, so that everything one loop iteration sends to a
-// peer goes out in one batch.
+// Send implements multiraft.Transport: it queues m for toNode on the lane of
+// its type. The message leaves at the next Flush, so that everything one loop
+// iteration sends to a peer goes out in one batch per lane.
 func (t *Transport) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 	if t.isBlocked(toNode) {
 		return
@@ -188,42 +299,49 @@ func (t *Transport) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 		t.log.Error("marshal raft message", "err", err)
 		return
 	}
-	p.mu.Lock()
-	full := len(p.pending) >= t.cfg.QueueLen
-	if !full {
-		p.pending = append(p.pending, &concordpb.RaftEnvelope{ShardId: uint64(shard), Message: data})
+	l := p.bulk
+	if isControl(m.GetType()) {
+		l = p.control
 	}
-	n := len(p.pending)
-	p.mu.Unlock()
+	env := &concordpb.RaftEnvelope{ShardId: uint64(shard), Message: data}
+	size := envelopeBytes(env)
+	l.mu.Lock()
+	full := len(l.pending) >= t.cfg.QueueLen || (len(l.pending) > 0 && l.bytes+size > t.cfg.QueueBytes)
+	if !full {
+		l.pending = append(l.pending, env)
+		l.bytes += size
+	}
+	n, queued := len(l.pending), l.bytes
+	l.mu.Unlock()
 	switch {
 	case full:
 		t.recv.ReportUnreachable(toNode) // the peer is not keeping up; raft retransmits
-	case n >= maxBatch:
-		p.wake()
+	case n >= maxBatch || queued >= t.cfg.MaxBatchBytes:
+		l.wake()
 	}
 }
 
 // Flush implements multiraft.Transport: it hands every peer's queued
-// messages to its sender.
+// messages to its senders.
 func (t *Transport) Flush() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.peers {
-		p.mu.Lock()
-		has := len(p.pending) > 0
-		p.mu.Unlock()
-		if has {
-			p.wake()
+		for _, l := range []*lane{p.control, p.bulk} {
+			if l.hasPending() {
+				l.wake()
+			}
 		}
 	}
 }
 
-// runPeer sends p's queue over a stream, reconnecting with backoff.
-func (t *Transport) runPeer(p *peer) {
+// runLane sends l's queue over a stream, reconnecting with backoff; the
+// backoff starts over after a stream that sent something.
+func (t *Transport) runLane(p *peer, l *lane) {
 	defer t.wg.Done()
-	backoff := 50 * time.Millisecond
+	backoff := minBackoff
 	for {
-		err := t.stream(p)
+		sent, err := t.stream(p, l)
 		select {
 		case <-t.stopC:
 			return
@@ -232,45 +350,51 @@ func (t *Transport) runPeer(p *peer) {
 		if errors.Is(err, errPeerClosed) {
 			return
 		}
-		t.log.Debug("peer stream ended", "peer", p.node, "addr", p.addr, "err", err)
+		t.log.Debug("peer stream ended", "peer", p.node, "addr", p.addr, "lane", l.name, "err", err)
 		t.recv.ReportUnreachable(p.node)
-		p.take() // drop what was queued: raft retransmits
+		l.drop() // drop what was queued: raft retransmits
+		if sent {
+			backoff = minBackoff
+		}
 		select {
 		case <-t.stopC:
 			return
 		case <-p.stopC:
 			return
-		case <-time.After(backoff):
+		case <-t.after(backoff):
 		}
-		backoff = min(2*backoff, time.Second)
+		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
 var errPeerClosed = errors.New("peer closed")
 
-// stream sends p's queue over one stream until it fails or p stops.
-func (t *Transport) stream(p *peer) error {
+// stream sends l's queue over one stream until it fails or p stops; sent
+// says whether any batch went out on it.
+func (t *Transport) stream(p *peer, l *lane) (sent bool, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, err := concordpb.NewRaftTransportClient(p.conn).Send(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for {
 		select {
-		case <-p.wakeC:
+		case <-l.wakeC:
 		case <-t.stopC:
-			return errPeerClosed
+			return sent, errPeerClosed
 		case <-p.stopC:
-			return errPeerClosed
+			return sent, errPeerClosed
 		}
-		for msgs := p.take(); len(msgs) > 0 && !t.isBlocked(p.node); {
-			n := min(len(msgs), maxBatch)
-			batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: uint64(t.cfg.NodeID), ToNodeId: uint64(p.node), Messages: msgs[:n]}
-			if err := s.Send(batch); err != nil {
-				return err
+		for msgs := l.take(maxBatch, t.cfg.MaxBatchBytes); len(msgs) > 0; msgs = l.take(maxBatch, t.cfg.MaxBatchBytes) {
+			if t.isBlocked(p.node) {
+				continue // drop
 			}
-			msgs = msgs[n:]
+			batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: uint64(t.cfg.NodeID), ToNodeId: uint64(p.node), Messages: msgs}
+			if err := s.Send(batch); err != nil {
+				return sent, err
+			}
+			sent = true
 		}
 	}
 }

@@ -37,6 +37,8 @@ type Network struct {
 	// streams counts the snapshot streams touching each node's engine, which
 	// must not close while one reads or writes it.
 	streams map[ids.NodeID]int
+	// onFlush, if set, sees what each Flush sends (see OnFlush).
+	onFlush func(from, to ids.NodeID, envs []*concordpb.RaftEnvelope)
 }
 
 type peer struct {
@@ -88,6 +90,15 @@ func (e *endpoint) Flush() {
 	e.queued = nil
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
+	if e.net.onFlush != nil {
+		byTo := map[ids.NodeID][]*concordpb.RaftEnvelope{}
+		for _, q := range msgs {
+			byTo[q.to] = append(byTo[q.to], q.env)
+		}
+		for to, envs := range byTo {
+			e.net.onFlush(e.node, to, envs)
+		}
+	}
 	for _, q := range msgs {
 		e.net.routeLocked(e.node, q.to, q.env)
 	}
@@ -226,6 +237,12 @@ func (n *Network) SetDropRate(p float64) { n.set(func() { n.dropRate = p }) }
 
 // SetDelay holds every message back for ticks ticks (0: deliver at once).
 func (n *Network) SetDelay(ticks uint64) { n.set(func() { n.delayTicks = ticks }) }
+
+// OnFlush calls f, under the network's lock, with the messages each Flush
+// of a node sends to each other node, before faults apply (nil: stop).
+func (n *Network) OnFlush(f func(from, to ids.NodeID, envs []*concordpb.RaftEnvelope)) {
+	n.set(func() { n.onFlush = f })
+}
 
 func (n *Network) set(f func()) {
 	n.mu.Lock()
