@@ -34,7 +34,7 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 		return nil, invalid("join needs the joining node's address")
 	}
 	if leader, local := s.b.Leader(routing.MetaShard); !local {
-		node := s.metaLeaderHint(leader)
+		node := s.placementLeaderHint(leader)
 		return forward(ctx, node, func(ctx context.Context) (*concordpb.JoinResponse, error) {
 			c, fctx, err := ClusterClientFor(ctx, s.b, node)
 			if err != nil {
@@ -56,7 +56,7 @@ func (s *Cluster) Heartbeat(ctx context.Context, req *concordpb.HeartbeatRequest
 		return nil, err
 	}
 	if leader, local := s.b.Leader(routing.MetaShard); !local {
-		node := s.metaLeaderHint(leader)
+		node := s.placementLeaderHint(leader)
 		return forward(ctx, node, func(ctx context.Context) (*concordpb.HeartbeatResponse, error) {
 			c, fctx, err := ClusterClientFor(ctx, s.b, node)
 			if err != nil {
@@ -114,7 +114,7 @@ func (s *Cluster) Status(ctx context.Context, _ *concordpb.StatusRequest) (*conc
 		return nil, err
 	}
 	if leader, local := s.b.Leader(routing.MetaShard); !local {
-		node := s.metaLeaderHint(leader)
+		node := s.placementLeaderHint(leader)
 		resp, err := forward(ctx, node, func(ctx context.Context) (*concordpb.StatusResponse, error) {
 			c, fctx, err := ClusterClientFor(ctx, s.b, node)
 			if err != nil {
@@ -134,9 +134,9 @@ func (s *Cluster) Status(ctx context.Context, _ *concordpb.StatusRequest) (*conc
 	return resp, nil
 }
 
-// metaLeaderHint picks the node to ask for placement requests: the meta
+// placementLeaderHint picks the node to ask for placement requests: the meta
 // shard's leader if known, else the node's best guess.
-func (s *Cluster) metaLeaderHint(leader ids.NodeID) ids.NodeID {
+func (s *Cluster) placementLeaderHint(leader ids.NodeID) ids.NodeID {
 	if leader != 0 {
 		return leader
 	}

@@ -99,7 +99,7 @@ func TestBouncingRequestStopsAtTheHopLimit(t *testing.T) {
 }
 
 // TestHeartbeatFindsThePlacementLeaderByHint protects that placement
-// requests reach the meta leader even when this node does not know it.
+// requests reach the placement leader even when this node does not know it.
 func TestHeartbeatFindsThePlacementLeaderByHint(t *testing.T) {
 	f1, f2 := newFakeNode(t, 1, 4, 0), newFakeNode(t, 2, 4, 2)
 	f1.hint = 2

@@ -30,5 +30,5 @@
 // transport's per-peer senders, and the background loops. Stop closes the
 // gRPC server first (no new requests), then the host and the transport,
 // waits for the background loops, and closes storage last. Locks: addressBook.mu, seenSet.mu, connPool.mu,
-// metaView.mu, each guarding only what its comment says.
+// placementState.mu, each guarding only what its comment says.
 package node

@@ -17,9 +17,9 @@ import (
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
-// metaView is what the placement leader learns from heartbeats. It lives
+// placementState is what the placement leader learns from heartbeats. It lives
 // in memory only: a new placement leader rebuilds it within a heartbeat.
-type metaView struct {
+type placementState struct {
 	mu       sync.Mutex
 	reports  map[ids.NodeID]scheduler.Report // guarded by mu: the last report per node
 	inflight map[ids.ShardID]bool            // guarded by mu: shards with a repair (key shard) or descriptor update (key shard|descriptorBusy) under way
@@ -30,7 +30,7 @@ type metaView struct {
 	rr         atomic.Uint64 // round-robin cursor for finding the placement leader
 }
 
-func (m *metaView) record(node ids.NodeID, replicas []*concordpb.ReplicaStatus) {
+func (m *placementState) record(node ids.NodeID, replicas []*concordpb.ReplicaStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.reports == nil {
@@ -41,7 +41,7 @@ func (m *metaView) record(node ids.NodeID, replicas []*concordpb.ReplicaStatus) 
 
 // view assembles the scheduler's input from the placement state (nodes,
 // shards) and the reports and in-flight changes held here, as of now.
-func (m *metaView) view(now time.Time, s scheduler.Settings, nodes []*concordpb.NodeDescriptor, shards []*concordpb.ShardDescriptor) scheduler.View {
+func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*concordpb.NodeDescriptor, shards []*concordpb.ShardDescriptor) scheduler.View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v := scheduler.View{Now: now, Settings: s, Nodes: nodes, Shards: shards,
@@ -62,7 +62,7 @@ func (m *metaView) view(now time.Time, s scheduler.Settings, nodes []*concordpb.
 const descriptorBusy = 1 << 63
 
 // begin marks shard busy; it reports false if it already was.
-func (m *metaView) begin(shard ids.ShardID) bool {
+func (m *placementState) begin(shard ids.ShardID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.inflight == nil {
@@ -75,7 +75,7 @@ func (m *metaView) begin(shard ids.ShardID) bool {
 	return true
 }
 
-func (m *metaView) end(shard ids.ShardID) {
+func (m *placementState) end(shard ids.ShardID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.inflight, shard)
@@ -99,7 +99,7 @@ func (n *Node) placementView() (scheduler.View, error) {
 	if err != nil {
 		return scheduler.View{}, err
 	}
-	return n.meta.view(time.Now(), n.schedulerSettings(), nodes, shards), nil
+	return n.placement.view(time.Now(), n.schedulerSettings(), nodes, shards), nil
 }
 
 // sendHeartbeat reports this node's replicas to the placement leader and
@@ -138,7 +138,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 		n.log.Debug("heartbeat failed", "err", err)
 		return
 	}
-	n.meta.lastLeader.Store(resp.GetMetaLeaderNodeId())
+	n.placement.lastLeader.Store(resp.GetMetaLeaderNodeId())
 	if err := n.book.update(n.eng, resp.GetNodes()); err != nil {
 		n.log.Warn("update address book", "err", err)
 	}
@@ -151,7 +151,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 func (n *Node) nextCandidate() ids.NodeID {
 	nodes := n.book.all()
 	for range nodes {
-		d := nodes[int(n.meta.rr.Add(1))%len(nodes)]
+		d := nodes[int(n.placement.rr.Add(1))%len(nodes)]
 		if id := ids.NodeID(d.GetNodeId()); id != n.ID() && d.GetState() == concordpb.NodeState_NODE_UP {
 			return id
 		}
@@ -163,7 +163,7 @@ func (n *Node) nextCandidate() ids.NodeID {
 // proposes any newer descriptor a shard leader sent, and answers with the
 // nodes and the shard routes.
 func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
-	n.meta.record(ids.NodeID(req.GetNode().GetNodeId()), req.GetReplicas())
+	n.placement.record(ids.NodeID(req.GetNode().GetNodeId()), req.GetReplicas())
 	v, err := n.placementView()
 	if err != nil {
 		return nil, err
@@ -190,13 +190,13 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 // state, in the background (a heartbeat must not wait on raft).
 func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
 	key := ids.ShardID(d.GetShardId()) | descriptorBusy
-	if !n.meta.begin(key) {
+	if !n.placement.begin(key) {
 		return
 	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer n.meta.end(key)
+		defer n.placement.end(key)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
@@ -211,7 +211,7 @@ func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
 // meta shard's leader is unknown: the last leader a heartbeat named, else
 // any other known node (which forwards).
 func (n *Node) placementLeaderHint() ids.NodeID {
-	if h := ids.NodeID(n.meta.lastLeader.Load()); h != 0 && h != n.ID() {
+	if h := ids.NodeID(n.placement.lastLeader.Load()); h != 0 && h != n.ID() {
 		return h
 	}
 	return n.nextCandidate()

@@ -44,10 +44,10 @@ type Node struct {
 	transport *transport.Transport // set once, when ident is
 	ready     chan struct{}        // closed when host and transport are set
 
-	book  addressBook
-	seen  seenSet
-	conns connPool
-	meta  metaView
+	book      addressBook
+	seen      seenSet
+	conns     connPool
+	placement placementState
 	// routes is the placement leader's view of the shards, from heartbeats.
 	routes    atomic.Pointer[[]*concordpb.ShardRoute]
 	partition partition

@@ -43,13 +43,13 @@ func (n *Node) execute(s scheduler.Step) {
 		return
 	}
 	shard := s.Shard
-	if !n.meta.begin(shard) {
+	if !n.placement.begin(shard) {
 		return
 	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer n.meta.end(shard)
+		defer n.placement.end(shard)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		n.replaceReplica(ctx, s)
