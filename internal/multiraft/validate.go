@@ -95,6 +95,15 @@ func peerMessage(t pb.MessageType, s via) bool {
 // is dropped silently, as raft drops stale messages.
 var errStale = errors.New("stale message")
 
+// errNotYet marks a message placement cannot vouch for yet: as during
+// every replica replacement, until placement learns the new configuration.
+// It is dropped and logged at Debug only (the leader retries).
+var errNotYet = errors.New("placement does not know it yet")
+
+func notYet(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errNotYet, fmt.Sprintf(format, args...))
+}
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", replica.ErrInvalidMessage, fmt.Sprintf(format, args...))
 }
@@ -145,12 +154,12 @@ func (h *Host) checkCreate(in inMsg) error {
 	d, known := h.cfg.Placement(in.shard)
 	switch {
 	case !known:
-		return invalid("no placement information yet")
+		return notYet("no placement information")
 	case d == nil:
 		return invalid("shard %d does not exist", in.shard)
 	}
 	if node, ok := nodeOf(d, from); !ok || node != in.fromNode {
-		return invalid("sender node %d does not host replica %d of shard %d (epoch %d)", in.fromNode, from, in.shard, d.GetEpoch())
+		return notYet("sender node %d does not host replica %d of shard %d (epoch %d)", in.fromNode, from, in.shard, d.GetEpoch())
 	}
 	if node, ok := nodeOf(d, to); ok && node != h.cfg.NodeID {
 		return invalid("replica %d of shard %d is on node %d", to, in.shard, node)
@@ -195,13 +204,18 @@ type dropLog struct {
 	warned   bool
 }
 
-// drop records that in was refused for err.
+// drop records that in was refused for err: stale messages silently,
+// others at Debug, and invalid ones also in a Warn at most every
+// dropWarnTicks, with their count.
 func (h *Host) drop(in inMsg, err error) {
 	if errors.Is(err, errStale) {
 		return
 	}
 	h.log.Debug("dropped peer raft message", "from_node", in.fromNode, "shard", in.shard,
 		"type", in.m.GetType(), "from", in.m.GetFrom(), "to", in.m.GetTo(), "err", err)
+	if errors.Is(err, errNotYet) {
+		return
+	}
 	d := &h.drops
 	d.count++
 	if d.warned && h.ticks-d.warnedAt < dropWarnTicks {
