@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build run test test-unit test-e2e test-robustness test-hardening robustness bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build run test test-unit test-e2e test-robustness test-hardening robustness fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -62,6 +62,14 @@ robustness: build
 	@CONCORD_ROBUSTNESS_DURATION=$(DURATION) CONCORD_ROBUSTNESS_KEEP_GOING=1 $(GO) test -count=1 -timeout 0 -v \
 		-run '^TestRobustnessLong$$' ./tests/robustness > robustness-out/long.log 2>&1; rc=$$?; \
 	grep -E '^(    --- |--- |ok|FAIL|robustness:)|faults injected|history:|not linearizable|lost|kept in' robustness-out/long.log; exit $$rc
+
+# Fuzzes the raft port (FuzzRaftBatch in internal/transport: random and
+# mutated peer batches against a real host) for FUZZTIME (default 5m); a
+# failing input is kept in internal/transport/testdata/fuzz/FuzzRaftBatch/.
+# make test runs only its seed corpus, as ordinary test cases.
+FUZZTIME ?= 5m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzRaftBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
 
 # Side-by-side: etcd (3 members), Redis (AOF everysec, always) and Concord
 # (3 nodes) on 127.0.0.1, one at a time, the same workloads through

@@ -144,7 +144,7 @@ func (h *Host) Deliver(fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) erro
 		if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
 			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
 		}
-		msgs = append(msgs, inMsg{fromNode: fromNode, shard: ids.ShardID(env.GetShardId()), m: m})
+		msgs = append(msgs, inMsg{fromNode: fromNode, shard: ids.ShardID(env.GetShardId()), m: m, via: viaRaftStream})
 	}
 	return h.enqueue(func(in *inbox) { in.msgs = append(in.msgs, msgs...) })
 }
@@ -154,8 +154,8 @@ func (h *Host) Deliver(fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) erro
 // ownership of snap, or it is discarded.
 func (h *Host) DeliverSnapshot(ctx context.Context, fromNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.StagedSnapshot) error {
 	return h.Do(ctx, func() {
-		h.step(inMsg{fromNode: fromNode, shard: shard, m: m})
-		if r := h.replicas[shard]; r != nil && r.ID() == ids.ReplicaID(m.GetTo()) {
+		stepped := h.step(inMsg{fromNode: fromNode, shard: shard, m: m, via: viaSnapshotStream})
+		if r := h.replicas[shard]; stepped && r != nil && r.ID() == ids.ReplicaID(m.GetTo()) {
 			r.StageSnapshot(m.GetSnapshot().GetMetadata().GetIndex(), snap)
 		} else {
 			snap.Discard()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 )
 
@@ -69,6 +70,14 @@ type Config struct {
 	// if Fatal returns, the loop ends where it is (without the cleanup of
 	// Stop) and every later call fails with ErrStopped.
 	Fatal func(error)
+	// Placement returns the newest descriptor of shard that the node knows
+	// from placement (the meta shard's routes), with known false while it
+	// knows no placement at all (a node before its first heartbeat answer);
+	// known true and a nil descriptor mean the shard does not exist. A peer's
+	// message may create or replace a replica here only if it is consistent
+	// with it (validate.go). nil: no placement information (the in-process
+	// harness), only the local checks apply.
+	Placement func(shard ids.ShardID) (desc *concordpb.ShardDescriptor, known bool)
 	// IDBase is the base of this process's proposal ids and ReadIndex
 	// contexts; 0 means random (crypto/rand). Ids must not repeat across a
 	// node's restarts, so only tests, which derive it from their seed, set it.

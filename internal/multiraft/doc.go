@@ -45,4 +45,6 @@
 //	lifecycle.go  Start/Stop and replica load, creation and removal
 //	policy.go     periodic policies: leader preference, log truncation
 //	snapshots.go  outgoing snapshot handles and raft's Snapshot function
+//	validate.go   what peers' messages may do: types per stream, creating
+//	              and replacing replicas, the log of dropped messages
 package multiraft

@@ -51,6 +51,7 @@ type Host struct {
 	infos  map[ids.ShardID]ReplicaInfo // guarded by infoMu
 
 	snaps outgoingSnapshots
+	drops dropLog // owned by the loop: refused peer messages (validate.go)
 
 	idBase  uint64
 	idCount atomic.Uint64

@@ -4,8 +4,6 @@ import (
 	"maps"
 	"slices"
 
-	pb "go.etcd.io/raft/v3/raftpb"
-
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/replica"
 )
@@ -70,21 +68,13 @@ func (h *Host) loadReplica(shard ids.ShardID, id ids.ReplicaID) (*replica.Replic
 }
 
 // createReplica creates an uninitialized replica to receive the shard from
-// its leader (by log or snapshot). Only a leader's messages create one, and
-// never a replica id at or below the shard's tombstone here.
-func (h *Host) createReplica(shard ids.ShardID, id ids.ReplicaID, m *pb.Message) (*replica.Replica, error) {
-	switch m.GetType() {
-	case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
-	default:
-		return nil, nil
-	}
-	tomb, err := h.eng.Tombstone(shard)
-	if err != nil {
+// its leader (by log or snapshot), once checkCreate accepted the message
+// (validate.go): only then is anything persisted.
+func (h *Host) createReplica(in inMsg) (*replica.Replica, error) {
+	if err := h.checkCreate(in); err != nil {
 		return nil, err
 	}
-	if id <= tomb {
-		return nil, nil
-	}
+	shard, id := in.shard, ids.ReplicaID(in.m.GetTo())
 	if err := h.eng.SetHosted(shard, id); err != nil {
 		h.fatal(err)
 	}

@@ -24,6 +24,7 @@ type inMsg struct {
 	fromNode ids.NodeID
 	shard    ids.ShardID
 	m        *pb.Message
+	via      via // the stream it came on
 }
 
 type shardProposal struct {
@@ -133,30 +134,45 @@ func (h *Host) drain() {
 }
 
 // step delivers a peer's message, creating the replica if this is the first
-// message a newly added replica receives.
-func (h *Host) step(in inMsg) {
+// message a newly added replica receives, and reports whether raft got it.
+// Every check comes before anything is persisted or destroyed; a refused
+// message is dropped (validate.go).
+func (h *Host) step(in inMsg) bool {
+	if err := checkEnvelope(in); err != nil {
+		h.drop(in, err)
+		return false
+	}
 	r := h.replicas[in.shard]
 	to := ids.ReplicaID(in.m.GetTo())
 	if r != nil && r.ID() != to {
 		if to < r.ID() {
-			return // addressed to an older replica of this shard here
+			return false // addressed to an older replica of this shard here
+		}
+		if err := h.checkSupersede(r, in); err != nil {
+			h.drop(in, err)
+			return false
 		}
 		h.destroyReplica(r) // a newer replica of the shard was added here
 		r = nil
 	}
 	if r == nil {
 		var err error
-		if r, err = h.createReplica(in.shard, to, in.m); r == nil {
-			if err != nil {
-				h.log.Warn("cannot create replica", "shard", in.shard, "replica", to, "err", err)
-			}
-			return
+		if r, err = h.createReplica(in); r == nil {
+			h.drop(in, err)
+			return false
 		}
 	}
-	if err := r.Step(in.fromNode, in.m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
-		h.log.Debug("step failed", "shard", in.shard, "type", in.m.GetType(), "err", err)
+	if err := r.Step(in.fromNode, in.m); err != nil {
+		if errors.Is(err, replica.ErrInvalidMessage) {
+			h.drop(in, err)
+			return false
+		}
+		if !errors.Is(err, raft.ErrStepPeerNotFound) {
+			h.log.Debug("step failed", "shard", in.shard, "type", in.m.GetType(), "err", err)
+		}
 	}
 	h.dirty[in.shard] = r
+	return true
 }
 
 type cycle struct {

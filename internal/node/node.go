@@ -203,6 +203,7 @@ func (n *Node) startRaft() error {
 	hc.TickInterval = n.cfg.TickInterval
 	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
 	hc.Logger = n.log
+	hc.Placement = n.placementOf
 	n.host = multiraft.New(hc, n.eng, n.transport, func(shard ids.ShardID) replica.StateMachine {
 		if shard == routing.MetaShard {
 			return placement.New()

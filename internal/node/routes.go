@@ -46,3 +46,20 @@ func (n *Node) leaderOf(shard ids.ShardID) (leader ids.NodeID, local bool) {
 	}
 	return 0, false
 }
+
+// placementOf is the host's Config.Placement: shard's descriptor in the
+// placement leader's routes, and whether any routes arrived yet (a shard
+// missing from them does not exist: every shard has a descriptor in the
+// meta shard from bootstrap on).
+func (n *Node) placementOf(shard ids.ShardID) (*concordpb.ShardDescriptor, bool) {
+	routes := n.routes.Load()
+	if routes == nil || len(*routes) == 0 {
+		return nil, false
+	}
+	for _, r := range *routes {
+		if ids.ShardID(r.GetShard().GetShardId()) == shard {
+			return r.GetShard(), true
+		}
+	}
+	return nil, true
+}

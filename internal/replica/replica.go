@@ -271,9 +271,14 @@ func (r *Replica) Tick() {
 	}
 }
 
-// Step hands raft a message that fromNode sent.
+// Step hands raft a message that fromNode sent, unless checkStep refuses
+// it (an error wrapping ErrInvalidMessage; raft saw nothing). A sender's
+// replica id not known yet is recorded as living on fromNode.
 func (r *Replica) Step(fromNode ids.NodeID, m *pb.Message) error {
-	if m.GetFrom() != 0 && fromNode != 0 {
+	if err := r.checkStep(fromNode, m); err != nil {
+		return err
+	}
+	if _, ok := r.nodes[ids.ReplicaID(m.GetFrom())]; !ok {
 		r.nodes[ids.ReplicaID(m.GetFrom())] = fromNode
 	}
 	return r.rn.Step(m)

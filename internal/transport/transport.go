@@ -31,6 +31,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +47,9 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // Receiver is where incoming raft traffic goes (the multiraft host).
@@ -409,8 +412,11 @@ type Server struct {
 func (t *Transport) Server() *Server { return &Server{t: t} }
 
 // Send implements the RaftTransport service: a peer's stream of batches.
+// The stream's first batch names its sender, which must be a node in the
+// address book; a later batch naming another node ends the stream.
 func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concordpb.RaftAck]) error {
 	t := srv.t
+	var sender ids.NodeID // fixed by the first batch
 	for {
 		b, err := s.Recv()
 		if err == io.EOF {
@@ -423,6 +429,14 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 			return err
 		}
 		from := ids.NodeID(b.GetFromNodeId())
+		if sender == 0 {
+			if err := t.checkSender(from); err != nil {
+				return err
+			}
+			sender = from
+		} else if from != sender {
+			return fmt.Errorf("transport: a stream from node %d sent a batch from node %d", sender, from)
+		}
 		if t.isBlocked(from) {
 			continue
 		}
@@ -441,6 +455,18 @@ func (t *Transport) checkHeader(clusterID uint64, toNode ids.NodeID) error {
 	}
 	if toNode != t.cfg.NodeID {
 		return fmt.Errorf("transport: message for node %d reached node %d", toNode, t.cfg.NodeID)
+	}
+	return nil
+}
+
+// checkSender refuses a peer stream from a node this node does not know: no
+// node id, its own, or one with no address in the book.
+func (t *Transport) checkSender(from ids.NodeID) error {
+	if from == 0 || from == t.cfg.NodeID {
+		return fmt.Errorf("transport: a peer stream claims to come from node %d", from)
+	}
+	if _, ok := t.cfg.Resolve(from); !ok {
+		return fmt.Errorf("transport: a peer stream from unknown node %d", from)
 	}
 	return nil
 }
@@ -521,6 +547,9 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 		return err
 	}
 	from, shard := ids.NodeID(first.GetFromNodeId()), ids.ShardID(first.GetShardId())
+	if err := t.checkSender(from); err != nil {
+		return err
+	}
 	if t.isBlocked(from) {
 		return errors.New("transport: peer blocked")
 	}
@@ -528,7 +557,7 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 	if err := proto.Unmarshal(first.GetRaftMessage(), m); err != nil || m.GetType() != pb.MsgSnap {
 		return fmt.Errorf("transport: snapshot stream must start with a MsgSnap (%v)", err)
 	}
-	staged, err := t.receiveSnapshotData(s, first, shard)
+	staged, err := t.receiveSnapshotData(s, first, shard, m)
 	if err != nil {
 		return err
 	}
@@ -543,15 +572,26 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 
 // receiveSnapshotData writes the stream's pairs into a staged snapshot.
 // Every key must lie in the shard's state-machine span (the writer refuses
-// others).
+// others), and the data's applied state must be the one the header's
+// MsgSnap names (else installing it would fail on a half-replaced shard).
 func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck],
-	chunk *concordpb.SnapshotChunk, shard ids.ShardID) (*storage.StagedSnapshot, error) {
+	chunk *concordpb.SnapshotChunk, shard ids.ShardID, m *pb.Message) (*storage.StagedSnapshot, error) {
 	w, err := t.sink.NewSnapshotWriter(shard)
 	if err != nil {
 		return nil, err
 	}
+	sender := chunk.GetFromNodeId()
+	appliedKey := keys.Applied(uint64(shard))
+	var applied *storepb.AppliedState
 	for {
 		for _, kv := range chunk.GetKvs() {
+			if bytes.Equal(kv.GetKey(), appliedKey) {
+				applied = &storepb.AppliedState{}
+				if err := proto.Unmarshal(kv.GetValue(), applied); err != nil {
+					w.Abort()
+					return nil, fmt.Errorf("transport: snapshot applied state: %w", err)
+				}
+			}
 			if err := w.Set(kv.GetKey(), kv.GetValue()); err != nil {
 				w.Abort()
 				return nil, fmt.Errorf("transport: %w", err)
@@ -564,10 +604,20 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 			w.Abort()
 			return nil, err
 		}
+		if from := chunk.GetFromNodeId(); from != 0 && from != sender {
+			w.Abort()
+			return nil, fmt.Errorf("transport: snapshot chunk from node %d in a stream from node %d", from, sender)
+		}
 		if ids.ShardID(chunk.GetShardId()) != shard {
 			w.Abort()
 			return nil, fmt.Errorf("transport: snapshot chunk for shard %d in a stream for shard %d", chunk.GetShardId(), shard)
 		}
+	}
+	md := m.GetSnapshot().GetMetadata()
+	if applied.GetIndex() != md.GetIndex() || applied.GetTerm() != md.GetTerm() {
+		w.Abort()
+		return nil, fmt.Errorf("transport: snapshot data applied at %d/%d, its header says %d/%d",
+			applied.GetIndex(), applied.GetTerm(), md.GetIndex(), md.GetTerm())
 	}
 	return w.Finish()
 }

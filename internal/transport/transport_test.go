@@ -16,6 +16,7 @@ import (
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // recorder is a Receiver that records what arrives.
@@ -178,30 +179,13 @@ func TestBlockedPeerCutBothWays(t *testing.T) {
 // stream may only carry keys of its own shard's state span.
 func TestSnapshotKeysOutsideShardRefused(t *testing.T) {
 	_, b := pair(t, nil)
-	conn, err := dial.Dial(b.addr)
+	applied, err := proto.Marshal(&storepb.AppliedState{Index: 10, Term: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	send := func(shard uint64, key []byte) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s, err := concordpb.NewRaftTransportClient(conn).SendSnapshot(ctx)
-		if err != nil {
-			return err
-		}
-		m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
-			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(2))}}}
-		hdr, err := proto.Marshal(m)
-		if err != nil {
-			return err
-		}
-		if err := s.Send(&concordpb.SnapshotChunk{ClusterId: 7, FromNodeId: 1, ToNodeId: 2, ShardId: shard, RaftMessage: hdr,
-			Kvs: []*concordpb.KeyValue{{Key: key, Value: []byte("v")}}, Done: true}); err != nil {
-			return err
-		}
-		_, err = s.CloseAndRecv()
-		return err
+		return sendSnapshot(b.addr, shard, 10, 2, &concordpb.KeyValue{Key: keys.Applied(shard), Value: applied},
+			&concordpb.KeyValue{Key: key, Value: []byte("v")})
 	}
 	if err := send(3, keys.User(4, []byte("k"))); err == nil {
 		t.Fatal("a snapshot of shard 3 carrying a key of shard 4 was accepted")
@@ -214,6 +198,63 @@ func TestSnapshotKeysOutsideShardRefused(t *testing.T) {
 	if len(b.recv.snaps) != 1 {
 		t.Fatalf("receiver got %d snapshots, want exactly the well-formed one", len(b.recv.snaps))
 	}
+}
+
+// TestSnapshotAppliedStateMismatchRefused protects the receiver: the data's
+// applied state must be the one the header's MsgSnap names. Raft would
+// accept the snapshot by its header, and installing data applied elsewhere
+// (or nowhere) fails after the shard was replaced: a fatal error.
+func TestSnapshotAppliedStateMismatchRefused(t *testing.T) {
+	_, b := pair(t, nil)
+	applied := func(index, term uint64) *concordpb.KeyValue {
+		v, err := proto.Marshal(&storepb.AppliedState{Index: index, Term: term})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &concordpb.KeyValue{Key: keys.Applied(3), Value: v}
+	}
+	user := &concordpb.KeyValue{Key: keys.User(3, []byte("k")), Value: []byte("v")}
+	for _, kvs := range [][]*concordpb.KeyValue{{user}, {applied(9, 2), user}, {applied(10, 1), user}} {
+		if err := sendSnapshot(b.addr, 3, 10, 2, kvs...); err == nil {
+			t.Errorf("a snapshot at 10/2 whose data holds %v was accepted", kvs)
+		}
+	}
+	if err := sendSnapshot(b.addr, 3, 10, 2, applied(10, 2), user); err != nil {
+		t.Fatalf("a well-formed snapshot was refused: %v", err)
+	}
+	b.recv.mu.Lock()
+	defer b.recv.mu.Unlock()
+	if len(b.recv.snaps) != 1 {
+		t.Fatalf("receiver got %d snapshots, want exactly the well-formed one", len(b.recv.snaps))
+	}
+}
+
+// sendSnapshot streams a snapshot of shard at index/term with kvs, from
+// node 1 to node 2 at addr, and returns the outcome.
+func sendSnapshot(addr string, shard, index, term uint64, kvs ...*concordpb.KeyValue) error {
+	conn, err := dial.Dial(addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := concordpb.NewRaftTransportClient(conn).SendSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+		Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(index), Term: new(term)}}}
+	hdr, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := s.Send(&concordpb.SnapshotChunk{ClusterId: 7, FromNodeId: 1, ToNodeId: 2, ShardId: shard, RaftMessage: hdr,
+		Kvs: kvs, Done: true}); err != nil {
+		return err
+	}
+	_, err = s.CloseAndRecv()
+	return err
 }
 
 // TestWrongClusterRefused protects against cross-talk between clusters

@@ -39,6 +39,8 @@ type Network struct {
 	streams map[ids.NodeID]int
 	// onFlush, if set, sees what each Flush sends (see OnFlush).
 	onFlush func(from, to ids.NodeID, envs []*concordpb.RaftEnvelope)
+	// tap, if set, sees every message delivered (Tap).
+	tap func(from, to ids.NodeID, env *concordpb.RaftEnvelope)
 }
 
 type peer struct {
@@ -125,6 +127,9 @@ func (n *Network) deliverLocked(from, to ids.NodeID, env *concordpb.RaftEnvelope
 		return
 	}
 	n.activity++
+	if n.tap != nil {
+		n.tap(from, to, env)
+	}
 	_ = p.host.Deliver(from, []*concordpb.RaftEnvelope{env}) // fails only once the host stopped
 }
 
@@ -234,6 +239,14 @@ func (n *Network) Heal(node ids.NodeID) { n.set(func() { delete(n.cut, node) }) 
 
 // SetDropRate makes each message (not snapshots) lost with probability p.
 func (n *Network) SetDropRate(p float64) { n.set(func() { n.dropRate = p }) }
+
+// Tap calls f, under the network's lock, with every raft message delivered
+// from now on (as marshalled on the wire; f must not keep env's bytes past
+// the call without copying, nor call into the network). Tests capture real
+// traffic with it, e.g. as a fuzz corpus.
+func (n *Network) Tap(f func(from, to ids.NodeID, env *concordpb.RaftEnvelope)) {
+	n.set(func() { n.tap = f })
+}
 
 // SetDelay holds every message back for ticks ticks (0: deliver at once).
 func (n *Network) SetDelay(ticks uint64) { n.set(func() { n.delayTicks = ticks }) }
