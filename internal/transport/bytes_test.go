@@ -57,7 +57,8 @@ func sender(t *testing.T, cfg Config, recv Receiver) (a *Transport, aRecv *recor
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	b := New(Config{ClusterID: 7, NodeID: 2}, nil)
+	// Node 2 knows node 1: the raft port refuses streams from unknown senders.
+	b := New(Config{ClusterID: 7, NodeID: 2, Resolve: func(n ids.NodeID) (string, bool) { return "127.0.0.1:1", n == 1 }}, nil)
 	b.SetReceiver(recv)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(dial.MaxMsgBytes)) // as node serves it
 	concordpb.RegisterRaftTransportServer(srv, b.Server())

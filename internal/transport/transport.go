@@ -126,6 +126,9 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.Blocked == nil {
 		cfg.Blocked = func(ids.NodeID) bool { return false }
 	}
+	if cfg.Resolve == nil { // knows no node: sends nothing, accepts no stream
+		cfg.Resolve = func(ids.NodeID) (string, bool) { return "", false }
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
