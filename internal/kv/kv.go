@@ -11,6 +11,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -61,7 +62,7 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 			return nil, err
 		}
 		switch {
-		case found && c.GetSeq() == rec.GetSeq():
+		case found && c.GetSeq() == rec.GetSeq() && !(mutant.Enabled && mutant.On(mutant.NoSessionDedup)):
 			return rec.GetResult(), nil // a retry: answer as the first time
 		case found && c.GetSeq() < rec.GetSeq():
 			return errResult(codes.FailedPrecondition,
