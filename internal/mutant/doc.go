@@ -22,7 +22,8 @@ const (
 	// from its applied state, without a ReadIndex round (replica.ReadIndex).
 	LeaderReadNoReadIndex Name = "leader-read-no-readindex"
 	// AckBeforeFsync: the loop's batch (log entries, hard state, applied
-	// state) is committed without fsync and acknowledged (storage.Commit).
+	// state) is committed without fsync, then acknowledged and its messages
+	// sent (multiraft handleReady).
 	AckBeforeFsync Name = "ack-before-fsync"
 	// NoSessionDedup: a retried sequence number applies again (kv.applyKV).
 	NoSessionDedup Name = "no-session-dedup"

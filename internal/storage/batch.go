@@ -5,7 +5,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/internal/ids"
-	"github.com/concord-kv/concord/internal/mutant"
 )
 
 // Reader and Writer are Pebble's read and write interfaces under storage's
@@ -25,7 +24,7 @@ func (e *Engine) NewIndexedBatch() *pebble.Batch { return e.db.NewIndexedBatch()
 
 // Commit commits b; with sync set it is durable when Commit returns.
 func Commit(b *pebble.Batch, sync bool) error {
-	if sync && !(mutant.Enabled && mutant.On(mutant.AckBeforeFsync)) {
+	if sync {
 		return b.Commit(pebble.Sync)
 	}
 	return b.Commit(pebble.NoSync)
