@@ -19,7 +19,7 @@ var mutantFaults = map[string][]faultKind{
 	// A stale leader serves reads: a paused leader resumes with requests
 	// queued and answers them before it learns of the new term; a cut-off
 	// leader answers until CheckQuorum steps it down.
-	"leader-read-no-readindex": {pause, leaderCutOff},
+	"leader-read-no-readindex": {pauseLeader, leaderCutOff},
 	// Unsynced writes survive kill -9 (the page cache keeps them), so only
 	// a crash of every node can lose them, and only if the OS loses them.
 	"ack-before-fsync": {crashAll, killLeader},

@@ -26,10 +26,11 @@ const (
 	wipe          faultKind = "wipe"           // kill -9, delete its data dir, restart empty
 	pause         faultKind = "pause"          // SIGSTOP for a few seconds, then SIGCONT
 	crashAll      faultKind = "crash-all"      // kill -9 every node at once, restart them all
+	pauseLeader   faultKind = "pause-leader"   // SIGSTOP a shard's leader: it resumes believing it leads
 	allFaultKinds           = "all"
 )
 
-var faultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause, crashAll}
+var faultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause, crashAll, pauseLeader}
 
 // nemesis injects faults, one at a time, on a schedule drawn from its seed.
 type nemesis struct {
@@ -98,6 +99,9 @@ func (n *nemesis) inject(kind faultKind) (heal func()) {
 	case pause:
 		n.c.Pause(rnd)
 		return func() { n.c.Resume(rnd) }
+	case pauseLeader:
+		n.c.Pause(leader)
+		return func() { n.c.Resume(leader) }
 	case crashAll:
 		n.c.KillAll()
 		return func() {
