@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build run test test-unit test-e2e test-robustness test-hardening robustness fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build run test test-unit test-e2e test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -70,6 +70,25 @@ robustness: build
 FUZZTIME ?= 5m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRaftBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
+
+# Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each
+# planted bug (internal/mutant) with the robustness suite, one after another,
+# for at most MUTANT_BUDGET each (about 15 minutes for all six with the
+# defaults). Prints one line per mutant; fails if any survived. Logs in
+# robustness-out/mutant-<name>.log.
+MUTANTS       ?= leader-read-no-readindex ack-before-fsync no-session-dedup forget-vote follower-read snapshot-drops-entry
+MUTANT_BUDGET ?= 2m
+robustness-mutants:
+	@mkdir -p robustness-out
+	$(GO) build -tags mutant -o bin/concord-mutant ./cmd/concord
+	@survived=0; for m in $(MUTANTS); do \
+		CONCORD_TEST_BIN=$(CURDIR)/bin/concord-mutant CONCORD_MUTANT=$$m CONCORD_MUTANT_BUDGET=$(MUTANT_BUDGET) \
+			$(GO) test -count=1 -timeout 10m -v -run '^TestMutant$$' ./tests/robustness > robustness-out/mutant-$$m.log 2>&1; \
+		line=$$(grep -h '^mutant:' robustness-out/mutant-$$m.log); \
+		echo "$${line:-mutant: $$m gave no result (see robustness-out/mutant-$$m.log)}"; \
+		case "$$line" in *" NOT CAUGHT "*|"") survived=$$((survived+1));; esac; \
+	done; \
+	echo "robustness-mutants: $$survived of $(words $(MUTANTS)) mutants survived"; [ $$survived -eq 0 ]
 
 # Side-by-side: etcd (3 members), Redis (AOF everysec, always) and Concord
 # (3 nodes) on 127.0.0.1, one at a time, the same workloads through

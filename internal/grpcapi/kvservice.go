@@ -12,6 +12,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -40,6 +41,9 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 	shard, err := shardOf(s.b, req.GetKey())
 	if err != nil {
 		return nil, err
+	}
+	if mutant.Enabled && mutant.On(mutant.FollowerRead) && s.b.HasReplica(shard) {
+		req.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE} // serve here, no barrier
 	}
 	if s.canReadLocally(req.GetHeader(), shard) {
 		v, found, err := s.localGet(ctx, req.GetHeader(), shard, req.GetKey())

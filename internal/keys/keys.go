@@ -16,6 +16,7 @@
 //	\x02 <shard 8> s c              raftpb.ConfState as of the applied index
 //	\x02 <shard 8> s d              ShardDescriptor as of the applied index
 //	\x02 <shard 8> s e <session 8>  SessionRecord
+//	\x02 <shard 8> s k              the shard's clock for sessions: highest stamp, clock (8 + 8)
 //	\x02 <shard 8> s m n <node 8>   (meta shard) NodeDescriptor
 //	\x02 <shard 8> s m s <shard 8>  (meta shard) ShardDescriptor of every shard
 //	\x02 <shard 8> s m c            (meta shard) MetaCounters
@@ -120,6 +121,9 @@ func Descriptor(shard uint64) []byte { return append(shardPrefix(shard), 's', 'd
 func Session(shard, session uint64) []byte {
 	return appendU64(append(shardPrefix(shard), 's', 'e'), session)
 }
+
+// Clock is the key of a user shard's session clock (internal/kv).
+func Clock(shard uint64) []byte { return append(shardPrefix(shard), 's', 'k') }
 
 // SessionSpan covers every session record of shard.
 func SessionSpan(shard uint64) (start, end []byte) {

@@ -2,13 +2,16 @@ package kv
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -28,9 +31,24 @@ func New(shard uint64) *StateMachine { return &StateMachine{shard: shard} }
 func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	switch k := cmd.GetKind().(type) {
 	case *storepb.Command_Kv:
-		return sm.applyKV(b, desc, cmd.GetUnixNanos(), k.Kv)
+		now, err := sm.advanceClock(b, cmd.GetUnixNanos())
+		if err != nil {
+			return nil, err
+		}
+		return sm.applyKV(b, desc, now, k.Kv)
 	case *storepb.Command_ExpireSessions:
-		return &storepb.CommandResult{}, sm.expireSessions(b, k.ExpireSessions.GetIdleBeforeUnixNanos())
+		now, err := sm.advanceClock(b, cmd.GetUnixNanos())
+		if err != nil {
+			return nil, err
+		}
+		if cmd.GetUnixNanos() == 0 {
+			return &storepb.CommandResult{}, nil // no stamp, no idle time to measure
+		}
+		// The proposer computed the cutoff from its own clock: the difference
+		// is the idle time (TTL) it means, which is right even when its
+		// clock is not. The cutoff itself is taken on the shard's clock.
+		idle := cmd.GetUnixNanos() - k.ExpireSessions.GetIdleBeforeUnixNanos()
+		return &storepb.CommandResult{}, sm.expireSessions(b, now-idle)
 	default:
 		return errResult(codes.InvalidArgument, "command %T is not a KV command", k), nil
 	}
@@ -44,7 +62,7 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 			return nil, err
 		}
 		switch {
-		case found && c.GetSeq() == rec.GetSeq():
+		case found && c.GetSeq() == rec.GetSeq() && !(mutant.Enabled && mutant.On(mutant.NoSessionDedup)):
 			return rec.GetResult(), nil // a retry: answer as the first time
 		case found && c.GetSeq() < rec.GetSeq():
 			return errResult(codes.FailedPrecondition,
@@ -116,7 +134,53 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, op *concordpb.Op) (*concordpb.O
 	}
 }
 
-// expireSessions deletes the records of sessions idle since before t.
+// MaxClockStep bounds how far one command can move a shard's clock.
+//
+// A shard's clock is the time session activity and expiry are measured in.
+// It starts at the first stamped command's stamp; after that, a command
+// stamped later than every earlier one moves it forward by the difference,
+// at most MaxClockStep; a command stamped earlier leaves it. So it advances
+// at the rate of the proposers' clocks, and a leader whose clock is ahead
+// moves it by at most MaxClockStep more than real time (once: after that,
+// the highest stamp is its own, and it counts only its own elapsed time);
+// a leader whose clock is behind stops it until its clock passes the highest
+// stamp (sessions then live longer, never shorter). Every user shard's leader
+// proposes ExpireSessions at least once a minute (node/sessions.go), so an
+// idle shard's consecutive stamps are about a minute apart: the step bound
+// is set just above that.
+const MaxClockStep = int64(90 * time.Second)
+
+// advanceClock moves the shard's clock for a command stamped stamp (0: not
+// stamped, the clock stays) and returns the clock's new value. The clock is
+// kept in the shard's state span, so snapshots carry it.
+func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error) {
+	k := keys.Clock(sm.shard)
+	v, found, err := get(b, k)
+	if err != nil {
+		return 0, err
+	}
+	var high, now int64 // the highest stamp applied; the shard's clock
+	if found {
+		if len(v) != 16 {
+			return 0, fmt.Errorf("kv: shard %d clock record of %d bytes", sm.shard, len(v))
+		}
+		high, now = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
+	}
+	switch {
+	case stamp == 0 || (found && stamp <= high):
+		return now, nil
+	case !found:
+		now = stamp
+	default:
+		now += min(stamp-high, MaxClockStep)
+	}
+	high = stamp
+	rec := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(high)), uint64(now))
+	return now, b.Set(k, rec, nil)
+}
+
+// expireSessions deletes the records of sessions idle since before t, a time
+// on the shard's clock.
 func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
 	lo, hi := keys.SessionSpan(sm.shard)
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})

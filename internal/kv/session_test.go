@@ -2,6 +2,7 @@ package kv
 
 import (
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -82,8 +83,10 @@ func TestSessionsIndependent(t *testing.T) {
 	}
 }
 
-func expire(before int64) *storepb.Command {
-	return &storepb.Command{Kind: &storepb.Command_ExpireSessions{
+// expire is the command a leader whose clock reads stamp proposes to forget
+// sessions idle since before its clock read before (stamp minus the TTL).
+func expire(stamp, before int64) *storepb.Command {
+	return &storepb.Command{UnixNanos: stamp, Kind: &storepb.Command_ExpireSessions{
 		ExpireSessions: &storepb.ExpireSessions{IdleBeforeUnixNanos: before},
 	}}
 }
@@ -96,7 +99,7 @@ func TestExpireSessions(t *testing.T) {
 	f.kv(2, 1, 200, put("edge", "1"))
 	f.kv(3, 1, 150, put("busy", "1"))
 	f.kv(3, 2, 300, put("busy", "2")) // activity moves the session forward
-	if res := f.apply(wholeRange, expire(200)); res.GetErrorCode() != 0 {
+	if res := f.apply(wholeRange, expire(300, 200)); res.GetErrorCode() != 0 {
 		t.Fatalf("expire: %v", res)
 	}
 	if sessionRecord(t, f, 1) != nil {
@@ -111,6 +114,44 @@ func TestExpireSessions(t *testing.T) {
 		t.Fatalf("retry of a forgotten session should apply: %v", r)
 	}
 	f.value("idle", []byte("again"))
+}
+
+// TestSessionExpiryIgnoresClockJump protects at-most-once from a leader whose
+// clock is an hour ahead: its commands move the shard's clock by at most
+// MaxClockStep, so its expiry forgets no session active a second ago, and a
+// retry after the jump is still answered from the session.
+func TestSessionExpiryIgnoresClockJump(t *testing.T) {
+	const sec, ttl = int64(time.Second), int64(time.Hour)
+	t0 := 1_000_000 * sec
+	f := newFixture(t)
+	first := f.kv(1, 1, t0, put("k", "v1"))
+	f.kv(2, 1, t0+sec, put("other", "x"))
+	// A new leader whose clock is an hour ahead takes a write, then expires.
+	ahead := t0 + sec + time.Hour.Nanoseconds()
+	f.kv(2, 2, ahead, put("k", "v2"))
+	if res := f.apply(wholeRange, expire(ahead+sec, ahead+sec-ttl)); res.GetErrorCode() != 0 {
+		t.Fatalf("expire: %v", res)
+	}
+	for _, s := range []uint64{1, 2} {
+		if sessionRecord(t, f, s) == nil {
+			t.Fatalf("session %d, active a second before a leader an hour ahead, was expired", s)
+		}
+	}
+	if retry := f.kv(1, 1, ahead+2*sec, put("k", "v1")); !proto.Equal(retry, first) {
+		t.Fatalf("retry of seq 1 after the clock jump answered %v, first answer was %v", retry, first)
+	}
+	f.value("k", []byte("v2"))
+	// Honest time still expires sessions: an hour of steps no larger than
+	// the leaders' expiry interval later, session 1 (idle) goes.
+	now := ahead + 2*sec
+	for i := 0; i < 61; i++ {
+		now += int64(time.Minute)
+		f.kv(2, uint64(3+i), now, getOp("k"))
+	}
+	f.apply(wholeRange, expire(now, now-ttl))
+	if sessionRecord(t, f, 1) != nil || sessionRecord(t, f, 2) == nil {
+		t.Fatal("after an hour of shard time, idle session 1 must be expired and active session 2 kept")
+	}
 }
 
 // sessionRecord reads a session's record; nil if there is none.

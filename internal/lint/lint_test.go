@@ -132,6 +132,9 @@ var layerTable = []layer{
 	{n: 0, pkgs: []string{
 		"internal/ids", // typed NodeID, ShardID, ReplicaID
 	}},
+	{n: 0, pkgs: []string{
+		"internal/mutant", // planted bugs for mutation testing; compiled out without -tags mutant
+	}},
 	{n: 1, pkgs: []string{
 		"api/...",       // concordpb: the public protocol
 		"internal/keys", // the Pebble key layout

@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -214,6 +215,9 @@ func (h *Host) handleReady() {
 		return
 	}
 	h.transport.Flush() // the early messages, before this node's fsync
+	if mutant.Enabled && mutant.On(mutant.AckBeforeFsync) {
+		mustSync = false
+	}
 	if err := storage.Commit(b, mustSync); err != nil {
 		h.fatal(err)
 	}

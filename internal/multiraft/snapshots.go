@@ -10,6 +10,7 @@ import (
 
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -112,6 +113,17 @@ func (h *Host) snapshotFunc(shard ids.ShardID) func() (*pb.Snapshot, error) {
 			snap.Close()
 			h.snaps.done()
 			return nil, err
+		}
+		if mutant.Enabled && mutant.On(mutant.SnapshotDropsEntry) {
+			// Label the snapshot with the next entry, if the log holds it.
+			if r := h.replicas[shard]; r != nil {
+				next := as.GetIndex() + 1
+				if last, _ := r.RaftLog().LastIndex(); next <= last {
+					if t, err := r.RaftLog().Term(next); err == nil {
+						as.Index, as.Term = next, t
+					}
+				}
+			}
 		}
 		handle := h.snaps.put(snap, h.ticks)
 		return &pb.Snapshot{

@@ -37,7 +37,9 @@ func (n *Node) loadLocal() error {
 		if err != nil {
 			return err
 		}
-		n.seen.m[node] = seen
+		if seen {
+			n.seen.loaded(node)
+		}
 	}
 	return nil
 }

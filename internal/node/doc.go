@@ -29,6 +29,7 @@
 // Goroutines owned by a Node: the gRPC server's, the host loop, the
 // transport's per-peer senders, and the background loops. Stop closes the
 // gRPC server first (no new requests), then the host and the transport,
-// waits for the background loops, and closes storage last. Locks: addressBook.mu, seenSet.mu, connPool.mu,
-// placementState.mu, each guarding only what its comment says.
+// waits for the background loops, and closes storage last. Locks: addressBook.writeMu,
+// addressBook.mu, seenSet.mu, seenEntry.mu, connPool.mu, placementState.mu, each
+// guarding only what its comment says.
 package node

@@ -127,7 +127,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), drainTimeout: 2 * time.Second}
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
-	n.seen.m = map[ids.NodeID]bool{}
+	n.seen.m = map[ids.NodeID]*seenEntry{}
 	n.conns.m = map[string]*grpc.ClientConn{}
 	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}
 	n.cluster = grpcapi.NewCluster(n.backend())

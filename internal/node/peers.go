@@ -1,8 +1,10 @@
 package node
 
 import (
+	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -89,30 +91,73 @@ func (b *addressBook) changed(ds []*concordpb.NodeDescriptor) []*concordpb.NodeD
 // seenSet is the set of nodes this node has received peer traffic from. A
 // node id in it had live raft state; if that node loses its data it must
 // join anew, because reusing the id would forget its votes.
+//
+// Recording a peer is a synced write. mu guards only the map; the write is
+// serialized per peer by that peer's entry, so the first batch from one peer
+// waits for its fsync while streams from every other peer go on.
 type seenSet struct {
 	mu sync.Mutex
-	m  map[ids.NodeID]bool // guarded by mu
+	m  map[ids.NodeID]*seenEntry // guarded by mu
+}
+
+// seenEntry is one peer's record in the seen set.
+type seenEntry struct {
+	mu   sync.Mutex  // held across this peer's synced write
+	done atomic.Bool // the record is durable
+}
+
+func (s *seenSet) entry(node ids.NodeID) *seenEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[node]
+	if e == nil {
+		e = &seenEntry{}
+		s.m[node] = e
+	}
+	return e
 }
 
 func (s *seenSet) has(node ids.NodeID) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[node]
+	e := s.m[node]
+	s.mu.Unlock()
+	return e != nil && e.done.Load()
+}
+
+// loaded records a peer found seen in storage at start.
+func (s *seenSet) loaded(node ids.NodeID) { s.entry(node).done.Store(true) }
+
+// mark makes node seen: it calls record (the durable write) unless node
+// already is. Only callers for the same node wait for one another. If record
+// fails, node is not seen and the error is returned; a later call tries again.
+func (s *seenSet) mark(node ids.NodeID, record func(ids.NodeID) error) error {
+	e := s.entry(node)
+	if e.done.Load() {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done.Load() {
+		return nil
+	}
+	if err := record(node); err != nil {
+		return err
+	}
+	e.done.Store(true)
+	return nil
 }
 
 // markSeen records that fromNode sent peer traffic, durably, before that
 // traffic is delivered. Only the first message from a node pays the fsync.
-func (n *Node) markSeen(fromNode ids.NodeID) {
-	n.seen.mu.Lock()
-	defer n.seen.mu.Unlock()
-	if n.seen.m[fromNode] {
-		return
-	}
-	if err := n.eng.MarkSeen(fromNode); err != nil {
+// If the write fails, the traffic must not be delivered (the transport drops
+// it and ends the stream): a peer whose traffic we acted on but did not
+// record could later reuse its id and vote twice.
+func (n *Node) markSeen(fromNode ids.NodeID) error {
+	if err := n.seen.mark(fromNode, n.eng.MarkSeen); err != nil {
 		n.log.Error("record peer as seen", "peer", fromNode, "err", err)
-		return
+		return fmt.Errorf("node: record peer %d as seen: %w", fromNode, err)
 	}
-	n.seen.m[fromNode] = true
+	return nil
 }
 
 // connPool keeps one client connection per node address.

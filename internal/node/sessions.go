@@ -9,14 +9,17 @@ import (
 )
 
 // expireSessions asks each shard this node leads to forget idle sessions.
-// The cutoff travels in the command, so every replica drops the same ones.
+// The cutoff travels in the command, so every replica drops the same ones;
+// the state machine reads the stamp minus the cutoff as the TTL and measures
+// it on the shard's clock (kv.MaxClockStep), so both come from one reading.
 func (n *Node) expireSessions(ctx context.Context) {
-	cutoff := time.Now().Add(-n.cfg.SessionTTL).UnixNano()
+	now := time.Now()
+	cutoff := now.Add(-n.cfg.SessionTTL).UnixNano()
 	for _, info := range n.host.Infos() {
 		if !info.IsLeader || info.Shard == routing.MetaShard {
 			continue
 		}
-		_, err := n.host.Propose(ctx, info.Shard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
+		_, err := n.host.Propose(ctx, info.Shard, &storepb.Command{UnixNanos: now.UnixNano(),
 			Kind: &storepb.Command_ExpireSessions{ExpireSessions: &storepb.ExpireSessions{IdleBeforeUnixNanos: cutoff}}})
 		if err != nil {
 			n.log.Debug("expire sessions", "shard", info.Shard, "err", err)

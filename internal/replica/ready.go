@@ -12,6 +12,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -72,6 +73,10 @@ func (r *Replica) ReadIndex(rd *Read) {
 		rd.Done <- err
 		return
 	}
+	if mutant.Enabled && mutant.On(mutant.LeaderReadNoReadIndex) {
+		rd.Done <- nil // serve from the applied state, trusting leadership
+		return
+	}
 	rd.born = r.ticks
 	r.reads[string(rd.Ctx)] = rd
 	r.rn.ReadIndex(rd.Ctx)
@@ -110,6 +115,17 @@ func (r *Replica) InstallSnapshot(rd raft.Ready) error {
 	if err := r.loadState(); err != nil {
 		return err
 	}
+	if r.applied != idx && mutant.Enabled && mutant.On(mutant.SnapshotDropsEntry) {
+		r.applied, r.appliedTerm = idx, term
+		b := r.eng.NewBatch()
+		defer b.Close()
+		if err := storage.SetProto(b, keys.Applied(uint64(r.cfg.Shard)), &storepb.AppliedState{Index: idx, Term: term}); err != nil {
+			return err
+		}
+		if err := storage.Commit(b, true); err != nil {
+			return err
+		}
+	}
 	if r.applied != idx {
 		return fmt.Errorf("replica: shard %d: snapshot %d installed applied index %d", r.cfg.Shard, idx, r.applied)
 	}
@@ -123,6 +139,11 @@ func (r *Replica) Persist(b *pebble.Batch, rd raft.Ready) error {
 		return err
 	}
 	if rd.HardState != nil {
+		if mutant.Enabled && mutant.On(mutant.ForgetVote) {
+			hs := proto.Clone(rd.HardState).(*pb.HardState)
+			hs.Vote = nil
+			return r.log.SetHardState(b, hs)
+		}
 		return r.log.SetHardState(b, rd.HardState)
 	}
 	return nil

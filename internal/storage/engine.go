@@ -54,6 +54,13 @@ func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) {
 			return nil, fmt.Errorf("storage: create %s: %w", d, err)
 		}
 	}
+	// Make the directories themselves durable: a power cut must not lose
+	// the entries that name them (Pebble syncs only inside its own dir).
+	for _, d := range []string{dir, aux, dataDir, filepath.Dir(dataDir)} {
+		if err := syncDir(fs, d); err != nil {
+			return nil, err
+		}
+	}
 	// Snapshot files left by a crash are never needed again.
 	if err := clearDir(fs, aux); err != nil {
 		return nil, err
@@ -144,4 +151,33 @@ func (quietLogger) Errorf(format string, args ...interface{}) {
 func (quietLogger) Fatalf(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "pebble: fatal: "+format+"\n", args...)
 	os.Exit(2)
+}
+
+// NewCrashableMemFS is an in-memory FS that can be crash-cloned: tests use
+// it to model a power cut (CrashClone).
+func NewCrashableMemFS() FS { return vfs.NewCrashableMem() }
+
+// CrashClone returns what fs, from NewCrashableMemFS, would hold after a
+// power cut now: only what was synced. The engine open on fs is untouched.
+func CrashClone(fs FS) (FS, error) {
+	m, ok := fs.(*vfs.MemFS)
+	if !ok {
+		return nil, fmt.Errorf("storage: CrashClone of a %T, want NewCrashableMemFS", fs)
+	}
+	return m.CrashClone(vfs.CrashCloneCfg{}), nil
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("storage: open dir %s: %w", dir, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("storage: sync dir %s: %w", dir, err)
+	}
+	return nil
 }

@@ -68,7 +68,9 @@ type Config struct {
 	Resolve func(node ids.NodeID) (string, bool)
 	// OnReceive is called with the sender of every accepted batch, before
 	// its messages are delivered (the node records which peers it has heard).
-	OnReceive func(fromNode ids.NodeID)
+	// If it fails, the batch or snapshot is dropped and the stream ends with
+	// the error.
+	OnReceive func(fromNode ids.NodeID) error
 	// Blocked reports whether traffic to and from a node is cut (fault
 	// injection); nil means never.
 	Blocked func(node ids.NodeID) bool
@@ -444,7 +446,9 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 			continue
 		}
 		if t.cfg.OnReceive != nil {
-			t.cfg.OnReceive(from)
+			if err := t.cfg.OnReceive(from); err != nil {
+				return err
+			}
 		}
 		if err := t.recv.Deliver(from, b.GetMessages()); err != nil {
 			return err
@@ -565,7 +569,10 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 		return err
 	}
 	if t.cfg.OnReceive != nil {
-		t.cfg.OnReceive(from)
+		if err := t.cfg.OnReceive(from); err != nil {
+			staged.Discard()
+			return err
+		}
 	}
 	if err := t.recv.DeliverSnapshot(s.Context(), from, shard, m, staged); err != nil {
 		return err

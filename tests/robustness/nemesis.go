@@ -25,10 +25,12 @@ const (
 	isolate       faultKind = "isolate"        // cut a random node off from every peer
 	wipe          faultKind = "wipe"           // kill -9, delete its data dir, restart empty
 	pause         faultKind = "pause"          // SIGSTOP for a few seconds, then SIGCONT
+	crashAll      faultKind = "crash-all"      // kill -9 every node at once, restart them all
+	pauseLeader   faultKind = "pause-leader"   // SIGSTOP a shard's leader: it resumes believing it leads
 	allFaultKinds           = "all"
 )
 
-var faultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause}
+var faultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause, crashAll, pauseLeader}
 
 // nemesis injects faults, one at a time, on a schedule drawn from its seed.
 type nemesis struct {
@@ -97,6 +99,16 @@ func (n *nemesis) inject(kind faultKind) (heal func()) {
 	case pause:
 		n.c.Pause(rnd)
 		return func() { n.c.Resume(rnd) }
+	case pauseLeader:
+		n.c.Pause(leader)
+		return func() { n.c.Resume(leader) }
+	case crashAll:
+		n.c.KillAll()
+		return func() {
+			for i := 0; i < n.c.N(); i++ {
+				n.c.Start(i)
+			}
+		}
 	}
 	panic(fmt.Sprintf("unknown fault kind %q", kind))
 }

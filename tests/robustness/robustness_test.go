@@ -192,6 +192,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
 	failed := v.result == porcupine.Illegal || len(lost) > 0 || err != nil
+	noteFailure(v.result == porcupine.Illegal, len(lost), err)
 	if len(lost) > 0 {
 		t.Errorf("%d acknowledged writes lost, e.g. %v", len(lost), lost[:min(5, len(lost))])
 	}

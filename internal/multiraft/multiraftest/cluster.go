@@ -36,6 +36,9 @@ type Options struct {
 	Configure func(*multiraft.Config)
 	// Logger receives the hosts' logs; nil discards them.
 	Logger *slog.Logger
+	// PowerCuts gives each node a file system that PowerCut can crash
+	// (slower than the plain in-memory one).
+	PowerCuts bool
 }
 
 // Cluster is N nodes, each a real multiraft.Host on its own engine, on one
@@ -120,6 +123,9 @@ func placement(o Options) []*concordpb.ShardDescriptor {
 
 func (c *Cluster) addNode(id ids.NodeID) *Node {
 	n := &Node{ID: id, fs: storage.NewMemFS(), dir: fmt.Sprintf("/node%d", id), idBase: c.rng.Uint64() | 1}
+	if c.opts.PowerCuts {
+		n.fs = storage.NewCrashableMemFS()
+	}
 	c.nodes[id] = n
 	return n
 }
@@ -195,6 +201,22 @@ func (c *Cluster) Stop(id ids.NodeID) {
 	c.Net.waitStreams(id)
 	c.check(n.Engine.Close())
 	n.Host, n.Engine = nil, nil
+}
+
+// PowerCut stops node id as a power cut would: its disk keeps only what was
+// synced (Options.PowerCuts); Start brings it back from that.
+func (c *Cluster) PowerCut(id ids.NodeID) {
+	n := c.nodes[id]
+	if n.Host == nil {
+		return
+	}
+	crashed, err := storage.CrashClone(n.fs)
+	c.check(err)
+	c.Net.setUp(id, nil)
+	n.Host.Stop()
+	c.Net.waitStreams(id)
+	_ = n.Engine.Close() // on the old disk, which is thrown away
+	n.fs, n.Host, n.Engine = crashed, nil, nil
 }
 
 func (c *Cluster) stopAll() {
