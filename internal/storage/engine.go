@@ -145,3 +145,15 @@ func (quietLogger) Fatalf(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "pebble: fatal: "+format+"\n", args...)
 	os.Exit(2)
 }
+
+// Flush writes the memtables out to sstables and waits for it; tests use it
+// to put data where most of a real store's data is (Pebble's Excise treats
+// flushed data differently from unflushed).
+func (e *Engine) Flush() error {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return ErrClosed
+	}
+	return e.db.Flush()
+}
