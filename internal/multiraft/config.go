@@ -27,8 +27,8 @@ type Config struct {
 	// unsent snapshot handles for expiry (default 1 s).
 	LogTruncationInterval time.Duration
 	// SnapshotHandleTTL is how long a snapshot raft built but never sent
-	// keeps its Pebble snapshot (and its slot among MaxOutgoingSnapshots)
-	// before it is released (default 1 min).
+	// keeps its storage.Snapshot (which pins memtables and sstables) and its
+	// slot among MaxOutgoingSnapshots before it is released (default 1 min).
 	SnapshotHandleTTL time.Duration
 	// PendingTimeout is how long a proposal or read may wait on its replica
 	// before the replica forgets it as ambiguous; its caller has given up

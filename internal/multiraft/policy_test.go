@@ -70,7 +70,11 @@ func TestSnapshotHandlesExpire(t *testing.T) {
 	if !o.reserve(1) {
 		t.Fatal("first reservation refused")
 	}
-	o.put(eng.NewSnapshot(), 100)
+	snap, err := eng.NewSnapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.put(snap, 100)
 	if o.reserve(1) {
 		t.Fatal("a second snapshot was allowed past a limit of 1")
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
-// outgoingSnapshots holds the Pebble snapshots behind snapshot handles that
+// outgoingSnapshots holds the storage snapshots behind snapshot handles that
 // raft put into MsgSnap messages, until the transport claims them. It also
 // counts snapshots in flight, to bound how many stream at once.
 type outgoingSnapshots struct {
@@ -97,14 +97,21 @@ func (o *outgoingSnapshots) releaseAll() {
 }
 
 // snapshotFunc returns the raft.Storage Snapshot function of shard: a
-// handle to a Pebble snapshot taken now, at the applied index. Called on the
-// loop, after the last batch was committed, so the two agree.
+// handle to a storage.Snapshot of the shard's state taken now, at the
+// applied index. Called on the loop, after the last batch was committed, so
+// the two agree; the metadata (applied index and term, conf state) is read
+// from the snapshot itself. The snapshot keeps that state for the stream
+// even if the replica here is destroyed or replaced meanwhile.
 func (h *Host) snapshotFunc(shard ids.ShardID) func() (*pb.Snapshot, error) {
 	return func() (*pb.Snapshot, error) {
 		if !h.snaps.reserve(h.cfg.MaxOutgoingSnapshots) {
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
-		snap := h.eng.NewSnapshot()
+		snap, err := h.eng.NewSnapshot(shard)
+		if err != nil {
+			h.snaps.done()
+			return nil, err
+		}
 		var as storepb.AppliedState
 		cs := &pb.ConfState{}
 		_, err1 := snap.GetProto(keys.Applied(uint64(shard)), &as)

@@ -9,11 +9,15 @@
 // and must treat any storage error as fatal, as raft's Storage contract says.
 //
 // Snapshots travel as the key/value pairs of a shard's state-machine span.
-// The sender reads them from a Snapshot (ScanState); the receiver writes them
-// through a SnapshotWriter into an SSTable file as they stream in, getting a
+// The sender reads them from a Snapshot (ScanState), an open iterator over
+// the span taken at the applied index: unlike a Pebble snapshot, it keeps
+// its data when Excise (DestroyReplica, InstallSnapshot) removes the shard
+// while the stream runs, at the price of pinning memtables and sstables
+// until it is closed (snapshot.go). The receiver writes them through a
+// SnapshotWriter into an SSTable file as they stream in, getting a
 // StagedSnapshot, a handle storage owns the file behind: InstallSnapshot
-// consumes it with IngestAndExcise, which replaces the replica's whole prefix
-// (log, hard state, data) in one atomic step, or Discard removes it.
+// consumes it with IngestAndExcise, which replaces the replica's whole
+// prefix (log, hard state, data) in one atomic step, or Discard removes it.
 //
 // The engine also owns the records of which replicas a node hosts
 // (HostedReplicas, SetHosted, Tombstone, DestroyReplica) and the initial

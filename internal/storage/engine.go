@@ -181,3 +181,15 @@ func syncDir(fs vfs.FS, dir string) error {
 	}
 	return nil
 }
+
+// Flush writes the memtables out to sstables and waits for it; tests use it
+// to put data where most of a real store's data is (Pebble's Excise treats
+// flushed data differently from unflushed).
+func (e *Engine) Flush() error {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return ErrClosed
+	}
+	return e.db.Flush()
+}

@@ -146,13 +146,16 @@ func TestScanState(t *testing.T) {
 	e := openEngine(t, t.TempDir())
 	fillShard(t, e.db, 7, "a")
 	fillShard(t, e.db, 8, "b")
-	snap := e.NewSnapshot()
+	lo, hi := keys.StateSpan(7)
+	want := dump(t, e.db, lo, hi)
+	snap, err := e.NewSnapshot(7)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer snap.Close()
 	if err := e.db.Set(keys.User(7, []byte("later")), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	lo, hi := keys.StateSpan(7)
-	want := dump(t, snap.snap, lo, hi)
 	got := map[string]string{}
 	if err := snap.ScanState(7, func(k, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
 		t.Fatal(err)

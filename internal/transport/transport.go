@@ -22,7 +22,7 @@
 // dropped (raft retransmits) and the peer is reported unreachable.
 //
 // Snapshots go over their own stream per snapshot (RaftTransport.SendSnapshot):
-// the sender iterates a Pebble snapshot of the shard's state-machine span and
+// the sender iterates a storage.Snapshot of the shard's state-machine span and
 // sends it in chunks; the receiver writes the chunks into an SSTable file as
 // they arrive, so neither side holds a snapshot in memory.
 //

@@ -41,6 +41,9 @@ type Network struct {
 	onFlush func(from, to ids.NodeID, envs []*concordpb.RaftEnvelope)
 	// tap, if set, sees every message delivered (Tap).
 	tap func(from, to ids.NodeID, env *concordpb.RaftEnvelope)
+	// onStream, if set, runs as each snapshot stream starts (see
+	// OnSnapshotStream).
+	onStream func(from, to ids.NodeID, shard ids.ShardID)
 }
 
 type peer struct {
@@ -180,10 +183,13 @@ func (e *endpoint) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mess
 
 func (n *Network) streamSnapshot(from, to ids.NodeID, shard ids.ShardID, hdr []byte, snap *storage.Snapshot) bool {
 	n.mu.Lock()
-	p, blocked := n.up[to], n.cut[from] || n.cut[to]
+	p, blocked, onStream := n.up[to], n.cut[from] || n.cut[to], n.onStream
 	n.mu.Unlock()
 	if p == nil || blocked {
 		return false
+	}
+	if onStream != nil {
+		onStream(from, to, shard)
 	}
 	w, err := p.eng.NewSnapshotWriter(shard)
 	if err != nil {
@@ -215,6 +221,19 @@ func (n *Network) setUp(node ids.NodeID, p *peer) {
 	}
 	n.up[node] = p
 }
+
+// OnSnapshotStream calls f in each snapshot stream's goroutine once the
+// stream is under way (the sender's snapshot taken, the receiver up and
+// not cut off), before any data is read (nil: stop). f may block, to hold
+// a stream while the test changes the cluster: a cut made meanwhile does
+// not stop the stream.
+func (n *Network) OnSnapshotStream(f func(from, to ids.NodeID, shard ids.ShardID)) {
+	n.set(func() { n.onStream = f })
+}
+
+// WaitSnapshotStreams waits until no snapshot stream to or from node is
+// under way: every one has delivered its snapshot (or failed).
+func (n *Network) WaitSnapshotStreams(node ids.NodeID) { n.waitStreams(node) }
 
 // waitStreams waits until no snapshot stream touches node's engine.
 func (n *Network) waitStreams(node ids.NodeID) {

@@ -1,0 +1,104 @@
+package multiraftest_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
+)
+
+// TestSnapshotStreamOutlivesSendersReplica protects snapshot catch-up from
+// silent data loss: a snapshot that is still streaming when the sender's
+// replica is removed (the conf change removing the leader, its data then
+// excised from the engine) still carries the full state of its index.
+// Outgoing snapshots must not read through a Pebble snapshot, from which
+// Excise removes the data too: the receiver would install an empty or
+// partial shard at that index, and raft would never resend what it lacks.
+//
+// The follower, cut off while the leader truncates its log, gets the
+// snapshot stream going, is cut off again while the stream is held, and
+// installs the snapshot only after the leader's replica is gone (so the
+// rest of the shard, at a higher term, cannot overtake it).
+func TestSnapshotStreamOutlivesSendersReplica(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		cfg.LogKeepEntries, cfg.LogTruncateEntries = 2, 3
+	}})
+	leader := c.WaitLeader(1)
+	lagging := leader%3 + 1
+	c.Cut(lagging)
+	for i := range 20 {
+		c.Put(fmt.Sprintf("k%d", i), "v")
+	}
+	var gap uint64
+	c.RunUntil("the leader to truncate its log", 100, func() bool {
+		gap = truncated(t, c, leader)
+		return gap > 15
+	})
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.Net.OnSnapshotStream(func(from, to ids.NodeID, shard ids.ShardID) {
+		if from == leader && to == lagging {
+			once.Do(func() { close(started) })
+			<-release
+		}
+	})
+	c.Heal(lagging)
+	c.RunUntil("the snapshot stream to the lagging follower", 200, func() bool {
+		select {
+		case <-started:
+			return true
+		default:
+			return false
+		}
+	})
+	c.Cut(lagging)
+
+	added := c.AddNode()
+	changed := make(chan error, 1)
+	go func() {
+		_, err := c.Node(leader).Host.ChangeReplicas(context.Background(), 1, ids.ReplicaID(leader), added)
+		changed <- err
+	}()
+	c.RunUntil("the leader's replica to be removed", 500, func() bool {
+		_, ok := c.Node(leader).Host.Info(1)
+		return !ok
+	})
+	if err := <-changed; err != nil {
+		t.Logf("ChangeReplicas: %v (the change applied: the replica is gone)", err)
+	}
+
+	// Pebble's Excise takes effect on open snapshots once what it removed
+	// is flushed, which Pebble soon does on its own.
+	if err := c.Node(leader).Engine.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	c.Net.WaitSnapshotStreams(lagging)
+	c.Net.OnSnapshotStream(nil)
+	c.Tick(1)
+	idx := truncated(t, c, lagging)
+	if idx < gap {
+		t.Fatalf("the lagging follower did not install the held snapshot (log truncated at %d, want %d or more); the test proves nothing", idx, gap)
+	}
+	for i := range 20 {
+		if v, ok := c.Get(lagging, fmt.Sprintf("k%d", i)); !ok || v != "v" {
+			t.Fatalf("the lagging follower installed a snapshot at %d that lacks k%d (found %v): data lost", idx, i, ok)
+		}
+	}
+	c.Heal(lagging)
+	members := []ids.NodeID{lagging, added}
+	for n := ids.NodeID(1); n <= 3; n++ {
+		if n != leader && n != lagging {
+			members = append(members, n)
+		}
+	}
+	c.Put("after", "x")
+	c.WaitValue("after", "x", members...)
+	for i := range 20 {
+		c.WaitValue(fmt.Sprintf("k%d", i), "v", members...)
+	}
+}
