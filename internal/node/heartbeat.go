@@ -14,6 +14,7 @@ import (
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -89,15 +90,21 @@ func (n *Node) schedulerSettings() scheduler.Settings {
 }
 
 // placementView is the scheduler's view of the cluster, read from the
-// local meta replica's state and this node's heartbeat reports.
+// local meta replica's state and this node's heartbeat reports. It reads
+// through Engine.Read: Heartbeat and Status handlers call it, and one that
+// outlives Stop must get an error (Unavailable), not Pebble's panic.
 func (n *Node) placementView() (scheduler.View, error) {
-	nodes, err := placement.Nodes(n.eng.Reader())
+	var nodes []*concordpb.NodeDescriptor
+	var shards []*concordpb.ShardDescriptor
+	err := n.eng.Read(func(r storage.Reader) (err error) {
+		if nodes, err = placement.Nodes(r); err != nil {
+			return err
+		}
+		shards, err = placement.Shards(r)
+		return err
+	})
 	if err != nil {
-		return scheduler.View{}, err
-	}
-	shards, err := placement.Shards(n.eng.Reader())
-	if err != nil {
-		return scheduler.View{}, err
+		return scheduler.View{}, readErr(err)
 	}
 	return n.placement.view(time.Now(), n.schedulerSettings(), nodes, shards), nil
 }

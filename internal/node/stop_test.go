@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/storage"
 )
 
 // startSolo starts a one-node cluster of one user shard in this process,
@@ -77,5 +80,20 @@ func TestReadPastItsBarrierWhenStorageCloses(t *testing.T) {
 	close(release)
 	if err := <-got; status.Code(err) != codes.Unavailable {
 		t.Fatalf("Get that read after storage closed: %v, want Unavailable", err)
+	}
+}
+
+// TestPlacementViewAfterStorageCloses protects the Heartbeat and Status
+// handlers, which read the placement state: one that outlives Stop gets an
+// error saying the node stopped, not Pebble's panic on use after Close.
+func TestPlacementViewAfterStorageCloses(t *testing.T) {
+	n := startSolo(t)
+	if _, err := n.placementView(); err != nil {
+		t.Fatalf("placement view of a running node: %v", err)
+	}
+	n.Stop()
+	_, err := n.placementView()
+	if !errors.Is(err, storage.ErrClosed) || !errors.Is(err, multiraft.ErrStopped) {
+		t.Fatalf("placement view after Stop: %v; want storage.ErrClosed wrapped as multiraft.ErrStopped", err)
 	}
 }

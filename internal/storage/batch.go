@@ -34,9 +34,5 @@ func Commit(b *pebble.Batch, sync bool) error {
 // false if the key is absent.
 func (e *Engine) GetProto(key []byte, m proto.Message) (bool, error) { return GetProto(e.db, key, m) }
 
-// Reader is a read-only view of the engine's committed state, for read paths
-// that take a pebble.Reader (kv.Get, kv.Scan).
-func (e *Engine) Reader() pebble.Reader { return e.db }
-
 // LoadRaftLog loads the raft log of shard's replica on this engine.
 func (e *Engine) LoadRaftLog(shard ids.ShardID) (*RaftLog, error) { return LoadRaftLog(e.db, shard) }

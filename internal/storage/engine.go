@@ -125,9 +125,6 @@ func SetProto(w pebble.Writer, key []byte, m proto.Message) error {
 	return w.Set(key, v, nil)
 }
 
-// Sync makes every write so far durable.
-func (e *Engine) Sync() error { return e.db.LogData(nil, pebble.Sync) }
-
 func clearDir(fs vfs.FS, dir string) error {
 	names, err := fs.List(dir)
 	if err != nil {

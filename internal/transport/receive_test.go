@@ -207,7 +207,12 @@ func (tg *target) put(key, value string) error {
 }
 
 func (tg *target) get(key string) (string, bool) {
-	v, ok, err := kv.Get(tg.eng.Reader(), uint64(soloShard), []byte(key))
+	var v []byte
+	var ok bool
+	err := tg.eng.Read(func(r storage.Reader) (err error) {
+		v, ok, err = kv.Get(r, uint64(soloShard), []byte(key))
+		return err
+	})
 	check(tg.t, err)
 	return string(v), ok
 }

@@ -406,7 +406,12 @@ func (c *Cluster) Put(key, value string) {
 // Get reads key from node's local state.
 func (c *Cluster) Get(node ids.NodeID, key string) (string, bool) {
 	c.t.Helper()
-	v, found, err := kv.Get(c.nodes[node].Engine.Reader(), uint64(c.ShardOf(key)), []byte(key))
+	var v []byte
+	var found bool
+	err := c.nodes[node].Engine.Read(func(r storage.Reader) (err error) {
+		v, found, err = kv.Get(r, uint64(c.ShardOf(key)), []byte(key))
+		return err
+	})
 	c.check(err)
 	return string(v), found
 }
