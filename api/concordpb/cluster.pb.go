@@ -29,6 +29,15 @@ const (
 	NodeState_NODE_UP NodeState = 0
 	// A fresh process took over this node's address; its replicas are being replaced.
 	NodeState_NODE_REPLACED NodeState = 1
+	// Silent for longer than --suspect-after: no new replicas go there and
+	// its leaders move away.
+	NodeState_NODE_SUSPECT NodeState = 2
+	// Silent for longer than --dead-after: its replicas are re-created elsewhere.
+	NodeState_NODE_DEAD NodeState = 3
+	// Being drained by `concord node remove`: its replicas move away.
+	NodeState_NODE_LEAVING NodeState = 4
+	// Drained and gone: it holds nothing and cannot rejoin under this identity.
+	NodeState_NODE_REMOVED NodeState = 5
 )
 
 // Enum value maps for NodeState.
@@ -36,10 +45,18 @@ var (
 	NodeState_name = map[int32]string{
 		0: "NODE_UP",
 		1: "NODE_REPLACED",
+		2: "NODE_SUSPECT",
+		3: "NODE_DEAD",
+		4: "NODE_LEAVING",
+		5: "NODE_REMOVED",
 	}
 	NodeState_value = map[string]int32{
 		"NODE_UP":       0,
 		"NODE_REPLACED": 1,
+		"NODE_SUSPECT":  2,
+		"NODE_DEAD":     3,
+		"NODE_LEAVING":  4,
+		"NODE_REMOVED":  5,
 	}
 )
 
@@ -68,6 +85,54 @@ func (x NodeState) Number() protoreflect.EnumNumber {
 // Deprecated: Use NodeState.Descriptor instead.
 func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+// ReplicaRole is a replica's part in its shard's Raft configuration.
+type ReplicaRole int32
+
+const (
+	ReplicaRole_REPLICA_VOTER ReplicaRole = 0
+	// Receives the log but does not vote: a new replica catching up.
+	ReplicaRole_REPLICA_LEARNER ReplicaRole = 1
+)
+
+// Enum value maps for ReplicaRole.
+var (
+	ReplicaRole_name = map[int32]string{
+		0: "REPLICA_VOTER",
+		1: "REPLICA_LEARNER",
+	}
+	ReplicaRole_value = map[string]int32{
+		"REPLICA_VOTER":   0,
+		"REPLICA_LEARNER": 1,
+	}
+)
+
+func (x ReplicaRole) Enum() *ReplicaRole {
+	p := new(ReplicaRole)
+	*p = x
+	return p
+}
+
+func (x ReplicaRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_concordpb_cluster_proto_enumTypes[1].Descriptor()
+}
+
+func (ReplicaRole) Type() protoreflect.EnumType {
+	return &file_api_concordpb_cluster_proto_enumTypes[1]
+}
+
+func (x ReplicaRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaRole.Descriptor instead.
+func (ReplicaRole) EnumDescriptor() ([]byte, []int) {
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{1}
 }
 
 type NodeDescriptor struct {
@@ -143,6 +208,7 @@ type ReplicaDescriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ReplicaId     uint64                 `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Role          ReplicaRole            `protobuf:"varint,3,opt,name=role,proto3,enum=concord.v1.ReplicaRole" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +255,13 @@ func (x *ReplicaDescriptor) GetNodeId() uint64 {
 		return x.NodeId
 	}
 	return 0
+}
+
+func (x *ReplicaDescriptor) GetRole() ReplicaRole {
+	if x != nil {
+		return x.Role
+	}
+	return ReplicaRole_REPLICA_VOTER
 }
 
 // ShardDescriptor is a shard's identity and membership. Hash ranges are
@@ -1277,11 +1350,12 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x15.concord.v1.NodeStateR\x05state\x12\x1f\n" +
 	"\vreplaced_by\x18\x04 \x01(\x04R\n" +
-	"replacedBy\"K\n" +
+	"replacedBy\"x\n" +
 	"\x11ReplicaDescriptor\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x04R\treplicaId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\"\xdf\x01\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12+\n" +
+	"\x04role\x18\x03 \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\xdf\x01\n" +
 	"\x0fShardDescriptor\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1d\n" +
 	"\n" +
@@ -1364,10 +1438,17 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x11remove_replica_id\x18\x02 \x01(\x04R\x0fremoveReplicaId\x12\x1e\n" +
 	"\vadd_node_id\x18\x03 \x01(\x04R\taddNodeId\"K\n" +
 	"\x16ChangeReplicasResponse\x121\n" +
-	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard*+\n" +
+	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard*p\n" +
 	"\tNodeState\x12\v\n" +
 	"\aNODE_UP\x10\x00\x12\x11\n" +
-	"\rNODE_REPLACED\x10\x012\xb9\x03\n" +
+	"\rNODE_REPLACED\x10\x01\x12\x10\n" +
+	"\fNODE_SUSPECT\x10\x02\x12\r\n" +
+	"\tNODE_DEAD\x10\x03\x12\x10\n" +
+	"\fNODE_LEAVING\x10\x04\x12\x10\n" +
+	"\fNODE_REMOVED\x10\x05*5\n" +
+	"\vReplicaRole\x12\x11\n" +
+	"\rREPLICA_VOTER\x10\x00\x12\x13\n" +
+	"\x0fREPLICA_LEARNER\x10\x012\xb9\x03\n" +
 	"\aCluster\x12?\n" +
 	"\x06Status\x12\x19.concord.v1.StatusRequest\x1a\x1a.concord.v1.StatusResponse\x12Q\n" +
 	"\fRoutingTable\x12\x1f.concord.v1.RoutingTableRequest\x1a .concord.v1.RoutingTableResponse\x12<\n" +
@@ -1388,64 +1469,66 @@ func file_api_concordpb_cluster_proto_rawDescGZIP() []byte {
 	return file_api_concordpb_cluster_proto_rawDescData
 }
 
-var file_api_concordpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_api_concordpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_api_concordpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_concordpb_cluster_proto_goTypes = []any{
 	(NodeState)(0),                 // 0: concord.v1.NodeState
-	(*NodeDescriptor)(nil),         // 1: concord.v1.NodeDescriptor
-	(*ReplicaDescriptor)(nil),      // 2: concord.v1.ReplicaDescriptor
-	(*ShardDescriptor)(nil),        // 3: concord.v1.ShardDescriptor
-	(*ShardRoute)(nil),             // 4: concord.v1.ShardRoute
-	(*RoutingTableRequest)(nil),    // 5: concord.v1.RoutingTableRequest
-	(*RoutingTableResponse)(nil),   // 6: concord.v1.RoutingTableResponse
-	(*StatusRequest)(nil),          // 7: concord.v1.StatusRequest
-	(*ReplicaStatus)(nil),          // 8: concord.v1.ReplicaStatus
-	(*NodeStatus)(nil),             // 9: concord.v1.NodeStatus
-	(*ShardStatus)(nil),            // 10: concord.v1.ShardStatus
-	(*StatusResponse)(nil),         // 11: concord.v1.StatusResponse
-	(*ProbeRequest)(nil),           // 12: concord.v1.ProbeRequest
-	(*ProbeResponse)(nil),          // 13: concord.v1.ProbeResponse
-	(*JoinRequest)(nil),            // 14: concord.v1.JoinRequest
-	(*JoinResponse)(nil),           // 15: concord.v1.JoinResponse
-	(*HeartbeatRequest)(nil),       // 16: concord.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 17: concord.v1.HeartbeatResponse
-	(*ChangeReplicasRequest)(nil),  // 18: concord.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil), // 19: concord.v1.ChangeReplicasResponse
+	(ReplicaRole)(0),               // 1: concord.v1.ReplicaRole
+	(*NodeDescriptor)(nil),         // 2: concord.v1.NodeDescriptor
+	(*ReplicaDescriptor)(nil),      // 3: concord.v1.ReplicaDescriptor
+	(*ShardDescriptor)(nil),        // 4: concord.v1.ShardDescriptor
+	(*ShardRoute)(nil),             // 5: concord.v1.ShardRoute
+	(*RoutingTableRequest)(nil),    // 6: concord.v1.RoutingTableRequest
+	(*RoutingTableResponse)(nil),   // 7: concord.v1.RoutingTableResponse
+	(*StatusRequest)(nil),          // 8: concord.v1.StatusRequest
+	(*ReplicaStatus)(nil),          // 9: concord.v1.ReplicaStatus
+	(*NodeStatus)(nil),             // 10: concord.v1.NodeStatus
+	(*ShardStatus)(nil),            // 11: concord.v1.ShardStatus
+	(*StatusResponse)(nil),         // 12: concord.v1.StatusResponse
+	(*ProbeRequest)(nil),           // 13: concord.v1.ProbeRequest
+	(*ProbeResponse)(nil),          // 14: concord.v1.ProbeResponse
+	(*JoinRequest)(nil),            // 15: concord.v1.JoinRequest
+	(*JoinResponse)(nil),           // 16: concord.v1.JoinResponse
+	(*HeartbeatRequest)(nil),       // 17: concord.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 18: concord.v1.HeartbeatResponse
+	(*ChangeReplicasRequest)(nil),  // 19: concord.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil), // 20: concord.v1.ChangeReplicasResponse
 }
 var file_api_concordpb_cluster_proto_depIdxs = []int32{
 	0,  // 0: concord.v1.NodeDescriptor.state:type_name -> concord.v1.NodeState
-	2,  // 1: concord.v1.ShardDescriptor.replicas:type_name -> concord.v1.ReplicaDescriptor
-	3,  // 2: concord.v1.ShardRoute.shard:type_name -> concord.v1.ShardDescriptor
-	1,  // 3: concord.v1.RoutingTableResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	4,  // 4: concord.v1.RoutingTableResponse.shards:type_name -> concord.v1.ShardRoute
-	1,  // 5: concord.v1.NodeStatus.node:type_name -> concord.v1.NodeDescriptor
-	3,  // 6: concord.v1.ShardStatus.shard:type_name -> concord.v1.ShardDescriptor
-	9,  // 7: concord.v1.StatusResponse.nodes:type_name -> concord.v1.NodeStatus
-	10, // 8: concord.v1.StatusResponse.shards:type_name -> concord.v1.ShardStatus
-	1,  // 9: concord.v1.JoinResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	1,  // 10: concord.v1.HeartbeatRequest.node:type_name -> concord.v1.NodeDescriptor
-	8,  // 11: concord.v1.HeartbeatRequest.replicas:type_name -> concord.v1.ReplicaStatus
-	3,  // 12: concord.v1.HeartbeatRequest.led_descriptors:type_name -> concord.v1.ShardDescriptor
-	1,  // 13: concord.v1.HeartbeatResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	4,  // 14: concord.v1.HeartbeatResponse.shards:type_name -> concord.v1.ShardRoute
-	3,  // 15: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
-	7,  // 16: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
-	5,  // 17: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
-	12, // 18: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
-	14, // 19: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
-	16, // 20: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
-	18, // 21: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
-	11, // 22: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
-	6,  // 23: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
-	13, // 24: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
-	15, // 25: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
-	17, // 26: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
-	19, // 27: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	1,  // 1: concord.v1.ReplicaDescriptor.role:type_name -> concord.v1.ReplicaRole
+	3,  // 2: concord.v1.ShardDescriptor.replicas:type_name -> concord.v1.ReplicaDescriptor
+	4,  // 3: concord.v1.ShardRoute.shard:type_name -> concord.v1.ShardDescriptor
+	2,  // 4: concord.v1.RoutingTableResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	5,  // 5: concord.v1.RoutingTableResponse.shards:type_name -> concord.v1.ShardRoute
+	2,  // 6: concord.v1.NodeStatus.node:type_name -> concord.v1.NodeDescriptor
+	4,  // 7: concord.v1.ShardStatus.shard:type_name -> concord.v1.ShardDescriptor
+	10, // 8: concord.v1.StatusResponse.nodes:type_name -> concord.v1.NodeStatus
+	11, // 9: concord.v1.StatusResponse.shards:type_name -> concord.v1.ShardStatus
+	2,  // 10: concord.v1.JoinResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	2,  // 11: concord.v1.HeartbeatRequest.node:type_name -> concord.v1.NodeDescriptor
+	9,  // 12: concord.v1.HeartbeatRequest.replicas:type_name -> concord.v1.ReplicaStatus
+	4,  // 13: concord.v1.HeartbeatRequest.led_descriptors:type_name -> concord.v1.ShardDescriptor
+	2,  // 14: concord.v1.HeartbeatResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	5,  // 15: concord.v1.HeartbeatResponse.shards:type_name -> concord.v1.ShardRoute
+	4,  // 16: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
+	8,  // 17: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
+	6,  // 18: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
+	13, // 19: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
+	15, // 20: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
+	17, // 21: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
+	19, // 22: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
+	12, // 23: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
+	7,  // 24: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
+	14, // 25: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
+	16, // 26: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
+	18, // 27: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
+	20, // 28: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_concordpb_cluster_proto_init() }
@@ -1458,7 +1541,7 @@ func file_api_concordpb_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_cluster_proto_rawDesc), len(file_api_concordpb_cluster_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,

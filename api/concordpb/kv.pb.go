@@ -78,21 +78,65 @@ const (
 	OpType_OP_PUT    OpType = 1
 	OpType_OP_DELETE OpType = 2
 	OpType_OP_CAS    OpType = 3
+	// The read-modify-write operations below are applied atomically per key by
+	// the shard's state machine (one Raft entry), for the Redis protocol's
+	// INCR, APPEND, SETRANGE, GETDEL, EXPIRE and GETEX families.
+	//
+	// INCR: the value, a base-10 int64 (absent: 0), plus int_delta; result
+	// int_value (and value, its text). Fails with OP_ERROR_NOT_INTEGER or
+	// OP_ERROR_OVERFLOW, changing nothing. Keeps the key's expiry.
+	OpType_OP_INCR OpType = 4
+	// INCR_FLOAT: the value as a float (absent: 0) plus float_delta; result
+	// value, the new value's text. Fails with OP_ERROR_NOT_FLOAT (also for a
+	// NaN or infinite result). Keeps the key's expiry.
+	OpType_OP_INCR_FLOAT OpType = 5
+	// APPEND: value appended to the current value (absent: empty); result
+	// int_value, the new length. Keeps the key's expiry.
+	OpType_OP_APPEND OpType = 6
+	// SET_RANGE: value written at byte offset, the gap zero-padded (absent:
+	// empty); result int_value, the new length. Keeps the key's expiry.
+	OpType_OP_SET_RANGE OpType = 7
+	// GET_DELETE: result ok/value as GET, and the key is deleted.
+	OpType_OP_GET_DELETE OpType = 8
+	// EXPIRE: changes the expiry of an existing key (ttl_ms, expire_at_unix_ms,
+	// or persist), subject to condition (NX: has none, XX: has one, GT/LT:
+	// the new time is later/earlier; a key without expiry counts as infinite).
+	// A time not in the future deletes the key. Result ok: whether the key
+	// existed and the change was made; exists/value: the key's value before
+	// (GETEX). An absent key: ok false.
+	OpType_OP_EXPIRE OpType = 9
+	// DELETE_EXPIRED: deletes the key only if it has expired by the command's
+	// time: the background sweep's operation. Result ok: deleted.
+	OpType_OP_DELETE_EXPIRED OpType = 10
 )
 
 // Enum value maps for OpType.
 var (
 	OpType_name = map[int32]string{
-		0: "OP_GET",
-		1: "OP_PUT",
-		2: "OP_DELETE",
-		3: "OP_CAS",
+		0:  "OP_GET",
+		1:  "OP_PUT",
+		2:  "OP_DELETE",
+		3:  "OP_CAS",
+		4:  "OP_INCR",
+		5:  "OP_INCR_FLOAT",
+		6:  "OP_APPEND",
+		7:  "OP_SET_RANGE",
+		8:  "OP_GET_DELETE",
+		9:  "OP_EXPIRE",
+		10: "OP_DELETE_EXPIRED",
 	}
 	OpType_value = map[string]int32{
-		"OP_GET":    0,
-		"OP_PUT":    1,
-		"OP_DELETE": 2,
-		"OP_CAS":    3,
+		"OP_GET":            0,
+		"OP_PUT":            1,
+		"OP_DELETE":         2,
+		"OP_CAS":            3,
+		"OP_INCR":           4,
+		"OP_INCR_FLOAT":     5,
+		"OP_APPEND":         6,
+		"OP_SET_RANGE":      7,
+		"OP_GET_DELETE":     8,
+		"OP_EXPIRE":         9,
+		"OP_DELETE_EXPIRED": 10,
 	}
 )
 
@@ -121,6 +165,121 @@ func (x OpType) Number() protoreflect.EnumNumber {
 // Deprecated: Use OpType.Descriptor instead.
 func (OpType) EnumDescriptor() ([]byte, []int) {
 	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{1}
+}
+
+// Condition restricts a PUT (NX, XX) or an EXPIRE (NX, XX, GT, LT). A PUT
+// whose condition fails changes nothing and answers ok=false, exists and
+// value as they are.
+type Condition int32
+
+const (
+	Condition_CONDITION_NONE Condition = 0
+	Condition_CONDITION_NX   Condition = 1
+	Condition_CONDITION_XX   Condition = 2
+	Condition_CONDITION_GT   Condition = 3
+	Condition_CONDITION_LT   Condition = 4
+)
+
+// Enum value maps for Condition.
+var (
+	Condition_name = map[int32]string{
+		0: "CONDITION_NONE",
+		1: "CONDITION_NX",
+		2: "CONDITION_XX",
+		3: "CONDITION_GT",
+		4: "CONDITION_LT",
+	}
+	Condition_value = map[string]int32{
+		"CONDITION_NONE": 0,
+		"CONDITION_NX":   1,
+		"CONDITION_XX":   2,
+		"CONDITION_GT":   3,
+		"CONDITION_LT":   4,
+	}
+)
+
+func (x Condition) Enum() *Condition {
+	p := new(Condition)
+	*p = x
+	return p
+}
+
+func (x Condition) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Condition) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_concordpb_kv_proto_enumTypes[2].Descriptor()
+}
+
+func (Condition) Type() protoreflect.EnumType {
+	return &file_api_concordpb_kv_proto_enumTypes[2]
+}
+
+func (x Condition) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Condition.Descriptor instead.
+func (Condition) EnumDescriptor() ([]byte, []int) {
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{2}
+}
+
+// OpError says why an op failed; the op changed nothing.
+type OpError int32
+
+const (
+	OpError_OP_ERROR_NONE        OpError = 0
+	OpError_OP_ERROR_NOT_INTEGER OpError = 1
+	OpError_OP_ERROR_OVERFLOW    OpError = 2
+	OpError_OP_ERROR_NOT_FLOAT   OpError = 3
+	// The result would exceed the node's value size limit.
+	OpError_OP_ERROR_TOO_LARGE OpError = 4
+)
+
+// Enum value maps for OpError.
+var (
+	OpError_name = map[int32]string{
+		0: "OP_ERROR_NONE",
+		1: "OP_ERROR_NOT_INTEGER",
+		2: "OP_ERROR_OVERFLOW",
+		3: "OP_ERROR_NOT_FLOAT",
+		4: "OP_ERROR_TOO_LARGE",
+	}
+	OpError_value = map[string]int32{
+		"OP_ERROR_NONE":        0,
+		"OP_ERROR_NOT_INTEGER": 1,
+		"OP_ERROR_OVERFLOW":    2,
+		"OP_ERROR_NOT_FLOAT":   3,
+		"OP_ERROR_TOO_LARGE":   4,
+	}
+)
+
+func (x OpError) Enum() *OpError {
+	p := new(OpError)
+	*p = x
+	return p
+}
+
+func (x OpError) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OpError) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_concordpb_kv_proto_enumTypes[3].Descriptor()
+}
+
+func (OpError) Type() protoreflect.EnumType {
+	return &file_api_concordpb_kv_proto_enumTypes[3]
+}
+
+func (x OpError) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OpError.Descriptor instead.
+func (OpError) EnumDescriptor() ([]byte, []int) {
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{3}
 }
 
 type RequestHeader struct {
@@ -370,12 +529,14 @@ func (x *GetRequest) GetKey() []byte {
 }
 
 type GetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Found  bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Value  []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// The key's expiry, Unix milliseconds; 0: none. An expired key is not found.
+	ExpireAtUnixMs int64 `protobuf:"varint,4,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetResponse) Reset() {
@@ -429,11 +590,21 @@ func (x *GetResponse) GetValue() []byte {
 	return nil
 }
 
+func (x *GetResponse) GetExpireAtUnixMs() int64 {
+	if x != nil {
+		return x.ExpireAtUnixMs
+	}
+	return 0
+}
+
 type PutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Key    []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value  []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// A time to live in milliseconds (0: none): the key reads as absent once
+	// it has passed, and is then deleted by the shard's sweep.
+	TtlMs         int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +658,13 @@ func (x *PutRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *PutRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
 }
 
 type PutResponse struct {
@@ -961,13 +1139,32 @@ type Op struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  OpType                 `protobuf:"varint,1,opt,name=type,proto3,enum=concord.v1.OpType" json:"type,omitempty"`
 	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// PUT: the new value. CAS: the value to store on a match.
+	// PUT: the new value. CAS: the value to store on a match. APPEND,
+	// SET_RANGE: the bytes to add.
 	Value []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	// CAS: the expected current value, or expect_absent.
 	Expected     []byte `protobuf:"bytes,4,opt,name=expected,proto3" json:"expected,omitempty"`
 	ExpectAbsent bool   `protobuf:"varint,5,opt,name=expect_absent,json=expectAbsent,proto3" json:"expect_absent,omitempty"`
 	// CAS: delete the key on a match instead of storing value.
-	Delete        bool `protobuf:"varint,6,opt,name=delete,proto3" json:"delete,omitempty"`
+	Delete bool `protobuf:"varint,6,opt,name=delete,proto3" json:"delete,omitempty"`
+	// PUT, EXPIRE: the key's new expiry, as a time to live (decided once: the
+	// shard's state machine adds it to the command's leader-stamped time, so
+	// every replica stores the same instant) or as an absolute Unix time in
+	// milliseconds. At most one is set; neither: a PUT clears the expiry
+	// unless keep_ttl.
+	TtlMs          int64 `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	ExpireAtUnixMs int64 `protobuf:"varint,8,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
+	// PUT: keep the key's current expiry.
+	KeepTtl bool `protobuf:"varint,9,opt,name=keep_ttl,json=keepTtl,proto3" json:"keep_ttl,omitempty"`
+	// EXPIRE: remove the expiry (PERSIST).
+	Persist   bool      `protobuf:"varint,10,opt,name=persist,proto3" json:"persist,omitempty"`
+	Condition Condition `protobuf:"varint,11,opt,name=condition,proto3,enum=concord.v1.Condition" json:"condition,omitempty"`
+	// INCR: the amount to add.
+	IntDelta int64 `protobuf:"varint,12,opt,name=int_delta,json=intDelta,proto3" json:"int_delta,omitempty"`
+	// INCR_FLOAT: the amount to add.
+	FloatDelta float64 `protobuf:"fixed64,13,opt,name=float_delta,json=floatDelta,proto3" json:"float_delta,omitempty"`
+	// SET_RANGE: where value is written.
+	Offset        int64 `protobuf:"varint,14,opt,name=offset,proto3" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1044,14 +1241,78 @@ func (x *Op) GetDelete() bool {
 	return false
 }
 
+func (x *Op) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *Op) GetExpireAtUnixMs() int64 {
+	if x != nil {
+		return x.ExpireAtUnixMs
+	}
+	return 0
+}
+
+func (x *Op) GetKeepTtl() bool {
+	if x != nil {
+		return x.KeepTtl
+	}
+	return false
+}
+
+func (x *Op) GetPersist() bool {
+	if x != nil {
+		return x.Persist
+	}
+	return false
+}
+
+func (x *Op) GetCondition() Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return Condition_CONDITION_NONE
+}
+
+func (x *Op) GetIntDelta() int64 {
+	if x != nil {
+		return x.IntDelta
+	}
+	return 0
+}
+
+func (x *Op) GetFloatDelta() float64 {
+	if x != nil {
+		return x.FloatDelta
+	}
+	return 0
+}
+
+func (x *Op) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 type OpResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// GET: found. PUT: a previous value existed. DELETE: the key existed. CAS: swapped.
+	// GET: found. PUT: a previous value existed (with a condition: the put was
+	// made). DELETE: the key existed. CAS: swapped. EXPIRE: changed.
 	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
-	// GET: the value. PUT: the previous value. CAS: the value before the operation.
+	// GET: the value. PUT: the previous value. CAS: the value before the
+	// operation. INCR, INCR_FLOAT: the new value's text.
 	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	// CAS: whether the key existed before the operation.
-	Exists        bool `protobuf:"varint,3,opt,name=exists,proto3" json:"exists,omitempty"`
+	// CAS, PUT, EXPIRE: whether the key existed before the operation.
+	Exists bool `protobuf:"varint,3,opt,name=exists,proto3" json:"exists,omitempty"`
+	// INCR: the new value. APPEND, SET_RANGE: the new length.
+	IntValue int64 `protobuf:"varint,4,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
+	// GET: the key's expiry, Unix milliseconds; 0: none.
+	ExpireAtUnixMs int64 `protobuf:"varint,5,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
+	// Non-zero: the op failed and changed nothing.
+	Error         OpError `protobuf:"varint,6,opt,name=error,proto3,enum=concord.v1.OpError" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1105,6 +1366,27 @@ func (x *OpResult) GetExists() bool {
 		return x.Exists
 	}
 	return false
+}
+
+func (x *OpResult) GetIntValue() int64 {
+	if x != nil {
+		return x.IntValue
+	}
+	return 0
+}
+
+func (x *OpResult) GetExpireAtUnixMs() int64 {
+	if x != nil {
+		return x.ExpireAtUnixMs
+	}
+	return 0
+}
+
+func (x *OpResult) GetError() OpError {
+	if x != nil {
+		return x.Error
+	}
+	return OpError_OP_ERROR_NONE
 }
 
 type BatchRequest struct {
@@ -1235,16 +1517,18 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\n" +
 	"GetRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"m\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"\x98\x01\n" +
 	"\vGetResponse\x122\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.concord.v1.ResponseHeaderR\x06header\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"g\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12)\n" +
+	"\x11expire_at_unix_ms\x18\x04 \x01(\x03R\x0eexpireAtUnixMs\"~\n" +
 	"\n" +
 	"PutRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"\x81\x01\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x15\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"\x81\x01\n" +
 	"\vPutResponse\x122\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.concord.v1.ResponseHeaderR\x06header\x12\x1f\n" +
 	"\vprev_exists\x18\x02 \x01(\bR\n" +
@@ -1281,18 +1565,31 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1d\n" +
 	"\n" +
-	"next_start\x18\x04 \x01(\fR\tnextStart\"\xad\x01\n" +
+	"next_start\x18\x04 \x01(\fR\tnextStart\"\xaf\x03\n" +
 	"\x02Op\x12&\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x12.concord.v1.OpTypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1a\n" +
 	"\bexpected\x18\x04 \x01(\fR\bexpected\x12#\n" +
 	"\rexpect_absent\x18\x05 \x01(\bR\fexpectAbsent\x12\x16\n" +
-	"\x06delete\x18\x06 \x01(\bR\x06delete\"H\n" +
+	"\x06delete\x18\x06 \x01(\bR\x06delete\x12\x15\n" +
+	"\x06ttl_ms\x18\a \x01(\x03R\x05ttlMs\x12)\n" +
+	"\x11expire_at_unix_ms\x18\b \x01(\x03R\x0eexpireAtUnixMs\x12\x19\n" +
+	"\bkeep_ttl\x18\t \x01(\bR\akeepTtl\x12\x18\n" +
+	"\apersist\x18\n" +
+	" \x01(\bR\apersist\x123\n" +
+	"\tcondition\x18\v \x01(\x0e2\x15.concord.v1.ConditionR\tcondition\x12\x1b\n" +
+	"\tint_delta\x18\f \x01(\x03R\bintDelta\x12\x1f\n" +
+	"\vfloat_delta\x18\r \x01(\x01R\n" +
+	"floatDelta\x12\x16\n" +
+	"\x06offset\x18\x0e \x01(\x03R\x06offset\"\xbb\x01\n" +
 	"\bOpResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
-	"\x06exists\x18\x03 \x01(\bR\x06exists\"c\n" +
+	"\x06exists\x18\x03 \x01(\bR\x06exists\x12\x1b\n" +
+	"\tint_value\x18\x04 \x01(\x03R\bintValue\x12)\n" +
+	"\x11expire_at_unix_ms\x18\x05 \x01(\x03R\x0eexpireAtUnixMs\x12)\n" +
+	"\x05error\x18\x06 \x01(\x0e2\x13.concord.v1.OpErrorR\x05error\"c\n" +
 	"\fBatchRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12 \n" +
 	"\x03ops\x18\x02 \x03(\v2\x0e.concord.v1.OpR\x03ops\"s\n" +
@@ -1301,7 +1598,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\aresults\x18\x02 \x03(\v2\x14.concord.v1.OpResultR\aresults**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x01*;\n" +
+	"\x05STALE\x10\x01*\xb5\x01\n" +
 	"\x06OpType\x12\n" +
 	"\n" +
 	"\x06OP_GET\x10\x00\x12\n" +
@@ -1309,7 +1606,27 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x06OP_PUT\x10\x01\x12\r\n" +
 	"\tOP_DELETE\x10\x02\x12\n" +
 	"\n" +
-	"\x06OP_CAS\x10\x032\x87\x03\n" +
+	"\x06OP_CAS\x10\x03\x12\v\n" +
+	"\aOP_INCR\x10\x04\x12\x11\n" +
+	"\rOP_INCR_FLOAT\x10\x05\x12\r\n" +
+	"\tOP_APPEND\x10\x06\x12\x10\n" +
+	"\fOP_SET_RANGE\x10\a\x12\x11\n" +
+	"\rOP_GET_DELETE\x10\b\x12\r\n" +
+	"\tOP_EXPIRE\x10\t\x12\x15\n" +
+	"\x11OP_DELETE_EXPIRED\x10\n" +
+	"*g\n" +
+	"\tCondition\x12\x12\n" +
+	"\x0eCONDITION_NONE\x10\x00\x12\x10\n" +
+	"\fCONDITION_NX\x10\x01\x12\x10\n" +
+	"\fCONDITION_XX\x10\x02\x12\x10\n" +
+	"\fCONDITION_GT\x10\x03\x12\x10\n" +
+	"\fCONDITION_LT\x10\x04*}\n" +
+	"\aOpError\x12\x11\n" +
+	"\rOP_ERROR_NONE\x10\x00\x12\x18\n" +
+	"\x14OP_ERROR_NOT_INTEGER\x10\x01\x12\x15\n" +
+	"\x11OP_ERROR_OVERFLOW\x10\x02\x12\x16\n" +
+	"\x12OP_ERROR_NOT_FLOAT\x10\x03\x12\x16\n" +
+	"\x12OP_ERROR_TOO_LARGE\x10\x042\x87\x03\n" +
 	"\x02KV\x126\n" +
 	"\x03Get\x12\x16.concord.v1.GetRequest\x1a\x17.concord.v1.GetResponse\x126\n" +
 	"\x03Put\x12\x16.concord.v1.PutRequest\x1a\x17.concord.v1.PutResponse\x12?\n" +
@@ -1330,64 +1647,68 @@ func file_api_concordpb_kv_proto_rawDescGZIP() []byte {
 	return file_api_concordpb_kv_proto_rawDescData
 }
 
-var file_api_concordpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_api_concordpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_api_concordpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_api_concordpb_kv_proto_goTypes = []any{
 	(Consistency)(0),               // 0: concord.v1.Consistency
 	(OpType)(0),                    // 1: concord.v1.OpType
-	(*RequestHeader)(nil),          // 2: concord.v1.RequestHeader
-	(*ResponseHeader)(nil),         // 3: concord.v1.ResponseHeader
-	(*KeyValue)(nil),               // 4: concord.v1.KeyValue
-	(*GetRequest)(nil),             // 5: concord.v1.GetRequest
-	(*GetResponse)(nil),            // 6: concord.v1.GetResponse
-	(*PutRequest)(nil),             // 7: concord.v1.PutRequest
-	(*PutResponse)(nil),            // 8: concord.v1.PutResponse
-	(*DeleteRequest)(nil),          // 9: concord.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 10: concord.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),  // 11: concord.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil), // 12: concord.v1.CompareAndSwapResponse
-	(*ScanRequest)(nil),            // 13: concord.v1.ScanRequest
-	(*ScanResponse)(nil),           // 14: concord.v1.ScanResponse
-	(*Op)(nil),                     // 15: concord.v1.Op
-	(*OpResult)(nil),               // 16: concord.v1.OpResult
-	(*BatchRequest)(nil),           // 17: concord.v1.BatchRequest
-	(*BatchResponse)(nil),          // 18: concord.v1.BatchResponse
+	(Condition)(0),                 // 2: concord.v1.Condition
+	(OpError)(0),                   // 3: concord.v1.OpError
+	(*RequestHeader)(nil),          // 4: concord.v1.RequestHeader
+	(*ResponseHeader)(nil),         // 5: concord.v1.ResponseHeader
+	(*KeyValue)(nil),               // 6: concord.v1.KeyValue
+	(*GetRequest)(nil),             // 7: concord.v1.GetRequest
+	(*GetResponse)(nil),            // 8: concord.v1.GetResponse
+	(*PutRequest)(nil),             // 9: concord.v1.PutRequest
+	(*PutResponse)(nil),            // 10: concord.v1.PutResponse
+	(*DeleteRequest)(nil),          // 11: concord.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 12: concord.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),  // 13: concord.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil), // 14: concord.v1.CompareAndSwapResponse
+	(*ScanRequest)(nil),            // 15: concord.v1.ScanRequest
+	(*ScanResponse)(nil),           // 16: concord.v1.ScanResponse
+	(*Op)(nil),                     // 17: concord.v1.Op
+	(*OpResult)(nil),               // 18: concord.v1.OpResult
+	(*BatchRequest)(nil),           // 19: concord.v1.BatchRequest
+	(*BatchResponse)(nil),          // 20: concord.v1.BatchResponse
 }
 var file_api_concordpb_kv_proto_depIdxs = []int32{
 	0,  // 0: concord.v1.RequestHeader.consistency:type_name -> concord.v1.Consistency
-	2,  // 1: concord.v1.GetRequest.header:type_name -> concord.v1.RequestHeader
-	3,  // 2: concord.v1.GetResponse.header:type_name -> concord.v1.ResponseHeader
-	2,  // 3: concord.v1.PutRequest.header:type_name -> concord.v1.RequestHeader
-	3,  // 4: concord.v1.PutResponse.header:type_name -> concord.v1.ResponseHeader
-	2,  // 5: concord.v1.DeleteRequest.header:type_name -> concord.v1.RequestHeader
-	3,  // 6: concord.v1.DeleteResponse.header:type_name -> concord.v1.ResponseHeader
-	2,  // 7: concord.v1.CompareAndSwapRequest.header:type_name -> concord.v1.RequestHeader
-	3,  // 8: concord.v1.CompareAndSwapResponse.header:type_name -> concord.v1.ResponseHeader
-	2,  // 9: concord.v1.ScanRequest.header:type_name -> concord.v1.RequestHeader
-	3,  // 10: concord.v1.ScanResponse.header:type_name -> concord.v1.ResponseHeader
-	4,  // 11: concord.v1.ScanResponse.kvs:type_name -> concord.v1.KeyValue
+	4,  // 1: concord.v1.GetRequest.header:type_name -> concord.v1.RequestHeader
+	5,  // 2: concord.v1.GetResponse.header:type_name -> concord.v1.ResponseHeader
+	4,  // 3: concord.v1.PutRequest.header:type_name -> concord.v1.RequestHeader
+	5,  // 4: concord.v1.PutResponse.header:type_name -> concord.v1.ResponseHeader
+	4,  // 5: concord.v1.DeleteRequest.header:type_name -> concord.v1.RequestHeader
+	5,  // 6: concord.v1.DeleteResponse.header:type_name -> concord.v1.ResponseHeader
+	4,  // 7: concord.v1.CompareAndSwapRequest.header:type_name -> concord.v1.RequestHeader
+	5,  // 8: concord.v1.CompareAndSwapResponse.header:type_name -> concord.v1.ResponseHeader
+	4,  // 9: concord.v1.ScanRequest.header:type_name -> concord.v1.RequestHeader
+	5,  // 10: concord.v1.ScanResponse.header:type_name -> concord.v1.ResponseHeader
+	6,  // 11: concord.v1.ScanResponse.kvs:type_name -> concord.v1.KeyValue
 	1,  // 12: concord.v1.Op.type:type_name -> concord.v1.OpType
-	2,  // 13: concord.v1.BatchRequest.header:type_name -> concord.v1.RequestHeader
-	15, // 14: concord.v1.BatchRequest.ops:type_name -> concord.v1.Op
-	3,  // 15: concord.v1.BatchResponse.header:type_name -> concord.v1.ResponseHeader
-	16, // 16: concord.v1.BatchResponse.results:type_name -> concord.v1.OpResult
-	5,  // 17: concord.v1.KV.Get:input_type -> concord.v1.GetRequest
-	7,  // 18: concord.v1.KV.Put:input_type -> concord.v1.PutRequest
-	9,  // 19: concord.v1.KV.Delete:input_type -> concord.v1.DeleteRequest
-	11, // 20: concord.v1.KV.CompareAndSwap:input_type -> concord.v1.CompareAndSwapRequest
-	13, // 21: concord.v1.KV.Scan:input_type -> concord.v1.ScanRequest
-	17, // 22: concord.v1.KV.Batch:input_type -> concord.v1.BatchRequest
-	6,  // 23: concord.v1.KV.Get:output_type -> concord.v1.GetResponse
-	8,  // 24: concord.v1.KV.Put:output_type -> concord.v1.PutResponse
-	10, // 25: concord.v1.KV.Delete:output_type -> concord.v1.DeleteResponse
-	12, // 26: concord.v1.KV.CompareAndSwap:output_type -> concord.v1.CompareAndSwapResponse
-	14, // 27: concord.v1.KV.Scan:output_type -> concord.v1.ScanResponse
-	18, // 28: concord.v1.KV.Batch:output_type -> concord.v1.BatchResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	2,  // 13: concord.v1.Op.condition:type_name -> concord.v1.Condition
+	3,  // 14: concord.v1.OpResult.error:type_name -> concord.v1.OpError
+	4,  // 15: concord.v1.BatchRequest.header:type_name -> concord.v1.RequestHeader
+	17, // 16: concord.v1.BatchRequest.ops:type_name -> concord.v1.Op
+	5,  // 17: concord.v1.BatchResponse.header:type_name -> concord.v1.ResponseHeader
+	18, // 18: concord.v1.BatchResponse.results:type_name -> concord.v1.OpResult
+	7,  // 19: concord.v1.KV.Get:input_type -> concord.v1.GetRequest
+	9,  // 20: concord.v1.KV.Put:input_type -> concord.v1.PutRequest
+	11, // 21: concord.v1.KV.Delete:input_type -> concord.v1.DeleteRequest
+	13, // 22: concord.v1.KV.CompareAndSwap:input_type -> concord.v1.CompareAndSwapRequest
+	15, // 23: concord.v1.KV.Scan:input_type -> concord.v1.ScanRequest
+	19, // 24: concord.v1.KV.Batch:input_type -> concord.v1.BatchRequest
+	8,  // 25: concord.v1.KV.Get:output_type -> concord.v1.GetResponse
+	10, // 26: concord.v1.KV.Put:output_type -> concord.v1.PutResponse
+	12, // 27: concord.v1.KV.Delete:output_type -> concord.v1.DeleteResponse
+	14, // 28: concord.v1.KV.CompareAndSwap:output_type -> concord.v1.CompareAndSwapResponse
+	16, // 29: concord.v1.KV.Scan:output_type -> concord.v1.ScanResponse
+	20, // 30: concord.v1.KV.Batch:output_type -> concord.v1.BatchResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_concordpb_kv_proto_init() }
@@ -1400,7 +1721,7 @@ func file_api_concordpb_kv_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_kv_proto_rawDesc), len(file_api_concordpb_kv_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      4,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
