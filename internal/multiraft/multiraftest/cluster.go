@@ -262,6 +262,21 @@ func (c *Cluster) Tick(n int) {
 	}
 }
 
+// TickOnly advances only the given running nodes n ticks, letting the
+// cluster settle after each: the others keep handling messages but their
+// timers stand still, so a test decides which node's election timeout fires.
+func (c *Cluster) TickOnly(n int, nodes ...ids.NodeID) {
+	for range n {
+		c.Net.advance()
+		for _, id := range nodes {
+			if node := c.nodes[id]; node.Host != nil {
+				node.ticks.Tick()
+			}
+		}
+		c.settle()
+	}
+}
+
 // settle runs barriers on every host until a full round of them saw no
 // message delivered and no snapshot stream start or end: then every host has
 // processed everything it was sent. It gives up after a bound (a cluster

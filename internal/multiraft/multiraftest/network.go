@@ -44,6 +44,8 @@ type Network struct {
 	// onStream, if set, runs as each snapshot stream starts (see
 	// OnSnapshotStream).
 	onStream func(from, to ids.NodeID, shard ids.ShardID)
+	// intercept, if set, may take a message off the wire (Intercept).
+	intercept func(from, to ids.NodeID, env *concordpb.RaftEnvelope) bool
 }
 
 type peer struct {
@@ -111,6 +113,9 @@ func (e *endpoint) Flush() {
 
 func (n *Network) routeLocked(from, to ids.NodeID, env *concordpb.RaftEnvelope) {
 	if n.cut[from] || n.cut[to] {
+		return
+	}
+	if n.intercept != nil && n.intercept(from, to, env) {
 		return
 	}
 	if n.dropRate > 0 && n.rng.Float64() < n.dropRate {
@@ -286,4 +291,21 @@ func (n *Network) isCut(node ids.NodeID) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.cut[node]
+}
+
+// Intercept installs f, which sees every raft message sent (before drops
+// and delays) and takes it off the wire by returning true: a test holds a
+// message back this way and delivers it later with Inject, to play out an
+// exact interleaving. f runs with the network's lock held; it must not call
+// back into the Network. nil removes it.
+func (n *Network) Intercept(f func(from, to ids.NodeID, env *concordpb.RaftEnvelope) bool) {
+	n.set(func() { n.intercept = f })
+}
+
+// Inject delivers env from node from to node to now, past every fault:
+// the way to release a message Intercept held back.
+func (n *Network) Inject(from, to ids.NodeID, env *concordpb.RaftEnvelope) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.deliverLocked(from, to, env)
 }
