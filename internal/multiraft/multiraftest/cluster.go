@@ -180,6 +180,9 @@ func (c *Cluster) Start(id ids.NodeID) {
 	cfg.IDBase = n.idBase
 	cfg.Logger = c.opts.Logger.With("node", id)
 	cfg.Fatal = func(err error) { c.t.Errorf("node %d: fatal storage error: %v", id, err) }
+	// The network delivers under its lock, so Deliver must never wait for
+	// the receiving loop, which may itself be waiting for that lock to send.
+	cfg.MaxInboxBytes = -1
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
 	}
