@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -427,7 +428,7 @@ func (c *Cluster) Get(node ids.NodeID, key string) (string, bool) {
 	var v []byte
 	var found bool
 	err := c.nodes[node].Engine.Read(func(r storage.Reader) (err error) {
-		v, found, err = kv.Get(r, uint64(c.ShardOf(key)), []byte(key))
+		v, _, found, err = kv.Get(r, uint64(c.ShardOf(key)), []byte(key), time.Now().UnixMilli())
 		return err
 	})
 	c.check(err)
