@@ -2,6 +2,7 @@ package multiraftest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	"github.com/concord-kv/concord/internal/expiry"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -112,4 +115,47 @@ func TestExpiredKeysSweptOnEveryReplica(t *testing.T) {
 		return true
 	})
 	c.WaitValue("reset", "again", all...)
+}
+
+// TestExpiryIndexTravelsInSnapshots: a follower caught up by snapshot holds
+// the key's expiry and the shard's expiry index (which the sweep reads,
+// should it lead): both are in the shard's state span.
+func TestExpiryIndexTravelsInSnapshots(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		cfg.LogKeepEntries, cfg.LogTruncateEntries = 2, 3
+	}})
+	leader := c.WaitLeader(1)
+	lagging := leader%3 + 1
+	c.Cut(lagging)
+	ttl := time.Hour
+	c.Await(c.ProposeAt(leader, 1, time.Now().UnixNano(),
+		&concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("t"), Value: []byte("v"), TtlMs: ttl.Milliseconds()}))
+	for i := range 20 {
+		c.Put(fmt.Sprintf("k%d", i), "v")
+	}
+	var gap uint64
+	c.RunUntil("the leader to truncate its log", 100, func() bool {
+		gap = truncated(t, c, leader)
+		return gap > 15
+	})
+	c.Heal(lagging)
+	c.WaitValue("k19", "v", lagging)
+	if idx := truncated(t, c, lagging); idx < gap {
+		t.Fatalf("the lagging follower's log starts after %d, want a snapshot at or beyond %d", idx, gap)
+	}
+	var expired [][]byte
+	var expireAt int64
+	err := c.Node(lagging).Engine.Read(func(r storage.Reader) (err error) {
+		if _, expireAt, _, err = kv.Get(r, 1, []byte("t"), 0); err != nil {
+			return err
+		}
+		expired, err = kv.Expired(r, 1, time.Now().Add(2*ttl).UnixMilli(), 10)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if expireAt == 0 || len(expired) != 1 || string(expired[0]) != "t" {
+		t.Fatalf("after the snapshot: expiry %d, index %q; want the key's expiry and its index entry", expireAt, expired)
+	}
 }
