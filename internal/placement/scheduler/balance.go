@@ -27,14 +27,14 @@ func (p *planner) balanceReplicas() []Step {
 		return nil
 	}
 	elig := p.eligibleNodes()
-	used := map[ids.NodeID]bool{}
+	used, stepped := map[ids.NodeID]bool{}, map[ids.ShardID]bool{}
 	var out []Step
 	for !withinOne(elig, p.replicas) {
-		s, src, ok := p.replicaMove(elig, used)
+		s, src, ok := p.replicaMove(elig, used, stepped)
 		if !ok {
 			break
 		}
-		used[src], used[s.Target] = true, true
+		used[src], used[s.Target], stepped[s.Shard] = true, true, true
 		p.replicas[src]--
 		p.moves[src]++
 		out = append(out, s)
@@ -46,7 +46,7 @@ func (p *planner) balanceReplicas() []Step {
 // least loaded unused node holding at least two fewer, trying the pairs in
 // that order; the shard is the lowest-numbered movable one, preferring
 // shards the source does not lead (their removal then needs no transfer).
-func (p *planner) replicaMove(elig []ids.NodeID, used map[ids.NodeID]bool) (Step, ids.NodeID, bool) {
+func (p *planner) replicaMove(elig []ids.NodeID, used map[ids.NodeID]bool, stepped map[ids.ShardID]bool) (Step, ids.NodeID, bool) {
 	for _, src := range byCount(elig, p.replicas, true) {
 		if used[src] || !p.underCap(src) {
 			continue
@@ -55,7 +55,7 @@ func (p *planner) replicaMove(elig []ids.NodeID, used map[ids.NodeID]bool) (Step
 			if used[dst] || !p.underCap(dst) || p.replicas[src]-p.replicas[dst] < 2 {
 				continue
 			}
-			if c, ok := p.movable(src, dst); ok {
+			if c, ok := p.movable(src, dst, stepped); ok {
 				return p.planAdd(c, dst), src, true
 			}
 		}
@@ -66,12 +66,12 @@ func (p *planner) replicaMove(elig []ids.NodeID, used map[ids.NodeID]bool) (Step
 // movable is the shard to move from src to dst: healthy (a known leader,
 // nothing in flight, exactly its count of replicas, all voters on eligible
 // nodes), with a replica on src and none on dst.
-func (p *planner) movable(src, dst ids.NodeID) (shardView, bool) {
+func (p *planner) movable(src, dst ids.NodeID, stepped map[ids.ShardID]bool) (shardView, bool) {
 	var fallback *shardView
 	for _, d := range p.shards {
 		shard := ids.ShardID(d.GetShardId())
 		via := p.via(shard)
-		if p.busy(shard) || via == 0 || replicaOn(d, src) == nil || replicaOn(d, dst) != nil {
+		if stepped[shard] || p.busy(shard) || via == 0 || replicaOn(d, src) == nil || replicaOn(d, dst) != nil {
 			continue
 		}
 		c := p.classify(d, via)

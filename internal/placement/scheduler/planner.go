@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"time"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 )
@@ -28,6 +30,7 @@ type planner struct {
 	replicas map[ids.NodeID]int // replicas per node (any role), planned learners included
 	leads    map[ids.NodeID]int // leaderships per node, planned transfers included
 	moves    map[ids.NodeID]int // moves per node (see Settings.MaxMovesPerNode)
+	vias     map[ids.ShardID]ids.NodeID
 }
 
 func newPlanner(v View) *planner {
@@ -36,7 +39,9 @@ func newPlanner(v View) *planner {
 		nodes: map[ids.NodeID]judgement{}, recorded: map[ids.NodeID]concordpb.NodeState{},
 		wiped:    replacements(v),
 		replicas: map[ids.NodeID]int{}, leads: map[ids.NodeID]int{}, moves: map[ids.NodeID]int{},
+		vias: map[ids.ShardID]ids.NodeID{},
 	}
+	p.nameLeaders()
 	for _, n := range sortedNodes(v) {
 		id := ids.NodeID(n.GetNodeId())
 		j := judge(v, n)
@@ -82,9 +87,54 @@ func newPlanner(v View) *planner {
 	return p
 }
 
-// via is the node to send shard's step to (see leaderOf); zero if unknown.
+// via is the node to send shard's step to: leaderOf, else the leader its
+// followers name in fresh reports; zero if unknown. The followers matter
+// for a SUSPECT leader: its own reports are stale by then (ReportMaxAge is
+// shorter than SuspectAfter), but it may still lead, cut off from the
+// placement leader only, and its leadership must move.
 func (p *planner) via(shard ids.ShardID) ids.NodeID {
-	return leaderOf(p.v, p.leaders, shard)
+	if n := leaderOf(p.v, p.leaders, shard); n != 0 {
+		return n
+	}
+	return p.vias[shard]
+}
+
+// nameLeaders fills p.vias with the leader fresh follower reports name for
+// each shard: of several, the one named in the highest term, then in the
+// newest report, then by the lower reporting node. A name the shard's
+// descriptor does not list is ignored.
+func (p *planner) nameLeaders() {
+	type claim struct {
+		replica, term uint64
+		at            time.Time
+	}
+	best := map[ids.ShardID]claim{}
+	for _, node := range sortedKeys(p.v.Reports) {
+		rep := p.v.Reports[node]
+		if !rep.Fresh(p.v.Now, p.s) {
+			continue
+		}
+		for _, rs := range rep.Replicas {
+			shard := ids.ShardID(rs.GetShardId())
+			c, ok := best[shard]
+			if rs.GetLeaderReplicaId() == 0 || (ok && (rs.GetTerm() < c.term || (rs.GetTerm() == c.term && !rep.At.After(c.at)))) {
+				continue
+			}
+			best[shard] = claim{replica: rs.GetLeaderReplicaId(), term: rs.GetTerm(), at: rep.At}
+		}
+	}
+	for _, d := range p.shards {
+		shard := ids.ShardID(d.GetShardId())
+		c, ok := best[shard]
+		if !ok {
+			continue
+		}
+		for _, r := range d.GetReplicas() {
+			if r.GetReplicaId() == c.replica {
+				p.vias[shard] = ids.NodeID(r.GetNodeId())
+			}
+		}
+	}
 }
 
 // busy reports whether shard has a step executing.

@@ -38,8 +38,9 @@ func Schedule(v View) []Step {
 }
 
 // leaderOf is the node to address shard's step to: the planning node's own
-// knowledge first (View.LeaderOverride), then the heartbeat reports; zero
-// if neither knows.
+// knowledge first (View.LeaderOverride), then the leaders' own claims in
+// the heartbeat reports (Leaders); zero if neither knows. planner.via adds
+// what followers report.
 func leaderOf(v View, leaders map[ids.ShardID]Leader, shard ids.ShardID) ids.NodeID {
 	if n, ok := v.LeaderOverride[shard]; ok && n != 0 {
 		return n
