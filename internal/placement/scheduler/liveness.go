@@ -15,7 +15,8 @@ import (
 // UP). Silence counts from the node's last report or from
 // View.ObservedSince, whichever is later, so a placement leader that just
 // took over declares nobody dead before it has listened for DeadAfter.
-// With neither a report nor ObservedSince the recorded state stands.
+// With neither a report nor ObservedSince the recorded state stands, and a
+// node recorded DEAD stays so until it reports again.
 func NodeStates(v View) map[ids.NodeID]concordpb.NodeState {
 	out := make(map[ids.NodeID]concordpb.NodeState, len(v.Nodes))
 	for _, n := range v.Nodes {
@@ -62,6 +63,11 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 	var last time.Time
 	if r, ok := v.Reports[node]; ok {
 		last = r.At
+	}
+	if rec == concordpb.NodeState_NODE_DEAD && (last.IsZero() || v.Now.Sub(last) > v.Settings.DeadAfter) {
+		// Only the node's own report revives a node recorded dead: a new
+		// placement leader's watch is no evidence that it came back.
+		return rec
 	}
 	if v.ObservedSince.After(last) {
 		last = v.ObservedSince

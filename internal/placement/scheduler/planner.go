@@ -161,10 +161,16 @@ func (p *planner) underCap(node ids.NodeID) bool {
 }
 
 // settled reports whether the cluster has no repair work: no shard step
-// planned this round (marks aside), nothing in flight, no learner anywhere.
-// Balancing waits for that, so it never competes with repair for the move
-// caps and never plans from counts a repair is about to change.
+// planned this round (marks aside), nothing in flight, no learner anywhere,
+// no node SUSPECT (about to come back or to be declared dead). Balancing
+// waits for that, so it never competes with repair for the move caps and
+// never plans from counts a repair is about to change.
 func (p *planner) settled(steps []Step) bool {
+	for _, j := range p.nodes {
+		if j.state == concordpb.NodeState_NODE_SUSPECT {
+			return false
+		}
+	}
 	for _, s := range steps {
 		if s.Kind != StepMarkNode {
 			return false
