@@ -245,10 +245,7 @@ func (p *planner) canRemove(d *concordpb.ShardDescriptor, r *concordpb.ReplicaDe
 // moveLeader: a leader on a node that is not eligible (SUSPECT or LEAVING)
 // hands its leadership to a voter on an eligible node.
 func (p *planner) moveLeader(c shardView) (Step, bool) {
-	if p.nodes[c.via].eligible {
-		return Step{}, false
-	}
-	if _, known := p.nodes[c.via]; !known {
+	if j, known := p.nodes[c.via]; !known || j.eligible {
 		return Step{}, false
 	}
 	return p.transferAway(c)
