@@ -19,6 +19,7 @@ import (
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/redisapi"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
@@ -37,6 +38,10 @@ type Node struct {
 	eng *storage.Engine
 	lis net.Listener
 	srv *grpc.Server
+	// kv is the KV service, registered on srv and called in process by
+	// redis, the Redis protocol server (nil without --redis-addr).
+	kv    *grpcapi.KV
+	redis *redisapi.Server
 
 	// ident is nil until the node has bootstrapped or joined.
 	ident     atomic.Pointer[storepb.NodeIdent]
@@ -164,8 +169,12 @@ func (n *Node) Start(ctx context.Context) error {
 		return n.abort(err)
 	}
 	n.startLoops()
+	if err := n.startRedis(); err != nil {
+		return n.abort(err)
+	}
 	id := n.ident.Load()
-	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr)
+	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr,
+		"redis_addr", n.RedisAddr())
 	return nil
 }
 
@@ -177,7 +186,8 @@ func (n *Node) newServer() *grpc.Server {
 		grpc.StreamInterceptor(n.trackStream))
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
-	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, limits))
+	n.kv = grpcapi.NewKV(b, limits)
+	concordpb.RegisterKVServer(srv, n.kv)
 	concordpb.RegisterClusterServer(srv, n.cluster)
 	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
 	concordpb.RegisterAdminServer(srv, grpcapi.NewAdmin(b, n.cfg.EnableFaultInjection))
@@ -264,6 +274,11 @@ func (n *Node) Stop() {
 		close(n.stopC)
 		if n.srv != nil {
 			n.srv.Stop()
+		}
+		if n.redis != nil {
+			// Cancels the commands in flight and waits for the
+			// connections, before the host and storage go.
+			n.redis.Close(n.drainTimeout)
 		}
 		select {
 		case <-n.ready:
