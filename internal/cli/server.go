@@ -68,6 +68,8 @@ func newServerCmd() *cobra.Command {
 	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "raft tick; elections time out after 10 ticks")
 	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "applied raft entries each replica keeps for slow followers")
 	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "entries beyond the kept ones that trigger a log truncation")
+	f.IntVar(&cfg.RedisOutputBufferLimit, "redis-output-buffer-limit", 0, "bytes of replies one Redis connection may hold for one pipeline (0: 64 MiB)")
+	_ = f.MarkHidden("redis-output-buffer-limit")
 	_ = f.MarkHidden("tick-interval")
 	_ = f.MarkHidden("raft-log-keep-entries")
 	_ = f.MarkHidden("raft-log-truncate-entries")

@@ -40,6 +40,9 @@ type Config struct {
 	RedisAddr string
 	// RedisEnableFlush allows FLUSHDB and FLUSHALL on the Redis port.
 	RedisEnableFlush bool
+	// RedisOutputBufferLimit bounds the replies one Redis connection holds
+	// for one pipeline (0: redisapi's default, 64 MiB).
+	RedisOutputBufferLimit int
 	// AuthToken, when set, must be given with AUTH (or HELLO AUTH) before
 	// any other Redis command. It protects the Redis port only, for now.
 	AuthToken string

@@ -78,6 +78,7 @@ func (n *Node) startRedis() error {
 	n.redis = redisapi.New(redisBackend{KV: n.kv, n: n}, redisapi.Config{
 		MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes,
 		EnableFlush: n.cfg.RedisEnableFlush, AuthToken: n.cfg.AuthToken, Logger: n.log,
+		OutputBufferLimit: n.cfg.RedisOutputBufferLimit,
 	})
 	if err := n.redis.Listen(n.cfg.RedisAddr); err != nil {
 		return fmt.Errorf("listen for Redis clients on %s: %w", n.cfg.RedisAddr, err)
@@ -92,4 +93,3 @@ func (n *Node) RedisAddr() string {
 	}
 	return n.redis.Addr().String()
 }
-
