@@ -136,17 +136,52 @@ func (h *Host) ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids
 	return info.Desc, nil
 }
 
-// Deliver queues messages a peer node sent.
-func (h *Host) Deliver(fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error {
+// Deliver queues messages a peer node sent. A batch that carries entries
+// waits while the inbox is full (Config.MaxInboxBytes), until the loop
+// takes it, the host stops or ctx (the receiving stream's) ends.
+func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error {
 	msgs := make([]inMsg, 0, len(envs))
+	var size int64
+	bulk := false
 	for _, env := range envs {
 		m := &pb.Message{}
 		if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
 			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
 		}
 		msgs = append(msgs, inMsg{fromNode: fromNode, shard: ids.ShardID(env.GetShardId()), m: m, via: viaRaftStream})
+		size += int64(len(env.GetMessage()))
+		bulk = bulk || len(m.GetEntries()) > 0
 	}
-	return h.enqueue(func(in *inbox) { in.msgs = append(in.msgs, msgs...) })
+	if bulk {
+		if err := h.awaitInboxSpace(ctx); err != nil {
+			return err
+		}
+	}
+	return h.enqueue(func(in *inbox) {
+		in.msgs = append(in.msgs, msgs...)
+		h.inboxBytes += size
+	})
+}
+
+// awaitInboxSpace returns once the inbox holds less than MaxInboxBytes, the
+// host stopped (ErrStopped) or ctx ended.
+func (h *Host) awaitInboxSpace(ctx context.Context) error {
+	for {
+		h.mu.Lock()
+		full := h.cfg.MaxInboxBytes >= 0 && h.inboxBytes >= h.cfg.MaxInboxBytes
+		spaceC := h.spaceC
+		h.mu.Unlock()
+		if !full {
+			return nil
+		}
+		select {
+		case <-spaceC:
+		case <-h.stopC:
+			return ErrStopped
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // DeliverSnapshot stages a received snapshot's data and steps its MsgSnap;

@@ -59,6 +59,15 @@ type Config struct {
 	// MaxCommittedBytesPerReady bounds the committed entries one Ready hands
 	// to apply, and so one loop iteration's apply batch (default 4 MiB).
 	MaxCommittedBytesPerReady uint64
+	// MaxInboxBytes bounds the raft messages received and not yet taken by
+	// the loop, in bytes on the wire (default 64 MiB; negative: no bound).
+	// Past it, Deliver holds a batch that carries entries until the loop
+	// drains the inbox, so a loop slowed by its disk pushes back on the
+	// senders' bulk streams (and through gRPC flow control on their queues,
+	// which drop) instead of growing without limit. Batches without entries
+	// (heartbeats, votes, responses: the control lane) are never held. A
+	// soft bound: each stream may overshoot it by one batch.
+	MaxInboxBytes int64
 	// MaxOutgoingSnapshots bounds snapshots being streamed at once.
 	MaxOutgoingSnapshots int
 	// Ticks is where the loop's ticks come from; nil means a time.Ticker of
@@ -102,6 +111,7 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 		MaxInflightMsgs:          256,
 		MaxUncommittedBytes:      64 << 20,
 		MaxOutgoingSnapshots:     4,
+		MaxInboxBytes:            64 << 20,
 		Logger:                   slog.Default(),
 
 		MaxInflightBytes:          4 << 20,
@@ -129,6 +139,9 @@ func (c Config) withDefaults() Config {
 		if *f.v == 0 {
 			*f.v = *f.d
 		}
+	}
+	if c.MaxInboxBytes == 0 {
+		c.MaxInboxBytes = d.MaxInboxBytes
 	}
 	for _, f := range []struct{ v, d *uint64 }{
 		{&c.LogKeepEntries, &d.LogKeepEntries}, {&c.LogTruncateEntries, &d.LogTruncateEntries},

@@ -40,6 +40,11 @@ type Host struct {
 
 	mu      sync.Mutex
 	inbox   inbox // guarded by mu
+	// inboxBytes is the size of the raft messages in inbox (guarded by mu);
+	// spaceC is closed, and replaced, when the loop takes the inbox (see
+	// Config.MaxInboxBytes).
+	inboxBytes int64
+	spaceC     chan struct{}
 	notifyC chan struct{}
 
 	// Owned by the loop.
@@ -73,6 +78,7 @@ func New(cfg Config, eng *storage.Engine, t Transport, newSM NewStateMachine) *H
 	return &Host{
 		cfg: cfg, policy: newPolicy(cfg), eng: eng, transport: t, newSM: newSM, log: cfg.Logger,
 		notifyC:  make(chan struct{}, 1),
+		spaceC:   make(chan struct{}),
 		replicas: map[ids.ShardID]*replica.Replica{},
 		dirty:    map[ids.ShardID]*replica.Replica{},
 		infos:    map[ids.ShardID]ReplicaInfo{},

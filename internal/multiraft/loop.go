@@ -106,6 +106,11 @@ func (h *Host) drain() {
 	h.mu.Lock()
 	in := h.inbox
 	h.inbox = inbox{}
+	if h.inboxBytes > 0 {
+		h.inboxBytes = 0
+		close(h.spaceC)
+		h.spaceC = make(chan struct{})
+	}
 	h.mu.Unlock()
 	for _, m := range in.msgs {
 		h.step(m)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -26,7 +27,7 @@ type gatedRecorder struct {
 	holding chan struct{} // receives once an append batch is held
 }
 
-func (r *gatedRecorder) Deliver(from ids.NodeID, envs []*concordpb.RaftEnvelope) error {
+func (r *gatedRecorder) Deliver(ctx context.Context, from ids.NodeID, envs []*concordpb.RaftEnvelope) error {
 	for _, e := range envs {
 		if msgType(e) == pb.MsgApp {
 			select {
@@ -37,7 +38,7 @@ func (r *gatedRecorder) Deliver(from ids.NodeID, envs []*concordpb.RaftEnvelope)
 			break
 		}
 	}
-	return r.recorder.Deliver(from, envs)
+	return r.recorder.Deliver(ctx, from, envs)
 }
 
 func msgType(e *concordpb.RaftEnvelope) pb.MessageType {

@@ -55,7 +55,7 @@ import (
 
 // Receiver is where incoming raft traffic goes (the multiraft host).
 type Receiver interface {
-	Deliver(fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error
+	Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error
 	// DeliverSnapshot takes ownership of snap: it stages it or discards it.
 	DeliverSnapshot(ctx context.Context, fromNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.StagedSnapshot) error
 	ReportUnreachable(node ids.NodeID)
@@ -451,7 +451,7 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 				return err
 			}
 		}
-		if err := t.recv.Deliver(from, b.GetMessages()); err != nil {
+		if err := t.recv.Deliver(s.Context(), from, b.GetMessages()); err != nil {
 			return err
 		}
 	}

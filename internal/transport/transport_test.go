@@ -27,7 +27,7 @@ type recorder struct {
 	unreachable map[ids.NodeID]int
 }
 
-func (r *recorder) Deliver(_ ids.NodeID, envs []*concordpb.RaftEnvelope) error {
+func (r *recorder) Deliver(_ context.Context, _ ids.NodeID, envs []*concordpb.RaftEnvelope) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.batches = append(r.batches, envs)

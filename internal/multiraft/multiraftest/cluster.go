@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -180,6 +181,9 @@ func (c *Cluster) Start(id ids.NodeID) {
 	cfg.IDBase = n.idBase
 	cfg.Logger = c.opts.Logger.With("node", id)
 	cfg.Fatal = func(err error) { c.t.Errorf("node %d: fatal storage error: %v", id, err) }
+	// The network delivers under its lock, so Deliver must never wait for
+	// the receiving loop, which may itself be waiting for that lock to send.
+	cfg.MaxInboxBytes = -1
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
 	}
@@ -424,7 +428,7 @@ func (c *Cluster) Get(node ids.NodeID, key string) (string, bool) {
 	var v []byte
 	var found bool
 	err := c.nodes[node].Engine.Read(func(r storage.Reader) (err error) {
-		v, found, err = kv.Get(r, uint64(c.ShardOf(key)), []byte(key))
+		v, _, found, err = kv.Get(r, uint64(c.ShardOf(key)), []byte(key), time.Now().UnixMilli())
 		return err
 	})
 	c.check(err)

@@ -138,7 +138,7 @@ func (n *Network) deliverLocked(from, to ids.NodeID, env *concordpb.RaftEnvelope
 	if n.tap != nil {
 		n.tap(from, to, env)
 	}
-	_ = p.host.Deliver(from, []*concordpb.RaftEnvelope{env}) // fails only once the host stopped
+	_ = p.host.Deliver(context.Background(), from, []*concordpb.RaftEnvelope{env}) // fails only once the host stopped
 }
 
 // advance moves the network one tick on, delivering delayed messages now due.
