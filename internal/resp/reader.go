@@ -91,16 +91,18 @@ func (r *Reader) ReadCommand() (args [][]byte, n int, err error) {
 
 // readLine reads a line ending in CRLF (LF alone is accepted for inline
 // commands, as Redis does) of at most max bytes, without the line ending.
+// It fails as soon as max bytes pass without a line end, without waiting
+// for more input.
 func (r *Reader) readLine(max int, inline bool) ([]byte, error) {
+	if !inline {
+		return r.readHeaderLine(max)
+	}
 	var line []byte
 	for {
 		chunk, err := r.br.ReadSlice('\n')
 		line = append(line, chunk...)
-		if len(line) > max+2 {
-			if inline {
-				return nil, protoErr("too big inline request")
-			}
-			return nil, protoErr("too big header line")
+		if len(line) > max+2 || (err != nil && len(line) > max+1) {
+			return nil, protoErr("too big inline request")
 		}
 		if err == nil {
 			break
@@ -116,10 +118,34 @@ func (r *Reader) readLine(max int, inline bool) ([]byte, error) {
 	line = line[:len(line)-1]
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
-	} else if !inline {
-		return nil, protoErr("expected CRLF")
 	}
 	return line, nil
+}
+
+// readHeaderLine reads a "*<count>" or "$<len>" line byte by byte, so that
+// a header that runs on past max bytes fails at once.
+func (r *Reader) readHeaderLine(max int) ([]byte, error) {
+	line := make([]byte, 0, 16)
+	for {
+		c, err := r.br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if c == '\n' {
+			break
+		}
+		if line = append(line, c); len(line) > max+1 {
+			return nil, protoErr("too big header line")
+		}
+	}
+	n := len(line)
+	if n == 0 || line[n-1] != '\r' {
+		return nil, protoErr("expected CRLF")
+	}
+	return line[:n-1], nil
 }
 
 // headerLineMax bounds a "*<count>" or "$<len>" line.
@@ -157,6 +183,9 @@ func (r *Reader) readMultibulk() ([][]byte, int, error) {
 }
 
 func (r *Reader) readBulk() ([]byte, int, error) {
+	if b, err := r.br.Peek(1); err == nil && b[0] != '$' {
+		return nil, 0, protoErr("expected '$', got '%c'", printableByte(b[0]))
+	}
 	line, err := r.readLine(headerLineMax, false)
 	if err != nil {
 		return nil, 0, err
@@ -203,6 +232,13 @@ func readN(r io.Reader, n int) ([]byte, error) {
 		}
 	}
 	return buf, nil
+}
+
+func printableByte(c byte) byte {
+	if c < 0x20 || c > 0x7e {
+		return '?'
+	}
+	return c
 }
 
 // parseLen parses a decimal length of at most 18 digits, possibly -1.

@@ -156,3 +156,19 @@ func TestParseReply(t *testing.T) {
 		t.Fatalf("parsed %v", v)
 	}
 }
+
+// TestJunkFailsWithoutWaiting: a header that runs on without a line end
+// fails as soon as it passes its limit, while the client keeps the
+// connection open (it does not wait for more bytes that may never come).
+func TestJunkFailsWithoutWaiting(t *testing.T) {
+	for _, in := range []string{"*2\r\n" + strings.Repeat("x", 100), "*" + strings.Repeat("9", 100)} {
+		pr, pw := io.Pipe()
+		go func() { _, _ = pw.Write([]byte(in)) }() // and never closes
+		_, _, err := NewReader(pr, Limits{}).ReadCommand()
+		var pe *ProtocolError
+		if !errors.As(err, &pe) {
+			t.Errorf("%.10q...: err = %v, want a protocol error", in, err)
+		}
+		pw.Close()
+	}
+}
