@@ -57,8 +57,8 @@ func New(t testing.TB, opts Options) *Cluster {
 	dir := t.TempDir()
 	lc, err := localcluster.New(localcluster.Config{Binary: Binary(t), Dir: dir, LogDir: dir,
 		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
-		LogLevel:  cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
-		Redis: opts.Redis, ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit})
+		LogLevel: cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
+		Redis:    opts.Redis, ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit})
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
 	}
