@@ -7,12 +7,23 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build run test test-unit test-e2e bench-redis test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build lib run test test-unit test-e2e bench-redis test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/concord
+
+# The CS739 client library (docs/kv739.md): plain C over the Redis protocol,
+# one shared object exporting only the six kv739_* functions, no
+# dependencies beyond libc and pthreads.
+CC ?= gcc
+KV739_SRC := kv739/kv739.c kv739/conn.c
+lib: lib/lib739kv.so
+lib/lib739kv.so: $(KV739_SRC) kv739/conn.h include/kv739.h
+	@mkdir -p lib
+	$(CC) -O2 -g -Wall -Wextra -std=c11 -fPIC -fvisibility=hidden -shared -o $@ $(KV739_SRC) -lpthread
+	ln -sf lib739kv.so lib/libkv739.so
 
 # A local cluster of $(NODES) real processes on 127.0.0.1:$(PORT)...; Ctrl-C stops it.
 run: build
@@ -21,7 +32,7 @@ run: build
 # Everything CI runs: vet, unit tests with the race detector, the end-to-end
 # suite against real node processes, and the bounded robustness run
 # (six fault histories checked for linearizability, and a whole-cluster crash).
-test: vet test-unit test-e2e test-robustness
+test: vet lib test-unit test-e2e test-robustness
 
 vet:
 	$(GO) vet ./...

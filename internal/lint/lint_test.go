@@ -147,6 +147,7 @@ var layerTable = []layer{
 		"internal/storage", // Pebble engine, raft.Storage, snapshots
 		"internal/routing", // key → shard
 		"internal/dial",    // gRPC dial options
+		"internal/portmux", // gRPC and RESP on one port
 	}},
 	{n: 4, pkgs: []string{
 		// The deterministic core. None imports another: replica defines

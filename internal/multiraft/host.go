@@ -38,14 +38,14 @@ type Host struct {
 	newSM     NewStateMachine
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	inbox   inbox // guarded by mu
+	mu    sync.Mutex
+	inbox inbox // guarded by mu
 	// inboxBytes is the size of the raft messages in inbox (guarded by mu);
 	// spaceC is closed, and replaced, when the loop takes the inbox (see
 	// Config.MaxInboxBytes).
 	inboxBytes int64
 	spaceC     chan struct{}
-	notifyC chan struct{}
+	notifyC    chan struct{}
 
 	// Owned by the loop.
 	replicas map[ids.ShardID]*replica.Replica

@@ -235,7 +235,11 @@ func (x *KVCommand) GetMaxValueBytes() int64 {
 	return 0
 }
 
-// ExpireSessions forgets sessions idle since before the given time.
+// ExpireSessions forgets sessions idle for longer than the command's
+// unix_nanos minus idle_before_unix_nanos (the proposer's TTL). Only that
+// difference is used: the cutoff is taken on the shard's clock
+// (kv.MaxClockStep), so a proposer whose wall clock is wrong cannot expire
+// live sessions early.
 type ExpireSessions struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	IdleBeforeUnixNanos int64                  `protobuf:"varint,1,opt,name=idle_before_unix_nanos,json=idleBeforeUnixNanos,proto3" json:"idle_before_unix_nanos,omitempty"`

@@ -37,13 +37,20 @@ type Options struct {
 	// ExtraArgs are appended to every node's command line, e.g.
 	// "--raft-log-keep-entries=20".
 	ExtraArgs []string
+	// FaultInjection starts the nodes with --enable-fault-injection.
+	FaultInjection bool
+	// Supervise restarts a node that exits by itself (as after the fault
+	// API's die), as `concord cluster up --supervise` does; such exits are
+	// then expected, not failures.
+	Supervise bool
 }
 
 // Cluster is a set of node processes started by one test: a
 // localcluster.Cluster that reports through the test.
 type Cluster struct {
-	t  testing.TB
-	lc *localcluster.Cluster
+	t          testing.TB
+	lc         *localcluster.Cluster
+	supervised bool
 
 	mu         sync.Mutex
 	unexpected []string // guarded by mu: nodes that exited unasked
@@ -53,12 +60,13 @@ type Cluster struct {
 // for the cluster to serve; see WaitReady.
 func New(t testing.TB, opts Options) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, supervised: opts.Supervise}
 	dir := t.TempDir()
 	lc, err := localcluster.New(localcluster.Config{Binary: Binary(t), Dir: dir, LogDir: dir,
 		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
-		LogLevel: cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
-		Redis:    opts.Redis, ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit})
+		LogLevel:  cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
+		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit, Redis: opts.Redis,
+		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise})
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
 	}
@@ -73,7 +81,7 @@ func New(t testing.TB, opts Options) *Cluster {
 
 // onExit records a node that exited without Stop, Kill or ExpectExit.
 func (c *Cluster) onExit(e localcluster.Exit) {
-	if e.Asked {
+	if e.Asked || c.supervised {
 		return
 	}
 	c.mu.Lock()

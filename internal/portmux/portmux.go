@@ -1,0 +1,134 @@
+// Package portmux serves two protocols on one TCP port: gRPC (HTTP/2) and
+// the Redis protocol. Both are client-speaks-first, and every HTTP/2
+// connection opens with the same 24-byte preface, so the first bytes of a
+// connection say which it is: a connection whose bytes match the preface
+// goes to the gRPC listener, any other to the Redis one. This is what lets
+// a client given only a node's address (the CS739 library, redis-cli
+// pointed at `--addr`) talk RESP to it, as cmux does for etcd's ports.
+package portmux
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"time"
+)
+
+// preface opens every HTTP/2 connection (RFC 9113, section 3.4).
+var preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+// Mux splits one listener into two.
+type Mux struct {
+	l       net.Listener
+	timeout time.Duration
+	grpc    *sub
+	other   *sub
+
+	closeOnce sync.Once
+	doneC     chan struct{}
+}
+
+// New splits l. timeout bounds how long a new connection may take to send
+// enough bytes to be told apart; one that takes longer is closed.
+func New(l net.Listener, timeout time.Duration) *Mux {
+	m := &Mux{l: l, timeout: timeout, doneC: make(chan struct{})}
+	m.grpc = &sub{m: m, c: make(chan net.Conn)}
+	m.other = &sub{m: m, c: make(chan net.Conn)}
+	return m
+}
+
+// GRPC is the listener of HTTP/2 connections.
+func (m *Mux) GRPC() net.Listener { return m.grpc }
+
+// Other is the listener of every other connection (the Redis protocol).
+func (m *Mux) Other() net.Listener { return m.other }
+
+// Serve accepts connections until the listener fails or Close is called.
+func (m *Mux) Serve() error {
+	for {
+		c, err := m.l.Accept()
+		if err != nil {
+			m.Close()
+			return err
+		}
+		go m.route(c)
+	}
+}
+
+// Close closes the listener; both sub-listeners then fail Accept. Closing
+// either sub-listener closes the Mux: the two protocols stop together.
+func (m *Mux) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		close(m.doneC)
+		err = m.l.Close()
+	})
+	return err
+}
+
+// route reads c's first bytes and hands it to the listener they belong to.
+func (m *Mux) route(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(m.timeout))
+	buf := make([]byte, len(preface))
+	n, isGRPC := 0, false
+	for {
+		k, err := c.Read(buf[n:])
+		n += k
+		if !bytes.HasPrefix(preface, buf[:n]) { // a byte that is not the preface's
+			break
+		}
+		if n == len(preface) {
+			isGRPC = true
+			break
+		}
+		if err != nil {
+			_ = c.Close() // ended or silent before saying which it is
+			return
+		}
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	pc := &peeked{Conn: c, head: buf[:n]}
+	dst := m.other
+	if isGRPC {
+		dst = m.grpc
+	}
+	select {
+	case dst.c <- pc:
+	case <-m.doneC:
+		_ = c.Close()
+	}
+}
+
+// sub is one of the two listeners.
+type sub struct {
+	m *Mux
+	c chan net.Conn
+}
+
+func (s *sub) Accept() (net.Conn, error) {
+	select {
+	case c := <-s.c:
+		return c, nil
+	case <-s.m.doneC:
+		return nil, net.ErrClosed
+	}
+}
+
+func (s *sub) Close() error   { return s.m.Close() }
+func (s *sub) Addr() net.Addr { return s.m.l.Addr() }
+
+// peeked is a connection whose first bytes were read already: Read returns
+// them first.
+type peeked struct {
+	net.Conn
+	head []byte
+}
+
+func (p *peeked) Read(b []byte) (int, error) {
+	if len(p.head) > 0 {
+		n := copy(b, p.head)
+		p.head = p.head[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}

@@ -1,0 +1,266 @@
+/*
+ * conn.c — a minimal RESP2 client connection: enough for the replies
+ * lib739kv asks for (status, error, integer, bulk, nil, arrays of those).
+ * Our own small parser rather than hiredis: the library must be one .so
+ * with no dependency to install, and Debian ships hiredis's static archive
+ * without -fPIC, so it cannot be linked into a shared object.
+ */
+#define _GNU_SOURCE
+#include "conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Replies larger than this are refused: values are at most 2,048 bytes and
+ * member lists are short, so anything bigger is not an answer to us. */
+#define MAX_BULK (1 << 20)
+#define MAX_ELEMS 4096
+#define MAX_DEPTH 4
+
+void conn_init(conn *c)
+{
+	c->fd = -1;
+	c->start = c->end = 0;
+}
+
+void conn_close(conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	conn_init(c);
+}
+
+static int wait_fd(int fd, short events, int timeout_ms)
+{
+	struct pollfd p = {.fd = fd, .events = events};
+	for (;;) {
+		int n = poll(&p, 1, timeout_ms);
+		if (n > 0)
+			return 0;
+		if (n == 0)
+			return -1;
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
+static int connect_addr(const struct addrinfo *ai, int timeout_ms)
+{
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		int err = 0;
+		socklen_t len = sizeof err;
+		if (errno != EINPROGRESS || wait_fd(fd, POLLOUT, timeout_ms) < 0 ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
+			close(fd);
+			return -1;
+		}
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	return fd;
+}
+
+int conn_open(conn *c, const char *host, const char *port, int timeout_ms)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
+	conn_close(c);
+	if (getaddrinfo(host, port, &hints, &res) != 0)
+		return -1;
+	for (ai = res; ai != NULL && c->fd < 0; ai = ai->ai_next)
+		c->fd = connect_addr(ai, timeout_ms);
+	freeaddrinfo(res);
+	return c->fd >= 0 ? 0 : -1;
+}
+
+static int write_all(conn *c, const char *p, size_t n, int timeout_ms)
+{
+	while (n > 0) {
+		/* MSG_NOSIGNAL: a peer that closed must not raise SIGPIPE in the caller. */
+		ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+		if (w > 0) {
+			p += w;
+			n -= (size_t)w;
+		} else if (w < 0 && errno == EINTR) {
+			continue;
+		} else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (wait_fd(c->fd, POLLOUT, timeout_ms) < 0)
+				return -1;
+		} else {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* fill reads more bytes into the buffer, compacting it first. */
+static int fill(conn *c, int timeout_ms)
+{
+	if (c->start > 0) {
+		memmove(c->buf, c->buf + c->start, c->end - c->start);
+		c->end -= c->start;
+		c->start = 0;
+	}
+	if (c->end == CONN_BUF)
+		return -1;
+	for (;;) {
+		ssize_t r = recv(c->fd, c->buf + c->end, CONN_BUF - c->end, 0);
+		if (r > 0) {
+			c->end += (size_t)r;
+			return 0;
+		}
+		if (r == 0)
+			return -1;
+		if (errno == EINTR)
+			continue;
+		if ((errno != EAGAIN && errno != EWOULDBLOCK) || wait_fd(c->fd, POLLIN, timeout_ms) < 0)
+			return -1;
+	}
+}
+
+/* read_line returns the next line without its CRLF (NUL-terminated in
+ * place) and consumes it. */
+static char *read_line(conn *c, int timeout_ms)
+{
+	for (;;) {
+		char *p = c->buf + c->start;
+		size_t n = c->end - c->start;
+		char *crlf = n >= 2 ? memmem(p, n, "\r\n", 2) : NULL;
+		if (crlf != NULL) {
+			*crlf = '\0';
+			c->start += (size_t)(crlf - p) + 2;
+			return p;
+		}
+		if (fill(c, timeout_ms) < 0)
+			return NULL;
+	}
+}
+
+static int read_exact(conn *c, char *dst, size_t n, int timeout_ms)
+{
+	while (n > 0) {
+		if (c->start == c->end && fill(c, timeout_ms) < 0)
+			return -1;
+		size_t k = c->end - c->start < n ? c->end - c->start : n;
+		memcpy(dst, c->buf + c->start, k);
+		c->start += k;
+		dst += k;
+		n -= k;
+	}
+	return 0;
+}
+
+static int parse_int(const char *s, long long *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0')
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int read_reply(conn *c, reply *r, int timeout_ms, int depth)
+{
+	memset(r, 0, sizeof *r);
+	char *line = read_line(c, timeout_ms);
+	if (line == NULL || line[0] == '\0')
+		return -1;
+	char type = line[0];
+	const char *rest = line + 1;
+	long long n;
+	switch (type) {
+	case '+':
+	case '-':
+		r->kind = type == '+' ? R_STATUS : R_ERROR;
+		r->len = strlen(rest);
+		r->str = strdup(rest);
+		return r->str != NULL ? 0 : -1;
+	case ':':
+		r->kind = R_INT;
+		return parse_int(rest, &r->integer);
+	case '$':
+		if (parse_int(rest, &n) < 0 || n < -1 || n > MAX_BULK)
+			return -1;
+		if (n == -1) {
+			r->kind = R_NIL;
+			return 0;
+		}
+		r->kind = R_BULK;
+		r->len = (size_t)n;
+		if ((r->str = malloc((size_t)n + 2)) == NULL)
+			return -1;
+		if (read_exact(c, r->str, (size_t)n + 2, timeout_ms) < 0 || r->str[n] != '\r' || r->str[n + 1] != '\n')
+			return -1;
+		r->str[n] = '\0';
+		return 0;
+	case '*':
+		if (parse_int(rest, &n) < 0 || n < -1 || n > MAX_ELEMS || depth >= MAX_DEPTH)
+			return -1;
+		if (n == -1) {
+			r->kind = R_NIL;
+			return 0;
+		}
+		r->kind = R_ARRAY;
+		if (n == 0)
+			return 0;
+		if ((r->elems = calloc((size_t)n, sizeof *r->elems)) == NULL)
+			return -1;
+		for (r->n = 0; r->n < (size_t)n; r->n++)
+			if (read_reply(c, &r->elems[r->n], timeout_ms, depth + 1) < 0) {
+				r->n++; /* free the partial element too */
+				return -1;
+			}
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+void reply_free(reply *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		reply_free(&r->elems[i]);
+	free(r->elems);
+	free(r->str);
+	memset(r, 0, sizeof *r);
+}
+
+int conn_call(conn *c, int argc, const char **argv, const size_t *lens, reply *r, int timeout_ms)
+{
+	size_t size = 32;
+	for (int i = 0; i < argc; i++)
+		size += lens[i] + 32;
+	char *msg = malloc(size), *p = msg;
+	if (msg == NULL)
+		return -1;
+	p += sprintf(p, "*%d\r\n", argc);
+	for (int i = 0; i < argc; i++) {
+		p += sprintf(p, "$%zu\r\n", lens[i]);
+		memcpy(p, argv[i], lens[i]);
+		p += lens[i];
+		*p++ = '\r';
+		*p++ = '\n';
+	}
+	int rc = write_all(c, msg, (size_t)(p - msg), timeout_ms);
+	free(msg);
+	if (rc == 0)
+		rc = read_reply(c, r, timeout_ms, 0);
+	if (rc < 0) {
+		reply_free(r);
+		conn_close(c);
+	}
+	return rc;
+}
