@@ -2,10 +2,12 @@ package node
 
 import (
 	"fmt"
+	"net"
 	"slices"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/redisapi"
 	"github.com/concord-kv/concord/internal/routing"
 )
@@ -70,26 +72,49 @@ func (n *Node) isReady() bool {
 	}
 }
 
-// startRedis serves the Redis protocol on cfg.RedisAddr, if set.
+// newRedis returns the Redis protocol server of the node's KV service.
+func (n *Node) newRedis() *redisapi.Server {
+	return redisapi.New(redisBackend{KV: n.kv, n: n}, redisapi.Config{
+		MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes,
+		EnableFlush: n.cfg.RedisEnableFlush, EnableFaultInjection: n.cfg.EnableFaultInjection,
+		AuthToken: n.cfg.AuthToken, Logger: n.log, OutputBufferLimit: n.cfg.RedisOutputBufferLimit,
+	})
+}
+
+// startRedis also serves the Redis protocol on its own port,
+// cfg.RedisAddr, if set.
 func (n *Node) startRedis() error {
 	if n.cfg.RedisAddr == "" {
 		return nil
 	}
-	n.redis = redisapi.New(redisBackend{KV: n.kv, n: n}, redisapi.Config{
-		MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes,
-		EnableFlush: n.cfg.RedisEnableFlush, AuthToken: n.cfg.AuthToken, Logger: n.log,
-		OutputBufferLimit: n.cfg.RedisOutputBufferLimit,
-	})
-	if err := n.redis.Listen(n.cfg.RedisAddr); err != nil {
+	lis, err := net.Listen("tcp", n.cfg.RedisAddr)
+	if err != nil {
 		return fmt.Errorf("listen for Redis clients on %s: %w", n.cfg.RedisAddr, err)
 	}
+	n.redisLis = lis
+	n.redis.Serve(lis)
 	return nil
 }
 
-// RedisAddr is the address the Redis protocol is served on, "" if off.
+// RedisAddr is the Redis protocol's own port (--redis-addr), "" if none;
+// RESP is served on Addr as well.
 func (n *Node) RedisAddr() string {
-	if n.redis == nil || n.redis.Addr() == nil {
+	if n.redisLis == nil {
 		return ""
 	}
-	return n.redis.Addr().String()
+	return n.redisLis.Addr().String()
 }
+
+func (b redisBackend) Members() []string {
+	var out []string
+	for _, d := range b.n.book.all() { // a replaced node shares its successor's address
+		if a := d.GetAddress(); !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (b redisBackend) Die(clean bool)                            { b.n.die(clean) }
+func (b redisBackend) Partition(reachable []string) []ids.NodeID { return b.n.partitionFrom(reachable) }
+func (b redisBackend) Heal()                                     { b.n.heal() }

@@ -121,6 +121,9 @@ func init() {
 		other("config", -2, "admin stale", "server", cmdConfig),
 		other("info", -1, "stale", "server", cmdInfo),
 		other("concord.consistency", 2, "fast stale", "connection", cmdConsistency),
+		other("concord.session", -4, "write", "concord", cmdSession),
+		other("concord.members", 1, "fast stale", "concord", cmdMembers),
+		other("concord.fault", -2, "admin", "concord", cmdFault),
 
 		other("multi", 1, "fast", "transactions", cmdMulti),
 		other("exec", 1, "", "transactions", cmdExec),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -31,6 +32,22 @@ type Backend interface {
 	ShardOf(key []byte) (shard uint64, ok bool)
 	// Info reports the node's figures for INFO.
 	Info() NodeInfo
+	// Members are the addresses of the cluster's nodes (CONCORD.MEMBERS):
+	// each serves gRPC and RESP on that one port.
+	Members() []string
+	Faults
+}
+
+// Faults are the node's fault-injection hooks, for CONCORD.FAULT; the
+// server calls them only when Config.EnableFaultInjection is set.
+type Faults interface {
+	// Die ends the process, cleanly (as SIGTERM) or as kill -9 would, after
+	// returning.
+	Die(clean bool)
+	// Partition cuts the node off from every peer whose address is not in
+	// reachable and returns the ids cut off.
+	Partition(reachable []string) []ids.NodeID
+	Heal()
 }
 
 // NodeInfo is what INFO reports about the node.
@@ -49,6 +66,8 @@ type Config struct {
 	// MaxKeyBytes and MaxValueBytes are the node's limits (--max-key-bytes,
 	// --max-value-bytes); they also bound RESP bulk strings.
 	MaxKeyBytes, MaxValueBytes int
+	// EnableFaultInjection allows CONCORD.FAULT (--enable-fault-injection).
+	EnableFaultInjection bool
 	// EnableFlush allows FLUSHDB and FLUSHALL (--redis-enable-flush).
 	EnableFlush bool
 	// AuthToken, when not empty, is the password AUTH and HELLO AUTH must
@@ -112,7 +131,7 @@ type Server struct {
 	nextID atomic.Int64
 
 	mu      sync.Mutex
-	lis     net.Listener
+	lis     []net.Listener  // guarded by mu: every listener served
 	clients map[int64]*conn // guarded by mu
 	closed  bool            // guarded by mu
 	wg      sync.WaitGroup  // the accept loop and one per connection
@@ -145,10 +164,16 @@ func (s *Server) Listen(addr string) error {
 	return nil
 }
 
-// Serve serves lis, in its own goroutine, until Close.
+// Serve serves lis, in its own goroutine, until Close. A server may serve
+// several listeners (its own port, and the node's shared gRPC port).
 func (s *Server) Serve(lis net.Listener) {
 	s.mu.Lock()
-	s.lis = lis
+	if s.closed {
+		s.mu.Unlock()
+		lis.Close()
+		return
+	}
+	s.lis = append(s.lis, lis)
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -157,14 +182,14 @@ func (s *Server) Serve(lis net.Listener) {
 	}()
 }
 
-// Addr is the address served, or nil before Serve.
+// Addr is the address of the first listener served, or nil before Serve.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lis == nil {
+	if len(s.lis) == 0 {
 		return nil
 	}
-	return s.lis.Addr()
+	return s.lis[0].Addr()
 }
 
 func (s *Server) acceptLoop(lis net.Listener) {
@@ -219,8 +244,8 @@ func (s *Server) Clients() int {
 func (s *Server) Close(timeout time.Duration) {
 	s.mu.Lock()
 	s.closed = true
-	if s.lis != nil {
-		s.lis.Close()
+	for _, l := range s.lis {
+		l.Close()
 	}
 	for _, c := range s.clients {
 		c.nc.Close()

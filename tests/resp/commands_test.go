@@ -328,3 +328,44 @@ func routingTable(t *testing.T, c *testcluster.Cluster) *routing.Table {
 	}
 	return routing.NewTable(descs)
 }
+
+// TestConcordCommands: the extensions the CS739 library uses, and RESP on
+// the node's gRPC port.
+func TestConcordCommands(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, testcluster.Options{})
+	ctx := ctxT(t)
+	// RESP on the gRPC port (told apart by the first bytes).
+	rc := redis.NewClient(&redis.Options{Addr: c.Addr(2), MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	members := must(rc.Do(ctx, "CONCORD.MEMBERS").StringSlice())(t, "CONCORD.MEMBERS")
+	slices.Sort(members)
+	want := c.Endpoints()
+	slices.Sort(want)
+	if !slices.Equal(members, want) {
+		t.Errorf("CONCORD.MEMBERS = %v, want %v", members, want)
+	}
+	// A retried session write is answered from the session table: INCR
+	// applies once.
+	for range 3 {
+		if n := must(rc.Do(ctx, "CONCORD.SESSION", 77, 1, "INCR", "sess:n").Int64())(t, "CONCORD.SESSION INCR"); n != 1 {
+			t.Errorf("retried CONCORD.SESSION 77 1 INCR = %d, want 1 each time", n)
+		}
+	}
+	if n := must(rc.Do(ctx, "CONCORD.SESSION", 77, 2, "INCR", "sess:n").Int64())(t, "next seq"); n != 2 {
+		t.Errorf("CONCORD.SESSION 77 2 INCR = %d, want 2", n)
+	}
+	if v, err := rc.Do(ctx, "CONCORD.SESSION", 78, 1, "SET", "sess:k", "a", "GET").Result(); err != redis.Nil {
+		t.Errorf("first SET GET = %v, %v; want nil (no previous value)", v, err)
+	}
+	if v, err := rc.Do(ctx, "CONCORD.SESSION", 78, 1, "SET", "sess:k", "b", "GET").Result(); err != redis.Nil {
+		t.Errorf("retried SET GET = %v, %v; want the first answer, nil", v, err)
+	}
+	wantErr(t, "session read", rc.Do(ctx, "CONCORD.SESSION", 79, 1, "GET", "sess:k").Err(), "ERR CONCORD.SESSION runs a write command")
+	wantErr(t, "session seq 0", rc.Do(ctx, "CONCORD.SESSION", 79, 0, "SET", "sess:k", "b").Err(), "ERR CONCORD.SESSION takes")
+	wantErr(t, "fault refused", rc.Do(ctx, "CONCORD.FAULT", "HEAL").Err(), "ERR fault injection is disabled")
+	// gRPC still works on the same port.
+	if _, err := c.KV(2).Get(ctx, &concordpb.GetRequest{Key: []byte("sess:k")}); err != nil {
+		t.Errorf("gRPC Get on the shared port: %v", err)
+	}
+}
