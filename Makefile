@@ -43,7 +43,7 @@ test-unit:
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /tests/)
 
 test-e2e: build
-	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./tests/resp/...
+	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./tests/resp/... ./tests/kv739/...
 
 # Prints the test results and the run's summary line; the full log is in
 # robustness-out/test.log (and printed in part on failure).
