@@ -26,6 +26,7 @@ type fakeNode struct {
 	addrs   map[ids.NodeID]string      // guarded by mu: node → address of its front door
 	blocked map[ids.NodeID]bool
 	data    map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
+	expiry  map[string]int64                      // key → expiry LocalGet reports
 	hint    ids.NodeID                            // PlacementLeaderHint
 
 	proposeResult *storepb.CommandResult
@@ -160,7 +161,7 @@ func (v fakeView) Close() {}
 func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool, error) {
 	for _, kv := range f.data[shard] {
 		if bytes.Equal(kv.GetKey(), key) {
-			return kv.GetValue(), 0, true, nil
+			return kv.GetValue(), f.expiry[string(key)], true, nil
 		}
 	}
 	return nil, 0, false, nil

@@ -166,6 +166,9 @@ var layerTable = []layer{
 		"internal/grpcapi",  // KV/Cluster/Admin gRPC handlers
 		"internal/redisapi", // the Redis protocol server, on the KV service
 	}},
+	{n: 6, pkgs: []string{
+		"internal/expiry", // the sweep that deletes expired keys through raft
+	}},
 	{n: 7, pkgs: []string{
 		"internal/node", // assembles one process
 	}},
