@@ -51,6 +51,10 @@ type Config struct {
 	Shards, Replicas int
 	// LogLevel becomes --log-level; "" leaves the server's default.
 	LogLevel string
+	// RedisAddrs are the nodes' Redis protocol addresses (--redis-addr).
+	// When empty and Redis is set, they get ports from FreePort.
+	RedisAddrs []string
+	Redis      bool
 	// FaultInjection adds --enable-fault-injection (the Admin fault API).
 	FaultInjection bool
 	// ExtraArgs are appended to every node's command line.
@@ -90,8 +94,9 @@ type Exit struct {
 // Cluster is a set of node processes, one per address, owned by one
 // caller, who ends it with Shutdown.
 type Cluster struct {
-	cfg   Config
-	addrs []string
+	cfg        Config
+	addrs      []string
+	redisAddrs []string // "" each when the nodes serve no Redis protocol
 
 	mu       sync.Mutex
 	procs    []*Process               // guarded by mu: each node's latest process; nil before its first start
@@ -121,10 +126,41 @@ func New(cfg Config) (*Cluster, error) {
 			addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		}
 	}
+	redis, err := redisAddrs(cfg, len(addrs))
+	if err != nil {
+		return nil, err
+	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, DefaultStopTimeout)
-	return &Cluster{cfg: cfg, addrs: addrs, procs: make([]*Process, len(addrs)), starts: make([]int, len(addrs)),
+	return &Cluster{cfg: cfg, addrs: addrs, redisAddrs: redis, procs: make([]*Process, len(addrs)), starts: make([]int, len(addrs)),
 		conns: map[int]*grpc.ClientConn{}, stopping: make(chan struct{})}, nil
 }
+
+// redisAddrs returns the nodes' Redis addresses: the configured ones, free
+// ports on 127.0.0.1 when Config.Redis asks for them, else none.
+func redisAddrs(cfg Config, n int) ([]string, error) {
+	out := make([]string, n)
+	switch {
+	case len(cfg.RedisAddrs) > 0 && len(cfg.RedisAddrs) != n:
+		return nil, fmt.Errorf("localcluster: %d Redis addresses for %d nodes", len(cfg.RedisAddrs), n)
+	case len(cfg.RedisAddrs) > 0:
+		copy(out, cfg.RedisAddrs)
+	case cfg.Redis:
+		ports, err := FreePorts(n)
+		if err != nil {
+			return nil, err
+		}
+		for i, p := range ports {
+			out[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		}
+	}
+	return out, nil
+}
+
+// RedisAddr is node i's Redis protocol address, "" if it serves none.
+func (c *Cluster) RedisAddr(i int) string { return c.redisAddrs[i] }
+
+// RedisAddrs are the nodes' Redis protocol addresses, by index.
+func (c *Cluster) RedisAddrs() []string { return append([]string(nil), c.redisAddrs...) }
 
 // Start lays out a cluster and starts every node. It does not wait for
 // the cluster to serve; see WaitReady. On error, whatever it started is
@@ -201,6 +237,9 @@ func (c *Cluster) Args(i int) []string {
 	}
 	if c.cfg.FaultInjection {
 		args = append(args, "--enable-fault-injection")
+	}
+	if a := c.redisAddrs[i]; a != "" {
+		args = append(args, "--redis-addr", a)
 	}
 	return append(args, c.cfg.ExtraArgs...)
 }

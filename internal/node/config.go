@@ -35,6 +35,17 @@ type Config struct {
 	LogKeepEntries, LogTruncateEntries uint64
 	// HeartbeatInterval is how often the node reports to the placement leader.
 	HeartbeatInterval time.Duration
+	// RedisAddr, when set, is where the node serves the Redis protocol
+	// (internal/redisapi); empty: off.
+	RedisAddr string
+	// RedisEnableFlush allows FLUSHDB and FLUSHALL on the Redis port.
+	RedisEnableFlush bool
+	// RedisOutputBufferLimit bounds the replies one Redis connection holds
+	// for one pipeline (0: redisapi's default, 64 MiB).
+	RedisOutputBufferLimit int
+	// AuthToken, when set, must be given with AUTH (or HELLO AUTH) before
+	// any other Redis command. It protects the Redis port only, for now.
+	AuthToken string
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -105,6 +116,11 @@ func (c *Config) validate() error {
 	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
 		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
 			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
+	}
+	if c.RedisAddr != "" {
+		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
+			return fmt.Errorf("--redis-addr %q: %w", c.RedisAddr, err)
+		}
 	}
 	for _, a := range append([]string{c.Addr}, c.Peers...) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
