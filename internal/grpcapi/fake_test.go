@@ -28,6 +28,10 @@ type fakeNode struct {
 	data    map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
 	expiry  map[string]int64                      // key → expiry LocalGet reports
 	hint    ids.NodeID                            // PlacementLeaderHint
+	// electing, when set, makes Leader report no leader for that many calls
+	// and then electing.leader for every shard: an election that ends while
+	// a request waits.
+	electing *election
 
 	proposeResult *storepb.CommandResult
 	proposeErr    error
@@ -83,7 +87,23 @@ func (f *fakeNode) ClusterID() uint64      { return 77 }
 
 func (f *fakeNode) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor { return f.descs }
 
+// election is an election in progress on a fakeNode.
+type election struct {
+	calls  int // guarded by fakeNode.mu: Leader calls left that see no leader
+	leader ids.NodeID
+}
+
 func (f *fakeNode) Leader(shard ids.ShardID) (ids.NodeID, bool) {
+	if e := f.electing; e != nil {
+		f.mu.Lock()
+		done := e.calls <= 0
+		e.calls--
+		f.mu.Unlock()
+		if !done {
+			return 0, false
+		}
+		return e.leader, e.leader == f.id
+	}
 	l := f.leaders[shard]
 	return l, l != 0 && l == f.id
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -162,4 +163,23 @@ func TestNothingButProbeBeforeReady(t *testing.T) {
 	}
 	_, err = st.CloseAndRecv()
 	wantStatus(t, err, codes.Unavailable, "node not initialized yet")
+}
+
+// TestRequestsWaitForAnElection protects that a write or a linearizable read
+// arriving while its shard has no known leader waits for the election
+// (briefly) rather than failing at once: a Redis client, unlike the Go
+// client, does not retry an Unavailable.
+func TestRequestsWaitForAnElection(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 0)
+	kv := NewKV(f, testLimits)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f.electing = &election{calls: 5, leader: 1}
+	if _, err := kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatalf("put during an election: %v, want it to wait for the leader", err)
+	}
+	f.electing = &election{calls: 5, leader: 1}
+	if _, err := kv.Get(ctx, &concordpb.GetRequest{Key: []byte("k")}); err != nil {
+		t.Fatalf("linearizable get during an election: %v, want it to wait for the leader", err)
+	}
 }

@@ -45,6 +45,7 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 	if mutant.Enabled && mutant.On(mutant.FollowerRead) && s.b.HasReplica(shard) {
 		req.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE} // serve here, no barrier
 	}
+	s.awaitLeader(ctx, req.GetHeader(), shard)
 	if s.canReadLocally(req.GetHeader(), shard) {
 		v, at, found, err := s.localGet(ctx, req.GetHeader(), shard, req.GetKey())
 		if err != nil {
@@ -114,6 +115,7 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	if err != nil {
 		return nil, err
 	}
+	s.awaitLeader(ctx, req.GetHeader(), shard)
 	if leader, local := s.b.Leader(shard); !local {
 		c, err := kvClientFor(s.b, leader, req.GetHeader().GetHops(), shard)
 		if err != nil {
@@ -212,6 +214,7 @@ func mergedScan(servedBy ids.NodeID, all []*concordpb.KeyValue, more bool, limit
 }
 
 func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) ([]*concordpb.KeyValue, error) {
+	s.awaitLeader(ctx, req.GetHeader(), shard)
 	if s.canReadLocally(req.GetHeader(), shard) {
 		if req.GetHeader().GetConsistency() == concordpb.Consistency_STALE {
 			kvs, err := s.b.LocalScan(shard, req.GetStart(), req.GetEnd(), limit)
@@ -245,6 +248,46 @@ func (s *KV) canReadLocally(h *concordpb.RequestHeader, shard ids.ShardID) bool 
 	}
 	_, local := s.b.Leader(shard)
 	return local
+}
+
+// leaderWait bounds how long a request waits for a shard that has no known
+// leader (an election in progress, or a node just started that has not
+// heard from one) before the usual Unavailable: nothing was sent anywhere
+// yet, so waiting is safe for writes too, and an election usually ends
+// well within it. A client that sees Unavailable at once, as a Redis client
+// does, has no retry of its own.
+const leaderWait = 2 * time.Second
+
+// awaitLeader waits, for a request that needs shard's leader (a write or a
+// linearizable read), until a leader is known, leaderWait passes or half
+// of ctx's time is spent.
+func (s *KV) awaitLeader(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID) {
+	if h.GetConsistency() == concordpb.Consistency_STALE {
+		return
+	}
+	if leader, local := s.b.Leader(shard); leader != 0 || local {
+		return
+	}
+	d := leaderWait
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)/2)
+	}
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timeout.C:
+			return
+		case <-poll.C:
+			if leader, local := s.b.Leader(shard); leader != 0 || local {
+				return
+			}
+		}
+	}
 }
 
 // readTarget is the node to forward a read to.

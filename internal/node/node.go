@@ -168,6 +168,13 @@ func (n *Node) Start(ctx context.Context) error {
 	mux := portmux.New(n.lis, muxTimeout)
 	n.redis = n.newRedis()
 	n.redis.Serve(mux.Other())
+	// --redis-addr opens with the node's port, before the node has an
+	// identity, as that port does: a client that connects while the node
+	// starts waits in the backlog or gets Unavailable, never "connection
+	// refused" from a node that is coming up.
+	if err := n.startRedis(); err != nil {
+		return n.abort(err)
+	}
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
@@ -186,9 +193,6 @@ func (n *Node) Start(ctx context.Context) error {
 		return n.abort(err)
 	}
 	n.startLoops()
-	if err := n.startRedis(); err != nil {
-		return n.abort(err)
-	}
 	id := n.ident.Load()
 	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr,
 		"redis_addr", n.RedisAddr())
