@@ -242,16 +242,26 @@ func (r *Replica) applyConfChange(b *pebble.Batch, cc *pb.ConfChangeV2) error {
 
 // nextDescriptor returns desc after cc: each removed replica's slot goes to
 // an added one, so the order (and with it the preferred leader, the first
-// replica) stays stable; remaining additions are appended.
+// replica) stays stable; remaining additions are appended. A change that
+// adds a replica already listed changes its role: AddNode promotes a
+// learner to voter, AddLearnerNode demotes a voter.
 func nextDescriptor(desc *concordpb.ShardDescriptor, cc *pb.ConfChangeV2, ctx *storepb.ConfChangeContext) *concordpb.ShardDescriptor {
 	d := proto.Clone(desc).(*concordpb.ShardDescriptor)
 	added := slices.Clone(ctx.GetAdded())
 	for _, c := range cc.GetChanges() {
-		if c.GetType() != pb.ConfChangeRemoveNode {
-			continue
-		}
 		i := slices.IndexFunc(d.Replicas, func(rd *concordpb.ReplicaDescriptor) bool { return rd.GetReplicaId() == c.GetNodeId() })
 		if i < 0 {
+			continue
+		}
+		switch c.GetType() {
+		case pb.ConfChangeAddNode:
+			d.Replicas[i].Role = concordpb.ReplicaRole_REPLICA_VOTER
+			continue
+		case pb.ConfChangeAddLearnerNode:
+			d.Replicas[i].Role = concordpb.ReplicaRole_REPLICA_LEARNER
+			continue
+		case pb.ConfChangeRemoveNode:
+		default:
 			continue
 		}
 		if len(added) > 0 {
