@@ -23,6 +23,10 @@ type Config struct {
 	// LeaderPreferenceInterval is how often a leader that is not its
 	// shard's preferred replica offers leadership back to it (default 5 s).
 	LeaderPreferenceInterval time.Duration
+	// NoLeaderPreference turns that hand-back off: where leaders are moved
+	// on purpose (TransferLeader, the placement scheduler), handing them
+	// back to the first replica would undo every move.
+	NoLeaderPreference bool
 	// LogTruncationInterval is how often logs are checked for truncation and
 	// unsent snapshot handles for expiry (default 1 s).
 	LogTruncationInterval time.Duration

@@ -43,7 +43,7 @@ func ticksOf(d, tick time.Duration) uint64 {
 
 // runPolicies runs, after tick h.ticks, the periodic actions that are due.
 func (h *Host) runPolicies() {
-	if h.ticks%h.policy.leaderPreferenceTicks == 0 {
+	if !h.cfg.NoLeaderPreference && h.ticks%h.policy.leaderPreferenceTicks == 0 {
 		h.preferLeaders()
 	}
 	if h.ticks%h.policy.logTruncationTicks == 0 {

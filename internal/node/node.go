@@ -48,6 +48,7 @@ type Node struct {
 	seen      seenSet
 	conns     connPool
 	placement placementState
+	steps     stepCounts // scheduler steps executed, per kind
 	// routes is the placement leader's view of the shards, from heartbeats.
 	routes    atomic.Pointer[[]*concordpb.ShardRoute]
 	partition partition
@@ -204,6 +205,9 @@ func (n *Node) startRaft() error {
 	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
 	hc.Logger = n.log
 	hc.Placement = n.placementOf
+	// Leaders go where `concord leader transfer` and the placement
+	// scheduler put them; the preferred replica campaigns only at start.
+	hc.NoLeaderPreference = true
 	n.host = multiraft.New(hc, n.eng, n.transport, func(shard ids.ShardID) replica.StateMachine {
 		if shard == routing.MetaShard {
 			return placement.New()

@@ -64,6 +64,45 @@ func (r *Replica) ProposeConfChange(p *Proposal) {
 	}
 	p.stepped = true
 	r.proposals[p.ID] = p
+	r.confUnseen = true
+}
+
+// ConfChangePending reports whether a membership change may still be
+// unapplied: raft's leader accepts only one at a time and turns a second
+// into an empty entry (whose proposal would only time out), counting from
+// its election (a change from an earlier term may be in its log) and from
+// the last change it took. The caller refuses a new change meanwhile, with
+// a retryable error. It is conservative: it may report a change pending
+// that raft no longer counts, never the reverse.
+func (r *Replica) ConfChangePending() bool {
+	return r.confUnseen || r.applied < r.confIndex
+}
+
+// trackConfIndex records, from a Ready this leader persisted, the index up
+// to which a membership change may be pending: a change among its entries,
+// or, for a change proposed but not seen as such (raft replaced it by an
+// empty entry), the last entry.
+func (r *Replica) trackConfIndex(rd raft.Ready) {
+	for _, e := range rd.Entries {
+		if e.GetType() == pb.EntryConfChange || e.GetType() == pb.EntryConfChangeV2 {
+			r.confIndex = max(r.confIndex, e.GetIndex())
+		}
+	}
+	if r.confUnseen && len(rd.Entries) > 0 {
+		r.confIndex = max(r.confIndex, rd.Entries[len(rd.Entries)-1].GetIndex())
+		r.confUnseen = false
+	}
+}
+
+// TransferLeader asks raft to hand this leader's leadership to voter id.
+// Raft aborts the transfer after an election timeout if id does not catch
+// up and take over by then.
+func (r *Replica) TransferLeader(id ids.ReplicaID) error {
+	if err := r.checkLeader(); err != nil {
+		return err
+	}
+	r.rn.TransferLeader(uint64(id))
+	return nil
 }
 
 // ReadIndex starts a linearizable read: Done receives nil once the shard's
@@ -337,6 +376,7 @@ func (r *Replica) Advance(rd raft.Ready) {
 	if rd.SoftState != nil {
 		r.updateLeadership(rd.SoftState)
 	}
+	r.trackConfIndex(rd)
 	for _, rs := range rd.ReadStates {
 		if read, ok := r.reads[string(rs.RequestCtx)]; ok {
 			read.index, read.hasIndex = rs.Index, true
@@ -358,6 +398,12 @@ func (r *Replica) updateLeadership(ss *raft.SoftState) {
 			"from", r.lead, "to", ss.Lead, "term", r.term)
 	}
 	r.lead = ids.ReplicaID(ss.Lead)
+	if !wasLeader && r.isLeader {
+		// raft counts a change from an earlier term as pending until the
+		// new leader applied its whole log (persisted by now: Advance
+		// follows Persist).
+		r.confIndex, _ = r.log.LastIndex()
+	}
 	if wasLeader && !r.isLeader {
 		r.failPending(&NotLeaderError{Shard: r.cfg.Shard, LeaderNode: r.LeaderNode()})
 	}

@@ -133,6 +133,12 @@ type Replica struct {
 	nodes map[ids.ReplicaID]ids.NodeID
 
 	proposals map[uint64]*Proposal
+	// confIndex is the log index up to which a membership change may be
+	// pending, as a leader (ConfChangePending).
+	confIndex uint64
+	// confUnseen: a membership change was proposed and no Ready has
+	// carried entries since.
+	confUnseen bool
 	queued    []*Proposal
 	reads     map[string]*Read
 	// completions are outcomes decided in Apply, delivered in Advance after
