@@ -139,8 +139,8 @@ type Replica struct {
 	// confUnseen: a membership change was proposed and no Ready has
 	// carried entries since.
 	confUnseen bool
-	queued    []*Proposal
-	reads     map[string]*Read
+	queued     []*Proposal
+	reads      map[string]*Read
 	// completions are outcomes decided in Apply, delivered in Advance after
 	// the batch holding them is durable.
 	completions []completion
