@@ -27,6 +27,10 @@ type Config struct {
 	// on purpose (TransferLeader, the placement scheduler), handing them
 	// back to the first replica would undo every move.
 	NoLeaderPreference bool
+	// StrayCheckInterval is how often replicas are checked against the
+	// placement's descriptors and those the shard removed destroyed
+	// (default 10 s; see collectStrays).
+	StrayCheckInterval time.Duration
 	// LogTruncationInterval is how often logs are checked for truncation and
 	// unsent snapshot handles for expiry (default 1 s).
 	LogTruncationInterval time.Duration
@@ -108,6 +112,7 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 		LeaderPreferenceInterval: 5 * time.Second,
 		LogTruncationInterval:    time.Second,
 		SnapshotHandleTTL:        time.Minute,
+		StrayCheckInterval:       10 * time.Second,
 		PendingTimeout:           60 * time.Second,
 		LogKeepEntries:           5000,
 		LogTruncateEntries:       5000,
@@ -130,7 +135,7 @@ func (c Config) withDefaults() Config {
 	for _, f := range []struct{ v, d *time.Duration }{
 		{&c.TickInterval, &d.TickInterval}, {&c.LeaderPreferenceInterval, &d.LeaderPreferenceInterval},
 		{&c.LogTruncationInterval, &d.LogTruncationInterval}, {&c.SnapshotHandleTTL, &d.SnapshotHandleTTL},
-		{&c.PendingTimeout, &d.PendingTimeout},
+		{&c.PendingTimeout, &d.PendingTimeout}, {&c.StrayCheckInterval, &d.StrayCheckInterval},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.d

@@ -147,6 +147,7 @@ func (r *Replica) InstallSnapshot(rd raft.Ready) error {
 		return fmt.Errorf("replica: shard %d: raft accepted snapshot %d but no data was staged", r.cfg.Shard, idx)
 	}
 	delete(r.staged, idx)
+	delete(r.stagedAt, idx)
 	hs := proto.Clone(r.log.HardState()).(*pb.HardState)
 	if rd.HardState != nil {
 		hs = proto.Clone(rd.HardState).(*pb.HardState)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -346,5 +347,61 @@ func TestTransferLeader(t *testing.T) {
 	}
 	if d := descOf(c, target); len(d.GetReplicas()) != 4 || d.GetEpoch() != stale+1 || c.Leader(1) != target {
 		t.Fatalf("refused requests changed something: descriptor %v, leader %d", d, c.Leader(1))
+	}
+}
+
+// TestCollectStray protects garbage collection of replicas removed behind
+// their node's back: a follower cut off while the shard removes it never
+// hears of the removal (a leader contacts only members) and keeps its
+// replica while placement's view is unknown or not newer than its own;
+// once the view is the newer descriptor that does not list it, the node
+// destroys the replica, data and all.
+func TestCollectStray(t *testing.T) {
+	var view atomic.Pointer[concordpb.ShardDescriptor]
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		cfg.Placement = func(ids.ShardID) (*concordpb.ShardDescriptor, bool) {
+			d := view.Load()
+			return d, d != nil
+		}
+	}})
+	leader := c.WaitLeader(1)
+	c.Put("before", "v")
+	victim := others(leader, 3)[0]
+	c.WaitValue("before", "v", victim)
+	old := descOf(c, victim)
+	c.Cut(victim)
+	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim))
+	})
+	if err != nil {
+		t.Fatalf("RemoveReplica: %v", err)
+	}
+	c.Heal(victim)
+	c.Put("after", "v")
+
+	view.Store(old) // placement's view is no newer than the replica's own
+	c.Tick(250)     // past two stray checks (10 s at 100 ms ticks)
+	if _, ok := c.Node(victim).Host.Info(1); !ok {
+		t.Fatal("the replica was destroyed on a view no newer than its own")
+	}
+	if _, found := c.Get(victim, "before"); !found {
+		t.Fatal("the replica's data went while it was kept")
+	}
+
+	view.Store(d)
+	c.RunUntil("the stray replica to be destroyed", 300, func() bool {
+		_, ok := c.Node(victim).Host.Info(1)
+		return !ok
+	})
+	if _, found := c.Get(victim, "before"); found {
+		t.Fatal("the stray replica's data survived")
+	}
+	tomb, err := c.Node(victim).Engine.Tombstone(1)
+	if err != nil || tomb < ids.ReplicaID(victim) {
+		t.Fatalf("tombstone %d (%v), want at least %d", tomb, err, victim)
+	}
+	c.Put("later", "v")
+	if _, ok := c.Node(victim).Host.Info(1); ok {
+		t.Fatal("the destroyed replica came back")
 	}
 }
