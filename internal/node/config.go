@@ -35,6 +35,9 @@ type Config struct {
 	LogKeepEntries, LogTruncateEntries uint64
 	// HeartbeatInterval is how often the node reports to the placement leader.
 	HeartbeatInterval time.Duration
+	// SnapshotRateMiB bounds the MiB per second of all snapshots the node
+	// sends together (default 64; negative: unlimited).
+	SnapshotRateMiB int
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -55,6 +58,7 @@ func DefaultConfig() Config {
 		LogKeepEntries:     5000,
 		LogTruncateEntries: 5000,
 		HeartbeatInterval:  time.Second,
+		SnapshotRateMiB:    64,
 	}
 }
 
@@ -73,7 +77,8 @@ func (c *Config) validate() error {
 	for _, f := range []struct {
 		v   *int
 		def int
-	}{{&c.Shards, d.Shards}, {&c.Replicas, d.Replicas}, {&c.MaxKeyBytes, d.MaxKeyBytes}, {&c.MaxValueBytes, d.MaxValueBytes}} {
+	}{{&c.Shards, d.Shards}, {&c.Replicas, d.Replicas}, {&c.MaxKeyBytes, d.MaxKeyBytes}, {&c.MaxValueBytes, d.MaxValueBytes},
+		{&c.SnapshotRateMiB, d.SnapshotRateMiB}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}

@@ -199,6 +199,8 @@ func (n *Node) startRaft() error {
 		OnReceive: n.markSeen,
 		Blocked:   n.blocked,
 		Logger:    n.log,
+		// A negative rate (unlimited) becomes 0, which the transport reads so.
+		SnapshotRateBytes: max(int64(n.cfg.SnapshotRateMiB), 0) << 20,
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval
