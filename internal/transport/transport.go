@@ -92,7 +92,7 @@ type Config struct {
 	// SnapshotRateBytes bounds the bytes per second of all snapshots this
 	// node sends together (the node's --snapshot-rate-mib); 0: unlimited.
 	SnapshotRateBytes int64
-	Logger             *slog.Logger
+	Logger            *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
