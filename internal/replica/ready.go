@@ -75,7 +75,12 @@ func (r *Replica) ProposeConfChange(p *Proposal) {
 // a retryable error. It is conservative: it may report a change pending
 // that raft no longer counts, never the reverse.
 func (r *Replica) ConfChangePending() bool {
-	return r.confUnseen || r.applied < r.confIndex
+	if r.confUnseen || r.applied < r.confIndex {
+		return true
+	}
+	// A joint configuration applied but not yet left: raft has appended
+	// (or is about to append) the change that leaves it.
+	return len(r.rn.Status().Config.Voters[1]) > 0
 }
 
 // trackConfIndex records, from a Ready this leader persisted, the index up
