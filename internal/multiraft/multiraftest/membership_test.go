@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -403,5 +404,51 @@ func TestCollectStray(t *testing.T) {
 	c.Put("later", "v")
 	if _, ok := c.Node(victim).Host.Info(1); ok {
 		t.Fatal("the destroyed replica came back")
+	}
+}
+
+// TestOneChangeAtATime protects against a second membership change raft
+// would silently drop: while one change cannot commit (the followers are
+// cut off), another is refused at once with ErrChangePending, and the
+// first completes after healing.
+func TestOneChangeAtATime(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 4, Replicas: 3})
+	leader := c.WaitLeader(1)
+	var spare ids.NodeID
+	for _, n := range []ids.NodeID{1, 2, 3, 4} {
+		if _, ok := roleOf(descOf(c, leader), ids.ReplicaID(n)); !ok {
+			spare = n
+		}
+	}
+	followers := []ids.NodeID{}
+	for _, r := range descOf(c, leader).GetReplicas() {
+		if n := ids.NodeID(r.GetNodeId()); n != leader {
+			followers = append(followers, n)
+		}
+	}
+	for _, n := range followers {
+		c.Cut(n)
+	}
+	h := c.Node(leader).Host
+	errs := make(chan error, 2)
+	go func() { _, err := h.AddLearner(context.Background(), 1, 0, spare); errs <- err }()
+	go func() {
+		_, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(followers[0]))
+		errs <- err
+	}()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, multiraft.ErrChangePending) {
+			t.Fatalf("the second change: %v, want ErrChangePending", err)
+		}
+	case <-time.After(10 * time.Second): // a bound on failure, not a wait for success
+		t.Fatal("neither change was refused while the other was pending")
+	}
+	for _, n := range followers {
+		c.Heal(n)
+	}
+	c.RunUntil("the first change", 500, func() bool { return len(errs) > 0 })
+	if err := <-errs; err != nil {
+		t.Fatalf("the first change: %v", err)
 	}
 }
