@@ -20,6 +20,7 @@ import (
 // the steps, each in the background, one at a time per shard.
 func (n *Node) repair(context.Context) {
 	if _, local := n.leaderOf(routing.MetaShard); !local {
+		n.placement.stopObserving()
 		return
 	}
 	v, err := n.placementView()
@@ -40,8 +41,9 @@ func (n *Node) repair(context.Context) {
 }
 
 // execute runs step s in the background, at most one step per shard at a
-// time. Node marks are not executed here (the scheduler on this branch does
-// not plan them).
+// time; while it runs, the scheduler sees it in flight (View.InFlightSteps:
+// a move on the nodes it involves). Node marks are only logged: their
+// executor belongs to the node-membership work.
 func (n *Node) execute(s scheduler.Step) {
 	switch s.Kind {
 	case scheduler.StepReplace, scheduler.StepAddLearner, scheduler.StepPromoteLearner,
@@ -51,7 +53,7 @@ func (n *Node) execute(s scheduler.Step) {
 		return
 	}
 	shard := s.Shard
-	if !n.placement.begin(shard) {
+	if !n.placement.beginStep(s) {
 		return
 	}
 	n.wg.Add(1)
