@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/testcluster"
 )
 
@@ -95,8 +96,18 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 	if status.Code(err) != codes.Aborted {
 		t.Fatalf("promotion planned at the old epoch: %v, want Aborted", err)
 	}
-	d = change(&concordpb.ChangeReplicasRequest{ShardId: shard, Kind: concordpb.ChangeKind_CHANGE_PROMOTE,
-		ReplicaId: learner.GetReplicaId(), PlannedEpoch: d.GetEpoch()})
+	// The placement scheduler runs too and may promote the caught-up learner
+	// first: then this promotion is refused (the epoch moved on) and the
+	// outcome is the same.
+	d = changeUnlessDone(t, c, cl, &concordpb.ChangeReplicasRequest{ShardId: shard, Kind: concordpb.ChangeKind_CHANGE_PROMOTE,
+		ReplicaId: learner.GetReplicaId(), PlannedEpoch: d.GetEpoch()}, func(d *concordpb.ShardDescriptor) bool {
+		for _, r := range d.GetReplicas() {
+			if r.GetReplicaId() == learner.GetReplicaId() {
+				return r.GetRole() == concordpb.ReplicaRole_REPLICA_VOTER
+			}
+		}
+		return false
+	})
 	leaderNode := uint64(0)
 	if li := c.LeaderOf(t, shard, 10*time.Second); li >= 0 {
 		leaderNode, _ = c.NodeID(ctx, li)
@@ -107,8 +118,15 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 			victim = r
 		}
 	}
-	d = change(&concordpb.ChangeReplicasRequest{ShardId: shard, Kind: concordpb.ChangeKind_CHANGE_REMOVE,
-		ReplicaId: victim.GetReplicaId(), PlannedEpoch: d.GetEpoch()})
+	if victim == nil {
+		t.Fatalf("no follower voter to remove in %v", d)
+	}
+	// The scheduler may remove the excess voter first (then the shard has
+	// its three replicas and this removal is refused).
+	d = changeUnlessDone(t, c, cl, &concordpb.ChangeReplicasRequest{ShardId: shard, Kind: concordpb.ChangeKind_CHANGE_REMOVE,
+		ReplicaId: victim.GetReplicaId(), PlannedEpoch: d.GetEpoch()}, func(d *concordpb.ShardDescriptor) bool {
+		return len(d.GetReplicas()) == 3
+	})
 	if len(d.GetReplicas()) != 3 {
 		t.Fatalf("descriptor after the removal: %v", d)
 	}
@@ -129,10 +147,20 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
+	var outside uint64
+	for id := range idx {
+		held := false
+		for _, r := range shardDescAt(t, c, shard, idx[spare]).GetReplicas() {
+			held = held || r.GetNodeId() == id
+		}
+		if !held {
+			outside = id
+		}
+	}
 	out, err = exec.CommandContext(ctx, testcluster.Binary(t), "leader", "transfer", strconv.Itoa(shard),
-		strconv.FormatUint(victim.GetNodeId(), 10), "--endpoints", c.Addr(0)).CombinedOutput()
+		strconv.FormatUint(outside, 10), "--endpoints", c.Addr(0)).CombinedOutput()
 	if err == nil {
-		t.Fatalf("leader transfer to a node without a replica succeeded: %s", out)
+		t.Fatalf("leader transfer to node %d, which holds no replica, succeeded: %s", outside, out)
 	}
 
 	waitAcked(t, b, b.acked.Load()+50, 30*time.Second)
@@ -160,5 +188,50 @@ func shardDesc(t *testing.T, c *testcluster.Cluster, shard uint64) *concordpb.Sh
 		}
 	}
 	t.Fatalf("no shard %d in the routing table", shard)
+	return nil
+}
+
+// changeUnlessDone makes change req, or, if the leader refuses it because
+// the shard changed meanwhile (the placement scheduler acts too), checks
+// that done holds for the shard's current descriptor; it returns that.
+func changeUnlessDone(t *testing.T, c *testcluster.Cluster, cl *client.Client, req *concordpb.ChangeReplicasRequest, done func(*concordpb.ShardDescriptor) bool) *concordpb.ShardDescriptor {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := cl.ChangeReplicas(ctx, req)
+	if err == nil {
+		return resp.GetShard()
+	}
+	if code := status.Code(err); code != codes.Aborted && code != codes.FailedPrecondition {
+		t.Fatalf("ChangeReplicas %v: %v", req, err)
+	}
+	var d *concordpb.ShardDescriptor
+	testcluster.WaitFor(t, 20*time.Second, func() error {
+		leader, err := c.Leader(ctx, req.GetShardId())
+		if err != nil {
+			return err
+		}
+		if d = shardDescAt(t, c, req.GetShardId(), leader); !done(d) {
+			return fmt.Errorf("ChangeReplicas %v refused (%v) and not done otherwise: %v", req, err, d)
+		}
+		return nil
+	})
+	t.Logf("ChangeReplicas %v refused (%v); the scheduler had made it", req, err)
+	return d
+}
+
+// shardDescAt returns shard's descriptor from node i's routing table.
+func shardDescAt(t *testing.T, c *testcluster.Cluster, shard uint64, i int) *concordpb.ShardDescriptor {
+	t.Helper()
+	rt, err := c.RoutingTable(context.Background(), i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rt.GetShards() {
+		if s.GetShard().GetShardId() == shard {
+			return s.GetShard()
+		}
+	}
+	t.Fatalf("no shard %d in node %d's routing table", shard, i)
 	return nil
 }
