@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -218,11 +220,56 @@ func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.Clie
 			actx, cancel := attemptContext(ctx, per)
 			err = f(actx, conn)
 			cancel()
-			if err == nil {
-				return nil
+			var final finalError
+			if err == nil || errors.As(err, &final) {
+				return err
 			}
 		}
 		lastErr = err
 	}
 	return lastErr
+}
+
+// TransferLeader asks the cluster to hand shard's leadership to its voter
+// on node, and returns once it moved. Any node takes the request and
+// forwards it to the shard's leader; only a node that could not take it at
+// all (Unavailable) makes the client try the next.
+func (c *Client) TransferLeader(ctx context.Context, shard, node uint64) (resp *concordpb.TransferLeaderResponse, err error) {
+	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err = concordpb.NewClusterClient(conn).TransferLeader(ctx, &concordpb.TransferLeaderRequest{ShardId: shard, NodeId: node})
+		return stopUnlessUnavailable(err)
+	})
+	return resp, unwrapFinal(err)
+}
+
+// ChangeReplicas makes one membership change (see the Cluster service),
+// forwarded to the shard's leader like TransferLeader. Set req's
+// planned_epoch: a retry after an ambiguous failure is then refused
+// (Aborted) instead of made twice.
+func (c *Client) ChangeReplicas(ctx context.Context, req *concordpb.ChangeReplicasRequest) (resp *concordpb.ChangeReplicasResponse, err error) {
+	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err = concordpb.NewClusterClient(conn).ChangeReplicas(ctx, req)
+		return stopUnlessUnavailable(err)
+	})
+	return resp, unwrapFinal(err)
+}
+
+// finalError is an answer anyNode must not retry elsewhere.
+type finalError struct{ err error }
+
+func (f finalError) Error() string { return f.err.Error() }
+
+func stopUnlessUnavailable(err error) error {
+	if err == nil || status.Code(err) == codes.Unavailable {
+		return err
+	}
+	return finalError{err}
+}
+
+func unwrapFinal(err error) error {
+	var f finalError
+	if errors.As(err, &f) {
+		return f.err
+	}
+	return err
 }

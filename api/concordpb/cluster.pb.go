@@ -135,6 +135,65 @@ func (ReplicaRole) EnumDescriptor() ([]byte, []int) {
 	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{1}
 }
 
+// ChangeKind is the membership change ChangeReplicas makes.
+type ChangeKind int32
+
+const (
+	// Replace remove_replica_id by a new voter on add_node_id, in one joint
+	// step (the shard runs without the old replica until the new one caught up).
+	ChangeKind_CHANGE_REPLACE ChangeKind = 0
+	// Add a new learner on add_node_id: it receives the log, does not vote.
+	ChangeKind_CHANGE_ADD_LEARNER ChangeKind = 1
+	// Make learner replica_id a voter.
+	ChangeKind_CHANGE_PROMOTE ChangeKind = 2
+	// Remove replica_id (not the leader; not a voter if fewer than a majority
+	// of the voters would remain).
+	ChangeKind_CHANGE_REMOVE ChangeKind = 3
+)
+
+// Enum value maps for ChangeKind.
+var (
+	ChangeKind_name = map[int32]string{
+		0: "CHANGE_REPLACE",
+		1: "CHANGE_ADD_LEARNER",
+		2: "CHANGE_PROMOTE",
+		3: "CHANGE_REMOVE",
+	}
+	ChangeKind_value = map[string]int32{
+		"CHANGE_REPLACE":     0,
+		"CHANGE_ADD_LEARNER": 1,
+		"CHANGE_PROMOTE":     2,
+		"CHANGE_REMOVE":      3,
+	}
+)
+
+func (x ChangeKind) Enum() *ChangeKind {
+	p := new(ChangeKind)
+	*p = x
+	return p
+}
+
+func (x ChangeKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChangeKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_concordpb_cluster_proto_enumTypes[2].Descriptor()
+}
+
+func (ChangeKind) Type() protoreflect.EnumType {
+	return &file_api_concordpb_cluster_proto_enumTypes[2]
+}
+
+func (x ChangeKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChangeKind.Descriptor instead.
+func (ChangeKind) EnumDescriptor() ([]byte, []int) {
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{2}
+}
+
 type NodeDescriptor struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	NodeId  uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1237,11 +1296,17 @@ func (x *HeartbeatResponse) GetMetaLeaderNodeId() uint64 {
 type ChangeReplicasRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
-	// The replica to remove and the node to host its replacement.
+	// CHANGE_REPLACE: the replica to remove and the node to host its replacement.
 	RemoveReplicaId uint64 `protobuf:"varint,2,opt,name=remove_replica_id,json=removeReplicaId,proto3" json:"remove_replica_id,omitempty"`
-	AddNodeId       uint64 `protobuf:"varint,3,opt,name=add_node_id,json=addNodeId,proto3" json:"add_node_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// CHANGE_REPLACE and CHANGE_ADD_LEARNER: the node to host the new replica.
+	AddNodeId uint64     `protobuf:"varint,3,opt,name=add_node_id,json=addNodeId,proto3" json:"add_node_id,omitempty"`
+	Kind      ChangeKind `protobuf:"varint,4,opt,name=kind,proto3,enum=concord.v1.ChangeKind" json:"kind,omitempty"`
+	// CHANGE_PROMOTE and CHANGE_REMOVE: the replica changed.
+	ReplicaId uint64 `protobuf:"varint,5,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// The descriptor epoch the change was planned against; 0: any.
+	PlannedEpoch  uint64 `protobuf:"varint,6,opt,name=planned_epoch,json=plannedEpoch,proto3" json:"planned_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChangeReplicasRequest) Reset() {
@@ -1295,6 +1360,27 @@ func (x *ChangeReplicasRequest) GetAddNodeId() uint64 {
 	return 0
 }
 
+func (x *ChangeReplicasRequest) GetKind() ChangeKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ChangeKind_CHANGE_REPLACE
+}
+
+func (x *ChangeReplicasRequest) GetReplicaId() uint64 {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return 0
+}
+
+func (x *ChangeReplicasRequest) GetPlannedEpoch() uint64 {
+	if x != nil {
+		return x.PlannedEpoch
+	}
+	return 0
+}
+
 type ChangeReplicasResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         *ShardDescriptor       `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -1337,6 +1423,128 @@ func (x *ChangeReplicasResponse) GetShard() *ShardDescriptor {
 		return x.Shard
 	}
 	return nil
+}
+
+type TransferLeaderRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// The voter to lead: by replica id, or by the node hosting it (one of the two).
+	ReplicaId uint64 `protobuf:"varint,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	NodeId    uint64 `protobuf:"varint,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The descriptor epoch the transfer was planned against; 0: any.
+	PlannedEpoch  uint64 `protobuf:"varint,4,opt,name=planned_epoch,json=plannedEpoch,proto3" json:"planned_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TransferLeaderRequest) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *TransferLeaderRequest) GetReplicaId() uint64 {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return 0
+}
+
+func (x *TransferLeaderRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *TransferLeaderRequest) GetPlannedEpoch() uint64 {
+	if x != nil {
+		return x.PlannedEpoch
+	}
+	return 0
+}
+
+type TransferLeaderResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	LeaderReplicaId uint64                 `protobuf:"varint,1,opt,name=leader_replica_id,json=leaderReplicaId,proto3" json:"leader_replica_id,omitempty"`
+	LeaderNodeId    uint64                 `protobuf:"varint,2,opt,name=leader_node_id,json=leaderNodeId,proto3" json:"leader_node_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TransferLeaderResponse) Reset() {
+	*x = TransferLeaderResponse{}
+	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderResponse) ProtoMessage() {}
+
+func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TransferLeaderResponse) GetLeaderReplicaId() uint64 {
+	if x != nil {
+		return x.LeaderReplicaId
+	}
+	return 0
+}
+
+func (x *TransferLeaderResponse) GetLeaderNodeId() uint64 {
+	if x != nil {
+		return x.LeaderNodeId
+	}
+	return 0
 }
 
 var File_api_concordpb_cluster_proto protoreflect.FileDescriptor
@@ -1432,13 +1640,26 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
 	"\x06shards\x18\x02 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\x12-\n" +
-	"\x13meta_leader_node_id\x18\x03 \x01(\x04R\x10metaLeaderNodeId\"~\n" +
+	"\x13meta_leader_node_id\x18\x03 \x01(\x04R\x10metaLeaderNodeId\"\xee\x01\n" +
 	"\x15ChangeReplicasRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12*\n" +
 	"\x11remove_replica_id\x18\x02 \x01(\x04R\x0fremoveReplicaId\x12\x1e\n" +
-	"\vadd_node_id\x18\x03 \x01(\x04R\taddNodeId\"K\n" +
+	"\vadd_node_id\x18\x03 \x01(\x04R\taddNodeId\x12*\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x16.concord.v1.ChangeKindR\x04kind\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x05 \x01(\x04R\treplicaId\x12#\n" +
+	"\rplanned_epoch\x18\x06 \x01(\x04R\fplannedEpoch\"K\n" +
 	"\x16ChangeReplicasResponse\x121\n" +
-	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard*p\n" +
+	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\"\x8f\x01\n" +
+	"\x15TransferLeaderRequest\x12\x19\n" +
+	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x02 \x01(\x04R\treplicaId\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\x04R\x06nodeId\x12#\n" +
+	"\rplanned_epoch\x18\x04 \x01(\x04R\fplannedEpoch\"j\n" +
+	"\x16TransferLeaderResponse\x12*\n" +
+	"\x11leader_replica_id\x18\x01 \x01(\x04R\x0fleaderReplicaId\x12$\n" +
+	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId*p\n" +
 	"\tNodeState\x12\v\n" +
 	"\aNODE_UP\x10\x00\x12\x11\n" +
 	"\rNODE_REPLACED\x10\x01\x12\x10\n" +
@@ -1448,14 +1669,21 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\fNODE_REMOVED\x10\x05*5\n" +
 	"\vReplicaRole\x12\x11\n" +
 	"\rREPLICA_VOTER\x10\x00\x12\x13\n" +
-	"\x0fREPLICA_LEARNER\x10\x012\xb9\x03\n" +
+	"\x0fREPLICA_LEARNER\x10\x01*_\n" +
+	"\n" +
+	"ChangeKind\x12\x12\n" +
+	"\x0eCHANGE_REPLACE\x10\x00\x12\x16\n" +
+	"\x12CHANGE_ADD_LEARNER\x10\x01\x12\x12\n" +
+	"\x0eCHANGE_PROMOTE\x10\x02\x12\x11\n" +
+	"\rCHANGE_REMOVE\x10\x032\x92\x04\n" +
 	"\aCluster\x12?\n" +
 	"\x06Status\x12\x19.concord.v1.StatusRequest\x1a\x1a.concord.v1.StatusResponse\x12Q\n" +
 	"\fRoutingTable\x12\x1f.concord.v1.RoutingTableRequest\x1a .concord.v1.RoutingTableResponse\x12<\n" +
 	"\x05Probe\x12\x18.concord.v1.ProbeRequest\x1a\x19.concord.v1.ProbeResponse\x129\n" +
 	"\x04Join\x12\x17.concord.v1.JoinRequest\x1a\x18.concord.v1.JoinResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.concord.v1.HeartbeatRequest\x1a\x1d.concord.v1.HeartbeatResponse\x12W\n" +
-	"\x0eChangeReplicas\x12!.concord.v1.ChangeReplicasRequest\x1a\".concord.v1.ChangeReplicasResponseB-Z+github.com/concord-kv/concord/api/concordpbb\x06proto3"
+	"\x0eChangeReplicas\x12!.concord.v1.ChangeReplicasRequest\x1a\".concord.v1.ChangeReplicasResponse\x12W\n" +
+	"\x0eTransferLeader\x12!.concord.v1.TransferLeaderRequest\x1a\".concord.v1.TransferLeaderResponseB-Z+github.com/concord-kv/concord/api/concordpbb\x06proto3"
 
 var (
 	file_api_concordpb_cluster_proto_rawDescOnce sync.Once
@@ -1469,66 +1697,72 @@ func file_api_concordpb_cluster_proto_rawDescGZIP() []byte {
 	return file_api_concordpb_cluster_proto_rawDescData
 }
 
-var file_api_concordpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_concordpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_api_concordpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_api_concordpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_api_concordpb_cluster_proto_goTypes = []any{
 	(NodeState)(0),                 // 0: concord.v1.NodeState
 	(ReplicaRole)(0),               // 1: concord.v1.ReplicaRole
-	(*NodeDescriptor)(nil),         // 2: concord.v1.NodeDescriptor
-	(*ReplicaDescriptor)(nil),      // 3: concord.v1.ReplicaDescriptor
-	(*ShardDescriptor)(nil),        // 4: concord.v1.ShardDescriptor
-	(*ShardRoute)(nil),             // 5: concord.v1.ShardRoute
-	(*RoutingTableRequest)(nil),    // 6: concord.v1.RoutingTableRequest
-	(*RoutingTableResponse)(nil),   // 7: concord.v1.RoutingTableResponse
-	(*StatusRequest)(nil),          // 8: concord.v1.StatusRequest
-	(*ReplicaStatus)(nil),          // 9: concord.v1.ReplicaStatus
-	(*NodeStatus)(nil),             // 10: concord.v1.NodeStatus
-	(*ShardStatus)(nil),            // 11: concord.v1.ShardStatus
-	(*StatusResponse)(nil),         // 12: concord.v1.StatusResponse
-	(*ProbeRequest)(nil),           // 13: concord.v1.ProbeRequest
-	(*ProbeResponse)(nil),          // 14: concord.v1.ProbeResponse
-	(*JoinRequest)(nil),            // 15: concord.v1.JoinRequest
-	(*JoinResponse)(nil),           // 16: concord.v1.JoinResponse
-	(*HeartbeatRequest)(nil),       // 17: concord.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 18: concord.v1.HeartbeatResponse
-	(*ChangeReplicasRequest)(nil),  // 19: concord.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil), // 20: concord.v1.ChangeReplicasResponse
+	(ChangeKind)(0),                // 2: concord.v1.ChangeKind
+	(*NodeDescriptor)(nil),         // 3: concord.v1.NodeDescriptor
+	(*ReplicaDescriptor)(nil),      // 4: concord.v1.ReplicaDescriptor
+	(*ShardDescriptor)(nil),        // 5: concord.v1.ShardDescriptor
+	(*ShardRoute)(nil),             // 6: concord.v1.ShardRoute
+	(*RoutingTableRequest)(nil),    // 7: concord.v1.RoutingTableRequest
+	(*RoutingTableResponse)(nil),   // 8: concord.v1.RoutingTableResponse
+	(*StatusRequest)(nil),          // 9: concord.v1.StatusRequest
+	(*ReplicaStatus)(nil),          // 10: concord.v1.ReplicaStatus
+	(*NodeStatus)(nil),             // 11: concord.v1.NodeStatus
+	(*ShardStatus)(nil),            // 12: concord.v1.ShardStatus
+	(*StatusResponse)(nil),         // 13: concord.v1.StatusResponse
+	(*ProbeRequest)(nil),           // 14: concord.v1.ProbeRequest
+	(*ProbeResponse)(nil),          // 15: concord.v1.ProbeResponse
+	(*JoinRequest)(nil),            // 16: concord.v1.JoinRequest
+	(*JoinResponse)(nil),           // 17: concord.v1.JoinResponse
+	(*HeartbeatRequest)(nil),       // 18: concord.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 19: concord.v1.HeartbeatResponse
+	(*ChangeReplicasRequest)(nil),  // 20: concord.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil), // 21: concord.v1.ChangeReplicasResponse
+	(*TransferLeaderRequest)(nil),  // 22: concord.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 23: concord.v1.TransferLeaderResponse
 }
 var file_api_concordpb_cluster_proto_depIdxs = []int32{
 	0,  // 0: concord.v1.NodeDescriptor.state:type_name -> concord.v1.NodeState
 	1,  // 1: concord.v1.ReplicaDescriptor.role:type_name -> concord.v1.ReplicaRole
-	3,  // 2: concord.v1.ShardDescriptor.replicas:type_name -> concord.v1.ReplicaDescriptor
-	4,  // 3: concord.v1.ShardRoute.shard:type_name -> concord.v1.ShardDescriptor
-	2,  // 4: concord.v1.RoutingTableResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	5,  // 5: concord.v1.RoutingTableResponse.shards:type_name -> concord.v1.ShardRoute
-	2,  // 6: concord.v1.NodeStatus.node:type_name -> concord.v1.NodeDescriptor
-	4,  // 7: concord.v1.ShardStatus.shard:type_name -> concord.v1.ShardDescriptor
-	10, // 8: concord.v1.StatusResponse.nodes:type_name -> concord.v1.NodeStatus
-	11, // 9: concord.v1.StatusResponse.shards:type_name -> concord.v1.ShardStatus
-	2,  // 10: concord.v1.JoinResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	2,  // 11: concord.v1.HeartbeatRequest.node:type_name -> concord.v1.NodeDescriptor
-	9,  // 12: concord.v1.HeartbeatRequest.replicas:type_name -> concord.v1.ReplicaStatus
-	4,  // 13: concord.v1.HeartbeatRequest.led_descriptors:type_name -> concord.v1.ShardDescriptor
-	2,  // 14: concord.v1.HeartbeatResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	5,  // 15: concord.v1.HeartbeatResponse.shards:type_name -> concord.v1.ShardRoute
-	4,  // 16: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
-	8,  // 17: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
-	6,  // 18: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
-	13, // 19: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
-	15, // 20: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
-	17, // 21: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
-	19, // 22: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
-	12, // 23: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
-	7,  // 24: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
-	14, // 25: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
-	16, // 26: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
-	18, // 27: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
-	20, // 28: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	4,  // 2: concord.v1.ShardDescriptor.replicas:type_name -> concord.v1.ReplicaDescriptor
+	5,  // 3: concord.v1.ShardRoute.shard:type_name -> concord.v1.ShardDescriptor
+	3,  // 4: concord.v1.RoutingTableResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	6,  // 5: concord.v1.RoutingTableResponse.shards:type_name -> concord.v1.ShardRoute
+	3,  // 6: concord.v1.NodeStatus.node:type_name -> concord.v1.NodeDescriptor
+	5,  // 7: concord.v1.ShardStatus.shard:type_name -> concord.v1.ShardDescriptor
+	11, // 8: concord.v1.StatusResponse.nodes:type_name -> concord.v1.NodeStatus
+	12, // 9: concord.v1.StatusResponse.shards:type_name -> concord.v1.ShardStatus
+	3,  // 10: concord.v1.JoinResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	3,  // 11: concord.v1.HeartbeatRequest.node:type_name -> concord.v1.NodeDescriptor
+	10, // 12: concord.v1.HeartbeatRequest.replicas:type_name -> concord.v1.ReplicaStatus
+	5,  // 13: concord.v1.HeartbeatRequest.led_descriptors:type_name -> concord.v1.ShardDescriptor
+	3,  // 14: concord.v1.HeartbeatResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	6,  // 15: concord.v1.HeartbeatResponse.shards:type_name -> concord.v1.ShardRoute
+	2,  // 16: concord.v1.ChangeReplicasRequest.kind:type_name -> concord.v1.ChangeKind
+	5,  // 17: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
+	9,  // 18: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
+	7,  // 19: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
+	14, // 20: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
+	16, // 21: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
+	18, // 22: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
+	20, // 23: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
+	22, // 24: concord.v1.Cluster.TransferLeader:input_type -> concord.v1.TransferLeaderRequest
+	13, // 25: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
+	8,  // 26: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
+	15, // 27: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
+	17, // 28: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
+	19, // 29: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
+	21, // 30: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
+	23, // 31: concord.v1.Cluster.TransferLeader:output_type -> concord.v1.TransferLeaderResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_api_concordpb_cluster_proto_init() }
@@ -1541,8 +1775,8 @@ func file_api_concordpb_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_cluster_proto_rawDesc), len(file_api_concordpb_cluster_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   19,
+			NumEnums:      3,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Cluster_Join_FullMethodName           = "/concord.v1.Cluster/Join"
 	Cluster_Heartbeat_FullMethodName      = "/concord.v1.Cluster/Heartbeat"
 	Cluster_ChangeReplicas_FullMethodName = "/concord.v1.Cluster/ChangeReplicas"
+	Cluster_TransferLeader_FullMethodName = "/concord.v1.Cluster/TransferLeader"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -45,8 +46,16 @@ type ClusterClient interface {
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	// Heartbeat carries a node's replica states to the placement (meta shard) leader.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
-	// ChangeReplicas asks a shard's leader to replace one replica by a new one on another node.
+	// ChangeReplicas asks a shard's leader for one membership change: replace
+	// a replica, add a learner, promote a learner, or remove a replica. Forwarded
+	// to the shard's leader. A change planned against an older membership
+	// (planned_epoch) fails with ABORTED; one that must wait for the previous
+	// change fails with UNAVAILABLE; one that makes no sense for the current
+	// membership fails with FAILED_PRECONDITION. None of these changed anything.
 	ChangeReplicas(ctx context.Context, in *ChangeReplicasRequest, opts ...grpc.CallOption) (*ChangeReplicasResponse, error)
+	// TransferLeader asks a shard's leader to hand leadership to another voter,
+	// and answers once it moved (or the transfer was abandoned: an error).
+	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 }
 
 type clusterClient struct {
@@ -117,6 +126,16 @@ func (c *clusterClient) ChangeReplicas(ctx context.Context, in *ChangeReplicasRe
 	return out, nil
 }
 
+func (c *clusterClient) TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeaderResponse)
+	err := c.cc.Invoke(ctx, Cluster_TransferLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -133,8 +152,16 @@ type ClusterServer interface {
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	// Heartbeat carries a node's replica states to the placement (meta shard) leader.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
-	// ChangeReplicas asks a shard's leader to replace one replica by a new one on another node.
+	// ChangeReplicas asks a shard's leader for one membership change: replace
+	// a replica, add a learner, promote a learner, or remove a replica. Forwarded
+	// to the shard's leader. A change planned against an older membership
+	// (planned_epoch) fails with ABORTED; one that must wait for the previous
+	// change fails with UNAVAILABLE; one that makes no sense for the current
+	// membership fails with FAILED_PRECONDITION. None of these changed anything.
 	ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasResponse, error)
+	// TransferLeader asks a shard's leader to hand leadership to another voter,
+	// and answers once it moved (or the transfer was abandoned: an error).
+	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -162,6 +189,9 @@ func (UnimplementedClusterServer) Heartbeat(context.Context, *HeartbeatRequest) 
 }
 func (UnimplementedClusterServer) ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChangeReplicas not implemented")
+}
+func (UnimplementedClusterServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -292,6 +322,24 @@ func _Cluster_ChangeReplicas_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).TransferLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_TransferLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).TransferLeader(ctx, req.(*TransferLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -322,6 +370,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChangeReplicas",
 			Handler:    _Cluster_ChangeReplicas_Handler,
+		},
+		{
+			MethodName: "TransferLeader",
+			Handler:    _Cluster_TransferLeader_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

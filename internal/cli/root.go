@@ -57,6 +57,7 @@ func NewRoot() *cobra.Command {
 		newCasCmd(),
 		newScanCmd(),
 		newStatusCmd(),
+		newLeaderCmd(),
 		newFaultCmd(),
 		newBenchCmd(),
 	)

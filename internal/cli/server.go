@@ -59,6 +59,7 @@ func newServerCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "largest key accepted")
 	f.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value accepted")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "how long shards remember an idle client session (at-most-once window)")
+	f.IntVar(&cfg.SnapshotRateMiB, "snapshot-rate-mib", cfg.SnapshotRateMiB, "MiB per second all snapshots this node sends may use together (negative: unlimited)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's pprof profiles over HTTP on this address (debugging)")
 	f.StringVar(&cfg.RedisAddr, "redis-addr", "", "serve the Redis protocol (RESP2/RESP3) on this address, e.g. 127.0.0.1:6380 (default: off)")

@@ -65,7 +65,11 @@ func printStatus(out io.Writer, st *concordpb.StatusResponse) {
 		}
 		var reps []string
 		for _, r := range ss.GetShard().GetReplicas() {
-			reps = append(reps, fmt.Sprintf("%d@%d", r.GetReplicaId(), r.GetNodeId()))
+			rep := fmt.Sprintf("%d@%d", r.GetReplicaId(), r.GetNodeId())
+			if r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER {
+				rep += "(learner)"
+			}
+			reps = append(reps, rep)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, leader, ss.GetTerm(), ss.GetCommitIndex(), ss.GetAppliedIndex(),
 			ss.GetShard().GetEpoch(), strings.Join(reps, " "))

@@ -100,9 +100,12 @@ type ClusterBackend interface {
 	// PlacementLeaderHint names a node to ask for placement requests when
 	// the meta shard's leader is unknown; 0 if there is none.
 	PlacementLeaderHint() ids.NodeID
-	// ChangeReplicas, on the shard's leader, replaces replica remove with a
-	// new replica on node addNode (one joint-consensus change).
-	ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error)
+	// ChangeReplicas, on the shard's leader, makes change (validated) and
+	// returns the shard's new descriptor.
+	ChangeReplicas(ctx context.Context, change Change) (*concordpb.ShardDescriptor, error)
+	// TransferLeader, on the shard's leader, hands leadership to voter
+	// target and returns once it moved.
+	TransferLeader(ctx context.Context, shard ids.ShardID, epoch uint64, target ids.ReplicaID) error
 	// AddNode, on the placement leader, allocates a node id for a node
 	// joining at addr and records the new address book.
 	AddNode(ctx context.Context, addr string) (node ids.NodeID, nodes []*concordpb.NodeDescriptor, err error)
@@ -135,4 +138,16 @@ type Faults interface {
 	Partition(reachable []string) (blocked []ids.NodeID)
 	// Heal ends the partition.
 	Heal()
+}
+
+// Change is one validated ChangeReplicas request.
+type Change struct {
+	Kind  concordpb.ChangeKind
+	Shard ids.ShardID
+	// Epoch is the descriptor epoch the change was planned against; 0: any.
+	Epoch uint64
+	// Replica is the replica removed (replace, remove) or promoted.
+	Replica ids.ReplicaID
+	// Node is the node of the new replica (replace, add learner).
+	Node ids.NodeID
 }

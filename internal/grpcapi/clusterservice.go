@@ -69,14 +69,18 @@ func (s *Cluster) Heartbeat(ctx context.Context, req *concordpb.HeartbeatRequest
 	return resp, toStatus(err)
 }
 
-// ChangeReplicas replaces one replica of a shard, at the shard's leader. The
-// node's repair loop calls it directly when this node leads the shard.
+// ChangeReplicas makes one membership change of a shard, at the shard's
+// leader. The node's repair loop calls it directly when this node leads the
+// shard.
 func (s *Cluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeReplicasRequest) (*concordpb.ChangeReplicasResponse, error) {
 	if err := ready(s.b, notReady); err != nil {
 		return nil, err
 	}
-	shard := ids.ShardID(req.GetShardId())
-	leader, local := s.b.Leader(shard)
+	change, err := checkChange(req)
+	if err != nil {
+		return nil, err
+	}
+	leader, local := s.b.Leader(change.Shard)
 	if !local {
 		node := leader
 		return forward(ctx, node, func(ctx context.Context) (*concordpb.ChangeReplicasResponse, error) {
@@ -87,11 +91,43 @@ func (s *Cluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeRepli
 			return c.ChangeReplicas(fctx, req)
 		})
 	}
-	d, err := s.b.ChangeReplicas(ctx, shard, ids.ReplicaID(req.GetRemoveReplicaId()), ids.NodeID(req.GetAddNodeId()))
+	d, err := s.b.ChangeReplicas(ctx, change)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &concordpb.ChangeReplicasResponse{Shard: d}, nil
+}
+
+// TransferLeader hands a shard's leadership to another voter, at the
+// shard's leader; a target given by node is resolved there, against the
+// descriptor the leader holds.
+func (s *Cluster) TransferLeader(ctx context.Context, req *concordpb.TransferLeaderRequest) (*concordpb.TransferLeaderResponse, error) {
+	if err := ready(s.b, notReady); err != nil {
+		return nil, err
+	}
+	if err := checkTransfer(req); err != nil {
+		return nil, err
+	}
+	shard := ids.ShardID(req.GetShardId())
+	leader, local := s.b.Leader(shard)
+	if !local {
+		node := leader
+		return forward(ctx, node, func(ctx context.Context) (*concordpb.TransferLeaderResponse, error) {
+			c, fctx, err := ClusterClientFor(ctx, s.b, node)
+			if err != nil {
+				return nil, err
+			}
+			return c.TransferLeader(fctx, req)
+		})
+	}
+	target, node, err := transferTarget(s.b.Descriptors()[shard], req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.b.TransferLeader(ctx, shard, req.GetPlannedEpoch(), target); err != nil {
+		return nil, toStatus(err)
+	}
+	return &concordpb.TransferLeaderResponse{LeaderReplicaId: uint64(target), LeaderNodeId: uint64(node)}, nil
 }
 
 // RoutingTable answers from this node's own view, without forwarding.

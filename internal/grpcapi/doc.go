@@ -11,8 +11,10 @@
 //     than the caller's (a stalled target gets Unavailable back in time for
 //     the caller to try another node). Scan fans out to every shard and
 //     merges.
-//   - Cluster (clusterservice.go): Probe, Join, Heartbeat, ChangeReplicas,
-//     RoutingTable, Status. Placement requests go to the meta shard's leader.
+//   - Cluster (clusterservice.go): Probe, Join, Heartbeat, ChangeReplicas and
+//     TransferLeader (validated in membership.go, forwarded to the shard's
+//     leader), RoutingTable, Status. Placement requests go to the meta
+//     shard's leader.
 //   - Admin (admin.go): fault injection (Die, Partition, Heal), refused with
 //     PermissionDenied unless the node enables it.
 //   - RaftTransport (raftservice.go): hands peers' raft streams to the

@@ -36,7 +36,11 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, replica.ErrDropped), errors.Is(err, multiraft.ErrNoReplica),
+	case errors.Is(err, multiraft.ErrStaleEpoch):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, multiraft.ErrRefused):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, replica.ErrDropped), errors.Is(err, multiraft.ErrNoReplica), errors.Is(err, multiraft.ErrChangePending),
 		errors.Is(err, replica.ErrRemoved), errors.Is(err, multiraft.ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
 	}
@@ -54,4 +58,8 @@ func readStatus(err error) error {
 
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func failedPrecondition(format string, args ...any) error {
+	return status.Errorf(codes.FailedPrecondition, format, args...)
 }

@@ -209,8 +209,12 @@ func (f *fakeNode) AnswerProbe(*concordpb.ProbeRequest) *concordpb.ProbeResponse
 
 func (f *fakeNode) PlacementLeaderHint() ids.NodeID { return f.hint }
 
-func (f *fakeNode) ChangeReplicas(_ context.Context, shard ids.ShardID, _ ids.ReplicaID, _ ids.NodeID) (*concordpb.ShardDescriptor, error) {
-	return f.descs[shard], nil
+func (f *fakeNode) ChangeReplicas(_ context.Context, c Change) (*concordpb.ShardDescriptor, error) {
+	return f.descs[c.Shard], nil
+}
+
+func (f *fakeNode) TransferLeader(context.Context, ids.ShardID, uint64, ids.ReplicaID) error {
+	return nil
 }
 
 func (f *fakeNode) AddNode(context.Context, string) (ids.NodeID, []*concordpb.NodeDescriptor, error) {

@@ -92,7 +92,7 @@ func TestBouncingRequestStopsAtTheHopLimit(t *testing.T) {
 	wantStatus(t, err, codes.Unavailable, want)
 	_, err = concordpb.NewKVClient(conn).Get(ctx, &concordpb.GetRequest{Key: []byte("k")})
 	wantStatus(t, err, codes.Unavailable, want)
-	_, err = concordpb.NewClusterClient(conn).ChangeReplicas(ctx, &concordpb.ChangeReplicasRequest{ShardId: uint64(shard)})
+	_, err = concordpb.NewClusterClient(conn).ChangeReplicas(ctx, &concordpb.ChangeReplicasRequest{ShardId: uint64(shard), RemoveReplicaId: 1, AddNodeId: 4})
 	wantStatus(t, err, codes.Unavailable, "request already forwarded 2 times")
 	if f1.proposalCount()+f2.proposalCount() != 0 {
 		t.Fatal("a bounced request was proposed")

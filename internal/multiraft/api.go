@@ -33,6 +33,9 @@ type ReplicaInfo struct {
 	LeaderNode      ids.NodeID
 	Term            uint64
 	Commit, Applied uint64
+	// Transferee is the replica a leadership transfer this leader started
+	// is handing over to; 0 if none.
+	Transferee ids.ReplicaID
 }
 
 // Do runs f on the loop goroutine, where it may touch replicas, and waits.
@@ -104,36 +107,6 @@ func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadV
 		rd.Abandon()
 		return nil, ErrStopped
 	}
-}
-
-// ChangeReplicas replaces replica remove of shard by a new replica on node
-// addNode, in one joint-consensus step. Must run on the shard's leader.
-func (h *Host) ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error) {
-	id := h.nextID()
-	done := make(chan replica.Outcome, 1)
-	var perr error
-	err := h.Do(ctx, func() {
-		r := h.replicas[shard]
-		if r == nil {
-			perr = ErrNoReplica
-			return
-		}
-		cc, err := replica.ReplaceChange(r.Descriptor(), id, remove, addNode)
-		if err != nil {
-			perr = err
-			return
-		}
-		r.ProposeConfChange(&replica.Proposal{ID: id, CC: cc, Done: done})
-		h.dirty[shard] = r
-	})
-	if err := errors.Join(err, perr); err != nil {
-		return nil, err
-	}
-	if _, err := h.wait(ctx, &replica.Proposal{Done: done}); err != nil {
-		return nil, err
-	}
-	info, _ := h.Info(shard)
-	return info.Desc, nil
 }
 
 // Deliver queues messages a peer node sent. A batch that carries entries

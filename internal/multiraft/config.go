@@ -23,6 +23,14 @@ type Config struct {
 	// LeaderPreferenceInterval is how often a leader that is not its
 	// shard's preferred replica offers leadership back to it (default 5 s).
 	LeaderPreferenceInterval time.Duration
+	// NoLeaderPreference turns that hand-back off: where leaders are moved
+	// on purpose (TransferLeader, the placement scheduler), handing them
+	// back to the first replica would undo every move.
+	NoLeaderPreference bool
+	// StrayCheckInterval is how often replicas are checked against the
+	// placement's descriptors and those the shard removed destroyed
+	// (default 10 s; see collectStrays).
+	StrayCheckInterval time.Duration
 	// LogTruncationInterval is how often logs are checked for truncation and
 	// unsent snapshot handles for expiry (default 1 s).
 	LogTruncationInterval time.Duration
@@ -104,6 +112,7 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 		LeaderPreferenceInterval: 5 * time.Second,
 		LogTruncationInterval:    time.Second,
 		SnapshotHandleTTL:        time.Minute,
+		StrayCheckInterval:       10 * time.Second,
 		PendingTimeout:           60 * time.Second,
 		LogKeepEntries:           5000,
 		LogTruncateEntries:       5000,
@@ -126,7 +135,7 @@ func (c Config) withDefaults() Config {
 	for _, f := range []struct{ v, d *time.Duration }{
 		{&c.TickInterval, &d.TickInterval}, {&c.LeaderPreferenceInterval, &d.LeaderPreferenceInterval},
 		{&c.LogTruncationInterval, &d.LogTruncationInterval}, {&c.SnapshotHandleTTL, &d.SnapshotHandleTTL},
-		{&c.PendingTimeout, &d.PendingTimeout},
+		{&c.PendingTimeout, &d.PendingTimeout}, {&c.StrayCheckInterval, &d.StrayCheckInterval},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.d

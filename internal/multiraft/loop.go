@@ -291,6 +291,7 @@ func (h *Host) publish(r *replica.Replica) {
 		Shard: r.Shard(), ReplicaID: r.ID(), Desc: r.Descriptor(),
 		IsLeader: r.IsLeader(), LeaderReplica: ids.ReplicaID(st.Lead), LeaderNode: r.LeaderNode(),
 		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: r.Applied(),
+		Transferee: ids.ReplicaID(st.LeadTransferee),
 	}
 	h.infoMu.Lock()
 	h.infos[r.Shard()] = info

@@ -20,6 +20,9 @@ type policy struct {
 	snapshotTTLTicks uint64
 	// pendingTimeoutTicks: replica.Config.PendingTimeoutTicks.
 	pendingTimeoutTicks uint64
+	// strayCheckTicks: how often replicas are checked against placement's
+	// descriptors (collectStrays).
+	strayCheckTicks uint64
 }
 
 func newPolicy(cfg Config) policy {
@@ -28,6 +31,7 @@ func newPolicy(cfg Config) policy {
 		logTruncationTicks:    ticksOf(cfg.LogTruncationInterval, cfg.TickInterval),
 		snapshotTTLTicks:      ticksOf(cfg.SnapshotHandleTTL, cfg.TickInterval),
 		pendingTimeoutTicks:   ticksOf(cfg.PendingTimeout, cfg.TickInterval),
+		strayCheckTicks:       ticksOf(cfg.StrayCheckInterval, cfg.TickInterval),
 	}
 }
 
@@ -43,12 +47,20 @@ func ticksOf(d, tick time.Duration) uint64 {
 
 // runPolicies runs, after tick h.ticks, the periodic actions that are due.
 func (h *Host) runPolicies() {
-	if h.ticks%h.policy.leaderPreferenceTicks == 0 {
+	if !h.cfg.NoLeaderPreference && h.ticks%h.policy.leaderPreferenceTicks == 0 {
 		h.preferLeaders()
 	}
 	if h.ticks%h.policy.logTruncationTicks == 0 {
 		h.truncateLogs()
 		h.snaps.expire(h.ticks, h.policy.snapshotTTLTicks)
+		for _, r := range h.replicas {
+			r.ExpireStagedSnapshots(h.policy.snapshotTTLTicks)
+		}
+	}
+	// The first tick checks too: a node restarted after missing a removal
+	// sheds the stray as soon as it learns placement's view.
+	if h.ticks == 1 || h.ticks%h.policy.strayCheckTicks == 0 {
+		h.collectStrays()
 	}
 }
 

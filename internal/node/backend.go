@@ -142,8 +142,22 @@ func readErr(err error) error {
 	return err
 }
 
-func (b backend) ChangeReplicas(ctx context.Context, shard ids.ShardID, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error) {
-	return b.n.host.ChangeReplicas(ctx, shard, remove, addNode)
+func (b backend) ChangeReplicas(ctx context.Context, c grpcapi.Change) (*concordpb.ShardDescriptor, error) {
+	h := b.n.host
+	switch c.Kind {
+	case concordpb.ChangeKind_CHANGE_ADD_LEARNER:
+		return h.AddLearner(ctx, c.Shard, c.Epoch, c.Node)
+	case concordpb.ChangeKind_CHANGE_PROMOTE:
+		return h.PromoteLearner(ctx, c.Shard, c.Epoch, c.Replica)
+	case concordpb.ChangeKind_CHANGE_REMOVE:
+		return h.RemoveReplica(ctx, c.Shard, c.Epoch, c.Replica)
+	default:
+		return h.ChangeReplicas(ctx, c.Shard, c.Epoch, c.Replica, c.Node)
+	}
+}
+
+func (b backend) TransferLeader(ctx context.Context, shard ids.ShardID, epoch uint64, target ids.ReplicaID) error {
+	return b.n.host.TransferLeader(ctx, shard, epoch, target)
 }
 
 func (b backend) AnswerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse {

@@ -46,6 +46,9 @@ type Config struct {
 	// AuthToken, when set, must be given with AUTH (or HELLO AUTH) before
 	// any other Redis command. It protects the Redis port only, for now.
 	AuthToken string
+	// SnapshotRateMiB bounds the MiB per second of all snapshots the node
+	// sends together (default 64; negative: unlimited).
+	SnapshotRateMiB int
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -66,6 +69,7 @@ func DefaultConfig() Config {
 		LogKeepEntries:     5000,
 		LogTruncateEntries: 5000,
 		HeartbeatInterval:  time.Second,
+		SnapshotRateMiB:    64,
 	}
 }
 
@@ -84,7 +88,8 @@ func (c *Config) validate() error {
 	for _, f := range []struct {
 		v   *int
 		def int
-	}{{&c.Shards, d.Shards}, {&c.Replicas, d.Replicas}, {&c.MaxKeyBytes, d.MaxKeyBytes}, {&c.MaxValueBytes, d.MaxValueBytes}} {
+	}{{&c.Shards, d.Shards}, {&c.Replicas, d.Replicas}, {&c.MaxKeyBytes, d.MaxKeyBytes}, {&c.MaxValueBytes, d.MaxValueBytes},
+		{&c.SnapshotRateMiB, d.SnapshotRateMiB}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ type placementState struct {
 	mu       sync.Mutex
 	reports  map[ids.NodeID]scheduler.Report // guarded by mu: the last report per node
 	inflight map[ids.ShardID]bool            // guarded by mu: shards with a repair (key shard) or descriptor update (key shard|descriptorBusy) under way
+	steps    map[ids.ShardID]scheduler.Step  // guarded by mu: the step each shard's repair executes (a move, for the per-node cap)
 	// observedSince is when this node, as placement leader, built its
 	// first view (guarded by mu); zero while it does not lead. The
 	// scheduler judges silence from it for nodes that have not reported
@@ -63,6 +65,9 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 			v.InFlight[shard] = true
 		}
 	}
+	if len(m.steps) > 0 {
+		v.InFlightSteps = maps.Clone(m.steps)
+	}
 	return v
 }
 
@@ -96,6 +101,22 @@ func (m *placementState) end(shard ids.ShardID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.inflight, shard)
+	delete(m.steps, shard)
+}
+
+// beginStep marks s's shard busy with s, which then counts as a move on
+// the nodes it involves until end; it reports false if the shard was busy.
+func (m *placementState) beginStep(s scheduler.Step) bool {
+	if !m.begin(s.Shard) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.steps == nil {
+		m.steps = map[ids.ShardID]scheduler.Step{}
+	}
+	m.steps[s.Shard] = s
+	return true
 }
 
 // schedulerSettings are the scheduler's limits, derived from the node's

@@ -61,6 +61,7 @@ type Node struct {
 	seen      seenSet
 	conns     connPool
 	placement placementState
+	steps     stepCounts // scheduler steps executed, per kind
 	// routes is the placement leader's view of the shards, from heartbeats.
 	routes    atomic.Pointer[[]*concordpb.ShardRoute]
 	partition partition
@@ -229,12 +230,17 @@ func (n *Node) startRaft() error {
 		OnReceive: n.markSeen,
 		Blocked:   n.blocked,
 		Logger:    n.log,
+		// A negative rate (unlimited) becomes 0, which the transport reads so.
+		SnapshotRateBytes: max(int64(n.cfg.SnapshotRateMiB), 0) << 20,
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval
 	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
 	hc.Logger = n.log
 	hc.Placement = n.placementOf
+	// Leaders go where `concord leader transfer` and the placement
+	// scheduler put them; the preferred replica campaigns only at start.
+	hc.NoLeaderPreference = true
 	n.host = multiraft.New(hc, n.eng, n.transport, func(shard ids.ShardID) replica.StateMachine {
 		if shard == routing.MetaShard {
 			return placement.New()

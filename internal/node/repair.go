@@ -2,7 +2,11 @@ package node
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
@@ -36,17 +40,20 @@ func (n *Node) repair(context.Context) {
 	}
 }
 
-// execute runs step s in the background. Only replacement steps are
-// executed today; the scheduler also plans the other kinds (learners,
-// promotions, removals, leader transfers, node marks), which are skipped
-// until their executors exist.
+// execute runs step s in the background, at most one step per shard at a
+// time; while it runs, the scheduler sees it in flight (View.InFlightSteps:
+// a move on the nodes it involves). Node marks are only logged: their
+// executor belongs to the node-membership work.
 func (n *Node) execute(s scheduler.Step) {
-	if s.Kind != scheduler.StepReplace {
-		n.log.Debug("scheduler step not executed yet", "step", scheduler.DescribeStep(s))
+	switch s.Kind {
+	case scheduler.StepReplace, scheduler.StepAddLearner, scheduler.StepPromoteLearner,
+		scheduler.StepRemoveReplica, scheduler.StepTransferLeader:
+	default:
+		n.log.Debug("scheduler step not executed", "step", scheduler.DescribeStep(s))
 		return
 	}
 	shard := s.Shard
-	if !n.placement.begin(shard) {
+	if !n.placement.beginStep(s) {
 		return
 	}
 	n.wg.Add(1)
@@ -55,29 +62,104 @@ func (n *Node) execute(s scheduler.Step) {
 		defer n.placement.end(shard)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		n.replaceReplica(ctx, s)
+		n.runStep(ctx, s)
 	}()
 }
 
-// replaceReplica asks the shard's leader (s.Via, possibly this node) for
-// the joint change that replaces s.Replica by a new replica on s.Target.
-func (n *Node) replaceReplica(ctx context.Context, s scheduler.Step) {
-	req := &concordpb.ChangeReplicasRequest{ShardId: uint64(s.Shard), RemoveReplicaId: uint64(s.Replica), AddNodeId: uint64(s.Target)}
-	var resp *concordpb.ChangeReplicasResponse
-	var err error
-	if s.Via == n.ID() {
-		resp, err = n.cluster.ChangeReplicas(ctx, req)
-	} else {
-		c, fctx, cerr := grpcapi.ClusterClientFor(ctx, n.backend(), s.Via)
-		if cerr != nil {
-			return
-		}
-		resp, err = c.ChangeReplicas(fctx, req)
-	}
+// runStep asks the shard's leader (s.Via, possibly this node) to make step
+// s, planned against descriptor epoch s.Epoch: a leader whose shard changed
+// since refuses it (Aborted), and the next round plans again. Each outcome
+// is logged and counted (Node.StepCounts).
+func (n *Node) runStep(ctx context.Context, s scheduler.Step) {
+	c, fctx, err := n.clusterClient(ctx, s.Via)
 	if err != nil {
-		n.log.Info("replica replacement not done yet", "shard", s.Shard, "remove", s.Replica, "add_node", s.Target, "err", err)
+		n.steps.record(s.Kind, err)
 		return
 	}
-	n.log.Info("replaced replica", "shard", s.Shard, "removed", s.Replica, "added_on_node", s.Target, "epoch", resp.GetShard().GetEpoch())
-	n.recordDescriptor(resp.GetShard())
+	var desc *concordpb.ShardDescriptor
+	if s.Kind == scheduler.StepTransferLeader {
+		_, err = c.TransferLeader(fctx, &concordpb.TransferLeaderRequest{ShardId: uint64(s.Shard), ReplicaId: uint64(s.Replica), PlannedEpoch: s.Epoch})
+	} else {
+		var resp *concordpb.ChangeReplicasResponse
+		resp, err = c.ChangeReplicas(fctx, changeRequest(s))
+		desc = resp.GetShard()
+	}
+	n.steps.record(s.Kind, err)
+	if err != nil {
+		n.log.Info("scheduler step not done yet", "step", scheduler.DescribeStep(s), "err", err)
+		return
+	}
+	n.log.Info("scheduler step done", "step", scheduler.DescribeStep(s), "epoch", desc.GetEpoch())
+	if desc != nil {
+		n.recordDescriptor(desc)
+	}
+}
+
+// changeRequest is the ChangeReplicas request that makes membership step s.
+func changeRequest(s scheduler.Step) *concordpb.ChangeReplicasRequest {
+	req := &concordpb.ChangeReplicasRequest{ShardId: uint64(s.Shard), PlannedEpoch: s.Epoch}
+	switch s.Kind {
+	case scheduler.StepAddLearner:
+		req.Kind, req.AddNodeId = concordpb.ChangeKind_CHANGE_ADD_LEARNER, uint64(s.Target)
+	case scheduler.StepPromoteLearner:
+		req.Kind, req.ReplicaId = concordpb.ChangeKind_CHANGE_PROMOTE, uint64(s.Replica)
+	case scheduler.StepRemoveReplica:
+		req.Kind, req.ReplicaId = concordpb.ChangeKind_CHANGE_REMOVE, uint64(s.Replica)
+	default: // StepReplace
+		req.RemoveReplicaId, req.AddNodeId = uint64(s.Replica), uint64(s.Target)
+	}
+	return req
+}
+
+// clusterClient returns a Cluster client for node: this node's own service
+// when it is node, else a pooled connection.
+func (n *Node) clusterClient(ctx context.Context, node ids.NodeID) (clusterCaller, context.Context, error) {
+	if node == n.ID() {
+		return localCluster{n.cluster}, ctx, nil
+	}
+	return grpcapi.ClusterClientFor(ctx, n.backend(), node)
+}
+
+// clusterCaller is the part of the Cluster API the executor calls.
+type clusterCaller interface {
+	ChangeReplicas(ctx context.Context, req *concordpb.ChangeReplicasRequest, opts ...grpc.CallOption) (*concordpb.ChangeReplicasResponse, error)
+	TransferLeader(ctx context.Context, req *concordpb.TransferLeaderRequest, opts ...grpc.CallOption) (*concordpb.TransferLeaderResponse, error)
+}
+
+// localCluster calls this node's own Cluster service in-process.
+type localCluster struct{ s *grpcapi.Cluster }
+
+func (l localCluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeReplicasRequest, _ ...grpc.CallOption) (*concordpb.ChangeReplicasResponse, error) {
+	return l.s.ChangeReplicas(ctx, req)
+}
+
+func (l localCluster) TransferLeader(ctx context.Context, req *concordpb.TransferLeaderRequest, _ ...grpc.CallOption) (*concordpb.TransferLeaderResponse, error) {
+	return l.s.TransferLeader(ctx, req)
+}
+
+// stepCounts counts executed scheduler steps per kind, done and failed.
+type stepCounts struct {
+	mu           sync.Mutex
+	done, failed map[scheduler.StepKind]uint64
+}
+
+func (c *stepCounts) record(k scheduler.StepKind, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done, c.failed = map[scheduler.StepKind]uint64{}, map[scheduler.StepKind]uint64{}
+	}
+	if err != nil {
+		c.failed[k]++
+	} else {
+		c.done[k]++
+	}
+}
+
+// StepCounts returns how many scheduler steps of each kind this node
+// executed as placement leader, successfully and not.
+func (n *Node) StepCounts() (done, failed map[scheduler.StepKind]uint64) {
+	n.steps.mu.Lock()
+	defer n.steps.mu.Unlock()
+	return maps.Clone(n.steps.done), maps.Clone(n.steps.failed)
 }

@@ -64,6 +64,50 @@ func (r *Replica) ProposeConfChange(p *Proposal) {
 	}
 	p.stepped = true
 	r.proposals[p.ID] = p
+	r.confUnseen = true
+}
+
+// ConfChangePending reports whether a membership change may still be
+// unapplied: raft's leader accepts only one at a time and turns a second
+// into an empty entry (whose proposal would only time out), counting from
+// its election (a change from an earlier term may be in its log) and from
+// the last change it took. The caller refuses a new change meanwhile, with
+// a retryable error. It is conservative: it may report a change pending
+// that raft no longer counts, never the reverse.
+func (r *Replica) ConfChangePending() bool {
+	if r.confUnseen || r.applied < r.confIndex {
+		return true
+	}
+	// A joint configuration applied but not yet left: raft has appended
+	// (or is about to append) the change that leaves it.
+	return len(r.rn.Status().Config.Voters[1]) > 0
+}
+
+// trackConfIndex records, from a Ready this leader persisted, the index up
+// to which a membership change may be pending: a change among its entries,
+// or, for a change proposed but not seen as such (raft replaced it by an
+// empty entry), the last entry.
+func (r *Replica) trackConfIndex(rd raft.Ready) {
+	for _, e := range rd.Entries {
+		if e.GetType() == pb.EntryConfChange || e.GetType() == pb.EntryConfChangeV2 {
+			r.confIndex = max(r.confIndex, e.GetIndex())
+		}
+	}
+	if r.confUnseen && len(rd.Entries) > 0 {
+		r.confIndex = max(r.confIndex, rd.Entries[len(rd.Entries)-1].GetIndex())
+		r.confUnseen = false
+	}
+}
+
+// TransferLeader asks raft to hand this leader's leadership to voter id.
+// Raft aborts the transfer after an election timeout if id does not catch
+// up and take over by then.
+func (r *Replica) TransferLeader(id ids.ReplicaID) error {
+	if err := r.checkLeader(); err != nil {
+		return err
+	}
+	r.rn.TransferLeader(uint64(id))
+	return nil
 }
 
 // ReadIndex starts a linearizable read: Done receives nil once the shard's
@@ -108,6 +152,7 @@ func (r *Replica) InstallSnapshot(rd raft.Ready) error {
 		return fmt.Errorf("replica: shard %d: raft accepted snapshot %d but no data was staged", r.cfg.Shard, idx)
 	}
 	delete(r.staged, idx)
+	delete(r.stagedAt, idx)
 	hs := proto.Clone(r.log.HardState()).(*pb.HardState)
 	if rd.HardState != nil {
 		hs = proto.Clone(rd.HardState).(*pb.HardState)
@@ -242,16 +287,26 @@ func (r *Replica) applyConfChange(b *pebble.Batch, cc *pb.ConfChangeV2) error {
 
 // nextDescriptor returns desc after cc: each removed replica's slot goes to
 // an added one, so the order (and with it the preferred leader, the first
-// replica) stays stable; remaining additions are appended.
+// replica) stays stable; remaining additions are appended. A change that
+// adds a replica already listed changes its role: AddNode promotes a
+// learner to voter, AddLearnerNode demotes a voter.
 func nextDescriptor(desc *concordpb.ShardDescriptor, cc *pb.ConfChangeV2, ctx *storepb.ConfChangeContext) *concordpb.ShardDescriptor {
 	d := proto.Clone(desc).(*concordpb.ShardDescriptor)
 	added := slices.Clone(ctx.GetAdded())
 	for _, c := range cc.GetChanges() {
-		if c.GetType() != pb.ConfChangeRemoveNode {
-			continue
-		}
 		i := slices.IndexFunc(d.Replicas, func(rd *concordpb.ReplicaDescriptor) bool { return rd.GetReplicaId() == c.GetNodeId() })
 		if i < 0 {
+			continue
+		}
+		switch c.GetType() {
+		case pb.ConfChangeAddNode:
+			d.Replicas[i].Role = concordpb.ReplicaRole_REPLICA_VOTER
+			continue
+		case pb.ConfChangeAddLearnerNode:
+			d.Replicas[i].Role = concordpb.ReplicaRole_REPLICA_LEARNER
+			continue
+		case pb.ConfChangeRemoveNode:
+		default:
 			continue
 		}
 		if len(added) > 0 {
@@ -327,6 +382,7 @@ func (r *Replica) Advance(rd raft.Ready) {
 	if rd.SoftState != nil {
 		r.updateLeadership(rd.SoftState)
 	}
+	r.trackConfIndex(rd)
 	for _, rs := range rd.ReadStates {
 		if read, ok := r.reads[string(rs.RequestCtx)]; ok {
 			read.index, read.hasIndex = rs.Index, true
@@ -348,6 +404,12 @@ func (r *Replica) updateLeadership(ss *raft.SoftState) {
 			"from", r.lead, "to", ss.Lead, "term", r.term)
 	}
 	r.lead = ids.ReplicaID(ss.Lead)
+	if !wasLeader && r.isLeader {
+		// raft counts a change from an earlier term as pending until the
+		// new leader applied its whole log (persisted by now: Advance
+		// follows Persist).
+		r.confIndex, _ = r.log.LastIndex()
+	}
 	if wasLeader && !r.isLeader {
 		r.failPending(&NotLeaderError{Shard: r.cfg.Shard, LeaderNode: r.LeaderNode()})
 	}

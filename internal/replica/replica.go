@@ -133,8 +133,14 @@ type Replica struct {
 	nodes map[ids.ReplicaID]ids.NodeID
 
 	proposals map[uint64]*Proposal
-	queued    []*Proposal
-	reads     map[string]*Read
+	// confIndex is the log index up to which a membership change may be
+	// pending, as a leader (ConfChangePending).
+	confIndex uint64
+	// confUnseen: a membership change was proposed and no Ready has
+	// carried entries since.
+	confUnseen bool
+	queued     []*Proposal
+	reads      map[string]*Read
 	// completions are outcomes decided in Apply, delivered in Advance after
 	// the batch holding them is durable.
 	completions []completion
@@ -147,8 +153,10 @@ type Replica struct {
 	voteChanged bool
 	ticks       uint64
 	// staged maps snapshot index to the data received for it.
-	staged  map[uint64]*storage.StagedSnapshot
-	removed bool
+	staged map[uint64]*storage.StagedSnapshot
+	// stagedAt is the tick at which each staged snapshot arrived.
+	stagedAt map[uint64]uint64
+	removed  bool
 }
 
 type completion struct {
@@ -168,6 +176,7 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 		proposals: map[uint64]*Proposal{},
 		reads:     map[string]*Read{},
 		staged:    map[uint64]*storage.StagedSnapshot{},
+		stagedAt:  map[uint64]uint64{},
 	}
 	if err := r.loadState(); err != nil {
 		return nil, err
@@ -304,6 +313,21 @@ func (r *Replica) StageSnapshot(index uint64, s *storage.StagedSnapshot) {
 		old.Discard()
 	}
 	r.staged[index] = s
+	r.stagedAt[index] = r.ticks
+}
+
+// ExpireStagedSnapshots discards the staged snapshots raft rejected (at or
+// below the applied index: raft accepts a snapshot only above its commit
+// index, and one it accepted is installed before the applied index moves
+// on) and those older than ttlTicks, which raft never took up.
+func (r *Replica) ExpireStagedSnapshots(ttlTicks uint64) {
+	for idx, s := range r.staged {
+		if idx <= r.applied || r.ticks-r.stagedAt[idx] > ttlTicks {
+			s.Discard()
+			delete(r.staged, idx)
+			delete(r.stagedAt, idx)
+		}
+	}
 }
 
 // DropStagedSnapshots discards staged data raft did not (or no longer can) use.
@@ -311,6 +335,7 @@ func (r *Replica) DropStagedSnapshots() {
 	for idx, s := range r.staged {
 		s.Discard()
 		delete(r.staged, idx)
+		delete(r.stagedAt, idx)
 	}
 }
 

@@ -89,7 +89,10 @@ type Config struct {
 	MaxBatchBytes int
 	// SnapshotChunkBytes bounds the data in one snapshot chunk.
 	SnapshotChunkBytes int
-	Logger             *slog.Logger
+	// SnapshotRateBytes bounds the bytes per second of all snapshots this
+	// node sends together (the node's --snapshot-rate-mib); 0: unlimited.
+	SnapshotRateBytes int64
+	Logger            *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -106,6 +109,9 @@ type Transport struct {
 
 	stopC chan struct{}
 	wg    sync.WaitGroup
+
+	// snapRate paces outgoing snapshot data (Config.SnapshotRateBytes).
+	snapRate *rateLimit
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
@@ -136,7 +142,7 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 		cfg.Logger = slog.Default()
 	}
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
-		after: time.After}
+		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -502,6 +508,13 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	go func() { // Stop ends a send waiting for the rate limit, too
+		select {
+		case <-t.stopC:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	s, err := concordpb.NewRaftTransportClient(p.conn).SendSnapshot(ctx)
 	if err != nil {
 		return err
@@ -519,6 +532,9 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 		if size < t.cfg.SnapshotChunkBytes {
 			return nil
 		}
+		if err := t.snapRate.wait(ctx, size); err != nil {
+			return err
+		}
 		if err := s.Send(chunk); err != nil {
 			return err
 		}
@@ -530,6 +546,9 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 		return err
 	}
 	chunk.Done = true
+	if err := t.snapRate.wait(ctx, size); err != nil {
+		return err
+	}
 	if err := s.Send(chunk); err != nil {
 		return err
 	}

@@ -251,7 +251,7 @@ func TestReplaceReplica(t *testing.T) {
 	removedReplica := ids.ReplicaID(removed) // in the initial placement a replica's id is its node's
 	h := c.Node(leader).Host
 	changed := make(chan error, 1)
-	go func() { _, err := h.ChangeReplicas(context.Background(), 1, removedReplica, added); changed <- err }()
+	go func() { _, err := h.ChangeReplicas(context.Background(), 1, 0, removedReplica, added); changed <- err }()
 	for i := range 5 {
 		c.Put(fmt.Sprintf("during%d", i), "2")
 	}

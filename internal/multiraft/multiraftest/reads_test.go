@@ -35,7 +35,7 @@ func removeLeaderReplica(c *multiraftest.Cluster, leader ids.NodeID) chan error 
 	h := c.Node(leader).Host
 	changed := make(chan error, 1)
 	go func() {
-		_, err := h.ChangeReplicas(context.Background(), 1, ids.ReplicaID(leader), added) // initial replica ids are node ids
+		_, err := h.ChangeReplicas(context.Background(), 1, 0, ids.ReplicaID(leader), added) // initial replica ids are node ids
 		changed <- err
 	}()
 	return changed

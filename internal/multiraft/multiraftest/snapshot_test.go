@@ -60,7 +60,7 @@ func TestSnapshotStreamOutlivesSendersReplica(t *testing.T) {
 	added := c.AddNode()
 	changed := make(chan error, 1)
 	go func() {
-		_, err := c.Node(leader).Host.ChangeReplicas(context.Background(), 1, ids.ReplicaID(leader), added)
+		_, err := c.Node(leader).Host.ChangeReplicas(context.Background(), 1, 0, ids.ReplicaID(leader), added)
 		changed <- err
 	}()
 	c.RunUntil("the leader's replica to be removed", 500, func() bool {

@@ -1,0 +1,72 @@
+package grpcapi
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// TestCheckChange protects ChangeReplicas validation: each kind takes
+// exactly the fields it needs into the Change the node executes, and a
+// request with a missing or a foreign field, or an unknown kind, is
+// refused as InvalidArgument before anything reaches raft.
+func TestCheckChange(t *testing.T) {
+	type req = concordpb.ChangeReplicasRequest
+	good := []struct {
+		req  *req
+		want Change
+	}{
+		{&req{ShardId: 2, RemoveReplicaId: 3, AddNodeId: 4}, Change{Kind: concordpb.ChangeKind_CHANGE_REPLACE, Shard: 2, Replica: 3, Node: 4}},
+		{&req{ShardId: 2, Kind: concordpb.ChangeKind_CHANGE_ADD_LEARNER, AddNodeId: 4, PlannedEpoch: 7},
+			Change{Kind: concordpb.ChangeKind_CHANGE_ADD_LEARNER, Shard: 2, Node: 4, Epoch: 7}},
+		{&req{ShardId: 2, Kind: concordpb.ChangeKind_CHANGE_PROMOTE, ReplicaId: 5}, Change{Kind: concordpb.ChangeKind_CHANGE_PROMOTE, Shard: 2, Replica: 5}},
+		{&req{ShardId: 2, Kind: concordpb.ChangeKind_CHANGE_REMOVE, ReplicaId: 5, PlannedEpoch: 1},
+			Change{Kind: concordpb.ChangeKind_CHANGE_REMOVE, Shard: 2, Replica: 5, Epoch: 1}},
+	}
+	for _, c := range good {
+		got, err := checkChange(c.req)
+		if err != nil || got != c.want {
+			t.Errorf("checkChange(%v) = %+v, %v; want %+v", c.req, got, err, c.want)
+		}
+	}
+	for _, r := range []*req{
+		{ShardId: 2},
+		{ShardId: 2, RemoveReplicaId: 3},
+		{ShardId: 2, RemoveReplicaId: 3, AddNodeId: 4, ReplicaId: 1},
+		{ShardId: 2, Kind: concordpb.ChangeKind_CHANGE_ADD_LEARNER},
+		{ShardId: 2, Kind: concordpb.ChangeKind_CHANGE_ADD_LEARNER, AddNodeId: 4, ReplicaId: 1},
+		{ShardId: 2, Kind: concordpb.ChangeKind_CHANGE_PROMOTE},
+		{ShardId: 2, Kind: concordpb.ChangeKind_CHANGE_REMOVE, ReplicaId: 1, AddNodeId: 4},
+		{ShardId: 2, Kind: 9, ReplicaId: 1},
+	} {
+		if got, err := checkChange(r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("checkChange(%v) = %+v, %v; want InvalidArgument", r, got, err)
+		}
+	}
+}
+
+// TestTransferTarget protects TransferLeader's target: exactly one of
+// replica and node names it, and it must be in the leader's descriptor.
+func TestTransferTarget(t *testing.T) {
+	d := &concordpb.ShardDescriptor{ShardId: 2, Replicas: []*concordpb.ReplicaDescriptor{{ReplicaId: 1, NodeId: 1}, {ReplicaId: 5, NodeId: 3}}}
+	for _, r := range []*concordpb.TransferLeaderRequest{{ShardId: 2}, {ShardId: 2, ReplicaId: 5, NodeId: 3}} {
+		if err := checkTransfer(r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("checkTransfer(%v) = %v, want InvalidArgument", r, err)
+		}
+	}
+	for _, r := range []*concordpb.TransferLeaderRequest{{ShardId: 2, ReplicaId: 5}, {ShardId: 2, NodeId: 3}} {
+		rep, node, err := transferTarget(d, r)
+		if err != nil || rep != 5 || node != ids.NodeID(3) {
+			t.Errorf("transferTarget(%v) = %d@%d, %v; want 5@3", r, rep, node, err)
+		}
+	}
+	for _, r := range []*concordpb.TransferLeaderRequest{{ShardId: 2, ReplicaId: 4}, {ShardId: 2, NodeId: 2}} {
+		if _, _, err := transferTarget(d, r); status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("transferTarget(%v) = %v, want FailedPrecondition", r, err)
+		}
+	}
+}

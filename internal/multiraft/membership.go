@@ -1,0 +1,184 @@
+package multiraft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/replica"
+)
+
+// Membership changes, proposed on a shard's leader. Each is one raft
+// configuration change (a joint one for ChangeReplicas), applied into the
+// shard's descriptor at apply time (replica.applyConfChange). A caller that
+// planned a change from a descriptor passes that descriptor's epoch; if the
+// shard's membership changed since, the change is refused (ErrStaleEpoch)
+// and the caller plans again. Epoch 0 skips the check.
+
+// ErrStaleEpoch is returned when a change was planned against an older
+// membership than the shard's. Nothing was proposed; planning again on the
+// current descriptor and retrying is safe.
+var ErrStaleEpoch = errors.New("multiraft: shard membership changed since the change was planned")
+
+// ErrChangePending is returned while the shard's previous membership change
+// may still be unapplied (raft takes one at a time). Nothing was proposed;
+// retrying later is safe.
+var ErrChangePending = errors.New("multiraft: another membership change of the shard is in progress")
+
+// ErrRefused wraps the reason a change or transfer makes no sense for the
+// shard's current membership (a node that already holds a replica, a
+// replica that is not a member, removing the leader). Nothing was proposed.
+var ErrRefused = errors.New("multiraft: refused")
+
+// ChangeReplicas replaces replica remove of shard by a new replica on node
+// addNode, in one joint-consensus step. Must run on the shard's leader.
+func (h *Host) ChangeReplicas(ctx context.Context, shard ids.ShardID, epoch uint64, remove ids.ReplicaID, addNode ids.NodeID) (*concordpb.ShardDescriptor, error) {
+	return h.changeConf(ctx, shard, epoch, func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error) {
+		return replica.ReplaceChange(r.Descriptor(), id, remove, addNode)
+	})
+}
+
+// AddLearner adds a fresh replica of shard on node as a learner: it
+// receives the log (or a snapshot) but neither votes nor counts for quorum
+// until PromoteLearner. Must run on the shard's leader.
+func (h *Host) AddLearner(ctx context.Context, shard ids.ShardID, epoch uint64, node ids.NodeID) (*concordpb.ShardDescriptor, error) {
+	return h.changeConf(ctx, shard, epoch, func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error) {
+		return replica.AddLearnerChange(r.Descriptor(), id, node)
+	})
+}
+
+// PromoteLearner makes learner learner of shard a voter. The caller decides
+// it has caught up (its applied index in heartbeats). Must run on the
+// shard's leader.
+func (h *Host) PromoteLearner(ctx context.Context, shard ids.ShardID, epoch uint64, learner ids.ReplicaID) (*concordpb.ShardDescriptor, error) {
+	return h.changeConf(ctx, shard, epoch, func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error) {
+		return replica.PromoteChange(r.Descriptor(), id, learner)
+	})
+}
+
+// RemoveReplica removes replica rm from shard; its node destroys it (data
+// and all) when it applies the change, or, if it misses it, when it learns
+// the newer descriptor (CollectStrays). Refused for the leader itself
+// (transfer leadership first) and for a voter whose removal leaves fewer
+// voters than a majority of the current ones. Must run on the shard's
+// leader.
+func (h *Host) RemoveReplica(ctx context.Context, shard ids.ShardID, epoch uint64, rm ids.ReplicaID) (*concordpb.ShardDescriptor, error) {
+	return h.changeConf(ctx, shard, epoch, func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error) {
+		return replica.RemoveChange(r.Descriptor(), id, rm, r.ID())
+	})
+}
+
+// changeConf proposes the change build makes from the shard's replica (on
+// the loop) and waits until it applied, returning the new descriptor.
+func (h *Host) changeConf(ctx context.Context, shard ids.ShardID, epoch uint64, build func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error)) (*concordpb.ShardDescriptor, error) {
+	id := h.nextID()
+	done := make(chan replica.Outcome, 1)
+	var perr error
+	err := h.Do(ctx, func() {
+		r, err := h.leaderReplica(shard, epoch)
+		if err != nil {
+			perr = err
+			return
+		}
+		if r.ConfChangePending() {
+			perr = fmt.Errorf("shard %d: %w", shard, ErrChangePending)
+			return
+		}
+		cc, err := build(r, id)
+		if err != nil {
+			perr = fmt.Errorf("%w: %w", ErrRefused, err)
+			return
+		}
+		r.ProposeConfChange(&replica.Proposal{ID: id, CC: cc, Done: done})
+		h.dirty[shard] = r
+	})
+	if err := errors.Join(err, perr); err != nil {
+		return nil, err
+	}
+	if _, err := h.wait(ctx, &replica.Proposal{Done: done}); err != nil {
+		return nil, err
+	}
+	info, _ := h.Info(shard)
+	return info.Desc, nil
+}
+
+// leaderReplica returns shard's replica if it leads and its descriptor is
+// at epoch (0: any). On the loop.
+func (h *Host) leaderReplica(shard ids.ShardID, epoch uint64) (*replica.Replica, error) {
+	r := h.replicas[shard]
+	if r == nil {
+		return nil, ErrNoReplica
+	}
+	if !r.IsLeader() {
+		return nil, &replica.NotLeaderError{Shard: shard, LeaderNode: r.LeaderNode()}
+	}
+	if cur := r.Descriptor().GetEpoch(); epoch != 0 && epoch != cur {
+		return nil, fmt.Errorf("shard %d: planned at epoch %d, now at %d: %w", shard, epoch, cur, ErrStaleEpoch)
+	}
+	return r, nil
+}
+
+// TransferLeader hands leadership of shard to voter target and waits until
+// target leads, the transfer is abandoned (raft gives up after an election
+// timeout if target does not take over), or ctx ends. Must run on the
+// shard's leader; a target that already leads is success.
+func (h *Host) TransferLeader(ctx context.Context, shard ids.ShardID, epoch uint64, target ids.ReplicaID) error {
+	var perr error
+	err := h.Do(ctx, func() {
+		r, err := h.leaderReplica(shard, epoch)
+		if err != nil {
+			perr = err
+			return
+		}
+		if r.ID() == target {
+			return
+		}
+		rd := memberDesc(r.Descriptor(), target)
+		switch {
+		case rd == nil:
+			perr = fmt.Errorf("%w: shard %d has no replica %d", ErrRefused, shard, target)
+			return
+		case rd.GetRole() != concordpb.ReplicaRole_REPLICA_VOTER:
+			perr = fmt.Errorf("%w: replica %d of shard %d is a learner, which cannot lead", ErrRefused, target, shard)
+			return
+		}
+		perr = r.TransferLeader(target)
+		h.publish(r) // so the wait below sees the transfer under way
+		h.dirty[shard] = r
+	})
+	if err := errors.Join(err, perr); err != nil {
+		return err
+	}
+	for {
+		info, ok := h.Info(shard)
+		switch {
+		case !ok:
+			return ErrNoReplica
+		case info.LeaderReplica == target:
+			return nil
+		case info.IsLeader && info.Transferee == 0:
+			return fmt.Errorf("shard %d: leadership transfer to replica %d abandoned (not caught up or unreachable); still led here", shard, target)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shard %d: leadership transfer to replica %d: %w", shard, target, ctx.Err())
+		case <-h.doneC:
+			return ErrStopped
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func memberDesc(d *concordpb.ShardDescriptor, id ids.ReplicaID) *concordpb.ReplicaDescriptor {
+	for _, rd := range d.GetReplicas() {
+		if ids.ReplicaID(rd.GetReplicaId()) == id {
+			return rd
+		}
+	}
+	return nil
+}

@@ -1,0 +1,454 @@
+package multiraftest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
+)
+
+// run calls f (a membership call on some host) in the background and ticks
+// the cluster until it returns, while puts of keys prefix0..prefixN-1 (if
+// n > 0) go through the shard's leader; it returns f's result.
+func run(t *testing.T, c *multiraftest.Cluster, what string, f func(context.Context) (*concordpb.ShardDescriptor, error)) (*concordpb.ShardDescriptor, error) {
+	t.Helper()
+	type result struct {
+		d   *concordpb.ShardDescriptor
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { d, err := f(context.Background()); done <- result{d, err} }()
+	c.RunUntil(what, 500, func() bool { return len(done) > 0 })
+	r := <-done
+	return r.d, r.err
+}
+
+// descOf returns node's descriptor of shard 1.
+func descOf(c *multiraftest.Cluster, node ids.NodeID) *concordpb.ShardDescriptor {
+	i, _ := c.Node(node).Host.Info(1)
+	return i.Desc
+}
+
+// roleOf returns replica id's role in d, and whether d lists it.
+func roleOf(d *concordpb.ShardDescriptor, id ids.ReplicaID) (concordpb.ReplicaRole, bool) {
+	for _, rd := range d.GetReplicas() {
+		if ids.ReplicaID(rd.GetReplicaId()) == id {
+			return rd.GetRole(), true
+		}
+	}
+	return 0, false
+}
+
+// putAll writes prefix0..prefix(n-1) and returns the keys.
+func putAll(c *multiraftest.Cluster, prefix string, n int) []string {
+	var keys []string
+	for i := range n {
+		k := fmt.Sprintf("%s%d", prefix, i)
+		c.Put(k, "v")
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func waitAll(c *multiraftest.Cluster, keys []string, nodes ...ids.NodeID) {
+	for _, k := range keys {
+		c.WaitValue(k, "v", nodes...)
+	}
+}
+
+func others(leader ids.NodeID, n int) []ids.NodeID {
+	var out []ids.NodeID
+	for id := ids.NodeID(1); id <= ids.NodeID(n); id++ {
+		if id != leader {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// TestAddLearner protects learners: a learner added while writes flow
+// catches up by the log (every write before, during and after reaches it),
+// every member's descriptor lists it as LEARNER under a new epoch, and it
+// does not count for quorum: cut off together with one voter, the other two
+// voters still commit (a fourth voter would need three); with two of the
+// three voters cut off, the remaining voter and the learner cannot commit.
+func TestAddLearner(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	before := putAll(c, "before", 5)
+	n4 := c.AddNode()
+	epoch := descOf(c, leader).GetEpoch()
+	d, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.AddLearner(ctx, 1, epoch, n4)
+	})
+	if err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	learner := ids.ReplicaID(4) // the shard's next replica id
+	if role, ok := roleOf(d, learner); !ok || role != concordpb.ReplicaRole_REPLICA_LEARNER || d.GetEpoch() != epoch+1 {
+		t.Fatalf("descriptor %v, want learner 4 at epoch %d", d, epoch+1)
+	}
+	after := putAll(c, "after", 5)
+	waitAll(c, append(before, after...), n4)
+	c.RunUntil("every member to list the learner", 300, func() bool {
+		for _, n := range []ids.NodeID{1, 2, 3, n4} {
+			if role, ok := roleOf(descOf(c, n), learner); !ok || role != concordpb.ReplicaRole_REPLICA_LEARNER {
+				return false
+			}
+		}
+		return true
+	})
+	if i, _ := c.Node(n4).Host.Info(1); i.Applied < descOf(c, leader).GetEpoch() || i.IsLeader {
+		t.Fatalf("learner's info %+v", i)
+	}
+
+	// Cut off with one voter, the learner costs nothing: two of three
+	// voters commit (two of four would not).
+	leader = c.WaitLeader(1)
+	voter := others(leader, 3)[0]
+	c.Cut(n4)
+	c.Cut(voter)
+	c.Put("learner-cut", "v")
+	c.Heal(n4)
+	c.Heal(voter)
+	c.WaitValue("learner-cut", "v", n4, voter)
+
+	// Two voters cut off: the third voter and the learner are no quorum.
+	leader = c.WaitLeader(1)
+	cut := others(leader, 3)
+	for _, n := range cut {
+		c.Cut(n)
+	}
+	call := c.Propose(leader, 1, multiraftest.PutOp("stuck", "v"))
+	c.Tick(100) // ten election timeouts
+	if call.Done() && call.Err == nil {
+		t.Fatal("a write committed with two of three voters cut off: the learner counted")
+	}
+	for _, n := range cut {
+		c.Heal(n)
+	}
+	c.Put("healed", "v")
+	c.WaitValue("healed", "v", 1, 2, 3, n4)
+}
+
+// TestAddLearnerBySnapshot protects a learner's catch-up by snapshot: added
+// after the leader truncated its log, it receives a streamed snapshot and
+// then the log, and holds every write.
+func TestAddLearnerBySnapshot(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		cfg.LogKeepEntries, cfg.LogTruncateEntries = 2, 3
+	}})
+	leader := c.WaitLeader(1)
+	before := putAll(c, "k", 20)
+	c.RunUntil("the leader to truncate its log", 100, func() bool { return truncated(t, c, leader) > 15 })
+	n4 := c.AddNode()
+	snaps := 0
+	c.Net.OnSnapshotStream(func(_, to ids.NodeID, _ ids.ShardID) {
+		if to == n4 {
+			snaps++
+		}
+	})
+	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.Put("after", "v")
+	waitAll(c, append(before, "after"), n4)
+	if snaps == 0 {
+		t.Fatal("the learner caught up without a snapshot")
+	}
+}
+
+// TestPromoteLearner protects promotion: the learner becomes a VOTER in
+// every descriptor, and then counts for quorum: with four voters one cut
+// off, the three left (the promoted one among them) commit, which two
+// original voters alone could not (three of four needed).
+func TestPromoteLearner(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	n4 := c.AddNode()
+	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.Put("caught-up", "v")
+	c.WaitValue("caught-up", "v", n4)
+	d, err := run(t, c, "the promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.PromoteLearner(ctx, 1, 0, 4)
+	})
+	if err != nil {
+		t.Fatalf("PromoteLearner: %v", err)
+	}
+	if role, ok := roleOf(d, 4); !ok || role != concordpb.ReplicaRole_REPLICA_VOTER {
+		t.Fatalf("descriptor %v, want replica 4 a voter", d)
+	}
+	c.RunUntil("the promoted replica to see itself a voter", 300, func() bool {
+		role, ok := roleOf(descOf(c, n4), 4)
+		return ok && role == concordpb.ReplicaRole_REPLICA_VOTER
+	})
+	cut := others(leader, 3)[0]
+	c.Cut(cut)
+	c.Put("three-of-four", "v")
+	c.WaitValue("three-of-four", "v", n4)
+	// Now the promoted replica alone out too: two of four cannot commit.
+	c.Cut(n4)
+	leader = c.Leader(1)
+	call := c.Propose(leader, 1, multiraftest.PutOp("stuck", "v"))
+	c.Tick(100)
+	if call.Done() && call.Err == nil {
+		t.Fatal("two of four voters committed a write")
+	}
+	c.Heal(cut)
+	c.Heal(n4)
+	c.Put("healed", "v")
+}
+
+// TestRemoveReplica protects removal under load: removing a follower while
+// writes flow completes, writes keep committing on the three left, the
+// removed node destroys its replica, and the leader cannot remove itself.
+func TestRemoveReplica(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 4})
+	leader := c.WaitLeader(1)
+	if _, err := run(t, c, "the leader's self-removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(leader))
+	}); !errors.Is(err, multiraft.ErrRefused) {
+		t.Fatalf("removing the leader itself: %v, want ErrRefused", err)
+	}
+	removed := others(leader, 4)[0]
+	h := c.Node(leader).Host
+	done := make(chan error, 1)
+	go func() { _, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(removed)); done <- err }()
+	during := putAll(c, "during", 5)
+	c.RunUntil("the removal", 500, func() bool { return len(done) > 0 })
+	if err := <-done; err != nil {
+		t.Fatalf("RemoveReplica: %v", err)
+	}
+	after := putAll(c, "after", 5)
+	var members []ids.NodeID
+	for _, n := range []ids.NodeID{1, 2, 3, 4} {
+		if n != removed {
+			members = append(members, n)
+		}
+	}
+	waitAll(c, append(during, after...), members...)
+	c.RunUntil("the removed replica to be destroyed", 300, func() bool {
+		_, ok := c.Node(removed).Host.Info(1)
+		return !ok
+	})
+	if _, found := c.Get(removed, "after0"); found {
+		t.Fatal("the removed replica's data survived")
+	}
+	if _, found := c.Get(removed, "during0"); found {
+		t.Fatal("the removed replica's data survived")
+	}
+}
+
+// TestReplaceDeadReplicaSafely protects the safe replacement sequence with
+// one voter dead throughout: add a learner on a new node, promote it once
+// caught up, then remove the dead voter. The shard commits at every stage
+// (never below a quorum of live voters) and every acknowledged write is on
+// the three live voters at the end.
+func TestReplaceDeadReplicaSafely(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	dead := others(leader, 3)[0]
+	c.Stop(dead)
+	acked := putAll(c, "dead-", 3)
+	n4 := c.AddNode()
+	steps := []struct {
+		name string
+		f    func(h *multiraft.Host, ctx context.Context, epoch uint64) (*concordpb.ShardDescriptor, error)
+	}{
+		{"add learner", func(h *multiraft.Host, ctx context.Context, e uint64) (*concordpb.ShardDescriptor, error) {
+			return h.AddLearner(ctx, 1, e, n4)
+		}},
+		{"promote", func(h *multiraft.Host, ctx context.Context, e uint64) (*concordpb.ShardDescriptor, error) {
+			return h.PromoteLearner(ctx, 1, e, 4)
+		}},
+		{"remove dead", func(h *multiraft.Host, ctx context.Context, e uint64) (*concordpb.ShardDescriptor, error) {
+			return h.RemoveReplica(ctx, 1, e, ids.ReplicaID(dead))
+		}},
+	}
+	for i, s := range steps {
+		leader = c.WaitLeader(1)
+		h, epoch := c.Node(leader).Host, descOf(c, leader).GetEpoch()
+		if _, err := run(t, c, s.name, func(ctx context.Context) (*concordpb.ShardDescriptor, error) { return s.f(h, ctx, epoch) }); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		acked = append(acked, putAll(c, fmt.Sprintf("step%d-", i), 3)...)
+		if i == 0 {
+			waitAll(c, acked, n4) // caught up before the promotion
+		}
+	}
+	live := append(others(dead, 3), n4)
+	waitAll(c, acked, live...)
+	d := descOf(c, c.WaitLeader(1))
+	if _, ok := roleOf(d, ids.ReplicaID(dead)); ok || len(d.GetReplicas()) != 3 {
+		t.Fatalf("descriptor %v, want three voters without replica %d", d, dead)
+	}
+}
+
+// TestTransferLeader protects leader transfer: leadership moves to the
+// named voter, a learner is refused as target, and a stale epoch refuses
+// every change with ErrStaleEpoch and changes nothing.
+func TestTransferLeader(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) { cfg.NoLeaderPreference = true }})
+	leader := c.WaitLeader(1)
+	target := others(leader, 3)[1]
+	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
+	}); err != nil {
+		t.Fatalf("TransferLeader: %v", err)
+	}
+	if got := c.WaitLeader(1); got != target {
+		t.Fatalf("leader is node %d, want %d", got, target)
+	}
+	c.Put("after-transfer", "v")
+	c.Tick(100)
+	if got := c.Leader(1); got != target {
+		t.Fatalf("leadership went back to node %d", got)
+	}
+
+	h := c.Node(target).Host
+	stale := descOf(c, target).GetEpoch()
+	n4 := c.AddNode()
+	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, stale, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	if _, err := run(t, c, "a learner as target", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return nil, h.TransferLeader(ctx, 1, 0, 4)
+	}); !errors.Is(err, multiraft.ErrRefused) {
+		t.Fatalf("TransferLeader to a learner: %v, want ErrRefused", err)
+	}
+	if _, err := run(t, c, "a stale promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return h.PromoteLearner(ctx, 1, stale, 4)
+	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
+		t.Fatalf("PromoteLearner at a stale epoch: %v, want ErrStaleEpoch", err)
+	}
+	if _, err := run(t, c, "a stale removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return h.RemoveReplica(ctx, 1, stale, ids.ReplicaID(leader))
+	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
+		t.Fatalf("RemoveReplica at a stale epoch: %v, want ErrStaleEpoch", err)
+	}
+	if _, err := run(t, c, "a stale transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return nil, h.TransferLeader(ctx, 1, stale, ids.ReplicaID(leader))
+	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
+		t.Fatalf("TransferLeader at a stale epoch: %v, want ErrStaleEpoch", err)
+	}
+	if d := descOf(c, target); len(d.GetReplicas()) != 4 || d.GetEpoch() != stale+1 || c.Leader(1) != target {
+		t.Fatalf("refused requests changed something: descriptor %v, leader %d", d, c.Leader(1))
+	}
+}
+
+// TestCollectStray protects garbage collection of replicas removed behind
+// their node's back: a follower cut off while the shard removes it never
+// hears of the removal (a leader contacts only members) and keeps its
+// replica while placement's view is unknown or not newer than its own;
+// once the view is the newer descriptor that does not list it, the node
+// destroys the replica, data and all.
+func TestCollectStray(t *testing.T) {
+	var view atomic.Pointer[concordpb.ShardDescriptor]
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		cfg.Placement = func(ids.ShardID) (*concordpb.ShardDescriptor, bool) {
+			d := view.Load()
+			return d, d != nil
+		}
+	}})
+	leader := c.WaitLeader(1)
+	c.Put("before", "v")
+	victim := others(leader, 3)[0]
+	c.WaitValue("before", "v", victim)
+	old := descOf(c, victim)
+	c.Cut(victim)
+	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim))
+	})
+	if err != nil {
+		t.Fatalf("RemoveReplica: %v", err)
+	}
+	c.Heal(victim)
+	c.Put("after", "v")
+
+	view.Store(old) // placement's view is no newer than the replica's own
+	c.Tick(250)     // past two stray checks (10 s at 100 ms ticks)
+	if _, ok := c.Node(victim).Host.Info(1); !ok {
+		t.Fatal("the replica was destroyed on a view no newer than its own")
+	}
+	if _, found := c.Get(victim, "before"); !found {
+		t.Fatal("the replica's data went while it was kept")
+	}
+
+	view.Store(d)
+	c.RunUntil("the stray replica to be destroyed", 300, func() bool {
+		_, ok := c.Node(victim).Host.Info(1)
+		return !ok
+	})
+	if _, found := c.Get(victim, "before"); found {
+		t.Fatal("the stray replica's data survived")
+	}
+	tomb, err := c.Node(victim).Engine.Tombstone(1)
+	if err != nil || tomb < ids.ReplicaID(victim) {
+		t.Fatalf("tombstone %d (%v), want at least %d", tomb, err, victim)
+	}
+	c.Put("later", "v")
+	if _, ok := c.Node(victim).Host.Info(1); ok {
+		t.Fatal("the destroyed replica came back")
+	}
+}
+
+// TestOneChangeAtATime protects against a second membership change raft
+// would silently drop: while one change cannot commit (the followers are
+// cut off), another is refused at once with ErrChangePending, and the
+// first completes after healing.
+func TestOneChangeAtATime(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 4, Replicas: 3})
+	leader := c.WaitLeader(1)
+	var spare ids.NodeID
+	for _, n := range []ids.NodeID{1, 2, 3, 4} {
+		if _, ok := roleOf(descOf(c, leader), ids.ReplicaID(n)); !ok {
+			spare = n
+		}
+	}
+	followers := []ids.NodeID{}
+	for _, r := range descOf(c, leader).GetReplicas() {
+		if n := ids.NodeID(r.GetNodeId()); n != leader {
+			followers = append(followers, n)
+		}
+	}
+	for _, n := range followers {
+		c.Cut(n)
+	}
+	h := c.Node(leader).Host
+	errs := make(chan error, 2)
+	go func() { _, err := h.AddLearner(context.Background(), 1, 0, spare); errs <- err }()
+	go func() {
+		_, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(followers[0]))
+		errs <- err
+	}()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, multiraft.ErrChangePending) {
+			t.Fatalf("the second change: %v, want ErrChangePending", err)
+		}
+	case <-time.After(10 * time.Second): // a bound on failure, not a wait for success
+		t.Fatal("neither change was refused while the other was pending")
+	}
+	for _, n := range followers {
+		c.Heal(n)
+	}
+	c.RunUntil("the first change", 500, func() bool { return len(errs) > 0 })
+	if err := <-errs; err != nil {
+		t.Fatalf("the first change: %v", err)
+	}
+}
