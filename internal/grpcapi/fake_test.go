@@ -12,6 +12,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -35,6 +36,7 @@ type fakeNode struct {
 
 	proposeResult *storepb.CommandResult
 	proposeErr    error
+	dropFirst     int // guarded by mu: proposals raft drops before taking one
 	readIndexErr  error
 
 	mu         sync.Mutex
@@ -153,6 +155,10 @@ func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Comman
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.proposals = append(f.proposals, cmd)
+	if f.dropFirst > 0 {
+		f.dropFirst--
+		return nil, replica.ErrDropped
+	}
 	return f.proposeResult, f.proposeErr
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/replica"
 )
 
 func wantStatus(t *testing.T, err error, code codes.Code, msg string) {
@@ -181,5 +182,28 @@ func TestRequestsWaitForAnElection(t *testing.T) {
 	f.electing = &election{calls: 5, leader: 1}
 	if _, err := kv.Get(ctx, &concordpb.GetRequest{Key: []byte("k")}); err != nil {
 		t.Fatalf("linearizable get during an election: %v, want it to wait for the leader", err)
+	}
+}
+
+// TestDroppedProposalIsRetried protects writes across a leadership change:
+// a proposal raft dropped (it never reached the log) is routed and proposed
+// again instead of failing, while an error that may hide an applied write
+// is returned as it is.
+func TestDroppedProposalIsRetried(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	kv := NewKV(f, testLimits)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f.dropFirst = 3
+	if _, err := kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatalf("put whose first 3 proposals raft dropped: %v, want it retried", err)
+	}
+	if n := len(f.proposals); n != 4 {
+		t.Fatalf("%d proposals, want 4 (3 dropped, then the one that applied)", n)
+	}
+	f.proposeErr = replica.ErrAmbiguous
+	_, err := kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	if n := len(f.proposals); err == nil || n != 5 {
+		t.Fatalf("ambiguous put: %v after %d proposals, want an error after exactly one more", err, n)
 	}
 }

@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/mutant"
+	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -115,30 +117,56 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	if err != nil {
 		return nil, err
 	}
-	s.awaitLeader(ctx, req.GetHeader(), shard)
-	if leader, local := s.b.Leader(shard); !local {
-		c, err := kvClientFor(s.b, leader, req.GetHeader().GetHops(), shard)
-		if err != nil {
-			return nil, err
+	retryUntil := time.Now().Add(leaderWait)
+	for {
+		s.awaitLeader(ctx, req.GetHeader(), shard)
+		if leader, local := s.b.Leader(shard); !local {
+			c, err := kvClientFor(s.b, leader, req.GetHeader().GetHops(), shard)
+			if err != nil {
+				return nil, err
+			}
+			return forward(ctx, leader, func(ctx context.Context) (*concordpb.BatchResponse, error) {
+				return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(req.GetHeader()), Ops: req.GetOps()})
+			})
 		}
-		return forward(ctx, leader, func(ctx context.Context) (*concordpb.BatchResponse, error) {
-			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(req.GetHeader()), Ops: req.GetOps()})
-		})
+		// The stamp is this leader's clock: the state machine turns TTLs into
+		// absolute times from it (on the shard's clock), once, for every replica.
+		cmd := &storepb.Command{UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
+			SessionId: req.GetHeader().GetSessionId(), Seq: req.GetHeader().GetSeq(), Ops: req.GetOps(),
+			MaxValueBytes: int64(s.limits.MaxValueBytes),
+		}}}
+		res, err := s.b.Propose(ctx, shard, cmd)
+		if err != nil && refusedBeforeLog(err) && time.Now().Before(retryUntil) && pause(ctx, leaderPoll) {
+			continue // raft did not take it (a leadership change under way): route it again
+		}
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if c := codes.Code(res.GetErrorCode()); c != codes.OK {
+			return nil, status.Error(c, res.GetErrorMessage())
+		}
+		return &concordpb.BatchResponse{Header: header(s.b, shard), Results: res.GetResults()}, nil
 	}
-	// The stamp is this leader's clock: the state machine turns TTLs into
-	// absolute times from it (on the shard's clock), once, for every replica.
-	cmd := &storepb.Command{UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
-		SessionId: req.GetHeader().GetSessionId(), Seq: req.GetHeader().GetSeq(), Ops: req.GetOps(),
-		MaxValueBytes: int64(s.limits.MaxValueBytes),
-	}}}
-	res, err := s.b.Propose(ctx, shard, cmd)
-	if err != nil {
-		return nil, toStatus(err)
+}
+
+// refusedBeforeLog reports whether err says a proposal never reached the
+// raft log (this replica is not the leader, or raft dropped it during a
+// leadership change): it certainly did not apply, so it may be sent again.
+func refusedBeforeLog(err error) bool {
+	var nl *replica.NotLeaderError
+	return errors.Is(err, replica.ErrDropped) || errors.As(err, &nl)
+}
+
+// pause waits d, or less if ctx ends first: then it returns false.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
-	if c := codes.Code(res.GetErrorCode()); c != codes.OK {
-		return nil, status.Error(c, res.GetErrorMessage())
-	}
-	return &concordpb.BatchResponse{Header: header(s.b, shard), Results: res.GetResults()}, nil
 }
 
 // Scan merges the per-shard scans of every user shard, or scans one shard
@@ -258,6 +286,9 @@ func (s *KV) canReadLocally(h *concordpb.RequestHeader, shard ids.ShardID) bool 
 // does, has no retry of its own.
 const leaderWait = 2 * time.Second
 
+// leaderPoll is how often a waiting request looks for a leader again.
+const leaderPoll = 20 * time.Millisecond
+
 // awaitLeader waits, for a request that needs shard's leader (a write or a
 // linearizable read), until a leader is known, leaderWait passes or half
 // of ctx's time is spent.
@@ -274,7 +305,7 @@ func (s *KV) awaitLeader(ctx context.Context, h *concordpb.RequestHeader, shard 
 	}
 	timeout := time.NewTimer(d)
 	defer timeout.Stop()
-	poll := time.NewTicker(20 * time.Millisecond)
+	poll := time.NewTicker(leaderPoll)
 	defer poll.Stop()
 	for {
 		select {
