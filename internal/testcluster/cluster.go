@@ -19,6 +19,10 @@ import (
 // Options.Shards is 0.
 const DefaultShards = localcluster.DefaultShards
 
+// superviseDelay is how long a supervised node stays down before its
+// restart: long enough that a test polling every 50 ms sees it down.
+const superviseDelay = 500 * time.Millisecond
+
 // stopTimeout bounds how long a node may take to exit after SIGTERM.
 const stopTimeout = 20 * time.Second
 
@@ -66,7 +70,7 @@ func New(t testing.TB, opts Options) *Cluster {
 		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
 		LogLevel:  cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
 		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit, Redis: opts.Redis,
-		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise})
+		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise, RestartDelay: superviseDelay})
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
 	}
