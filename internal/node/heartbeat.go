@@ -24,6 +24,11 @@ type placementState struct {
 	mu       sync.Mutex
 	reports  map[ids.NodeID]scheduler.Report // guarded by mu: the last report per node
 	inflight map[ids.ShardID]bool            // guarded by mu: shards with a repair (key shard) or descriptor update (key shard|descriptorBusy) under way
+	// observedSince is when this node, as placement leader, built its
+	// first view (guarded by mu); zero while it does not lead. The
+	// scheduler judges silence from it for nodes that have not reported
+	// since, so a new placement leader declares nobody dead at once.
+	observedSince time.Time
 
 	// lastLeader is the placement leader named by the last heartbeat answer
 	// (an ids.NodeID; atomic has no typed uint64).
@@ -45,7 +50,10 @@ func (m *placementState) record(node ids.NodeID, replicas []*concordpb.ReplicaSt
 func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*concordpb.NodeDescriptor, shards []*concordpb.ShardDescriptor) scheduler.View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v := scheduler.View{Now: now, Settings: s, Nodes: nodes, Shards: shards,
+	if m.observedSince.IsZero() {
+		m.observedSince = now
+	}
+	v := scheduler.View{Now: now, Settings: s, Nodes: nodes, Shards: shards, ObservedSince: m.observedSince,
 		Reports: make(map[ids.NodeID]scheduler.Report, len(m.reports)), InFlight: map[ids.ShardID]bool{}}
 	for node, r := range m.reports {
 		v.Reports[node] = r
@@ -56,6 +64,14 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 		}
 	}
 	return v
+}
+
+// stopObserving forgets when this node began observing: it no longer
+// leads placement, and its reports will be stale if it leads again.
+func (m *placementState) stopObserving() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.observedSince = time.Time{}
 }
 
 // descriptorBusy marks the busy keys of descriptor updates, a key space

@@ -16,6 +16,7 @@ import (
 // the steps, each in the background, one at a time per shard.
 func (n *Node) repair(context.Context) {
 	if _, local := n.leaderOf(routing.MetaShard); !local {
+		n.placement.stopObserving()
 		return
 	}
 	v, err := n.placementView()
@@ -35,11 +36,13 @@ func (n *Node) repair(context.Context) {
 	}
 }
 
-// execute runs step s in the background. Only replacement steps exist
-// today; the placement issue adds the executors of the other kinds.
+// execute runs step s in the background. Only replacement steps are
+// executed today; the scheduler also plans the other kinds (learners,
+// promotions, removals, leader transfers, node marks), which are skipped
+// until their executors exist.
 func (n *Node) execute(s scheduler.Step) {
 	if s.Kind != scheduler.StepReplace {
-		n.log.Warn("scheduler step not supported yet", "step", scheduler.DescribeStep(s))
+		n.log.Debug("scheduler step not executed yet", "step", scheduler.DescribeStep(s))
 		return
 	}
 	shard := s.Shard

@@ -10,33 +10,84 @@ import (
 )
 
 // checkSteps asserts what every plan must satisfy, whatever the view: in
-// shard order, at most one step per shard and none for a busy one, only
-// replace steps sent to a known leader, never a new replica on a node that
-// is not UP, and every step consistent with the shard's descriptor. The
-// harness runs it on every scripted schedule, the property tests on every
-// random view.
+// shard order; at most one step per shard and none for a busy one, each
+// sent to a known leader; marks only of known nodes and only to a new
+// state; new replicas only on nodes that may take them (replace: UP as
+// recorded; add-learner: UP as judged); every step consistent with the
+// shard's descriptor; a removal never on the leader's node and never
+// leaving the shard without a quorum of live voters. The harness runs it
+// on every scripted schedule, the property tests on every random view.
 func checkSteps(t *testing.T, v View, steps []Step) {
 	t.Helper()
 	if !slices.IsSortedFunc(steps, func(a, b Step) int { return cmp.Compare(a.Shard, b.Shard) }) {
 		t.Fatalf("steps not in shard order:\n%s", DescribeSteps(steps))
 	}
+	judged := NodeStates(v)
 	seen := map[ids.ShardID]bool{}
 	for _, s := range steps {
-		if seen[s.Shard] || v.InFlight[s.Shard] {
-			t.Fatalf("%s: a second step for its shard, or one for a busy shard", DescribeStep(s))
+		if s.Kind == StepMarkNode {
+			rec, ok := nodeState(v, s.Target)
+			if !ok || rec == s.State || s.Shard != 0 {
+				t.Fatalf("%s: marks an unknown node or to its recorded state", DescribeStep(s))
+			}
+			continue
+		}
+		_, running := v.InFlightSteps[s.Shard]
+		if seen[s.Shard] || v.InFlight[s.Shard] || running || s.Via == 0 {
+			t.Fatalf("%s: a second step for its shard, one for a busy shard, or one with no leader", DescribeStep(s))
 		}
 		seen[s.Shard] = true
-		if s.Kind != StepReplace || s.Via == 0 {
-			t.Fatalf("%s: today's planner emits only replace steps with a leader", DescribeStep(s))
-		}
-		if st, ok := nodeState(v, s.Target); !ok || st != concordpb.NodeState_NODE_UP {
-			t.Fatalf("%s: targets a node that is not UP", DescribeStep(s))
-		}
 		d := shardOf(v, s.Shard)
-		if r := replicaOn(d, s.ReplicaNode); r == nil || ids.ReplicaID(r.GetReplicaId()) != s.Replica || replicaOn(d, s.Target) != nil {
+		switch s.Kind {
+		case StepReplace:
+			if st, ok := nodeState(v, s.Target); !ok || st != concordpb.NodeState_NODE_UP {
+				t.Fatalf("%s: targets a node that is not UP", DescribeStep(s))
+			}
+		case StepAddLearner:
+			if judged[s.Target] != concordpb.NodeState_NODE_UP || replicaOn(d, s.Target) != nil {
+				t.Fatalf("%s: targets a node that is not UP or already holds the shard", DescribeStep(s))
+			}
+			continue
+		}
+		r := replicaOn(d, s.ReplicaNode)
+		if r == nil || ids.ReplicaID(r.GetReplicaId()) != s.Replica || (s.Kind == StepReplace && replicaOn(d, s.Target) != nil) {
 			t.Fatalf("%s: does not match the descriptor %v", DescribeStep(s), d)
 		}
+		switch s.Kind {
+		case StepPromoteLearner:
+			if r.GetRole() != concordpb.ReplicaRole_REPLICA_LEARNER || judged[s.ReplicaNode] != concordpb.NodeState_NODE_UP {
+				t.Fatalf("%s: promotes a voter or a learner on a node that is not UP", DescribeStep(s))
+			}
+		case StepTransferLeader:
+			if r.GetRole() != concordpb.ReplicaRole_REPLICA_VOTER || s.ReplicaNode == s.Via || judged[s.ReplicaNode] != concordpb.NodeState_NODE_UP {
+				t.Fatalf("%s: transfers to a learner, to the leader, or to a node that is not UP", DescribeStep(s))
+			}
+		case StepRemoveReplica:
+			if s.ReplicaNode == s.Via {
+				t.Fatalf("%s: removes the leader's replica", DescribeStep(s))
+			}
+			if live, voters := liveVoters(judged, d, s.Replica); r.GetRole() == concordpb.ReplicaRole_REPLICA_VOTER && (voters == 0 || live < voters/2+1) {
+				t.Fatalf("%s: leaves %d live of %d voters", DescribeStep(s), live, voters)
+			}
+		}
 	}
+}
+
+// liveVoters counts d's voters other than without, and those of them on
+// live nodes (judged neither dead, replaced nor removed; known).
+func liveVoters(judged map[ids.NodeID]concordpb.NodeState, d *concordpb.ShardDescriptor, without ids.ReplicaID) (live, voters int) {
+	for _, r := range d.GetReplicas() {
+		if ids.ReplicaID(r.GetReplicaId()) == without || r.GetRole() != concordpb.ReplicaRole_REPLICA_VOTER {
+			continue
+		}
+		voters++
+		switch st, ok := judged[ids.NodeID(r.GetNodeId())]; {
+		case !ok, st == concordpb.NodeState_NODE_DEAD, st == concordpb.NodeState_NODE_REPLACED, st == concordpb.NodeState_NODE_REMOVED:
+		default:
+			live++
+		}
+	}
+	return live, voters
 }
 
 func nodeState(v View, id ids.NodeID) (concordpb.NodeState, bool) {

@@ -3,7 +3,8 @@
 // every shard's descriptor, the shards with a change already under way, and
 // the time), Schedule returns the Steps that move the cluster towards where
 // it should be. The meta shard's leader builds the View, calls Schedule, and
-// executes the steps; this package decides, the node acts.
+// executes the steps; this package decides, the node acts. Health reports
+// each shard's replication for status pages.
 //
 // # What it is not
 //
@@ -20,27 +21,57 @@
 // the executor marks a shard busy while its step runs and hands that set back
 // as View.InFlight, so a shard is never given a second step while one runs.
 //
-// # What it plans today
+// # Words
 //
-// One checker, ported from the node's repair loop: every replica on a node in
-// state REPLACED (its data is gone; a fresh process took its address under a
-// new id) is replaced by a new replica on the node that replaced it, once
-// that node is UP. The step is a single joint configuration change (add the
-// new replica and remove the old one together, which is what the cluster's
-// ChangeReplicas does) sent to the shard's leader as the heartbeats report it
-// (see Leaders). A shard with no known leader, or with a change in flight,
-// gets no step this round; the next round tries again.
+// Node states are judged, not just read (NodeStates): REPLACED, LEAVING and
+// REMOVED are what the meta shard records; any other node is UP, SUSPECT
+// (silent for longer than Settings.SuspectAfter) or DEAD (longer than
+// DeadAfter), silence counting from its last report or from
+// View.ObservedSince, whichever is later. A node is live unless it is
+// DEAD, REPLACED, REMOVED or unknown (a LEAVING node is live until it dies);
+// its replicas make up a shard's quorum. It is good if UP or SUSPECT: its
+// replicas count towards the shard's replication factor. It is eligible
+// (may receive replicas and leaderships) only if UP. A learner is caught up
+// when its applied index is non-zero and within Settings.CatchUpEntries of
+// the highest commit index reported for its shard.
 //
-// # How it grows
+// # What it plans
 //
-// The step vocabulary (StepKind) already names the operations the placement
-// work that follows needs: adding a replica as a learner, promoting it,
-// removing a replica, transferring leadership, and marking a node's state.
-// Planned additions are further checkers, each a pure function of the View:
-// dead-node detection (a node silent for longer than a grace period is marked
-// dead and its replicas replaced, learner first, so a replica is never
-// removed before its replacement caught up), restoring shards below the
-// replication factor, and balancing replica and leader counts across nodes.
+// Marks first: a StepMarkNode for every node whose judged state differs
+// from the recorded one, and REMOVED for a LEAVING node no descriptor lists.
+// Then, per shard, at most one step, the first rule that applies (a busy
+// shard, one with no known leader, or one without a live quorum of voters
+// gets none):
+//
+//  1. A replica on a REPLACED node whose successor is UP: StepReplace (one
+//     joint change, the wiped replica's data being gone anyway).
+//  2. Fewer good replicas than wanted (Settings.Replication; the meta
+//     shard MetaReplication from that many good nodes on): StepAddLearner
+//     on the least-loaded eligible node that does not hold the shard and is
+//     under its move cap; ties to the lower id. Nowhere to go: nothing (the
+//     shard runs under-replicated; Health says so).
+//  3. A caught-up learner on an eligible node: StepPromoteLearner.
+//  4. StepRemoveReplica of: a learner on a node that is not good; a voter
+//     on a node that is not live, once the good voters are back to the
+//     wanted count; a voter on a leaving node, once the good voters are as
+//     many as the shard can get; a good voter in excess (suspect node
+//     first, then most loaded). Never one that would leave the voters
+//     without a live quorum, and never the leader's: its leadership moves
+//     first (StepTransferLeader).
+//  5. A leader on a SUSPECT or LEAVING node: StepTransferLeader to a
+//     running voter on an eligible node leading the fewest shards.
+//
+// Only on a settled cluster (no shard step this round, nothing in flight,
+// no learner, no suspect node) does it balance, among eligible nodes:
+// replica counts first (a learner on a node at least two below a node
+// holding more; the excess voter is removed by rule 4 after promotion;
+// each node in at most one such move per round), then leader counts
+// (transfers). Either stops once every count is within one of the mean, so
+// a balanced cluster plans nothing, however long it runs.
+//
+// A node takes part in at most Settings.MaxMovesPerNode moves at a time:
+// the learners it hosts and the steps in flight (View.InFlightSteps) that
+// add or remove a replica on it; no learner goes to a node at its cap.
 //
 // # Concurrency
 //
@@ -52,6 +83,6 @@
 //	v := scheduler.View{Now: now, Settings: scheduler.DefaultSettings(hb),
 //		Nodes: nodes, Shards: shards, Reports: reports, InFlight: busy}
 //	for _, s := range scheduler.Schedule(v) {
-//		execute(s) // today: s.Kind == StepReplace → ChangeReplicas on s.Via
+//		execute(s) // the node executes StepReplace today; the rest follow
 //	}
 package scheduler

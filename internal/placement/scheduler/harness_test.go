@@ -22,14 +22,28 @@ import (
 // Commands (all ids are plain numbers; s, n and r prefixes are accepted):
 //
 //	reset                                   empty view, default settings
-//	settings report-max-age=3s
-//	node id=3 [state=up|replaced] [replaced-by=4]      add or overwrite
-//	shard id=1 replicas=(1@1,2@2,3@3) [epoch=1]        replica@node
+//	settings [report-max-age=3s] [suspect-after=5s] [dead-after=60s]
+//	         [replication=3] [meta-replication=5] [max-moves=2] [catch-up=100]
+//	node id=3 [state=up|replaced|suspect|dead|leaving|removed] [replaced-by=4]
+//	                                        add or overwrite
+//	shard id=1 replicas=(1@1,2@2,3@3l) [epoch=1]
+//	                                        replica@node; a trailing l: learner
 //	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
+//	       [led-by=2] [commit=10] [applied=10]
+//	                                        received age before now; followers
+//	                                        name the replica on node led-by
+//	                                        as leader; every replica reports
+//	                                        commit and applied (default 10)
+//	observed age=30s                        ObservedSince = now - age
+//	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
+//	running s=1 kind=add-learner [target=4] [replica-node=2] | stopped s=1
+//	                                        InFlightSteps[s1] set / cleared
 //	override s=1 n=2                        LeaderOverride[s1] = n2
 //	schedule                                prints Schedule(view)
 //	leaders                                 prints Leaders(view)
+//	states                                  prints NodeStates(view)
+//	health                                  prints Health(view)
 func TestSchedule(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		e := newEnv()
@@ -48,7 +62,7 @@ func newEnv() *env {
 	return &env{v: View{
 		Now: base, Settings: DefaultSettings(time.Second),
 		Reports: map[ids.NodeID]Report{}, InFlight: map[ids.ShardID]bool{},
-		LeaderOverride: map[ids.ShardID]ids.NodeID{},
+		InFlightSteps: map[ids.ShardID]Step{}, LeaderOverride: map[ids.ShardID]ids.NodeID{},
 	}}
 }
 
@@ -57,7 +71,19 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 	case "reset":
 		*e = *newEnv()
 	case "settings":
-		e.v.Settings.ReportMaxAge = duration(t, d, "report-max-age")
+		e.settings(t, d)
+	case "observed":
+		e.v.ObservedSince = e.v.Now.Add(-duration(t, d, "age"))
+	case "tick":
+		e.v.Now = e.v.Now.Add(duration(t, d, "d"))
+	case "running":
+		e.running(t, d)
+	case "stopped":
+		delete(e.v.InFlightSteps, ids.ShardID(number(t, d, "s")))
+	case "states":
+		return describeStates(e.v)
+	case "health":
+		return describeHealth(Health(e.v))
 	case "node":
 		e.node(t, d)
 	case "shard":
@@ -88,7 +114,7 @@ func (e *env) node(t *testing.T, d *datadriven.TestData) {
 	if d.HasArg("state") {
 		var state string
 		d.ScanArgs(t, "state", &state)
-		st, ok := map[string]concordpb.NodeState{"up": concordpb.NodeState_NODE_UP, "replaced": concordpb.NodeState_NODE_REPLACED}[state]
+		st, ok := nodeStates[state]
 		if !ok {
 			d.Fatalf(t, "unknown state %q", state)
 		}
@@ -112,7 +138,11 @@ func (e *env) shard(t *testing.T, d *datadriven.TestData) {
 		if !ok {
 			d.Fatalf(t, "replica %q is not replica@node", val)
 		}
-		r := &concordpb.ReplicaDescriptor{ReplicaId: parse(t, d, rs), NodeId: parse(t, d, ns)}
+		r := &concordpb.ReplicaDescriptor{ReplicaId: parse(t, d, rs)}
+		if n, learner := strings.CutSuffix(ns, "l"); learner {
+			ns, r.Role = n, concordpb.ReplicaRole_REPLICA_LEARNER
+		}
+		r.NodeId = parse(t, d, ns)
 		s.Replicas = append(s.Replicas, r)
 		s.NextReplicaId = max(s.NextReplicaId, r.ReplicaId+1)
 	}
@@ -128,16 +158,113 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 	if d.HasArg("term") {
 		term = number(t, d, "term")
 	}
-	r := Report{At: base.Add(-duration(t, d, "age"))}
+	commit, applied := uint64(10), uint64(10)
+	if d.HasArg("commit") {
+		commit = number(t, d, "commit")
+	}
+	if d.HasArg("applied") {
+		applied = number(t, d, "applied")
+	}
+	var ledBy ids.NodeID
+	if d.HasArg("led-by") {
+		ledBy = ids.NodeID(number(t, d, "led-by"))
+	}
+	r := Report{At: e.v.Now.Add(-duration(t, d, "age"))}
 	for _, kind := range []string{"leader", "follower"} {
 		for _, s := range numbers(t, d, kind) {
-			r.Replicas = append(r.Replicas, &concordpb.ReplicaStatus{
+			rs := &concordpb.ReplicaStatus{
 				ShardId: s, ReplicaId: e.replicaID(ids.ShardID(s), node), NodeId: uint64(node),
-				Term: term, IsLeader: kind == "leader",
-			})
+				Term: term, IsLeader: kind == "leader", CommitIndex: commit, AppliedIndex: applied,
+			}
+			if kind == "leader" {
+				rs.LeaderReplicaId = rs.ReplicaId
+			} else if ledBy != 0 {
+				rs.LeaderReplicaId = e.replicaID(ids.ShardID(s), ledBy)
+			}
+			r.Replicas = append(r.Replicas, rs)
 		}
 	}
 	e.v.Reports[node] = r
+}
+
+// nodeStates spells the node states for the scripts.
+var nodeStates = map[string]concordpb.NodeState{
+	"up": concordpb.NodeState_NODE_UP, "replaced": concordpb.NodeState_NODE_REPLACED,
+	"suspect": concordpb.NodeState_NODE_SUSPECT, "dead": concordpb.NodeState_NODE_DEAD,
+	"leaving": concordpb.NodeState_NODE_LEAVING, "removed": concordpb.NodeState_NODE_REMOVED,
+}
+
+func (e *env) settings(t *testing.T, d *datadriven.TestData) {
+	s := &e.v.Settings
+	for _, a := range d.CmdArgs {
+		switch a.Key {
+		case "report-max-age":
+			s.ReportMaxAge = duration(t, d, a.Key)
+		case "suspect-after":
+			s.SuspectAfter = duration(t, d, a.Key)
+		case "dead-after":
+			s.DeadAfter = duration(t, d, a.Key)
+		case "replication":
+			s.Replication = int(number(t, d, a.Key))
+		case "meta-replication":
+			s.MetaReplication = int(number(t, d, a.Key))
+		case "max-moves":
+			s.MaxMovesPerNode = int(number(t, d, a.Key))
+		case "catch-up":
+			s.CatchUpEntries = number(t, d, a.Key)
+		default:
+			d.Fatalf(t, "unknown setting %q", a.Key)
+		}
+	}
+}
+
+// running records a step in flight on shard s, as the executor would.
+func (e *env) running(t *testing.T, d *datadriven.TestData) {
+	var kind string
+	d.ScanArgs(t, "kind", &kind)
+	st := Step{Shard: ids.ShardID(number(t, d, "s"))}
+	for k, name := range stepKindNames {
+		if name == kind {
+			st.Kind = k
+		}
+	}
+	if st.Kind == 0 {
+		d.Fatalf(t, "unknown step kind %q", kind)
+	}
+	if d.HasArg("target") {
+		st.Target = ids.NodeID(number(t, d, "target"))
+	}
+	if d.HasArg("replica-node") {
+		st.ReplicaNode = ids.NodeID(number(t, d, "replica-node"))
+	}
+	e.v.InFlightSteps[st.Shard] = st
+}
+
+func describeStates(v View) string {
+	states := NodeStates(v)
+	var b strings.Builder
+	for _, id := range sortedKeys(states) {
+		fmt.Fprintf(&b, "n%d: %s\n", id, states[id])
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func describeHealth(hs []ShardHealth) string {
+	if len(hs) == 0 {
+		return "no shards"
+	}
+	var b strings.Builder
+	for _, h := range hs {
+		fmt.Fprintf(&b, "s%d: want %d, voters %d (live %d, good %d), learners %d", h.Shard, h.Want, h.Voters, h.LiveVoters, h.GoodVoters, h.Learners)
+		if h.UnderReplicated {
+			b.WriteString(", under-replicated")
+		}
+		if h.QuorumLost {
+			b.WriteString(", quorum lost")
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func (e *env) replicaID(shard ids.ShardID, node ids.NodeID) uint64 {

@@ -5,34 +5,42 @@ import (
 	"github.com/concord-kv/concord/internal/ids"
 )
 
-// Schedule returns the steps that v calls for, sorted by shard (then kind,
-// replica, target and leader), at most one per shard: the executor runs
-// one change per shard at a time, and a shard's later problems are planned
-// from the view that follows the first change.
+// Schedule returns the steps that v calls for: marks first (StepMarkNode
+// for every node whose judged state differs from the recorded one), then
+// at most one step per shard, sorted by shard (then kind, replica, target
+// and leader). One step per shard because the executor runs one change per
+// shard at a time, and a shard's later problems are planned from the view
+// that follows the first change.
+//
+// Per shard, the first rule that applies wins (see rules.go): replace a
+// replica on a wiped node; add a learner to a shard short of replicas;
+// promote a caught-up learner; remove a replica that is dead, leaving or
+// in excess, once the shard can spare it; move a leader off a suspect or
+// leaving node. Only when no shard needs any of that and nothing is in
+// flight does it balance: replica counts first, then leader counts.
 func Schedule(v View) []Step {
-	leaders := Leaders(v)
-	moves := replacements(v)
-	var steps []Step
-	for _, d := range sortedShards(v) {
-		shard := ids.ShardID(d.GetShardId())
-		if v.InFlight[shard] {
-			continue
-		}
-		via := leaderOf(v, leaders, shard)
-		if via == 0 {
-			continue // nobody to send it to; the next round may know
-		}
-		if s, ok := replaceReplaced(moves, d, via); ok {
+	p := newPlanner(v)
+	steps := p.marks()
+	for _, d := range p.shards {
+		if s, ok := p.repair(d); ok {
 			steps = append(steps, s)
 		}
+	}
+	if p.settled(steps) {
+		moves := p.balanceReplicas()
+		if len(moves) == 0 {
+			moves = p.balanceLeaders()
+		}
+		steps = append(steps, moves...)
 	}
 	sortSteps(steps)
 	return steps
 }
 
 // leaderOf is the node to address shard's step to: the planning node's own
-// knowledge first (View.LeaderOverride), then the heartbeat reports; zero
-// if neither knows.
+// knowledge first (View.LeaderOverride), then the leaders' own claims in
+// the heartbeat reports (Leaders); zero if neither knows. planner.via adds
+// what followers report.
 func leaderOf(v View, leaders map[ids.ShardID]Leader, shard ids.ShardID) ids.NodeID {
 	if n, ok := v.LeaderOverride[shard]; ok && n != 0 {
 		return n

@@ -10,10 +10,9 @@ import (
 	"github.com/concord-kv/concord/internal/ids"
 )
 
-// StepKind names one operation the executor knows how to perform. Today's
-// planner emits only StepReplace; the others are the vocabulary of the
-// placement work that follows, defined now so the executor's dispatch and
-// the Describe printers have one shape to grow into.
+// StepKind names one operation the executor knows how to perform. The
+// planner emits every kind; the node executes StepReplace and, as their
+// executors land, the others.
 type StepKind uint8
 
 const (

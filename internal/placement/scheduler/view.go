@@ -18,12 +18,50 @@ type Settings struct {
 	// older reports are ignored. A few heartbeat intervals, so one lost
 	// heartbeat does not hide a leader.
 	ReportMaxAge time.Duration
+	// SuspectAfter is how long a node may be silent (no report, counted
+	// from its last report or from View.ObservedSince, whichever is later)
+	// before it is SUSPECT: no new replicas go there and its leaderships
+	// move away. Zero disables it.
+	SuspectAfter time.Duration
+	// DeadAfter is how long a node may be silent before it is DEAD: its
+	// replicas stop counting and are re-created elsewhere. Zero disables
+	// it. (Both are strict: a node silent exactly this long is not yet.)
+	DeadAfter time.Duration
+	// Replication is the number of replicas every user shard should have
+	// (R). Zero turns off every count-based rule (adding, removing and
+	// balancing replicas): only replacements and leader moves are planned.
+	Replication int
+	// MetaReplication is the number of replicas of the meta shard once the
+	// cluster has at least that many member nodes (UP or SUSPECT); below
+	// that it has Replication. Counting members rather than eligible nodes
+	// keeps a node flapping between UP and SUSPECT from resizing it.
+	MetaReplication int
+	// MaxMovesPerNode caps the replica moves one node takes part in at a
+	// time: a learner it hosts (still catching up, or not yet promoted) or
+	// an add, promote, remove or replace in flight (View.InFlightSteps) that
+	// targets or removes a replica on it. No new learner goes to a node at
+	// the cap. Zero means no learner is added anywhere.
+	MaxMovesPerNode int
+	// CatchUpEntries is how close a learner must be to be promoted: its
+	// applied index, as its node last reported it, at most this many
+	// entries behind the highest commit index reported for its shard (and
+	// not zero: it has applied something, a snapshot at least).
+	CatchUpEntries uint64
 }
 
 // DefaultSettings returns the settings the node uses for a heartbeat
-// interval of heartbeat: reports count for three intervals.
+// interval of heartbeat: reports count for three intervals; a node is
+// suspect after 5 s of silence and dead after 60 s; three replicas per
+// shard, five of the meta shard from five nodes on; two moves per node at
+// a time; a learner within 100 entries of its shard's commit index is
+// caught up.
 func DefaultSettings(heartbeat time.Duration) Settings {
-	return Settings{ReportMaxAge: 3 * heartbeat}
+	return Settings{
+		ReportMaxAge: 3 * heartbeat,
+		SuspectAfter: 5 * time.Second, DeadAfter: 60 * time.Second,
+		Replication: 3, MetaReplication: 5,
+		MaxMovesPerNode: 2, CatchUpEntries: 100,
+	}
 }
 
 // Report is the last heartbeat a node sent to the placement leader.
@@ -62,6 +100,20 @@ type View struct {
 	// InFlight holds the shards whose previous step is still executing;
 	// they get no step.
 	InFlight map[ids.ShardID]bool
+	// InFlightSteps holds, per shard, the step still executing, if the
+	// executor keeps it: such a shard gets no step either, and the step
+	// counts as a move on the nodes it involves (Settings.MaxMovesPerNode).
+	// A shard may be in InFlight without a step here (the cap then counts
+	// only the learners the descriptors show).
+	InFlightSteps map[ids.ShardID]Step
+
+	// ObservedSince is when the planning node began collecting the reports
+	// in Reports (when it became placement leader). A node is judged
+	// silent from its last report or from ObservedSince, whichever is
+	// later: a new placement leader has no reports yet and must not find
+	// every node dead. Zero means unknown: a node without a report then
+	// keeps the state the meta shard records.
+	ObservedSince time.Time
 
 	// LeaderOverride names leaders the planning node knows first-hand and
 	// that win over the reports: the node puts here the shards its own

@@ -1,0 +1,121 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// NodeStates returns every node's state as the scheduler judges it at
+// v.Now. REPLACED, LEAVING and REMOVED are administrative and kept as the
+// meta shard records them. Any other node is DEAD if it has been silent
+// for longer than Settings.DeadAfter, SUSPECT if for longer than
+// SuspectAfter, UP otherwise (a DEAD or SUSPECT node that reports again is
+// UP). Silence counts from the node's last report or from
+// View.ObservedSince, whichever is later, so a placement leader that just
+// took over declares nobody dead before it has listened for DeadAfter.
+// With neither a report nor ObservedSince the recorded state stands, and a
+// node recorded DEAD stays so until it reports again.
+func NodeStates(v View) map[ids.NodeID]concordpb.NodeState {
+	out := make(map[ids.NodeID]concordpb.NodeState, len(v.Nodes))
+	for _, n := range v.Nodes {
+		out[ids.NodeID(n.GetNodeId())] = judge(v, n).state
+	}
+	return out
+}
+
+// judgement is what the scheduler makes of one node.
+type judgement struct {
+	state concordpb.NodeState // the effective state (see NodeStates)
+	// live: replicas there count towards their shard's quorum and size
+	// (not dead, replaced or removed; a leaving node is live until it
+	// dies).
+	live bool
+	// good: live and staying (UP or SUSPECT): its replicas count towards
+	// the replication factor.
+	good bool
+	// eligible: UP, the only state that receives new replicas and leaders.
+	eligible bool
+}
+
+func judge(v View, n *concordpb.NodeDescriptor) judgement {
+	rec := n.GetState()
+	switch rec {
+	case concordpb.NodeState_NODE_REPLACED, concordpb.NodeState_NODE_REMOVED:
+		return judgement{state: rec}
+	}
+	heard := silence(v, ids.NodeID(n.GetNodeId()), rec)
+	if rec == concordpb.NodeState_NODE_LEAVING {
+		return judgement{state: rec, live: heard != concordpb.NodeState_NODE_DEAD}
+	}
+	return judgement{
+		state:    heard,
+		live:     heard != concordpb.NodeState_NODE_DEAD,
+		good:     heard != concordpb.NodeState_NODE_DEAD,
+		eligible: heard == concordpb.NodeState_NODE_UP,
+	}
+}
+
+// silence classifies node by how long it has been silent: UP, SUSPECT or
+// DEAD; rec (the recorded state) if there is nothing to judge by.
+func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeState {
+	var last time.Time
+	if r, ok := v.Reports[node]; ok {
+		last = r.At
+	}
+	if rec == concordpb.NodeState_NODE_DEAD && (last.IsZero() || v.Now.Sub(last) > v.Settings.DeadAfter) {
+		// Only the node's own report revives a node recorded dead: a new
+		// placement leader's watch is no evidence that it came back.
+		return rec
+	}
+	if v.ObservedSince.After(last) {
+		last = v.ObservedSince
+	}
+	if last.IsZero() {
+		if rec == concordpb.NodeState_NODE_LEAVING {
+			return concordpb.NodeState_NODE_UP
+		}
+		return rec
+	}
+	quiet := v.Now.Sub(last)
+	switch s := v.Settings; {
+	case s.DeadAfter > 0 && quiet > s.DeadAfter:
+		return concordpb.NodeState_NODE_DEAD
+	case s.SuspectAfter > 0 && quiet > s.SuspectAfter:
+		return concordpb.NodeState_NODE_SUSPECT
+	}
+	return concordpb.NodeState_NODE_UP
+}
+
+// marks returns a StepMarkNode for every node whose judged state differs
+// from the recorded one (UP, SUSPECT and DEAD only), so the meta shard
+// records what the scheduler acts on, and for every LEAVING node that no
+// shard's descriptor lists any more (it is drained: REMOVED).
+func (p *planner) marks() []Step {
+	held := map[ids.NodeID]bool{}
+	for _, d := range p.v.Shards {
+		for _, r := range d.GetReplicas() {
+			held[ids.NodeID(r.GetNodeId())] = true
+		}
+	}
+	via := p.via(0)
+	var out []Step
+	for _, id := range p.order {
+		rec, now := p.recorded[id], p.nodes[id].state
+		mark := Step{Kind: StepMarkNode, Via: via, Target: id}
+		switch rec {
+		case concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD:
+			if now != rec {
+				mark.State = now
+				out = append(out, mark)
+			}
+		case concordpb.NodeState_NODE_LEAVING:
+			if !held[id] {
+				mark.State = concordpb.NodeState_NODE_REMOVED
+				out = append(out, mark)
+			}
+		}
+	}
+	return out
+}

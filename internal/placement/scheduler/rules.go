@@ -1,0 +1,276 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// shardView is one shard's descriptor, classified against the judged node
+// states.
+type shardView struct {
+	d    *concordpb.ShardDescriptor
+	id   ids.ShardID
+	via  ids.NodeID // its leader, as far as the planner knows
+	want int        // replicas it should have (Settings.Replication, or the meta shard's)
+
+	voters     int // voters in the descriptor
+	liveVoters int // voters on live nodes: what a quorum is made of
+	goodVoters int // voters on good nodes (UP or SUSPECT)
+	good       int // replicas of any role on good nodes: what counts towards want
+}
+
+func (p *planner) classify(d *concordpb.ShardDescriptor, via ids.NodeID) shardView {
+	id := ids.ShardID(d.GetShardId())
+	c := shardView{d: d, id: id, via: via, want: p.want(id)}
+	for _, r := range d.GetReplicas() {
+		j := p.nodes[ids.NodeID(r.GetNodeId())] // an unknown node: zero, neither live nor good
+		if j.good {
+			c.good++
+		}
+		if !isVoter(r) {
+			continue
+		}
+		c.voters++
+		if j.live {
+			c.liveVoters++
+		}
+		if j.good {
+			c.goodVoters++
+		}
+	}
+	return c
+}
+
+func isVoter(r *concordpb.ReplicaDescriptor) bool {
+	return r.GetRole() == concordpb.ReplicaRole_REPLICA_VOTER
+}
+
+// quorum is the number of votes a configuration of voters needs.
+func quorum(voters int) int { return voters/2 + 1 }
+
+// repair plans shard d's one step, if it needs one; the first rule that
+// applies wins. A busy shard or one with no known leader gets nothing, and
+// neither does one that has lost its live quorum (no change could commit;
+// Health reports it).
+func (p *planner) repair(d *concordpb.ShardDescriptor) (Step, bool) {
+	shard := ids.ShardID(d.GetShardId())
+	via := p.via(shard)
+	if p.busy(shard) || via == 0 {
+		return Step{}, false
+	}
+	if s, ok := replaceReplaced(p.wiped, d, via); ok {
+		return s, true
+	}
+	c := p.classify(d, via)
+	if c.liveVoters < quorum(c.voters) {
+		return Step{}, false
+	}
+	if c.want > 0 {
+		for _, rule := range []func(shardView) (Step, bool){p.addLearner, p.promote, p.removeReplica} {
+			if s, ok := rule(c); ok {
+				return s, true
+			}
+		}
+	}
+	return p.moveLeader(c)
+}
+
+// base is a step on c's shard with the fields every kind shares.
+func (c shardView) base(kind StepKind) Step {
+	return Step{Kind: kind, Shard: c.id, Via: c.via, Epoch: c.d.GetEpoch()}
+}
+
+// addLearner: a shard with fewer good replicas than it wants gets a learner
+// on the least-loaded eligible node that does not hold it and is under its
+// move cap (ties: the lower node id). No such node: nothing (the shard runs
+// under-replicated; Health says so).
+func (p *planner) addLearner(c shardView) (Step, bool) {
+	if c.good >= c.want {
+		return Step{}, false
+	}
+	target, ok := p.leastLoaded(c.d)
+	if !ok {
+		return Step{}, false
+	}
+	return p.planAdd(c, target), true
+}
+
+// leastLoaded is the eligible node under its move cap that holds no replica
+// of d and the fewest replicas overall, ties to the lower id.
+func (p *planner) leastLoaded(d *concordpb.ShardDescriptor) (ids.NodeID, bool) {
+	var best ids.NodeID
+	for _, id := range p.order {
+		if !p.nodes[id].eligible || !p.underCap(id) || replicaOn(d, id) != nil {
+			continue
+		}
+		if best == 0 || p.replicas[id] < p.replicas[best] {
+			best = id
+		}
+	}
+	return best, best != 0
+}
+
+// planAdd is an add-learner step on target, counted against its load and
+// its cap for the rest of the round.
+func (p *planner) planAdd(c shardView, target ids.NodeID) Step {
+	p.replicas[target]++
+	p.moves[target]++
+	s := c.base(StepAddLearner)
+	s.Target = target
+	return s
+}
+
+// promote: a learner on an eligible node that has caught up (its applied
+// index non-zero and within Settings.CatchUpEntries of the shard's commit
+// index, as fresh reports give them) becomes a voter; the lowest replica
+// id first. A learner that has not reported yet is not caught up.
+func (p *planner) promote(c shardView) (Step, bool) {
+	commit := p.commitIndex(c.id)
+	for _, r := range sortedReplicas(c.d) {
+		if isVoter(r) || !p.nodes[ids.NodeID(r.GetNodeId())].eligible {
+			continue
+		}
+		rs := p.replicaStatus(c.id, r)
+		if rs == nil || rs.GetAppliedIndex() == 0 || rs.GetAppliedIndex()+p.s.CatchUpEntries < commit {
+			continue
+		}
+		return c.with(StepPromoteLearner, r), true
+	}
+	return Step{}, false
+}
+
+// with is a step of kind on existing replica r of c's shard.
+func (c shardView) with(kind StepKind, r *concordpb.ReplicaDescriptor) Step {
+	s := c.base(kind)
+	s.Replica, s.ReplicaNode = ids.ReplicaID(r.GetReplicaId()), ids.NodeID(r.GetNodeId())
+	return s
+}
+
+// removeReplica removes, in this order: a learner on a node that is not
+// good (dead, leaving, replaced, removed, unknown: it will never be
+// promoted); a voter on a node that is not live, once the shard has its
+// full count of good voters again (its replacement was promoted); a voter
+// on a leaving node, once the shard has as many good voters as it can get
+// (its count, or every eligible node); a good voter in excess of the
+// count, preferring a suspect node, then the most loaded, then the higher
+// id. A voter is removed only if the voters left keep a live quorum
+// (canRemove), and never while it leads: its leadership is transferred
+// first.
+func (p *planner) removeReplica(c shardView) (Step, bool) {
+	var dead, leaving, spare []*concordpb.ReplicaDescriptor
+	for _, r := range sortedReplicas(c.d) {
+		j := p.nodes[ids.NodeID(r.GetNodeId())]
+		switch {
+		case !isVoter(r) && !j.good:
+			return c.with(StepRemoveReplica, r), true
+		case !isVoter(r):
+		case !j.live:
+			dead = append(dead, r)
+		case !j.good:
+			leaving = append(leaving, r)
+		default:
+			spare = append(spare, r)
+		}
+	}
+	if c.goodVoters >= c.want {
+		if s, ok := p.removeFirst(c, dead); ok {
+			return s, true
+		}
+	}
+	if c.goodVoters >= max(1, min(c.want, p.eligible)) {
+		if s, ok := p.removeFirst(c, leaving); ok {
+			return s, true
+		}
+	}
+	if c.goodVoters > c.want {
+		slices.SortStableFunc(spare, func(a, b *concordpb.ReplicaDescriptor) int {
+			na, nb := ids.NodeID(a.GetNodeId()), ids.NodeID(b.GetNodeId())
+			return cmp.Or(
+				-cmp.Compare(p.nodes[na].state, p.nodes[nb].state), // SUSPECT (2) before UP (0)
+				-cmp.Compare(p.replicas[na], p.replicas[nb]),
+				-cmp.Compare(na, nb),
+			)
+		})
+		return p.removeFirst(c, spare)
+	}
+	return Step{}, false
+}
+
+// removeFirst removes the first of candidates that canRemove allows; if it
+// is on the leader's node, it plans the leader's transfer instead (the
+// removal follows in a later round).
+func (p *planner) removeFirst(c shardView, candidates []*concordpb.ReplicaDescriptor) (Step, bool) {
+	for _, r := range candidates {
+		if !p.canRemove(c.d, r) {
+			continue
+		}
+		if ids.NodeID(r.GetNodeId()) == c.via {
+			return p.transferAway(c)
+		}
+		return c.with(StepRemoveReplica, r), true
+	}
+	return Step{}, false
+}
+
+// canRemove reports whether removing r leaves d with at least one voter
+// and a quorum of its voters on live nodes. Removing a learner always may.
+func (p *planner) canRemove(d *concordpb.ShardDescriptor, r *concordpb.ReplicaDescriptor) bool {
+	if !isVoter(r) {
+		return true
+	}
+	voters, live := 0, 0
+	for _, o := range d.GetReplicas() {
+		if o == r || !isVoter(o) {
+			continue
+		}
+		voters++
+		if p.nodes[ids.NodeID(o.GetNodeId())].live {
+			live++
+		}
+	}
+	return voters > 0 && live >= quorum(voters)
+}
+
+// moveLeader: a leader on a node that is not eligible (SUSPECT or LEAVING)
+// hands its leadership to a voter on an eligible node.
+func (p *planner) moveLeader(c shardView) (Step, bool) {
+	if p.nodes[c.via].eligible {
+		return Step{}, false
+	}
+	if _, known := p.nodes[c.via]; !known {
+		return Step{}, false
+	}
+	return p.transferAway(c)
+}
+
+// transferAway plans a leadership transfer from c's leader to the voter,
+// on an eligible node and running (a fresh report lists it), whose node
+// leads the fewest shards; ties to the lower node id.
+func (p *planner) transferAway(c shardView) (Step, bool) {
+	var best *concordpb.ReplicaDescriptor
+	for _, r := range sortedReplicas(c.d) {
+		node := ids.NodeID(r.GetNodeId())
+		if !isVoter(r) || node == c.via || !p.nodes[node].eligible || p.replicaStatus(c.id, r) == nil {
+			continue
+		}
+		if b := ids.NodeID(best.GetNodeId()); best == nil || p.leads[node] < p.leads[b] || (p.leads[node] == p.leads[b] && node < b) {
+			best = r
+		}
+	}
+	if best == nil {
+		return Step{}, false
+	}
+	p.leads[c.via]--
+	p.leads[ids.NodeID(best.GetNodeId())]++
+	return c.with(StepTransferLeader, best), true
+}
+
+// sortedReplicas returns d's replicas by replica id, leaving d untouched.
+func sortedReplicas(d *concordpb.ShardDescriptor) []*concordpb.ReplicaDescriptor {
+	return slices.SortedFunc(slices.Values(d.GetReplicas()), func(a, b *concordpb.ReplicaDescriptor) int {
+		return cmp.Compare(a.GetReplicaId(), b.GetReplicaId())
+	})
+}
