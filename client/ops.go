@@ -193,3 +193,16 @@ func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.Clie
 	}
 	return lastErr
 }
+
+// RemoveNode starts draining node id out of the cluster (`concord node
+// remove`): the placement service marks it LEAVING, moves its replicas away
+// and marks it REMOVED once it holds nothing. It returns the node's
+// descriptor after the change. Asking again is harmless.
+func (c *Client) RemoveNode(ctx context.Context, id uint64) (d *concordpb.NodeDescriptor, err error) {
+	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := concordpb.NewClusterClient(conn).RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: id})
+		d = resp.GetNode()
+		return err
+	})
+	return d, err
+}

@@ -57,6 +57,8 @@ func NewRoot() *cobra.Command {
 		newCasCmd(),
 		newScanCmd(),
 		newStatusCmd(),
+		newNodeCmd(),
+		newShardCmd(),
 		newFaultCmd(),
 		newBenchCmd(),
 	)

@@ -36,11 +36,15 @@ func (n *Node) repair(context.Context) {
 	}
 }
 
-// execute runs step s in the background. Only replacement steps are
-// executed today; the scheduler also plans the other kinds (learners,
-// promotions, removals, leader transfers, node marks), which are skipped
-// until their executors exist.
+// execute runs step s in the background. Replacement steps and node marks
+// are executed today; the scheduler also plans the other kinds (learners,
+// promotions, removals, leader transfers), which are skipped until their
+// executors exist.
 func (n *Node) execute(s scheduler.Step) {
+	if s.Kind == scheduler.StepMarkNode {
+		n.markNode(s)
+		return
+	}
 	if s.Kind != scheduler.StepReplace {
 		n.log.Debug("scheduler step not executed yet", "step", scheduler.DescribeStep(s))
 		return
