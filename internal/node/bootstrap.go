@@ -351,6 +351,9 @@ func (n *Node) addNode(ctx context.Context, addr string, token []byte) (ids.Node
 	}
 	n.log.Info("node joined", "node", res.GetNodeId(), "addr", addr)
 	_ = n.book.update(n.eng, res.GetNodes())
+	// The join is the new node's first word: its silence counts from now,
+	// not from when this placement leader began listening.
+	n.placement.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: res.GetNodeId()}})
 	return ids.NodeID(res.GetNodeId()), res.GetNodes(), nil
 }
 
