@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -197,12 +199,23 @@ func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.Clie
 // RemoveNode starts draining node id out of the cluster (`concord node
 // remove`): the placement service marks it LEAVING, moves its replicas away
 // and marks it REMOVED once it holds nothing. It returns the node's
-// descriptor after the change. Asking again is harmless.
+// descriptor after the change. Asking again is harmless. A refusal (the
+// node is unknown, already removed, or too few nodes would remain) is
+// returned as it is, without asking other nodes.
 func (c *Client) RemoveNode(ctx context.Context, id uint64) (d *concordpb.NodeDescriptor, err error) {
+	var refused error
 	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		resp, err := concordpb.NewClusterClient(conn).RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: id})
+		switch status.Code(err) {
+		case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound:
+			refused = err
+			return nil
+		}
 		d = resp.GetNode()
 		return err
 	})
+	if refused != nil {
+		return nil, refused
+	}
 	return d, err
 }
