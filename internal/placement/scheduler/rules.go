@@ -153,8 +153,8 @@ func (c shardView) with(kind StepKind, r *concordpb.ReplicaDescriptor) Step {
 // good (dead, leaving, replaced, removed, unknown: it will never be
 // promoted); a voter on a node that is not live, once the shard has its
 // full count of good voters again (its replacement was promoted); a voter
-// on a leaving node, once the shard has as many good voters as it can get
-// (its count, or every eligible node); a good voter in excess of the
+// on a leaving or removed node (dead or alive), once the shard has as many
+// good voters as it can get (its count, or every eligible node); a good voter in excess of the
 // count, preferring a suspect node, then the most loaded, then the higher
 // id. A voter is removed only if the voters left keep a live quorum
 // (canRemove), and never while it leads: its leadership is transferred
@@ -167,7 +167,7 @@ func (p *planner) removeReplica(c shardView) (Step, bool) {
 		case !isVoter(r) && !j.good:
 			return c.with(StepRemoveReplica, r), true
 		case !isVoter(r):
-		case !j.live:
+		case !j.live && !p.departing(ids.NodeID(r.GetNodeId())):
 			dead = append(dead, r)
 		case !j.good:
 			leaving = append(leaving, r)
@@ -197,6 +197,14 @@ func (p *planner) removeReplica(c shardView) (Step, bool) {
 		return p.removeFirst(c, spare)
 	}
 	return Step{}, false
+}
+
+// departing reports whether node is recorded LEAVING or REMOVED: the
+// operator asked for its replicas to go, so they go as soon as the shard
+// has as many good voters as it can get, even if the node died meanwhile.
+func (p *planner) departing(node ids.NodeID) bool {
+	st := p.recorded[node]
+	return st == concordpb.NodeState_NODE_LEAVING || st == concordpb.NodeState_NODE_REMOVED
 }
 
 // removeFirst removes the first of candidates that canRemove allows; if it
@@ -237,10 +245,7 @@ func (p *planner) canRemove(d *concordpb.ShardDescriptor, r *concordpb.ReplicaDe
 // moveLeader: a leader on a node that is not eligible (SUSPECT or LEAVING)
 // hands its leadership to a voter on an eligible node.
 func (p *planner) moveLeader(c shardView) (Step, bool) {
-	if p.nodes[c.via].eligible {
-		return Step{}, false
-	}
-	if _, known := p.nodes[c.via]; !known {
+	if j, known := p.nodes[c.via]; !known || j.eligible {
 		return Step{}, false
 	}
 	return p.transferAway(c)

@@ -367,3 +367,51 @@ func maps[K comparable, V any](m map[K]V) map[K]V {
 	}
 	return out
 }
+
+// TestSimGrowThreeToFour protects the growth path end to end: a
+// three-node cluster with the bootstrap's round-robin placement (shard s
+// on nodes s, s+1, s+2; the first one leads) gains a fourth node; the
+// scheduler moves replicas and leaders onto it until replica and leader
+// counts are within one of the mean, every shard keeps three voters, and
+// nothing moves for ten minutes after.
+func TestSimGrowThreeToFour(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	s := &sim{leader: map[ids.ShardID]ids.NodeID{}, dead: map[ids.NodeID]bool{}, suspect: map[ids.NodeID]bool{}, commit: 50}
+	s.v = View{Now: base, Settings: DefaultSettings(time.Second), ObservedSince: base.Add(-time.Hour),
+		Reports: map[ids.NodeID]Report{}, InFlight: map[ids.ShardID]bool{}, InFlightSteps: map[ids.ShardID]Step{}}
+	for id := range uint64(3) {
+		s.v.Nodes = append(s.v.Nodes, &concordpb.NodeDescriptor{NodeId: id + 1})
+	}
+	for shard := range uint64(17) {
+		d := &concordpb.ShardDescriptor{ShardId: shard, Epoch: 1, NextReplicaId: 4}
+		for i := range uint64(3) {
+			d.Replicas = append(d.Replicas, &concordpb.ReplicaDescriptor{ReplicaId: i + 1, NodeId: (shard+i)%3 + 1})
+		}
+		s.v.Shards = append(s.v.Shards, d)
+		s.leader[ids.ShardID(shard)] = ids.NodeID(shard%3 + 1)
+	}
+	s.report()
+	if steps := Schedule(s.v); len(steps) != 0 {
+		t.Fatalf("the bootstrap placement is balanced, yet:\n%s", DescribeSteps(steps))
+	}
+	s.v.Nodes = append(s.v.Nodes, &concordpb.NodeDescriptor{NodeId: 4})
+	rounds := s.settle(t, rng, 0, 200)
+	p := newPlanner(s.v)
+	elig := p.eligibleNodes()
+	if !withinOne(elig, p.replicas) || !withinOne(elig, p.leads) || p.replicas[4] < 12 || p.leads[4] < 4 {
+		t.Fatalf("after %d rounds: replicas %v, leaders %v\n%s", rounds, p.replicas, p.leads, s)
+	}
+	for _, d := range s.v.Shards {
+		if c := p.classify(d, 0); c.voters != 3 || c.goodVoters != 3 {
+			t.Fatalf("s%d has %d voters\n%s", c.id, c.voters, s)
+		}
+	}
+	t.Logf("settled in %d rounds: replicas %v, leaders %v", rounds, p.replicas, p.leads)
+	for range 600 {
+		s.v.Now = s.v.Now.Add(time.Second)
+		s.commit += 100
+		if steps := s.round(t, rng, 0); len(steps) != 0 {
+			t.Fatalf("a balanced cluster planned at %s:\n%s", s.v.Now.Format(time.TimeOnly), DescribeSteps(steps))
+		}
+	}
+}
