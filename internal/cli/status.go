@@ -40,11 +40,9 @@ func newStatusCmd() *cobra.Command {
 
 func printStatus(out io.Writer, st *concordpb.StatusResponse) {
 	fmt.Fprintf(out, "cluster %x (answered by node %d)\n\n", st.GetClusterId(), st.GetAnsweredByNodeId())
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w.Flush()
 	printNodes(out, st)
 	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SHARD\tLEADER\tTERM\tCOMMIT\tAPPLIED\tEPOCH\tREPLICAS (replica@node)\tUNDER-REPLICATED")
 	for _, ss := range st.GetShards() {
 		name := fmt.Sprint(ss.GetShard().GetShardId())
