@@ -35,18 +35,51 @@ func readConsistency(opts []ReadOption) concordpb.Consistency {
 // Get returns the value of key and whether it exists. Reads are
 // linearizable unless Stale is given.
 func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (value []byte, found bool, err error) {
-	err = c.call(ctx, key, false, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
-		resp, err := kv.Get(ctx, &concordpb.GetRequest{Header: h, Key: key})
-		value, found = resp.GetValue(), resp.GetFound()
-		return resp.GetHeader(), err
-	})
+	value, _, found, err = c.GetWithExpiry(ctx, key, opts...)
 	return value, found, err
 }
 
+// GetWithExpiry is Get that also returns when the key expires (the zero
+// time: never). A key whose expiry has passed, by the clock of the node that
+// serves the read, does not exist.
+func (c *Client) GetWithExpiry(ctx context.Context, key []byte, opts ...ReadOption) (value []byte, expireAt time.Time, found bool, err error) {
+	err = c.call(ctx, key, false, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.Get(ctx, &concordpb.GetRequest{Header: h, Key: key})
+		value, found = resp.GetValue(), resp.GetFound()
+		if ms := resp.GetExpireAtUnixMs(); ms != 0 {
+			expireAt = time.UnixMilli(ms)
+		}
+		return resp.GetHeader(), err
+	})
+	return value, expireAt, found, err
+}
+
+// PutOption changes what a Put stores.
+type PutOption func(*concordpb.PutRequest)
+
+// TTL makes the key expire ttl after the shard's leader applies the put
+// (rounded up to a whole millisecond): from then on it does not exist, and
+// the shard's sweep deletes it. Without TTL a Put removes any expiry the key
+// had. A ttl that is not positive is refused (InvalidArgument).
+func TTL(ttl time.Duration) PutOption {
+	ms := ttl.Milliseconds()
+	if ttl > time.Duration(ms)*time.Millisecond {
+		ms++ // round a positive fraction up: 0 would mean "no expiry"
+	}
+	if ttl <= 0 {
+		ms = min(ms, -1)
+	}
+	return func(r *concordpb.PutRequest) { r.TtlMs = ms }
+}
+
 // Put stores value under key and returns the previous value, if one existed.
-func (c *Client) Put(ctx context.Context, key, value []byte) (prev []byte, existed bool, err error) {
+func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) (prev []byte, existed bool, err error) {
+	req := &concordpb.PutRequest{Key: key, Value: value}
+	for _, o := range opts {
+		o(req)
+	}
 	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
-		resp, err := kv.Put(ctx, &concordpb.PutRequest{Header: h, Key: key, Value: value})
+		resp, err := kv.Put(ctx, &concordpb.PutRequest{Header: h, Key: key, Value: value, TtlMs: req.GetTtlMs()})
 		prev, existed = resp.GetPrevValue(), resp.GetPrevExists()
 		return resp.GetHeader(), err
 	})

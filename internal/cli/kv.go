@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,17 +12,27 @@ import (
 
 func newPutCmd() *cobra.Command {
 	var f clientFlags
+	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "put KEY VALUE",
 		Short: "Store VALUE under KEY",
-		Args:  cobra.ExactArgs(2),
+		Long: "Store VALUE under KEY, removing any expiry the key had. With --ttl the key expires that long\n" +
+			"after the put applies (e.g. --ttl 10s, --ttl 1h30m): it then reads as absent and is deleted.",
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("ttl") && ttl <= 0 {
+				return fmt.Errorf("--ttl must be positive, got %v", ttl)
+			}
 			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
 			defer done()
-			prev, existed, err := c.Put(ctx, []byte(args[0]), []byte(args[1]))
+			var opts []client.PutOption
+			if ttl > 0 {
+				opts = append(opts, client.TTL(ttl))
+			}
+			prev, existed, err := c.Put(ctx, []byte(args[0]), []byte(args[1]), opts...)
 			if err != nil {
 				return err
 			}
@@ -32,6 +43,7 @@ func newPutCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "time to live (e.g. 10s); none by default")
 	addClientFlags(cmd, &f)
 	return cmd
 }
@@ -53,14 +65,18 @@ func newGetCmd() *cobra.Command {
 			if stale {
 				opts = append(opts, client.Stale())
 			}
-			v, found, err := c.Get(ctx, []byte(args[0]), opts...)
+			v, expireAt, found, err := c.GetWithExpiry(ctx, []byte(args[0]), opts...)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			switch {
 			case f.output == "json":
-				if err := printJSON(out, map[string]any{"key": args[0], "found": found, "value": string(v)}); err != nil {
+				j := map[string]any{"key": args[0], "found": found, "value": string(v), "expire_at_unix_ms": int64(0)}
+				if !expireAt.IsZero() {
+					j["expire_at_unix_ms"] = expireAt.UnixMilli()
+				}
+				if err := printJSON(out, j); err != nil {
 					return err
 				}
 			case found:

@@ -68,15 +68,19 @@ type KVBackend interface {
 	ReadIndex(ctx context.Context, shard ids.ShardID) (ShardView, error)
 	// LocalGet and LocalScan read the local replica's current applied state
 	// with no raft involvement, as a stale read does. They fail (Unavailable)
-	// rather than answer for a replica removed while they read.
-	LocalGet(shard ids.ShardID, key []byte) (value []byte, found bool, err error)
+	// rather than answer for a replica removed while they read. Like a
+	// ShardView, they treat a key expired by this node's clock as absent.
+	LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
 	LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
 }
 
 // ShardView is one shard's applied state at one instant, from ReadIndex.
-// Errors are internal (see toStatus).
+// Errors are internal (see toStatus). A key whose expiry has passed by the
+// serving node's clock is absent: Get does not find it, Scan skips it (and
+// still returns limit live keys where they exist). Get also returns the
+// key's expiry (Unix ms, 0: none).
 type ShardView interface {
-	Get(key []byte) (value []byte, found bool, err error)
+	Get(key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
 	Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error)
 	// Close releases the view; it must be called exactly once.
 	Close()

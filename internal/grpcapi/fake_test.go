@@ -26,6 +26,7 @@ type fakeNode struct {
 	addrs   map[ids.NodeID]string      // guarded by mu: node → address of its front door
 	blocked map[ids.NodeID]bool
 	data    map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
+	expiry  map[string]int64                      // key → expiry LocalGet reports
 	hint    ids.NodeID                            // PlacementLeaderHint
 
 	proposeResult *storepb.CommandResult
@@ -151,19 +152,19 @@ type fakeView struct {
 	shard ids.ShardID
 }
 
-func (v fakeView) Get(key []byte) ([]byte, bool, error) { return v.f.LocalGet(v.shard, key) }
+func (v fakeView) Get(key []byte) ([]byte, int64, bool, error) { return v.f.LocalGet(v.shard, key) }
 func (v fakeView) Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
 	return v.f.LocalScan(v.shard, start, end, limit)
 }
 func (v fakeView) Close() {}
 
-func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, bool, error) {
+func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool, error) {
 	for _, kv := range f.data[shard] {
 		if bytes.Equal(kv.GetKey(), key) {
-			return kv.GetValue(), true, nil
+			return kv.GetValue(), f.expiry[string(key)], true, nil
 		}
 	}
-	return nil, false, nil
+	return nil, 0, false, nil
 }
 
 func (f *fakeNode) LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {

@@ -46,11 +46,11 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 		req.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE} // serve here, no barrier
 	}
 	if s.canReadLocally(req.GetHeader(), shard) {
-		v, found, err := s.localGet(ctx, req.GetHeader(), shard, req.GetKey())
+		v, at, found, err := s.localGet(ctx, req.GetHeader(), shard, req.GetKey())
 		if err != nil {
 			return nil, err
 		}
-		return &concordpb.GetResponse{Header: header(s.b, shard), Found: found, Value: v}, nil
+		return &concordpb.GetResponse{Header: header(s.b, shard), Found: found, Value: v, ExpireAtUnixMs: at}, nil
 	}
 	target := s.readTarget(req.GetHeader(), shard)
 	c, err := kvClientFor(s.b, target, req.GetHeader().GetHops(), shard)
@@ -64,7 +64,7 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 
 // Put is a one-op Batch.
 func (s *KV) Put(ctx context.Context, req *concordpb.PutRequest) (*concordpb.PutResponse, error) {
-	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: req.GetKey(), Value: req.GetValue()}
+	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs()}
 	res, hdr, err := s.apply(ctx, req.GetHeader(), op)
 	if err != nil {
 		return nil, err
@@ -123,8 +123,11 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(req.GetHeader()), Ops: req.GetOps()})
 		})
 	}
+	// The stamp is this leader's clock: the state machine turns TTLs into
+	// absolute times from it (on the shard's clock), once, for every replica.
 	cmd := &storepb.Command{UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
 		SessionId: req.GetHeader().GetSessionId(), Seq: req.GetHeader().GetSeq(), Ops: req.GetOps(),
+		MaxValueBytes: int64(s.limits.MaxValueBytes),
 	}}}
 	res, err := s.b.Propose(ctx, shard, cmd)
 	if err != nil {
@@ -255,18 +258,18 @@ func (s *KV) readTarget(h *concordpb.RequestHeader, shard ids.ShardID) ids.NodeI
 
 // localGet reads key from the local replica of shard: a stale read reads its
 // current state, a linearizable one the view its barrier returns.
-func (s *KV) localGet(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID, key []byte) ([]byte, bool, error) {
+func (s *KV) localGet(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID, key []byte) ([]byte, int64, bool, error) {
 	if h.GetConsistency() == concordpb.Consistency_STALE {
-		v, found, err := s.b.LocalGet(shard, key)
-		return v, found, toStatus(err)
+		v, at, found, err := s.b.LocalGet(shard, key)
+		return v, at, found, toStatus(err)
 	}
 	view, err := s.readBarrier(ctx, shard)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	defer view.Close()
-	v, found, err := view.Get(key)
-	return v, found, toStatus(err)
+	v, at, found, err := view.Get(key)
+	return v, at, found, toStatus(err)
 }
 
 // readBarrier makes a linearizable read wait until the local replica has

@@ -122,3 +122,29 @@ func TestBatchReportsProposalOutcomes(t *testing.T) {
 	_, err = kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k")})
 	wantStatus(t, err, codes.Unknown, "ambiguous: "+replica.ErrAmbiguous.Error())
 }
+
+// TestExpiryThroughTheFrontDoor: a Put's ttl_ms reaches the state machine
+// in the op, the command carries the leader's stamp (from which the TTL is
+// placed) and its value size limit (which results must respect), and a
+// Get, linearizable or stale, reports the expiry the read returns.
+func TestExpiryThroughTheFrontDoor(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	kv := NewKV(f, testLimits)
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("v"), TtlMs: 1500}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := f.proposals[0]
+	if op := cmd.GetKv().GetOps()[0]; op.GetTtlMs() != 1500 || cmd.GetUnixNanos() == 0 || cmd.GetKv().GetMaxValueBytes() != int64(testLimits.MaxValueBytes) {
+		t.Fatalf("proposed %v; want the TTL, a stamp and the value limit", cmd)
+	}
+	s := f.shardOfKey("k")
+	f.data[s] = append(f.data[s], &concordpb.KeyValue{Key: []byte("k"), Value: []byte("v")})
+	f.expiry = map[string]int64{"k": 1234}
+	for _, c := range []concordpb.Consistency{concordpb.Consistency_LINEARIZABLE, concordpb.Consistency_STALE} {
+		resp, err := kv.Get(ctx, &concordpb.GetRequest{Header: &concordpb.RequestHeader{Consistency: c}, Key: []byte("k")})
+		if err != nil || !resp.GetFound() || resp.GetExpireAtUnixMs() != 1234 {
+			t.Fatalf("%v Get = %v, %v; want expire_at_unix_ms 1234", c, resp, err)
+		}
+	}
+}

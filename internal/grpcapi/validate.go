@@ -5,6 +5,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 )
 
 // Limits on a single request, beyond the key and value limits of Limits.
@@ -85,16 +86,25 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 	return shard, nil
 }
 
-// checkOp validates operation i of a batch on its own.
+// checkOp validates operation i of a batch on its own: the state machine's
+// own rules (kv.CheckOp: known type and condition, times and offsets not
+// negative, options that fit the op), then the sizes. A SET_RANGE whose end
+// lies beyond the value size limit could only fail: it is refused here. An
+// APPEND's result is checked at apply (OP_ERROR_TOO_LARGE), where the
+// current value is known.
 func (l Limits) checkOp(i int, op *concordpb.Op) error {
-	if _, ok := concordpb.OpType_name[int32(op.GetType())]; !ok {
-		return invalid("operation %d has unknown type %d", i, op.GetType())
+	if err := kv.CheckOp(op); err != nil {
+		return invalid("operation %d: %v", i, err)
 	}
 	if err := l.checkKey(op.GetKey()); err != nil {
 		return err
 	}
 	if err := l.checkValue(op.GetValue()); err != nil {
 		return err
+	}
+	if op.GetType() == concordpb.OpType_OP_SET_RANGE && op.GetOffset() > int64(l.MaxValueBytes)-int64(len(op.GetValue())) {
+		return invalid("operation %d: offset %d plus %d bytes is beyond the value size limit %d (--max-value-bytes)",
+			i, op.GetOffset(), len(op.GetValue()), l.MaxValueBytes)
 	}
 	return l.checkValue(op.GetExpected())
 }

@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -26,6 +27,12 @@ func keysInTwoShards(t *testing.T, f *fakeNode) (a, b string, sa, sb ids.ShardID
 	}
 	t.Fatal("no two keys in different shards")
 	return
+}
+
+// batchErr is the error of a one-op Batch.
+func batchErr(kv *KV, op *concordpb.Op) error {
+	_, err := kv.Batch(context.Background(), &concordpb.BatchRequest{Ops: []*concordpb.Op{op}})
+	return err
 }
 
 func put(k string) *concordpb.Op {
@@ -65,7 +72,25 @@ func TestInvalidRequestsAreRefusedWithTheirReason(t *testing.T) {
 		{"batch across shards", err(kv.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{put(a), put(b)}})), codes.InvalidArgument,
 			fmt.Sprintf("batch keys span shards %d and %d; a batch must stay within one shard", sa, sb)},
 		{"unknown op", err(kv.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{{Type: 42, Key: []byte("k")}}})), codes.InvalidArgument,
-			"operation 0 has unknown type 42"},
+			"operation 0: unknown type 42"},
+		{"negative put ttl", err(kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), TtlMs: -1})), codes.InvalidArgument,
+			"operation 0: ttl_ms and expire_at_unix_ms must not be negative"},
+		{"negative expire_at", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: []byte("k"), ExpireAtUnixMs: -5}),
+			codes.InvalidArgument, "operation 0: ttl_ms and expire_at_unix_ms must not be negative"},
+		{"ttl and expire_at", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), TtlMs: 1, ExpireAtUnixMs: 1}),
+			codes.InvalidArgument, "operation 0: at most one of ttl_ms and expire_at_unix_ms may be set"},
+		{"ttl on incr", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: []byte("k"), TtlMs: 1}),
+			codes.InvalidArgument, "operation 0: OP_INCR takes no expiry"},
+		{"unknown condition", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Condition: 9}),
+			codes.InvalidArgument, "operation 0: unknown condition 9"},
+		{"GT on put", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Condition: concordpb.Condition_CONDITION_GT}),
+			codes.InvalidArgument, "operation 0: OP_PUT takes no condition CONDITION_GT"},
+		{"negative offset", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: []byte("k"), Offset: -1}),
+			codes.InvalidArgument, "operation 0: offset must not be negative"},
+		{"set_range beyond the value limit", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: []byte("k"), Offset: 6, Value: []byte("abc")}),
+			codes.InvalidArgument, "operation 0: offset 6 plus 3 bytes is beyond the value size limit 8 (--max-value-bytes)"},
+		{"NaN float delta", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_INCR_FLOAT, Key: []byte("k"), FloatDelta: math.NaN()}),
+			codes.InvalidArgument, "operation 0: float_delta must be a finite number"},
 		{"scan backwards", err(kv.Scan(ctx, &concordpb.ScanRequest{Start: []byte("b"), End: []byte("a")})), codes.InvalidArgument,
 			`scan start "b" is not before end "a"`},
 		{"scan of a missing shard", err(kv.Scan(ctx, &concordpb.ScanRequest{OnlyShard: 99})), codes.NotFound, "shard 99 does not exist"},
@@ -99,6 +124,10 @@ func TestValidRequestsPass(t *testing.T) {
 		ops[i] = put("k")
 	}
 	if err := (Limits{MaxKeyBytes: 4}).checkOp(0, put(strings.Repeat("x", 4))); err != nil {
+		t.Fatal(err)
+	}
+	// A SET_RANGE ending exactly at the value size limit is fine.
+	if err := testLimits.checkOp(0, &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: []byte("k"), Offset: 5, Value: []byte("abc")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Batch(ctx, &concordpb.BatchRequest{Ops: ops}); err != nil {

@@ -22,7 +22,8 @@
 //	\x02 <shard 8> s m s <shard 8>  (meta shard) ShardDescriptor of every shard
 //	\x02 <shard 8> s m c            (meta shard) MetaCounters
 //	\x02 <shard 8> s m j <token>    (meta shard) node id registered by a join token (8)
-//	\x02 <shard 8> s u <user key>   user value
+//	\x02 <shard 8> s u <user key>   user value: a tag byte, the expiry if any, the bytes (internal/kv)
+//	\x02 <shard 8> s x <at 8> <user key>  (empty) the user key expires at Unix ms at: the sweep's index
 //
 // A shard's Raft keys ("r") and state-machine keys ("s") are disjoint spans of
 // the shard's prefix. A snapshot carries the "s" span; installing one replaces
@@ -198,6 +199,33 @@ func UserKey(shard uint64, k []byte) []byte {
 		panic(fmt.Sprintf("keys: %x is not a user key of shard %d", k, shard))
 	}
 	return k[n:]
+}
+
+// expiryPrefix is the prefix of shard's expiry index.
+func expiryPrefix(shard uint64) []byte { return append(shardPrefix(shard), 's', 'x') }
+
+// Expiry is the expiry-index key recording that user key of shard expires at
+// atMs (Unix milliseconds, positive). The index sorts by time, so the keys
+// expired by a time are one span (ExpiredSpan). It lies in the shard's state
+// span, so snapshots, replica destruction and excision cover it.
+func Expiry(shard uint64, atMs int64, key []byte) []byte {
+	k := appendU64(expiryPrefix(shard), uint64(atMs))
+	return append(k, key...)
+}
+
+// ExpiredSpan covers the expiry-index keys of shard with a time at or before
+// atMs.
+func ExpiredSpan(shard uint64, atMs int64) (lo, hi []byte) {
+	return expiryPrefix(shard), appendU64(expiryPrefix(shard), uint64(atMs)+1)
+}
+
+// ExpiryEntry decodes an Expiry key of shard into its time and user key.
+func ExpiryEntry(shard uint64, k []byte) (atMs int64, key []byte) {
+	n := len(expiryPrefix(shard))
+	if len(k) < n+8 {
+		panic(fmt.Sprintf("keys: %x is not an expiry key of shard %d", k, shard))
+	}
+	return int64(binary.BigEndian.Uint64(k[n:])), k[n+8:]
 }
 
 // PrefixEnd returns the smallest key greater than every key with prefix p.

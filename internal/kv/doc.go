@@ -1,13 +1,21 @@
 // Package kv is the state machine of a user shard: it applies Get, Put,
-// Delete and CompareAndSwap operations (alone or as an atomic batch) and keeps
-// the client sessions that make every mutation at-most-once.
+// Delete and CompareAndSwap operations, the read-modify-write operations of
+// the Redis protocol (INCR, INCR_FLOAT, APPEND, SET_RANGE, GET_DELETE,
+// EXPIRE) and the sweep's DELETE_EXPIRED (alone or as an atomic batch: one
+// Raft entry, so each is atomic per key), and keeps the client sessions that
+// make every mutation at-most-once.
+//
+// Keys may carry an expiry (value.go: an envelope around the stored value,
+// plus an index ordered by time for the sweep). The time a key expires is
+// decided at apply, from the command's leader-stamped time on the shard's
+// clock, so every replica stores the same instant.
 //
 // Apply is deterministic: it reads only the batch it writes into and the
 // command itself (including the proposer's timestamp, which moves the
-// shard's session clock by a bounded step: see MaxClockStep), never a clock
-// or the node's health, so every replica computes the same state from the
-// same log.
+// shard's clock by a bounded step: see MaxClockStep), never a clock or the
+// node's health, so every replica computes the same state from the same log.
 //
 // Reads that bypass Raft (ReadIndex and stale reads) use Get and Scan over a
-// pebble.Reader.
+// pebble.Reader, with the serving node's time passed in: an expired key is
+// absent from the moment it expires, whether or not the sweep has deleted it.
 package kv

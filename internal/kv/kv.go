@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -69,7 +68,8 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 				"session %x: sequence %d is older than %d, already applied", c.GetSessionId(), c.GetSeq(), rec.GetSeq()), nil
 		}
 	}
-	res, err := sm.applyOps(b, desc, c.GetOps())
+	e := env{nowMs: now / int64(time.Millisecond), maxValue: c.GetMaxValueBytes()}
+	res, err := sm.applyOps(b, desc, e, c.GetOps())
 	if err != nil {
 		return nil, err
 	}
@@ -82,16 +82,16 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 	return res, nil
 }
 
-// applyOps applies ops all or nothing: every op is checked before any is applied.
-func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescriptor, ops []*concordpb.Op) (*storepb.CommandResult, error) {
-	for _, op := range ops {
-		if h := routing.Hash(op.GetKey()); h < desc.GetStartHash() || h > desc.GetEndHash() {
-			return errResult(codes.InvalidArgument, "key %q does not belong to shard %d", op.GetKey(), sm.shard), nil
-		}
+// applyOps applies ops all or nothing: every op is checked before any is
+// applied. (An op that fails with an OpError changes nothing, but the
+// others still apply: that is the op's result, not a malformed command.)
+func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescriptor, e env, ops []*concordpb.Op) (*storepb.CommandResult, error) {
+	if res := sm.checkOps(desc, e, ops); res != nil {
+		return res, nil
 	}
 	res := &storepb.CommandResult{}
 	for _, op := range ops {
-		r, err := sm.applyOp(b, op)
+		r, err := sm.applyOp(b, e, op)
 		if err != nil {
 			return nil, err
 		}
@@ -100,38 +100,22 @@ func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescripto
 	return res, nil
 }
 
-func (sm *StateMachine) applyOp(b *pebble.Batch, op *concordpb.Op) (*concordpb.OpResult, error) {
-	k := keys.User(sm.shard, op.GetKey())
-	cur, exists, err := get(b, k)
-	if err != nil {
-		return nil, err
-	}
-	switch op.GetType() {
-	case concordpb.OpType_OP_GET:
-		return &concordpb.OpResult{Ok: exists, Value: cur}, nil
-	case concordpb.OpType_OP_PUT:
-		return &concordpb.OpResult{Ok: exists, Value: cur}, b.Set(k, op.GetValue(), nil)
-	case concordpb.OpType_OP_DELETE:
-		if exists {
-			err = b.Delete(k, nil)
+// checkOps refuses a command with an op outside the shard's hash range or
+// malformed (CheckOp, or a TTL that does not fit on the shard's clock).
+func (sm *StateMachine) checkOps(desc *concordpb.ShardDescriptor, e env, ops []*concordpb.Op) *storepb.CommandResult {
+	for i, op := range ops {
+		if h := routing.Hash(op.GetKey()); h < desc.GetStartHash() || h > desc.GetEndHash() {
+			return errResult(codes.InvalidArgument, "key %q does not belong to shard %d", op.GetKey(), sm.shard)
 		}
-		return &concordpb.OpResult{Ok: exists}, err
-	case concordpb.OpType_OP_CAS:
-		match := (op.GetExpectAbsent() && !exists) || (!op.GetExpectAbsent() && exists && bytes.Equal(cur, op.GetExpected()))
-		res := &concordpb.OpResult{Ok: match, Exists: exists, Value: cur}
-		switch {
-		case !match:
-		case op.GetDelete():
-			if exists {
-				err = b.Delete(k, nil)
-			}
-		default:
-			err = b.Set(k, op.GetValue(), nil)
+		err := CheckOp(op)
+		if err == nil {
+			_, err = e.expiry(op)
 		}
-		return res, err
-	default:
-		return nil, fmt.Errorf("kv: unknown op type %v", op.GetType())
+		if err != nil {
+			return errResult(codes.InvalidArgument, "operation %d: %v", i, err)
+		}
 	}
+	return nil
 }
 
 // MaxClockStep bounds how far one command can move a shard's clock.
@@ -207,32 +191,6 @@ func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
 		}
 	}
 	return nil
-}
-
-// Get reads key of shard from r.
-func Get(r pebble.Reader, shard uint64, key []byte) (value []byte, found bool, err error) {
-	return get(r, keys.User(shard, key))
-}
-
-// Scan reads up to limit pairs of shard with keys in [start, end) in key
-// order; an empty end means no bound.
-func Scan(r pebble.Reader, shard uint64, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
-	lo, hi := keys.UserSpan(shard, start, end)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return nil, err
-	}
-	var kvs []*concordpb.KeyValue
-	for ok := it.First(); ok && len(kvs) < limit; ok = it.Next() {
-		kvs = append(kvs, &concordpb.KeyValue{
-			Key:   append([]byte(nil), keys.UserKey(shard, it.Key())...),
-			Value: append([]byte(nil), it.Value()...),
-		})
-	}
-	if err := it.Close(); err != nil {
-		return nil, err
-	}
-	return kvs, nil
 }
 
 func get(r pebble.Reader, k []byte) ([]byte, bool, error) {

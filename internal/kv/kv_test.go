@@ -90,7 +90,7 @@ func (f *fixture) one(res *storepb.CommandResult) *concordpb.OpResult {
 // value asserts the stored value of k (absent when want is nil).
 func (f *fixture) value(k string, want []byte) {
 	f.t.Helper()
-	got, found, err := Get(f.db, shard, []byte(k))
+	got, _, found, err := Get(f.db, shard, []byte(k), 0)
 	if err != nil || found != (want != nil) || !bytes.Equal(got, want) {
 		f.t.Fatalf("Get(%q) = %q, %v, %v; want %q (found %v)", k, got, found, err, want, want != nil)
 	}

@@ -14,7 +14,7 @@ func scanKeys(t *testing.T, r pebble.Reader, start, end string, limit int) []str
 	if end != "" {
 		e = []byte(end)
 	}
-	kvs, err := Scan(r, shard, []byte(start), e, limit)
+	kvs, err := Scan(r, shard, []byte(start), e, limit, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func seed(t *testing.T, db *pebble.DB, ks ...string) {
 	defer b.Close()
 	for _, k := range ks {
 		for _, s := range []uint64{shard - 1, shard, shard + 1} {
-			if err := b.Set(keys.User(s, []byte(k)), []byte("v-"+k), nil); err != nil {
+			if err := b.Set(keys.User(s, []byte(k)), encodeValue([]byte("v-"+k), 0), nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -92,7 +92,7 @@ func TestGetAndScanOverSnapshot(t *testing.T) {
 	snap := f.db.NewSnapshot()
 	defer snap.Close()
 	f.kv(0, 0, 1, put("a", "new"), del("b"), put("c", "v-c"))
-	if v, found, err := Get(snap, shard, []byte("a")); err != nil || !found || string(v) != "v-a" {
+	if v, _, found, err := Get(snap, shard, []byte("a"), 0); err != nil || !found || string(v) != "v-a" {
 		t.Fatalf("Get over snapshot = %q, %v, %v; want the old value", v, found, err)
 	}
 	if got := scanKeys(t, snap, "", "", 10); !equal(got, []string{"a", "b"}) {

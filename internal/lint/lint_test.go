@@ -164,6 +164,9 @@ var layerTable = []layer{
 	{n: 6, pkgs: []string{
 		"internal/grpcapi", // KV/Cluster/Admin gRPC handlers
 	}},
+	{n: 6, pkgs: []string{
+		"internal/expiry", // the sweep that deletes expired keys through raft
+	}},
 	{n: 7, pkgs: []string{
 		"internal/node", // assembles one process
 	}},

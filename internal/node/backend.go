@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -73,17 +74,17 @@ type shardView struct {
 	shard ids.ShardID
 }
 
-func (s shardView) Get(key []byte) (value []byte, found bool, err error) {
+func (s shardView) Get(key []byte) (value []byte, expireAt int64, found bool, err error) {
 	err = s.v.Read(func(r storage.Reader) error {
-		value, found, err = kv.Get(r, uint64(s.shard), key)
+		value, expireAt, found, err = kv.Get(r, uint64(s.shard), key, nowMs())
 		return err
 	})
-	return value, found, readErr(err)
+	return value, expireAt, found, readErr(err)
 }
 
 func (s shardView) Scan(start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
 	err = s.v.Read(func(r storage.Reader) error {
-		kvs, err = kv.Scan(r, uint64(s.shard), start, end, limit)
+		kvs, err = kv.Scan(r, uint64(s.shard), start, end, limit, nowMs())
 		return err
 	})
 	return kvs, readErr(err)
@@ -96,21 +97,27 @@ func (s shardView) Close() { s.v.Release() }
 // answer only if the same initialized replica is still published after the
 // read (the host unpublishes a replica before destroying its data), so a
 // removed replica's empty span is never reported as "not found".
-func (b backend) LocalGet(shard ids.ShardID, key []byte) (value []byte, found bool, err error) {
+func (b backend) LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAt int64, found bool, err error) {
 	err = b.readReplica(shard, func(r storage.Reader) error {
-		value, found, err = kv.Get(r, uint64(shard), key)
+		value, expireAt, found, err = kv.Get(r, uint64(shard), key, nowMs())
 		return err
 	})
-	return value, found, err
+	return value, expireAt, found, err
 }
 
 func (b backend) LocalScan(shard ids.ShardID, start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
 	err = b.readReplica(shard, func(r storage.Reader) error {
-		kvs, err = kv.Scan(r, uint64(shard), start, end, limit)
+		kvs, err = kv.Scan(r, uint64(shard), start, end, limit, nowMs())
 		return err
 	})
 	return kvs, err
 }
+
+// nowMs is the time a read outside apply measures expiry against: this
+// node's wall clock, read when the read runs (after its barrier), so a key
+// is absent from the moment it expires whether or not the sweep has
+// deleted it yet.
+func nowMs() int64 { return time.Now().UnixMilli() }
 
 func (b backend) readReplica(shard ids.ShardID, f func(r storage.Reader) error) error {
 	before, ok := b.n.host.Info(shard)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/expiry"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
@@ -240,6 +241,7 @@ func (n *Node) startLoops() {
 	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat)
 	n.goLoop(2*time.Second, n.repair)
 	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions)
+	n.goLoop(expiry.Interval, n.sweepExpired)
 }
 
 // goLoop runs f every interval until the node stops.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/concord-kv/concord/internal/expiry"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -24,5 +25,14 @@ func (n *Node) expireSessions(ctx context.Context) {
 		if err != nil {
 			n.log.Debug("expire sessions", "shard", info.Shard, "err", err)
 		}
+	}
+}
+
+// sweepExpired deletes, through raft, keys whose expiry has passed on the
+// shards this node leads (internal/expiry). Until the sweep gets to them
+// they already read as absent.
+func (n *Node) sweepExpired(ctx context.Context) {
+	if deleted, err := expiry.Sweep(ctx, n.host, time.Now(), expiry.MaxKeysPerShard); err != nil {
+		n.log.Debug("expiry sweep", "deleted", deleted, "err", err)
 	}
 }

@@ -32,7 +32,8 @@ type Command struct {
 	// id identifies the proposal so the proposing node can hand the result back.
 	// Random per process plus a counter: unique across restarts.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// The proposer's wall clock. Only used for session idle expiry, so the state
+	// The proposer's wall clock. It moves the shard's clock (kv.MaxClockStep),
+	// in which session idle time and key expiry are measured, so the state
 	// machine stays deterministic: every replica sees the same timestamp.
 	UnixNanos int64 `protobuf:"varint,2,opt,name=unix_nanos,json=unixNanos,proto3" json:"unix_nanos,omitempty"`
 	// Types that are valid to be assigned to Kind:
@@ -179,10 +180,15 @@ func (*Command_MarkNode) isCommand_Kind() {}
 
 // KVCommand applies ops atomically, at most once per (session, seq).
 type KVCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ops           []*concordpb.Op        `protobuf:"bytes,3,rep,name=ops,proto3" json:"ops,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ops       []*concordpb.Op        `protobuf:"bytes,3,rep,name=ops,proto3" json:"ops,omitempty"`
+	// The proposing leader's value size limit (--max-value-bytes): an APPEND,
+	// SET_RANGE or INCR_FLOAT whose result would exceed it fails with
+	// OP_ERROR_TOO_LARGE. It travels in the command so every replica applies
+	// the same rule whatever its own flag says. 0: no limit.
+	MaxValueBytes int64 `protobuf:"varint,4,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,6 +242,13 @@ func (x *KVCommand) GetOps() []*concordpb.Op {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *KVCommand) GetMaxValueBytes() int64 {
+	if x != nil {
+		return x.MaxValueBytes
+	}
+	return 0
 }
 
 // ExpireSessions forgets sessions idle for longer than the command's
@@ -874,12 +887,13 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\badd_node\x18\x05 \x01(\v2\x19.concord.store.v1.AddNodeH\x00R\aaddNode\x12Q\n" +
 	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptor\x129\n" +
 	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNodeB\x06\n" +
-	"\x04kind\"^\n" +
+	"\x04kind\"\x86\x01\n" +
 	"\tKVCommand\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
-	"\x03ops\x18\x03 \x03(\v2\x0e.concord.v1.OpR\x03ops\"E\n" +
+	"\x03ops\x18\x03 \x03(\v2\x0e.concord.v1.OpR\x03ops\x12&\n" +
+	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\"E\n" +
 	"\x0eExpireSessions\x123\n" +
 	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"B\n" +
 	"\aAddNode\x12\x18\n" +

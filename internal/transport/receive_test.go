@@ -210,7 +210,7 @@ func (tg *target) get(key string) (string, bool) {
 	var v []byte
 	var ok bool
 	err := tg.eng.Read(func(r storage.Reader) (err error) {
-		v, ok, err = kv.Get(r, uint64(soloShard), []byte(key))
+		v, _, ok, err = kv.Get(r, uint64(soloShard), []byte(key), 0)
 		return err
 	})
 	check(tg.t, err)

@@ -26,7 +26,7 @@ func BenchmarkLinearizableGet(b *testing.B) {
 				return
 			}
 			if err := v.Read(func(r storage.Reader) error {
-				_, _, err := kv.Get(r, 1, []byte("k"))
+				_, _, _, err := kv.Get(r, 1, []byte("k"), 0)
 				return err
 			}); err != nil {
 				b.Error(err)

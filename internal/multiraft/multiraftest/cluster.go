@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -389,9 +390,16 @@ func (c *Call) Done() bool {
 // must be ticked (RunUntil) for the outcome if it needs elections or
 // timeouts.
 func (c *Cluster) Propose(node ids.NodeID, shard ids.ShardID, ops ...*concordpb.Op) *Call {
+	return c.ProposeAt(node, shard, 0, ops...)
+}
+
+// ProposeAt is Propose with the command stamped unixNanos, as a leader's
+// front door stamps it (0: unstamped). The stamp moves the shard's clock,
+// from which TTLs are placed.
+func (c *Cluster) ProposeAt(node ids.NodeID, shard ids.ShardID, unixNanos int64, ops ...*concordpb.Op) *Call {
 	call := &Call{done: make(chan struct{})}
 	h := c.nodes[node].Host
-	cmd := &storepb.Command{Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}}
+	cmd := &storepb.Command{UnixNanos: unixNanos, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}}
 	go func() {
 		defer close(call.done)
 		call.Result, call.Err = h.Propose(context.Background(), shard, cmd)
@@ -427,7 +435,7 @@ func (c *Cluster) Get(node ids.NodeID, key string) (string, bool) {
 	var v []byte
 	var found bool
 	err := c.nodes[node].Engine.Read(func(r storage.Reader) (err error) {
-		v, found, err = kv.Get(r, uint64(c.ShardOf(key)), []byte(key))
+		v, _, found, err = kv.Get(r, uint64(c.ShardOf(key)), []byte(key), time.Now().UnixMilli())
 		return err
 	})
 	c.check(err)

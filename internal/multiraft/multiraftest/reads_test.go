@@ -20,7 +20,7 @@ func getFrom(t *testing.T, v *storage.ReadView, key string) (string, bool) {
 	var val []byte
 	var found bool
 	if err := v.Read(func(r storage.Reader) (err error) {
-		val, found, err = kv.Get(r, 1, []byte(key))
+		val, _, found, err = kv.Get(r, 1, []byte(key), 0)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,323 @@
+package kv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// env is what every op of one command shares.
+type env struct {
+	nowMs    int64 // the shard's clock, Unix ms: what "expired" means at apply
+	maxValue int64 // the proposer's value size limit; 0: none
+}
+
+// CheckOp reports why op is malformed, nil if it is not: an unknown type or
+// condition, a negative time or offset, options that contradict each other
+// or do not belong to the op. The front door refuses such an op with
+// InvalidArgument; the state machine refuses the whole command, applying
+// nothing, should one reach it.
+func CheckOp(op *concordpb.Op) error {
+	t := op.GetType()
+	if _, ok := concordpb.OpType_name[int32(t)]; !ok {
+		return fmt.Errorf("unknown type %d", t)
+	}
+	if _, ok := concordpb.Condition_name[int32(op.GetCondition())]; !ok {
+		return fmt.Errorf("unknown condition %d", op.GetCondition())
+	}
+	timed := op.GetTtlMs() != 0 || op.GetExpireAtUnixMs() != 0
+	switch {
+	case op.GetTtlMs() < 0 || op.GetExpireAtUnixMs() < 0:
+		return errors.New("ttl_ms and expire_at_unix_ms must not be negative")
+	case op.GetTtlMs() != 0 && op.GetExpireAtUnixMs() != 0:
+		return errors.New("at most one of ttl_ms and expire_at_unix_ms may be set")
+	case timed && t != concordpb.OpType_OP_PUT && t != concordpb.OpType_OP_EXPIRE:
+		return fmt.Errorf("%v takes no expiry", t)
+	case op.GetKeepTtl() && (t != concordpb.OpType_OP_PUT || timed):
+		return errors.New("keep_ttl is for a PUT without a new expiry")
+	case op.GetPersist() && (t != concordpb.OpType_OP_EXPIRE || timed || op.GetCondition() != concordpb.Condition_CONDITION_NONE):
+		return errors.New("persist is for an EXPIRE without a new expiry or condition")
+	case op.GetOffset() < 0:
+		return errors.New("offset must not be negative")
+	case math.IsNaN(op.GetFloatDelta()) || math.IsInf(op.GetFloatDelta(), 0):
+		return errors.New("float_delta must be a finite number")
+	}
+	switch c := op.GetCondition(); {
+	case c == concordpb.Condition_CONDITION_NONE || t == concordpb.OpType_OP_EXPIRE:
+	case t == concordpb.OpType_OP_PUT && (c == concordpb.Condition_CONDITION_NX || c == concordpb.Condition_CONDITION_XX):
+	default:
+		return fmt.Errorf("%v takes no condition %v", t, c)
+	}
+	return nil
+}
+
+// expiry is the absolute expiry op asks for (0: none), or an error when a
+// TTL cannot be placed on the shard's clock.
+func (e env) expiry(op *concordpb.Op) (int64, error) {
+	switch ttl := op.GetTtlMs(); {
+	case op.GetExpireAtUnixMs() != 0:
+		return op.GetExpireAtUnixMs(), nil
+	case ttl == 0:
+		return 0, nil
+	case e.nowMs <= 0:
+		return 0, errors.New("a TTL needs a command stamped with the leader's time")
+	case ttl > math.MaxInt64-e.nowMs:
+		return 0, fmt.Errorf("ttl_ms %d overflows the expiry time", ttl)
+	default:
+		return e.nowMs + ttl, nil
+	}
+}
+
+func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op) (*concordpb.OpResult, error) {
+	s, err := sm.load(b, op.GetKey(), e.nowMs)
+	if err != nil {
+		return nil, err
+	}
+	cur, exists := s.cur(), s.exists // before any change
+	switch op.GetType() {
+	case concordpb.OpType_OP_GET:
+		return &concordpb.OpResult{Ok: exists, Value: cur.value, ExpireAtUnixMs: cur.expireAt}, nil
+	case concordpb.OpType_OP_PUT:
+		return e.put(s, op)
+	case concordpb.OpType_OP_DELETE:
+		return &concordpb.OpResult{Ok: exists}, s.delete()
+	case concordpb.OpType_OP_CAS:
+		return casOp(s, op)
+	case concordpb.OpType_OP_INCR:
+		return incr(s, op.GetIntDelta())
+	case concordpb.OpType_OP_INCR_FLOAT:
+		return e.incrFloat(s, op.GetFloatDelta())
+	case concordpb.OpType_OP_APPEND:
+		return e.append(s, op.GetValue())
+	case concordpb.OpType_OP_SET_RANGE:
+		return e.setRange(s, op.GetOffset(), op.GetValue())
+	case concordpb.OpType_OP_GET_DELETE:
+		return &concordpb.OpResult{Ok: exists, Value: cur.value, ExpireAtUnixMs: cur.expireAt}, s.delete()
+	case concordpb.OpType_OP_EXPIRE:
+		return e.expire(s, op)
+	case concordpb.OpType_OP_DELETE_EXPIRED:
+		// Re-checked here, on the shard's clock: a key set again since the
+		// sweep read the index survives.
+		expired := s.stored && !live(s.raw.expireAt, e.nowMs)
+		if expired {
+			err = s.delete()
+		}
+		return &concordpb.OpResult{Ok: expired}, err
+	default:
+		return nil, fmt.Errorf("kv: unknown op type %v", op.GetType())
+	}
+}
+
+// put stores op's value under its condition and expiry. A PUT whose
+// expiry is not in the future deletes the key (as Redis's SET with a past
+// PXAT does).
+func (e env) put(s *store, op *concordpb.Op) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	res := &concordpb.OpResult{Ok: s.exists, Exists: s.exists, Value: cur.value}
+	switch op.GetCondition() {
+	case concordpb.Condition_CONDITION_NX:
+		if res.Ok = !s.exists; !res.Ok {
+			return res, nil
+		}
+	case concordpb.Condition_CONDITION_XX:
+		if res.Ok = s.exists; !res.Ok {
+			return res, nil
+		}
+	}
+	at, _ := e.expiry(op) // checked in checkOps
+	if op.GetKeepTtl() {
+		at = cur.expireAt
+	}
+	if at != 0 && !live(at, e.nowMs) {
+		return res, s.delete()
+	}
+	return res, s.set(op.GetValue(), at)
+}
+
+func casOp(s *store, op *concordpb.Op) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	match := (op.GetExpectAbsent() && !s.exists) || (!op.GetExpectAbsent() && s.exists && bytes.Equal(cur.value, op.GetExpected()))
+	res := &concordpb.OpResult{Ok: match, Exists: s.exists, Value: cur.value}
+	switch {
+	case !match:
+		return res, nil
+	case op.GetDelete():
+		return res, s.delete()
+	default:
+		return res, s.set(op.GetValue(), 0) // a new value, as a plain PUT: no expiry
+	}
+}
+
+func failed(code concordpb.OpError) (*concordpb.OpResult, error) {
+	return &concordpb.OpResult{Error: code}, nil
+}
+
+// incr adds delta to the key's integer, keeping its expiry.
+func incr(s *store, delta int64) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	var n int64
+	if s.exists {
+		var ok bool
+		if n, ok = parseInt(cur.value); !ok {
+			return failed(concordpb.OpError_OP_ERROR_NOT_INTEGER)
+		}
+	}
+	if (delta > 0 && n > math.MaxInt64-delta) || (delta < 0 && n < math.MinInt64-delta) {
+		return failed(concordpb.OpError_OP_ERROR_OVERFLOW)
+	}
+	n += delta
+	text := strconv.AppendInt(nil, n, 10)
+	return &concordpb.OpResult{Ok: true, Value: text, IntValue: n}, s.set(text, cur.expireAt)
+}
+
+// parseInt accepts what Redis's string2ll does: the canonical base-10 form
+// of an int64 only (no sign '+', no spaces, no leading zeros, no "-0").
+func parseInt(b []byte) (int64, bool) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	return n, err == nil && strconv.FormatInt(n, 10) == string(b)
+}
+
+// floatPrec is the mantissa of the x87 long double Redis computes
+// INCRBYFLOAT in; computing and printing at the same precision gives
+// Redis's answers (0.1 + 0.2 is "0.3", not "0.30000000000000004").
+const floatPrec = 64
+
+// maxFloatExp bounds a result's binary exponent to the long double's range;
+// beyond it Redis overflows to infinity and refuses.
+const maxFloatExp = 16384
+
+// incrFloat adds delta to the key's number, keeping its expiry. The delta
+// arrives as a double; it is taken as its shortest decimal text (what a
+// client typed, in the ordinary case), parsed as Redis parses the increment.
+func (e env) incrFloat(s *store, delta float64) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	n := new(big.Float).SetPrec(floatPrec)
+	if s.exists {
+		var ok bool
+		if n, ok = parseFloat(string(cur.value)); !ok {
+			return failed(concordpb.OpError_OP_ERROR_NOT_FLOAT)
+		}
+	}
+	d, ok := parseFloat(strconv.FormatFloat(delta, 'g', -1, 64))
+	if !ok || n.IsInf() {
+		return failed(concordpb.OpError_OP_ERROR_NOT_FLOAT) // inf + anything is not a number Redis keeps
+	}
+	n.Add(n, d)
+	if n.MantExp(nil) > maxFloatExp {
+		return failed(concordpb.OpError_OP_ERROR_NOT_FLOAT)
+	}
+	text := []byte(formatFloat(n))
+	if e.tooLarge(len(text)) {
+		return failed(concordpb.OpError_OP_ERROR_TOO_LARGE)
+	}
+	return &concordpb.OpResult{Ok: true, Value: text}, s.set(text, cur.expireAt)
+}
+
+// parseFloat parses a number as Redis's string2ld does (strtold on the
+// whole string: no spaces, no NaN), at long double precision.
+func parseFloat(s string) (*big.Float, bool) {
+	if s == "" || strings.TrimSpace(s) != s || strings.Contains(s, "_") {
+		return nil, false
+	}
+	n, _, err := big.ParseFloat(s, 10, floatPrec, big.ToNearestEven)
+	if err != nil || n.MantExp(nil) > maxFloatExp {
+		return nil, false
+	}
+	return n, true
+}
+
+// formatFloat prints n as Redis prints a long double for humans: "%.17Lf",
+// trailing zeros and a trailing point trimmed, "-0" as "0".
+func formatFloat(n *big.Float) string {
+	t := n.Text('f', 17)
+	t = strings.TrimRight(t, "0")
+	t = strings.TrimSuffix(t, ".")
+	if t == "-0" || t == "" {
+		return "0"
+	}
+	return t
+}
+
+// maxStringBytes bounds a value whatever the proposer's limit (Redis's
+// proto-max-bulk-len), so no op allocates without bound.
+const maxStringBytes = 512 << 20
+
+func (e env) tooLarge(n int) bool {
+	return n > maxStringBytes || (e.maxValue > 0 && int64(n) > e.maxValue)
+}
+
+// append appends v to the key's value (absent: empty), keeping its expiry.
+func (e env) append(s *store, v []byte) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	if e.tooLarge(len(cur.value) + len(v)) {
+		return failed(concordpb.OpError_OP_ERROR_TOO_LARGE)
+	}
+	value := append(append(make([]byte, 0, len(cur.value)+len(v)), cur.value...), v...)
+	return &concordpb.OpResult{Ok: true, IntValue: int64(len(value))}, s.set(value, cur.expireAt)
+}
+
+// setRange writes v at offset, zero-padding a gap, keeping the expiry. An
+// empty v changes nothing (and creates no key), as in Redis.
+func (e env) setRange(s *store, offset int64, v []byte) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	if len(v) == 0 {
+		return &concordpb.OpResult{Ok: s.exists, IntValue: int64(len(cur.value))}, nil
+	}
+	if offset > maxStringBytes || e.tooLarge(int(offset)+len(v)) {
+		return failed(concordpb.OpError_OP_ERROR_TOO_LARGE)
+	}
+	value := make([]byte, max(int64(len(cur.value)), offset+int64(len(v))))
+	copy(value, cur.value)
+	copy(value[offset:], v)
+	return &concordpb.OpResult{Ok: true, IntValue: int64(len(value))}, s.set(value, cur.expireAt)
+}
+
+// expire changes the expiry of an existing key under op's condition; a
+// time not in the future deletes the key. A key without expiry counts as
+// expiring never (infinitely late) for GT and LT.
+func (e env) expire(s *store, op *concordpb.Op) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	res := &concordpb.OpResult{Exists: s.exists, Value: cur.value}
+	if !s.exists {
+		return res, nil
+	}
+	if op.GetPersist() {
+		if res.Ok = cur.expireAt != 0; !res.Ok {
+			return res, nil
+		}
+		return res, s.set(cur.value, 0)
+	}
+	at, _ := e.expiry(op) // checked in checkOps
+	if at == 0 {
+		return res, nil // nothing asked: GETEX without options
+	}
+	had := cur.expireAt != 0
+	switch op.GetCondition() {
+	case concordpb.Condition_CONDITION_NX:
+		res.Ok = !had
+	case concordpb.Condition_CONDITION_XX:
+		res.Ok = had
+	case concordpb.Condition_CONDITION_GT:
+		res.Ok = had && at > cur.expireAt
+	case concordpb.Condition_CONDITION_LT:
+		res.Ok = !had || at < cur.expireAt
+	default:
+		res.Ok = true
+	}
+	switch {
+	case !res.Ok:
+		return res, nil
+	case !live(at, e.nowMs):
+		return res, s.delete()
+	default:
+		return res, s.set(cur.value, at)
+	}
+}

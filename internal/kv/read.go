@@ -1,0 +1,74 @@
+package kv
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+)
+
+// Reads outside apply (linearizable reads after their barrier, stale
+// reads, the sweep) decide expiry on the serving node's clock, which the
+// caller passes as nowMs (Unix milliseconds): this package reads no clock.
+// A key whose expiry is at or before nowMs is absent.
+
+// Get reads key of shard from r at nowMs: its value and expiry (Unix ms,
+// 0: none), or found false when it is absent or expired.
+func Get(r pebble.Reader, shard uint64, key []byte, nowMs int64) (value []byte, expireAt int64, found bool, err error) {
+	rec, found, err := readRecord(r, keys.User(shard, key))
+	if err != nil || !found || !live(rec.expireAt, nowMs) {
+		return nil, 0, false, err
+	}
+	return rec.value, rec.expireAt, true, nil
+}
+
+// Scan reads up to limit live pairs of shard with keys in [start, end) in
+// key order at nowMs; an empty end means no bound. Expired keys are
+// skipped, so it returns limit pairs whenever that many live ones exist.
+func Scan(r pebble.Reader, shard uint64, start, end []byte, limit int, nowMs int64) ([]*concordpb.KeyValue, error) {
+	lo, hi := keys.UserSpan(shard, start, end)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	var kvs []*concordpb.KeyValue
+	for ok := it.First(); ok && len(kvs) < limit; ok = it.Next() {
+		value, expireAt, err := decodeValue(it.Value())
+		if err != nil {
+			_ = it.Close()
+			return nil, err
+		}
+		if !live(expireAt, nowMs) {
+			continue
+		}
+		kvs = append(kvs, &concordpb.KeyValue{
+			Key:   append([]byte(nil), keys.UserKey(shard, it.Key())...),
+			Value: append([]byte(nil), value...),
+		})
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return kvs, nil
+}
+
+// Expired returns up to limit user keys of shard whose expiry, by the
+// expiry index, is at or before nowMs, earliest first: the keys the sweep
+// proposes to delete (OP_DELETE_EXPIRED, which re-checks each on the
+// shard's clock).
+func Expired(r pebble.Reader, shard uint64, nowMs int64, limit int) ([][]byte, error) {
+	if nowMs <= 0 {
+		return nil, nil
+	}
+	lo, hi := keys.ExpiredSpan(shard, nowMs)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		_, key := keys.ExpiryEntry(shard, it.Key())
+		out = append(out, append([]byte(nil), key...))
+	}
+	return out, it.Close()
+}

@@ -1,0 +1,127 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/concord-kv/concord/internal/keys"
+)
+
+// A stored user value is an envelope, so that a Get stays one point read:
+//
+//	0x00 <bytes>                   no expiry
+//	0x01 <expire at, 8 BE> <bytes>  expires at that Unix millisecond
+//
+// A key with an expiry also has an entry in the shard's expiry index
+// (keys.Expiry), which the state machine keeps in step with the value in
+// the same batch: the sweep finds expired keys there without scanning the
+// shard.
+const (
+	tagPlain   = 0x00
+	tagExpires = 0x01
+)
+
+// record is a user key's stored state.
+type record struct {
+	value    []byte
+	expireAt int64 // Unix ms; 0: none
+}
+
+// live reports whether a record with this expiry is readable at nowMs.
+func live(expireAt, nowMs int64) bool { return expireAt == 0 || expireAt > nowMs }
+
+func encodeValue(value []byte, expireAt int64) []byte {
+	if expireAt == 0 {
+		return append([]byte{tagPlain}, value...)
+	}
+	b := binary.BigEndian.AppendUint64(make([]byte, 1, 9+len(value)), uint64(expireAt))
+	b[0] = tagExpires
+	return append(b, value...)
+}
+
+// decodeValue splits a stored envelope; value aliases v.
+func decodeValue(v []byte) (value []byte, expireAt int64, err error) {
+	switch {
+	case len(v) >= 1 && v[0] == tagPlain:
+		return v[1:], 0, nil
+	case len(v) >= 9 && v[0] == tagExpires:
+		return v[9:], int64(binary.BigEndian.Uint64(v[1:9])), nil
+	}
+	return nil, 0, fmt.Errorf("kv: malformed stored value (%d bytes)", len(v))
+}
+
+// readRecord reads a user key's record, expired or not.
+func readRecord(r pebble.Reader, k []byte) (record, bool, error) {
+	v, found, err := get(r, k)
+	if err != nil || !found {
+		return record{}, false, err
+	}
+	value, expireAt, err := decodeValue(v)
+	if err != nil {
+		return record{}, false, fmt.Errorf("%w: key %x", err, k)
+	}
+	return record{value: value, expireAt: expireAt}, true, nil
+}
+
+// store is one user key during apply: its storage key, its stored record
+// and whether it is readable on the shard's clock.
+type store struct {
+	b      *pebble.Batch
+	shard  uint64
+	key    []byte // the user key
+	k      []byte // its storage key
+	raw    record // what is stored, expired or not
+	stored bool
+	exists bool // stored and not expired
+}
+
+func (sm *StateMachine) load(b *pebble.Batch, key []byte, nowMs int64) (*store, error) {
+	s := &store{b: b, shard: sm.shard, key: key, k: keys.User(sm.shard, key)}
+	var err error
+	s.raw, s.stored, err = readRecord(b, s.k)
+	s.exists = s.stored && live(s.raw.expireAt, nowMs)
+	return s, err
+}
+
+// cur is the live value and expiry (nil, 0 when absent or expired).
+func (s *store) cur() record {
+	if !s.exists {
+		return record{}
+	}
+	return s.raw
+}
+
+// set stores value with expiry expireAt (0: none), keeping the index in step.
+func (s *store) set(value []byte, expireAt int64) error {
+	if s.stored && s.raw.expireAt != 0 && s.raw.expireAt != expireAt {
+		if err := s.b.Delete(keys.Expiry(s.shard, s.raw.expireAt, s.key), nil); err != nil {
+			return err
+		}
+	}
+	if expireAt != 0 && (!s.stored || s.raw.expireAt != expireAt) {
+		if err := s.b.Set(keys.Expiry(s.shard, expireAt, s.key), nil, nil); err != nil {
+			return err
+		}
+	}
+	if err := s.b.Set(s.k, encodeValue(value, expireAt), nil); err != nil {
+		return err
+	}
+	s.raw, s.stored, s.exists = record{value: value, expireAt: expireAt}, true, true
+	return nil
+}
+
+// delete removes the key, expired or not, and its index entry.
+func (s *store) delete() error {
+	if !s.stored {
+		return nil
+	}
+	if s.raw.expireAt != 0 {
+		if err := s.b.Delete(keys.Expiry(s.shard, s.raw.expireAt, s.key), nil); err != nil {
+			return err
+		}
+	}
+	s.raw, s.stored, s.exists = record{}, false, false
+	return s.b.Delete(s.k, nil)
+}
