@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build lib run test test-unit test-e2e test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build lib run test test-unit test-e2e bench-redis test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -43,7 +43,7 @@ test-unit:
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /tests/)
 
 test-e2e: build
-	$(GO) test -count=1 -timeout 15m ./tests/e2e/...
+	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./tests/resp/... ./tests/kv739/...
 
 # Prints the test results and the run's summary line; the full log is in
 # robustness-out/test.log (and printed in part on failure).
@@ -74,13 +74,16 @@ robustness: build
 		-run '^TestRobustnessLong$$' ./tests/robustness > robustness-out/long.log 2>&1; rc=$$?; \
 	grep -E '^(    --- |--- |ok|FAIL|robustness:)|faults injected|history:|not linearizable|lost|kept in' robustness-out/long.log; exit $$rc
 
-# Fuzzes the raft port (FuzzRaftBatch in internal/transport: random and
-# mutated peer batches against a real host) for FUZZTIME (default 5m); a
-# failing input is kept in internal/transport/testdata/fuzz/FuzzRaftBatch/.
-# make test runs only its seed corpus, as ordinary test cases.
+# Fuzzes the two parsers at trust boundaries, FUZZTIME (default 5m) each:
+# the raft port (FuzzRaftBatch in internal/transport: random and mutated
+# peer batches against a real host) and the RESP command reader
+# (FuzzReadCommand in internal/resp). A failing input is kept in the
+# package's testdata/fuzz/<target>/. make test runs only their seed
+# corpora, as ordinary test cases.
 FUZZTIME ?= 5m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRaftBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadCommand$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each
 # planted bug (internal/mutant) with the robustness suite, one after another,
@@ -103,6 +106,12 @@ robustness-mutants:
 bench-compare: build
 	./bench/peers.sh
 	$(GO) run ./bench/compare -out bench-out/compare $(if $(QUICK),-quick)
+
+# redis-benchmark -t set,get,incr,mset -n 200000 -c 50 -d 256, with -P 1
+# and -P 16, against a local 3-node cluster's Redis ports (bench/redis.sh;
+# installs redis-benchmark with apt when missing). Prints the CSV.
+bench-redis: build
+	./bench/redis.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -25,6 +26,7 @@ func newClusterCmd() *cobra.Command {
 
 type clusterUpFlags struct {
 	nodes, basePort, shards, replicas int
+	redisBasePort                     int
 	dataDir, host                     string
 	supervise, faults                 bool
 	restartDelay                      time.Duration
@@ -44,6 +46,7 @@ func newClusterUpCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.IntVar(&f.nodes, "nodes", 3, "number of nodes")
 	fl.IntVar(&f.basePort, "base-port", 7001, "port of the first node; the others follow")
+	fl.IntVar(&f.redisBasePort, "redis-base-port", 6380, "Redis protocol port of the first node; the others follow (0: no Redis port)")
 	fl.StringVar(&f.dataDir, "data-dir", "./data", "parent directory of the nodes' data dirs")
 	fl.IntVar(&f.shards, "shards", 16, "number of shards")
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard")
@@ -58,7 +61,7 @@ func newClusterUpCmd() *cobra.Command {
 // clusterUp starts the nodes as child processes and stops them together
 // on Ctrl-C or SIGTERM.
 func clusterUp(f clusterUpFlags) error {
-	if f.nodes < 1 || f.basePort < 1 || f.basePort+f.nodes > 65536 {
+	if f.nodes < 1 || f.basePort < 1 || f.basePort+f.nodes > 65536 || f.redisBasePort < 0 || f.redisBasePort+f.nodes > 65536 {
 		return fmt.Errorf("--nodes must be positive and the ports must fit below 65536")
 	}
 	self, err := os.Executable()
@@ -86,6 +89,9 @@ func upConfig(f clusterUpFlags, self string) localcluster.Config {
 		Output: func(i int) io.Writer { return prefixWriter(i + 1) }}
 	for i := 0; i < f.nodes; i++ {
 		cfg.Addrs = append(cfg.Addrs, f.host+":"+strconv.Itoa(f.basePort+i))
+		if f.redisBasePort != 0 {
+			cfg.RedisAddrs = append(cfg.RedisAddrs, f.host+":"+strconv.Itoa(f.redisBasePort+i))
+		}
 	}
 	cfg.OnExit = func(e localcluster.Exit) {
 		if !e.Asked { // asked: we are stopping
@@ -108,13 +114,22 @@ func exitDesc(err error) string {
 func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
 	fmt.Printf("Concord cluster of %d nodes is starting; data under %s\n", f.nodes, f.dataDir)
 	for i, a := range c.Addrs() {
-		fmt.Printf("  node %d: %s (pid %d)\n", i+1, a, c.Process(i).PID())
+		if r := c.RedisAddr(i); r != "" {
+			fmt.Printf("  node %d: %s, Redis protocol on %s (pid %d)\n", i+1, a, r, c.Process(i).PID())
+		} else {
+			fmt.Printf("  node %d: %s (pid %d)\n", i+1, a, c.Process(i).PID())
+		}
 	}
 	if f.supervise {
 		fmt.Printf("Supervised: a node that exits is restarted after %v.\n", f.restartDelay)
 	}
 	eps := strings.Join(c.Addrs(), ",")
-	fmt.Printf("Endpoints: %s\nTry:       concord put hello world --endpoints %s\nCtrl-C stops the cluster.\n", eps, eps)
+	fmt.Printf("Endpoints: %s\nTry:       concord put hello world --endpoints %s\n", eps, eps)
+	if r := c.RedisAddr(0); r != "" {
+		host, port, _ := net.SplitHostPort(r)
+		fmt.Printf("           redis-cli -h %s -p %s set hello world   (any node's Redis port)\n", host, port)
+	}
+	fmt.Println("Ctrl-C stops the cluster.")
 }
 
 // prefixWriter writes a node's output to stderr, each line prefixed with the node.

@@ -19,7 +19,7 @@ import (
 
 func newServerCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var peers, join, logLevel, pprofAddr string
+	var peers, join, logLevel, pprofAddr, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a node",
@@ -41,6 +41,13 @@ func newServerCmd() *cobra.Command {
 			}
 			if join != "" {
 				cfg.Join = strings.Split(join, ",")
+			}
+			if tokenFile != "" {
+				tok, err := readToken(tokenFile)
+				if err != nil {
+					return err
+				}
+				cfg.AuthToken = tok
 			}
 			if pprofAddr != "" {
 				servePprof(pprofAddr, logger)
@@ -64,14 +71,33 @@ func newServerCmd() *cobra.Command {
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "how long shards remember an idle client session (at-most-once window)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's pprof profiles over HTTP on this address (debugging)")
+	f.StringVar(&cfg.RedisAddr, "redis-addr", "", "serve the Redis protocol (RESP2/RESP3) on this address, e.g. 127.0.0.1:6380 (default: off)")
+	f.BoolVar(&cfg.RedisEnableFlush, "redis-enable-flush", false, "allow FLUSHDB and FLUSHALL on the Redis port")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file holding the token clients must give with AUTH (protects the Redis port only, for now)")
 	f.BoolVar(&cfg.EnableFaultInjection, "enable-fault-injection", false, "serve the Admin fault API (die, partition, heal); test clusters only")
 	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "raft tick; elections time out after 10 ticks")
 	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "applied raft entries each replica keeps for slow followers")
 	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "entries beyond the kept ones that trigger a log truncation")
+	f.IntVar(&cfg.RedisOutputBufferLimit, "redis-output-buffer-limit", 0, "bytes of replies one Redis connection may hold for one pipeline (0: 64 MiB)")
+	_ = f.MarkHidden("redis-output-buffer-limit")
 	_ = f.MarkHidden("tick-interval")
 	_ = f.MarkHidden("raft-log-keep-entries")
 	_ = f.MarkHidden("raft-log-truncate-entries")
 	return cmd
+}
+
+// readToken reads an auth token file: its content without surrounding
+// white space, which must not be empty.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--auth-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--auth-token-file %s is empty", path)
+	}
+	return tok, nil
 }
 
 // runServer runs a node until SIGINT or SIGTERM.

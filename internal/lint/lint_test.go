@@ -138,6 +138,7 @@ var layerTable = []layer{
 	{n: 1, pkgs: []string{
 		"api/...",       // concordpb: the public protocol
 		"internal/keys", // the Pebble key layout
+		"internal/resp", // the Redis protocol's codec (RESP2/RESP3)
 	}},
 	{n: 2, pkgs: []string{
 		"internal/storepb", // persisted protos (imports concordpb)
@@ -162,7 +163,8 @@ var layerTable = []layer{
 		"internal/transport", // gRPC peer streams
 	}},
 	{n: 6, pkgs: []string{
-		"internal/grpcapi", // KV/Cluster/Admin gRPC handlers
+		"internal/grpcapi",  // KV/Cluster/Admin gRPC handlers
+		"internal/redisapi", // the Redis protocol server, on the KV service
 	}},
 	{n: 6, pkgs: []string{
 		"internal/expiry", // the sweep that deletes expired keys through raft

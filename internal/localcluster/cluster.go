@@ -52,6 +52,10 @@ type Config struct {
 	Shards, Replicas int
 	// LogLevel becomes --log-level; "" leaves the server's default.
 	LogLevel string
+	// RedisAddrs are the nodes' Redis protocol addresses (--redis-addr).
+	// When empty and Redis is set, they get ports from FreePort.
+	RedisAddrs []string
+	Redis      bool
 	// FaultInjection adds --enable-fault-injection (the Admin fault API).
 	FaultInjection bool
 	// ExtraArgs are appended to every node's command line.
@@ -95,6 +99,9 @@ type Cluster struct {
 	// addrs holds the nodes' addresses, by index; AddJoiner replaces the
 	// slice (under mu), so readers need no lock.
 	addrs atomic.Pointer[[]string]
+	// redis holds the nodes' Redis addresses ("" each when the nodes serve
+	// no Redis protocol), replaced with addrs.
+	redis atomic.Pointer[[]string]
 	// peers are the initial nodes' addresses, their --peers.
 	peers []string
 	// joins holds, for nodes added by AddJoiner, the addresses they are
@@ -129,10 +136,15 @@ func New(cfg Config) (*Cluster, error) {
 			addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		}
 	}
+	redis, err := redisAddrs(cfg, len(addrs))
+	if err != nil {
+		return nil, err
+	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, DefaultStopTimeout)
 	c := &Cluster{cfg: cfg, peers: addrs, joins: map[int]joiner{}, procs: make([]*Process, len(addrs)), starts: make([]int, len(addrs)),
 		conns: map[int]*grpc.ClientConn{}, stopping: make(chan struct{})}
 	c.addrs.Store(&addrs)
+	c.redis.Store(&redis)
 	return c, nil
 }
 
@@ -169,12 +181,48 @@ func (c *Cluster) AddJoiner(via []int, extra ...string) (int, error) {
 	}
 	i := len(addrs)
 	addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+	redis := append(c.RedisAddrs(), "")
+	if c.cfg.Redis {
+		rp, err := FreePorts(1)
+		if err != nil {
+			return 0, err
+		}
+		redis[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(rp[0]))
+	}
 	c.joins[i] = j
 	c.procs = append(c.procs, nil)
 	c.starts = append(c.starts, 0)
+	c.redis.Store(&redis)
 	c.addrs.Store(&addrs)
 	return i, nil
 }
+
+// redisAddrs returns the nodes' Redis addresses: the configured ones, free
+// ports on 127.0.0.1 when Config.Redis asks for them, else none.
+func redisAddrs(cfg Config, n int) ([]string, error) {
+	out := make([]string, n)
+	switch {
+	case len(cfg.RedisAddrs) > 0 && len(cfg.RedisAddrs) != n:
+		return nil, fmt.Errorf("localcluster: %d Redis addresses for %d nodes", len(cfg.RedisAddrs), n)
+	case len(cfg.RedisAddrs) > 0:
+		copy(out, cfg.RedisAddrs)
+	case cfg.Redis:
+		ports, err := FreePorts(n)
+		if err != nil {
+			return nil, err
+		}
+		for i, p := range ports {
+			out[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		}
+	}
+	return out, nil
+}
+
+// RedisAddr is node i's Redis protocol address, "" if it serves none.
+func (c *Cluster) RedisAddr(i int) string { return (*c.redis.Load())[i] }
+
+// RedisAddrs are the nodes' Redis protocol addresses, by index.
+func (c *Cluster) RedisAddrs() []string { return append([]string(nil), *c.redis.Load()...) }
 
 // Start lays out a cluster and starts every node. It does not wait for
 // the cluster to serve; see WaitReady. On error, whatever it started is
@@ -258,6 +306,9 @@ func (c *Cluster) Args(i int) []string {
 	}
 	if c.cfg.FaultInjection {
 		args = append(args, "--enable-fault-injection")
+	}
+	if a := c.RedisAddr(i); a != "" {
+		args = append(args, "--redis-addr", a)
 	}
 	return append(append(args, c.cfg.ExtraArgs...), j.extra...)
 }

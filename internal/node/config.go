@@ -48,6 +48,17 @@ type Config struct {
 	LogKeepEntries, LogTruncateEntries uint64
 	// HeartbeatInterval is how often the node reports to the placement leader.
 	HeartbeatInterval time.Duration
+	// RedisAddr, when set, is where the node serves the Redis protocol
+	// (internal/redisapi); empty: off.
+	RedisAddr string
+	// RedisEnableFlush allows FLUSHDB and FLUSHALL on the Redis port.
+	RedisEnableFlush bool
+	// RedisOutputBufferLimit bounds the replies one Redis connection holds
+	// for one pipeline (0: redisapi's default, 64 MiB).
+	RedisOutputBufferLimit int
+	// AuthToken, when set, must be given with AUTH (or HELLO AUTH) before
+	// any other Redis command. It protects the Redis port only, for now.
+	AuthToken string
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -128,6 +139,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--dead-after (%v) must be longer than --suspect-after (%v), and both positive", c.DeadAfter, c.SuspectAfter)
 	case c.TestDropJoinAnswers > 0 && !c.EnableFaultInjection:
 		return errors.New("dropping join answers is a fault hook: it needs --enable-fault-injection")
+	}
+	if c.RedisAddr != "" {
+		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
+			return fmt.Errorf("--redis-addr %q: %w", c.RedisAddr, err)
+		}
 	}
 	for _, a := range append(append([]string{c.Addr}, c.Peers...), c.Join...) {
 		if _, _, err := net.SplitHostPort(a); err != nil {

@@ -21,12 +21,18 @@ import (
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/portmux"
+	"github.com/concord-kv/concord/internal/redisapi"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 	"github.com/concord-kv/concord/internal/transport"
 )
+
+// muxTimeout bounds how long a new connection to the node's port may take
+// to send the bytes that tell gRPC from RESP (every client speaks first).
+const muxTimeout = time.Minute
 
 // maxMsgBytes bounds a gRPC message; larger requests are refused by gRPC
 // with ResourceExhausted.
@@ -39,6 +45,12 @@ type Node struct {
 	eng *storage.Engine
 	lis net.Listener
 	srv *grpc.Server
+	// kv is the KV service, registered on srv and called in process by
+	// redis, the Redis protocol server (on the node's port, and on
+	// --redis-addr if set).
+	kv       *grpcapi.KV
+	redis    *redisapi.Server
+	redisLis net.Listener // --redis-addr's listener, nil without it
 
 	// ident is nil until the node has bootstrapped or joined.
 	ident     atomic.Pointer[storepb.NodeIdent]
@@ -166,10 +178,19 @@ func (n *Node) Start(ctx context.Context) error {
 		return n.abort(fmt.Errorf("listen on %s: %w", n.cfg.Addr, err))
 	}
 	n.srv = n.newServer()
-	n.wg.Add(1)
+	// One port, two protocols: gRPC, and RESP for clients given only the
+	// node's address (the CS739 library, redis-cli -p <gRPC port>).
+	mux := portmux.New(n.lis, muxTimeout)
+	n.redis = n.newRedis()
+	n.redis.Serve(mux.Other())
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		if err := n.srv.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		_ = mux.Serve() // ends when the gRPC server closes its listener
+	}()
+	go func() {
+		defer n.wg.Done()
+		if err := n.srv.Serve(mux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("grpc server stopped", "err", err)
 		}
 	}()
@@ -180,8 +201,12 @@ func (n *Node) Start(ctx context.Context) error {
 		return n.abort(err)
 	}
 	n.startLoops()
+	if err := n.startRedis(); err != nil {
+		return n.abort(err)
+	}
 	id := n.ident.Load()
-	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr)
+	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr,
+		"redis_addr", n.RedisAddr())
 	return nil
 }
 
@@ -193,7 +218,8 @@ func (n *Node) newServer() *grpc.Server {
 		grpc.StreamInterceptor(n.trackStream))
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
-	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, limits))
+	n.kv = grpcapi.NewKV(b, limits)
+	concordpb.RegisterKVServer(srv, n.kv)
 	concordpb.RegisterClusterServer(srv, n.cluster)
 	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
 	concordpb.RegisterAdminServer(srv, grpcapi.NewAdmin(b, n.cfg.EnableFaultInjection))
@@ -304,6 +330,11 @@ func (n *Node) Stop() {
 		close(n.stopC)
 		if n.srv != nil {
 			n.srv.Stop()
+		}
+		if n.redis != nil {
+			// Cancels the commands in flight and waits for the
+			// connections, before the host and storage go.
+			n.redis.Close(n.drainTimeout)
 		}
 		select {
 		case <-n.ready:

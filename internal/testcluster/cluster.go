@@ -31,6 +31,9 @@ type Options struct {
 	Shards, Replicas int
 	// LogLevel becomes --log-level; "" means $CONCORD_TEST_LOG_LEVEL, or info.
 	LogLevel string
+	// Redis gives every node a Redis protocol port (--redis-addr on a free
+	// port); see RedisAddr.
+	Redis bool
 	// ExtraArgs are appended to every node's command line, e.g.
 	// "--raft-log-keep-entries=20".
 	ExtraArgs []string
@@ -62,7 +65,7 @@ func New(t testing.TB, opts Options) *Cluster {
 	lc, err := localcluster.New(localcluster.Config{Binary: Binary(t), Dir: dir, LogDir: dir,
 		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
 		LogLevel:  cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
-		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit,
+		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit, Redis: opts.Redis,
 		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise})
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
@@ -98,6 +101,9 @@ func (c *Cluster) Endpoints() []string { return c.lc.Addrs() }
 
 // Addr is node i's address.
 func (c *Cluster) Addr(i int) string { return c.lc.Addr(i) }
+
+// RedisAddr is node i's Redis protocol address ("" without Options.Redis).
+func (c *Cluster) RedisAddr(i int) string { return c.lc.RedisAddr(i) }
 
 // DataDir is node i's data directory.
 func (c *Cluster) DataDir(i int) string { return c.lc.DataDir(i) }

@@ -1,0 +1,280 @@
+package redisapi
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+// maxPipeline bounds the commands one pipeline step reads before it runs
+// them, and maxPipelineBytes their size on the wire.
+const (
+	maxPipeline      = 1024
+	maxPipelineBytes = 8 << 20
+)
+
+// conn is one client connection. Its goroutine (serve) owns every field but
+// those under mu, which CLIENT LIST reads from other connections.
+type conn struct {
+	s       *Server
+	nc      net.Conn
+	id      int64
+	r       *resp.Reader
+	bw      *bufio.Writer
+	created time.Time
+
+	proto       int
+	authed      bool
+	consistency concordpb.Consistency
+	multi       *multiState // non-nil between MULTI and EXEC/DISCARD
+	quit        bool        // close after the replies are written
+
+	mu      sync.Mutex
+	name    string // guarded by mu
+	lastCmd string // guarded by mu
+}
+
+func newConn(s *Server, nc net.Conn, id int64) *conn {
+	return &conn{s: s, nc: nc, id: id, r: resp.NewReader(nc, s.limits), bw: bufio.NewWriterSize(nc, 64<<10),
+		created: time.Now(), proto: 2, authed: s.cfg.AuthToken == ""}
+}
+
+// call is one command read from the stream, and its reply once run.
+type call struct {
+	args [][]byte
+	cmd  *command
+	plan *plan // set for a key command planned for concurrent running
+	out  *resp.Writer
+}
+
+// serve reads pipelines and answers them until the client leaves, breaks
+// the protocol, or the server closes.
+func (c *conn) serve() {
+	defer c.nc.Close()
+	for !c.quit {
+		calls, readErr := c.readPipeline()
+		c.run(calls)
+		var pe *resp.ProtocolError
+		if errors.As(readErr, &pe) {
+			w := resp.NewWriter(c.proto)
+			w.Error("ERR " + pe.Error())
+			calls = append(calls, &call{out: w})
+		}
+		if err := c.writeReplies(calls); err != nil {
+			return
+		}
+		if readErr != nil {
+			if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, net.ErrClosed) && pe == nil {
+				c.s.cfg.Logger.Debug("redis connection read failed", "client", c.id, "err", readErr)
+			}
+			return
+		}
+	}
+}
+
+// readPipeline reads one command, waiting for it, then every further
+// command already buffered, within maxPipeline and maxPipelineBytes. It
+// returns what it read and the error that ended the stream, if any.
+func (c *conn) readPipeline() ([]*call, error) {
+	var calls []*call
+	size := 0
+	for len(calls) < maxPipeline && size < maxPipelineBytes {
+		if len(calls) > 0 && c.r.Buffered() == 0 {
+			return calls, nil
+		}
+		args, n, err := c.r.ReadCommand()
+		if err != nil {
+			return calls, err
+		}
+		size += n
+		if len(args) > 0 {
+			calls = append(calls, &call{args: args})
+		}
+	}
+	return calls, nil
+}
+
+// run runs a pipeline: consecutive key commands whose keys do not conflict
+// run concurrently; any other command runs alone, after those before it.
+func (c *conn) run(calls []*call) {
+	var group []*call
+	keys := map[string]bool{} // the group's keys: true if written
+	for _, cl := range calls {
+		cl.out = resp.NewWriter(c.proto)
+		if c.quit {
+			cl.out = nil // nothing after QUIT is answered
+			continue
+		}
+		if p := c.planConcurrent(cl); p != nil {
+			if conflicts(keys, p) {
+				c.runGroup(group)
+				group, keys = group[:0], map[string]bool{}
+			}
+			addKeys(keys, p)
+			cl.plan = p
+			group = append(group, cl)
+			continue
+		}
+		c.runGroup(group)
+		group, keys = group[:0], map[string]bool{}
+		c.dispatch(cl)
+	}
+	c.runGroup(group)
+}
+
+// planConcurrent returns the plan of cl if it is a key command that may run
+// concurrently with its neighbours: outside MULTI, after authentication,
+// with valid arguments. Anything else (including a planning error, which
+// dispatch then answers) returns nil.
+func (c *conn) planConcurrent(cl *call) *plan {
+	cl.cmd = lookup(cl.args[0])
+	if cl.cmd == nil || cl.cmd.plan == nil || c.multi != nil || !c.authed || !cl.cmd.arityOK(len(cl.args)) {
+		return nil
+	}
+	p, err := cl.cmd.plan(c, cl.args)
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+func conflicts(keys map[string]bool, p *plan) bool {
+	for _, op := range p.ops {
+		written, seen := keys[string(op.GetKey())]
+		if seen && (written || !p.read) {
+			return true
+		}
+	}
+	return false
+}
+
+func addKeys(keys map[string]bool, p *plan) {
+	for _, op := range p.ops {
+		keys[string(op.GetKey())] = keys[string(op.GetKey())] || !p.read
+	}
+}
+
+// runGroup runs planned key commands concurrently and waits for them all.
+func (c *conn) runGroup(group []*call) {
+	if len(group) == 1 {
+		c.noteCommand(group[0].cmd)
+		c.execPlan(group[0].plan, group[0].out)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, cl := range group {
+		c.noteCommand(cl.cmd)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.execPlan(cl.plan, cl.out)
+		}()
+	}
+	wg.Wait()
+}
+
+// dispatch runs one command alone: checks its name, arity and the
+// connection's authentication, queues it inside MULTI, or runs it.
+func (c *conn) dispatch(cl *call) {
+	w := cl.out
+	if cl.cmd == nil {
+		cl.cmd = lookup(cl.args[0])
+	}
+	cmd := cl.cmd
+	switch {
+	case cmd == nil:
+		c.abortMulti()
+		w.Error(unknownCommand(cl.args))
+		return
+	case !cmd.arityOK(len(cl.args)):
+		c.abortMulti()
+		w.Error("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	case !c.authed && !cmd.noAuth:
+		w.Error(string(errNoAuth))
+		return
+	}
+	c.noteCommand(cmd)
+	if c.multi != nil && !cmd.inMulti {
+		c.queue(cmd, cl.args, w)
+		return
+	}
+	if cmd.plan != nil {
+		p, err := cmd.plan(c, cl.args)
+		if err != nil {
+			w.Error(err.Error())
+			return
+		}
+		c.execPlan(p, w)
+		return
+	}
+	cmd.run(c, cl.args, w)
+}
+
+func (c *conn) noteCommand(cmd *command) {
+	c.mu.Lock()
+	c.lastCmd = cmd.name
+	c.mu.Unlock()
+}
+
+func unknownCommand(args [][]byte) string {
+	var b strings.Builder
+	b.WriteString("ERR unknown command '")
+	b.WriteString(printable(args[0], 128))
+	b.WriteString("', with args beginning with: ")
+	for _, a := range args[1:min(len(args), 9)] {
+		b.WriteString("'" + printable(a, 64) + "' ")
+	}
+	return b.String()
+}
+
+// printable shortens s for an error text and replaces bytes that are not
+// printable ASCII.
+func printable(s []byte, max int) string {
+	out := make([]byte, 0, min(len(s), max))
+	for i, ch := range s {
+		if i == max {
+			out = append(out, "..."...)
+			break
+		}
+		if ch < 0x20 || ch > 0x7e {
+			ch = '?'
+		}
+		out = append(out, ch)
+	}
+	return string(out)
+}
+
+// writeReplies writes the replies in request order and flushes. A client
+// whose replies exceed the output buffer limit, or that does not read them
+// within WriteTimeout, is disconnected.
+func (c *conn) writeReplies(calls []*call) error {
+	total := 0
+	for _, cl := range calls {
+		if cl.out != nil {
+			total += cl.out.Len()
+		}
+	}
+	if total > c.s.cfg.OutputBufferLimit {
+		c.s.cfg.Logger.Warn("redis client over the output buffer limit; disconnecting", "client", c.id,
+			"bytes", total, "limit", c.s.cfg.OutputBufferLimit)
+		return errors.New("output buffer limit")
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	for _, cl := range calls {
+		if cl.out == nil {
+			continue
+		}
+		if _, err := c.bw.Write(cl.out.Bytes()); err != nil {
+			return err
+		}
+	}
+	return c.bw.Flush()
+}

@@ -1,0 +1,98 @@
+package redisapi
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+func TestGlobMatch(t *testing.T) {
+	for _, tc := range []struct {
+		p, s string
+		want bool
+	}{
+		{"*", "", true}, {"*", "abc", true}, {"a*", "abc", true}, {"a*", "bac", false},
+		{"h?llo", "hello", true}, {"h?llo", "hllo", false}, {"h[ae]llo", "hallo", true},
+		{"h[ae]llo", "hillo", false}, {"h[^e]llo", "hallo", true}, {"h[^e]llo", "hello", false},
+		{"h[a-b]llo", "hbllo", true}, {"h[a-b]llo", "hcllo", false}, {`h\*llo`, "h*llo", true},
+		{`h\*llo`, "hello", false}, {"*a*b", "xxaxxb", true}, {"*a*b", "xxaxxbx", false},
+		{"ks:*", "ks:07", true}, {"ks:1?", "ks:12", true}, {"ks:1?", "ks:2", false},
+		{"a**b", "ab", true},
+	} {
+		if got := globMatch([]byte(tc.p), []byte(tc.s)); got != tc.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.p, tc.s, got, tc.want)
+		}
+	}
+	// A pathological pattern takes time linear-ish, not exponential.
+	p := []byte(strings.Repeat("*a", 30) + "b")
+	s := []byte(strings.Repeat("a", 5000))
+	if globMatch(p, s) {
+		t.Fatal("matched")
+	}
+}
+
+func TestSubstr(t *testing.T) {
+	v := []byte("Hello World")
+	for _, tc := range []struct {
+		start, end int64
+		want       string
+	}{{0, 4, "Hello"}, {-5, -1, "World"}, {0, -1, "Hello World"}, {5, 3, ""}, {100, 200, ""}, {-100, 2, "Hel"}, {-1, -5, ""}} {
+		if got := string(substr(v, tc.start, tc.end)); got != tc.want {
+			t.Errorf("substr(%d, %d) = %q, want %q", tc.start, tc.end, got, tc.want)
+		}
+	}
+}
+
+func TestTTLReply(t *testing.T) {
+	now := int64(1_000_000)
+	for _, tc := range []struct {
+		kind int
+		r    *concordpb.OpResult
+		want int64
+	}{
+		{ttlSeconds, &concordpb.OpResult{}, -2},
+		{ttlSeconds, &concordpb.OpResult{Ok: true}, -1},
+		{ttlSeconds, &concordpb.OpResult{Ok: true, ExpireAtUnixMs: now + 1499}, 1},
+		{ttlSeconds, &concordpb.OpResult{Ok: true, ExpireAtUnixMs: now + 1500}, 2},
+		{ttlMillis, &concordpb.OpResult{Ok: true, ExpireAtUnixMs: now + 1500}, 1500},
+		{ttlMillis, &concordpb.OpResult{Ok: true, ExpireAtUnixMs: now - 5}, 0},
+		{expireSeconds, &concordpb.OpResult{Ok: true, ExpireAtUnixMs: 7_500}, 7},
+		{expireMillis, &concordpb.OpResult{Ok: true, ExpireAtUnixMs: 7_500}, 7_500},
+	} {
+		if got := ttlReply(tc.kind, tc.r, now); got != tc.want {
+			t.Errorf("ttlReply(%d, %v) = %d, want %d", tc.kind, tc.r, got, tc.want)
+		}
+	}
+}
+
+// TestSetPlans: SET's options become one PUT with the contract's fields,
+// and bad combinations are refused before any op is built.
+func TestSetPlans(t *testing.T) {
+	args := func(s string) [][]byte {
+		var out [][]byte
+		for _, f := range strings.Fields(s) {
+			out = append(out, []byte(f))
+		}
+		return out
+	}
+	p, err := planSet(nil, args("SET k v NX GET PX 1500"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := p.ops[0]
+	if op.GetType() != concordpb.OpType_OP_PUT || op.GetCondition() != concordpb.Condition_CONDITION_NX || op.GetTtlMs() != 1500 {
+		t.Errorf("SET NX GET PX 1500 planned %v", op)
+	}
+	w := resp.NewWriter(2)
+	p.render(w, []*concordpb.OpResult{{Ok: false, Exists: true, Value: []byte("old")}})
+	if got := string(w.Bytes()); got != "$3\r\nold\r\n" {
+		t.Errorf("SET NX GET on a present key rendered %q", got)
+	}
+	for _, bad := range []string{"SET k v NX XX", "SET k v EX 1 PX 1", "SET k v EX 0", "SET k v KEEPTTL EX 5", "SET k v EX", "SET k v FOO"} {
+		if _, err := planSet(nil, args(bad)); err == nil {
+			t.Errorf("%s: planned, want an error", bad)
+		}
+	}
+}

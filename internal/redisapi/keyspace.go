@@ -1,0 +1,302 @@
+package redisapi
+
+import (
+	"context"
+	"crypto/rand"
+	"strconv"
+	"strings"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+// Keyspace commands page through the KV service's Scan, which merges every
+// shard's keys in byte order.
+
+const (
+	scanDefaultCount = 10
+	scanMaxCount     = 10000
+	// countCap bounds the keys DBSIZE counts and flushCap those FLUSHDB
+	// deletes per call: each is a walk of the whole keyspace.
+	countCap = 10_000_000
+	// keysScanCap bounds the keys KEYS looks at, matching or not.
+	keysScanCap = 1_000_000
+)
+
+func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.ScanResponse, error) {
+	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit)})
+	if err != nil {
+		return nil, fromStatus(err, false)
+	}
+	return r, nil
+}
+
+// cmdScan: SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. The cursor is an
+// id in the node's cursor table for the key the next page starts at; 0
+// starts and ends a scan. Every key present for the whole scan is returned
+// once (keys come in byte order).
+func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
+	cur, err := strconv.ParseUint(string(a[1]), 10, 64)
+	if err != nil {
+		w.Error("ERR invalid cursor")
+		return
+	}
+	pattern, count, typ := []byte(nil), scanDefaultCount, ""
+	for i := 2; i < len(a); i += 2 {
+		if i+1 >= len(a) {
+			w.Error(string(errSyntax))
+			return
+		}
+		switch strings.ToUpper(string(a[i])) {
+		case "MATCH":
+			pattern = a[i+1]
+		case "COUNT":
+			n, err := parseInt(a[i+1])
+			if err != nil || n < 1 {
+				w.Error(string(errSyntax))
+				return
+			}
+			count = int(min(n, scanMaxCount))
+		case "TYPE":
+			typ = strings.ToLower(string(a[i+1]))
+		default:
+			w.Error(string(errSyntax))
+			return
+		}
+	}
+	var start []byte
+	if cur != 0 {
+		var ok bool
+		if start, ok = c.s.cursors.get(cur); !ok {
+			w.Error("ERR invalid cursor (unknown or expired on this node; SCAN cursors are per node)")
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+	defer cancel()
+	r, err := c.scan(ctx, start, count)
+	if err != nil {
+		w.Error(err.Error())
+		return
+	}
+	next := uint64(0)
+	if r.GetMore() {
+		next = c.s.cursors.put(r.GetNextStart())
+	}
+	var keys [][]byte
+	for _, kv := range r.GetKvs() {
+		if (typ == "" || typ == "string") && (pattern == nil || globMatch(pattern, kv.GetKey())) {
+			keys = append(keys, kv.GetKey())
+		}
+	}
+	w.Array(2)
+	w.BulkString(strconv.FormatUint(next, 10))
+	w.Array(len(keys))
+	for _, k := range keys {
+		w.Bulk(k)
+	}
+}
+
+// cmdKeys returns every key matching the pattern, up to KeysLimit: past
+// it, an error (use SCAN). It looks at no more than keysScanCap keys.
+func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
+	limit := c.s.cfg.KeysLimit
+	var out [][]byte
+	err := c.walk(keysScanCap, func(kv *concordpb.KeyValue) error {
+		if globMatch(a[1], kv.GetKey()) {
+			if len(out) == limit {
+				return replyError("ERR KEYS matches more than " + strconv.Itoa(limit) + " keys; use SCAN")
+			}
+			out = append(out, kv.GetKey())
+		}
+		return nil
+	})
+	if err != nil {
+		w.Error(err.Error())
+		return
+	}
+	w.Array(len(out))
+	for _, k := range out {
+		w.Bulk(k)
+	}
+}
+
+// walk calls f for every key in order, at most cap keys (then an error).
+func (c *conn) walk(cap int, f func(*concordpb.KeyValue) error) error {
+	var start []byte
+	seen := 0
+	for {
+		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+		r, err := c.scan(ctx, start, 1000)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, kv := range r.GetKvs() {
+			if seen++; seen > cap {
+				return replyError("ERR the keyspace holds more than " + strconv.Itoa(cap) + " keys, more than this command walks")
+			}
+			if err := f(kv); err != nil {
+				return err
+			}
+		}
+		if !r.GetMore() {
+			return nil
+		}
+		start = r.GetNextStart()
+	}
+}
+
+// cmdDBSize counts the keys: a walk of the whole keyspace (Concord keeps no
+// count), so it costs as much as a SCAN to the end.
+func cmdDBSize(c *conn, _ [][]byte, w *resp.Writer) {
+	n := int64(0)
+	err := c.walk(countCap, func(*concordpb.KeyValue) error { n++; return nil })
+	if err != nil {
+		w.Error(err.Error())
+		return
+	}
+	w.Int(n)
+}
+
+// cmdRandomKey returns the first key at or after a random point of the key
+// space (wrapping around): random, though not uniformly.
+func cmdRandomKey(c *conn, _ [][]byte, w *resp.Writer) {
+	start := make([]byte, 8)
+	_, _ = rand.Read(start)
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+	defer cancel()
+	for _, s := range [][]byte{start, nil} {
+		r, err := c.scan(ctx, s, 1)
+		if err != nil {
+			w.Error(err.Error())
+			return
+		}
+		if len(r.GetKvs()) > 0 {
+			w.Bulk(r.GetKvs()[0].GetKey())
+			return
+		}
+	}
+	w.Null()
+}
+
+// cmdFlush: FLUSHDB and FLUSHALL [ASYNC|SYNC], only with
+// --redis-enable-flush. It deletes page by page, one batch per shard per
+// page: not atomic, and a key written meanwhile may survive.
+func cmdFlush(c *conn, a [][]byte, w *resp.Writer) {
+	name := strings.ToUpper(string(a[0]))
+	if !c.s.cfg.EnableFlush {
+		w.Error("ERR " + name + " is disabled on this node; start it with --redis-enable-flush to allow it")
+		return
+	}
+	if len(a) > 2 || (len(a) == 2 && !strings.EqualFold(string(a[1]), "async") && !strings.EqualFold(string(a[1]), "sync")) {
+		w.Error(string(errSyntax))
+		return
+	}
+	for {
+		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+		r, err := c.scan(ctx, nil, 1000)
+		if err == nil && len(r.GetKvs()) > 0 {
+			ops := make([]*concordpb.Op, len(r.GetKvs()))
+			for i, kv := range r.GetKvs() {
+				ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: kv.GetKey()}
+			}
+			_, err = c.batches(ctx, ops)
+		}
+		cancel()
+		if err != nil {
+			w.Error(fromStatus(err, true).Error())
+			return
+		}
+		if len(r.GetKvs()) == 0 {
+			w.SimpleString("OK")
+			return
+		}
+	}
+}
+
+// globMatch reports whether s matches pattern with Redis's glob rules:
+// * ? [abc] [^a] [a-z] and \ escapes. It backtracks only to the last star,
+// so its time is at most len(p)·len(s), whatever the pattern.
+func globMatch(p, s []byte) bool {
+	pi, si := 0, 0
+	starP, starS := -1, 0
+	for si < len(s) {
+		if pi < len(p) && step(p, &pi, s[si]) {
+			si++
+			continue
+		}
+		if pi < len(p) && p[pi] == '*' {
+			starP, starS = pi, si
+			pi++
+			continue
+		}
+		if starP < 0 {
+			return false
+		}
+		pi, starS = starP+1, starS+1
+		si = starS
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
+}
+
+// step matches one byte c against the pattern element at p[*pi] (not a
+// star) and advances *pi past it on a match.
+func step(p []byte, pi *int, c byte) bool {
+	switch p[*pi] {
+	case '*':
+		return false
+	case '?':
+		*pi++
+		return true
+	case '[':
+		rest, ok := matchClass(p[*pi+1:], c)
+		if ok {
+			*pi = len(p) - len(rest)
+		}
+		return ok
+	}
+	want, n := p[*pi], 1
+	if want == '\\' && *pi+1 < len(p) {
+		want, n = p[*pi+1], 2
+	}
+	if want != c {
+		return false
+	}
+	*pi += n
+	return true
+}
+
+// matchClass matches c against the class starting after '[' and returns
+// the pattern after the closing ']'.
+func matchClass(p []byte, c byte) ([]byte, bool) {
+	not := len(p) > 0 && p[0] == '^'
+	if not {
+		p = p[1:]
+	}
+	match := false
+	for len(p) > 0 && p[0] != ']' {
+		switch {
+		case p[0] == '\\' && len(p) > 1:
+			match = match || p[1] == c
+			p = p[2:]
+		case len(p) > 2 && p[1] == '-' && p[2] != ']':
+			lo, hi := p[0], p[2]
+			if lo > hi {
+				lo, hi = hi, lo
+			}
+			match = match || (c >= lo && c <= hi)
+			p = p[3:]
+		default:
+			match = match || p[0] == c
+			p = p[1:]
+		}
+	}
+	if len(p) > 0 {
+		p = p[1:] // the ']'
+	}
+	return p, match != not
+}

@@ -1,0 +1,138 @@
+package redisapi
+
+import (
+	"context"
+	"sync"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+// plan is a key command turned into Ops, and how to answer from their
+// results. Planning checks the arguments and does no I/O, so a plan can be
+// queued by MULTI, or run concurrently with its pipeline's neighbours.
+type plan struct {
+	ops []*concordpb.Op
+	// read: every op is an OP_GET, so outside MULTI the plan runs as Gets
+	// at the connection's consistency, not through raft.
+	read bool
+	// render writes the reply from the results, one per op, in order.
+	render func(w *resp.Writer, res []*concordpb.OpResult)
+}
+
+// execPlan runs p outside MULTI and writes its reply.
+func (c *conn) execPlan(p *plan, w *resp.Writer) {
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+	defer cancel()
+	var res []*concordpb.OpResult
+	var err error
+	if p.read {
+		res, err = c.gets(ctx, p.ops)
+	} else {
+		res, err = c.batches(ctx, p.ops)
+	}
+	if err != nil {
+		w.Error(fromStatus(err, !p.read).Error())
+		return
+	}
+	p.render(w, res)
+}
+
+// gets reads each op's key, concurrently when there are several.
+func (c *conn) gets(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
+	res := make([]*concordpb.OpResult, len(ops))
+	errs := make([]error, len(ops))
+	get := func(i int) {
+		r, err := c.s.b.Get(ctx, &concordpb.GetRequest{Header: c.header(), Key: ops[i].GetKey()})
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		res[i] = &concordpb.OpResult{Ok: r.GetFound(), Value: r.GetValue(), ExpireAtUnixMs: r.GetExpireAtUnixMs()}
+	}
+	if len(ops) == 1 {
+		get(0)
+		return res, errs[0]
+	}
+	var wg sync.WaitGroup
+	for i := range ops {
+		wg.Add(1)
+		go func() { defer wg.Done(); get(i) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// batches applies ops as one BatchRequest per shard, concurrently: atomic
+// within each shard, not across shards. The results come back in op order.
+// If a shard's batch fails, the error is returned, and the other shards'
+// batches may have applied.
+func (c *conn) batches(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
+	groups, order, err := c.byShard(ops)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]*concordpb.OpResult, len(ops))
+	errs := make([]error, len(order))
+	apply := func(gi int) {
+		idx := groups[order[gi]]
+		batch := make([]*concordpb.Op, len(idx))
+		for j, i := range idx {
+			batch[j] = ops[i]
+		}
+		r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: batch})
+		if err == nil && len(r.GetResults()) != len(batch) {
+			err = replyError("ERR internal error: a batch answered with the wrong number of results")
+		}
+		if err != nil {
+			errs[gi] = err
+			return
+		}
+		for j, i := range idx {
+			res[i] = r.GetResults()[j]
+		}
+	}
+	if len(order) == 1 {
+		apply(0)
+	} else {
+		var wg sync.WaitGroup
+		for gi := range order {
+			wg.Add(1)
+			go func() { defer wg.Done(); apply(gi) }()
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// byShard groups op indexes by the shard of their key, keeping each
+// shard's ops in order; order lists the shards in first appearance.
+func (c *conn) byShard(ops []*concordpb.Op) (map[uint64][]int, []uint64, error) {
+	groups := map[uint64][]int{}
+	var order []uint64
+	for i, op := range ops {
+		shard, ok := c.s.b.ShardOf(op.GetKey())
+		if !ok {
+			return nil, nil, replyError("UNAVAILABLE this node does not know the shards yet")
+		}
+		if _, seen := groups[shard]; !seen {
+			order = append(order, shard)
+		}
+		groups[shard] = append(groups[shard], i)
+	}
+	return groups, order, nil
+}
+
+func (c *conn) header() *concordpb.RequestHeader {
+	return &concordpb.RequestHeader{Consistency: c.consistency}
+}

@@ -1,0 +1,297 @@
+package redisapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+// KV is the part of the KV service the server calls: the node passes the
+// same grpcapi.KV its gRPC server registers, so a RESP command is validated,
+// routed and forwarded exactly as a gRPC request.
+type KV interface {
+	Get(context.Context, *concordpb.GetRequest) (*concordpb.GetResponse, error)
+	Batch(context.Context, *concordpb.BatchRequest) (*concordpb.BatchResponse, error)
+	Scan(context.Context, *concordpb.ScanRequest) (*concordpb.ScanResponse, error)
+}
+
+// Backend is what the server needs from its node besides KV.
+type Backend interface {
+	KV
+	// ShardOf returns the shard that owns key, as the KV service routes it
+	// (internal/routing's hash over the node's shard table); false when the
+	// node does not know the shards yet.
+	ShardOf(key []byte) (shard uint64, ok bool)
+	// Info reports the node's figures for INFO.
+	Info() NodeInfo
+	// Members are the addresses of the cluster's nodes (CONCORD.MEMBERS):
+	// each serves gRPC and RESP on that one port.
+	Members() []string
+	Faults
+}
+
+// Faults are the node's fault-injection hooks, for CONCORD.FAULT; the
+// server calls them only when Config.EnableFaultInjection is set.
+type Faults interface {
+	// Die ends the process, cleanly (as SIGTERM) or as kill -9 would, after
+	// returning.
+	Die(clean bool)
+	// Partition cuts the node off from every peer whose address is not in
+	// reachable and returns the ids cut off.
+	Partition(reachable []string) []ids.NodeID
+	Heal()
+}
+
+// NodeInfo is what INFO reports about the node.
+type NodeInfo struct {
+	NodeID    uint64
+	ClusterID uint64
+	Addr      string   // the node's gRPC address
+	Shards    int      // user shards in the cluster, as this node knows them
+	Hosted    []uint64 // user shards with a replica here
+	Led       []uint64 // user shards whose leader is here
+	DataDir   string
+}
+
+// Config configures a Server. Zero fields take the defaults noted.
+type Config struct {
+	// MaxKeyBytes and MaxValueBytes are the node's limits (--max-key-bytes,
+	// --max-value-bytes); they also bound RESP bulk strings.
+	MaxKeyBytes, MaxValueBytes int
+	// EnableFaultInjection allows CONCORD.FAULT (--enable-fault-injection).
+	EnableFaultInjection bool
+	// EnableFlush allows FLUSHDB and FLUSHALL (--redis-enable-flush).
+	EnableFlush bool
+	// AuthToken, when not empty, is the password AUTH and HELLO AUTH must
+	// give before any other command (--auth-token-file).
+	AuthToken string
+	// MaxClients bounds open connections; more are refused with an error.
+	// Default 10,000.
+	MaxClients int
+	// OutputBufferLimit bounds the replies a connection holds in memory for
+	// one pipeline; a client whose replies exceed it is disconnected.
+	// Default 64 MiB.
+	OutputBufferLimit int
+	// WriteTimeout bounds how long a reply may wait for a client that does
+	// not read; the connection is then closed. Default 30 s.
+	WriteTimeout time.Duration
+	// CommandTimeout bounds one command's calls to the KV service.
+	// Default 10 s.
+	CommandTimeout time.Duration
+	// KeysLimit bounds the keys KEYS may return. Default 10,000.
+	KeysLimit int
+	Logger    *slog.Logger
+}
+
+func (c *Config) fill() {
+	if c.MaxKeyBytes <= 0 {
+		c.MaxKeyBytes = 4096
+	}
+	if c.MaxValueBytes <= 0 {
+		c.MaxValueBytes = 1 << 20
+	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = 10000
+	}
+	if c.OutputBufferLimit <= 0 {
+		c.OutputBufferLimit = 64 << 20
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.CommandTimeout <= 0 {
+		c.CommandTimeout = 10 * time.Second
+	}
+	if c.KeysLimit <= 0 {
+		c.KeysLimit = 10000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Server serves the Redis protocol on one listener.
+type Server struct {
+	cfg     Config
+	b       Backend
+	limits  resp.Limits
+	started time.Time
+	cursors cursorTable
+
+	ctx    context.Context // canceled by Close: ends the commands in flight
+	cancel context.CancelFunc
+	nextID atomic.Int64
+
+	mu      sync.Mutex
+	lis     []net.Listener  // guarded by mu: every listener served
+	clients map[int64]*conn // guarded by mu
+	closed  bool            // guarded by mu
+	wg      sync.WaitGroup  // the accept loop and one per connection
+}
+
+// New returns a server of b's KV service.
+func New(b Backend, cfg Config) *Server {
+	cfg.fill()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, b: b, started: time.Now(), ctx: ctx, cancel: cancel, clients: map[int64]*conn{}}
+	// A bulk string may carry a value, or a key, or an option; one command
+	// may carry a whole batch (MSET): the batch limit, with room for framing.
+	s.limits = resp.Limits{
+		MaxBulkBytes:    max(cfg.MaxValueBytes, cfg.MaxKeyBytes) + 1024,
+		MaxArgs:         1 << 20,
+		MaxInlineBytes:  64 << 10,
+		MaxCommandBytes: 2 * (8 << 20),
+	}
+	s.cursors.m = map[uint64][]byte{}
+	return s
+}
+
+// Listen binds addr and serves it until Close.
+func (s *Server) Listen(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.Serve(lis)
+	return nil
+}
+
+// Serve serves lis, in its own goroutine, until Close. A server may serve
+// several listeners (its own port, and the node's shared gRPC port).
+func (s *Server) Serve(lis net.Listener) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		lis.Close()
+		return
+	}
+	s.lis = append(s.lis, lis)
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.acceptLoop(lis)
+	}()
+}
+
+// Addr is the address of the first listener served, or nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lis) == 0 {
+		return nil
+	}
+	return s.lis[0].Addr()
+}
+
+func (s *Server) acceptLoop(lis net.Listener) {
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.cfg.Logger.Error("redis listener stopped", "err", err)
+			}
+			return
+		}
+		s.admit(nc)
+	}
+}
+
+// admit registers a connection and starts serving it, or refuses it when
+// the server is full or closing.
+func (s *Server) admit(nc net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		nc.Close()
+		return
+	}
+	if len(s.clients) >= s.cfg.MaxClients {
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+		nc.Close()
+		return
+	}
+	c := newConn(s, nc, s.nextID.Add(1))
+	s.clients[c.id] = c
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.clients, c.id)
+		s.mu.Unlock()
+	}()
+}
+
+// Clients is the number of open connections.
+func (s *Server) Clients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clients)
+}
+
+// Close stops accepting, cancels the commands in flight, closes every
+// connection and waits (at most timeout) for their goroutines to end.
+func (s *Server) Close(timeout time.Duration) {
+	s.mu.Lock()
+	s.closed = true
+	for _, l := range s.lis {
+		l.Close()
+	}
+	for _, c := range s.clients {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		s.cfg.Logger.Warn("redis connections still running after close", "timeout", timeout)
+	}
+}
+
+// cursorTable maps SCAN cursors, which clients read as integers, to the key
+// the next page starts at. It is node-wide (a client library may continue a
+// scan on another pooled connection) and bounded: the oldest cursors are
+// forgotten first, and a forgotten cursor is an error, not a restart.
+type cursorTable struct {
+	mu    sync.Mutex
+	m     map[uint64][]byte // guarded by mu
+	order []uint64          // guarded by mu: insertion order, for eviction
+	next  uint64            // guarded by mu
+}
+
+// maxCursors bounds the cursor table.
+const maxCursors = 16384
+
+func (t *cursorTable) put(start []byte) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next++
+	id := t.next
+	t.m[id] = start
+	t.order = append(t.order, id)
+	if len(t.order) > maxCursors {
+		delete(t.m, t.order[0])
+		t.order = t.order[1:]
+	}
+	return id
+}
+
+func (t *cursorTable) get(id uint64) ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.m[id]
+	return v, ok
+}

@@ -1,0 +1,462 @@
+package redisapi
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+// RedisVersion is the Redis version the server claims in HELLO and INFO:
+// clients use it to pick features (RESP3, command syntax), and Concord's
+// commands follow Redis 7's.
+const RedisVersion = "7.4.0"
+
+func cmdPing(_ *conn, a [][]byte, w *resp.Writer) {
+	switch len(a) {
+	case 1:
+		w.SimpleString("PONG")
+	case 2:
+		w.Bulk(a[1])
+	default:
+		w.Error("ERR wrong number of arguments for 'ping' command")
+	}
+}
+
+func cmdEcho(_ *conn, a [][]byte, w *resp.Writer) { w.Bulk(a[1]) }
+
+func cmdSelect(_ *conn, a [][]byte, w *resp.Writer) {
+	n, err := parseInt(a[1])
+	switch {
+	case err != nil:
+		w.Error(err.Error())
+	case n != 0:
+		w.Error("ERR DB index is out of range (Concord has one database, 0)")
+	default:
+		w.SimpleString("OK")
+	}
+}
+
+func cmdQuit(c *conn, _ [][]byte, w *resp.Writer) {
+	c.quit = true
+	w.SimpleString("OK")
+}
+
+// cmdReset returns the connection to its state at connect.
+func cmdReset(c *conn, _ [][]byte, w *resp.Writer) {
+	c.multi, c.consistency, c.proto = nil, concordpb.Consistency_LINEARIZABLE, 2
+	c.authed = c.s.cfg.AuthToken == ""
+	c.setName("")
+	*w = *resp.NewWriter(2)
+	w.SimpleString("RESET")
+}
+
+// cmdConsistency: CONCORD.CONSISTENCY stale|linearizable sets how this
+// connection's reads are served.
+func cmdConsistency(c *conn, a [][]byte, w *resp.Writer) {
+	switch strings.ToLower(string(a[1])) {
+	case "stale":
+		c.consistency = concordpb.Consistency_STALE
+	case "linearizable":
+		c.consistency = concordpb.Consistency_LINEARIZABLE
+	default:
+		w.Error("ERR CONCORD.CONSISTENCY takes stale or linearizable")
+		return
+	}
+	w.SimpleString("OK")
+}
+
+// checkAuth compares a password with the token in constant time. The user
+// name, if given, must be "default" (Concord has no ACL users).
+func (c *conn) checkAuth(user, pass []byte) error {
+	tok := c.s.cfg.AuthToken
+	if tok == "" {
+		return replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+	}
+	if (user != nil && string(user) != "default") || subtle.ConstantTimeCompare(pass, []byte(tok)) != 1 {
+		return errWrongPass
+	}
+	c.authed = true
+	return nil
+}
+
+func cmdAuth(c *conn, a [][]byte, w *resp.Writer) {
+	var err error
+	switch len(a) {
+	case 2:
+		err = c.checkAuth(nil, a[1])
+	case 3:
+		err = c.checkAuth(a[1], a[2])
+	default:
+		err = errSyntax
+	}
+	if err != nil {
+		w.Error(err.Error())
+		return
+	}
+	w.SimpleString("OK")
+}
+
+// cmdHello: HELLO [protover [AUTH user pass] [SETNAME name]].
+func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
+	proto := c.proto
+	if len(a) > 1 {
+		v, err := parseInt(a[1])
+		if err != nil || v < 2 || v > 3 {
+			w.Error("NOPROTO unsupported protocol version")
+			return
+		}
+		proto = int(v)
+	}
+	var name []byte
+	for i := 2; i < len(a); i++ {
+		switch opt := strings.ToUpper(string(a[i])); {
+		case opt == "AUTH" && i+2 < len(a):
+			if err := c.checkAuth(a[i+1], a[i+2]); err != nil {
+				w.Error(err.Error())
+				return
+			}
+			i += 2
+		case opt == "SETNAME" && i+1 < len(a):
+			name = a[i+1]
+			i++
+		default:
+			w.Error("ERR Syntax error in HELLO option '" + printable(a[i], 32) + "'")
+			return
+		}
+	}
+	if !c.authed {
+		w.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
+	}
+	if name != nil {
+		if err := validName(name); err != nil {
+			w.Error(err.Error())
+			return
+		}
+		c.setName(string(name))
+	}
+	c.proto = proto
+	*w = *resp.NewWriter(proto)
+	w.Map(7)
+	w.BulkString("server")
+	w.BulkString("redis")
+	w.BulkString("version")
+	w.BulkString(RedisVersion)
+	w.BulkString("proto")
+	w.Int(int64(proto))
+	w.BulkString("id")
+	w.Int(c.id)
+	w.BulkString("mode")
+	w.BulkString("standalone")
+	w.BulkString("role")
+	w.BulkString("master")
+	w.BulkString("modules")
+	w.Array(0)
+}
+
+func validName(name []byte) error {
+	for _, ch := range name {
+		if ch <= ' ' || ch > '~' {
+			return replyError("ERR Client names cannot contain spaces, newlines or special characters.")
+		}
+	}
+	return nil
+}
+
+func (c *conn) setName(name string) {
+	c.mu.Lock()
+	c.name = name
+	c.mu.Unlock()
+}
+
+func (c *conn) getName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.name
+}
+
+// cmdClient: CLIENT ID | SETNAME | GETNAME | INFO | LIST | SETINFO.
+func cmdClient(c *conn, a [][]byte, w *resp.Writer) {
+	sub := strings.ToUpper(string(a[1]))
+	switch {
+	case sub == "ID" && len(a) == 2:
+		w.Int(c.id)
+	case sub == "SETNAME" && len(a) == 3:
+		if err := validName(a[2]); err != nil {
+			w.Error(err.Error())
+			return
+		}
+		c.setName(string(a[2]))
+		w.SimpleString("OK")
+	case sub == "GETNAME" && len(a) == 2:
+		if n := c.getName(); n != "" {
+			w.BulkString(n)
+		} else {
+			w.Null()
+		}
+	case sub == "INFO" && len(a) == 2:
+		w.Verbatim("txt", []byte(c.describe()+"\n"))
+	case sub == "LIST":
+		w.Verbatim("txt", []byte(c.s.clientList()))
+	case sub == "SETINFO" && len(a) == 4:
+		w.SimpleString("OK")
+	case sub == "HELP":
+		w.Array(1)
+		w.SimpleString("CLIENT ID | SETNAME name | GETNAME | INFO | LIST | SETINFO attr value")
+	default:
+		w.Error("ERR unknown subcommand or wrong number of arguments for '" + printable(a[1], 32) + "'. Try CLIENT HELP.")
+	}
+}
+
+// describe is the connection's line in CLIENT LIST.
+func (c *conn) describe() string {
+	c.mu.Lock()
+	name, last := c.name, c.lastCmd
+	c.mu.Unlock()
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name= lib-ver=",
+		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), cmdOrNull(last), c.proto)
+}
+
+func cmdOrNull(s string) string {
+	if s == "" {
+		return "NULL"
+	}
+	return s
+}
+
+func (s *Server) clientList() string {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.clients))
+	for _, c := range s.clients {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(conns, func(a, b *conn) int { return int(a.id - b.id) })
+	var b strings.Builder
+	for _, c := range conns {
+		b.WriteString(c.describe())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// cmdCommand: COMMAND, COMMAND COUNT | INFO [names] | DOCS [names] | LIST.
+func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
+	sub := ""
+	if len(a) > 1 {
+		sub = strings.ToUpper(string(a[1]))
+	}
+	switch {
+	case len(a) == 1:
+		all := sortedCommands()
+		w.Array(len(all))
+		for _, cmd := range all {
+			writeCommandInfo(w, cmd)
+		}
+	case sub == "COUNT" && len(a) == 2:
+		w.Int(int64(len(commands)))
+	case sub == "LIST":
+		all := sortedCommands()
+		w.Array(len(all))
+		for _, cmd := range all {
+			w.BulkString(cmd.name)
+		}
+	case sub == "INFO":
+		cmds := requested(a[2:])
+		w.Array(len(cmds))
+		for _, cmd := range cmds {
+			if cmd == nil {
+				w.NullArray()
+			} else {
+				writeCommandInfo(w, cmd)
+			}
+		}
+	case sub == "DOCS":
+		var cmds []*command
+		for _, cmd := range requested(a[2:]) {
+			if cmd != nil {
+				cmds = append(cmds, cmd)
+			}
+		}
+		w.Map(len(cmds))
+		for _, cmd := range cmds {
+			w.BulkString(cmd.name)
+			w.Map(3)
+			w.BulkString("summary")
+			w.BulkString("see docs/redis.md")
+			w.BulkString("since")
+			w.BulkString("1.0.0")
+			w.BulkString("group")
+			w.BulkString(cmd.group)
+		}
+	default:
+		w.Error("ERR unknown subcommand '" + printable(a[1], 32) + "'. Try COMMAND HELP.")
+	}
+}
+
+// requested returns the commands named (nil for unknown names), or every
+// command when no name is given.
+func requested(names [][]byte) []*command {
+	if len(names) == 0 {
+		return sortedCommands()
+	}
+	out := make([]*command, len(names))
+	for i, n := range names {
+		out[i] = lookup(n)
+	}
+	return out
+}
+
+// writeCommandInfo writes Redis 7's ten-element command description.
+func writeCommandInfo(w *resp.Writer, cmd *command) {
+	w.Array(10)
+	w.BulkString(cmd.name)
+	w.Int(int64(cmd.arity))
+	w.Set(len(cmd.flags))
+	for _, f := range cmd.flags {
+		w.SimpleString(f)
+	}
+	w.Int(int64(cmd.first))
+	w.Int(int64(cmd.last))
+	w.Int(int64(cmd.step))
+	w.Set(0) // ACL categories
+	w.Set(0) // tips
+	w.Array(0)
+	w.Array(0)
+}
+
+// cmdConfig: CONFIG GET pattern...: the few settings clients and
+// redis-benchmark ask for at connect. CONFIG SET is refused.
+func cmdConfig(c *conn, a [][]byte, w *resp.Writer) {
+	if !strings.EqualFold(string(a[1]), "get") || len(a) < 3 {
+		w.Error("ERR CONFIG " + strings.ToUpper(printable(a[1], 32)) + " is not supported by Concord (its settings are the node's flags)")
+		return
+	}
+	settings := [][2]string{
+		{"appendfsync", "always"}, {"appendonly", "yes"}, {"databases", "1"}, {"maxclients", strconv.Itoa(c.s.cfg.MaxClients)},
+		{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}, {"proto-max-bulk-len", strconv.Itoa(c.s.limits.MaxBulkBytes)},
+		{"save", ""}, {"timeout", "0"},
+	}
+	var out [][2]string
+	for _, kv := range settings {
+		for _, p := range a[2:] {
+			if globMatch([]byte(strings.ToLower(string(p))), []byte(kv[0])) {
+				out = append(out, kv)
+				break
+			}
+		}
+	}
+	w.Map(len(out))
+	for _, kv := range out {
+		w.BulkString(kv[0])
+		w.BulkString(kv[1])
+	}
+}
+
+// cmdInfo: INFO [section...]: server, clients, keyspace, replication,
+// persistence; "all", "everything" and "default" give all five.
+func cmdInfo(c *conn, a [][]byte, w *resp.Writer) {
+	want := map[string]bool{}
+	for _, s := range a[1:] {
+		want[strings.ToLower(string(s))] = true
+	}
+	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
+	var b strings.Builder
+	info := c.s.b.Info()
+	for _, sec := range []struct {
+		name string
+		f    func(*strings.Builder, NodeInfo)
+	}{
+		{"server", c.s.infoServer}, {"clients", c.s.infoClients}, {"persistence", c.s.infoPersistence},
+		{"replication", c.s.infoReplication}, {"keyspace", c.infoKeyspace},
+	} {
+		if all || want[sec.name] {
+			if b.Len() > 0 {
+				b.WriteString("\r\n")
+			}
+			b.WriteString("# " + strings.ToUpper(sec.name[:1]) + sec.name[1:] + "\r\n")
+			sec.f(&b, info)
+		}
+	}
+	w.Verbatim("txt", []byte(b.String()))
+}
+
+func field(b *strings.Builder, k string, v any) { fmt.Fprintf(b, "%s:%v\r\n", k, v) }
+
+func (s *Server) infoServer(b *strings.Builder, n NodeInfo) {
+	up := time.Since(s.started)
+	field(b, "redis_version", RedisVersion)
+	field(b, "redis_mode", "standalone")
+	field(b, "server_name", "concord")
+	field(b, "concord_node_id", n.NodeID)
+	field(b, "concord_cluster_id", fmt.Sprintf("%x", n.ClusterID))
+	field(b, "concord_grpc_addr", n.Addr)
+	field(b, "os", runtime.GOOS+" "+runtime.GOARCH)
+	field(b, "go_version", runtime.Version())
+	field(b, "tcp_port", portOf(s.Addr()))
+	field(b, "uptime_in_seconds", int64(up.Seconds()))
+	field(b, "uptime_in_days", int64(up.Hours()/24))
+}
+
+func portOf(a fmt.Stringer) string {
+	if a == nil {
+		return ""
+	}
+	str := a.String()
+	return str[strings.LastIndexByte(str, ':')+1:]
+}
+
+func (s *Server) infoClients(b *strings.Builder, _ NodeInfo) {
+	field(b, "connected_clients", s.Clients())
+	field(b, "maxclients", s.cfg.MaxClients)
+}
+
+func (s *Server) infoPersistence(b *strings.Builder, n NodeInfo) {
+	field(b, "loading", 0)
+	field(b, "storage_engine", "pebble")
+	field(b, "fsync", "always (every write is fsynced on a majority of its shard's replicas before the reply)")
+	field(b, "aof_enabled", 1)
+	field(b, "rdb_bgsave_in_progress", 0)
+	field(b, "data_dir", n.DataDir)
+}
+
+func (s *Server) infoReplication(b *strings.Builder, n NodeInfo) {
+	field(b, "role", "master")
+	field(b, "connected_slaves", 0)
+	field(b, "concord_shards", n.Shards)
+	field(b, "concord_shards_hosted", len(n.Hosted))
+	field(b, "concord_shards_led", len(n.Led))
+	field(b, "concord_led_shard_ids", joinIDs(n.Led))
+	field(b, "concord_hosted_shard_ids", joinIDs(n.Hosted))
+}
+
+func joinIDs(ids []uint64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatUint(id, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// infoKeyspaceCap bounds the keys INFO counts; past it the count reads as
+// a lower bound (keys_exact=0).
+const infoKeyspaceCap = 100_000
+
+func (c *conn) infoKeyspace(b *strings.Builder, _ NodeInfo) {
+	n := 0
+	err := c.walk(infoKeyspaceCap, func(*concordpb.KeyValue) error { n++; return nil })
+	exact := 1
+	if err != nil {
+		exact = 0
+	}
+	if n > 0 {
+		fmt.Fprintf(b, "db0:keys=%d,expires=0,avg_ttl=0,keys_exact=%d\r\n", n, exact)
+	}
+}

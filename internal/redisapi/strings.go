@@ -1,0 +1,494 @@
+package redisapi
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+// The key commands' plans. Each checks its arguments as Redis does (same
+// error texts), builds the ops of the contract in api/concordpb/kv.proto,
+// and renders the results.
+
+func opGet(k []byte) *concordpb.Op { return &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: k} }
+
+func readPlan(keys [][]byte, render func(w *resp.Writer, res []*concordpb.OpResult)) *plan {
+	p := &plan{read: true, render: render}
+	for _, k := range keys {
+		p.ops = append(p.ops, opGet(k))
+	}
+	return p
+}
+
+func writePlan(op *concordpb.Op, render func(w *resp.Writer, r *concordpb.OpResult)) *plan {
+	return &plan{ops: []*concordpb.Op{op}, render: func(w *resp.Writer, res []*concordpb.OpResult) {
+		if e := opError(res[0].GetError()); e != "" {
+			w.Error(e)
+			return
+		}
+		render(w, res[0])
+	}}
+}
+
+// opError is the Redis error text of an op's failure, "" if none.
+func opError(e concordpb.OpError) string {
+	switch e {
+	case concordpb.OpError_OP_ERROR_NONE:
+		return ""
+	case concordpb.OpError_OP_ERROR_NOT_INTEGER:
+		return string(errNotInt)
+	case concordpb.OpError_OP_ERROR_OVERFLOW:
+		return string(errOverflow)
+	case concordpb.OpError_OP_ERROR_NOT_FLOAT:
+		return string(errNotFloat)
+	case concordpb.OpError_OP_ERROR_TOO_LARGE:
+		return "ERR string exceeds maximum allowed size (--max-value-bytes)"
+	}
+	return "ERR operation failed: " + e.String()
+}
+
+func bulkOrNull(w *resp.Writer, found bool, v []byte) {
+	if !found {
+		w.Null()
+		return
+	}
+	w.Bulk(v)
+}
+
+func replyOK(w *resp.Writer, _ *concordpb.OpResult) { w.SimpleString("OK") }
+
+func parseInt(b []byte) (int64, error) {
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || len(b) == 0 {
+		return 0, errNotInt
+	}
+	return v, nil
+}
+
+func parseFloat(b []byte) (float64, error) {
+	s := string(b)
+	if s == "" || strings.ContainsAny(s, " \t") {
+		return 0, errNotFloat
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) {
+		return 0, errNotFloat
+	}
+	return f, nil
+}
+
+func planGet(_ *conn, a [][]byte) (*plan, error) {
+	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+		bulkOrNull(w, res[0].GetOk(), res[0].GetValue())
+	}), nil
+}
+
+// expiry is a parsed expiry option: a relative time to live or an
+// absolute Unix time, both in milliseconds.
+type expiry struct {
+	ttlMs, atMs int64
+	keep        bool // KEEPTTL
+	persist     bool // GETEX PERSIST
+	set         bool
+}
+
+// parseExpiry parses the amount of an EX/PX/EXAT/PXAT option for command.
+func parseExpiry(opt string, arg []byte, command string) (expiry, error) {
+	v, err := parseInt(arg)
+	if err != nil {
+		return expiry{}, err
+	}
+	invalid := replyError("ERR invalid expire time in '" + command + "' command")
+	unit := int64(1)
+	if opt == "EX" || opt == "EXAT" {
+		unit = 1000
+	}
+	if v <= 0 || v > math.MaxInt64/unit {
+		return expiry{}, invalid
+	}
+	if opt == "EX" || opt == "PX" {
+		return expiry{ttlMs: v * unit, set: true}, nil
+	}
+	return expiry{atMs: v * unit, set: true}, nil
+}
+
+// setOptions are SET's options.
+type setOptions struct {
+	cond concordpb.Condition
+	get  bool
+	exp  expiry
+}
+
+func parseSetOptions(a [][]byte) (setOptions, error) {
+	var o setOptions
+	for i := 0; i < len(a); i++ {
+		opt := strings.ToUpper(string(a[i]))
+		switch {
+		case opt == "NX" && o.cond == 0:
+			o.cond = concordpb.Condition_CONDITION_NX
+		case opt == "XX" && o.cond == 0:
+			o.cond = concordpb.Condition_CONDITION_XX
+		case opt == "GET" && !o.get:
+			o.get = true
+		case opt == "KEEPTTL" && !o.exp.set && !o.exp.keep:
+			o.exp.keep = true
+		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !o.exp.set && !o.exp.keep && i+1 < len(a):
+			e, err := parseExpiry(opt, a[i+1], "set")
+			if err != nil {
+				return o, err
+			}
+			o.exp = e
+			i++
+		default:
+			return o, errSyntax
+		}
+	}
+	return o, nil
+}
+
+func putOp(k, v []byte, e expiry, cond concordpb.Condition) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: k, Value: v, TtlMs: e.ttlMs,
+		ExpireAtUnixMs: e.atMs, KeepTtl: e.keep, Condition: cond}
+}
+
+// planSet: SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL].
+// One PUT: a condition, the previous value (GET) and the expiry are all
+// decided by the shard's state machine, atomically.
+func planSet(_ *conn, a [][]byte) (*plan, error) {
+	o, err := parseSetOptions(a[3:])
+	if err != nil {
+		return nil, err
+	}
+	return writePlan(putOp(a[1], a[2], o.exp, o.cond), func(w *resp.Writer, r *concordpb.OpResult) {
+		switch {
+		case o.get:
+			prev := r.GetExists()
+			if o.cond == concordpb.Condition_CONDITION_NONE {
+				prev = r.GetOk()
+			}
+			bulkOrNull(w, prev, r.GetValue())
+		case o.cond != concordpb.Condition_CONDITION_NONE && !r.GetOk():
+			w.Null()
+		default:
+			w.SimpleString("OK")
+		}
+	}), nil
+}
+
+func planSetNX(_ *conn, a [][]byte) (*plan, error) {
+	return writePlan(putOp(a[1], a[2], expiry{}, concordpb.Condition_CONDITION_NX), func(w *resp.Writer, r *concordpb.OpResult) {
+		w.Int(b2i(r.GetOk()))
+	}), nil
+}
+
+// planSetEX: SETEX key seconds value (unit 1000) and PSETEX (unit 1).
+func planSetEX(unit int64) func(*conn, [][]byte) (*plan, error) {
+	name := map[int64]string{1000: "setex", 1: "psetex"}[unit]
+	return func(_ *conn, a [][]byte) (*plan, error) {
+		v, err := parseInt(a[2])
+		if err != nil {
+			return nil, err
+		}
+		if v <= 0 || v > math.MaxInt64/unit {
+			return nil, replyError("ERR invalid expire time in '" + name + "' command")
+		}
+		return writePlan(putOp(a[1], a[3], expiry{ttlMs: v * unit}, 0), replyOK), nil
+	}
+}
+
+func planGetSet(_ *conn, a [][]byte) (*plan, error) {
+	return writePlan(putOp(a[1], a[2], expiry{}, 0), func(w *resp.Writer, r *concordpb.OpResult) {
+		bulkOrNull(w, r.GetOk(), r.GetValue())
+	}), nil
+}
+
+func planGetDel(_ *conn, a [][]byte) (*plan, error) {
+	op := &concordpb.Op{Type: concordpb.OpType_OP_GET_DELETE, Key: a[1]}
+	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { bulkOrNull(w, r.GetOk(), r.GetValue()) }), nil
+}
+
+// planGetEx: GETEX key [EX|PX|EXAT|PXAT n | PERSIST]. Without an option it
+// is a GET; with one, an EXPIRE op that also returns the value.
+func planGetEx(c *conn, a [][]byte) (*plan, error) {
+	if len(a) == 2 {
+		return planGet(c, a)
+	}
+	var e expiry
+	opt := strings.ToUpper(string(a[2]))
+	switch {
+	case opt == "PERSIST" && len(a) == 3:
+		e.persist = true
+	case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && len(a) == 4:
+		var err error
+		if e, err = parseExpiry(opt, a[3], "getex"); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errSyntax
+	}
+	op := &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: a[1], TtlMs: e.ttlMs, ExpireAtUnixMs: e.atMs, Persist: e.persist}
+	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { bulkOrNull(w, r.GetExists(), r.GetValue()) }), nil
+}
+
+// planDel: DEL and UNLINK: one DELETE per key, one batch per shard.
+func planDel(_ *conn, a [][]byte) (*plan, error) {
+	p := &plan{render: func(w *resp.Writer, res []*concordpb.OpResult) {
+		n := int64(0)
+		for _, r := range res {
+			n += b2i(r.GetOk())
+		}
+		w.Int(n)
+	}}
+	for _, k := range a[1:] {
+		p.ops = append(p.ops, &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: k})
+	}
+	return p, nil
+}
+
+func planExists(_ *conn, a [][]byte) (*plan, error) {
+	return readPlan(a[1:], func(w *resp.Writer, res []*concordpb.OpResult) {
+		n := int64(0)
+		for _, r := range res {
+			n += b2i(r.GetOk())
+		}
+		w.Int(n)
+	}), nil
+}
+
+// planType: every Concord value is a string.
+func planType(_ *conn, a [][]byte) (*plan, error) {
+	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+		if res[0].GetOk() {
+			w.SimpleString("string")
+		} else {
+			w.SimpleString("none")
+		}
+	}), nil
+}
+
+func planMGet(_ *conn, a [][]byte) (*plan, error) {
+	return readPlan(a[1:], func(w *resp.Writer, res []*concordpb.OpResult) {
+		w.Array(len(res))
+		for _, r := range res {
+			bulkOrNull(w, r.GetOk(), r.GetValue())
+		}
+	}), nil
+}
+
+// planMSet: one PUT per pair, one batch per shard: atomic per shard.
+func planMSet(_ *conn, a [][]byte) (*plan, error) {
+	if len(a)%2 != 1 {
+		return nil, replyError("ERR wrong number of arguments for 'mset' command")
+	}
+	p := &plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.SimpleString("OK") }}
+	for i := 1; i < len(a); i += 2 {
+		p.ops = append(p.ops, putOp(a[i], a[i+1], expiry{}, 0))
+	}
+	return p, nil
+}
+
+// planMSetNX: Redis sets all the keys only if none exists. A batch applies
+// each op's condition on its own, so Concord can honour that for one key
+// only; several keys are refused rather than half set.
+func planMSetNX(c *conn, a [][]byte) (*plan, error) {
+	if len(a)%2 != 1 {
+		return nil, replyError("ERR wrong number of arguments for 'msetnx' command")
+	}
+	if len(a) > 3 {
+		return nil, replyError("ERR MSETNX over several keys is not supported by Concord (no all-or-nothing condition across keys); use SETNX per key or MULTI")
+	}
+	return planSetNX(c, a)
+}
+
+// planIncr: INCR/DECR (sign ±1, no argument) and INCRBY/DECRBY.
+func planIncr(sign int64, withArg bool) func(*conn, [][]byte) (*plan, error) {
+	return func(_ *conn, a [][]byte) (*plan, error) {
+		delta := int64(1)
+		if withArg {
+			var err error
+			if delta, err = parseInt(a[2]); err != nil {
+				return nil, err
+			}
+			if sign < 0 && delta == math.MinInt64 {
+				return nil, replyError("ERR decrement would overflow")
+			}
+		}
+		op := &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: a[1], IntDelta: sign * delta}
+		return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Int(r.GetIntValue()) }), nil
+	}
+}
+
+func planIncrFloat(_ *conn, a [][]byte) (*plan, error) {
+	d, err := parseFloat(a[2])
+	if err != nil {
+		return nil, err
+	}
+	if math.IsInf(d, 0) {
+		return nil, errNaN
+	}
+	op := &concordpb.Op{Type: concordpb.OpType_OP_INCR_FLOAT, Key: a[1], FloatDelta: d}
+	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Bulk(r.GetValue()) }), nil
+}
+
+func planAppend(_ *conn, a [][]byte) (*plan, error) {
+	op := &concordpb.Op{Type: concordpb.OpType_OP_APPEND, Key: a[1], Value: a[2]}
+	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Int(r.GetIntValue()) }), nil
+}
+
+func planStrlen(_ *conn, a [][]byte) (*plan, error) {
+	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+		w.Int(int64(len(res[0].GetValue())))
+	}), nil
+}
+
+// planGetRange: GETRANGE key start end, with Redis's negative indexes.
+func planGetRange(_ *conn, a [][]byte) (*plan, error) {
+	start, err := parseInt(a[2])
+	if err != nil {
+		return nil, err
+	}
+	end, err := parseInt(a[3])
+	if err != nil {
+		return nil, err
+	}
+	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+		w.Bulk(substr(res[0].GetValue(), start, end))
+	}), nil
+}
+
+func substr(v []byte, start, end int64) []byte {
+	n := int64(len(v))
+	if start < 0 && end < 0 && start > end {
+		return nil
+	}
+	if start < 0 {
+		start = max(n+start, 0)
+	}
+	if end < 0 {
+		end = max(n+end, 0)
+	}
+	end = min(end, n-1)
+	if start > end || n == 0 {
+		return nil
+	}
+	return v[start : end+1]
+}
+
+func planSetRange(c *conn, a [][]byte) (*plan, error) {
+	off, err := parseInt(a[2])
+	if err != nil {
+		return nil, err
+	}
+	if off < 0 {
+		return nil, errOffsetRange
+	}
+	if off+int64(len(a[3])) > int64(c.s.cfg.MaxValueBytes) {
+		return nil, replyError("ERR string exceeds maximum allowed size (--max-value-bytes)")
+	}
+	op := &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: a[1], Value: a[3], Offset: off}
+	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Int(r.GetIntValue()) }), nil
+}
+
+// planExpire: EXPIRE/PEXPIRE (relative) and EXPIREAT/PEXPIREAT (absolute),
+// with NX|XX|GT|LT. A time not in the future deletes the key (the state
+// machine's rule); such a time is sent as the Unix millisecond 1.
+func planExpire(unit int64, absolute bool) func(*conn, [][]byte) (*plan, error) {
+	return func(_ *conn, a [][]byte) (*plan, error) {
+		v, err := parseInt(a[2])
+		if err != nil {
+			return nil, err
+		}
+		if v > math.MaxInt64/unit || v < math.MinInt64/unit {
+			return nil, replyError("ERR invalid expire time in '" + strings.ToLower(string(a[0])) + "' command")
+		}
+		cond, err := parseExpireCond(a[3:])
+		if err != nil {
+			return nil, err
+		}
+		op := &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: a[1], Condition: cond}
+		switch ms := v * unit; {
+		case absolute:
+			op.ExpireAtUnixMs = max(ms, 1)
+		case ms <= 0:
+			op.ExpireAtUnixMs = 1
+		default:
+			op.TtlMs = ms
+		}
+		return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Int(b2i(r.GetOk())) }), nil
+	}
+}
+
+func parseExpireCond(a [][]byte) (concordpb.Condition, error) {
+	cond := concordpb.Condition_CONDITION_NONE
+	for _, o := range a {
+		var c concordpb.Condition
+		switch strings.ToUpper(string(o)) {
+		case "NX":
+			c = concordpb.Condition_CONDITION_NX
+		case "XX":
+			c = concordpb.Condition_CONDITION_XX
+		case "GT":
+			c = concordpb.Condition_CONDITION_GT
+		case "LT":
+			c = concordpb.Condition_CONDITION_LT
+		default:
+			return 0, replyError("ERR Unsupported option " + printable(o, 32))
+		}
+		if cond != 0 && cond != c {
+			return 0, replyError("ERR NX and XX, GT or LT options at the same time are not compatible")
+		}
+		cond = c
+	}
+	return cond, nil
+}
+
+func planPersist(_ *conn, a [][]byte) (*plan, error) {
+	op := &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: a[1], Persist: true}
+	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Int(b2i(r.GetOk())) }), nil
+}
+
+// TTL family: -2 for an absent key, -1 for a key without expiry.
+const (
+	ttlSeconds = iota
+	ttlMillis
+	expireSeconds
+	expireMillis
+)
+
+func planTTL(kind int) func(*conn, [][]byte) (*plan, error) {
+	return func(_ *conn, a [][]byte) (*plan, error) {
+		return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+			w.Int(ttlReply(kind, res[0], time.Now().UnixMilli()))
+		}), nil
+	}
+}
+
+func ttlReply(kind int, r *concordpb.OpResult, nowMs int64) int64 {
+	at := r.GetExpireAtUnixMs()
+	switch {
+	case !r.GetOk():
+		return -2
+	case at == 0:
+		return -1
+	}
+	switch kind {
+	case ttlSeconds:
+		return (max(at-nowMs, 0) + 500) / 1000
+	case ttlMillis:
+		return max(at-nowMs, 0)
+	case expireSeconds:
+		return at / 1000
+	}
+	return at
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

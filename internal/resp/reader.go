@@ -1,0 +1,382 @@
+package resp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// Limits bound what one command may carry, so a client cannot make the
+// server allocate without bound before a command is even complete.
+type Limits struct {
+	// MaxBulkBytes bounds one argument (a bulk string). Redis's default is
+	// 512 MiB (proto-max-bulk-len); a Concord node sets it from its value limit.
+	MaxBulkBytes int
+	// MaxArgs bounds the arguments of one command (the multibulk count).
+	MaxArgs int
+	// MaxInlineBytes bounds an inline command's line (Redis: 64 KiB).
+	MaxInlineBytes int
+	// MaxCommandBytes bounds the sum of one command's argument lengths.
+	MaxCommandBytes int
+}
+
+// DefaultLimits are the limits of a Reader given a zero Limits field.
+var DefaultLimits = Limits{MaxBulkBytes: 16 << 20, MaxArgs: 1 << 20, MaxInlineBytes: 64 << 10, MaxCommandBytes: 64 << 20}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBulkBytes <= 0 {
+		l.MaxBulkBytes = DefaultLimits.MaxBulkBytes
+	}
+	if l.MaxArgs <= 0 {
+		l.MaxArgs = DefaultLimits.MaxArgs
+	}
+	if l.MaxInlineBytes <= 0 {
+		l.MaxInlineBytes = DefaultLimits.MaxInlineBytes
+	}
+	if l.MaxCommandBytes <= 0 {
+		l.MaxCommandBytes = DefaultLimits.MaxCommandBytes
+	}
+	return l
+}
+
+// ProtocolError is a stream that cannot be parsed further: the server
+// answers "ERR Protocol error: <Msg>" and closes the connection.
+type ProtocolError struct{ Msg string }
+
+func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
+
+func protoErr(format string, args ...any) error {
+	return &ProtocolError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Reader reads commands from a client's stream.
+type Reader struct {
+	br     *bufio.Reader
+	limits Limits
+}
+
+// NewReader reads commands from r within limits (zero fields: DefaultLimits).
+func NewReader(r io.Reader, limits Limits) *Reader {
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10), limits: limits.withDefaults()}
+}
+
+// Buffered is the number of bytes read from the stream but not yet parsed:
+// when positive, another command (or part of one) has already arrived, so
+// the caller can gather a pipeline without waiting.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+// ReadCommand reads one command and returns its arguments (the first is the
+// command's name), the bytes it took on the wire, and an error: io.EOF at a
+// clean end of stream between commands, io.ErrUnexpectedEOF inside one, a
+// *ProtocolError for malformed input. An empty inline line is skipped, as
+// Redis does. The arguments are fresh slices the caller may keep.
+func (r *Reader) ReadCommand() (args [][]byte, n int, err error) {
+	for {
+		b, err := r.br.Peek(1)
+		if err != nil {
+			return nil, 0, err // io.EOF between commands
+		}
+		if b[0] == '*' {
+			return r.readMultibulk()
+		}
+		args, n, err := r.readInline()
+		if err != nil || len(args) > 0 {
+			return args, n, err
+		}
+	}
+}
+
+// readLine reads a line ending in CRLF (LF alone is accepted for inline
+// commands, as Redis does) of at most max bytes, without the line ending.
+// It fails as soon as max bytes pass without a line end, without waiting
+// for more input.
+func (r *Reader) readLine(max int, inline bool) ([]byte, error) {
+	if !inline {
+		return r.readHeaderLine(max)
+	}
+	var line []byte
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > max+2 || (err != nil && len(line) > max+1) {
+			return nil, protoErr("too big inline request")
+		}
+		if err == nil {
+			break
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// readHeaderLine reads a "*<count>" or "$<len>" line byte by byte, so that
+// a header that runs on past max bytes fails at once.
+func (r *Reader) readHeaderLine(max int) ([]byte, error) {
+	line := make([]byte, 0, 16)
+	for {
+		c, err := r.br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if c == '\n' {
+			break
+		}
+		if line = append(line, c); len(line) > max+1 {
+			return nil, protoErr("too big header line")
+		}
+	}
+	n := len(line)
+	if n == 0 || line[n-1] != '\r' {
+		return nil, protoErr("expected CRLF")
+	}
+	return line[:n-1], nil
+}
+
+// headerLineMax bounds a "*<count>" or "$<len>" line.
+const headerLineMax = 64
+
+func (r *Reader) readMultibulk() ([][]byte, int, error) {
+	line, err := r.readLine(headerLineMax, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := len(line) + 2
+	count, ok := parseLen(line[1:])
+	if !ok || count > int64(r.limits.MaxArgs) {
+		return nil, n, protoErr("invalid multibulk length")
+	}
+	if count <= 0 {
+		return nil, n, nil // "*0" and "*-1": nothing to run, as in Redis
+	}
+	// Grow the slice as arguments arrive, not from the declared count: a
+	// client may declare a million arguments and send two.
+	args := make([][]byte, 0, min(count, 64))
+	total := 0
+	for range count {
+		arg, m, err := r.readBulk()
+		n += m
+		if err != nil {
+			return nil, n, err
+		}
+		if total += len(arg); total > r.limits.MaxCommandBytes {
+			return nil, n, protoErr("command of more than %d bytes", r.limits.MaxCommandBytes)
+		}
+		args = append(args, arg)
+	}
+	return args, n, nil
+}
+
+func (r *Reader) readBulk() ([]byte, int, error) {
+	if b, err := r.br.Peek(1); err == nil && b[0] != '$' {
+		return nil, 0, protoErr("expected '$', got '%c'", printableByte(b[0]))
+	}
+	line, err := r.readLine(headerLineMax, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := len(line) + 2
+	if len(line) == 0 || line[0] != '$' {
+		c := byte(' ')
+		if len(line) > 0 {
+			c = line[0]
+		}
+		return nil, n, protoErr("expected '$', got '%c'", c)
+	}
+	size, ok := parseLen(line[1:])
+	if !ok || size < 0 || size > int64(r.limits.MaxBulkBytes) {
+		return nil, n, protoErr("invalid bulk length")
+	}
+	buf, err := readN(r.br, int(size)+2)
+	if err != nil {
+		return nil, n, err
+	}
+	n += len(buf)
+	if buf[size] != '\r' || buf[size+1] != '\n' {
+		return nil, n, protoErr("bulk string not followed by CRLF")
+	}
+	return buf[:size:size], n, nil
+}
+
+// readN reads exactly n bytes. It allocates as the bytes arrive, in steps
+// of at most 1 MiB, so that a declared length alone does not allocate.
+func readN(r io.Reader, n int) ([]byte, error) {
+	const step = 1 << 20
+	buf := make([]byte, 0, min(n, step))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf[:cap(buf)], make([]byte, min(n-len(buf), cap(buf)))...)[:len(buf)]
+		}
+		m, err := r.Read(buf[len(buf):min(n, cap(buf))])
+		buf = buf[:len(buf)+m]
+		if err != nil && len(buf) < n {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+func printableByte(c byte) byte {
+	if c < 0x20 || c > 0x7e {
+		return '?'
+	}
+	return c
+}
+
+// parseLen parses a decimal length of at most 18 digits, possibly -1.
+func parseLen(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	return v, err == nil
+}
+
+// readInline reads a line of space-separated arguments, with Redis's
+// quoting: "double quotes" with backslash escapes and 'single quotes'.
+func (r *Reader) readInline() ([][]byte, int, error) {
+	line, err := r.readLine(r.limits.MaxInlineBytes, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := len(line) + 1
+	args, err := SplitArgs(line)
+	if err != nil {
+		return nil, n, protoErr("unbalanced quotes in request")
+	}
+	if len(args) > r.limits.MaxArgs {
+		return nil, n, protoErr("invalid multibulk length")
+	}
+	return args, n, nil
+}
+
+// SplitArgs splits an inline command line as Redis's sdssplitargs does.
+func SplitArgs(line []byte) ([][]byte, error) {
+	var args [][]byte
+	i := 0
+	for {
+		for i < len(line) && isSpace(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			return args, nil
+		}
+		arg, next, err := splitOne(line, i)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, arg)
+		i = next
+	}
+}
+
+var errQuotes = errors.New("unbalanced quotes")
+
+// splitOne reads the argument starting at line[i] and returns it and the
+// index after it.
+func splitOne(line []byte, i int) ([]byte, int, error) {
+	arg := []byte{}
+	inDouble, inSingle := false, false
+	for ; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case inDouble:
+			switch {
+			case c == '\\' && i+3 < len(line) && line[i+1] == 'x' && isHex(line[i+2]) && isHex(line[i+3]):
+				arg = append(arg, hexVal(line[i+2])<<4|hexVal(line[i+3]))
+				i += 3
+			case c == '\\' && i+1 < len(line):
+				i++
+				arg = append(arg, unescape(line[i]))
+			case c == '"':
+				if i+1 < len(line) && !isSpace(line[i+1]) {
+					return nil, 0, errQuotes // closing quote must be followed by a space
+				}
+				return arg, i + 1, nil
+			default:
+				arg = append(arg, c)
+			}
+		case inSingle:
+			switch {
+			case c == '\\' && i+1 < len(line) && line[i+1] == '\'':
+				i++
+				arg = append(arg, '\'')
+			case c == '\'':
+				if i+1 < len(line) && !isSpace(line[i+1]) {
+					return nil, 0, errQuotes
+				}
+				return arg, i + 1, nil
+			default:
+				arg = append(arg, c)
+			}
+		case isSpace(c):
+			return arg, i, nil
+		case c == '"' && len(arg) == 0:
+			inDouble = true
+		case c == '\'' && len(arg) == 0:
+			inSingle = true
+		default:
+			arg = append(arg, c)
+		}
+	}
+	if inDouble || inSingle {
+		return nil, 0, errQuotes
+	}
+	return arg, i, nil
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func hexVal(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+func unescape(c byte) byte {
+	switch c {
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	case 'b':
+		return '\b'
+	case 'a':
+		return '\a'
+	}
+	return c
+}
+
+// hasCRLF reports whether b holds a CR or LF, which a simple string or an
+// error line cannot carry.
+func hasCRLF(b []byte) bool { return bytes.ContainsAny(b, "\r\n") }

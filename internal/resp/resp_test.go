@@ -1,0 +1,174 @@
+package resp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func args(ss ...string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
+}
+
+func TestReadCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     [][][]byte
+	}{
+		{"multibulk", "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", [][][]byte{args("GET", "k")}},
+		{"binary arg", "*2\r\n$4\r\nECHO\r\n$4\r\na\r\n\x00\r\n", [][][]byte{args("ECHO", "a\r\n\x00")}},
+		{"empty arg", "*2\r\n$4\r\nECHO\r\n$0\r\n\r\n", [][][]byte{args("ECHO", "")}},
+		{"pipeline", "*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n", [][][]byte{args("PING"), args("PING")}},
+		{"inline", "SET k v\r\n", [][][]byte{args("SET", "k", "v")}},
+		{"inline LF only", "PING\n", [][][]byte{args("PING")}},
+		{"inline quotes", "SET \"a b\" 'c d' \"\\x41\\n\"\r\n", [][][]byte{args("SET", "a b", "c d", "A\n")}},
+		{"empty inline lines skipped", "\r\n  \r\nPING\r\n", [][][]byte{args("PING")}},
+		{"zero multibulk", "*0\r\n*1\r\n$4\r\nPING\r\n", [][][]byte{nil, args("PING")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewReader(strings.NewReader(tc.in), Limits{})
+			var got [][][]byte
+			for {
+				a, _, err := r.ReadCommand()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("ReadCommand: %v", err)
+				}
+				got = append(got, a)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadCommandErrors(t *testing.T) {
+	small := Limits{MaxBulkBytes: 10, MaxArgs: 3, MaxInlineBytes: 16, MaxCommandBytes: 15}
+	for _, tc := range []struct {
+		name, in string
+		proto    bool // a *ProtocolError; else io.ErrUnexpectedEOF
+	}{
+		{"truncated bulk", "*2\r\n$3\r\nGET\r\n$5\r\nab", false},
+		{"truncated header", "*2\r\n$3\r\nGET\r\n", false},
+		{"truncated count", "*2", false},
+		{"bulk over limit", "*2\r\n$3\r\nGET\r\n$11\r\n", true},
+		{"absurd bulk length", "*1\r\n$99999999999999999999\r\n", true},
+		{"negative bulk", "*1\r\n$-5\r\n", true},
+		{"too many args", "*4\r\n", true},
+		{"absurd multibulk", "*9223372036854775807\r\n", true},
+		{"non-numeric count", "*x\r\n", true},
+		{"missing $", "*1\r\n+PING\r\n", true},
+		{"no CRLF after bulk", "*1\r\n$4\r\nPINGxx", true},
+		{"bare LF in header", "*1\n", true},
+		{"inline too long", strings.Repeat("a", 40) + "\r\n", true},
+		{"unbalanced quotes", "SET \"a b\r\n", true},
+		{"command too big", "*2\r\n$8\r\naaaaaaaa\r\n$8\r\nbbbbbbbb\r\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewReader(strings.NewReader(tc.in), small)
+			_, _, err := r.ReadCommand()
+			var pe *ProtocolError
+			if tc.proto && !errors.As(err, &pe) {
+				t.Fatalf("err = %v, want a protocol error", err)
+			}
+			if !tc.proto && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
+			}
+		})
+	}
+}
+
+// TestDeclaredLengthDoesNotAllocate: a bulk length at the limit with few
+// bytes behind it allocates about what arrived, not the declared length.
+func TestDeclaredLengthDoesNotAllocate(t *testing.T) {
+	in := "*1\r\n$16777216\r\nabc"
+	var ms1, ms2 runtimeMem
+	ms1.read()
+	r := NewReader(strings.NewReader(in), Limits{})
+	_, _, _ = r.ReadCommand()
+	ms2.read()
+	if grew := ms2.total - ms1.total; grew > 4<<20 {
+		t.Fatalf("reading a 16 MiB declared bulk of 3 bytes allocated %d bytes", grew)
+	}
+}
+
+func TestWriter(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		write  func(w *Writer)
+		v2, v3 string
+	}{
+		{"simple", func(w *Writer) { w.SimpleString("OK") }, "+OK\r\n", "+OK\r\n"},
+		{"error strips CRLF", func(w *Writer) { w.Error("ERR a\r\nb") }, "-ERR a  b\r\n", "-ERR a  b\r\n"},
+		{"int", func(w *Writer) { w.Int(-42) }, ":-42\r\n", ":-42\r\n"},
+		{"bulk", func(w *Writer) { w.Bulk([]byte("a\r\nb")) }, "$4\r\na\r\nb\r\n", "$4\r\na\r\nb\r\n"},
+		{"null", func(w *Writer) { w.Null() }, "$-1\r\n", "_\r\n"},
+		{"null array", func(w *Writer) { w.NullArray() }, "*-1\r\n", "_\r\n"},
+		{"map", func(w *Writer) { w.Map(1); w.BulkString("k"); w.Int(1) }, "*2\r\n$1\r\nk\r\n:1\r\n", "%1\r\n$1\r\nk\r\n:1\r\n"},
+		{"set", func(w *Writer) { w.Set(1); w.BulkString("a") }, "*1\r\n$1\r\na\r\n", "~1\r\n$1\r\na\r\n"},
+		{"double", func(w *Writer) { w.Double(1.5) }, "$3\r\n1.5\r\n", ",1.5\r\n"},
+		{"double inf", func(w *Writer) { w.Double(math.Inf(1)) }, "$3\r\ninf\r\n", ",inf\r\n"},
+		{"bool", func(w *Writer) { w.Bool(true) }, ":1\r\n", "#t\r\n"},
+		{"verbatim", func(w *Writer) { w.Verbatim("txt", []byte("hi")) }, "$2\r\nhi\r\n", "=6\r\ntxt:hi\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, c := range []struct {
+				proto int
+				want  string
+			}{{2, tc.v2}, {3, tc.v3}} {
+				w := NewWriter(c.proto)
+				tc.write(w)
+				if got := string(w.Bytes()); got != c.want {
+					t.Errorf("RESP%d: got %q, want %q", c.proto, got, c.want)
+				}
+				// What the writer wrote parses back as one reply.
+				br := bufio.NewReader(bytes.NewReader(w.Bytes()))
+				if _, err := ParseReply(br); err != nil {
+					t.Errorf("RESP%d: ParseReply(%q): %v", c.proto, w.Bytes(), err)
+				}
+				if br.Buffered() != 0 {
+					t.Errorf("RESP%d: %d bytes left after one reply", c.proto, br.Buffered())
+				}
+			}
+		})
+	}
+}
+
+func TestParseReply(t *testing.T) {
+	in := "*3\r\n$-1\r\n%1\r\n+a\r\n:2\r\n=6\r\ntxt:hi\r\n"
+	v, err := ParseReply(bufio.NewReader(strings.NewReader(in)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Elems) != 3 || !v.Elems[0].Null || len(v.Elems[1].Elems) != 2 || v.Elems[1].Elems[1].Int != 2 || v.Elems[2].Str != "hi" {
+		t.Fatalf("parsed %v", v)
+	}
+}
+
+// TestJunkFailsWithoutWaiting: a header that runs on without a line end
+// fails as soon as it passes its limit, while the client keeps the
+// connection open (it does not wait for more bytes that may never come).
+func TestJunkFailsWithoutWaiting(t *testing.T) {
+	for _, in := range []string{"*2\r\n" + strings.Repeat("x", 100), "*" + strings.Repeat("9", 100)} {
+		pr, pw := io.Pipe()
+		go func() { _, _ = pw.Write([]byte(in)) }() // and never closes
+		_, _, err := NewReader(pr, Limits{}).ReadCommand()
+		var pe *ProtocolError
+		if !errors.As(err, &pe) {
+			t.Errorf("%.10q...: err = %v, want a protocol error", in, err)
+		}
+		pw.Close()
+	}
+}
