@@ -273,3 +273,27 @@ func unwrapFinal(err error) error {
 	}
 	return err
 }
+
+// RemoveNode starts draining node id out of the cluster (`concord node
+// remove`): the placement service marks it LEAVING, moves its replicas away
+// and marks it REMOVED once it holds nothing. It returns the node's
+// descriptor after the change. Asking again is harmless. A refusal (the
+// node is unknown, already removed, or too few nodes would remain) is
+// returned as it is, without asking other nodes.
+func (c *Client) RemoveNode(ctx context.Context, id uint64) (d *concordpb.NodeDescriptor, err error) {
+	var refused error
+	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := concordpb.NewClusterClient(conn).RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: id})
+		switch status.Code(err) {
+		case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound:
+			refused = err
+			return nil
+		}
+		d = resp.GetNode()
+		return err
+	})
+	if refused != nil {
+		return nil, refused
+	}
+	return d, err
+}

@@ -607,8 +607,10 @@ type ReplicaStatus struct {
 	AppliedIndex    uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	IsLeader        bool                   `protobuf:"varint,8,opt,name=is_leader,json=isLeader,proto3" json:"is_leader,omitempty"`
 	DescriptorEpoch uint64                 `protobuf:"varint,9,opt,name=descriptor_epoch,json=descriptorEpoch,proto3" json:"descriptor_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The replica's role in the descriptor it has applied.
+	Role          ReplicaRole `protobuf:"varint,10,opt,name=role,proto3,enum=concord.v1.ReplicaRole" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
@@ -704,15 +706,28 @@ func (x *ReplicaStatus) GetDescriptorEpoch() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetRole() ReplicaRole {
+	if x != nil {
+		return x.Role
+	}
+	return ReplicaRole_REPLICA_VOTER
+}
+
 type NodeStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  *NodeDescriptor        `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// Seconds since the placement leader last heard from the node; -1 if never.
 	LastHeartbeatAgeSeconds float64 `protobuf:"fixed64,2,opt,name=last_heartbeat_age_seconds,json=lastHeartbeatAgeSeconds,proto3" json:"last_heartbeat_age_seconds,omitempty"`
-	Replicas                uint32  `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	Leaders                 uint32  `protobuf:"varint,4,opt,name=leaders,proto3" json:"leaders,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Replicas the placement service's shard descriptors put on the node.
+	Replicas uint32 `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// Shards the node leads, by its last fresh report.
+	Leaders uint32 `protobuf:"varint,4,opt,name=leaders,proto3" json:"leaders,omitempty"`
+	// From the node's last report: the bytes its data dir uses on disk and
+	// the client requests per second it served since its previous report.
+	DiskBytes     uint64  `protobuf:"varint,5,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	RequestRate   float64 `protobuf:"fixed64,6,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -773,16 +788,32 @@ func (x *NodeStatus) GetLeaders() uint32 {
 	return 0
 }
 
+func (x *NodeStatus) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetRequestRate() float64 {
+	if x != nil {
+		return x.RequestRate
+	}
+	return 0
+}
+
 type ShardStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Shard         *ShardDescriptor       `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
-	LeaderNodeId  uint64                 `protobuf:"varint,2,opt,name=leader_node_id,json=leaderNodeId,proto3" json:"leader_node_id,omitempty"`
-	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	IsMeta        bool                   `protobuf:"varint,6,opt,name=is_meta,json=isMeta,proto3" json:"is_meta,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Shard        *ShardDescriptor       `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	LeaderNodeId uint64                 `protobuf:"varint,2,opt,name=leader_node_id,json=leaderNodeId,proto3" json:"leader_node_id,omitempty"`
+	Term         uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	IsMeta       bool                   `protobuf:"varint,6,opt,name=is_meta,json=isMeta,proto3" json:"is_meta,omitempty"`
+	// Fewer voters on UP or SUSPECT nodes than the shard should have.
+	UnderReplicated bool `protobuf:"varint,7,opt,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
@@ -853,6 +884,13 @@ func (x *ShardStatus) GetAppliedIndex() uint64 {
 func (x *ShardStatus) GetIsMeta() bool {
 	if x != nil {
 		return x.IsMeta
+	}
+	return false
+}
+
+func (x *ShardStatus) GetUnderReplicated() bool {
+	if x != nil {
+		return x.UnderReplicated
 	}
 	return false
 }
@@ -1066,8 +1104,12 @@ func (x *ProbeResponse) GetNodeId() uint64 {
 }
 
 type JoinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// A random token the joining node persists before its first attempt and
+	// sends with every attempt, so a retry whose first answer was lost gets
+	// the node id the first attempt registered instead of a second one.
+	JoinToken     []byte `protobuf:"bytes,2,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1107,6 +1149,13 @@ func (x *JoinRequest) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetJoinToken() []byte {
+	if x != nil {
+		return x.JoinToken
+	}
+	return nil
 }
 
 type JoinResponse struct {
@@ -1169,6 +1218,95 @@ func (x *JoinResponse) GetNodes() []*NodeDescriptor {
 	return nil
 }
 
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_api_concordpb_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RemoveNodeRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type RemoveNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's descriptor after the change: LEAVING (or already REMOVED).
+	Node          *NodeDescriptor `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_api_concordpb_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RemoveNodeResponse) GetNode() *NodeDescriptor {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Node     *NodeDescriptor        `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -1176,13 +1314,17 @@ type HeartbeatRequest struct {
 	// Descriptors of the shards this node leads, so the placement service
 	// learns of membership changes.
 	LedDescriptors []*ShardDescriptor `protobuf:"bytes,3,rep,name=led_descriptors,json=ledDescriptors,proto3" json:"led_descriptors,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Bytes the node's data dir uses on disk (Pebble's estimate).
+	DiskBytes uint64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	// Client requests per second served since the previous heartbeat.
+	RequestRate   float64 `protobuf:"fixed64,5,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[15]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1336,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[15]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1349,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{15}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatRequest) GetNode() *NodeDescriptor {
@@ -1231,6 +1373,20 @@ func (x *HeartbeatRequest) GetLedDescriptors() []*ShardDescriptor {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetRequestRate() float64 {
+	if x != nil {
+		return x.RequestRate
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Nodes []*NodeDescriptor      `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -1244,7 +1400,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[16]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1412,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[16]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1425,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{16}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatResponse) GetNodes() []*NodeDescriptor {
@@ -1311,7 +1467,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[17]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1479,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[17]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1492,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{17}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChangeReplicasRequest) GetShardId() uint64 {
@@ -1390,7 +1546,7 @@ type ChangeReplicasResponse struct {
 
 func (x *ChangeReplicasResponse) Reset() {
 	*x = ChangeReplicasResponse{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1558,7 @@ func (x *ChangeReplicasResponse) String() string {
 func (*ChangeReplicasResponse) ProtoMessage() {}
 
 func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1571,7 @@ func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{18}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChangeReplicasResponse) GetShard() *ShardDescriptor {
@@ -1439,7 +1595,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1607,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1620,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{19}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TransferLeaderRequest) GetShardId() uint64 {
@@ -1505,7 +1661,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1673,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1686,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{20}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TransferLeaderResponse) GetLeaderReplicaId() uint64 {
@@ -1582,7 +1738,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x120\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
 	"\x06shards\x18\x03 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\"\x0f\n" +
-	"\rStatusRequest\"\xb2\x02\n" +
+	"\rStatusRequest\"\xdf\x02\n" +
 	"\rReplicaStatus\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1d\n" +
 	"\n" +
@@ -1593,20 +1749,26 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tis_leader\x18\b \x01(\bR\bisLeader\x12)\n" +
-	"\x10descriptor_epoch\x18\t \x01(\x04R\x0fdescriptorEpoch\"\xaf\x01\n" +
+	"\x10descriptor_epoch\x18\t \x01(\x04R\x0fdescriptorEpoch\x12+\n" +
+	"\x04role\x18\n" +
+	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\xf1\x01\n" +
 	"\n" +
 	"NodeStatus\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x12;\n" +
 	"\x1alast_heartbeat_age_seconds\x18\x02 \x01(\x01R\x17lastHeartbeatAgeSeconds\x12\x1a\n" +
 	"\breplicas\x18\x03 \x01(\rR\breplicas\x12\x18\n" +
-	"\aleaders\x18\x04 \x01(\rR\aleaders\"\xdb\x01\n" +
+	"\aleaders\x18\x04 \x01(\rR\aleaders\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x05 \x01(\x04R\tdiskBytes\x12!\n" +
+	"\frequest_rate\x18\x06 \x01(\x01R\vrequestRate\"\x86\x02\n" +
 	"\vShardStatus\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12!\n" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12\x17\n" +
-	"\ais_meta\x18\x06 \x01(\bR\x06isMeta\"\xbd\x01\n" +
+	"\ais_meta\x18\x06 \x01(\bR\x06isMeta\x12)\n" +
+	"\x10under_replicated\x18\a \x01(\bR\x0funderReplicated\"\xbd\x01\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12-\n" +
@@ -1625,18 +1787,27 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"peers_hash\x18\x03 \x01(\x04R\tpeersHash\x12*\n" +
 	"\x11seen_initial_node\x18\x04 \x01(\bR\x0fseenInitialNode\x12\x17\n" +
-	"\anode_id\x18\x05 \x01(\x04R\x06nodeId\"'\n" +
+	"\anode_id\x18\x05 \x01(\x04R\x06nodeId\"F\n" +
 	"\vJoinRequest\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\"x\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\x02 \x01(\fR\tjoinToken\"x\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x120\n" +
-	"\x05nodes\x18\x03 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\"\xbf\x01\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\",\n" +
+	"\x11RemoveNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"D\n" +
+	"\x12RemoveNodeResponse\x12.\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\x81\x02\n" +
 	"\x10HeartbeatRequest\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.concord.v1.ReplicaStatusR\breplicas\x12D\n" +
-	"\x0fled_descriptors\x18\x03 \x03(\v2\x1b.concord.v1.ShardDescriptorR\x0eledDescriptors\"\xa4\x01\n" +
+	"\x0fled_descriptors\x18\x03 \x03(\v2\x1b.concord.v1.ShardDescriptorR\x0eledDescriptors\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x04 \x01(\x04R\tdiskBytes\x12!\n" +
+	"\frequest_rate\x18\x05 \x01(\x01R\vrequestRate\"\xa4\x01\n" +
 	"\x11HeartbeatResponse\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
 	"\x06shards\x18\x02 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\x12-\n" +
@@ -1675,12 +1846,14 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x0eCHANGE_REPLACE\x10\x00\x12\x16\n" +
 	"\x12CHANGE_ADD_LEARNER\x10\x01\x12\x12\n" +
 	"\x0eCHANGE_PROMOTE\x10\x02\x12\x11\n" +
-	"\rCHANGE_REMOVE\x10\x032\x92\x04\n" +
+	"\rCHANGE_REMOVE\x10\x032\xdf\x04\n" +
 	"\aCluster\x12?\n" +
 	"\x06Status\x12\x19.concord.v1.StatusRequest\x1a\x1a.concord.v1.StatusResponse\x12Q\n" +
 	"\fRoutingTable\x12\x1f.concord.v1.RoutingTableRequest\x1a .concord.v1.RoutingTableResponse\x12<\n" +
 	"\x05Probe\x12\x18.concord.v1.ProbeRequest\x1a\x19.concord.v1.ProbeResponse\x129\n" +
-	"\x04Join\x12\x17.concord.v1.JoinRequest\x1a\x18.concord.v1.JoinResponse\x12H\n" +
+	"\x04Join\x12\x17.concord.v1.JoinRequest\x1a\x18.concord.v1.JoinResponse\x12K\n" +
+	"\n" +
+	"RemoveNode\x12\x1d.concord.v1.RemoveNodeRequest\x1a\x1e.concord.v1.RemoveNodeResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.concord.v1.HeartbeatRequest\x1a\x1d.concord.v1.HeartbeatResponse\x12W\n" +
 	"\x0eChangeReplicas\x12!.concord.v1.ChangeReplicasRequest\x1a\".concord.v1.ChangeReplicasResponse\x12W\n" +
 	"\x0eTransferLeader\x12!.concord.v1.TransferLeaderRequest\x1a\".concord.v1.TransferLeaderResponseB-Z+github.com/concord-kv/concord/api/concordpbb\x06proto3"
@@ -1698,7 +1871,7 @@ func file_api_concordpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_api_concordpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_concordpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_concordpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_api_concordpb_cluster_proto_goTypes = []any{
 	(NodeState)(0),                 // 0: concord.v1.NodeState
 	(ReplicaRole)(0),               // 1: concord.v1.ReplicaRole
@@ -1718,12 +1891,14 @@ var file_api_concordpb_cluster_proto_goTypes = []any{
 	(*ProbeResponse)(nil),          // 15: concord.v1.ProbeResponse
 	(*JoinRequest)(nil),            // 16: concord.v1.JoinRequest
 	(*JoinResponse)(nil),           // 17: concord.v1.JoinResponse
-	(*HeartbeatRequest)(nil),       // 18: concord.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 19: concord.v1.HeartbeatResponse
-	(*ChangeReplicasRequest)(nil),  // 20: concord.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil), // 21: concord.v1.ChangeReplicasResponse
-	(*TransferLeaderRequest)(nil),  // 22: concord.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 23: concord.v1.TransferLeaderResponse
+	(*RemoveNodeRequest)(nil),      // 18: concord.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 19: concord.v1.RemoveNodeResponse
+	(*HeartbeatRequest)(nil),       // 20: concord.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 21: concord.v1.HeartbeatResponse
+	(*ChangeReplicasRequest)(nil),  // 22: concord.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil), // 23: concord.v1.ChangeReplicasResponse
+	(*TransferLeaderRequest)(nil),  // 24: concord.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 25: concord.v1.TransferLeaderResponse
 }
 var file_api_concordpb_cluster_proto_depIdxs = []int32{
 	0,  // 0: concord.v1.NodeDescriptor.state:type_name -> concord.v1.NodeState
@@ -1732,37 +1907,41 @@ var file_api_concordpb_cluster_proto_depIdxs = []int32{
 	5,  // 3: concord.v1.ShardRoute.shard:type_name -> concord.v1.ShardDescriptor
 	3,  // 4: concord.v1.RoutingTableResponse.nodes:type_name -> concord.v1.NodeDescriptor
 	6,  // 5: concord.v1.RoutingTableResponse.shards:type_name -> concord.v1.ShardRoute
-	3,  // 6: concord.v1.NodeStatus.node:type_name -> concord.v1.NodeDescriptor
-	5,  // 7: concord.v1.ShardStatus.shard:type_name -> concord.v1.ShardDescriptor
-	11, // 8: concord.v1.StatusResponse.nodes:type_name -> concord.v1.NodeStatus
-	12, // 9: concord.v1.StatusResponse.shards:type_name -> concord.v1.ShardStatus
-	3,  // 10: concord.v1.JoinResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	3,  // 11: concord.v1.HeartbeatRequest.node:type_name -> concord.v1.NodeDescriptor
-	10, // 12: concord.v1.HeartbeatRequest.replicas:type_name -> concord.v1.ReplicaStatus
-	5,  // 13: concord.v1.HeartbeatRequest.led_descriptors:type_name -> concord.v1.ShardDescriptor
-	3,  // 14: concord.v1.HeartbeatResponse.nodes:type_name -> concord.v1.NodeDescriptor
-	6,  // 15: concord.v1.HeartbeatResponse.shards:type_name -> concord.v1.ShardRoute
-	2,  // 16: concord.v1.ChangeReplicasRequest.kind:type_name -> concord.v1.ChangeKind
-	5,  // 17: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
-	9,  // 18: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
-	7,  // 19: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
-	14, // 20: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
-	16, // 21: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
-	18, // 22: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
-	20, // 23: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
-	22, // 24: concord.v1.Cluster.TransferLeader:input_type -> concord.v1.TransferLeaderRequest
-	13, // 25: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
-	8,  // 26: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
-	15, // 27: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
-	17, // 28: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
-	19, // 29: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
-	21, // 30: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
-	23, // 31: concord.v1.Cluster.TransferLeader:output_type -> concord.v1.TransferLeaderResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	1,  // 6: concord.v1.ReplicaStatus.role:type_name -> concord.v1.ReplicaRole
+	3,  // 7: concord.v1.NodeStatus.node:type_name -> concord.v1.NodeDescriptor
+	5,  // 8: concord.v1.ShardStatus.shard:type_name -> concord.v1.ShardDescriptor
+	11, // 9: concord.v1.StatusResponse.nodes:type_name -> concord.v1.NodeStatus
+	12, // 10: concord.v1.StatusResponse.shards:type_name -> concord.v1.ShardStatus
+	3,  // 11: concord.v1.JoinResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	3,  // 12: concord.v1.RemoveNodeResponse.node:type_name -> concord.v1.NodeDescriptor
+	3,  // 13: concord.v1.HeartbeatRequest.node:type_name -> concord.v1.NodeDescriptor
+	10, // 14: concord.v1.HeartbeatRequest.replicas:type_name -> concord.v1.ReplicaStatus
+	5,  // 15: concord.v1.HeartbeatRequest.led_descriptors:type_name -> concord.v1.ShardDescriptor
+	3,  // 16: concord.v1.HeartbeatResponse.nodes:type_name -> concord.v1.NodeDescriptor
+	6,  // 17: concord.v1.HeartbeatResponse.shards:type_name -> concord.v1.ShardRoute
+	2,  // 18: concord.v1.ChangeReplicasRequest.kind:type_name -> concord.v1.ChangeKind
+	5,  // 19: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
+	9,  // 20: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
+	7,  // 21: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
+	14, // 22: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
+	16, // 23: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
+	18, // 24: concord.v1.Cluster.RemoveNode:input_type -> concord.v1.RemoveNodeRequest
+	20, // 25: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
+	22, // 26: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
+	24, // 27: concord.v1.Cluster.TransferLeader:input_type -> concord.v1.TransferLeaderRequest
+	13, // 28: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
+	8,  // 29: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
+	15, // 30: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
+	17, // 31: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
+	19, // 32: concord.v1.Cluster.RemoveNode:output_type -> concord.v1.RemoveNodeResponse
+	21, // 33: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
+	23, // 34: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
+	25, // 35: concord.v1.Cluster.TransferLeader:output_type -> concord.v1.TransferLeaderResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_concordpb_cluster_proto_init() }
@@ -1776,7 +1955,7 @@ func file_api_concordpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_cluster_proto_rawDesc), len(file_api_concordpb_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	Cluster_RoutingTable_FullMethodName   = "/concord.v1.Cluster/RoutingTable"
 	Cluster_Probe_FullMethodName          = "/concord.v1.Cluster/Probe"
 	Cluster_Join_FullMethodName           = "/concord.v1.Cluster/Join"
+	Cluster_RemoveNode_FullMethodName     = "/concord.v1.Cluster/RemoveNode"
 	Cluster_Heartbeat_FullMethodName      = "/concord.v1.Cluster/Heartbeat"
 	Cluster_ChangeReplicas_FullMethodName = "/concord.v1.Cluster/ChangeReplicas"
 	Cluster_TransferLeader_FullMethodName = "/concord.v1.Cluster/TransferLeader"
@@ -42,8 +43,13 @@ type ClusterClient interface {
 	// Probe asks a node whether it is initialized; a fresh node uses the answers
 	// of all its peers to decide between bootstrapping and joining.
 	Probe(ctx context.Context, in *ProbeRequest, opts ...grpc.CallOption) (*ProbeResponse, error)
-	// Join adds a fresh node to an initialized cluster and assigns it a new node id.
+	// Join adds a fresh node to an initialized cluster and assigns it a new node
+	// id. A retry with the same join token gets the same id.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// RemoveNode starts draining a node (`concord node remove`): it is marked
+	// LEAVING, its replicas move away, and it is marked REMOVED once it holds
+	// nothing. A removed node's identity never comes back.
+	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 	// Heartbeat carries a node's replica states to the placement (meta shard) leader.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// ChangeReplicas asks a shard's leader for one membership change: replace
@@ -106,6 +112,16 @@ func (c *clusterClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *clusterClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveNodeResponse)
+	err := c.cc.Invoke(ctx, Cluster_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clusterClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HeartbeatResponse)
@@ -148,8 +164,13 @@ type ClusterServer interface {
 	// Probe asks a node whether it is initialized; a fresh node uses the answers
 	// of all its peers to decide between bootstrapping and joining.
 	Probe(context.Context, *ProbeRequest) (*ProbeResponse, error)
-	// Join adds a fresh node to an initialized cluster and assigns it a new node id.
+	// Join adds a fresh node to an initialized cluster and assigns it a new node
+	// id. A retry with the same join token gets the same id.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// RemoveNode starts draining a node (`concord node remove`): it is marked
+	// LEAVING, its replicas move away, and it is marked REMOVED once it holds
+	// nothing. A removed node's identity never comes back.
+	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	// Heartbeat carries a node's replica states to the placement (meta shard) leader.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// ChangeReplicas asks a shard's leader for one membership change: replace
@@ -183,6 +204,9 @@ func (UnimplementedClusterServer) Probe(context.Context, *ProbeRequest) (*ProbeR
 }
 func (UnimplementedClusterServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedClusterServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
 }
 func (UnimplementedClusterServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
@@ -286,6 +310,24 @@ func _Cluster_Join_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RemoveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RemoveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Cluster_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HeartbeatRequest)
 	if err := dec(in); err != nil {
@@ -362,6 +404,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Cluster_Join_Handler,
+		},
+		{
+			MethodName: "RemoveNode",
+			Handler:    _Cluster_RemoveNode_Handler,
 		},
 		{
 			MethodName: "Heartbeat",

@@ -58,6 +58,8 @@ func NewRoot() *cobra.Command {
 		newScanCmd(),
 		newStatusCmd(),
 		newLeaderCmd(),
+		newNodeCmd(),
+		newShardCmd(),
 		newFaultCmd(),
 		newBenchCmd(),
 	)

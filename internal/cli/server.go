@@ -19,12 +19,14 @@ import (
 
 func newServerCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var peers, logLevel, pprofAddr, tokenFile string
+	var peers, join, logLevel, pprofAddr, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a node",
 		Long: "Run a Concord node. The nodes in --peers form the initial cluster the first time they start\n" +
-			"with empty data dirs; on restart a node takes its identity and membership from its data dir.\n" +
+			"with empty data dirs; a node started with --join and an empty data dir joins a running cluster\n" +
+			"through any of the members listed. On restart a node takes its identity and membership from its\n" +
+			"data dir (--peers and --join are then ignored).\n" +
 			"With no flags: a single-node cluster on 127.0.0.1:7001 with data in ./concord-data.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -36,6 +38,9 @@ func newServerCmd() *cobra.Command {
 			slog.SetDefault(logger)
 			if peers != "" {
 				cfg.Peers = strings.Split(peers, ",")
+			}
+			if join != "" {
+				cfg.Join = strings.Split(join, ",")
 			}
 			if tokenFile != "" {
 				tok, err := readToken(tokenFile)
@@ -54,6 +59,11 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "address to serve clients and peers on (gRPC)")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node's data")
 	f.StringVar(&peers, "peers", "", "comma-separated addresses of the initial cluster, this node included (default: --addr alone)")
+	f.StringVar(&join, "join", "", "comma-separated addresses of members of a running cluster to join through (empty data dir only)")
+	f.DurationVar(&cfg.SuspectAfter, "suspect-after", cfg.SuspectAfter, "silence after which a node is suspect: no new replicas, its leaders move away")
+	f.DurationVar(&cfg.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a node is dead: its replicas are re-created elsewhere")
+	f.IntVar(&cfg.TestDropJoinAnswers, "test-drop-join-answers", 0, "fault injection: discard this many join answers as if lost (needs --enable-fault-injection)")
+	_ = f.MarkHidden("test-drop-join-answers")
 	f.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of shards (fixed when the cluster bootstraps)")
 	f.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas per shard (capped at the node count)")
 	f.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "largest key accepted")
@@ -105,7 +115,12 @@ func runServer(cfg node.Config) error {
 		}
 		return fmt.Errorf("start node: %w", err)
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-n.Failed():
+		n.Shutdown(5 * time.Second)
+		return n.Err()
+	}
 	cfg.Logger.Info("stopping node: handing off leaderships, then flushing")
 	n.Shutdown(5 * time.Second)
 	return nil

@@ -40,20 +40,10 @@ func newStatusCmd() *cobra.Command {
 
 func printStatus(out io.Writer, st *concordpb.StatusResponse) {
 	fmt.Fprintf(out, "cluster %x (answered by node %d)\n\n", st.GetClusterId(), st.GetAnsweredByNodeId())
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tHEARTBEAT\tREPLICAS\tLEADERS")
-	for _, ns := range st.GetNodes() {
-		hb := "never"
-		if age := ns.GetLastHeartbeatAgeSeconds(); age >= 0 {
-			hb = fmt.Sprintf("%.1fs ago", age)
-		}
-		state := strings.TrimPrefix(ns.GetNode().GetState().String(), "NODE_")
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", ns.GetNode().GetNodeId(), ns.GetNode().GetAddress(), state, hb, ns.GetReplicas(), ns.GetLeaders())
-	}
-	w.Flush()
+	printNodes(out, st)
 	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SHARD\tLEADER\tTERM\tCOMMIT\tAPPLIED\tEPOCH\tREPLICAS (replica@node)")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SHARD\tLEADER\tTERM\tCOMMIT\tAPPLIED\tEPOCH\tREPLICAS (replica@node)\tUNDER-REPLICATED")
 	for _, ss := range st.GetShards() {
 		name := fmt.Sprint(ss.GetShard().GetShardId())
 		if ss.GetIsMeta() {
@@ -71,8 +61,12 @@ func printStatus(out io.Writer, st *concordpb.StatusResponse) {
 			}
 			reps = append(reps, rep)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, leader, ss.GetTerm(), ss.GetCommitIndex(), ss.GetAppliedIndex(),
-			ss.GetShard().GetEpoch(), strings.Join(reps, " "))
+		under := ""
+		if ss.GetUnderReplicated() {
+			under = "yes"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", name, leader, ss.GetTerm(), ss.GetCommitIndex(), ss.GetAppliedIndex(),
+			ss.GetShard().GetEpoch(), strings.Join(reps, " "), under)
 	}
 	w.Flush()
 }

@@ -107,8 +107,13 @@ type ClusterBackend interface {
 	// target and returns once it moved.
 	TransferLeader(ctx context.Context, shard ids.ShardID, epoch uint64, target ids.ReplicaID) error
 	// AddNode, on the placement leader, allocates a node id for a node
-	// joining at addr and records the new address book.
-	AddNode(ctx context.Context, addr string) (node ids.NodeID, nodes []*concordpb.NodeDescriptor, err error)
+	// joining at addr (or, for a join token seen before, returns the id it
+	// registered) and records the new address book.
+	AddNode(ctx context.Context, addr string, token []byte) (node ids.NodeID, nodes []*concordpb.NodeDescriptor, err error)
+	// RemoveNode, on the placement leader, marks node LEAVING so that it is
+	// drained; it refuses (FailedPrecondition) when that would leave fewer
+	// nodes up than the replication factor.
+	RemoveNode(ctx context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error)
 	// HandleHeartbeat, on the placement leader, records a node's report and
 	// answers with the cluster's nodes and shard routes.
 	HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error)

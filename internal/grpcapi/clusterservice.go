@@ -43,11 +43,39 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 			return c.Join(fctx, req)
 		})
 	}
-	id, nodes, err := s.b.AddNode(ctx, req.GetAddress())
+	if len(req.GetJoinToken()) > 64 {
+		return nil, invalid("join token longer than 64 bytes")
+	}
+	id, nodes, err := s.b.AddNode(ctx, req.GetAddress(), req.GetJoinToken())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &concordpb.JoinResponse{ClusterId: s.b.ClusterID(), NodeId: uint64(id), Nodes: nodes}, nil
+}
+
+// RemoveNode starts draining a node, at the placement leader.
+func (s *Cluster) RemoveNode(ctx context.Context, req *concordpb.RemoveNodeRequest) (*concordpb.RemoveNodeResponse, error) {
+	if err := ready(s.b, notReady); err != nil {
+		return nil, err
+	}
+	if req.GetNodeId() == 0 {
+		return nil, invalid("remove node needs a node id")
+	}
+	if leader, local := s.b.Leader(routing.MetaShard); !local {
+		node := s.placementLeaderHint(leader)
+		return forward(ctx, node, func(ctx context.Context) (*concordpb.RemoveNodeResponse, error) {
+			c, fctx, err := ClusterClientFor(ctx, s.b, node)
+			if err != nil {
+				return nil, err
+			}
+			return c.RemoveNode(fctx, req)
+		})
+	}
+	d, err := s.b.RemoveNode(ctx, ids.NodeID(req.GetNodeId()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &concordpb.RemoveNodeResponse{Node: d}, nil
 }
 
 // Heartbeat takes a node's report to the placement leader.

@@ -223,8 +223,12 @@ func (f *fakeNode) TransferLeader(context.Context, ids.ShardID, uint64, ids.Repl
 	return nil
 }
 
-func (f *fakeNode) AddNode(context.Context, string) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
+func (f *fakeNode) AddNode(context.Context, string, []byte) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
 	return 9, f.Nodes(), nil
+}
+
+func (f *fakeNode) RemoveNode(_ context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error) {
+	return &concordpb.NodeDescriptor{NodeId: uint64(node), State: concordpb.NodeState_NODE_LEAVING}, nil
 }
 
 func (f *fakeNode) HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {

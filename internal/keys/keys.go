@@ -8,6 +8,7 @@
 //	\x01 seen  <node 8>             (empty) this node has received peer traffic from node
 //	\x01 repl  <shard 8>            replica id of the shard replica hosted here
 //	\x01 tomb  <shard 8>            highest replica id of the shard removed from here
+//	\x01 jtok                       the join token this node sends until it has an identity
 //
 //	\x02 <shard 8> r h              raftpb.HardState
 //	\x02 <shard 8> r l <index 8>    raftpb.Entry
@@ -20,6 +21,7 @@
 //	\x02 <shard 8> s m n <node 8>   (meta shard) NodeDescriptor
 //	\x02 <shard 8> s m s <shard 8>  (meta shard) ShardDescriptor of every shard
 //	\x02 <shard 8> s m c            (meta shard) MetaCounters
+//	\x02 <shard 8> s m j <token>    (meta shard) node id registered by a join token (8)
 //	\x02 <shard 8> s u <user key>   user value: a tag byte, the expiry if any, the bytes (internal/kv)
 //	\x02 <shard 8> s x <at 8> <user key>  (empty) the user key expires at Unix ms at: the sweep's index
 //
@@ -45,7 +47,12 @@ var (
 	seenPrefix      = []byte{localPrefix, 's', 'e', 'e', 'n'}
 	hostedPrefix    = []byte{localPrefix, 'r', 'e', 'p', 'l'}
 	tombstonePrefix = []byte{localPrefix, 't', 'o', 'm', 'b'}
+	joinTokenKey    = []byte{localPrefix, 'j', 't', 'o', 'k'}
 )
+
+// JoinToken is the key of the token a joining node sends with every join
+// attempt, written before the first one.
+func JoinToken() []byte { return joinTokenKey }
 
 // Ident is the key of the node's identity record.
 func Ident() []byte { return identKey }
@@ -156,6 +163,12 @@ func MetaShardSpan(meta uint64) (start, end []byte) {
 
 // MetaCounters is the key of the meta shard's id allocator.
 func MetaCounters(meta uint64) []byte { return append(shardPrefix(meta), 's', 'm', 'c') }
+
+// MetaJoinToken is the key of the node id a join token registered, in the
+// meta shard.
+func MetaJoinToken(meta uint64, token []byte) []byte {
+	return append(append(shardPrefix(meta), 's', 'm', 'j'), token...)
+}
 
 // userPrefix is the prefix of shard's user data.
 func userPrefix(shard uint64) []byte { return append(shardPrefix(shard), 's', 'u') }

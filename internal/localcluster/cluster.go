@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,9 +95,18 @@ type Exit struct {
 // Cluster is a set of node processes, one per address, owned by one
 // caller, who ends it with Shutdown.
 type Cluster struct {
-	cfg        Config
-	addrs      []string
-	redisAddrs []string // "" each when the nodes serve no Redis protocol
+	cfg Config
+	// addrs holds the nodes' addresses, by index; AddJoiner replaces the
+	// slice (under mu), so readers need no lock.
+	addrs atomic.Pointer[[]string]
+	// redis holds the nodes' Redis addresses ("" each when the nodes serve
+	// no Redis protocol), replaced with addrs.
+	redis atomic.Pointer[[]string]
+	// peers are the initial nodes' addresses, their --peers.
+	peers []string
+	// joins holds, for nodes added by AddJoiner, the addresses they are
+	// started with as --join, and their own extra flags (guarded by mu).
+	joins map[int]joiner
 
 	mu       sync.Mutex
 	procs    []*Process               // guarded by mu: each node's latest process; nil before its first start
@@ -131,8 +141,60 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, DefaultStopTimeout)
-	return &Cluster{cfg: cfg, addrs: addrs, redisAddrs: redis, procs: make([]*Process, len(addrs)), starts: make([]int, len(addrs)),
-		conns: map[int]*grpc.ClientConn{}, stopping: make(chan struct{})}, nil
+	c := &Cluster{cfg: cfg, peers: addrs, joins: map[int]joiner{}, procs: make([]*Process, len(addrs)), starts: make([]int, len(addrs)),
+		conns: map[int]*grpc.ClientConn{}, stopping: make(chan struct{})}
+	c.addrs.Store(&addrs)
+	c.redis.Store(&redis)
+	return c, nil
+}
+
+// joiner is how a node added by AddJoiner starts.
+type joiner struct {
+	join  []string // --join
+	extra []string // flags after the cluster's
+}
+
+// AddJoiner lays out one more node, on a free port, that joins the running
+// cluster through the nodes at indexes via (`server --join`, instead of
+// --peers), with extra flags after the cluster's; it returns its index.
+// Start starts it. A joiner restarted with an empty data dir joins again.
+func (c *Cluster) AddJoiner(via []int, extra ...string) (int, error) {
+	if len(via) == 0 {
+		return 0, errors.New("localcluster: a joiner needs a node to join through")
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shutdown {
+		return 0, ErrShutdown
+	}
+	addrs := c.Addrs()
+	j := joiner{extra: extra}
+	for _, v := range via {
+		if v < 0 || v >= len(addrs) {
+			return 0, fmt.Errorf("localcluster: no node %d to join through", v)
+		}
+		j.join = append(j.join, addrs[v])
+	}
+	i := len(addrs)
+	addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+	redis := append(c.RedisAddrs(), "")
+	if c.cfg.Redis {
+		rp, err := FreePorts(1)
+		if err != nil {
+			return 0, err
+		}
+		redis[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(rp[0]))
+	}
+	c.joins[i] = j
+	c.procs = append(c.procs, nil)
+	c.starts = append(c.starts, 0)
+	c.redis.Store(&redis)
+	c.addrs.Store(&addrs)
+	return i, nil
 }
 
 // redisAddrs returns the nodes' Redis addresses: the configured ones, free
@@ -157,10 +219,10 @@ func redisAddrs(cfg Config, n int) ([]string, error) {
 }
 
 // RedisAddr is node i's Redis protocol address, "" if it serves none.
-func (c *Cluster) RedisAddr(i int) string { return c.redisAddrs[i] }
+func (c *Cluster) RedisAddr(i int) string { return (*c.redis.Load())[i] }
 
 // RedisAddrs are the nodes' Redis protocol addresses, by index.
-func (c *Cluster) RedisAddrs() []string { return append([]string(nil), c.redisAddrs...) }
+func (c *Cluster) RedisAddrs() []string { return append([]string(nil), *c.redis.Load()...) }
 
 // Start lays out a cluster and starts every node. It does not wait for
 // the cluster to serve; see WaitReady. On error, whatever it started is
@@ -179,7 +241,7 @@ func Start(cfg Config) (*Cluster, error) {
 
 // StartAll starts every node, in order, stopping at the first error.
 func (c *Cluster) StartAll() error {
-	for i := range c.addrs {
+	for i := range c.N() {
 		if err := c.Start(i); err != nil {
 			return err
 		}
@@ -188,17 +250,17 @@ func (c *Cluster) StartAll() error {
 }
 
 // N is the number of nodes.
-func (c *Cluster) N() int { return len(c.addrs) }
+func (c *Cluster) N() int { return len(*c.addrs.Load()) }
 
 // Addrs are the nodes' addresses, by index.
-func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
+func (c *Cluster) Addrs() []string { return append([]string(nil), *c.addrs.Load()...) }
 
 // Addr is node i's address.
-func (c *Cluster) Addr(i int) string { return c.addrs[i] }
+func (c *Cluster) Addr(i int) string { return (*c.addrs.Load())[i] }
 
 // Index returns the index of the node at addr, or -1.
 func (c *Cluster) Index(addr string) int {
-	for i, a := range c.addrs {
+	for i, a := range *c.addrs.Load() {
 		if a == addr {
 			return i
 		}
@@ -224,8 +286,15 @@ func (c *Cluster) LogPath(i int) string {
 func (c *Cluster) Shards() int { return cmp.Or(c.cfg.Shards, DefaultShards) }
 
 // Args is node i's command line after the binary: `server` and its flags.
+// It reads what AddJoiner changes: not concurrently with AddJoiner.
 func (c *Cluster) Args(i int) []string {
-	args := []string{"server", "--addr", c.addrs[i], "--data-dir", c.DataDir(i), "--peers", strings.Join(c.addrs, ",")}
+	j, joins := c.joins[i]
+	args := []string{"server", "--addr", c.Addr(i), "--data-dir", c.DataDir(i)}
+	if joins {
+		args = append(args, "--join", strings.Join(j.join, ","))
+	} else {
+		args = append(args, "--peers", strings.Join(c.peers, ","))
+	}
 	if c.cfg.Shards != 0 {
 		args = append(args, "--shards", strconv.Itoa(c.cfg.Shards))
 	}
@@ -238,10 +307,10 @@ func (c *Cluster) Args(i int) []string {
 	if c.cfg.FaultInjection {
 		args = append(args, "--enable-fault-injection")
 	}
-	if a := c.redisAddrs[i]; a != "" {
+	if a := c.RedisAddr(i); a != "" {
 		args = append(args, "--redis-addr", a)
 	}
-	return append(args, c.cfg.ExtraArgs...)
+	return append(append(args, c.cfg.ExtraArgs...), j.extra...)
 }
 
 // Start starts node i, which must not be running, on its address and

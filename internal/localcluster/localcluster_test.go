@@ -254,3 +254,32 @@ func TestLifecycle(t *testing.T) {
 		}
 	}
 }
+
+// TestAddJoinerArgs protects joiners' command lines: a new address and data
+// dir, --join with the addresses of the nodes named (not --peers), the
+// cluster's flags then its own; the initial nodes keep their --peers.
+func TestAddJoinerArgs(t *testing.T) {
+	addrs := []string{"127.0.0.1:7001", "127.0.0.1:7002"}
+	c, err := New(Config{Binary: "concord", Dir: "/d", Addrs: addrs, ExtraArgs: []string{"--dead-after=3s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := c.AddJoiner([]int{1, 0}, "--enable-fault-injection")
+	if err != nil || i != 2 || c.N() != 3 {
+		t.Fatalf("AddJoiner = %d, %v; N %d", i, err, c.N())
+	}
+	want := []string{"server", "--addr", c.Addr(2), "--data-dir", "/d/node3", "--join", "127.0.0.1:7002,127.0.0.1:7001",
+		"--dead-after=3s", "--enable-fault-injection"}
+	if got := c.Args(2); !slices.Equal(got, want) {
+		t.Fatalf("joiner's Args:\n got %q\nwant %q", got, want)
+	}
+	if c.Addr(2) == addrs[0] || c.Addr(2) == addrs[1] || c.Index(c.Addr(2)) != 2 {
+		t.Fatalf("joiner's address %s", c.Addr(2))
+	}
+	if got := c.Args(0); !slices.Contains(got, "--peers") || slices.Contains(got, c.Addr(2)) {
+		t.Fatalf("an initial node's Args changed: %q", got)
+	}
+	if _, err := c.AddJoiner([]int{5}); err == nil {
+		t.Fatal("AddJoiner through a node that does not exist succeeded")
+	}
+}

@@ -68,7 +68,7 @@ func (c *Cluster) Exited() error {
 	var errs []error
 	for i, p := range c.procs {
 		if p != nil && !p.Running() && !p.asked.Load() {
-			errs = append(errs, fmt.Errorf("node %d (%s, pid %d) exited by itself: %v", i, c.addrs[i], p.PID(), exitDesc(p.err)))
+			errs = append(errs, fmt.Errorf("node %d (%s, pid %d) exited by itself: %v", i, c.Addr(i), p.PID(), exitDesc(p.err)))
 		}
 	}
 	return errors.Join(errs...)
@@ -176,7 +176,7 @@ func (c *Cluster) Kill(i int) error {
 // returns how many there were.
 func (c *Cluster) KillAll() int {
 	var ps []*Process
-	for i := range c.addrs {
+	for i := range c.N() {
 		if p, err := c.ask(i); err == nil {
 			ps = append(ps, p)
 		}

@@ -60,7 +60,7 @@ func (c *Cluster) Conn(i int) (*grpc.ClientConn, error) {
 	if conn, ok := c.conns[i]; ok {
 		return conn, nil
 	}
-	conn, err := dial.Dial(c.addrs[i]) // lazy: it does not wait for the node
+	conn, err := dial.Dial(c.Addr(i)) // lazy: it does not wait for the node
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (c *Cluster) RoutingTable(ctx context.Context, i int) (*concordpb.RoutingTa
 // Ready checks once that every running node serves a routing table with
 // all Shards() user shards, each with a leader.
 func (c *Cluster) Ready(ctx context.Context) error {
-	for i := range c.addrs {
+	for i := range c.N() {
 		if !c.Running(i) {
 			continue
 		}

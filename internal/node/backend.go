@@ -164,8 +164,12 @@ func (b backend) AnswerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeRespon
 	return b.n.answerProbe(req)
 }
 
-func (b backend) AddNode(ctx context.Context, addr string) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
-	return b.n.addNode(ctx, addr)
+func (b backend) AddNode(ctx context.Context, addr string, token []byte) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
+	return b.n.addNode(ctx, addr, token)
+}
+
+func (b backend) RemoveNode(ctx context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error) {
+	return b.n.removeNode(ctx, node)
 }
 
 func (b backend) HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {

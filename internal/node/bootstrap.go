@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -53,8 +56,17 @@ func (n *Node) loadLocal() error {
 // id. Otherwise the id's votes and acknowledgements may be remembered by
 // others while this node forgot them, so it joins under a new id instead.
 func (n *Node) establishIdentity(ctx context.Context) error {
-	if n.ident.Load() != nil {
+	if id := n.ident.Load(); id != nil {
+		if self := n.book.get(ids.NodeID(id.GetNodeId())); self.GetState() == concordpb.NodeState_NODE_REMOVED {
+			return removedError(id.GetNodeId())
+		}
+		if len(n.cfg.Join) > 0 {
+			n.log.Info("data dir holds an identity: --join ignored", "node", id.GetNodeId())
+		}
 		return nil
+	}
+	if len(n.cfg.Join) > 0 {
+		return n.join(ctx, n.cfg.Join)
 	}
 	peers := sortedPeers(n.cfg.Peers)
 	self := slices.Index(peers, n.cfg.Addr)
@@ -69,7 +81,7 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		case decideBootstrap:
 			return n.bootstrap(peers, hash, initialID)
 		case decideJoin:
-			return n.join(ctx, via)
+			return n.join(ctx, []string{via})
 		}
 		if attempt%10 == 0 {
 			n.log.Info("waiting for every peer to answer before bootstrapping", "peers", peers)
@@ -217,20 +229,44 @@ func initialShards(n, shards, replicas int) []*concordpb.ShardDescriptor {
 	return out
 }
 
-// join asks the cluster (through the peer at via) for a new node id.
-func (n *Node) join(ctx context.Context, via string) error {
-	for {
-		conn, err := n.conns.get(via)
-		if err != nil {
-			return err
+// removedError is why a node whose identity was removed does not serve.
+func removedError(id uint64) error {
+	return fmt.Errorf("node %d was removed from the cluster and cannot serve under that identity again; "+
+		"to add this machine back, empty its data dir and start it with --join", id)
+}
+
+// join asks the cluster, through the members at addrs (each in turn until
+// one answers), for a new node id, and records the answer before serving.
+//
+// Every attempt carries the same join token, recorded durably before the
+// first: if an answer is lost (the connection drops, the process crashes
+// before recording it), the retry gets the node id the first attempt
+// registered instead of registering a second identity at this address.
+func (n *Node) join(ctx context.Context, addrs []string) error {
+	token, err := n.joinToken()
+	if err != nil {
+		return err
+	}
+	drop := 0
+	for round := 0; ; round++ {
+		var lastErr error
+		for _, via := range addrs {
+			resp, err := n.askJoin(ctx, via, token)
+			switch code := status.Code(err); {
+			case err == nil && drop < n.cfg.TestDropJoinAnswers:
+				drop++
+				n.log.Warn("fault injection: dropping a join answer as if it were lost", "node", resp.GetNodeId(), "via", via)
+			case err == nil:
+				return n.saveJoin(resp)
+			case code == codes.FailedPrecondition || code == codes.InvalidArgument:
+				return fmt.Errorf("join through %s refused: %s", via, status.Convert(err).Message())
+			default:
+				lastErr = err
+			}
 		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := concordpb.NewClusterClient(conn).Join(cctx, &concordpb.JoinRequest{Address: n.cfg.Addr})
-		cancel()
-		if err == nil {
-			return n.saveJoin(resp)
+		if lastErr != nil && round%10 == 0 {
+			n.log.Info("no member answered the join yet; retrying", "members", addrs, "err", lastErr)
 		}
-		n.log.Info("join failed; retrying", "via", via, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -241,12 +277,43 @@ func (n *Node) join(ctx context.Context, via string) error {
 	}
 }
 
+func (n *Node) askJoin(ctx context.Context, via string, token []byte) (*concordpb.JoinResponse, error) {
+	conn, err := n.conns.get(via)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return concordpb.NewClusterClient(conn).Join(cctx, &concordpb.JoinRequest{Address: n.cfg.Addr, JoinToken: token})
+}
+
+// joinToken returns the node's join token, creating and recording it
+// (fsynced) if it has none: 128 random bits.
+func (n *Node) joinToken() ([]byte, error) {
+	token, err := n.eng.JoinToken()
+	if err != nil || token != nil {
+		return token, err
+	}
+	token = make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	return token, n.eng.SetJoinToken(token)
+}
+
+// saveJoin records the identity and the address book the join answer
+// gave, in one synced batch, before the node serves.
 func (n *Node) saveJoin(resp *concordpb.JoinResponse) error {
 	ident := &storepb.NodeIdent{ClusterId: resp.GetClusterId(), NodeId: resp.GetNodeId()}
 	b := n.eng.NewBatch()
 	defer b.Close()
 	if err := storage.SetIdent(b, ident); err != nil {
 		return err
+	}
+	for _, d := range resp.GetNodes() {
+		if err := storage.SetAddress(b, d); err != nil {
+			return err
+		}
 	}
 	if err := storage.Commit(b, true); err != nil {
 		return err
@@ -274,16 +341,32 @@ func peersHash(sorted []string) uint64 {
 }
 
 // addNode is the placement leader's side of join: it proposes a new node at
-// addr (which marks an older node at the same address REPLACED) and records
-// the resulting address book.
-func (n *Node) addNode(ctx context.Context, addr string) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
-	res, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{
-		UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: addr}},
-	})
+// addr with the joiner's token (which marks an older node at the same
+// address REPLACED, or, for a token seen before, returns the node it
+// registered) and records the resulting address book.
+func (n *Node) addNode(ctx context.Context, addr string, token []byte) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
+	res, err := n.proposeMeta(ctx, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: addr, JoinToken: token}}})
 	if err != nil {
 		return 0, nil, err
 	}
 	n.log.Info("node joined", "node", res.GetNodeId(), "addr", addr)
 	_ = n.book.update(n.eng, res.GetNodes())
+	// The join is the new node's first word: its silence counts from now,
+	// not from when this placement leader began listening.
+	n.placement.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: res.GetNodeId()}})
 	return ids.NodeID(res.GetNodeId()), res.GetNodes(), nil
+}
+
+// proposeMeta proposes cmd to the meta shard (this node leads it) and turns
+// a refusal by the placement state machine into a gRPC status error.
+func (n *Node) proposeMeta(ctx context.Context, cmd *storepb.Command) (*storepb.CommandResult, error) {
+	cmd.UnixNanos = time.Now().UnixNano()
+	res, err := n.host.Propose(ctx, routing.MetaShard, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if c := codes.Code(res.GetErrorCode()); c != codes.OK {
+		return nil, status.Error(c, res.GetErrorMessage())
+	}
+	return res, nil
 }

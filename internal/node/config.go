@@ -19,6 +19,19 @@ type Config struct {
 	// Peers are the addresses of the initial cluster, this node included.
 	// Used only the first time a node starts with an empty data dir.
 	Peers []string
+	// Join are addresses of members of a running cluster. A node with an
+	// empty data dir asks them in turn to register it as a new node, instead
+	// of bootstrapping with Peers; a node with an identity ignores it.
+	Join []string
+	// SuspectAfter and DeadAfter are how long a node may be silent before
+	// the placement leader judges it SUSPECT (no new replicas, leaders move
+	// away) and DEAD (its replicas are re-created elsewhere).
+	SuspectAfter, DeadAfter time.Duration
+	// TestDropJoinAnswers makes the node throw away the answers of its first
+	// that many successful join attempts, as if they were lost, and retry:
+	// a fault hook for tests of join idempotence, honoured only with
+	// EnableFaultInjection.
+	TestDropJoinAnswers int
 	// Shards is the number of user shards, fixed at bootstrap.
 	Shards int
 	// Replicas is the replication factor R, capped at the node count.
@@ -70,6 +83,8 @@ func DefaultConfig() Config {
 		LogTruncateEntries: 5000,
 		HeartbeatInterval:  time.Second,
 		SnapshotRateMiB:    64,
+		SuspectAfter:       5 * time.Second,
+		DeadAfter:          60 * time.Second,
 	}
 }
 
@@ -81,6 +96,9 @@ func (c *Config) validate() error {
 	}
 	if c.DataDir == "" {
 		c.DataDir = d.DataDir
+	}
+	if len(c.Join) > 0 && len(c.Peers) > 0 {
+		return errors.New("--join and --peers are exclusive: --peers bootstraps a new cluster, --join adds this node to a running one")
 	}
 	if len(c.Peers) == 0 {
 		c.Peers = []string{c.Addr}
@@ -97,7 +115,8 @@ func (c *Config) validate() error {
 	for _, f := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&c.SessionTTL, d.SessionTTL}, {&c.TickInterval, d.TickInterval}, {&c.HeartbeatInterval, d.HeartbeatInterval}} {
+	}{{&c.SessionTTL, d.SessionTTL}, {&c.TickInterval, d.TickInterval}, {&c.HeartbeatInterval, d.HeartbeatInterval},
+		{&c.SuspectAfter, d.SuspectAfter}, {&c.DeadAfter, d.DeadAfter}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -121,13 +140,17 @@ func (c *Config) validate() error {
 	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
 		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
 			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
+	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:
+		return fmt.Errorf("--dead-after (%v) must be longer than --suspect-after (%v), and both positive", c.DeadAfter, c.SuspectAfter)
+	case c.TestDropJoinAnswers > 0 && !c.EnableFaultInjection:
+		return errors.New("dropping join answers is a fault hook: it needs --enable-fault-injection")
 	}
 	if c.RedisAddr != "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
 			return fmt.Errorf("--redis-addr %q: %w", c.RedisAddr, err)
 		}
 	}
-	for _, a := range append([]string{c.Addr}, c.Peers...) {
+	for _, a := range append(append([]string{c.Addr}, c.Peers...), c.Join...) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("address %q: %w", a, err)
 		}

@@ -24,7 +24,8 @@ import (
 type placementState struct {
 	mu       sync.Mutex
 	reports  map[ids.NodeID]scheduler.Report // guarded by mu: the last report per node
-	inflight map[ids.ShardID]bool            // guarded by mu: shards with a repair (key shard) or descriptor update (key shard|descriptorBusy) under way
+	loads    map[ids.NodeID]load             // guarded by mu: the load in each node's last report
+	inflight map[ids.ShardID]bool            // guarded by mu: shards with a repair (key shard) or descriptor update (key shard|descriptorBusy) under way, nodes with a mark (key node|markBusy)
 	steps    map[ids.ShardID]scheduler.Step  // guarded by mu: the step each shard's repair executes (a move, for the per-node cap)
 	// observedSince is when this node, as placement leader, built its
 	// first view (guarded by mu); zero while it does not lead. The
@@ -38,13 +39,48 @@ type placementState struct {
 	rr         atomic.Uint64 // round-robin cursor for finding the placement leader
 }
 
-func (m *placementState) record(node ids.NodeID, replicas []*concordpb.ReplicaStatus) {
+// load is what a node reports about its use, for status pages.
+type load struct {
+	diskBytes   uint64
+	requestRate float64
+}
+
+func (m *placementState) record(req *concordpb.HeartbeatRequest) {
+	node := ids.NodeID(req.GetNode().GetNodeId())
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.reports == nil {
-		m.reports = map[ids.NodeID]scheduler.Report{}
+		m.reports, m.loads = map[ids.NodeID]scheduler.Report{}, map[ids.NodeID]load{}
 	}
-	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: replicas}
+	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas()}
+	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate()}
+}
+
+// loadOf returns node's last reported load.
+func (m *placementState) loadOf(node ids.NodeID) load {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.loads[node]
+}
+
+// requestMeter turns the node's count of client requests into the rate
+// each heartbeat reports.
+type requestMeter struct {
+	count atomic.Uint64 // client RPCs served, ever
+	// lastCount and lastAt are the count and time of the previous
+	// heartbeat; only the heartbeat loop touches them.
+	lastCount uint64
+	lastAt    time.Time
+}
+
+// rate returns the requests per second since the previous call.
+func (r *requestMeter) rate(now time.Time) float64 {
+	c := r.count.Load()
+	defer func() { r.lastCount, r.lastAt = c, now }()
+	if r.lastAt.IsZero() || !now.After(r.lastAt) {
+		return 0
+	}
+	return float64(c-r.lastCount) / now.Sub(r.lastAt).Seconds()
 }
 
 // view assembles the scheduler's input from the placement state (nodes,
@@ -61,7 +97,7 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 		v.Reports[node] = r
 	}
 	for shard := range m.inflight {
-		if shard&descriptorBusy == 0 {
+		if shard&(descriptorBusy|markBusy) == 0 {
 			v.InFlight[shard] = true
 		}
 	}
@@ -123,7 +159,10 @@ func (m *placementState) beginStep(s scheduler.Step) bool {
 // configuration: a report counts for a few heartbeats, so one lost
 // heartbeat does not hide a leader.
 func (n *Node) schedulerSettings() scheduler.Settings {
-	return scheduler.DefaultSettings(n.cfg.HeartbeatInterval)
+	s := scheduler.DefaultSettings(n.cfg.HeartbeatInterval)
+	s.SuspectAfter, s.DeadAfter = n.cfg.SuspectAfter, n.cfg.DeadAfter
+	s.Replication = n.cfg.Replicas
+	return s
 }
 
 // placementView is the scheduler's view of the cluster, read from the
@@ -149,7 +188,8 @@ func (n *Node) placementView() (scheduler.View, error) {
 // sendHeartbeat reports this node's replicas to the placement leader and
 // learns the cluster's nodes and shards from the answer.
 func (n *Node) sendHeartbeat(ctx context.Context) {
-	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID())}
+	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()),
+		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now())}
 	if req.Node == nil {
 		req.Node = &concordpb.NodeDescriptor{NodeId: uint64(n.ID()), Address: n.cfg.Addr}
 	}
@@ -157,7 +197,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 		req.Replicas = append(req.Replicas, &concordpb.ReplicaStatus{
 			ShardId: uint64(info.Shard), ReplicaId: uint64(info.ReplicaID), NodeId: uint64(n.ID()), LeaderReplicaId: uint64(info.LeaderReplica),
 			Term: info.Term, CommitIndex: info.Commit, AppliedIndex: info.Applied, IsLeader: info.IsLeader,
-			DescriptorEpoch: info.Desc.GetEpoch(),
+			DescriptorEpoch: info.Desc.GetEpoch(), Role: roleIn(info.Desc, info.ReplicaID),
 		})
 		if info.IsLeader && info.Desc != nil {
 			req.LedDescriptors = append(req.LedDescriptors, info.Desc)
@@ -186,8 +226,22 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 	if err := n.book.update(n.eng, resp.GetNodes()); err != nil {
 		n.log.Warn("update address book", "err", err)
 	}
+	if self := n.book.get(n.ID()); self.GetState() == concordpb.NodeState_NODE_REMOVED {
+		n.fail(removedError(uint64(n.ID())))
+		return
+	}
 	routes := resp.GetShards()
 	n.routes.Store(&routes)
+}
+
+// roleIn returns replica's role in d (a voter if d does not list it).
+func roleIn(d *concordpb.ShardDescriptor, replica ids.ReplicaID) concordpb.ReplicaRole {
+	for _, r := range d.GetReplicas() {
+		if ids.ReplicaID(r.GetReplicaId()) == replica {
+			return r.GetRole()
+		}
+	}
+	return concordpb.ReplicaRole_REPLICA_VOTER
 }
 
 // nextCandidate cycles through the other known nodes, to find the placement
@@ -207,7 +261,7 @@ func (n *Node) nextCandidate() ids.NodeID {
 // proposes any newer descriptor a shard leader sent, and answers with the
 // nodes and the shard routes.
 func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
-	n.placement.record(ids.NodeID(req.GetNode().GetNodeId()), req.GetReplicas())
+	n.placement.record(req)
 	v, err := n.placementView()
 	if err != nil {
 		return nil, err

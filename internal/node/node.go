@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,14 @@ type Node struct {
 	// when this node leads the shard it repairs.
 	cluster *grpcapi.Cluster
 
+	// requests counts client requests, for the rate heartbeats report.
+	requests requestMeter
+	// failed is closed when the node stops itself for good (its identity
+	// was removed); failErr says why.
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
 	stopOnce sync.Once
 	stopC    chan struct{}
 	wg       sync.WaitGroup
@@ -122,11 +131,17 @@ func (f *inflight) wait(timeout time.Duration) int {
 	}
 }
 
-func (n *Node) trackUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (n *Node) trackUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if strings.HasPrefix(info.FullMethod, kvMethods) {
+		n.requests.count.Add(1)
+	}
 	n.rpcs.begin()
 	defer n.rpcs.end()
 	return h(ctx, req)
 }
+
+// kvMethods prefixes the full names of the client KV service's methods.
+const kvMethods = "/concord.v1.KV/"
 
 func (n *Node) trackStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	n.rpcs.begin()
@@ -139,7 +154,7 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), drainTimeout: 2 * time.Second}
+	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), failed: make(chan struct{}), drainTimeout: 2 * time.Second}
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
 	n.seen.m = map[ids.NodeID]*seenEntry{}
 	n.conns.m = map[string]*grpc.ClientConn{}
@@ -283,6 +298,29 @@ func (n *Node) goLoop(interval time.Duration, f func(ctx context.Context)) {
 			}
 		}
 	}()
+}
+
+// Failed is closed when the node has stopped itself for good: its identity
+// was removed from the cluster. Err says why.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Err is why the node stopped itself; nil until Failed is closed.
+func (n *Node) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
+}
+
+// fail stops the node for good with err: logged, then Failed closes.
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.log.Error("stopping node", "err", err)
+		n.failErr = err
+		close(n.failed)
+	})
 }
 
 // Addr is the address the node serves on.

@@ -42,9 +42,13 @@ func (n *Node) repair(context.Context) {
 
 // execute runs step s in the background, at most one step per shard at a
 // time; while it runs, the scheduler sees it in flight (View.InFlightSteps:
-// a move on the nodes it involves). Node marks are only logged: their
-// executor belongs to the node-membership work.
+// a move on the nodes it involves). Node marks are proposed to the meta
+// shard (markNode).
 func (n *Node) execute(s scheduler.Step) {
+	if s.Kind == scheduler.StepMarkNode {
+		n.markNode(s)
+		return
+	}
 	switch s.Kind {
 	case scheduler.StepReplace, scheduler.StepAddLearner, scheduler.StepPromoteLearner,
 		scheduler.StepRemoveReplica, scheduler.StepTransferLeader:

@@ -31,25 +31,50 @@ func (n *Node) localStatus() *concordpb.StatusResponse {
 }
 
 // clusterStatus is the placement leader's whole-cluster view: the placement
-// state, with each node's last heartbeat report.
+// state, with each node's last heartbeat report. A node's state is the
+// scheduler's judgement as of now (the meta shard records it within a
+// repair round), and each shard says whether it is under-replicated.
 func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
 	v, err := n.placementView()
 	if err != nil {
 		return nil, err
 	}
 	leaders := scheduler.Leaders(v)
+	states := scheduler.NodeStates(v)
+	held := map[ids.NodeID]uint32{}
+	for _, d := range v.Shards {
+		for _, r := range d.GetReplicas() {
+			held[ids.NodeID(r.GetNodeId())]++
+		}
+	}
 	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID())}
 	for _, d := range v.Nodes {
-		resp.Nodes = append(resp.Nodes, nodeStatus(v, d))
+		id := ids.NodeID(d.GetNodeId())
+		ns := nodeStatus(v, d)
+		if st, ok := states[id]; ok && st != d.GetState() {
+			ns.Node = proto.CloneOf(d)
+			ns.Node.State = st
+		}
+		ns.Replicas = held[id]
+		l := n.placement.loadOf(id)
+		ns.DiskBytes, ns.RequestRate = l.diskBytes, l.requestRate
+		resp.Nodes = append(resp.Nodes, ns)
+	}
+	under := map[ids.ShardID]bool{}
+	for _, h := range scheduler.Health(v) {
+		under[h.Shard] = h.UnderReplicated
 	}
 	for _, d := range v.Shards {
-		resp.Shards = append(resp.Shards, n.shardStatus(d, leaders[ids.ShardID(d.GetShardId())].Status))
+		ss := n.shardStatus(d, leaders[ids.ShardID(d.GetShardId())].Status)
+		ss.UnderReplicated = under[ids.ShardID(d.GetShardId())]
+		resp.Shards = append(resp.Shards, ss)
 	}
 	return resp, nil
 }
 
-// nodeStatus describes node d from its last report in v, if any. A silent
-// node's old leadership claims do not count.
+// nodeStatus describes node d from its last report in v, if any: its age
+// and, if fresh, the leaderships it claims (a silent node's old claims do
+// not count).
 func nodeStatus(v scheduler.View, d *concordpb.NodeDescriptor) *concordpb.NodeStatus {
 	ns := &concordpb.NodeStatus{Node: d, LastHeartbeatAgeSeconds: -1}
 	r, ok := v.Reports[ids.NodeID(d.GetNodeId())]
@@ -57,7 +82,6 @@ func nodeStatus(v scheduler.View, d *concordpb.NodeDescriptor) *concordpb.NodeSt
 		return ns
 	}
 	ns.LastHeartbeatAgeSeconds = v.Now.Sub(r.At).Seconds()
-	ns.Replicas = uint32(len(r.Replicas))
 	if !r.Fresh(v.Now, v.Settings) {
 		return ns
 	}

@@ -1,7 +1,10 @@
 package placement
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
@@ -26,7 +29,9 @@ func New() *StateMachine { return &StateMachine{} }
 func (sm *StateMachine) Apply(b *pebble.Batch, _ *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	switch k := cmd.GetKind().(type) {
 	case *storepb.Command_AddNode:
-		return addNode(b, k.AddNode.GetAddress())
+		return addNode(b, k.AddNode.GetAddress(), k.AddNode.GetJoinToken())
+	case *storepb.Command_MarkNode:
+		return markNode(b, k.MarkNode)
 	case *storepb.Command_UpdateDescriptor:
 		return &storepb.CommandResult{}, updateDescriptor(b, k.UpdateDescriptor.GetShard())
 	case *storepb.Command_ExpireSessions:
@@ -39,21 +44,37 @@ func (sm *StateMachine) Apply(b *pebble.Batch, _ *concordpb.ShardDescriptor, cmd
 	}
 }
 
-// addNode registers address under a fresh node id. An UP node already at
-// that address lost its data (a fresh process now answers there), so it is
-// marked REPLACED; its replicas get replaced by the new node's.
-func addNode(b *pebble.Batch, address string) (*storepb.CommandResult, error) {
+// addNode registers address under a fresh node id. An UP, SUSPECT or DEAD
+// node already at that address lost its data (a fresh process now answers
+// there), so it is marked REPLACED; its replicas get replaced by the new
+// node's.
+//
+// A join token makes the join idempotent: a retry whose first answer was
+// lost sends the same token and gets the id the first attempt registered,
+// changing nothing (without it, the retry would mark the first new id
+// REPLACED by a second one, a chain whose replicas are never replaced). The
+// token of a REMOVED node is refused: a removed identity never comes back.
+func addNode(b *pebble.Batch, address string, token []byte) (*storepb.CommandResult, error) {
+	if address == "" {
+		return refuse(codes.InvalidArgument, "add node: empty address"), nil
+	}
+	nodes, err := Nodes(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(token) > 0 {
+		id, found, err := tokenNode(b, token)
+		if err != nil || found {
+			return registered(nodes, id, address), err
+		}
+	}
 	var ctr storepb.MetaCounters
 	if _, err := storage.GetProto(b, keys.MetaCounters(meta), &ctr); err != nil {
 		return nil, err
 	}
 	id := ctr.GetNextNodeId()
-	nodes, err := Nodes(b)
-	if err != nil {
-		return nil, err
-	}
 	for _, n := range nodes {
-		if n.GetAddress() == address && n.GetState() == concordpb.NodeState_NODE_UP {
+		if n.GetAddress() == address && replaceable(n.GetState()) {
 			n.State, n.ReplacedBy = concordpb.NodeState_NODE_REPLACED, id
 			if err := storage.SetProto(b, keys.MetaNode(meta, n.GetNodeId()), n); err != nil {
 				return nil, err
@@ -68,11 +89,134 @@ func addNode(b *pebble.Batch, address string) (*storepb.CommandResult, error) {
 	if err := storage.SetProto(b, keys.MetaCounters(meta), &ctr); err != nil {
 		return nil, err
 	}
+	if len(token) > 0 {
+		if err := b.Set(keys.MetaJoinToken(meta, token), binary.BigEndian.AppendUint64(nil, id), nil); err != nil {
+			return nil, err
+		}
+	}
 	nodes, err = Nodes(b)
 	if err != nil {
 		return nil, err
 	}
 	return &storepb.CommandResult{NodeId: id, Nodes: nodes}, nil
+}
+
+// replaceable reports whether a node in state s is taken over by a fresh
+// process at its address: one that may still hold replicas. A node already
+// REPLACED points at its own successor; LEAVING and REMOVED are the
+// operator's, and draining handles their replicas.
+func replaceable(s concordpb.NodeState) bool {
+	switch s {
+	case concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD:
+		return true
+	}
+	return false
+}
+
+// tokenNode returns the node id token registered, if any.
+func tokenNode(r pebble.Reader, token []byte) (uint64, bool, error) {
+	v, closer, err := r.Get(keys.MetaJoinToken(meta, token))
+	if err == pebble.ErrNotFound {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("placement: join token record of %d bytes", len(v))
+	}
+	return binary.BigEndian.Uint64(v), true, nil
+}
+
+// registered answers a repeated join token: the node it registered, unless
+// that identity was removed, or the retry comes from another address.
+func registered(nodes []*concordpb.NodeDescriptor, id uint64, address string) *storepb.CommandResult {
+	for _, n := range nodes {
+		if n.GetNodeId() != id {
+			continue
+		}
+		switch {
+		case n.GetState() == concordpb.NodeState_NODE_REMOVED:
+			return refuse(codes.FailedPrecondition, fmt.Sprintf(
+				"node %d, which this join token registered, was removed and cannot rejoin; wipe the data dir to join as a new node", id))
+		case n.GetAddress() != address:
+			return refuse(codes.FailedPrecondition, fmt.Sprintf(
+				"this join token registered node %d at %s, not %s", id, n.GetAddress(), address))
+		}
+		return &storepb.CommandResult{NodeId: id, Nodes: nodes}
+	}
+	return refuse(codes.Internal, fmt.Sprintf("join token names node %d, which placement does not know", id))
+}
+
+// markNode sets a node's state, if the transition is allowed (see
+// allowedMark).
+func markNode(b *pebble.Batch, m *storepb.MarkNode) (*storepb.CommandResult, error) {
+	nodes, err := Nodes(b)
+	if err != nil {
+		return nil, err
+	}
+	var n *concordpb.NodeDescriptor
+	remaining := 0
+	for _, d := range nodes {
+		switch {
+		case d.GetNodeId() == m.GetNodeId():
+			n = d
+		case d.GetState() == concordpb.NodeState_NODE_UP || d.GetState() == concordpb.NodeState_NODE_SUSPECT:
+			remaining++
+		}
+	}
+	if n == nil {
+		return refuse(codes.NotFound, fmt.Sprintf("node %d is not a member of the cluster", m.GetNodeId())), nil
+	}
+	from, to := n.GetState(), m.GetState()
+	if from == to {
+		return &storepb.CommandResult{NodeId: n.GetNodeId(), Nodes: nodes}, nil
+	}
+	if err := allowedMark(from, to); err != nil {
+		return refuse(codes.FailedPrecondition, fmt.Sprintf("node %d: %v", n.GetNodeId(), err)), nil
+	}
+	// A dead node takes no capacity with it; an UP or SUSPECT one does.
+	if to == concordpb.NodeState_NODE_LEAVING && from != concordpb.NodeState_NODE_DEAD && remaining < int(m.GetMinRemaining()) {
+		return refuse(codes.FailedPrecondition, fmt.Sprintf(
+			"removing node %d would leave %d up nodes, fewer than the %d replicas each shard needs; add a node first",
+			n.GetNodeId(), remaining, m.GetMinRemaining())), nil
+	}
+	n.State = to
+	if err := storage.SetProto(b, keys.MetaNode(meta, n.GetNodeId()), n); err != nil {
+		return nil, err
+	}
+	return &storepb.CommandResult{NodeId: n.GetNodeId(), Nodes: nodes}, nil
+}
+
+// allowedMark says whether MarkNode may move a node from state from to
+// state to: REMOVED is final; LEAVING goes only to REMOVED (a drain is not
+// undone); UP, SUSPECT and DEAD move among themselves (liveness) and to
+// LEAVING (removal starts); a REPLACED node may only be REMOVED. REPLACED is
+// set by AddNode alone, which names the successor.
+func allowedMark(from, to concordpb.NodeState) error {
+	switch from {
+	case concordpb.NodeState_NODE_REMOVED:
+		return errors.New("it was removed, which is final")
+	case concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REPLACED:
+		if to != concordpb.NodeState_NODE_REMOVED {
+			return fmt.Errorf("a %s node can only become REMOVED, not %s", stateName(from), stateName(to))
+		}
+		return nil
+	}
+	switch to {
+	case concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD, concordpb.NodeState_NODE_LEAVING:
+		return nil
+	case concordpb.NodeState_NODE_REMOVED:
+		return fmt.Errorf("a %s node must be LEAVING (drained) before it is REMOVED", stateName(from))
+	}
+	return fmt.Errorf("cannot mark a node %s", stateName(to))
+}
+
+func stateName(s concordpb.NodeState) string { return strings.TrimPrefix(s.String(), "NODE_") }
+
+func refuse(code codes.Code, msg string) *storepb.CommandResult {
+	return &storepb.CommandResult{ErrorCode: uint32(code), ErrorMessage: msg}
 }
 
 func updateDescriptor(b *pebble.Batch, d *concordpb.ShardDescriptor) error {

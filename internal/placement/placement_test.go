@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -213,5 +214,164 @@ func TestApplyRefusesForeignCommands(t *testing.T) {
 	defer it.Close()
 	if it.First() {
 		t.Fatalf("refused or no-op commands wrote %x", it.Key())
+	}
+}
+
+func applyJoin(t *testing.T, db *pebble.DB, addr, token string) *storepb.CommandResult {
+	t.Helper()
+	return apply(t, db, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: addr, JoinToken: []byte(token)}}})
+}
+
+func applyMark(t *testing.T, db *pebble.DB, node uint64, state concordpb.NodeState, minRemaining uint32) *storepb.CommandResult {
+	t.Helper()
+	return apply(t, db, &storepb.Command{Kind: &storepb.Command_MarkNode{MarkNode: &storepb.MarkNode{NodeId: node, State: state, MinRemaining: minRemaining}}})
+}
+
+// TestAddNodeTokenIsIdempotent protects joins whose answer was lost: a
+// retry with the same token gets the same id and changes nothing (no
+// second id, no REPLACED chain), also on the wiped-node path where the
+// address belongs to an older node; a new token is a new join.
+func TestAddNodeTokenIsIdempotent(t *testing.T) {
+	db := openDB(t)
+	bootstrap(t, db, []*concordpb.NodeDescriptor{node(1, "a:1"), node(2, "b:1")}, nil)
+	first := applyJoin(t, db, "c:1", "tok-c")
+	if first.GetErrorCode() != 0 || first.GetNodeId() != 3 {
+		t.Fatalf("first join: %v, want id 3", first)
+	}
+	before := nodesOf(t, db)
+	for range 3 {
+		if again := applyJoin(t, db, "c:1", "tok-c"); again.GetErrorCode() != 0 || again.GetNodeId() != 3 || !sameProtos(again.GetNodes(), before) {
+			t.Fatalf("retried join: %v, want id 3 and the same nodes", again)
+		}
+	}
+	if got := nodesOf(t, db); !sameProtos(got, before) {
+		t.Fatalf("a retried join changed the nodes:\n got %v\nwant %v", got, before)
+	}
+	// Wiped node 2 rejoins at its address: one replacement, however often retried.
+	for range 2 {
+		if res := applyJoin(t, db, "b:1", "tok-b2"); res.GetNodeId() != 4 {
+			t.Fatalf("wiped node's join: %v, want id 4", res)
+		}
+	}
+	want := []*concordpb.NodeDescriptor{
+		node(1, "a:1"),
+		{NodeId: 2, Address: "b:1", State: concordpb.NodeState_NODE_REPLACED, ReplacedBy: 4},
+		node(3, "c:1"),
+		node(4, "b:1"),
+	}
+	if got := nodesOf(t, db); !sameProtos(got, want) {
+		t.Fatalf("after a retried rejoin:\n got %v\nwant %v", got, want)
+	}
+	// A new token from the same address is a new process: a new id.
+	if res := applyJoin(t, db, "c:1", "tok-c-again"); res.GetNodeId() != 5 {
+		t.Fatalf("new token: %v, want id 5", res)
+	}
+	// The same token from another address is refused.
+	if res := applyJoin(t, db, "z:1", "tok-c"); codes.Code(res.GetErrorCode()) != codes.FailedPrecondition {
+		t.Fatalf("token reused from another address: %v, want FailedPrecondition", res)
+	}
+}
+
+// TestRemovedIdentityCannotRejoin protects removal's finality: the token of
+// a removed node is refused, its address gets a new id without touching the
+// removed record, and a REMOVED node cannot be marked anything else.
+func TestRemovedIdentityCannotRejoin(t *testing.T) {
+	db := openDB(t)
+	bootstrap(t, db, []*concordpb.NodeDescriptor{node(1, "a:1"), node(2, "b:1"), node(3, "c:1")}, nil)
+	if res := applyJoin(t, db, "d:1", "tok-d"); res.GetNodeId() != 4 {
+		t.Fatalf("join: %v", res)
+	}
+	for _, s := range []concordpb.NodeState{concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REMOVED} {
+		if res := applyMark(t, db, 4, s, 3); res.GetErrorCode() != 0 {
+			t.Fatalf("mark 4 %v: %v", s, res)
+		}
+	}
+	res := applyJoin(t, db, "d:1", "tok-d")
+	if codes.Code(res.GetErrorCode()) != codes.FailedPrecondition || !strings.Contains(res.GetErrorMessage(), "removed") {
+		t.Fatalf("rejoin with a removed node's token: %v, want FailedPrecondition naming the removal", res)
+	}
+	if res := applyJoin(t, db, "d:1", "tok-fresh"); res.GetErrorCode() != 0 || res.GetNodeId() != 5 {
+		t.Fatalf("fresh join at a removed node's address: %v, want id 5", res)
+	}
+	removed := &concordpb.NodeDescriptor{NodeId: 4, Address: "d:1", State: concordpb.NodeState_NODE_REMOVED}
+	if got := nodesOf(t, db)[3]; !proto.Equal(got, removed) {
+		t.Fatalf("removed record became %v", got)
+	}
+	for _, s := range []concordpb.NodeState{concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_DEAD} {
+		if res := applyMark(t, db, 4, s, 0); codes.Code(res.GetErrorCode()) != codes.FailedPrecondition {
+			t.Fatalf("mark removed node %v: %v, want FailedPrecondition", s, res)
+		}
+	}
+}
+
+// TestMarkNodeTransitions protects the node state machine: which changes
+// MarkNode applies and which it refuses, without writing anything.
+func TestMarkNodeTransitions(t *testing.T) {
+	const (
+		up, suspect, dead     = concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD
+		leaving, removed, rep = concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED
+	)
+	all := []concordpb.NodeState{up, suspect, dead, leaving, removed, rep}
+	allowed := map[[2]concordpb.NodeState]bool{}
+	for _, a := range []concordpb.NodeState{up, suspect, dead} {
+		for _, b := range []concordpb.NodeState{up, suspect, dead, leaving} {
+			allowed[[2]concordpb.NodeState{a, b}] = true
+		}
+	}
+	allowed[[2]concordpb.NodeState{leaving, removed}] = true
+	allowed[[2]concordpb.NodeState{rep, removed}] = true
+	for _, from := range all {
+		for _, to := range all {
+			db := openDB(t)
+			bootstrap(t, db, []*concordpb.NodeDescriptor{node(1, "a:1"), node(2, "b:1"),
+				{NodeId: 3, Address: "c:1", State: from}}, nil)
+			res := applyMark(t, db, 3, to, 0)
+			got := nodesOf(t, db)[2].GetState()
+			switch {
+			case from == to:
+				if res.GetErrorCode() != 0 || got != from {
+					t.Errorf("%v -> itself: %v, state %v; want a no-op", from, res, got)
+				}
+			case allowed[[2]concordpb.NodeState{from, to}]:
+				if res.GetErrorCode() != 0 || got != to {
+					t.Errorf("%v -> %v: %v, state %v; want it applied", from, to, res, got)
+				}
+			default:
+				if codes.Code(res.GetErrorCode()) != codes.FailedPrecondition || got != from {
+					t.Errorf("%v -> %v: %v, state %v; want FailedPrecondition and no change", from, to, res, got)
+				}
+			}
+		}
+	}
+	db := openDB(t)
+	bootstrap(t, db, []*concordpb.NodeDescriptor{node(1, "a:1")}, nil)
+	if res := applyMark(t, db, 9, dead, 0); codes.Code(res.GetErrorCode()) != codes.NotFound {
+		t.Fatalf("mark unknown node: %v, want NotFound", res)
+	}
+}
+
+// TestMarkLeavingKeepsReplicationFactor protects removal from shrinking the
+// cluster below R: an UP or SUSPECT node may not start LEAVING while fewer
+// than min_remaining other nodes are UP or SUSPECT (DEAD and LEAVING ones do
+// not count); a DEAD node, which takes no capacity with it, may.
+func TestMarkLeavingKeepsReplicationFactor(t *testing.T) {
+	db := openDB(t)
+	bootstrap(t, db, []*concordpb.NodeDescriptor{node(1, "a:1"), node(2, "b:1"), node(3, "c:1"),
+		{NodeId: 4, Address: "d:1", State: concordpb.NodeState_NODE_SUSPECT}}, nil)
+	if res := applyMark(t, db, 1, concordpb.NodeState_NODE_LEAVING, 3); res.GetErrorCode() != 0 {
+		t.Fatalf("removing one of four: %v", res)
+	}
+	res := applyMark(t, db, 2, concordpb.NodeState_NODE_LEAVING, 3)
+	if codes.Code(res.GetErrorCode()) != codes.FailedPrecondition || !strings.Contains(res.GetErrorMessage(), "fewer than the 3 replicas") {
+		t.Fatalf("removing a second of four (one leaving): %v, want FailedPrecondition", res)
+	}
+	if got := nodesOf(t, db)[1].GetState(); got != concordpb.NodeState_NODE_UP {
+		t.Fatalf("refused removal left node 2 %v", got)
+	}
+	if res := applyMark(t, db, 4, concordpb.NodeState_NODE_DEAD, 0); res.GetErrorCode() != 0 {
+		t.Fatal(res)
+	}
+	if res := applyMark(t, db, 4, concordpb.NodeState_NODE_LEAVING, 3); res.GetErrorCode() != 0 {
+		t.Fatalf("removing the dead node (2 up besides it, 1 leaving): %v", res)
 	}
 }

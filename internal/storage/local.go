@@ -80,3 +80,33 @@ func (e *Engine) Seen(node ids.NodeID) (bool, error) {
 func (e *Engine) MarkSeen(node ids.NodeID) error {
 	return e.db.Set(keys.Seen(uint64(node)), nil, pebble.Sync)
 }
+
+// JoinToken returns the join token recorded here; nil if there is none.
+func (e *Engine) JoinToken() ([]byte, error) {
+	v, closer, err := e.db.Get(keys.JoinToken())
+	if err == pebble.ErrNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// SetJoinToken durably records the join token: it must survive a crash
+// between the join attempt that registered it and the answer's arrival.
+func (e *Engine) SetJoinToken(token []byte) error {
+	return e.db.Set(keys.JoinToken(), token, pebble.Sync)
+}
+
+// DiskUsage is Pebble's estimate of the bytes the database uses on disk.
+// It reads metrics, not data, so it works (0) once the engine is closed.
+func (e *Engine) DiskUsage() uint64 {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return 0
+	}
+	return e.db.Metrics().DiskSpaceUsage()
+}

@@ -42,6 +42,7 @@ type Command struct {
 	//	*Command_ExpireSessions
 	//	*Command_AddNode
 	//	*Command_UpdateDescriptor
+	//	*Command_MarkNode
 	Kind          isCommand_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -134,6 +135,15 @@ func (x *Command) GetUpdateDescriptor() *UpdateDescriptor {
 	return nil
 }
 
+func (x *Command) GetMarkNode() *MarkNode {
+	if x != nil {
+		if x, ok := x.Kind.(*Command_MarkNode); ok {
+			return x.MarkNode
+		}
+	}
+	return nil
+}
+
 type isCommand_Kind interface {
 	isCommand_Kind()
 }
@@ -154,6 +164,10 @@ type Command_UpdateDescriptor struct {
 	UpdateDescriptor *UpdateDescriptor `protobuf:"bytes,6,opt,name=update_descriptor,json=updateDescriptor,proto3,oneof"`
 }
 
+type Command_MarkNode struct {
+	MarkNode *MarkNode `protobuf:"bytes,7,opt,name=mark_node,json=markNode,proto3,oneof"`
+}
+
 func (*Command_Kv) isCommand_Kind() {}
 
 func (*Command_ExpireSessions) isCommand_Kind() {}
@@ -161,6 +175,8 @@ func (*Command_ExpireSessions) isCommand_Kind() {}
 func (*Command_AddNode) isCommand_Kind() {}
 
 func (*Command_UpdateDescriptor) isCommand_Kind() {}
+
+func (*Command_MarkNode) isCommand_Kind() {}
 
 // KVCommand applies ops atomically, at most once per (session, seq).
 type KVCommand struct {
@@ -285,10 +301,13 @@ func (x *ExpireSessions) GetIdleBeforeUnixNanos() int64 {
 }
 
 // AddNode (meta shard) registers a node under a fresh id. A node already
-// registered at the same address is marked REPLACED.
+// registered at the same address (UP, SUSPECT or DEAD) is marked REPLACED.
+// A join_token seen before gets the node id it registered, and nothing
+// changes; the token of a REMOVED node is refused.
 type AddNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	JoinToken     []byte                 `protobuf:"bytes,2,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,6 +349,79 @@ func (x *AddNode) GetAddress() string {
 	return ""
 }
 
+func (x *AddNode) GetJoinToken() []byte {
+	if x != nil {
+		return x.JoinToken
+	}
+	return nil
+}
+
+// MarkNode (meta shard) sets a node's state. REMOVED is final; LEAVING only
+// goes to REMOVED; UP, SUSPECT and DEAD move among themselves and to
+// LEAVING; REPLACED only to REMOVED. REPLACED is set only by AddNode. An UP
+// or SUSPECT node's change to LEAVING is refused when fewer than
+// min_remaining other nodes are UP or SUSPECT (the proposer's replication
+// factor).
+type MarkNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	State         concordpb.NodeState    `protobuf:"varint,2,opt,name=state,proto3,enum=concord.v1.NodeState" json:"state,omitempty"`
+	MinRemaining  uint32                 `protobuf:"varint,3,opt,name=min_remaining,json=minRemaining,proto3" json:"min_remaining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkNode) Reset() {
+	*x = MarkNode{}
+	mi := &file_internal_storepb_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkNode) ProtoMessage() {}
+
+func (x *MarkNode) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_storepb_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkNode.ProtoReflect.Descriptor instead.
+func (*MarkNode) Descriptor() ([]byte, []int) {
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MarkNode) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *MarkNode) GetState() concordpb.NodeState {
+	if x != nil {
+		return x.State
+	}
+	return concordpb.NodeState(0)
+}
+
+func (x *MarkNode) GetMinRemaining() uint32 {
+	if x != nil {
+		return x.MinRemaining
+	}
+	return 0
+}
+
 // UpdateDescriptor (meta shard) records a shard's descriptor if its epoch is newer.
 type UpdateDescriptor struct {
 	state         protoimpl.MessageState     `protogen:"open.v1"`
@@ -340,7 +432,7 @@ type UpdateDescriptor struct {
 
 func (x *UpdateDescriptor) Reset() {
 	*x = UpdateDescriptor{}
-	mi := &file_internal_storepb_store_proto_msgTypes[4]
+	mi := &file_internal_storepb_store_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +444,7 @@ func (x *UpdateDescriptor) String() string {
 func (*UpdateDescriptor) ProtoMessage() {}
 
 func (x *UpdateDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[4]
+	mi := &file_internal_storepb_store_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +457,7 @@ func (x *UpdateDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDescriptor.ProtoReflect.Descriptor instead.
 func (*UpdateDescriptor) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{4}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpdateDescriptor) GetShard() *concordpb.ShardDescriptor {
@@ -391,7 +483,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_internal_storepb_store_proto_msgTypes[5]
+	mi := &file_internal_storepb_store_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +495,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[5]
+	mi := &file_internal_storepb_store_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +508,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{5}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CommandResult) GetResults() []*concordpb.OpResult {
@@ -466,7 +558,7 @@ type SessionRecord struct {
 
 func (x *SessionRecord) Reset() {
 	*x = SessionRecord{}
-	mi := &file_internal_storepb_store_proto_msgTypes[6]
+	mi := &file_internal_storepb_store_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +570,7 @@ func (x *SessionRecord) String() string {
 func (*SessionRecord) ProtoMessage() {}
 
 func (x *SessionRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[6]
+	mi := &file_internal_storepb_store_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +583,7 @@ func (x *SessionRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRecord.ProtoReflect.Descriptor instead.
 func (*SessionRecord) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{6}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionRecord) GetSeq() uint64 {
@@ -527,7 +619,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_internal_storepb_store_proto_msgTypes[7]
+	mi := &file_internal_storepb_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +631,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[7]
+	mi := &file_internal_storepb_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +644,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{7}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConfChangeContext) GetCommandId() uint64 {
@@ -580,7 +672,7 @@ type AppliedState struct {
 
 func (x *AppliedState) Reset() {
 	*x = AppliedState{}
-	mi := &file_internal_storepb_store_proto_msgTypes[8]
+	mi := &file_internal_storepb_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +684,7 @@ func (x *AppliedState) String() string {
 func (*AppliedState) ProtoMessage() {}
 
 func (x *AppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[8]
+	mi := &file_internal_storepb_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +697,7 @@ func (x *AppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedState.ProtoReflect.Descriptor instead.
 func (*AppliedState) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{8}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AppliedState) GetIndex() uint64 {
@@ -633,7 +725,7 @@ type TruncatedState struct {
 
 func (x *TruncatedState) Reset() {
 	*x = TruncatedState{}
-	mi := &file_internal_storepb_store_proto_msgTypes[9]
+	mi := &file_internal_storepb_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +737,7 @@ func (x *TruncatedState) String() string {
 func (*TruncatedState) ProtoMessage() {}
 
 func (x *TruncatedState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[9]
+	mi := &file_internal_storepb_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +750,7 @@ func (x *TruncatedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncatedState.ProtoReflect.Descriptor instead.
 func (*TruncatedState) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{9}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TruncatedState) GetIndex() uint64 {
@@ -687,7 +779,7 @@ type NodeIdent struct {
 
 func (x *NodeIdent) Reset() {
 	*x = NodeIdent{}
-	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	mi := &file_internal_storepb_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +791,7 @@ func (x *NodeIdent) String() string {
 func (*NodeIdent) ProtoMessage() {}
 
 func (x *NodeIdent) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	mi := &file_internal_storepb_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +804,7 @@ func (x *NodeIdent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdent.ProtoReflect.Descriptor instead.
 func (*NodeIdent) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{10}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeIdent) GetClusterId() uint64 {
@@ -746,7 +838,7 @@ type MetaCounters struct {
 
 func (x *MetaCounters) Reset() {
 	*x = MetaCounters{}
-	mi := &file_internal_storepb_store_proto_msgTypes[11]
+	mi := &file_internal_storepb_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +850,7 @@ func (x *MetaCounters) String() string {
 func (*MetaCounters) ProtoMessage() {}
 
 func (x *MetaCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[11]
+	mi := &file_internal_storepb_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +863,7 @@ func (x *MetaCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaCounters.ProtoReflect.Descriptor instead.
 func (*MetaCounters) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{11}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MetaCounters) GetNextNodeId() uint64 {
@@ -785,7 +877,7 @@ var File_internal_storepb_store_proto protoreflect.FileDescriptor
 
 const file_internal_storepb_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/storepb/store.proto\x12\x10concord.store.v1\x1a\x16api/concordpb/kv.proto\x1a\x1bapi/concordpb/cluster.proto\"\xc7\x02\n" +
+	"\x1cinternal/storepb/store.proto\x12\x10concord.store.v1\x1a\x16api/concordpb/kv.proto\x1a\x1bapi/concordpb/cluster.proto\"\x82\x03\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -793,7 +885,8 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x02kv\x18\x03 \x01(\v2\x1b.concord.store.v1.KVCommandH\x00R\x02kv\x12K\n" +
 	"\x0fexpire_sessions\x18\x04 \x01(\v2 .concord.store.v1.ExpireSessionsH\x00R\x0eexpireSessions\x126\n" +
 	"\badd_node\x18\x05 \x01(\v2\x19.concord.store.v1.AddNodeH\x00R\aaddNode\x12Q\n" +
-	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptorB\x06\n" +
+	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptor\x129\n" +
+	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNodeB\x06\n" +
 	"\x04kind\"\x86\x01\n" +
 	"\tKVCommand\x12\x1d\n" +
 	"\n" +
@@ -802,9 +895,15 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x03ops\x18\x03 \x03(\v2\x0e.concord.v1.OpR\x03ops\x12&\n" +
 	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\"E\n" +
 	"\x0eExpireSessions\x123\n" +
-	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"#\n" +
+	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"B\n" +
 	"\aAddNode\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\"E\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\x02 \x01(\fR\tjoinToken\"u\n" +
+	"\bMarkNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12+\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x15.concord.v1.NodeStateR\x05state\x12#\n" +
+	"\rmin_remaining\x18\x03 \x01(\rR\fminRemaining\"E\n" +
 	"\x10UpdateDescriptor\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\"\xce\x01\n" +
 	"\rCommandResult\x12.\n" +
@@ -850,42 +949,46 @@ func file_internal_storepb_store_proto_rawDescGZIP() []byte {
 	return file_internal_storepb_store_proto_rawDescData
 }
 
-var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_internal_storepb_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: concord.store.v1.Command
 	(*KVCommand)(nil),                   // 1: concord.store.v1.KVCommand
 	(*ExpireSessions)(nil),              // 2: concord.store.v1.ExpireSessions
 	(*AddNode)(nil),                     // 3: concord.store.v1.AddNode
-	(*UpdateDescriptor)(nil),            // 4: concord.store.v1.UpdateDescriptor
-	(*CommandResult)(nil),               // 5: concord.store.v1.CommandResult
-	(*SessionRecord)(nil),               // 6: concord.store.v1.SessionRecord
-	(*ConfChangeContext)(nil),           // 7: concord.store.v1.ConfChangeContext
-	(*AppliedState)(nil),                // 8: concord.store.v1.AppliedState
-	(*TruncatedState)(nil),              // 9: concord.store.v1.TruncatedState
-	(*NodeIdent)(nil),                   // 10: concord.store.v1.NodeIdent
-	(*MetaCounters)(nil),                // 11: concord.store.v1.MetaCounters
-	(*concordpb.Op)(nil),                // 12: concord.v1.Op
-	(*concordpb.ShardDescriptor)(nil),   // 13: concord.v1.ShardDescriptor
-	(*concordpb.OpResult)(nil),          // 14: concord.v1.OpResult
-	(*concordpb.NodeDescriptor)(nil),    // 15: concord.v1.NodeDescriptor
-	(*concordpb.ReplicaDescriptor)(nil), // 16: concord.v1.ReplicaDescriptor
+	(*MarkNode)(nil),                    // 4: concord.store.v1.MarkNode
+	(*UpdateDescriptor)(nil),            // 5: concord.store.v1.UpdateDescriptor
+	(*CommandResult)(nil),               // 6: concord.store.v1.CommandResult
+	(*SessionRecord)(nil),               // 7: concord.store.v1.SessionRecord
+	(*ConfChangeContext)(nil),           // 8: concord.store.v1.ConfChangeContext
+	(*AppliedState)(nil),                // 9: concord.store.v1.AppliedState
+	(*TruncatedState)(nil),              // 10: concord.store.v1.TruncatedState
+	(*NodeIdent)(nil),                   // 11: concord.store.v1.NodeIdent
+	(*MetaCounters)(nil),                // 12: concord.store.v1.MetaCounters
+	(*concordpb.Op)(nil),                // 13: concord.v1.Op
+	(concordpb.NodeState)(0),            // 14: concord.v1.NodeState
+	(*concordpb.ShardDescriptor)(nil),   // 15: concord.v1.ShardDescriptor
+	(*concordpb.OpResult)(nil),          // 16: concord.v1.OpResult
+	(*concordpb.NodeDescriptor)(nil),    // 17: concord.v1.NodeDescriptor
+	(*concordpb.ReplicaDescriptor)(nil), // 18: concord.v1.ReplicaDescriptor
 }
 var file_internal_storepb_store_proto_depIdxs = []int32{
 	1,  // 0: concord.store.v1.Command.kv:type_name -> concord.store.v1.KVCommand
 	2,  // 1: concord.store.v1.Command.expire_sessions:type_name -> concord.store.v1.ExpireSessions
 	3,  // 2: concord.store.v1.Command.add_node:type_name -> concord.store.v1.AddNode
-	4,  // 3: concord.store.v1.Command.update_descriptor:type_name -> concord.store.v1.UpdateDescriptor
-	12, // 4: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
-	13, // 5: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
-	14, // 6: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
-	15, // 7: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
-	5,  // 8: concord.store.v1.SessionRecord.result:type_name -> concord.store.v1.CommandResult
-	16, // 9: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 3: concord.store.v1.Command.update_descriptor:type_name -> concord.store.v1.UpdateDescriptor
+	4,  // 4: concord.store.v1.Command.mark_node:type_name -> concord.store.v1.MarkNode
+	13, // 5: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
+	14, // 6: concord.store.v1.MarkNode.state:type_name -> concord.v1.NodeState
+	15, // 7: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
+	16, // 8: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
+	17, // 9: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
+	6,  // 10: concord.store.v1.SessionRecord.result:type_name -> concord.store.v1.CommandResult
+	18, // 11: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_internal_storepb_store_proto_init() }
@@ -898,6 +1001,7 @@ func file_internal_storepb_store_proto_init() {
 		(*Command_ExpireSessions)(nil),
 		(*Command_AddNode)(nil),
 		(*Command_UpdateDescriptor)(nil),
+		(*Command_MarkNode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -905,7 +1009,7 @@ func file_internal_storepb_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_storepb_store_proto_rawDesc), len(file_internal_storepb_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -253,3 +253,16 @@ func (c *Cluster) LogSince(i int, mark int64) string {
 	}
 	return s[mark:]
 }
+
+// AddJoiner adds a node on a free port that joins the running cluster
+// through the nodes at indexes via (`server --join`), with extra flags
+// after the cluster's, starts it and returns its index.
+func (c *Cluster) AddJoiner(via []int, extra ...string) int {
+	c.t.Helper()
+	i, err := c.lc.AddJoiner(via, extra...)
+	if err != nil {
+		c.t.Fatalf("testcluster: %v", err)
+	}
+	c.Start(i)
+	return i
+}

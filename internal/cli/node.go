@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+func newNodeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "List the cluster's nodes, or remove one",
+	}
+	cmd.AddCommand(newNodeListCmd(), newNodeRemoveCmd())
+	return cmd
+}
+
+// nodeJSON is one node in `node list --output json`.
+type nodeJSON struct {
+	ID                uint64  `json:"id"`
+	Addr              string  `json:"addr"`
+	State             string  `json:"state"`
+	Replicas          uint32  `json:"replicas"`
+	Leaders           uint32  `json:"leaders"`
+	LastHeartbeatAgeS float64 `json:"last_heartbeat_age_s"` // -1: never heard from
+	ReplacedBy        uint64  `json:"replaced_by,omitempty"`
+	DiskBytes         uint64  `json:"disk_bytes"`
+	RequestRate       float64 `json:"request_rate"`
+}
+
+func newNodeListCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "Show every node: id, address, state, replicas, leaders, last heartbeat",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, done, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if f.output == "json" {
+				return printJSON(cmd.OutOrStdout(), nodesJSON(st))
+			}
+			printNodes(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	addClientFlags(cmd, &f)
+	return cmd
+}
+
+func nodesJSON(st *concordpb.StatusResponse) []nodeJSON {
+	out := []nodeJSON{}
+	for _, ns := range st.GetNodes() {
+		n := ns.GetNode()
+		out = append(out, nodeJSON{ID: n.GetNodeId(), Addr: n.GetAddress(), State: stateName(n.GetState()),
+			Replicas: ns.GetReplicas(), Leaders: ns.GetLeaders(), LastHeartbeatAgeS: ns.GetLastHeartbeatAgeSeconds(),
+			ReplacedBy: n.GetReplacedBy(), DiskBytes: ns.GetDiskBytes(), RequestRate: ns.GetRequestRate()})
+	}
+	return out
+}
+
+// stateName is a node state as the CLI prints it: "up", "suspect", ...
+func stateName(s concordpb.NodeState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "NODE_"))
+}
+
+func printNodes(out io.Writer, st *concordpb.StatusResponse) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tREPLICAS\tLEADERS\tHEARTBEAT\tDISK\tREQ/S")
+	for _, ns := range st.GetNodes() {
+		n := ns.GetNode()
+		state := stateName(n.GetState())
+		if n.GetReplacedBy() != 0 {
+			state += fmt.Sprintf(" (by %d)", n.GetReplacedBy())
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%.1f\n", n.GetNodeId(), n.GetAddress(), state,
+			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), ns.GetRequestRate())
+	}
+	w.Flush()
+}
+
+func heartbeatAge(ns *concordpb.NodeStatus) string {
+	if age := ns.GetLastHeartbeatAgeSeconds(); age >= 0 {
+		return fmt.Sprintf("%.1fs ago", age)
+	}
+	return "never"
+}
+
+func diskSize(b uint64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1fG", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fM", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1fK", float64(b)/(1<<10))
+}
+
+func newNodeRemoveCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Drain a node out of the cluster: its replicas move away, then it is removed for good",
+		Long: "Mark the node LEAVING: the placement service moves its replicas to other nodes and marks it\n" +
+			"REMOVED once it holds nothing. A removed node cannot rejoin under its identity. Refused when\n" +
+			"fewer nodes than the replication factor would remain up.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("node id must be a positive integer, not %q", args[0])
+			}
+			c, ctx, done, err := f.connect()
+			if err != nil {
+				return err
+			}
+			defer done()
+			d, err := c.RemoveNode(ctx, id)
+			if err != nil {
+				return err
+			}
+			if f.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"id": d.GetNodeId(), "addr": d.GetAddress(), "state": stateName(d.GetState())})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %d (%s) is %s\n", d.GetNodeId(), d.GetAddress(), stateName(d.GetState()))
+			return nil
+		},
+	}
+	addClientFlags(cmd, &f)
+	return cmd
+}

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// TestListJSONContract pins the JSON that scripts read from `node list` and
+// `shard list`: field names, lower-case states and roles, node ids in
+// replicas, the meta shard left out unless asked for.
+func TestListJSONContract(t *testing.T) {
+	st := &concordpb.StatusResponse{
+		Nodes: []*concordpb.NodeStatus{
+			{Node: &concordpb.NodeDescriptor{NodeId: 1, Address: "a:1"}, Replicas: 2, Leaders: 1, LastHeartbeatAgeSeconds: 0.5, DiskBytes: 4096},
+			{Node: &concordpb.NodeDescriptor{NodeId: 2, Address: "b:1", State: concordpb.NodeState_NODE_LEAVING}, LastHeartbeatAgeSeconds: -1},
+		},
+		Shards: []*concordpb.ShardStatus{
+			{Shard: &concordpb.ShardDescriptor{ShardId: 0}, IsMeta: true},
+			{Shard: &concordpb.ShardDescriptor{ShardId: 1, StartHash: 0, EndHash: 99, Epoch: 3, Replicas: []*concordpb.ReplicaDescriptor{
+				{ReplicaId: 1, NodeId: 1}, {ReplicaId: 7, NodeId: 2, Role: concordpb.ReplicaRole_REPLICA_LEARNER}}},
+				LeaderNodeId: 1, UnderReplicated: true},
+		},
+	}
+	var nodes []map[string]any
+	roundTrip(t, nodesJSON(st), &nodes)
+	if len(nodes) != 2 || nodes[0]["id"] != 1.0 || nodes[0]["addr"] != "a:1" || nodes[0]["state"] != "up" ||
+		nodes[0]["replicas"] != 2.0 || nodes[0]["leaders"] != 1.0 || nodes[0]["last_heartbeat_age_s"] != 0.5 ||
+		nodes[1]["state"] != "leaving" || nodes[1]["last_heartbeat_age_s"] != -1.0 {
+		t.Fatalf("node list JSON: %v", nodes)
+	}
+	var shards []map[string]any
+	roundTrip(t, shardsJSON(st, false), &shards)
+	want := `[{"end_hash":99,"epoch":3,"id":1,"leader":1,"meta":false,"replica_ids":[1,7],"replicas":[1,2],"roles":["voter","learner"],"start_hash":0,"under_replicated":true}]`
+	if got, _ := json.Marshal(shards); string(got) != want {
+		t.Fatalf("shard list JSON:\n got %s\nwant %s", got, want)
+	}
+	if all := shardsJSON(st, true); len(all) != 2 || !all[0].Meta {
+		t.Fatalf("shard list --meta: %+v", all)
+	}
+}
+
+func roundTrip(t *testing.T, v any, into any) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := printJSON(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b.Bytes(), into); err != nil {
+		t.Fatalf("%s: %v", b.String(), err)
+	}
+}
