@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build lib run test test-unit test-e2e bench-redis test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build lib run test test-unit test-e2e bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -112,6 +112,11 @@ bench-compare: build
 # installs redis-benchmark with apt when missing). Prints the CSV.
 bench-redis: build
 	./bench/redis.sh
+
+# The CS739 library's client experiments (docs/kv739.md), next to the Go
+# client and redis-benchmark on the same cluster.
+bench-kv739: build
+	./bench/kv739.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
