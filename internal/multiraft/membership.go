@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -103,8 +104,21 @@ func (h *Host) changeConf(ctx context.Context, shard ids.ShardID, epoch uint64, 
 	if _, err := h.wait(ctx, &replica.Proposal{Done: done}); err != nil {
 		return nil, err
 	}
-	info, _ := h.Info(shard)
-	return info.Desc, nil
+	// The outcome arrives during the apply, before the loop publishes the
+	// turn's Info: read the descriptor on the loop, after that turn.
+	var desc *concordpb.ShardDescriptor
+	if err := h.Do(ctx, func() {
+		if r := h.replicas[shard]; r != nil {
+			desc = proto.Clone(r.Descriptor()).(*concordpb.ShardDescriptor)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if desc == nil {
+		info, _ := h.Info(shard)
+		desc = info.Desc
+	}
+	return desc, nil
 }
 
 // leaderReplica returns shard's replica if it leads and its descriptor is
