@@ -37,6 +37,7 @@ type fakeNode struct {
 	proposeResult *storepb.CommandResult
 	proposeErr    error
 	dropFirst     int // guarded by mu: proposals raft drops before taking one
+	lostFirst     int // guarded by mu: read barriers that fail as leadership moves
 	readIndexErr  error
 
 	mu         sync.Mutex
@@ -166,6 +167,10 @@ func (f *fakeNode) ReadIndex(_ context.Context, shard ids.ShardID) (ShardView, e
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readIndex = append(f.readIndex, shard)
+	if f.lostFirst > 0 {
+		f.lostFirst--
+		return nil, &replica.NotLeaderError{Shard: shard}
+	}
 	if f.readIndexErr != nil {
 		return nil, f.readIndexErr
 	}

@@ -207,3 +207,24 @@ func TestDroppedProposalIsRetried(t *testing.T) {
 		t.Fatalf("ambiguous put: %v after %d proposals, want an error after exactly one more", err, n)
 	}
 }
+
+// TestReadRetriedWhenLeadershipMoves protects linearizable reads across a
+// leadership change: a barrier refused because this replica stopped leading
+// is routed again (here it leads again) instead of failing the read.
+func TestReadRetriedWhenLeadershipMoves(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	kv := NewKV(f, testLimits)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f.lostFirst = 2
+	if _, err := kv.Get(ctx, &concordpb.GetRequest{Key: []byte("k")}); err != nil {
+		t.Fatalf("get whose first 2 barriers lost leadership: %v, want it routed again", err)
+	}
+	if n := len(f.readIndex); n != 3 {
+		t.Fatalf("%d barriers, want 3", n)
+	}
+	f.lostFirst = 2
+	if _, err := kv.Scan(ctx, &concordpb.ScanRequest{OnlyShard: uint64(f.shardOfKey("k"))}); err != nil {
+		t.Fatalf("scan whose first 2 barriers lost leadership: %v, want it routed again", err)
+	}
+}

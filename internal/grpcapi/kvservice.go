@@ -47,6 +47,16 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 	if mutant.Enabled && mutant.On(mutant.FollowerRead) && s.b.HasReplica(shard) {
 		req.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE} // serve here, no barrier
 	}
+	var resp *concordpb.GetResponse
+	err = s.rerouted(ctx, shard, func() (err error) {
+		resp, err = s.getOnce(ctx, req, shard)
+		return err
+	})
+	return resp, err
+}
+
+// getOnce routes a Get of shard once: served here or forwarded.
+func (s *KV) getOnce(ctx context.Context, req *concordpb.GetRequest, shard ids.ShardID) (*concordpb.GetResponse, error) {
 	s.awaitLeader(ctx, req.GetHeader(), shard)
 	if s.canReadLocally(req.GetHeader(), shard) {
 		v, at, found, err := s.localGet(ctx, req.GetHeader(), shard, req.GetKey())
@@ -241,7 +251,16 @@ func mergedScan(servedBy ids.NodeID, all []*concordpb.KeyValue, more bool, limit
 	return resp
 }
 
-func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) ([]*concordpb.KeyValue, error) {
+func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) (kvs []*concordpb.KeyValue, err error) {
+	err = s.rerouted(ctx, shard, func() (err error) {
+		kvs, err = s.scanShardOnce(ctx, req, shard, limit)
+		return err
+	})
+	return kvs, err
+}
+
+// scanShardOnce routes a scan of shard once: served here or forwarded.
+func (s *KV) scanShardOnce(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) ([]*concordpb.KeyValue, error) {
 	s.awaitLeader(ctx, req.GetHeader(), shard)
 	if s.canReadLocally(req.GetHeader(), shard) {
 		if req.GetHeader().GetConsistency() == concordpb.Consistency_STALE {
@@ -352,8 +371,32 @@ func (s *KV) localGet(ctx context.Context, h *concordpb.RequestHeader, shard ids
 // may be removed, its data destroyed, before the read runs).
 func (s *KV) readBarrier(ctx context.Context, shard ids.ShardID) (ShardView, error) {
 	view, err := s.b.ReadIndex(ctx, shard)
+	if refusedBeforeLog(err) {
+		return nil, errLeaderMoved
+	}
 	if err != nil {
 		return nil, readStatus(err)
 	}
 	return view, nil
+}
+
+// errLeaderMoved says this node lost a shard's leadership (to a transfer or
+// an election) while a read waited for its barrier: the read is routed
+// again (rerouted), to wherever the leader is now.
+var errLeaderMoved = errors.New("grpcapi: the shard's leadership moved during the read")
+
+// rerouted runs route, which serves or forwards one read of shard, again
+// while it reports errLeaderMoved, for up to leaderWait. A read has no
+// effect, so running it again is always safe.
+func (s *KV) rerouted(ctx context.Context, shard ids.ShardID, route func() error) error {
+	until := time.Now().Add(leaderWait)
+	for {
+		err := route()
+		if !errors.Is(err, errLeaderMoved) {
+			return err
+		}
+		if !time.Now().Before(until) || !pause(ctx, leaderPoll) {
+			return status.Errorf(codes.Unavailable, "shard %d: its leadership moved during the read; try again", shard)
+		}
+	}
 }
