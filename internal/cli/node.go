@@ -41,12 +41,7 @@ func newNodeListCmd() *cobra.Command {
 		Short: "Show every node: id, address, state, replicas, leaders, last heartbeat",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := f.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := c.Status(ctx)
+			st, err := f.status()
 			if err != nil {
 				return err
 			}

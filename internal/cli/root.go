@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 )
 
@@ -102,6 +103,17 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 		return nil, nil, nil, err
 	}
 	return c, ctx, func() { c.Close(); cancel() }, nil
+}
+
+// status connects, asks the cluster for its status (what status, node list
+// and shard list print) and disconnects.
+func (f *clientFlags) status() (*concordpb.StatusResponse, error) {
+	c, ctx, done, err := f.connect()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return c.Status(ctx)
 }
 
 func printJSON(w io.Writer, v any) error {

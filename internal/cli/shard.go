@@ -43,12 +43,7 @@ func newShardListCmd() *cobra.Command {
 		Short: "Show every user shard: hash range, replicas with roles, leader, epoch, under-replication",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := f.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := c.Status(ctx)
+			st, err := f.status()
 			if err != nil {
 				return err
 			}

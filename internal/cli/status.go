@@ -18,12 +18,7 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the cluster's nodes and every shard's leader, term, applied index and replicas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := f.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := c.Status(ctx)
+			st, err := f.status()
 			if err != nil {
 				return err
 			}
