@@ -19,7 +19,7 @@ import (
 
 func newServerCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var peers, join, logLevel, pprofAddr, tokenFile string
+	var peers, join, logLevel, logFormat, pprofAddr, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a node",
@@ -30,7 +30,7 @@ func newServerCmd() *cobra.Command {
 			"With no flags: a single-node cluster on 127.0.0.1:7001 with data in ./concord-data.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			logger, err := newLogger(logLevel)
+			logger, err := newLogger(logLevel, logFormat)
 			if err != nil {
 				return err
 			}
@@ -71,6 +71,8 @@ func newServerCmd() *cobra.Command {
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "how long shards remember an idle client session (at-most-once window)")
 	f.IntVar(&cfg.SnapshotRateMiB, "snapshot-rate-mib", cfg.SnapshotRateMiB, "MiB per second all snapshots this node sends may use together (negative: unlimited)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text (key=value lines) or json (one object per line)")
+	f.StringVar(&cfg.HTTPAddr, "http-addr", "", "serve /healthz, /readyz, /metrics (Prometheus) and /api/status over HTTP on this address (default: off)")
 	f.StringVar(&pprofAddr, "pprof-addr", "", "serve Go's pprof profiles over HTTP on this address (debugging)")
 	f.StringVar(&cfg.RedisAddr, "redis-addr", "", "serve the Redis protocol (RESP2/RESP3) on this address, e.g. 127.0.0.1:6380 (default: off)")
 	f.BoolVar(&cfg.RedisEnableFlush, "redis-enable-flush", false, "allow FLUSHDB and FLUSHALL on the Redis port")
@@ -126,12 +128,20 @@ func runServer(cfg node.Config) error {
 	return nil
 }
 
-func newLogger(level string) (*slog.Logger, error) {
+func newLogger(level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
 }
 
 // servePprof serves net/http/pprof on addr, for profiling a running node.

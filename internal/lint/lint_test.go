@@ -136,9 +136,10 @@ var layerTable = []layer{
 		"internal/mutant", // planted bugs for mutation testing; compiled out without -tags mutant
 	}},
 	{n: 1, pkgs: []string{
-		"api/...",       // concordpb: the public protocol
-		"internal/keys", // the Pebble key layout
-		"internal/resp", // the Redis protocol's codec (RESP2/RESP3)
+		"api/...",          // concordpb: the public protocol
+		"internal/keys",    // the Pebble key layout
+		"internal/resp",    // the Redis protocol's codec (RESP2/RESP3)
+		"internal/metrics", // a node's Prometheus registry and instruments
 	}},
 	{n: 2, pkgs: []string{
 		"internal/storepb", // persisted protos (imports concordpb)
@@ -165,6 +166,7 @@ var layerTable = []layer{
 	{n: 6, pkgs: []string{
 		"internal/grpcapi",  // KV/Cluster/Admin gRPC handlers
 		"internal/redisapi", // the Redis protocol server, on the KV service
+		"internal/httpapi",  // /healthz, /readyz, /metrics, /api/status
 	}},
 	{n: 6, pkgs: []string{
 		"internal/expiry", // the sweep that deletes expired keys through raft

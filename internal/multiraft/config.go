@@ -99,7 +99,19 @@ type Config struct {
 	// contexts; 0 means random (crypto/rand). Ids must not repeat across a
 	// node's restarts, so only tests, which derive it from their seed, set it.
 	IDBase uint64
-	Logger *slog.Logger
+	// Observer, if set, is told what the loop measures (for /metrics).
+	Observer Observer
+	Logger   *slog.Logger
+}
+
+// Observer receives the host loop's measurements. Its methods run on the
+// loop goroutine and must return at once.
+type Observer interface {
+	// Commit: one loop turn's storage commit took d; synced says whether
+	// it included an fsync.
+	Commit(synced bool, d time.Duration)
+	// LeaderChange: a replica here became, or stopped being, leader.
+	LeaderChange()
 }
 
 // DefaultConfig returns the production settings.

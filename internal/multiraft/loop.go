@@ -223,8 +223,12 @@ func (h *Host) handleReady() {
 	if mutant.Enabled && mutant.On(mutant.AckBeforeFsync) {
 		mustSync = false
 	}
+	start := time.Now()
 	if err := storage.Commit(b, mustSync); err != nil {
 		h.fatal(err)
+	}
+	if h.cfg.Observer != nil {
+		h.cfg.Observer.Commit(mustSync, time.Since(start))
 	}
 	b.Close()
 	for _, c := range cycles {
@@ -294,6 +298,10 @@ func (h *Host) publish(r *replica.Replica) {
 		Transferee: ids.ReplicaID(st.LeadTransferee),
 	}
 	h.infoMu.Lock()
+	was, known := h.infos[r.Shard()]
 	h.infos[r.Shard()] = info
 	h.infoMu.Unlock()
+	if h.cfg.Observer != nil && known && was.IsLeader != info.IsLeader {
+		h.cfg.Observer.LeaderChange()
+	}
 }

@@ -53,7 +53,10 @@ func (b backend) HasReplica(shard ids.ShardID) bool {
 }
 
 func (b backend) Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
-	return b.n.host.Propose(ctx, shard, cmd)
+	start := time.Now()
+	res, err := b.n.host.Propose(ctx, shard, cmd)
+	b.n.metrics.Proposal(err == nil, time.Since(start))
+	return res, err
 }
 
 func (b backend) ReadIndex(ctx context.Context, shard ids.ShardID) (grpcapi.ShardView, error) {

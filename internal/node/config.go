@@ -51,6 +51,9 @@ type Config struct {
 	// RedisAddr, when set, is where the node serves the Redis protocol
 	// (internal/redisapi); empty: off.
 	RedisAddr string
+	// HTTPAddr, when set, is where the node serves /healthz, /readyz,
+	// /metrics and /api/status (internal/httpapi); empty: off.
+	HTTPAddr string
 	// RedisEnableFlush allows FLUSHDB and FLUSHALL on the Redis port.
 	RedisEnableFlush bool
 	// RedisOutputBufferLimit bounds the replies one Redis connection holds

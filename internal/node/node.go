@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/metrics"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/portmux"
@@ -51,6 +53,10 @@ type Node struct {
 	kv       *grpcapi.KV
 	redis    *redisapi.Server
 	redisLis net.Listener // --redis-addr's listener, nil without it
+	// metrics is what /metrics serves; httpSrv serves it on --http-addr.
+	metrics *metrics.Node
+	httpLis net.Listener
+	httpSrv *http.Server
 
 	// ident is nil until the node has bootstrapped or joined.
 	ident     atomic.Pointer[storepb.NodeIdent]
@@ -160,6 +166,8 @@ func New(cfg Config) (*Node, error) {
 	n.conns.m = map[string]*grpc.ClientConn{}
 	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}
 	n.cluster = grpcapi.NewCluster(n.backend())
+	n.metrics = metrics.New()
+	n.metrics.Register(stateCollector{n})
 	return n, nil
 }
 
@@ -191,6 +199,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startRedis(); err != nil {
 		return n.abort(err)
 	}
+	if err := n.startHTTP(); err != nil {
+		return n.abort(err)
+	}
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
@@ -211,7 +222,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.startLoops()
 	id := n.ident.Load()
 	n.log.Info("node serving", "node", id.GetNodeId(), "cluster", fmt.Sprintf("%x", id.GetClusterId()), "addr", n.cfg.Addr,
-		"redis_addr", n.RedisAddr())
+		"redis_addr", n.RedisAddr(), "http_addr", n.HTTPAddr())
 	return nil
 }
 
@@ -219,7 +230,7 @@ func (n *Node) Start(ctx context.Context) error {
 func (n *Node) newServer() *grpc.Server {
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
-		grpc.ChainUnaryInterceptor(n.trackUnary, grpcapi.DropPartitioned(n.blocked)),
+		grpc.ChainUnaryInterceptor(n.trackUnary, n.observeUnary, grpcapi.DropPartitioned(n.blocked)),
 		grpc.StreamInterceptor(n.trackStream))
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
@@ -247,12 +258,14 @@ func (n *Node) startRaft() error {
 		Logger:    n.log,
 		// A negative rate (unlimited) becomes 0, which the transport reads so.
 		SnapshotRateBytes: max(int64(n.cfg.SnapshotRateMiB), 0) << 20,
+		SnapshotBytes:     n.metrics.SnapshotBytes,
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval
 	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
 	hc.Logger = n.log
 	hc.Placement = n.placementOf
+	hc.Observer = n.metrics
 	// Leaders go where `concord leader transfer` and the placement
 	// scheduler put them; the preferred replica campaigns only at start.
 	hc.NoLeaderPreference = true
@@ -338,6 +351,9 @@ func (n *Node) ID() ids.NodeID { return ids.NodeID(n.ident.Load().GetNodeId()) }
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
 		close(n.stopC)
+		if n.httpSrv != nil {
+			_ = n.httpSrv.Close()
+		}
 		if n.srv != nil {
 			n.srv.Stop()
 		}

@@ -19,7 +19,7 @@ import (
 
 // startSolo starts a one-node cluster of one user shard in this process,
 // on 127.0.0.1 with a port the OS picked, and stops it when the test ends.
-func startSolo(t *testing.T) *Node {
+func startSolo(t *testing.T, mods ...func(*Config)) *Node {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,6 +32,9 @@ func startSolo(t *testing.T) *Node {
 	cfg.Shards, cfg.Replicas = 1, 1
 	cfg.TickInterval = 10 * time.Millisecond
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	for _, m := range mods {
+		m(&cfg)
+	}
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

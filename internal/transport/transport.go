@@ -92,7 +92,10 @@ type Config struct {
 	// SnapshotRateBytes bounds the bytes per second of all snapshots this
 	// node sends together (the node's --snapshot-rate-mib); 0: unlimited.
 	SnapshotRateBytes int64
-	Logger            *slog.Logger
+	// SnapshotBytes, if set, is told the bytes of snapshot data each chunk
+	// sent (sent true) or received carries: /metrics counts them.
+	SnapshotBytes func(sent bool, n int)
+	Logger        *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -538,6 +541,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 		if err := s.Send(chunk); err != nil {
 			return err
 		}
+		t.countSnapshot(true, size)
 		sent += len(chunk.Kvs)
 		chunk, size = &concordpb.SnapshotChunk{ShardId: uint64(shard)}, 0
 		return nil
@@ -552,6 +556,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	if err := s.Send(chunk); err != nil {
 		return err
 	}
+	t.countSnapshot(true, size)
 	ack, err := s.CloseAndRecv()
 	if err != nil {
 		return err
@@ -561,6 +566,12 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	}
 	t.log.Info("snapshot sent", "shard", shard, "to_node", toNode, "keys", sent+len(chunk.Kvs))
 	return nil
+}
+
+func (t *Transport) countSnapshot(sent bool, n int) {
+	if t.cfg.SnapshotBytes != nil && n > 0 {
+		t.cfg.SnapshotBytes(sent, n)
+	}
 }
 
 // SendSnapshot implements the RaftTransport service: one incoming snapshot.
@@ -614,7 +625,9 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 	appliedKey := keys.Applied(uint64(shard))
 	var applied *storepb.AppliedState
 	for {
+		size := 0
 		for _, kv := range chunk.GetKvs() {
+			size += len(kv.GetKey()) + len(kv.GetValue())
 			if bytes.Equal(kv.GetKey(), appliedKey) {
 				applied = &storepb.AppliedState{}
 				if err := proto.Unmarshal(kv.GetValue(), applied); err != nil {
@@ -627,6 +640,7 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 				return nil, fmt.Errorf("transport: %w", err)
 			}
 		}
+		t.countSnapshot(false, size)
 		if chunk.GetDone() {
 			break
 		}

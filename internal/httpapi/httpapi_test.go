@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+type fakeBackend struct {
+	ready     error
+	status    *concordpb.StatusResponse
+	statusErr error
+}
+
+func (f fakeBackend) Ready() error { return f.ready }
+func (f fakeBackend) Status(context.Context) (*concordpb.StatusResponse, error) {
+	return f.status, f.statusErr
+}
+
+func serve(h http.Handler, method, path, auth string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+func TestRoutes(t *testing.T) {
+	notReady := Handler(fakeBackend{ready: errors.New("shard 3 has no known leader"), statusErr: errors.New("no placement leader")}, Config{})
+	if w := serve(notReady, "GET", "/readyz", ""); w.Code != 503 || !strings.Contains(w.Body.String(), "shard 3 has no known leader") {
+		t.Errorf("/readyz not ready = %d %q, want 503 with the reason", w.Code, w.Body)
+	}
+	if w := serve(notReady, "GET", "/healthz", ""); w.Code != 200 {
+		t.Errorf("/healthz = %d, want 200 even when not ready", w.Code)
+	}
+	if w := serve(notReady, "GET", "/api/status", ""); w.Code != 503 || !strings.Contains(w.Body.String(), "no placement leader") {
+		t.Errorf("/api/status failing = %d %q", w.Code, w.Body)
+	}
+	if w := serve(notReady, "GET", "/metrics", ""); w.Code != 404 {
+		t.Errorf("/metrics without a registry = %d, want 404", w.Code)
+	}
+	if w := serve(notReady, "POST", "/healthz", ""); w.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /healthz = %d, want 405", w.Code)
+	}
+
+	ready := Handler(fakeBackend{status: &concordpb.StatusResponse{ClusterId: 7, AnsweredByNodeId: 2}},
+		Config{AuthToken: "tok", Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("m 1\n")) })})
+	if w := serve(ready, "GET", "/readyz", ""); w.Code != 200 {
+		t.Errorf("/readyz = %d", w.Code)
+	}
+	if w := serve(ready, "GET", "/metrics", ""); w.Code != 200 || w.Body.String() != "m 1\n" {
+		t.Errorf("/metrics = %d %q: must not need the token", w.Code, w.Body)
+	}
+	if w := serve(ready, "GET", "/api/status", "Bearer nope"); w.Code != 401 {
+		t.Errorf("/api/status, wrong token = %d, want 401", w.Code)
+	}
+	w := serve(ready, "GET", "/api/status", "Bearer tok")
+	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" || !strings.Contains(w.Body.String(), `"answeredByNodeId":"2"`) {
+		t.Errorf("/api/status = %d %s %q", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+}

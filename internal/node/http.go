@@ -1,0 +1,197 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/httpapi"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
+	"github.com/concord-kv/concord/internal/routing"
+)
+
+// The HTTP front door (--http-addr: /healthz, /readyz, /metrics,
+// /api/status; internal/httpapi) and what feeds /metrics.
+
+// readyLag is how many committed entries a replica may still have to apply
+// while the node counts as caught up.
+const readyLag = 1000
+
+// startHTTP serves the HTTP front door on cfg.HTTPAddr, if set. Like the
+// Redis port it opens before the node has an identity, so probes see
+// "not ready" rather than "connection refused" while the node starts.
+func (n *Node) startHTTP() error {
+	if n.cfg.HTTPAddr == "" {
+		return nil
+	}
+	lis, err := net.Listen("tcp", n.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen for HTTP on %s: %w", n.cfg.HTTPAddr, err)
+	}
+	n.httpLis = lis
+	n.httpSrv = &http.Server{
+		Handler:           httpapi.Handler(httpBackend{n}, httpapi.Config{Metrics: n.metrics.Handler(), AuthToken: n.cfg.AuthToken}),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.httpSrv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// HTTPAddr is the address of the HTTP front door, "" if none.
+func (n *Node) HTTPAddr() string {
+	if n.httpLis == nil {
+		return ""
+	}
+	return n.httpLis.Addr().String()
+}
+
+type httpBackend struct{ n *Node }
+
+func (b httpBackend) Ready() error { return b.n.readiness() }
+
+func (b httpBackend) Status(ctx context.Context) (*concordpb.StatusResponse, error) {
+	if !b.n.isReady() {
+		return nil, errors.New("the node has not started raft yet")
+	}
+	return b.n.cluster.Status(ctx, &concordpb.StatusRequest{})
+}
+
+// readiness is nil once the node is a member whose replicas all know a
+// leader and have applied what they know is committed (within readyLag).
+func (n *Node) readiness() error {
+	if !n.isReady() {
+		return errors.New("the node has not joined a cluster or started raft yet")
+	}
+	infos := n.host.Infos()
+	if len(infos) == 0 && n.routes.Load() == nil {
+		return errors.New("the node holds no replicas and has no routing table yet")
+	}
+	for _, info := range infos {
+		if info.Desc == nil {
+			continue // being created from a snapshot
+		}
+		if info.LeaderNode == 0 {
+			return fmt.Errorf("shard %d has no known leader", info.Shard)
+		}
+		if info.Commit > info.Applied+readyLag {
+			return fmt.Errorf("shard %d is catching up: %d committed entries to apply", info.Shard, info.Commit-info.Applied)
+		}
+	}
+	return nil
+}
+
+// observeUnary is the gRPC interceptor that times every unary request.
+func (n *Node) observeUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	n.metrics.Request("grpc", methodName(info.FullMethod), status.Code(err).String(), time.Since(start))
+	return resp, err
+}
+
+// methodName turns "/concord.v1.KV/Put" into "KV.Put".
+func methodName(full string) string {
+	full = strings.TrimPrefix(full, "/")
+	if i := strings.LastIndex(full[:max(strings.Index(full, "/"), 0)], "."); i >= 0 {
+		full = full[i+1:]
+	}
+	return strings.Replace(full, "/", ".", 1)
+}
+
+// stateCollector reports, at scrape time, what the node holds: replicas and
+// leaders, each shard's indexes, and (on the placement leader) how many
+// nodes are in each state.
+type stateCollector struct{ n *Node }
+
+var (
+	descReplicas = prometheus.NewDesc("concord_replicas", "Replicas this node holds.", nil, nil)
+	descLeaders  = prometheus.NewDesc("concord_leaders", "Replicas on this node that lead their shard.", nil, nil)
+	descReady    = prometheus.NewDesc("concord_ready", "1 if the node is ready (as /readyz), else 0.", nil, nil)
+	descLag      = prometheus.NewDesc("concord_shard_apply_lag_entries", "Committed entries a replica here has not applied yet.", []string{"shard"}, nil)
+	descApplied  = prometheus.NewDesc("concord_shard_applied_index", "The applied index of a replica here.", []string{"shard"}, nil)
+	descTerm     = prometheus.NewDesc("concord_shard_term", "The raft term of a replica here.", []string{"shard"}, nil)
+	descIsLeader = prometheus.NewDesc("concord_shard_is_leader", "1 if the replica here leads its shard.", []string{"shard"}, nil)
+	descNodes    = prometheus.NewDesc("concord_cluster_nodes", "Nodes by state, as the placement leader judges them (reported by the placement leader only).", []string{"state"}, nil)
+	descPlLeader = prometheus.NewDesc("concord_placement_leader", "1 if this node leads the placement service (shard 0).", nil, nil)
+)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descNodes, descPlLeader} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	ready := 0.0
+	if n.readiness() == nil {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	if !n.isReady() {
+		return
+	}
+	replicas, leaders := 0, 0
+	for _, info := range n.host.Infos() {
+		if info.Desc == nil {
+			continue
+		}
+		replicas++
+		shard := strconv.FormatUint(uint64(info.Shard), 10)
+		isLeader := 0.0
+		if info.IsLeader {
+			leaders++
+			isLeader = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(info.Commit-min(info.Commit, info.Applied)), shard)
+		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(info.Applied), shard)
+		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(info.Term), shard)
+		ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, isLeader, shard)
+	}
+	ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(replicas))
+	ch <- prometheus.MustNewConstMetric(descLeaders, prometheus.GaugeValue, float64(leaders))
+	c.collectNodes(ch)
+}
+
+// collectNodes reports node states where the placement view is at hand.
+func (c stateCollector) collectNodes(ch chan<- prometheus.Metric) {
+	info, ok := c.n.host.Info(routing.MetaShard)
+	if !ok || !info.IsLeader {
+		ch <- prometheus.MustNewConstMetric(descPlLeader, prometheus.GaugeValue, 0)
+		return
+	}
+	v, err := c.n.placementView()
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(descPlLeader, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descPlLeader, prometheus.GaugeValue, 1)
+	counts := map[concordpb.NodeState]int{}
+	for _, s := range scheduler.NodeStates(v) {
+		counts[s]++
+	}
+	for s := range concordpb.NodeState_name {
+		st := concordpb.NodeState(s)
+		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(counts[st]), nodeStateName(st))
+	}
+}
+
+func nodeStateName(s concordpb.NodeState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "NODE_"))
+}

@@ -1,0 +1,185 @@
+package node
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+func withHTTP(token string) func(*Config) {
+	return func(c *Config) {
+		c.HTTPAddr = "127.0.0.1:0"
+		c.AuthToken = token
+	}
+}
+
+func httpGet(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// awaitReady polls /readyz until it answers 200.
+func awaitReady(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := httpGet(t, base+"/readyz", "")
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d: %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// metricValue returns the value of the sample whose name and labels match
+// series exactly as exposed (labels in Prometheus's sorted order).
+func metricValue(t *testing.T, exposition, series string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(exposition)
+	if m == nil {
+		t.Fatalf("no sample %s in /metrics", series)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestHTTPFrontDoor checks every route of --http-addr on a live node: the
+// probes, metrics that move when the node serves a write, and the status
+// document.
+func TestHTTPFrontDoor(t *testing.T) {
+	n := startSolo(t, withHTTP(""))
+	base := "http://" + n.HTTPAddr()
+	if code, body := httpGet(t, base+"/healthz", ""); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz = %d %q", code, body)
+	}
+	awaitReady(t, base)
+
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := concordpb.NewKVClient(conn).Put(ctx, &concordpb.PutRequest{Key: []byte("k" + strconv.Itoa(i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code, m := httpGet(t, base+"/metrics", "")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d", code)
+	}
+	if got := metricValue(t, m, `concord_request_duration_seconds_count{code="OK",op="KV.Put",protocol="grpc"}`); got != 3 {
+		t.Errorf("KV.Put requests = %v, want 3", got)
+	}
+	if got := metricValue(t, m, `concord_proposal_duration_seconds_count{outcome="ok"}`); got < 3 {
+		t.Errorf("proposals = %v, want at least the 3 puts", got)
+	}
+	if got := metricValue(t, m, `concord_storage_commit_duration_seconds_count{synced="true"}`); got < 3 {
+		t.Errorf("synced commits = %v, want at least one per put", got)
+	}
+	// One node: the meta shard and the one user shard, both led here.
+	for series, want := range map[string]float64{
+		"concord_replicas": 2, "concord_leaders": 2, "concord_ready": 1, "concord_placement_leader": 1,
+		`concord_cluster_nodes{state="up"}`: 1, `concord_cluster_nodes{state="dead"}`: 0,
+		`concord_shard_is_leader{shard="1"}`: 1, `concord_shard_apply_lag_entries{shard="1"}`: 0,
+	} {
+		if got := metricValue(t, m, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if metricValue(t, m, `concord_shard_applied_index{shard="1"}`) < 3 {
+		t.Error("shard 1's applied index does not count the puts")
+	}
+	if !strings.Contains(m, "go_goroutines ") || !strings.Contains(m, "process_cpu_seconds_total ") {
+		t.Error("/metrics lacks the Go runtime and process collectors")
+	}
+
+	code, body := httpGet(t, base+"/api/status", "")
+	if code != http.StatusOK {
+		t.Fatalf("/api/status = %d %s", code, body)
+	}
+	var st concordpb.StatusResponse
+	if err := protojson.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/api/status is not a StatusResponse: %v", err)
+	}
+	if len(st.GetNodes()) != 1 || len(st.GetShards()) != 2 || st.GetAnsweredByNodeId() != uint64(n.ID()) {
+		t.Fatalf("/api/status: %d nodes, %d shards, answered by %d; want 1, 2, %d",
+			len(st.GetNodes()), len(st.GetShards()), st.GetAnsweredByNodeId(), n.ID())
+	}
+	if code, _ := httpGet(t, base+"/nope", ""); code != http.StatusNotFound {
+		t.Errorf("unknown route = %d, want 404", code)
+	}
+}
+
+// TestHTTPAuthAndGarbage: with a token, /api/status needs it and the probes
+// do not; bytes that are not HTTP get 400 and leave the node serving.
+func TestHTTPAuthAndGarbage(t *testing.T) {
+	const token = "s3cret"
+	n := startSolo(t, withHTTP(token))
+	base := "http://" + n.HTTPAddr()
+	awaitReady(t, base)
+	if code, body := httpGet(t, base+"/api/status", ""); code != http.StatusUnauthorized || !strings.Contains(body, "Bearer") {
+		t.Errorf("/api/status without the token = %d %q, want 401 naming the header", code, body)
+	}
+	if code, _ := httpGet(t, base+"/api/status", "wrong"); code != http.StatusUnauthorized {
+		t.Errorf("/api/status with a wrong token = %d, want 401", code)
+	}
+	if code, _ := httpGet(t, base+"/api/status", token); code != http.StatusOK {
+		t.Errorf("/api/status with the token = %d, want 200", code)
+	}
+
+	c, err := net.Dial("tcp", n.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("\x00\xff garbage that is not HTTP\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	reply, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasPrefix(string(reply), "HTTP/1.1 400") {
+		t.Errorf("garbage got %q, want a 400", reply)
+	}
+	if code, _ := httpGet(t, base+"/healthz", ""); code != http.StatusOK {
+		t.Errorf("/healthz after garbage = %d", code)
+	}
+}
