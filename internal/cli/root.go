@@ -64,7 +64,19 @@ func NewRoot() *cobra.Command {
 		newFaultCmd(),
 		newBenchCmd(),
 	)
+	withSettingsAll(root)
 	return root
+}
+
+// withSettingsAll gives every runnable command --config and CONCORD_*
+// environment variables (config.go).
+func withSettingsAll(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		withSettingsAll(sub)
+	}
+	if c.RunE != nil || c.Run != nil {
+		withSettings(c)
+	}
 }
 
 // clientFlags are the flags every client verb takes.
