@@ -30,14 +30,14 @@ func (e ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code)
 func Main(args []string) int {
 	root := NewRoot()
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
 	}
 	if e, ok := err.(ExitError); ok {
 		return e.Code
 	}
-	fmt.Fprintln(os.Stderr, "error:", err)
+	reportError(os.Stdout, os.Stderr, cmd, err)
 	return 2
 }
 
