@@ -26,7 +26,7 @@ func newClusterCmd() *cobra.Command {
 
 type clusterUpFlags struct {
 	nodes, basePort, shards, replicas int
-	redisBasePort                     int
+	redisBasePort, httpBasePort       int
 	dataDir, host                     string
 	supervise, faults                 bool
 	restartDelay                      time.Duration
@@ -47,6 +47,7 @@ func newClusterUpCmd() *cobra.Command {
 	fl.IntVar(&f.nodes, "nodes", 3, "number of nodes")
 	fl.IntVar(&f.basePort, "base-port", 7001, "port of the first node; the others follow")
 	fl.IntVar(&f.redisBasePort, "redis-base-port", 6380, "Redis protocol port of the first node; the others follow (0: no Redis port)")
+	fl.IntVar(&f.httpBasePort, "http-base-port", 8001, "HTTP port (health, /metrics, /api/status) of the first node; the others follow (0: none)")
 	fl.StringVar(&f.dataDir, "data-dir", "./data", "parent directory of the nodes' data dirs")
 	fl.IntVar(&f.shards, "shards", 16, "number of shards")
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas per shard")
@@ -61,7 +62,8 @@ func newClusterUpCmd() *cobra.Command {
 // clusterUp starts the nodes as child processes and stops them together
 // on Ctrl-C or SIGTERM.
 func clusterUp(f clusterUpFlags) error {
-	if f.nodes < 1 || f.basePort < 1 || f.basePort+f.nodes > 65536 || f.redisBasePort < 0 || f.redisBasePort+f.nodes > 65536 {
+	if f.nodes < 1 || f.basePort < 1 || f.basePort+f.nodes > 65536 || f.redisBasePort < 0 || f.redisBasePort+f.nodes > 65536 ||
+		f.httpBasePort < 0 || f.httpBasePort+f.nodes > 65536 {
 		return fmt.Errorf("--nodes must be positive and the ports must fit below 65536")
 	}
 	self, err := os.Executable()
@@ -92,6 +94,9 @@ func upConfig(f clusterUpFlags, self string) localcluster.Config {
 		if f.redisBasePort != 0 {
 			cfg.RedisAddrs = append(cfg.RedisAddrs, f.host+":"+strconv.Itoa(f.redisBasePort+i))
 		}
+		if f.httpBasePort != 0 {
+			cfg.HTTPAddrs = append(cfg.HTTPAddrs, f.host+":"+strconv.Itoa(f.httpBasePort+i))
+		}
 	}
 	cfg.OnExit = func(e localcluster.Exit) {
 		if !e.Asked { // asked: we are stopping
@@ -114,11 +119,14 @@ func exitDesc(err error) string {
 func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
 	fmt.Printf("Concord cluster of %d nodes is starting; data under %s\n", f.nodes, f.dataDir)
 	for i, a := range c.Addrs() {
+		line := fmt.Sprintf("  node %d: %s", i+1, a)
 		if r := c.RedisAddr(i); r != "" {
-			fmt.Printf("  node %d: %s, Redis protocol on %s (pid %d)\n", i+1, a, r, c.Process(i).PID())
-		} else {
-			fmt.Printf("  node %d: %s (pid %d)\n", i+1, a, c.Process(i).PID())
+			line += ", Redis protocol on " + r
 		}
+		if h := c.HTTPAddr(i); h != "" {
+			line += ", HTTP on " + h
+		}
+		fmt.Printf("%s (pid %d)\n", line, c.Process(i).PID())
 	}
 	if f.supervise {
 		fmt.Printf("Supervised: a node that exits is restarted after %v.\n", f.restartDelay)
@@ -128,6 +136,9 @@ func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
 	if r := c.RedisAddr(0); r != "" {
 		host, port, _ := net.SplitHostPort(r)
 		fmt.Printf("           redis-cli -h %s -p %s set hello world   (any node's Redis port)\n", host, port)
+	}
+	if h := c.HTTPAddr(0); h != "" {
+		fmt.Printf("           curl http://%s/metrics   (also /healthz, /readyz, /api/status)\n", h)
 	}
 	fmt.Println("Ctrl-C stops the cluster.")
 }

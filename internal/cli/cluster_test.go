@@ -12,7 +12,7 @@ import (
 // from --base-port, data dirs DATA/node1..., and the server flags it has
 // always passed.
 func TestClusterUpCommandLine(t *testing.T) {
-	f := clusterUpFlags{nodes: 3, basePort: 7001, shards: 16, replicas: 3, dataDir: "./data", host: "127.0.0.1",
+	f := clusterUpFlags{nodes: 3, basePort: 7001, httpBasePort: 8001, shards: 16, replicas: 3, dataDir: "./data", host: "127.0.0.1",
 		supervise: true, faults: true, restartDelay: time.Second, extra: []string{"--log-level=debug"}}
 	cfg := upConfig(f, "/bin/concord")
 	c, err := localcluster.New(cfg)
@@ -21,7 +21,7 @@ func TestClusterUpCommandLine(t *testing.T) {
 	}
 	peers := "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
 	want := []string{"server", "--addr", "127.0.0.1:7002", "--data-dir", "data/node2", "--peers", peers,
-		"--shards", "16", "--replicas", "3", "--enable-fault-injection", "--log-level=debug"}
+		"--shards", "16", "--replicas", "3", "--enable-fault-injection", "--http-addr", "127.0.0.1:8002", "--log-level=debug"}
 	if got := c.Args(1); !slices.Equal(got, want) {
 		t.Fatalf("node 2's command line:\n got %q\nwant %q", got, want)
 	}

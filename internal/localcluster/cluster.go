@@ -56,6 +56,11 @@ type Config struct {
 	// When empty and Redis is set, they get ports from FreePort.
 	RedisAddrs []string
 	Redis      bool
+	// HTTPAddrs are the nodes' HTTP front door addresses (--http-addr:
+	// health, metrics, status, dashboard). When empty and HTTP is set,
+	// they get ports from FreePort.
+	HTTPAddrs []string
+	HTTP      bool
 	// FaultInjection adds --enable-fault-injection (the Admin fault API).
 	FaultInjection bool
 	// ExtraArgs are appended to every node's command line.
@@ -102,6 +107,8 @@ type Cluster struct {
 	// redis holds the nodes' Redis addresses ("" each when the nodes serve
 	// no Redis protocol), replaced with addrs.
 	redis atomic.Pointer[[]string]
+	// http holds the nodes' HTTP addresses, like redis.
+	http atomic.Pointer[[]string]
 	// peers are the initial nodes' addresses, their --peers.
 	peers []string
 	// joins holds, for nodes added by AddJoiner, the addresses they are
@@ -136,7 +143,11 @@ func New(cfg Config) (*Cluster, error) {
 			addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		}
 	}
-	redis, err := redisAddrs(cfg, len(addrs))
+	redis, err := sideAddrs("Redis", cfg.RedisAddrs, cfg.Redis, len(addrs))
+	if err != nil {
+		return nil, err
+	}
+	httpAddrs, err := sideAddrs("HTTP", cfg.HTTPAddrs, cfg.HTTP, len(addrs))
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +156,7 @@ func New(cfg Config) (*Cluster, error) {
 		conns: map[int]*grpc.ClientConn{}, stopping: make(chan struct{})}
 	c.addrs.Store(&addrs)
 	c.redis.Store(&redis)
+	c.http.Store(&httpAddrs)
 	return c, nil
 }
 
@@ -181,32 +193,35 @@ func (c *Cluster) AddJoiner(via []int, extra ...string) (int, error) {
 	}
 	i := len(addrs)
 	addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
-	redis := append(c.RedisAddrs(), "")
-	if c.cfg.Redis {
-		rp, err := FreePorts(1)
-		if err != nil {
-			return 0, err
-		}
-		redis[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(rp[0]))
+	redis, err := sideAddrs("Redis", nil, c.cfg.Redis, 1)
+	if err != nil {
+		return 0, err
 	}
+	httpAddrs, err := sideAddrs("HTTP", nil, c.cfg.HTTP, 1)
+	if err != nil {
+		return 0, err
+	}
+	redis, httpAddrs = append(c.RedisAddrs(), redis...), append(c.HTTPAddrs(), httpAddrs...)
 	c.joins[i] = j
 	c.procs = append(c.procs, nil)
 	c.starts = append(c.starts, 0)
 	c.redis.Store(&redis)
+	c.http.Store(&httpAddrs)
 	c.addrs.Store(&addrs)
 	return i, nil
 }
 
-// redisAddrs returns the nodes' Redis addresses: the configured ones, free
-// ports on 127.0.0.1 when Config.Redis asks for them, else none.
-func redisAddrs(cfg Config, n int) ([]string, error) {
+// sideAddrs returns n nodes' addresses for a protocol beside gRPC (Redis,
+// HTTP): the configured ones, free ports on 127.0.0.1 when want asks for
+// them, else "" each (the protocol is off).
+func sideAddrs(what string, configured []string, want bool, n int) ([]string, error) {
 	out := make([]string, n)
 	switch {
-	case len(cfg.RedisAddrs) > 0 && len(cfg.RedisAddrs) != n:
-		return nil, fmt.Errorf("localcluster: %d Redis addresses for %d nodes", len(cfg.RedisAddrs), n)
-	case len(cfg.RedisAddrs) > 0:
-		copy(out, cfg.RedisAddrs)
-	case cfg.Redis:
+	case len(configured) > 0 && len(configured) != n:
+		return nil, fmt.Errorf("localcluster: %d %s addresses for %d nodes", len(configured), what, n)
+	case len(configured) > 0:
+		copy(out, configured)
+	case want:
 		ports, err := FreePorts(n)
 		if err != nil {
 			return nil, err
@@ -223,6 +238,12 @@ func (c *Cluster) RedisAddr(i int) string { return (*c.redis.Load())[i] }
 
 // RedisAddrs are the nodes' Redis protocol addresses, by index.
 func (c *Cluster) RedisAddrs() []string { return append([]string(nil), *c.redis.Load()...) }
+
+// HTTPAddr is node i's HTTP front door address, "" if it serves none.
+func (c *Cluster) HTTPAddr(i int) string { return (*c.http.Load())[i] }
+
+// HTTPAddrs are the nodes' HTTP addresses, by index.
+func (c *Cluster) HTTPAddrs() []string { return append([]string(nil), *c.http.Load()...) }
 
 // Start lays out a cluster and starts every node. It does not wait for
 // the cluster to serve; see WaitReady. On error, whatever it started is
@@ -309,6 +330,9 @@ func (c *Cluster) Args(i int) []string {
 	}
 	if a := c.RedisAddr(i); a != "" {
 		args = append(args, "--redis-addr", a)
+	}
+	if a := c.HTTPAddr(i); a != "" {
+		args = append(args, "--http-addr", a)
 	}
 	return append(append(args, c.cfg.ExtraArgs...), j.extra...)
 }
