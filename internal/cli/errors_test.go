@@ -40,7 +40,9 @@ func TestErrorsReadAsSentences(t *testing.T) {
 			}
 			continue
 		}
-		var doc struct{ Error struct{ Code, Message string } }
+		var doc struct {
+			Error struct{ Code, Message string }
+		}
 		if err := json.Unmarshal(out.Bytes(), &doc); err != nil || errOut.Len() != 0 {
 			t.Fatalf("json: %q (%v), stderr %q", out.String(), err, errOut.String())
 		}
