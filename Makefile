@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build lib run test test-unit test-e2e bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build lib run test test-unit test-e2e chromium bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -42,8 +42,17 @@ vet:
 test-unit:
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /tests/)
 
-test-e2e: build
+test-e2e: build chromium
 	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./tests/resp/... ./tests/kv739/...
+
+# TestDashboard drives the dashboard in Debian's chromium, installed here
+# when missing (as root); if it cannot be, the test says so and skips.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ echo "installing chromium for the dashboard test (apt)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; } || \
+	  echo "chromium could not be installed: TestDashboard will skip"; }
 
 # Prints the test results and the run's summary line; the full log is in
 # robustness-out/test.log (and printed in part on failure).

@@ -9,6 +9,8 @@
 //	/api/status  the cluster's status as JSON, the same document as
 //	             `concord status --output json` prints (protojson of
 //	             concordpb.StatusResponse)
+//	/            the dashboard: static files embedded in the binary
+//	             (dashboard/), which poll /api/status and /metrics
 //
 // When the node has an auth token, /api/status requires it as
 // "Authorization: Bearer TOKEN"; the probes and /metrics stay open, as in
@@ -18,6 +20,8 @@ package httpapi
 import (
 	"context"
 	"crypto/subtle"
+	"embed"
+	"io/fs"
 	"net/http"
 	"strings"
 	"time"
@@ -26,6 +30,9 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
+
+//go:embed dashboard
+var dashboardFiles embed.FS
 
 // Backend is the node as the HTTP front door sees it.
 type Backend interface {
@@ -65,6 +72,11 @@ func Handler(b Backend, cfg Config) http.Handler {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
 	mux.Handle("GET /api/status", authorized(cfg.AuthToken, statusHandler(b, cfg.StatusTimeout)))
+	dash, err := fs.Sub(dashboardFiles, "dashboard")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	mux.Handle("GET /", http.FileServerFS(dash))
 	return mux
 }
 

@@ -46,6 +46,15 @@ func TestRoutes(t *testing.T) {
 	if w := serve(notReady, "GET", "/metrics", ""); w.Code != 404 {
 		t.Errorf("/metrics without a registry = %d, want 404", w.Code)
 	}
+	if w := serve(notReady, "GET", "/", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `<script src="app.js">`) {
+		t.Errorf("/ = %d, want the dashboard page", w.Code)
+	}
+	if w := serve(notReady, "GET", "/app.js", ""); w.Code != 200 || !strings.Contains(w.Body.String(), "api/status") {
+		t.Errorf("/app.js = %d", w.Code)
+	}
+	if w := serve(notReady, "GET", "/nope", ""); w.Code != 404 {
+		t.Errorf("/nope = %d, want 404", w.Code)
+	}
 	if w := serve(notReady, "POST", "/healthz", ""); w.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /healthz = %d, want 405", w.Code)
 	}

@@ -38,6 +38,9 @@ type Options struct {
 	// Redis gives every node a Redis protocol port (--redis-addr on a free
 	// port); see RedisAddr.
 	Redis bool
+	// HTTP gives every node an HTTP front door (--http-addr on a free
+	// port); see HTTPAddr.
+	HTTP bool
 	// ExtraArgs are appended to every node's command line, e.g.
 	// "--raft-log-keep-entries=20".
 	ExtraArgs []string
@@ -69,7 +72,7 @@ func New(t testing.TB, opts Options) *Cluster {
 	lc, err := localcluster.New(localcluster.Config{Binary: Binary(t), Dir: dir, LogDir: dir,
 		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
 		LogLevel:  cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
-		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit, Redis: opts.Redis,
+		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit, Redis: opts.Redis, HTTP: opts.HTTP,
 		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise, RestartDelay: superviseDelay})
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
@@ -108,6 +111,9 @@ func (c *Cluster) Addr(i int) string { return c.lc.Addr(i) }
 
 // RedisAddr is node i's Redis protocol address ("" without Options.Redis).
 func (c *Cluster) RedisAddr(i int) string { return c.lc.RedisAddr(i) }
+
+// HTTPAddr is node i's HTTP front door address ("" without Options.HTTP).
+func (c *Cluster) HTTPAddr(i int) string { return c.lc.HTTPAddr(i) }
 
 // DataDir is node i's data directory.
 func (c *Cluster) DataDir(i int) string { return c.lc.DataDir(i) }
