@@ -7,7 +7,7 @@ DATA    ?= ./data
 
 DURATION ?= 30m
 
-.PHONY: all build lib run test test-unit test-e2e chromium bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build lib run test test-unit test-e2e chromium test-netns bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -44,6 +44,12 @@ test-unit:
 
 test-e2e: build chromium
 	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./tests/resp/... ./tests/kv739/...
+
+# The multi-machine steps of docs/operations.md on one box: a network
+# namespace per node on a bridge, the guide's commands, a short bench
+# (scripts/netns-cluster.sh). Needs root; skips with a message otherwise.
+test-netns: build
+	./scripts/netns-cluster.sh
 
 # TestDashboard drives the dashboard in Debian's chromium, installed here
 # when missing (as root); if it cannot be, the test says so and skips.
