@@ -108,6 +108,13 @@ const (
 	// DELETE_EXPIRED: deletes the key only if it has expired by the command's
 	// time: the background sweep's operation. Result ok: deleted.
 	OpType_OP_DELETE_EXPIRED OpType = 10
+	// CHECK: compares the key with expected (or expect_absent), as CAS does,
+	// and changes nothing. Result ok: matched; exists/value: the key before.
+	// When it does not match, the next `skip` ops of the batch are not
+	// applied (their results have skipped set): a guard over the ops after
+	// it, so that several checks followed by writes apply all or none of the
+	// writes (the Redis protocol's MSETNX), in one Raft entry.
+	OpType_OP_CHECK OpType = 11
 )
 
 // Enum value maps for OpType.
@@ -124,6 +131,7 @@ var (
 		8:  "OP_GET_DELETE",
 		9:  "OP_EXPIRE",
 		10: "OP_DELETE_EXPIRED",
+		11: "OP_CHECK",
 	}
 	OpType_value = map[string]int32{
 		"OP_GET":            0,
@@ -137,6 +145,7 @@ var (
 		"OP_GET_DELETE":     8,
 		"OP_EXPIRE":         9,
 		"OP_DELETE_EXPIRED": 10,
+		"OP_CHECK":          11,
 	}
 )
 
@@ -1164,7 +1173,10 @@ type Op struct {
 	// INCR_FLOAT: the amount to add.
 	FloatDelta float64 `protobuf:"fixed64,13,opt,name=float_delta,json=floatDelta,proto3" json:"float_delta,omitempty"`
 	// SET_RANGE: where value is written.
-	Offset        int64 `protobuf:"varint,14,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset int64 `protobuf:"varint,14,opt,name=offset,proto3" json:"offset,omitempty"`
+	// CHECK: how many of the ops after this one a failed check skips; at
+	// most the number of ops after it in the batch. 0 for every other type.
+	Skip          uint32 `protobuf:"varint,15,opt,name=skip,proto3" json:"skip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,6 +1309,13 @@ func (x *Op) GetOffset() int64 {
 	return 0
 }
 
+func (x *Op) GetSkip() uint32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
 type OpResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// GET: found. PUT: a previous value existed (with a condition: the put was
@@ -1312,7 +1331,9 @@ type OpResult struct {
 	// GET: the key's expiry, Unix milliseconds; 0: none.
 	ExpireAtUnixMs int64 `protobuf:"varint,5,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
 	// Non-zero: the op failed and changed nothing.
-	Error         OpError `protobuf:"varint,6,opt,name=error,proto3,enum=concord.v1.OpError" json:"error,omitempty"`
+	Error OpError `protobuf:"varint,6,opt,name=error,proto3,enum=concord.v1.OpError" json:"error,omitempty"`
+	// The op was not applied: a CHECK before it failed (OP_CHECK's skip).
+	Skipped       bool `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1387,6 +1408,13 @@ func (x *OpResult) GetError() OpError {
 		return x.Error
 	}
 	return OpError_OP_ERROR_NONE
+}
+
+func (x *OpResult) GetSkipped() bool {
+	if x != nil {
+		return x.Skipped
+	}
+	return false
 }
 
 type BatchRequest struct {
@@ -1565,7 +1593,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1d\n" +
 	"\n" +
-	"next_start\x18\x04 \x01(\fR\tnextStart\"\xaf\x03\n" +
+	"next_start\x18\x04 \x01(\fR\tnextStart\"\xc3\x03\n" +
 	"\x02Op\x12&\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x12.concord.v1.OpTypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -1582,14 +1610,16 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\tint_delta\x18\f \x01(\x03R\bintDelta\x12\x1f\n" +
 	"\vfloat_delta\x18\r \x01(\x01R\n" +
 	"floatDelta\x12\x16\n" +
-	"\x06offset\x18\x0e \x01(\x03R\x06offset\"\xbb\x01\n" +
+	"\x06offset\x18\x0e \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04skip\x18\x0f \x01(\rR\x04skip\"\xd5\x01\n" +
 	"\bOpResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
 	"\x06exists\x18\x03 \x01(\bR\x06exists\x12\x1b\n" +
 	"\tint_value\x18\x04 \x01(\x03R\bintValue\x12)\n" +
 	"\x11expire_at_unix_ms\x18\x05 \x01(\x03R\x0eexpireAtUnixMs\x12)\n" +
-	"\x05error\x18\x06 \x01(\x0e2\x13.concord.v1.OpErrorR\x05error\"c\n" +
+	"\x05error\x18\x06 \x01(\x0e2\x13.concord.v1.OpErrorR\x05error\x12\x18\n" +
+	"\askipped\x18\a \x01(\bR\askipped\"c\n" +
 	"\fBatchRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12 \n" +
 	"\x03ops\x18\x02 \x03(\v2\x0e.concord.v1.OpR\x03ops\"s\n" +
@@ -1598,7 +1628,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\aresults\x18\x02 \x03(\v2\x14.concord.v1.OpResultR\aresults**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x01*\xb5\x01\n" +
+	"\x05STALE\x10\x01*\xc3\x01\n" +
 	"\x06OpType\x12\n" +
 	"\n" +
 	"\x06OP_GET\x10\x00\x12\n" +
@@ -1614,7 +1644,8 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\rOP_GET_DELETE\x10\b\x12\r\n" +
 	"\tOP_EXPIRE\x10\t\x12\x15\n" +
 	"\x11OP_DELETE_EXPIRED\x10\n" +
-	"*g\n" +
+	"\x12\f\n" +
+	"\bOP_CHECK\x10\v*g\n" +
 	"\tCondition\x12\x12\n" +
 	"\x0eCONDITION_NONE\x10\x00\x12\x10\n" +
 	"\fCONDITION_NX\x10\x01\x12\x10\n" +
