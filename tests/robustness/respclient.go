@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -132,12 +133,17 @@ func (rc *respClient) do(node *redis.Client, in kvInput, timeout time.Duration) 
 	return out, err
 }
 
-// refused reports whether a Redis error reply says for certain that the
-// command was not applied: an ERR reply (bad input; not an internal error),
-// or an UNAVAILABLE one that names a refusal before proposing (the texts the
-// Go client trusts, client.isRefusal). Anything else (AMBIGUOUS, a forward
-// that may have arrived, a timeout, a broken connection) may have applied.
+// refused reports whether an error says for certain that the command was
+// not applied: the node could not be dialled, the reply is an ERR reply
+// (bad input; not an internal error), or an UNAVAILABLE one that names a
+// refusal before proposing (the texts the Go client trusts,
+// client.isRefusal). Anything else (AMBIGUOUS, a forward that may have
+// arrived, a timeout, a broken connection) may have applied.
 func refused(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true // no connection, so nothing was sent
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
