@@ -460,3 +460,59 @@ func (s *scanner) trailer(sum Summary, open *Shard) error {
 	}
 	return nil
 }
+
+// Stage verifies the backup at src and copies it into dataDir as
+// PendingName, for a node's first start to load. dataDir must not exist or
+// be empty: a restore prepares a new node and never touches a data dir in
+// use. Nothing is left in dataDir unless it succeeds; the copy is synced
+// and renamed into place, so a crash leaves either no PendingName or a
+// complete one (which the node verifies again before loading it).
+func Stage(src, dataDir string) (Summary, error) {
+	sum, err := Verify(src)
+	if err != nil {
+		return Summary{}, err
+	}
+	entries, err := os.ReadDir(dataDir)
+	switch {
+	case err == nil && len(entries) > 0:
+		return Summary{}, fmt.Errorf("data dir %s is not empty: restore prepares a new node's data dir and never writes into one in use", dataDir)
+	case err != nil && !os.IsNotExist(err):
+		return Summary{}, err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return Summary{}, err
+	}
+	dst := filepath.Join(dataDir, PendingName)
+	if err := copyFile(src, dst+".tmp"); err != nil {
+		_ = os.Remove(dst + ".tmp")
+		return Summary{}, err
+	}
+	if err := os.Rename(dst+".tmp", dst); err != nil {
+		return Summary{}, err
+	}
+	if err := SyncDir(dataDir); err != nil {
+		return Summary{}, err
+	}
+	return sum, SyncDir(filepath.Dir(filepath.Clean(dataDir)))
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -168,3 +168,32 @@ func TestNotABackup(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestStage(t *testing.T) {
+	path, _ := writeSample(t)
+	dir := filepath.Join(t.TempDir(), "new")
+	sum, err := Stage(path, dir)
+	must(t, err)
+	if sum.Records != 80 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if _, err := Verify(filepath.Join(dir, PendingName)); err != nil {
+		t.Fatalf("staged copy: %v", err)
+	}
+	// A second restore into the same (now non-empty) dir is refused.
+	if _, err := Stage(path, dir); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("restore into a non-empty dir: %v", err)
+	}
+	// A corrupt backup leaves nothing behind.
+	b, err := os.ReadFile(path)
+	must(t, err)
+	b[len(b)/2] ^= 1
+	must(t, os.WriteFile(path, b, 0o644))
+	dir2 := filepath.Join(t.TempDir(), "new2")
+	if _, err := Stage(path, dir2); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("staging a corrupt file: %v", err)
+	}
+	if _, err := os.Stat(dir2); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore created %s: %v", dir2, err)
+	}
+}
