@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/backupfile"
+	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/localcluster"
 	"github.com/concord-kv/concord/internal/testcluster"
 )
@@ -22,8 +24,8 @@ import (
 // started, with its expiry, and no key that had expired; `concord restore`
 // stages it in a new data dir (refusing a non-empty one), and a single node
 // started there, at a new address and with another shard count, serves
-// every key of the file and accepts writes. A multi-node start of a
-// restored dir is refused.
+// every key of the file and accepts writes; a node that joins it gets the
+// keys by raft snapshot. A multi-node start of a restored dir is refused.
 func TestBackupRestore(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, testcluster.Options{Shards: 4})
@@ -127,6 +129,32 @@ func TestBackupRestore(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, backupfile.PendingName)); !os.IsNotExist(err) {
 		t.Fatalf("the staged backup was not removed after loading: %v", err)
 	}
+
+	// A node that joins receives the restored keys by raft snapshot: its
+	// own replicas serve them (stale reads answered by the joiner itself).
+	joiner := startNode(t, bin, filepath.Join(t.TempDir(), "joiner"), "--join", addr)
+	conn, err := dial.Dial(joiner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kvc := concordpb.NewKVClient(conn)
+	stale := &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE}
+	testcluster.WaitFor(t, 2*readyTimeout, func() error {
+		for k, r := range got {
+			resp, err := kvc.Get(ctx, &concordpb.GetRequest{Header: stale, Key: []byte(k)})
+			if err != nil {
+				return err
+			}
+			if resp.GetHeader().GetServedByNodeId() != 2 {
+				return fmt.Errorf("%s served by node %d, not by the joiner's own replica yet", k, resp.GetHeader().GetServedByNodeId())
+			}
+			if !resp.GetFound() || string(resp.GetValue()) != string(r.Value) {
+				return fmt.Errorf("joiner's replica: %s = %q, found %v; want %q", k, resp.GetValue(), resp.GetFound(), r.Value)
+			}
+		}
+		return nil
+	})
 }
 
 func keyIndex(k string) int {
@@ -177,16 +205,29 @@ func refuseMultiPeerStart(t *testing.T, bin, file string) {
 // address and returns the address.
 func startRestored(t *testing.T, bin, dir string, extra ...string) string {
 	t.Helper()
+	return startNode(t, bin, dir, append([]string{"--peers", ""}, extra...)...)
+}
+
+// startNode starts `concord server` on dir at a new address with args
+// (a "--peers" followed by "" means the node's own address) and returns
+// the address; the node is killed when the test ends.
+func startNode(t *testing.T, bin, dir string, args ...string) string {
+	t.Helper()
 	port, err := localcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logf, err := os.Create(filepath.Join(t.TempDir(), "restored.log"))
+	for i := range args {
+		if args[i] == "" && i > 0 && args[i-1] == "--peers" {
+			args[i] = addr
+		}
+	}
+	logf, err := os.Create(filepath.Join(t.TempDir(), "node.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"server", "--addr", addr, "--data-dir", dir, "--peers", addr}, extra...)...)
+	cmd := exec.Command(bin, append([]string{"server", "--addr", addr, "--data-dir", dir}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -196,7 +237,7 @@ func startRestored(t *testing.T, bin, dir string, extra ...string) string {
 		_ = cmd.Wait()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
-			t.Logf("restored node's log:\n%s", b)
+			t.Logf("log of the node at %s:\n%s", addr, b)
 		}
 		logf.Close()
 	})
