@@ -82,6 +82,14 @@ type KVBackend interface {
 type ShardView interface {
 	Get(key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
 	Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	// State is the applied index the view is at and the shard's
+	// descriptor as of that index.
+	State() (appliedIndex uint64, desc *concordpb.ShardDescriptor, err error)
+	// Export reads the records live at atMs (Unix ms) with keys at or
+	// after start, in key order, about maxBytes of keys and values (at
+	// least one record), with their expiry; more reports that records may
+	// follow (kv.Export).
+	Export(start []byte, maxBytes int, atMs int64) (recs []*concordpb.BackupRecord, more bool, err error)
 	// Close releases the view; it must be called exactly once.
 	Close()
 }

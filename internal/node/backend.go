@@ -11,6 +11,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/storage"
@@ -91,6 +92,31 @@ func (s shardView) Scan(start, end []byte, limit int) (kvs []*concordpb.KeyValue
 		return err
 	})
 	return kvs, readErr(err)
+}
+
+func (s shardView) State() (applied uint64, desc *concordpb.ShardDescriptor, err error) {
+	err = s.v.Read(func(r storage.Reader) error {
+		var as storepb.AppliedState
+		if _, err := storage.GetProto(r, keys.Applied(uint64(s.shard)), &as); err != nil {
+			return err
+		}
+		desc = &concordpb.ShardDescriptor{}
+		_, err := storage.GetProto(r, keys.Descriptor(uint64(s.shard)), desc)
+		applied = as.GetIndex()
+		return err
+	})
+	return applied, desc, readErr(err)
+}
+
+// Export reads one chunk of a backup through the view; each chunk is its
+// own short read, so a slow backup client never holds the engine open
+// (Stop waits for reads in progress, not for the stream).
+func (s shardView) Export(start []byte, maxBytes int, atMs int64) (recs []*concordpb.BackupRecord, more bool, err error) {
+	err = s.v.Read(func(r storage.Reader) error {
+		recs, more, err = kv.Export(r, uint64(s.shard), start, maxBytes, atMs)
+		return err
+	})
+	return recs, more, readErr(err)
 }
 
 func (s shardView) Close() { s.v.Release() }

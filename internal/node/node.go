@@ -237,6 +237,7 @@ func (n *Node) newServer() *grpc.Server {
 	n.kv = grpcapi.NewKV(b, limits)
 	concordpb.RegisterKVServer(srv, n.kv)
 	concordpb.RegisterClusterServer(srv, n.cluster)
+	concordpb.RegisterBackupServer(srv, grpcapi.NewBackup(n.kv))
 	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
 	concordpb.RegisterAdminServer(srv, grpcapi.NewAdmin(b, n.cfg.EnableFaultInjection))
 	return srv
