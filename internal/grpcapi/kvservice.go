@@ -210,7 +210,7 @@ func (s *KV) Scan(ctx context.Context, req *concordpb.ScanRequest) (*concordpb.S
 // most limit keys; the first limit keys of the merge are then exactly the
 // first limit keys of the whole range.
 func (s *KV) scanAll(ctx context.Context, req *concordpb.ScanRequest, limit int) (*concordpb.ScanResponse, error) {
-	shards := table(s.b).Shards()
+	shards := s.b.Table().Shards()
 	if len(shards) == 0 {
 		return nil, status.Error(codes.Unavailable, "this node does not know the shards yet")
 	}
