@@ -11,9 +11,9 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
-	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -35,7 +35,7 @@ func (b backend) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor {
 	return b.n.shardDescriptors()
 }
 
-func (b backend) Table() *routing.Table { return b.n.routingTable() }
+func (b backend) Table() *routing.Table                       { return b.n.routingTable() }
 func (b backend) Leader(shard ids.ShardID) (ids.NodeID, bool) { return b.n.leaderOf(shard) }
 func (b backend) Resolve(node ids.NodeID) (string, bool)      { return b.n.book.resolve(node) }
 func (b backend) Nodes() []*concordpb.NodeDescriptor          { return b.n.book.all() }

@@ -70,11 +70,11 @@ type Node struct {
 	placement placementState
 	steps     stepCounts // scheduler steps executed, per kind
 	// routes is the placement leader's view of the shards, from heartbeats.
-	routes    atomic.Pointer[[]*concordpb.ShardRoute]
+	routes atomic.Pointer[[]*concordpb.ShardRoute]
 	// routeCache is the routing view derived from routes and the host's
 	// descriptors (routes.go).
 	routeCache atomic.Pointer[routeView]
-	partition partition
+	partition  partition
 	// cluster is the Cluster service, which the repair loop calls directly
 	// when this node leads the shard it repairs.
 	cluster *grpcapi.Cluster
