@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,6 +28,7 @@ type KV struct {
 	concordpb.UnimplementedKVServer
 	b      KVBackend
 	limits Limits
+	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.

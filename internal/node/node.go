@@ -237,7 +237,8 @@ func (n *Node) newServer() *grpc.Server {
 		grpc.StreamInterceptor(n.trackStream))
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
-	n.kv = grpcapi.NewKV(b, limits)
+	// Stream calls get the per-call accounting the unary chain gives.
+	n.kv = grpcapi.NewKV(b, limits).WithCallInterceptors(n.trackUnary, n.observeUnary)
 	concordpb.RegisterKVServer(srv, n.kv)
 	concordpb.RegisterClusterServer(srv, n.cluster)
 	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
