@@ -61,8 +61,8 @@ func TestStreamAnswersEveryCallAsUnary(t *testing.T) {
 			Header: &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE}, Key: []byte(key)}}})
 	}
 	calls = append(calls,
-		&concordpb.StreamCall{Id: 1, Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{}}},   // empty key
-		&concordpb.StreamCall{Id: 2},                                                                       // no request at all
+		&concordpb.StreamCall{Id: 1, Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{}}}, // empty key
+		&concordpb.StreamCall{Id: 2}, // no request at all
 		&concordpb.StreamCall{Id: 3, Request: &concordpb.StreamCall_Scan{Scan: &concordpb.ScanRequest{}}}, // every key
 	)
 	if err := stream.Send(&concordpb.StreamRequest{Calls: calls}); err != nil {
