@@ -7,6 +7,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -37,6 +38,9 @@ type Router interface {
 	// included: its own replicas' descriptors, else the placement leader's
 	// view from heartbeats. The caller may not modify them.
 	Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor
+	// Table is the routing table of Descriptors, cached by the node
+	// between changes (a lookup per request must not rebuild it).
+	Table() *routing.Table
 	// Leader returns the node leading shard as far as this node knows (0 if
 	// unknown) and whether that is this node.
 	Leader(shard ids.ShardID) (node ids.NodeID, local bool)

@@ -90,6 +90,14 @@ func (f *fakeNode) ClusterID() uint64      { return 77 }
 
 func (f *fakeNode) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor { return f.descs }
 
+func (f *fakeNode) Table() *routing.Table {
+	list := make([]*concordpb.ShardDescriptor, 0, len(f.descs))
+	for _, d := range f.descs {
+		list = append(list, d)
+	}
+	return routing.NewTable(list)
+}
+
 // election is an election in progress on a fakeNode.
 type election struct {
 	calls  int // guarded by fakeNode.mu: Leader calls left that see no leader

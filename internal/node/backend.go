@@ -14,6 +14,7 @@ import (
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -34,6 +35,8 @@ func (b backend) ClusterID() uint64      { return b.n.ident.Load().GetClusterId(
 func (b backend) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor {
 	return b.n.shardDescriptors()
 }
+
+func (b backend) Table() *routing.Table                       { return b.n.routingTable() }
 func (b backend) Leader(shard ids.ShardID) (ids.NodeID, bool) { return b.n.leaderOf(shard) }
 func (b backend) Resolve(node ids.NodeID) (string, bool)      { return b.n.book.resolve(node) }
 func (b backend) Nodes() []*concordpb.NodeDescriptor          { return b.n.book.all() }
