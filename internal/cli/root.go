@@ -63,6 +63,7 @@ func NewRoot() *cobra.Command {
 		newShardCmd(),
 		newFaultCmd(),
 		newBenchCmd(),
+		newCertsCmd(),
 	)
 	withSettingsAll(root)
 	return root

@@ -140,6 +140,7 @@ var layerTable = []layer{
 		"internal/keys",    // the Pebble key layout
 		"internal/resp",    // the Redis protocol's codec (RESP2/RESP3)
 		"internal/metrics", // a node's Prometheus registry and instruments
+		"internal/certs",   // development CA and certificates; TLS configs from files
 	}},
 	{n: 2, pkgs: []string{
 		"internal/storepb", // persisted protos (imports concordpb)
