@@ -85,6 +85,7 @@ type clientFlags struct {
 	endpoints string
 	output    string
 	timeout   time.Duration
+	sec       securityFlags
 }
 
 func addClientFlags(cmd *cobra.Command, f *clientFlags) {
@@ -95,6 +96,7 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 	cmd.Flags().StringVar(&f.endpoints, "endpoints", def, "comma-separated node addresses (env CONCORD_ENDPOINTS)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to keep retrying before giving up")
+	addSecurityFlags(cmd.Flags(), &f.sec)
 }
 
 // connect returns a client, a context bounded by the timeout, and the
@@ -103,6 +105,10 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 	if f.output != "text" && f.output != "json" {
 		return nil, nil, nil, fmt.Errorf("--output must be text or json, not %q", f.output)
 	}
+	opts, err := f.sec.clientOptions()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	var eps []string
 	for _, e := range strings.Split(f.endpoints, ",") {
@@ -110,7 +116,8 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 			eps = append(eps, e)
 		}
 	}
-	c, err := client.New(ctx, eps...)
+	opts.Endpoints = eps
+	c, err := client.NewWithOptions(ctx, opts)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, err

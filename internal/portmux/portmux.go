@@ -132,3 +132,7 @@ func (p *peeked) Read(b []byte) (int, error) {
 	}
 	return p.Conn.Read(b)
 }
+
+// NetConn returns the connection under p, as tls.Conn does: gRPC's
+// credentials find the TLS state of a decrypted connection through it.
+func (p *peeked) NetConn() net.Conn { return p.Conn }
