@@ -121,7 +121,7 @@ func (alreadyTLS) Info() credentials.ProtocolInfo {
 }
 
 func (a alreadyTLS) Clone() credentials.TransportCredentials { return a }
-func (alreadyTLS) OverrideServerName(string) error          { return nil }
+func (alreadyTLS) OverrideServerName(string) error           { return nil }
 
 // findTLS unwraps c (the port mux wraps connections it peeked at) down to
 // its *tls.Conn, or nil.
