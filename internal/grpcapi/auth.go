@@ -22,12 +22,13 @@ import (
 
 // Auth says who may call a node's gRPC services.
 //
-//   - The raft transport, when the port is TLS, only from a peer that
+//   - The calls only nodes make (the raft transport; Cluster's Probe,
+//     Join and Heartbeat), when the port is TLS, only from a peer that
 //     presented a certificate signed by the cluster's CA (mutual TLS):
 //     a token does not make a caller a node.
-//   - Everything else (KV, Cluster, Admin; the raft transport without
-//     TLS), when Token is set, from a caller with a CA-signed certificate
-//     or with metadata "authorization: Bearer <Token>". Nodes dial their
+//   - Everything else (KV, Cluster, Admin; the peer calls without TLS),
+//     when Token is set, from a caller with a CA-signed certificate or
+//     with metadata "authorization: Bearer <Token>". Nodes dial their
 //     peers with both, so forwarding works either way.
 //
 // The zero Auth lets every call through.
@@ -36,8 +37,14 @@ type Auth struct {
 	TLS   bool
 }
 
-// raftMethods prefixes the full names of the raft transport's methods.
-var raftMethods = "/" + concordpb.RaftTransport_ServiceDesc.ServiceName + "/"
+// peerOnly reports whether method is one only nodes call.
+func peerOnly(method string) bool {
+	switch method {
+	case concordpb.Cluster_Probe_FullMethodName, concordpb.Cluster_Join_FullMethodName, concordpb.Cluster_Heartbeat_FullMethodName:
+		return true
+	}
+	return strings.HasPrefix(method, "/"+concordpb.RaftTransport_ServiceDesc.ServiceName+"/")
+}
 
 // Unary is the interceptor that applies a to unary calls.
 func (a Auth) Unary() grpc.UnaryServerInterceptor {
@@ -61,10 +68,10 @@ func (a Auth) Stream() grpc.StreamServerInterceptor {
 
 func (a Auth) check(ctx context.Context, method string) error {
 	verified := verifiedPeer(ctx)
-	if a.TLS && strings.HasPrefix(method, raftMethods) {
+	if a.TLS && peerOnly(method) {
 		if !verified {
-			return status.Error(codes.Unauthenticated, "raft traffic needs a client certificate signed by the cluster's CA "+
-				"(mutual TLS): start the node with --tls-cert and --tls-key issued by the CA in --tls-ca")
+			return status.Errorf(codes.Unauthenticated, "%s is for cluster nodes: it needs a client certificate signed by the cluster's CA "+
+				"(mutual TLS; start the node with --tls-cert and --tls-key issued by the CA in --tls-ca)", method)
 		}
 		return nil
 	}

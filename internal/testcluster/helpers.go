@@ -29,20 +29,27 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() error) time.Durati
 // Client returns a client of the whole cluster, closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *client.Client {
 	t.Helper()
-	return newClient(t, c.Endpoints()...)
+	return c.newClient(t, c.Endpoints()...)
 }
 
 // NodeClient returns a client given node i's address alone.
 func (c *Cluster) NodeClient(t testing.TB, i int) *client.Client {
 	t.Helper()
-	return newClient(t, c.Addr(i))
+	return c.newClient(t, c.Addr(i))
 }
 
-func newClient(t testing.TB, endpoints ...string) *client.Client {
+// ClientOptions are the options of a client of the cluster: its TLS CA
+// and token, when it has them, and endpoints.
+func (c *Cluster) ClientOptions(endpoints ...string) client.Options {
+	s := c.lc.Security()
+	return client.Options{Endpoints: endpoints, TLSCAFile: s.CAFile, AuthToken: s.Token}
+}
+
+func (c *Cluster) newClient(t testing.TB, endpoints ...string) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, endpoints...)
+	cl, err := client.NewWithOptions(ctx, c.ClientOptions(endpoints...))
 	if err != nil {
 		t.Fatalf("testcluster: client for %v: %v", endpoints, err)
 	}
