@@ -120,7 +120,7 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 	c, err := client.NewWithOptions(ctx, opts)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, err
+		return nil, nil, nil, f.sec.hint(err)
 	}
 	return c, ctx, func() { c.Close(); cancel() }, nil
 }

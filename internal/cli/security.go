@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
@@ -50,4 +53,17 @@ func (s securityFlags) dialOptions() ([]grpc.DialOption, error) {
 		return nil, err
 	}
 	return sec.Options()
+}
+
+// hint adds what to do to an error that a TLS mismatch between the client
+// and the nodes causes, whose own words (from gRPC) do not say so.
+func (s securityFlags) hint(err error) error {
+	msg := err.Error()
+	switch {
+	case s.tlsCA == "" && strings.Contains(msg, "error reading server preface"):
+		return fmt.Errorf("%w (do the nodes use TLS? then give --tls-ca)", err)
+	case s.tlsCA != "" && strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return fmt.Errorf("%w (the nodes do not use TLS: leave out --tls-ca)", err)
+	}
+	return err
 }
