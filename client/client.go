@@ -21,6 +21,10 @@
 // may have applied: a call whose every attempt was refused before proposing
 // (or never reached a node) fails with a plain error.
 //
+// TLS and authentication: Options.TLSCAFile turns TLS on (trusting the
+// nodes' CA), TLSCertFile/TLSKeyFile add a client certificate, and
+// Options.AuthToken is sent with every call to a cluster that requires one.
+//
 // A Client is safe for concurrent use.
 package client
 
