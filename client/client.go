@@ -74,6 +74,7 @@ type Client struct {
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // guarded by mu
+	muxes map[string]*streamMux       // guarded by mu; per address, unless Options.Unary
 
 	routes     atomic.Pointer[routes]
 	refreshing atomic.Bool
@@ -127,6 +128,11 @@ type Options struct {
 	// a cluster started with --auth-token-file. A wrong or missing token
 	// fails calls with codes.Unauthenticated, at once, without retries.
 	AuthToken string
+	// Unary sends each request as its own gRPC call. By default requests
+	// to a node share one KV.Stream, many to a message (fewer frames and
+	// syscalls per request on both sides); a node that does not serve
+	// Stream is called unary either way.
+	Unary bool
 }
 
 // NewWithOptions is New with Options.
@@ -139,7 +145,7 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("concord: %w", err)
 	}
-	c := &Client{endpoints: endpoints, opts: opts, dialOpts: dialOpts, conns: map[string]*grpc.ClientConn{}, sessions: make(chan *session, 1024)}
+	c := &Client{endpoints: endpoints, opts: opts, dialOpts: dialOpts, conns: map[string]*grpc.ClientConn{}, muxes: map[string]*streamMux{}, sessions: make(chan *session, 1024)}
 	c.routes.Store(&routes{table: routing.NewTable(nil), leaders: map[uint64]uint64{}, addrs: map[uint64]string{}})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -167,11 +173,31 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for a, m := range c.muxes {
+		m.close()
+		delete(c.muxes, a)
+	}
 	for a, conn := range c.conns {
 		conn.Close()
 		delete(c.conns, a)
 	}
 	return nil
+}
+
+// kv returns the KV client for addr's connection: its stream mux, or
+// plain unary calls with Options.Unary.
+func (c *Client) kv(addr string, conn *grpc.ClientConn) concordpb.KVClient {
+	if c.opts.Unary {
+		return concordpb.NewKVClient(conn)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.muxes[addr]
+	if !ok {
+		m = newStreamMux(conn)
+		c.muxes[addr] = m
+	}
+	return streamKV{m}
 }
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
@@ -386,7 +412,7 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 			return fmt.Errorf("concord: connect to %s: %w", addr, err)
 		}
 		actx, cancel := attemptContext(ctx, per)
-		rh, err := do(actx, concordpb.NewKVClient(conn), h)
+		rh, err := do(actx, c.kv(addr, conn), h)
 		cancel()
 		if err == nil {
 			c.learn(rh)

@@ -108,6 +108,13 @@ const (
 	// DELETE_EXPIRED: deletes the key only if it has expired by the command's
 	// time: the background sweep's operation. Result ok: deleted.
 	OpType_OP_DELETE_EXPIRED OpType = 10
+	// CHECK: compares the key with expected (or expect_absent), as CAS does,
+	// and changes nothing. Result ok: matched; exists/value: the key before.
+	// When it does not match, the next `skip` ops of the batch are not
+	// applied (their results have skipped set): a guard over the ops after
+	// it, so that several checks followed by writes apply all or none of the
+	// writes (the Redis protocol's MSETNX), in one Raft entry.
+	OpType_OP_CHECK OpType = 11
 )
 
 // Enum value maps for OpType.
@@ -124,6 +131,7 @@ var (
 		8:  "OP_GET_DELETE",
 		9:  "OP_EXPIRE",
 		10: "OP_DELETE_EXPIRED",
+		11: "OP_CHECK",
 	}
 	OpType_value = map[string]int32{
 		"OP_GET":            0,
@@ -137,6 +145,7 @@ var (
 		"OP_GET_DELETE":     8,
 		"OP_EXPIRE":         9,
 		"OP_DELETE_EXPIRED": 10,
+		"OP_CHECK":          11,
 	}
 )
 
@@ -282,6 +291,430 @@ func (OpError) EnumDescriptor() ([]byte, []int) {
 	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{3}
 }
 
+type StreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*StreamCall          `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
+	mi := &file_api_concordpb_kv_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRequest) ProtoMessage() {}
+
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_kv_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StreamRequest) GetCalls() []*StreamCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+type StreamCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique among its calls in flight on the stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The caller's remaining deadline in milliseconds (0: the server's default).
+	TimeoutMs uint32 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Types that are valid to be assigned to Request:
+	//
+	//	*StreamCall_Get
+	//	*StreamCall_Put
+	//	*StreamCall_Delete
+	//	*StreamCall_CompareAndSwap
+	//	*StreamCall_Scan
+	//	*StreamCall_Batch
+	Request       isStreamCall_Request `protobuf_oneof:"request"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamCall) Reset() {
+	*x = StreamCall{}
+	mi := &file_api_concordpb_kv_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamCall) ProtoMessage() {}
+
+func (x *StreamCall) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_kv_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamCall.ProtoReflect.Descriptor instead.
+func (*StreamCall) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StreamCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamCall) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *StreamCall) GetRequest() isStreamCall_Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *StreamCall) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Request.(*StreamCall_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *StreamCall) GetPut() *PutRequest {
+	if x != nil {
+		if x, ok := x.Request.(*StreamCall_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *StreamCall) GetDelete() *DeleteRequest {
+	if x != nil {
+		if x, ok := x.Request.(*StreamCall_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *StreamCall) GetCompareAndSwap() *CompareAndSwapRequest {
+	if x != nil {
+		if x, ok := x.Request.(*StreamCall_CompareAndSwap); ok {
+			return x.CompareAndSwap
+		}
+	}
+	return nil
+}
+
+func (x *StreamCall) GetScan() *ScanRequest {
+	if x != nil {
+		if x, ok := x.Request.(*StreamCall_Scan); ok {
+			return x.Scan
+		}
+	}
+	return nil
+}
+
+func (x *StreamCall) GetBatch() *BatchRequest {
+	if x != nil {
+		if x, ok := x.Request.(*StreamCall_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
+type isStreamCall_Request interface {
+	isStreamCall_Request()
+}
+
+type StreamCall_Get struct {
+	Get *GetRequest `protobuf:"bytes,3,opt,name=get,proto3,oneof"`
+}
+
+type StreamCall_Put struct {
+	Put *PutRequest `protobuf:"bytes,4,opt,name=put,proto3,oneof"`
+}
+
+type StreamCall_Delete struct {
+	Delete *DeleteRequest `protobuf:"bytes,5,opt,name=delete,proto3,oneof"`
+}
+
+type StreamCall_CompareAndSwap struct {
+	CompareAndSwap *CompareAndSwapRequest `protobuf:"bytes,6,opt,name=compare_and_swap,json=compareAndSwap,proto3,oneof"`
+}
+
+type StreamCall_Scan struct {
+	Scan *ScanRequest `protobuf:"bytes,7,opt,name=scan,proto3,oneof"`
+}
+
+type StreamCall_Batch struct {
+	Batch *BatchRequest `protobuf:"bytes,8,opt,name=batch,proto3,oneof"`
+}
+
+func (*StreamCall_Get) isStreamCall_Request() {}
+
+func (*StreamCall_Put) isStreamCall_Request() {}
+
+func (*StreamCall_Delete) isStreamCall_Request() {}
+
+func (*StreamCall_CompareAndSwap) isStreamCall_Request() {}
+
+func (*StreamCall_Scan) isStreamCall_Request() {}
+
+func (*StreamCall_Batch) isStreamCall_Request() {}
+
+type StreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replies       []*StreamReply         `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponse) Reset() {
+	*x = StreamResponse{}
+	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponse) ProtoMessage() {}
+
+func (x *StreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponse) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StreamResponse) GetReplies() []*StreamReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
+type StreamReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A gRPC status code and message, as the unary method would have failed
+	// (code 0: success, and the response below is set).
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Types that are valid to be assigned to Response:
+	//
+	//	*StreamReply_Get
+	//	*StreamReply_Put
+	//	*StreamReply_Delete
+	//	*StreamReply_CompareAndSwap
+	//	*StreamReply_Scan
+	//	*StreamReply_Batch
+	Response      isStreamReply_Response `protobuf_oneof:"response"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamReply) Reset() {
+	*x = StreamReply{}
+	mi := &file_api_concordpb_kv_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamReply) ProtoMessage() {}
+
+func (x *StreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_kv_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamReply.ProtoReflect.Descriptor instead.
+func (*StreamReply) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StreamReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamReply) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *StreamReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *StreamReply) GetResponse() isStreamReply_Response {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *StreamReply) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Response.(*StreamReply_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *StreamReply) GetPut() *PutResponse {
+	if x != nil {
+		if x, ok := x.Response.(*StreamReply_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *StreamReply) GetDelete() *DeleteResponse {
+	if x != nil {
+		if x, ok := x.Response.(*StreamReply_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *StreamReply) GetCompareAndSwap() *CompareAndSwapResponse {
+	if x != nil {
+		if x, ok := x.Response.(*StreamReply_CompareAndSwap); ok {
+			return x.CompareAndSwap
+		}
+	}
+	return nil
+}
+
+func (x *StreamReply) GetScan() *ScanResponse {
+	if x != nil {
+		if x, ok := x.Response.(*StreamReply_Scan); ok {
+			return x.Scan
+		}
+	}
+	return nil
+}
+
+func (x *StreamReply) GetBatch() *BatchResponse {
+	if x != nil {
+		if x, ok := x.Response.(*StreamReply_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
+type isStreamReply_Response interface {
+	isStreamReply_Response()
+}
+
+type StreamReply_Get struct {
+	Get *GetResponse `protobuf:"bytes,4,opt,name=get,proto3,oneof"`
+}
+
+type StreamReply_Put struct {
+	Put *PutResponse `protobuf:"bytes,5,opt,name=put,proto3,oneof"`
+}
+
+type StreamReply_Delete struct {
+	Delete *DeleteResponse `protobuf:"bytes,6,opt,name=delete,proto3,oneof"`
+}
+
+type StreamReply_CompareAndSwap struct {
+	CompareAndSwap *CompareAndSwapResponse `protobuf:"bytes,7,opt,name=compare_and_swap,json=compareAndSwap,proto3,oneof"`
+}
+
+type StreamReply_Scan struct {
+	Scan *ScanResponse `protobuf:"bytes,8,opt,name=scan,proto3,oneof"`
+}
+
+type StreamReply_Batch struct {
+	Batch *BatchResponse `protobuf:"bytes,9,opt,name=batch,proto3,oneof"`
+}
+
+func (*StreamReply_Get) isStreamReply_Response() {}
+
+func (*StreamReply_Put) isStreamReply_Response() {}
+
+func (*StreamReply_Delete) isStreamReply_Response() {}
+
+func (*StreamReply_CompareAndSwap) isStreamReply_Response() {}
+
+func (*StreamReply_Scan) isStreamReply_Response() {}
+
+func (*StreamReply_Batch) isStreamReply_Response() {}
+
 type RequestHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session_id and seq make a mutation at-most-once: a shard remembers the
@@ -298,7 +731,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[0]
+	mi := &file_api_concordpb_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +743,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[0]
+	mi := &file_api_concordpb_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +756,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{0}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RequestHeader) GetSessionId() uint64 {
@@ -368,7 +801,7 @@ type ResponseHeader struct {
 
 func (x *ResponseHeader) Reset() {
 	*x = ResponseHeader{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[1]
+	mi := &file_api_concordpb_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +813,7 @@ func (x *ResponseHeader) String() string {
 func (*ResponseHeader) ProtoMessage() {}
 
 func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[1]
+	mi := &file_api_concordpb_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +826,7 @@ func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseHeader.ProtoReflect.Descriptor instead.
 func (*ResponseHeader) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{1}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResponseHeader) GetShardId() uint64 {
@@ -434,7 +867,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	mi := &file_api_concordpb_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +879,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	mi := &file_api_concordpb_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +892,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{2}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -486,7 +919,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[3]
+	mi := &file_api_concordpb_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +931,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[3]
+	mi := &file_api_concordpb_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +944,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{3}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -541,7 +974,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[4]
+	mi := &file_api_concordpb_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +986,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[4]
+	mi := &file_api_concordpb_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +999,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{4}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetResponse) GetHeader() *ResponseHeader {
@@ -611,7 +1044,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[5]
+	mi := &file_api_concordpb_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +1056,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[5]
+	mi := &file_api_concordpb_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +1069,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{5}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -678,7 +1111,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[6]
+	mi := &file_api_concordpb_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +1123,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[6]
+	mi := &file_api_concordpb_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +1136,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{6}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutResponse) GetHeader() *ResponseHeader {
@@ -737,7 +1170,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[7]
+	mi := &file_api_concordpb_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +1182,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[7]
+	mi := &file_api_concordpb_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +1195,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{7}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -789,7 +1222,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[8]
+	mi := &file_api_concordpb_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1234,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[8]
+	mi := &file_api_concordpb_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1247,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{8}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteResponse) GetHeader() *ResponseHeader {
@@ -847,7 +1280,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[9]
+	mi := &file_api_concordpb_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1292,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[9]
+	mi := &file_api_concordpb_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1305,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{9}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -930,7 +1363,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[10]
+	mi := &file_api_concordpb_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1375,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[10]
+	mi := &file_api_concordpb_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1388,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{10}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompareAndSwapResponse) GetHeader() *ResponseHeader {
@@ -1002,7 +1435,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[11]
+	mi := &file_api_concordpb_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1447,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[11]
+	mi := &file_api_concordpb_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1460,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{11}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -1078,7 +1511,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[12]
+	mi := &file_api_concordpb_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1523,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[12]
+	mi := &file_api_concordpb_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1536,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{12}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ScanResponse) GetHeader() *ResponseHeader {
@@ -1164,14 +1597,17 @@ type Op struct {
 	// INCR_FLOAT: the amount to add.
 	FloatDelta float64 `protobuf:"fixed64,13,opt,name=float_delta,json=floatDelta,proto3" json:"float_delta,omitempty"`
 	// SET_RANGE: where value is written.
-	Offset        int64 `protobuf:"varint,14,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset int64 `protobuf:"varint,14,opt,name=offset,proto3" json:"offset,omitempty"`
+	// CHECK: how many of the ops after this one a failed check skips; at
+	// most the number of ops after it in the batch. 0 for every other type.
+	Skip          uint32 `protobuf:"varint,15,opt,name=skip,proto3" json:"skip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[13]
+	mi := &file_api_concordpb_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1619,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[13]
+	mi := &file_api_concordpb_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1632,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{13}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Op) GetType() OpType {
@@ -1297,6 +1733,13 @@ func (x *Op) GetOffset() int64 {
 	return 0
 }
 
+func (x *Op) GetSkip() uint32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
 type OpResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// GET: found. PUT: a previous value existed (with a condition: the put was
@@ -1312,14 +1755,16 @@ type OpResult struct {
 	// GET: the key's expiry, Unix milliseconds; 0: none.
 	ExpireAtUnixMs int64 `protobuf:"varint,5,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
 	// Non-zero: the op failed and changed nothing.
-	Error         OpError `protobuf:"varint,6,opt,name=error,proto3,enum=concord.v1.OpError" json:"error,omitempty"`
+	Error OpError `protobuf:"varint,6,opt,name=error,proto3,enum=concord.v1.OpError" json:"error,omitempty"`
+	// The op was not applied: a CHECK before it failed (OP_CHECK's skip).
+	Skipped       bool `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[14]
+	mi := &file_api_concordpb_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1776,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[14]
+	mi := &file_api_concordpb_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1789,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{14}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OpResult) GetOk() bool {
@@ -1389,6 +1834,13 @@ func (x *OpResult) GetError() OpError {
 	return OpError_OP_ERROR_NONE
 }
 
+func (x *OpResult) GetSkipped() bool {
+	if x != nil {
+		return x.Skipped
+	}
+	return false
+}
+
 type BatchRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1400,7 +1852,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[15]
+	mi := &file_api_concordpb_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1864,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[15]
+	mi := &file_api_concordpb_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1877,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{15}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BatchRequest) GetHeader() *RequestHeader {
@@ -1452,7 +1904,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[16]
+	mi := &file_api_concordpb_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1916,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[16]
+	mi := &file_api_concordpb_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1929,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{16}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchResponse) GetHeader() *ResponseHeader {
@@ -1499,7 +1951,35 @@ var File_api_concordpb_kv_proto protoreflect.FileDescriptor
 const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\n" +
 	"\x16api/concordpb/kv.proto\x12\n" +
-	"concord.v1\"\x8f\x01\n" +
+	"concord.v1\"=\n" +
+	"\rStreamRequest\x12,\n" +
+	"\x05calls\x18\x01 \x03(\v2\x16.concord.v1.StreamCallR\x05calls\"\x83\x03\n" +
+	"\n" +
+	"StreamCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\rR\ttimeoutMs\x12*\n" +
+	"\x03get\x18\x03 \x01(\v2\x16.concord.v1.GetRequestH\x00R\x03get\x12*\n" +
+	"\x03put\x18\x04 \x01(\v2\x16.concord.v1.PutRequestH\x00R\x03put\x123\n" +
+	"\x06delete\x18\x05 \x01(\v2\x19.concord.v1.DeleteRequestH\x00R\x06delete\x12M\n" +
+	"\x10compare_and_swap\x18\x06 \x01(\v2!.concord.v1.CompareAndSwapRequestH\x00R\x0ecompareAndSwap\x12-\n" +
+	"\x04scan\x18\a \x01(\v2\x17.concord.v1.ScanRequestH\x00R\x04scan\x120\n" +
+	"\x05batch\x18\b \x01(\v2\x18.concord.v1.BatchRequestH\x00R\x05batchB\t\n" +
+	"\arequest\"C\n" +
+	"\x0eStreamResponse\x121\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.concord.v1.StreamReplyR\areplies\"\x9a\x03\n" +
+	"\vStreamReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12+\n" +
+	"\x03get\x18\x04 \x01(\v2\x17.concord.v1.GetResponseH\x00R\x03get\x12+\n" +
+	"\x03put\x18\x05 \x01(\v2\x17.concord.v1.PutResponseH\x00R\x03put\x124\n" +
+	"\x06delete\x18\x06 \x01(\v2\x1a.concord.v1.DeleteResponseH\x00R\x06delete\x12N\n" +
+	"\x10compare_and_swap\x18\a \x01(\v2\".concord.v1.CompareAndSwapResponseH\x00R\x0ecompareAndSwap\x12.\n" +
+	"\x04scan\x18\b \x01(\v2\x18.concord.v1.ScanResponseH\x00R\x04scan\x121\n" +
+	"\x05batch\x18\t \x01(\v2\x19.concord.v1.BatchResponseH\x00R\x05batchB\n" +
+	"\n" +
+	"\bresponse\"\x8f\x01\n" +
 	"\rRequestHeader\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1565,7 +2045,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1d\n" +
 	"\n" +
-	"next_start\x18\x04 \x01(\fR\tnextStart\"\xaf\x03\n" +
+	"next_start\x18\x04 \x01(\fR\tnextStart\"\xc3\x03\n" +
 	"\x02Op\x12&\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x12.concord.v1.OpTypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -1582,14 +2062,16 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\tint_delta\x18\f \x01(\x03R\bintDelta\x12\x1f\n" +
 	"\vfloat_delta\x18\r \x01(\x01R\n" +
 	"floatDelta\x12\x16\n" +
-	"\x06offset\x18\x0e \x01(\x03R\x06offset\"\xbb\x01\n" +
+	"\x06offset\x18\x0e \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04skip\x18\x0f \x01(\rR\x04skip\"\xd5\x01\n" +
 	"\bOpResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
 	"\x06exists\x18\x03 \x01(\bR\x06exists\x12\x1b\n" +
 	"\tint_value\x18\x04 \x01(\x03R\bintValue\x12)\n" +
 	"\x11expire_at_unix_ms\x18\x05 \x01(\x03R\x0eexpireAtUnixMs\x12)\n" +
-	"\x05error\x18\x06 \x01(\x0e2\x13.concord.v1.OpErrorR\x05error\"c\n" +
+	"\x05error\x18\x06 \x01(\x0e2\x13.concord.v1.OpErrorR\x05error\x12\x18\n" +
+	"\askipped\x18\a \x01(\bR\askipped\"c\n" +
 	"\fBatchRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12 \n" +
 	"\x03ops\x18\x02 \x03(\v2\x0e.concord.v1.OpR\x03ops\"s\n" +
@@ -1598,7 +2080,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\aresults\x18\x02 \x03(\v2\x14.concord.v1.OpResultR\aresults**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x01*\xb5\x01\n" +
+	"\x05STALE\x10\x01*\xc3\x01\n" +
 	"\x06OpType\x12\n" +
 	"\n" +
 	"\x06OP_GET\x10\x00\x12\n" +
@@ -1614,7 +2096,8 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\rOP_GET_DELETE\x10\b\x12\r\n" +
 	"\tOP_EXPIRE\x10\t\x12\x15\n" +
 	"\x11OP_DELETE_EXPIRED\x10\n" +
-	"*g\n" +
+	"\x12\f\n" +
+	"\bOP_CHECK\x10\v*g\n" +
 	"\tCondition\x12\x12\n" +
 	"\x0eCONDITION_NONE\x10\x00\x12\x10\n" +
 	"\fCONDITION_NX\x10\x01\x12\x10\n" +
@@ -1626,14 +2109,15 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x14OP_ERROR_NOT_INTEGER\x10\x01\x12\x15\n" +
 	"\x11OP_ERROR_OVERFLOW\x10\x02\x12\x16\n" +
 	"\x12OP_ERROR_NOT_FLOAT\x10\x03\x12\x16\n" +
-	"\x12OP_ERROR_TOO_LARGE\x10\x042\x87\x03\n" +
+	"\x12OP_ERROR_TOO_LARGE\x10\x042\xcc\x03\n" +
 	"\x02KV\x126\n" +
 	"\x03Get\x12\x16.concord.v1.GetRequest\x1a\x17.concord.v1.GetResponse\x126\n" +
 	"\x03Put\x12\x16.concord.v1.PutRequest\x1a\x17.concord.v1.PutResponse\x12?\n" +
 	"\x06Delete\x12\x19.concord.v1.DeleteRequest\x1a\x1a.concord.v1.DeleteResponse\x12W\n" +
 	"\x0eCompareAndSwap\x12!.concord.v1.CompareAndSwapRequest\x1a\".concord.v1.CompareAndSwapResponse\x129\n" +
 	"\x04Scan\x12\x17.concord.v1.ScanRequest\x1a\x18.concord.v1.ScanResponse\x12<\n" +
-	"\x05Batch\x12\x18.concord.v1.BatchRequest\x1a\x19.concord.v1.BatchResponseB-Z+github.com/concord-kv/concord/api/concordpbb\x06proto3"
+	"\x05Batch\x12\x18.concord.v1.BatchRequest\x1a\x19.concord.v1.BatchResponse\x12C\n" +
+	"\x06Stream\x12\x19.concord.v1.StreamRequest\x1a\x1a.concord.v1.StreamResponse(\x010\x01B-Z+github.com/concord-kv/concord/api/concordpbb\x06proto3"
 
 var (
 	file_api_concordpb_kv_proto_rawDescOnce sync.Once
@@ -1648,67 +2132,87 @@ func file_api_concordpb_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_concordpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_concordpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_api_concordpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_api_concordpb_kv_proto_goTypes = []any{
 	(Consistency)(0),               // 0: concord.v1.Consistency
 	(OpType)(0),                    // 1: concord.v1.OpType
 	(Condition)(0),                 // 2: concord.v1.Condition
 	(OpError)(0),                   // 3: concord.v1.OpError
-	(*RequestHeader)(nil),          // 4: concord.v1.RequestHeader
-	(*ResponseHeader)(nil),         // 5: concord.v1.ResponseHeader
-	(*KeyValue)(nil),               // 6: concord.v1.KeyValue
-	(*GetRequest)(nil),             // 7: concord.v1.GetRequest
-	(*GetResponse)(nil),            // 8: concord.v1.GetResponse
-	(*PutRequest)(nil),             // 9: concord.v1.PutRequest
-	(*PutResponse)(nil),            // 10: concord.v1.PutResponse
-	(*DeleteRequest)(nil),          // 11: concord.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 12: concord.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),  // 13: concord.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil), // 14: concord.v1.CompareAndSwapResponse
-	(*ScanRequest)(nil),            // 15: concord.v1.ScanRequest
-	(*ScanResponse)(nil),           // 16: concord.v1.ScanResponse
-	(*Op)(nil),                     // 17: concord.v1.Op
-	(*OpResult)(nil),               // 18: concord.v1.OpResult
-	(*BatchRequest)(nil),           // 19: concord.v1.BatchRequest
-	(*BatchResponse)(nil),          // 20: concord.v1.BatchResponse
+	(*StreamRequest)(nil),          // 4: concord.v1.StreamRequest
+	(*StreamCall)(nil),             // 5: concord.v1.StreamCall
+	(*StreamResponse)(nil),         // 6: concord.v1.StreamResponse
+	(*StreamReply)(nil),            // 7: concord.v1.StreamReply
+	(*RequestHeader)(nil),          // 8: concord.v1.RequestHeader
+	(*ResponseHeader)(nil),         // 9: concord.v1.ResponseHeader
+	(*KeyValue)(nil),               // 10: concord.v1.KeyValue
+	(*GetRequest)(nil),             // 11: concord.v1.GetRequest
+	(*GetResponse)(nil),            // 12: concord.v1.GetResponse
+	(*PutRequest)(nil),             // 13: concord.v1.PutRequest
+	(*PutResponse)(nil),            // 14: concord.v1.PutResponse
+	(*DeleteRequest)(nil),          // 15: concord.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 16: concord.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),  // 17: concord.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil), // 18: concord.v1.CompareAndSwapResponse
+	(*ScanRequest)(nil),            // 19: concord.v1.ScanRequest
+	(*ScanResponse)(nil),           // 20: concord.v1.ScanResponse
+	(*Op)(nil),                     // 21: concord.v1.Op
+	(*OpResult)(nil),               // 22: concord.v1.OpResult
+	(*BatchRequest)(nil),           // 23: concord.v1.BatchRequest
+	(*BatchResponse)(nil),          // 24: concord.v1.BatchResponse
 }
 var file_api_concordpb_kv_proto_depIdxs = []int32{
-	0,  // 0: concord.v1.RequestHeader.consistency:type_name -> concord.v1.Consistency
-	4,  // 1: concord.v1.GetRequest.header:type_name -> concord.v1.RequestHeader
-	5,  // 2: concord.v1.GetResponse.header:type_name -> concord.v1.ResponseHeader
-	4,  // 3: concord.v1.PutRequest.header:type_name -> concord.v1.RequestHeader
-	5,  // 4: concord.v1.PutResponse.header:type_name -> concord.v1.ResponseHeader
-	4,  // 5: concord.v1.DeleteRequest.header:type_name -> concord.v1.RequestHeader
-	5,  // 6: concord.v1.DeleteResponse.header:type_name -> concord.v1.ResponseHeader
-	4,  // 7: concord.v1.CompareAndSwapRequest.header:type_name -> concord.v1.RequestHeader
-	5,  // 8: concord.v1.CompareAndSwapResponse.header:type_name -> concord.v1.ResponseHeader
-	4,  // 9: concord.v1.ScanRequest.header:type_name -> concord.v1.RequestHeader
-	5,  // 10: concord.v1.ScanResponse.header:type_name -> concord.v1.ResponseHeader
-	6,  // 11: concord.v1.ScanResponse.kvs:type_name -> concord.v1.KeyValue
-	1,  // 12: concord.v1.Op.type:type_name -> concord.v1.OpType
-	2,  // 13: concord.v1.Op.condition:type_name -> concord.v1.Condition
-	3,  // 14: concord.v1.OpResult.error:type_name -> concord.v1.OpError
-	4,  // 15: concord.v1.BatchRequest.header:type_name -> concord.v1.RequestHeader
-	17, // 16: concord.v1.BatchRequest.ops:type_name -> concord.v1.Op
-	5,  // 17: concord.v1.BatchResponse.header:type_name -> concord.v1.ResponseHeader
-	18, // 18: concord.v1.BatchResponse.results:type_name -> concord.v1.OpResult
-	7,  // 19: concord.v1.KV.Get:input_type -> concord.v1.GetRequest
-	9,  // 20: concord.v1.KV.Put:input_type -> concord.v1.PutRequest
-	11, // 21: concord.v1.KV.Delete:input_type -> concord.v1.DeleteRequest
-	13, // 22: concord.v1.KV.CompareAndSwap:input_type -> concord.v1.CompareAndSwapRequest
-	15, // 23: concord.v1.KV.Scan:input_type -> concord.v1.ScanRequest
-	19, // 24: concord.v1.KV.Batch:input_type -> concord.v1.BatchRequest
-	8,  // 25: concord.v1.KV.Get:output_type -> concord.v1.GetResponse
-	10, // 26: concord.v1.KV.Put:output_type -> concord.v1.PutResponse
-	12, // 27: concord.v1.KV.Delete:output_type -> concord.v1.DeleteResponse
-	14, // 28: concord.v1.KV.CompareAndSwap:output_type -> concord.v1.CompareAndSwapResponse
-	16, // 29: concord.v1.KV.Scan:output_type -> concord.v1.ScanResponse
-	20, // 30: concord.v1.KV.Batch:output_type -> concord.v1.BatchResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	5,  // 0: concord.v1.StreamRequest.calls:type_name -> concord.v1.StreamCall
+	11, // 1: concord.v1.StreamCall.get:type_name -> concord.v1.GetRequest
+	13, // 2: concord.v1.StreamCall.put:type_name -> concord.v1.PutRequest
+	15, // 3: concord.v1.StreamCall.delete:type_name -> concord.v1.DeleteRequest
+	17, // 4: concord.v1.StreamCall.compare_and_swap:type_name -> concord.v1.CompareAndSwapRequest
+	19, // 5: concord.v1.StreamCall.scan:type_name -> concord.v1.ScanRequest
+	23, // 6: concord.v1.StreamCall.batch:type_name -> concord.v1.BatchRequest
+	7,  // 7: concord.v1.StreamResponse.replies:type_name -> concord.v1.StreamReply
+	12, // 8: concord.v1.StreamReply.get:type_name -> concord.v1.GetResponse
+	14, // 9: concord.v1.StreamReply.put:type_name -> concord.v1.PutResponse
+	16, // 10: concord.v1.StreamReply.delete:type_name -> concord.v1.DeleteResponse
+	18, // 11: concord.v1.StreamReply.compare_and_swap:type_name -> concord.v1.CompareAndSwapResponse
+	20, // 12: concord.v1.StreamReply.scan:type_name -> concord.v1.ScanResponse
+	24, // 13: concord.v1.StreamReply.batch:type_name -> concord.v1.BatchResponse
+	0,  // 14: concord.v1.RequestHeader.consistency:type_name -> concord.v1.Consistency
+	8,  // 15: concord.v1.GetRequest.header:type_name -> concord.v1.RequestHeader
+	9,  // 16: concord.v1.GetResponse.header:type_name -> concord.v1.ResponseHeader
+	8,  // 17: concord.v1.PutRequest.header:type_name -> concord.v1.RequestHeader
+	9,  // 18: concord.v1.PutResponse.header:type_name -> concord.v1.ResponseHeader
+	8,  // 19: concord.v1.DeleteRequest.header:type_name -> concord.v1.RequestHeader
+	9,  // 20: concord.v1.DeleteResponse.header:type_name -> concord.v1.ResponseHeader
+	8,  // 21: concord.v1.CompareAndSwapRequest.header:type_name -> concord.v1.RequestHeader
+	9,  // 22: concord.v1.CompareAndSwapResponse.header:type_name -> concord.v1.ResponseHeader
+	8,  // 23: concord.v1.ScanRequest.header:type_name -> concord.v1.RequestHeader
+	9,  // 24: concord.v1.ScanResponse.header:type_name -> concord.v1.ResponseHeader
+	10, // 25: concord.v1.ScanResponse.kvs:type_name -> concord.v1.KeyValue
+	1,  // 26: concord.v1.Op.type:type_name -> concord.v1.OpType
+	2,  // 27: concord.v1.Op.condition:type_name -> concord.v1.Condition
+	3,  // 28: concord.v1.OpResult.error:type_name -> concord.v1.OpError
+	8,  // 29: concord.v1.BatchRequest.header:type_name -> concord.v1.RequestHeader
+	21, // 30: concord.v1.BatchRequest.ops:type_name -> concord.v1.Op
+	9,  // 31: concord.v1.BatchResponse.header:type_name -> concord.v1.ResponseHeader
+	22, // 32: concord.v1.BatchResponse.results:type_name -> concord.v1.OpResult
+	11, // 33: concord.v1.KV.Get:input_type -> concord.v1.GetRequest
+	13, // 34: concord.v1.KV.Put:input_type -> concord.v1.PutRequest
+	15, // 35: concord.v1.KV.Delete:input_type -> concord.v1.DeleteRequest
+	17, // 36: concord.v1.KV.CompareAndSwap:input_type -> concord.v1.CompareAndSwapRequest
+	19, // 37: concord.v1.KV.Scan:input_type -> concord.v1.ScanRequest
+	23, // 38: concord.v1.KV.Batch:input_type -> concord.v1.BatchRequest
+	4,  // 39: concord.v1.KV.Stream:input_type -> concord.v1.StreamRequest
+	12, // 40: concord.v1.KV.Get:output_type -> concord.v1.GetResponse
+	14, // 41: concord.v1.KV.Put:output_type -> concord.v1.PutResponse
+	16, // 42: concord.v1.KV.Delete:output_type -> concord.v1.DeleteResponse
+	18, // 43: concord.v1.KV.CompareAndSwap:output_type -> concord.v1.CompareAndSwapResponse
+	20, // 44: concord.v1.KV.Scan:output_type -> concord.v1.ScanResponse
+	24, // 45: concord.v1.KV.Batch:output_type -> concord.v1.BatchResponse
+	6,  // 46: concord.v1.KV.Stream:output_type -> concord.v1.StreamResponse
+	40, // [40:47] is the sub-list for method output_type
+	33, // [33:40] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_api_concordpb_kv_proto_init() }
@@ -1716,13 +2220,29 @@ func file_api_concordpb_kv_proto_init() {
 	if File_api_concordpb_kv_proto != nil {
 		return
 	}
+	file_api_concordpb_kv_proto_msgTypes[1].OneofWrappers = []any{
+		(*StreamCall_Get)(nil),
+		(*StreamCall_Put)(nil),
+		(*StreamCall_Delete)(nil),
+		(*StreamCall_CompareAndSwap)(nil),
+		(*StreamCall_Scan)(nil),
+		(*StreamCall_Batch)(nil),
+	}
+	file_api_concordpb_kv_proto_msgTypes[3].OneofWrappers = []any{
+		(*StreamReply_Get)(nil),
+		(*StreamReply_Put)(nil),
+		(*StreamReply_Delete)(nil),
+		(*StreamReply_CompareAndSwap)(nil),
+		(*StreamReply_Scan)(nil),
+		(*StreamReply_Batch)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_kv_proto_rawDesc), len(file_api_concordpb_kv_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

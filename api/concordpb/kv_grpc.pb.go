@@ -27,6 +27,7 @@ const (
 	KV_CompareAndSwap_FullMethodName = "/concord.v1.KV/CompareAndSwap"
 	KV_Scan_FullMethodName           = "/concord.v1.KV/Scan"
 	KV_Batch_FullMethodName          = "/concord.v1.KV/Batch"
+	KV_Stream_FullMethodName         = "/concord.v1.KV/Stream"
 )
 
 // KVClient is the client API for KV service.
@@ -57,6 +58,12 @@ type KVClient interface {
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 	// Batch applies several operations on keys of one shard atomically.
 	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// Stream carries many independent requests per message in both
+	// directions, answered by id in any order: a client with many concurrent
+	// requests to one node pays one HTTP/2 frame per batch, not per request.
+	// Each call means exactly what the unary method of its kind means,
+	// errors included.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
 }
 
 type kVClient struct {
@@ -127,6 +134,19 @@ func (c *kVClient) Batch(ctx context.Context, in *BatchRequest, opts ...grpc.Cal
 	return out, nil
 }
 
+func (c *kVClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[0], KV_Stream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamRequest, StreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -155,6 +175,12 @@ type KVServer interface {
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	// Batch applies several operations on keys of one shard atomically.
 	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
+	// Stream carries many independent requests per message in both
+	// directions, answered by id in any order: a client with many concurrent
+	// requests to one node pays one HTTP/2 frame per batch, not per request.
+	// Each call means exactly what the unary method of its kind means,
+	// errors included.
+	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -182,6 +208,9 @@ func (UnimplementedKVServer) Scan(context.Context, *ScanRequest) (*ScanResponse,
 }
 func (UnimplementedKVServer) Batch(context.Context, *BatchRequest) (*BatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Batch not implemented")
+}
+func (UnimplementedKVServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -312,6 +341,13 @@ func _KV_Batch_Handler(srv interface{}, ctx context.Context, dec func(interface{
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KV_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KVServer).Stream(&grpc.GenericServerStream[StreamRequest, StreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -344,6 +380,13 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _KV_Batch_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Stream",
+			Handler:       _KV_Stream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "api/concordpb/kv.proto",
 }

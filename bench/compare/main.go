@@ -57,6 +57,10 @@ type row struct {
 	P99       float64 `json:"p99_ms"`
 	Errors    int64   `json:"errors"`
 	BoxCPU    float64 `json:"box_cpu_pct"` // whole machine, % of one core
+	// The servers' processes' CPU (from /proc/PID/stat) and the load
+	// generator's, in CPU milliseconds per 1,000 operations.
+	ServerCPU float64 `json:"server_cpu_ms_per_kop"`
+	LoadCPU   float64 `json:"loadgen_cpu_ms_per_kop"`
 	Note      string  `json:"note,omitempty"`
 }
 

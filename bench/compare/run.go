@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/concord-kv/concord/internal/bench"
 )
 
 // benchJSON is the part of `concord bench --output json` the table uses.
 type benchJSON struct {
+	Ops        int64   `json:"ops"`
 	Throughput float64 `json:"throughput_ops_per_sec"`
 	Latency    struct {
 		P50, P99 float64
@@ -27,41 +29,45 @@ func slug(s string) string {
 	return strings.NewReplacer(" ", "", ",", "-").Replace(strings.ToLower(s))
 }
 
-// concordBench runs `concord bench` against s and decodes its JSON.
-func concordBench(o options, s *system, file string, args ...string) (benchJSON, error) {
+// concordBench runs `concord bench` against s and decodes its JSON; it
+// also returns the CPU time the load generator itself used.
+func concordBench(o options, s *system, file string, args ...string) (benchJSON, time.Duration, error) {
 	full := append([]string{"bench", "--target", s.target, "--endpoints", strings.Join(s.endpoints, ","),
 		"--keys", strconv.Itoa(o.keys), "--key-size", "16", "--value-size", "256", "--output", "json"}, args...)
-	out, err := exec.Command(o.concord, full...).Output()
+	cmd := exec.Command(o.concord, full...)
+	out, err := cmd.Output()
 	var res benchJSON
 	if err != nil {
 		msg := err.Error()
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg = strings.TrimSpace(string(ee.Stderr))
 		}
-		return res, fmt.Errorf("concord %s: %s", strings.Join(full, " "), msg)
+		return res, 0, fmt.Errorf("concord %s: %s", strings.Join(full, " "), msg)
 	}
 	if file != "" {
 		_ = os.WriteFile(filepath.Join(o.out, file), out, 0o644)
 	}
-	return res, json.Unmarshal(out, &res)
+	return res, childCPU(cmd), json.Unmarshal(out, &res)
 }
 
 // preload writes every key once with 100 clients, so that reads find
 // values and every system starts from the same data.
 func preload(o options, s *system) error {
 	logf("%s: preloading %d keys", s.name, o.keys)
-	_, err := concordBench(o, s, "", "--workload", "get", "--clients", "100", "--conns", "10", "--preload", "--ops", "1")
+	_, _, err := concordBench(o, s, "", "--workload", "get", "--clients", "100", "--conns", "10", "--preload", "--ops", "1")
 	return err
 }
 
 // runBench runs one workload through concord bench, measuring the whole
 // box's CPU meanwhile.
 func runBench(o options, s *system, w workload) (row, error) {
-	cpu := startCPU()
+	cpu, srv := startCPU(), startServerCPU(s.pids())
 	args := append(append([]string{}, w.args...), "--duration", o.duration.String(), "--preload=false")
-	res, err := concordBench(o, s, s.name+"-"+slug(w.name)+".json", args...)
+	res, gen, err := concordBench(o, s, s.name+"-"+slug(w.name)+".json", args...)
+	ops := float64(res.Ops + res.Errors)
 	return row{System: s.name, Workload: w.name, Tool: "concord bench", OpsPerSec: res.Throughput,
-		P50: res.Latency.P50, P99: res.Latency.P99, Errors: res.Errors, BoxCPU: cpu.stop()}, err
+		P50: res.Latency.P50, P99: res.Latency.P99, Errors: res.Errors, BoxCPU: cpu.stop(),
+		ServerCPU: perKOps(srv.stop(), ops), LoadCPU: perKOps(gen, ops)}, err
 }
 
 // crossCheck runs the peer's own tool for the put and get rows, sized to
@@ -73,7 +79,7 @@ func crossCheck(o options, s *system, rates map[string]float64) ([]row, error) {
 			continue
 		}
 		total := max(200, int(rates[w.name]*o.duration.Seconds()))
-		cpu := startCPU()
+		cpu, srv := startCPU(), startServerCPU(s.pids())
 		var r row
 		var err error
 		if s.target == "etcd" {
@@ -82,6 +88,7 @@ func crossCheck(o options, s *system, rates map[string]float64) ([]row, error) {
 			r, err = redisBenchmark(o, s, w, total)
 		}
 		r.BoxCPU = cpu.stop()
+		r.ServerCPU = perKOps(srv.stop(), float64(total))
 		if err != nil {
 			return rows, err
 		}
@@ -102,13 +109,15 @@ func etcdBenchmark(o options, s *system, w workload, total int) (row, error) {
 	} else {
 		args = append(args, "range", bench.KeyName(1, 16), "--consistency", "l", "--total", strconv.Itoa(total))
 	}
-	out, err := exec.Command(filepath.Join(o.peers, "benchmark"), args...).CombinedOutput()
+	cmd := exec.Command(filepath.Join(o.peers, "benchmark"), args...)
+	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(o.out, s.name+"-native-"+slug(w.name)+".txt"), out, 0o644)
 	if err != nil {
 		return row{}, fmt.Errorf("etcd benchmark %v: %v: %s", args, err, lastLines(out))
 	}
 	n, err := parseEtcdBenchmark(bytes.NewReader(out))
-	return row{System: s.name, Workload: w.name, Tool: "etcd benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99}, err
+	return row{System: s.name, Workload: w.name, Tool: "etcd benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99,
+		LoadCPU: perKOps(childCPU(cmd), float64(total))}, err
 }
 
 // redisBenchmark runs redis-benchmark's SET or GET with the same value
@@ -118,7 +127,8 @@ func redisBenchmark(o options, s *system, w workload, total int) (row, error) {
 	test := map[string]string{"put": "set", "get": "get"}[w.kind]
 	args := []string{"-h", host, "-p", port, "--csv", "-t", test, "-n", strconv.Itoa(total),
 		"-c", strconv.Itoa(w.clients), "-d", "256", "-r", strconv.Itoa(o.keys)}
-	out, err := exec.Command(filepath.Join(o.peers, "redis-benchmark"), args...).Output()
+	cmd := exec.Command(filepath.Join(o.peers, "redis-benchmark"), args...)
+	out, err := cmd.Output()
 	_ = os.WriteFile(filepath.Join(o.out, s.name+"-native-"+slug(w.name)+".txt"), out, 0o644)
 	if err != nil {
 		return row{}, fmt.Errorf("redis-benchmark %v: %v: %s", args, err, lastLines(out))
@@ -131,7 +141,8 @@ func redisBenchmark(o options, s *system, w workload, total int) (row, error) {
 	if !ok {
 		return row{}, fmt.Errorf("redis-benchmark printed no %s row", test)
 	}
-	return row{System: s.name, Workload: w.name, Tool: "redis-benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99}, nil
+	return row{System: s.name, Workload: w.name, Tool: "redis-benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99,
+		LoadCPU: perKOps(childCPU(cmd), float64(total))}, nil
 }
 
 func lastLines(b []byte) string {

@@ -26,6 +26,22 @@ type system struct {
 	dir       string
 }
 
+// pids lists the server processes (not the load generator).
+func (s *system) pids() []int {
+	var out []int
+	for _, p := range s.procs {
+		out = append(out, p.Process.Pid)
+	}
+	if s.lc != nil {
+		for i := range s.lc.N() {
+			if pid := s.lc.PID(i); pid > 0 {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
 // stop signals every process the system started and waits for it; a
 // process that has not exited after 10 s is killed.
 func (s *system) stop() {

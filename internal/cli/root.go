@@ -63,6 +63,8 @@ func NewRoot() *cobra.Command {
 		newShardCmd(),
 		newFaultCmd(),
 		newBenchCmd(),
+		newBackupCmd(),
+		newRestoreCmd(),
 		newCertsCmd(),
 	)
 	withSettingsAll(root)

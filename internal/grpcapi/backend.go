@@ -7,6 +7,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -37,6 +38,9 @@ type Router interface {
 	// included: its own replicas' descriptors, else the placement leader's
 	// view from heartbeats. The caller may not modify them.
 	Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor
+	// Table is the routing table of Descriptors, cached by the node
+	// between changes (a lookup per request must not rebuild it).
+	Table() *routing.Table
 	// Leader returns the node leading shard as far as this node knows (0 if
 	// unknown) and whether that is this node.
 	Leader(shard ids.ShardID) (node ids.NodeID, local bool)
@@ -82,6 +86,14 @@ type KVBackend interface {
 type ShardView interface {
 	Get(key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
 	Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	// State is the applied index the view is at and the shard's
+	// descriptor as of that index.
+	State() (appliedIndex uint64, desc *concordpb.ShardDescriptor, err error)
+	// Export reads the records live at atMs (Unix ms) with keys at or
+	// after start, in key order, about maxBytes of keys and values (at
+	// least one record), with their expiry; more reports that records may
+	// follow (kv.Export).
+	Export(start []byte, maxBytes int, atMs int64) (recs []*concordpb.BackupRecord, more bool, err error)
 	// Close releases the view; it must be called exactly once.
 	Close()
 }

@@ -164,7 +164,7 @@ func (s *Cluster) RoutingTable(context.Context, *concordpb.RoutingTableRequest) 
 		return nil, err
 	}
 	resp := &concordpb.RoutingTableResponse{ClusterId: s.b.ClusterID(), Nodes: s.b.Nodes()}
-	for _, d := range table(s.b).Shards() {
+	for _, d := range s.b.Table().Shards() {
 		leader, _ := s.b.Leader(ids.ShardID(d.GetShardId()))
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})
 	}

@@ -15,6 +15,10 @@
 //     TransferLeader (validated in membership.go, forwarded to the shard's
 //     leader), RoutingTable, Status. Placement requests go to the meta
 //     shard's leader.
+//   - Backup (backup.go): Shard streams one user shard's live keys, with
+//     their expiry, from the leader's view after a read barrier (one
+//     linearizable point per shard); another node relays the leader's
+//     stream. `concord backup` reads every shard through it.
 //   - Admin (admin.go): fault injection (Die, Partition, Heal), refused with
 //     PermissionDenied unless the node enables it.
 //   - RaftTransport (raftservice.go): hands peers' raft streams to the
@@ -54,6 +58,7 @@
 //		grpc.ChainUnaryInterceptor(auth.Unary(), grpcapi.DropPartitioned(blocked)), grpc.StreamInterceptor(auth.Stream()))
 //	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, grpcapi.Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20}))
 //	concordpb.RegisterClusterServer(srv, grpcapi.NewCluster(b))
+//	concordpb.RegisterBackupServer(srv, grpcapi.NewBackup(kv))
 //	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
 //	concordpb.RegisterAdminServer(srv, grpcapi.NewAdmin(b, enableFaultInjection))
 //	// peer connections: grpc.WithUnaryInterceptor(grpcapi.StampFromNode(id))

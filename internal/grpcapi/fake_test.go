@@ -90,6 +90,14 @@ func (f *fakeNode) ClusterID() uint64      { return 77 }
 
 func (f *fakeNode) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor { return f.descs }
 
+func (f *fakeNode) Table() *routing.Table {
+	list := make([]*concordpb.ShardDescriptor, 0, len(f.descs))
+	for _, d := range f.descs {
+		list = append(list, d)
+	}
+	return routing.NewTable(list)
+}
+
 // election is an election in progress on a fakeNode.
 type election struct {
 	calls  int // guarded by fakeNode.mu: Leader calls left that see no leader
@@ -187,6 +195,21 @@ func (v fakeView) Get(key []byte) ([]byte, int64, bool, error) { return v.f.Loca
 func (v fakeView) Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
 	return v.f.LocalScan(v.shard, start, end, limit)
 }
+func (v fakeView) State() (uint64, *concordpb.ShardDescriptor, error) {
+	return 1, v.f.Descriptors()[v.shard], nil
+}
+
+// Export returns the fake's keys of the shard at or after start, one per
+// call, so that a stream of them has several chunks.
+func (v fakeView) Export(start []byte, _ int, _ int64) ([]*concordpb.BackupRecord, bool, error) {
+	kvs, err := v.f.LocalScan(v.shard, start, nil, 2)
+	if err != nil || len(kvs) == 0 {
+		return nil, false, err
+	}
+	kv := kvs[0]
+	return []*concordpb.BackupRecord{{Key: kv.GetKey(), Value: kv.GetValue(), ExpireAtUnixMs: v.f.expiry[string(kv.GetKey())]}}, len(kvs) > 1, nil
+}
+
 func (v fakeView) Close() {}
 
 func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool, error) {
@@ -293,7 +316,9 @@ func serve(t *testing.T, f *fakeNode, peers ...*fakeNode) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(DropPartitioned(f.Blocked)))
-	concordpb.RegisterKVServer(srv, NewKV(f, testLimits))
+	kv := NewKV(f, testLimits)
+	concordpb.RegisterKVServer(srv, kv)
+	concordpb.RegisterBackupServer(srv, NewBackup(kv))
 	concordpb.RegisterClusterServer(srv, NewCluster(f))
 	concordpb.RegisterAdminServer(srv, NewAdmin(f, false))
 	concordpb.RegisterRaftTransportServer(srv, NewRaftTransport(f))

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,6 +28,7 @@ type KV struct {
 	concordpb.UnimplementedKVServer
 	b      KVBackend
 	limits Limits
+	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
@@ -210,7 +212,7 @@ func (s *KV) Scan(ctx context.Context, req *concordpb.ScanRequest) (*concordpb.S
 // most limit keys; the first limit keys of the merge are then exactly the
 // first limit keys of the whole range.
 func (s *KV) scanAll(ctx context.Context, req *concordpb.ScanRequest, limit int) (*concordpb.ScanResponse, error) {
-	shards := table(s.b).Shards()
+	shards := s.b.Table().Shards()
 	if len(shards) == 0 {
 		return nil, status.Error(codes.Unavailable, "this node does not know the shards yet")
 	}

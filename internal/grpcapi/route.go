@@ -6,22 +6,11 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
-	"github.com/concord-kv/concord/internal/routing"
 )
-
-// table returns the routing table of the user shards r knows of.
-func table(r Router) *routing.Table {
-	descs := r.Descriptors()
-	list := make([]*concordpb.ShardDescriptor, 0, len(descs))
-	for _, d := range descs {
-		list = append(list, d)
-	}
-	return routing.NewTable(list)
-}
 
 // shardOf returns the shard that owns key.
 func shardOf(r Router, key []byte) (ids.ShardID, error) {
-	d := table(r).Lookup(key)
+	d := r.Table().Lookup(key)
 	if d == nil {
 		return 0, status.Error(codes.Unavailable, "this node does not know the shard of the key yet")
 	}

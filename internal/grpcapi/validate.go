@@ -80,6 +80,9 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 		shard = s
 		size += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
 	}
+	if err := kv.CheckSkips(ops); err != nil {
+		return 0, invalid("%v", err)
+	}
 	if limit := cmp.Or(l.MaxBatchBytes, DefaultMaxBatchBytes); size > limit {
 		return 0, invalid("batch is %d bytes of keys and values; the limit is %d", size, limit)
 	}

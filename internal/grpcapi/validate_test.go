@@ -73,6 +73,11 @@ func TestInvalidRequestsAreRefusedWithTheirReason(t *testing.T) {
 			fmt.Sprintf("batch keys span shards %d and %d; a batch must stay within one shard", sa, sb)},
 		{"unknown op", err(kv.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{{Type: 42, Key: []byte("k")}}})), codes.InvalidArgument,
 			"operation 0: unknown type 42"},
+		{"check skipping past the batch", err(kv.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{
+			{Type: concordpb.OpType_OP_CHECK, Key: []byte("k"), ExpectAbsent: true, Skip: 2}, put("k")}})), codes.InvalidArgument,
+			"operation 0: skip 2 goes past the end of the batch (1 ops after it)"},
+		{"skip on a put", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Skip: 1}), codes.InvalidArgument,
+			"operation 0: OP_PUT takes no skip"},
 		{"negative put ttl", err(kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), TtlMs: -1})), codes.InvalidArgument,
 			"operation 0: ttl_ms and expire_at_unix_ms must not be negative"},
 		{"negative expire_at", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: []byte("k"), ExpireAtUnixMs: -5}),

@@ -85,15 +85,25 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 // applyOps applies ops all or nothing: every op is checked before any is
 // applied. (An op that fails with an OpError changes nothing, but the
 // others still apply: that is the op's result, not a malformed command.)
+// A CHECK that does not match skips the next op.Skip ops.
 func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescriptor, e env, ops []*concordpb.Op) (*storepb.CommandResult, error) {
 	if res := sm.checkOps(desc, e, ops); res != nil {
 		return res, nil
 	}
 	res := &storepb.CommandResult{}
+	skip := 0 // ops still to skip
 	for _, op := range ops {
+		if skip > 0 {
+			skip--
+			res.Results = append(res.Results, &concordpb.OpResult{Skipped: true})
+			continue
+		}
 		r, err := sm.applyOp(b, e, op)
 		if err != nil {
 			return nil, err
+		}
+		if op.GetType() == concordpb.OpType_OP_CHECK && !r.GetOk() {
+			skip = int(op.GetSkip())
 		}
 		res.Results = append(res.Results, r)
 	}
@@ -101,7 +111,8 @@ func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescripto
 }
 
 // checkOps refuses a command with an op outside the shard's hash range or
-// malformed (CheckOp, or a TTL that does not fit on the shard's clock).
+// malformed (CheckOp, CheckSkips, or a TTL that does not fit on the
+// shard's clock).
 func (sm *StateMachine) checkOps(desc *concordpb.ShardDescriptor, e env, ops []*concordpb.Op) *storepb.CommandResult {
 	for i, op := range ops {
 		if h := routing.Hash(op.GetKey()); h < desc.GetStartHash() || h > desc.GetEndHash() {
@@ -114,6 +125,9 @@ func (sm *StateMachine) checkOps(desc *concordpb.ShardDescriptor, e env, ops []*
 		if err != nil {
 			return errResult(codes.InvalidArgument, "operation %d: %v", i, err)
 		}
+	}
+	if err := CheckSkips(ops); err != nil {
+		return errResult(codes.InvalidArgument, "%v", err)
 	}
 	return nil
 }

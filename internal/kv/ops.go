@@ -49,12 +49,27 @@ func CheckOp(op *concordpb.Op) error {
 		return errors.New("offset must not be negative")
 	case math.IsNaN(op.GetFloatDelta()) || math.IsInf(op.GetFloatDelta(), 0):
 		return errors.New("float_delta must be a finite number")
+	case op.GetSkip() != 0 && t != concordpb.OpType_OP_CHECK:
+		return fmt.Errorf("%v takes no skip", t)
+	case t == concordpb.OpType_OP_CHECK && (len(op.GetValue()) != 0 || op.GetDelete()):
+		return errors.New("OP_CHECK takes no value and no delete: it changes nothing")
 	}
 	switch c := op.GetCondition(); {
 	case c == concordpb.Condition_CONDITION_NONE || t == concordpb.OpType_OP_EXPIRE:
 	case t == concordpb.OpType_OP_PUT && (c == concordpb.Condition_CONDITION_NX || c == concordpb.Condition_CONDITION_XX):
 	default:
 		return fmt.Errorf("%v takes no condition %v", t, c)
+	}
+	return nil
+}
+
+// CheckSkips reports why the ops of one batch do not fit together, nil if
+// they do: a CHECK may skip only ops of its own batch.
+func CheckSkips(ops []*concordpb.Op) error {
+	for i, op := range ops {
+		if after := len(ops) - i - 1; int64(op.GetSkip()) > int64(after) {
+			return fmt.Errorf("operation %d: skip %d goes past the end of the batch (%d ops after it)", i, op.GetSkip(), after)
+		}
 	}
 	return nil
 }
@@ -91,6 +106,8 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op) (*conc
 		return &concordpb.OpResult{Ok: exists}, s.delete()
 	case concordpb.OpType_OP_CAS:
 		return casOp(s, op)
+	case concordpb.OpType_OP_CHECK:
+		return &concordpb.OpResult{Ok: matches(s, op), Exists: exists, Value: cur.value}, nil
 	case concordpb.OpType_OP_INCR:
 		return incr(s, op.GetIntDelta())
 	case concordpb.OpType_OP_INCR_FLOAT:
@@ -142,9 +159,18 @@ func (e env) put(s *store, op *concordpb.Op) (*concordpb.OpResult, error) {
 	return res, s.set(op.GetValue(), at)
 }
 
+// matches reports whether the key's live state is what a CAS or CHECK
+// expects: absent, or present with the expected value.
+func matches(s *store, op *concordpb.Op) bool {
+	if op.GetExpectAbsent() {
+		return !s.exists
+	}
+	return s.exists && bytes.Equal(s.cur().value, op.GetExpected())
+}
+
 func casOp(s *store, op *concordpb.Op) (*concordpb.OpResult, error) {
 	cur := s.cur()
-	match := (op.GetExpectAbsent() && !s.exists) || (!op.GetExpectAbsent() && s.exists && bytes.Equal(cur.value, op.GetExpected()))
+	match := matches(s, op)
 	res := &concordpb.OpResult{Ok: match, Exists: s.exists, Value: cur.value}
 	switch {
 	case !match:

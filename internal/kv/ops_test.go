@@ -439,3 +439,76 @@ func TestExpiredIsAbsentAtApply(t *testing.T) {
 		t.Fatalf("%d stale expiry index entries", n)
 	}
 }
+
+func checkAbsent(k string, skip uint32) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_CHECK, Key: []byte(k), ExpectAbsent: true, Skip: skip}
+}
+
+// TestCheckSkipsGuardedOps protects OP_CHECK, MSETNX's guard: checks that
+// all match let the ops after them apply; one that fails skips exactly its
+// skip ops (marked skipped, nothing written) and the ops after those still
+// apply; checks see the state before the guarded writes, expired keys as
+// absent, and a value check compares the value.
+func TestCheckSkipsGuardedOps(t *testing.T) {
+	f := newFixture(t)
+	res := f.kv(0, 0, at(0), checkAbsent("a", 3), checkAbsent("b", 2), put("a", "1"), put("b", "2"))
+	if r := res.GetResults(); !r[0].GetOk() || !r[1].GetOk() || r[2].GetSkipped() || r[3].GetSkipped() {
+		t.Fatalf("all absent: results %v", r)
+	}
+	f.state(0, "a", []byte("1"), 0)
+	f.state(0, "b", []byte("2"), 0)
+
+	// "b" exists: the check of "c" passes, that of "b" fails and skips the
+	// two puts; the put after the guarded ops applies.
+	res = f.kv(0, 0, at(0), checkAbsent("c", 3), checkAbsent("b", 2), put("c", "3"), put("b", "9"), put("d", "4"))
+	r := res.GetResults()
+	if !r[0].GetOk() || r[1].GetOk() || !r[1].GetExists() || string(r[1].GetValue()) != "2" {
+		t.Fatalf("checks: %v", r)
+	}
+	if !r[2].GetSkipped() || !r[3].GetSkipped() || r[4].GetSkipped() {
+		t.Fatalf("skips: %v", r)
+	}
+	f.state(0, "c", nil, 0)
+	f.state(0, "b", []byte("2"), 0)
+	f.state(0, "d", []byte("4"), 0)
+
+	// A failed first check skips the second check too.
+	r = f.kv(0, 0, at(0), checkAbsent("a", 2), checkAbsent("x", 1), put("x", "1")).GetResults()
+	if r[0].GetOk() || !r[1].GetSkipped() || r[1].GetOk() || !r[2].GetSkipped() {
+		t.Fatalf("first check failing: %v", r)
+	}
+	f.state(0, "x", nil, 0)
+
+	// An expired key counts as absent; a value check compares the value.
+	f.kv(0, 0, at(0), putTTL("e", "old", time.Second))
+	r = f.kv(0, 0, at(2*time.Second), checkAbsent("e", 1), put("e", "new")).GetResults()
+	if !r[0].GetOk() || r[1].GetSkipped() {
+		t.Fatalf("expired key: %v", r)
+	}
+	eq := &concordpb.Op{Type: concordpb.OpType_OP_CHECK, Key: []byte("e"), Expected: []byte("other"), Skip: 1}
+	if r = f.kv(0, 0, at(2*time.Second), eq, del("e")).GetResults(); r[0].GetOk() || !r[1].GetSkipped() {
+		t.Fatalf("value check: %v", r)
+	}
+	f.state(2*time.Second, "e", []byte("new"), 0)
+}
+
+// TestMalformedCheckAppliesNothing: a skip past the end of the batch, a
+// skip on another op type, or a CHECK carrying a value fails the whole
+// command.
+func TestMalformedCheckAppliesNothing(t *testing.T) {
+	f := newFixture(t)
+	withSkip := put("k", "v")
+	withSkip.Skip = 1
+	withValue := checkAbsent("k", 0)
+	withValue.Value = []byte("v")
+	for name, ops := range map[string][]*concordpb.Op{
+		"skip past the end":  {put("a", "1"), checkAbsent("k", 2), put("k", "v")},
+		"skip on a put":      {put("a", "1"), withSkip, put("k", "v")},
+		"check with a value": {put("a", "1"), withValue},
+	} {
+		if res := f.kv(0, 0, at(0), ops...); codes.Code(res.GetErrorCode()) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, res)
+		}
+		f.state(0, "a", nil, 0)
+	}
+}

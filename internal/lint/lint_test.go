@@ -136,11 +136,12 @@ var layerTable = []layer{
 		"internal/mutant", // planted bugs for mutation testing; compiled out without -tags mutant
 	}},
 	{n: 1, pkgs: []string{
-		"api/...",          // concordpb: the public protocol
-		"internal/keys",    // the Pebble key layout
-		"internal/resp",    // the Redis protocol's codec (RESP2/RESP3)
-		"internal/metrics", // a node's Prometheus registry and instruments
-		"internal/certs",   // development CA and certificates; TLS configs from files
+		"api/...",             // concordpb: the public protocol
+		"internal/keys",       // the Pebble key layout
+		"internal/resp",       // the Redis protocol's codec (RESP2/RESP3)
+		"internal/metrics",    // a node's Prometheus registry and instruments
+		"internal/backupfile", // the backup file format
+		"internal/certs",      // development CA and certificates; TLS configs from files
 	}},
 	{n: 2, pkgs: []string{
 		"internal/storepb", // persisted protos (imports concordpb)

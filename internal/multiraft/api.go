@@ -194,6 +194,11 @@ func (h *Host) Info(shard ids.ShardID) (ReplicaInfo, bool) {
 	return i, ok
 }
 
+// DescGeneration changes whenever a published descriptor does (a replica
+// created, removed, or its descriptor replaced): equal generations mean
+// Infos holds the same descriptors.
+func (h *Host) DescGeneration() uint64 { return h.descGen.Load() }
+
 // Infos returns the published state of every replica on this node.
 func (h *Host) Infos() []ReplicaInfo {
 	h.infoMu.RLock()

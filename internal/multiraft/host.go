@@ -54,6 +54,10 @@ type Host struct {
 
 	infoMu sync.RWMutex
 	infos  map[ids.ShardID]ReplicaInfo // guarded by infoMu
+	// descGen counts changes to the published descriptors (a replica
+	// added or removed, a descriptor replaced), so that readers can cache
+	// what they derive from them (the node's routing table).
+	descGen atomic.Uint64
 
 	snaps outgoingSnapshots
 	drops dropLog // owned by the loop: refused peer messages (validate.go)

@@ -93,6 +93,7 @@ func (h *Host) destroyReplica(r *replica.Replica) {
 	delete(h.dirty, shard)
 	h.infoMu.Lock()
 	delete(h.infos, shard)
+	h.descGen.Add(1)
 	h.infoMu.Unlock()
 	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
 		h.fatal(err)

@@ -300,6 +300,9 @@ func (h *Host) publish(r *replica.Replica) {
 	h.infoMu.Lock()
 	was, known := h.infos[r.Shard()]
 	h.infos[r.Shard()] = info
+	if !known || was.Desc != info.Desc { // descriptors are replaced, never edited in place
+		h.descGen.Add(1)
+	}
 	h.infoMu.Unlock()
 	if h.cfg.Observer != nil && known && was.IsLeader != info.IsLeader {
 		h.cfg.Observer.LeaderChange()

@@ -11,8 +11,10 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -33,6 +35,8 @@ func (b backend) ClusterID() uint64      { return b.n.ident.Load().GetClusterId(
 func (b backend) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor {
 	return b.n.shardDescriptors()
 }
+
+func (b backend) Table() *routing.Table                       { return b.n.routingTable() }
 func (b backend) Leader(shard ids.ShardID) (ids.NodeID, bool) { return b.n.leaderOf(shard) }
 func (b backend) Resolve(node ids.NodeID) (string, bool)      { return b.n.book.resolve(node) }
 func (b backend) Nodes() []*concordpb.NodeDescriptor          { return b.n.book.all() }
@@ -91,6 +95,31 @@ func (s shardView) Scan(start, end []byte, limit int) (kvs []*concordpb.KeyValue
 		return err
 	})
 	return kvs, readErr(err)
+}
+
+func (s shardView) State() (applied uint64, desc *concordpb.ShardDescriptor, err error) {
+	err = s.v.Read(func(r storage.Reader) error {
+		var as storepb.AppliedState
+		if _, err := storage.GetProto(r, keys.Applied(uint64(s.shard)), &as); err != nil {
+			return err
+		}
+		desc = &concordpb.ShardDescriptor{}
+		_, err := storage.GetProto(r, keys.Descriptor(uint64(s.shard)), desc)
+		applied = as.GetIndex()
+		return err
+	})
+	return applied, desc, readErr(err)
+}
+
+// Export reads one chunk of a backup through the view; each chunk is its
+// own short read, so a slow backup client never holds the engine open
+// (Stop waits for reads in progress, not for the stream).
+func (s shardView) Export(start []byte, maxBytes int, atMs int64) (recs []*concordpb.BackupRecord, more bool, err error) {
+	err = s.v.Read(func(r storage.Reader) error {
+		recs, more, err = kv.Export(r, uint64(s.shard), start, maxBytes, atMs)
+		return err
+	})
+	return recs, more, readErr(err)
 }
 
 func (s shardView) Close() { s.v.Release() }

@@ -63,12 +63,22 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		if len(n.cfg.Join) > 0 {
 			n.log.Info("data dir holds an identity: --join ignored", "node", id.GetNodeId())
 		}
+		n.finishRestore()
 		return nil
+	}
+	peers := sortedPeers(n.cfg.Peers)
+	restore, err := n.stagedRestore()
+	if err != nil {
+		return err
+	}
+	if restore != "" {
+		if err := n.checkRestoreStart(peers); err != nil {
+			return err
+		}
 	}
 	if len(n.cfg.Join) > 0 {
 		return n.join(ctx, n.cfg.Join)
 	}
-	peers := sortedPeers(n.cfg.Peers)
 	self := slices.Index(peers, n.cfg.Addr)
 	if self < 0 {
 		return fmt.Errorf("--peers %s does not include this node's --addr %s", strings.Join(peers, ","), n.cfg.Addr)
@@ -79,7 +89,7 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		decision, via := n.probePeers(ctx, peers, hash, initialID)
 		switch decision {
 		case decideBootstrap:
-			return n.bootstrap(peers, hash, initialID)
+			return n.bootstrap(peers, hash, initialID, restore)
 		case decideJoin:
 			return n.join(ctx, []string{via})
 		}
@@ -159,14 +169,36 @@ func (n *Node) answerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse
 
 // bootstrap writes the initial state of the cluster in peers: every node
 // computes the same state, so no coordination is needed beyond the probes.
-func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID) error {
+// With restore (the path of a staged backup; single-node clusters only) it
+// first loads the backup's keys into the new user shards, in batches the
+// final, synced one (with the identity) makes durable (restore.go).
+func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore string) error {
 	nodes := make([]*concordpb.NodeDescriptor, len(peers))
 	for i, p := range peers {
 		nodes[i] = &concordpb.NodeDescriptor{NodeId: uint64(i + 1), Address: p}
 	}
 	shards := initialShards(len(peers), n.cfg.Shards, n.cfg.Replicas)
 	b := n.eng.NewBatch()
-	defer b.Close()
+	defer func() { b.Close() }()
+	var load *restoreLoad
+	if restore != "" {
+		load = &restoreLoad{path: restore, table: routing.NewTable(shards), now: nowMs(),
+			w: func() storage.Writer { return b },
+			flush: func() error {
+				if err := storage.Commit(b, false); err != nil {
+					return err
+				}
+				b.Close()
+				b = n.eng.NewBatch()
+				return nil
+			}}
+		sum, err := load.load(shards)
+		if err != nil {
+			return fmt.Errorf("loading the backup staged in %s: %w", restore, err)
+		}
+		n.log.Info("loading backup", "file", restore, "cluster", fmt.Sprintf("%x", sum.ClusterID), "taken", sum.Created,
+			"keys", load.loaded, "expired_since", load.expired)
+	}
 	ident := &storepb.NodeIdent{ClusterId: hash, NodeId: uint64(self), PeersHash: hash}
 	if err := storage.SetIdent(b, ident); err != nil {
 		return err
@@ -187,6 +219,10 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID) error {
 	n.ident.Store(ident)
 	if err := n.book.update(n.eng, nodes); err != nil {
 		return err
+	}
+	if load != nil {
+		n.log.Info("restored backup into the new cluster", "keys", load.loaded)
+		n.finishRestore()
 	}
 	n.log.Info("bootstrapped new cluster", "node", self, "peers", peers, "shards", n.cfg.Shards, "replicas", min(n.cfg.Replicas, len(peers)))
 	return nil

@@ -71,8 +71,11 @@ type Node struct {
 	placement placementState
 	steps     stepCounts // scheduler steps executed, per kind
 	// routes is the placement leader's view of the shards, from heartbeats.
-	routes    atomic.Pointer[[]*concordpb.ShardRoute]
-	partition partition
+	routes atomic.Pointer[[]*concordpb.ShardRoute]
+	// routeCache is the routing view derived from routes and the host's
+	// descriptors (routes.go).
+	routeCache atomic.Pointer[routeView]
+	partition  partition
 	// cluster is the Cluster service, which the repair loop calls directly
 	// when this node leads the shard it repairs.
 	cluster *grpcapi.Cluster
@@ -242,9 +245,11 @@ func (n *Node) newServer() *grpc.Server {
 		grpc.ChainStreamInterceptor(n.sec.auth.Stream(), n.trackStream))...)
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
-	n.kv = grpcapi.NewKV(b, limits)
+	// Stream calls get the per-call accounting the unary chain gives.
+	n.kv = grpcapi.NewKV(b, limits).WithCallInterceptors(n.trackUnary, n.observeUnary)
 	concordpb.RegisterKVServer(srv, n.kv)
 	concordpb.RegisterClusterServer(srv, n.cluster)
+	concordpb.RegisterBackupServer(srv, grpcapi.NewBackup(n.kv))
 	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
 	concordpb.RegisterAdminServer(srv, grpcapi.NewAdmin(b, n.cfg.EnableFaultInjection))
 	return srv

@@ -5,7 +5,6 @@ import (
 	"net"
 	"slices"
 
-	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/redisapi"
@@ -26,12 +25,7 @@ func (b redisBackend) ShardOf(key []byte) (uint64, bool) {
 	if !b.n.isReady() {
 		return 0, false
 	}
-	descs := b.n.shardDescriptors()
-	list := make([]*concordpb.ShardDescriptor, 0, len(descs))
-	for _, d := range descs {
-		list = append(list, d)
-	}
-	d := routing.NewTable(list).Lookup(key)
+	d := b.n.routingTable().Lookup(key)
 	if d == nil {
 		return 0, false
 	}

@@ -57,12 +57,16 @@ func cmdDiscard(c *conn, _ [][]byte, w *resp.Writer) {
 	w.SimpleString("OK")
 }
 
+// cmdWatch refuses WATCH: optimistic locking needs to know at EXEC whether
+// a key changed since WATCH, and a stored key has no version or revision to
+// compare (kv's value envelope holds the value and expiry only). Comparing
+// values instead would miss a change and change back.
 func cmdWatch(c *conn, _ [][]byte, w *resp.Writer) {
 	if c.multi != nil {
 		w.Error("ERR WATCH inside MULTI is not allowed")
 		return
 	}
-	w.Error("ERR WATCH is not supported by Concord; MULTI/EXEC over keys of one shard is atomic without it")
+	w.Error("ERR WATCH is not supported by Concord: keys carry no version to watch; MULTI/EXEC over keys of one shard is atomic without it")
 }
 
 func cmdUnwatch(_ *conn, _ [][]byte, w *resp.Writer) { w.SimpleString("OK") }

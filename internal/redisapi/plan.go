@@ -16,6 +16,10 @@ type plan struct {
 	// read: every op is an OP_GET, so outside MULTI the plan runs as Gets
 	// at the connection's consistency, not through raft.
 	read bool
+	// oneShard: the ops must fall in one shard (one batch, atomic); keys in
+	// several answer CROSSSLOT and nothing runs. Otherwise each shard's ops
+	// are a batch of their own.
+	oneShard bool
 	// render writes the reply from the results, one per op, in order.
 	render func(w *resp.Writer, res []*concordpb.OpResult)
 }
@@ -24,6 +28,16 @@ type plan struct {
 func (c *conn) execPlan(p *plan, w *resp.Writer) {
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 	defer cancel()
+	if p.oneShard {
+		groups, _, err := c.byShard(p.ops)
+		if err == nil && len(groups) > 1 {
+			err = errCrossSlot
+		}
+		if err != nil {
+			w.Error(err.Error())
+			return
+		}
+	}
 	var res []*concordpb.OpResult
 	var err error
 	if p.read {

@@ -291,17 +291,34 @@ func planMSet(_ *conn, a [][]byte) (*plan, error) {
 	return p, nil
 }
 
-// planMSetNX: Redis sets all the keys only if none exists. A batch applies
-// each op's condition on its own, so Concord can honour that for one key
-// only; several keys are refused rather than half set.
-func planMSetNX(c *conn, a [][]byte) (*plan, error) {
+// planMSetNX: Redis sets all the keys only if none exists. One CHECK per
+// key (absent), then one PUT per key, in one batch: a failed check skips
+// every op after it, so the shard applies all the puts or none, in one raft
+// entry. The checks all run before any put (MSETNX k 1 k 2 sets k to 2, as
+// in Redis). The keys must share a shard (oneShard): across shards there is
+// no single entry to make it atomic.
+func planMSetNX(_ *conn, a [][]byte) (*plan, error) {
 	if len(a)%2 != 1 {
 		return nil, replyError("ERR wrong number of arguments for 'msetnx' command")
 	}
-	if len(a) > 3 {
-		return nil, replyError("ERR MSETNX over several keys is not supported by Concord (no all-or-nothing condition across keys); use SETNX per key or MULTI")
+	n := len(a) / 2
+	p := &plan{oneShard: true, render: func(w *resp.Writer, res []*concordpb.OpResult) {
+		for _, r := range res[:n] {
+			if !r.GetOk() {
+				w.Int(0)
+				return
+			}
+		}
+		w.Int(1)
+	}}
+	for i := 0; i < n; i++ {
+		skip := uint32(2*n - i - 1) // every op after this check
+		p.ops = append(p.ops, &concordpb.Op{Type: concordpb.OpType_OP_CHECK, Key: a[1+2*i], ExpectAbsent: true, Skip: skip})
 	}
-	return planSetNX(c, a)
+	for i := 1; i < len(a); i += 2 {
+		p.ops = append(p.ops, putOp(a[i], a[i+1], expiry{}, 0))
+	}
+	return p, nil
 }
 
 // planIncr: INCR/DECR (sign ±1, no argument) and INCRBY/DECRBY.

@@ -149,7 +149,6 @@ func TestCommands(t *testing.T) {
 				t.Errorf("GETRANGE %d %d = %q, want %q", tc.start, tc.end, got, tc.want)
 			}
 		}
-		wantErr(t, "MSETNX over keys", r3.MSetNX(ctx, "s:n1", "1", "s:n2", "2").Err(), "ERR MSETNX over several keys is not supported")
 		wantErr(t, "SETEX 0", r3.Do(ctx, "SETEX", "s:e", 0, "v").Err(), "ERR invalid expire time in 'setex' command")
 		wantErr(t, "SET EX -1", r3.Do(ctx, "SET", "s:e", "v", "EX", -1).Err(), "ERR invalid expire time in 'set' command")
 		wantErr(t, "SET NX XX", r3.Do(ctx, "SET", "s:e", "v", "NX", "XX").Err(), "ERR syntax error")

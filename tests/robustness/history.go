@@ -30,11 +30,13 @@ func newRecorder() *recorder { return &recorder{start: time.Now()} }
 // now is the time since the recorder started, from Go's monotonic clock.
 func (r *recorder) now() int64 { return time.Since(r.start).Nanoseconds() }
 
-// record adds an operation invoked at call that returned out or err.
-// An ambiguous mutation never returns, as far as the checker knows: it may
-// take effect at any time after its call. Any other error means it took no
-// effect (the client only says so when certain), so it is left out.
-func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, err error) {
+// record adds an operation invoked at call that returned out or err, and
+// reports whether it went into the history. An ambiguous mutation (an error
+// wrapping client.ErrAmbiguous, from either protocol) never returns, as far
+// as the checker knows: it may take effect at any time after its call. Any
+// other error means it took no effect (the client only says so when
+// certain), so it is left out.
+func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, err error) bool {
 	ret := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -45,9 +47,10 @@ func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, er
 		r.ambiguous++
 	default:
 		r.dropped++
-		return
+		return false
 	}
 	r.ops = append(r.ops, porcupine.Operation{ClientId: clientID, Input: in, Call: call, Output: out, Return: ret})
+	return true
 }
 
 func (r *recorder) history() []porcupine.Operation {

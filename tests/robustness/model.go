@@ -26,6 +26,9 @@ type kvInput struct {
 	Value    string // put, cas: the new value
 	Expected string // cas: the expected value, unless ExpectAbsent
 	Absent   bool   // cas: expect the key to be absent
+	// Blind: a put that does not return the previous value (Redis SET
+	// without GET), so its output says nothing of the state before.
+	Blind bool
 }
 
 // kvOutput is what the operation returned. Unknown marks an ambiguous
@@ -86,7 +89,7 @@ func step(s kvState, in kvInput, out kvOutput) (bool, interface{}) {
 	case opGet:
 		return prevMatches, s
 	case opPut:
-		return out.Unknown || prevMatches, kvState{Exists: true, Value: in.Value}
+		return out.Unknown || in.Blind || prevMatches, kvState{Exists: true, Value: in.Value}
 	case opDelete:
 		return out.Unknown || out.Ok == s.Exists, kvState{}
 	case opCAS:
@@ -123,6 +126,8 @@ func describe(in kvInput, out kvOutput) string {
 	switch {
 	case out.Unknown:
 		b.WriteString(" → ?")
+	case in.Blind:
+		b.WriteString(" → ok")
 	case in.Kind == opCAS:
 		fmt.Fprintf(&b, " → swapped=%v before=%s", out.Ok, stateString(out.Exists, out.Value))
 	default:

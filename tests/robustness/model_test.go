@@ -51,6 +51,15 @@ func TestModelJudgesHistories(t *testing.T) {
 			op(0, 0, 10, put("a", "1"), absent),
 			op(0, 20, 30, put("a", "2"), found("9")),
 		}},
+		{"blind put says nothing of the state before", true, []porcupine.Operation{
+			op(0, 0, 10, put("a", "1"), absent),
+			op(1, 20, 30, kvInput{Kind: opPut, Key: "a", Value: "2", Blind: true}, kvOutput{}),
+			op(0, 40, 50, get("a"), found("2")),
+		}},
+		{"blind put acknowledged then not read", false, []porcupine.Operation{
+			op(1, 0, 10, kvInput{Kind: opPut, Key: "a", Value: "2", Blind: true}, kvOutput{}),
+			op(0, 20, 30, get("a"), absent),
+		}},
 		{"cas swaps on the expected value", true, []porcupine.Operation{
 			op(0, 0, 10, put("a", "1"), absent),
 			op(1, 20, 30, kvInput{Kind: opCAS, Key: "a", Expected: "1", Value: "2"}, kvOutput{Ok: true, Exists: true, Value: "1"}),

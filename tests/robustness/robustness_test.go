@@ -24,6 +24,7 @@ import (
 var summary struct {
 	mu                                   sync.Mutex
 	histories, ops, faults, lost, failed int
+	respOps                              int // of ops, those over the Redis protocol
 	inconclusive                         int
 	// ambiguous counts, per fault kind (as joinKinds names the kinds of a
 	// history), the history's operations and its ambiguous ones.
@@ -48,8 +49,8 @@ func printSummary() {
 		n := summary.ambiguous[k]
 		amb = append(amb, fmt.Sprintf("%s %.2f%%", k, 100*float64(n[1])/float64(max(n[0], 1))))
 	}
-	fmt.Printf("robustness: %d histories, %d operations, %d faults injected, %d acknowledged writes lost, %d checks inconclusive, ambiguous: %s, verdict: %s\n",
-		summary.histories, summary.ops, summary.faults, summary.lost, summary.inconclusive, strings.Join(amb, ", "), v)
+	fmt.Printf("robustness: %d histories, %d operations (%d over RESP), %d faults injected, %d acknowledged writes lost, %d checks inconclusive, ambiguous: %s, verdict: %s\n",
+		summary.histories, summary.ops, summary.respOps, summary.faults, summary.lost, summary.inconclusive, strings.Join(amb, ", "), v)
 }
 
 // boundedRuns are the histories `make test` checks: one fault kind each,
@@ -161,6 +162,13 @@ func newWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *workload {
 	for i := 0; i < 2; i++ {
 		w.clients = append(w.clients, c.Client(t), throughNodes(t, c))
 	}
+	// Two more speak RESP to the nodes' main ports, a random node each
+	// operation.
+	for i := 0; i < 2; i++ {
+		rc := newRESPClient(respClientBase+i, c.Endpoints(), w.opTimeout)
+		t.Cleanup(rc.close)
+		w.resp = append(w.resp, rc)
+	}
 	return w
 }
 
@@ -191,6 +199,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	v := check(ops, 2*time.Minute)
 	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
+	respOps := checkRESP(t, w)
 	failed := v.result == porcupine.Illegal || len(lost) > 0 || err != nil
 	noteFailure(v.result == porcupine.Illegal, len(lost), err)
 	if len(lost) > 0 {
@@ -211,6 +220,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	defer summary.mu.Unlock()
 	summary.histories++
 	summary.ops += len(ops)
+	summary.respOps += respOps
 	summary.faults += faults
 	summary.lost += len(lost)
 	if failed {
@@ -224,6 +234,24 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	}
 	a := summary.ambiguous[kinds]
 	summary.ambiguous[kinds] = [2]int{a[0] + len(ops), a[1] + w.rec.ambiguous}
+}
+
+// checkRESP logs the RESP clients' share of the history and fails the test
+// if none of their operations made it in: the check would then say nothing
+// about the Redis protocol. It returns how many did.
+func checkRESP(t *testing.T, w *workload) int {
+	var recorded, ambiguous, failed int64
+	for _, rc := range w.resp {
+		recorded += rc.recorded.Load()
+		ambiguous += rc.ambiguous.Load()
+		failed += rc.failed.Load()
+	}
+	t.Logf("RESP clients: %d operations in the history (%d of them ambiguous), %d failed without effect",
+		recorded, ambiguous, failed)
+	if len(w.resp) > 0 && recorded == 0 {
+		t.Errorf("no RESP operation was recorded: the history does not cover the Redis protocol")
+	}
+	return int(recorded)
 }
 
 func outDir(t *testing.T) string {

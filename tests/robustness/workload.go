@@ -11,10 +11,11 @@ import (
 )
 
 // workload drives the clients: linearizable Get/Put/Delete/CAS on a small
-// key set (recorded for the checker), and a writer of unique keys whose
-// acknowledged writes must all survive.
+// key set (recorded for the checker) over gRPC and over the Redis protocol,
+// and a writer of unique keys whose acknowledged writes must all survive.
 type workload struct {
 	clients []*client.Client
+	resp    []*respClient // recorded in the same history, ids from respClientBase
 	keys    []string
 	rec     *recorder
 	seed    uint64
@@ -32,6 +33,10 @@ func (w *workload) run(ctx context.Context) {
 		wg.Add(2)
 		go func() { defer wg.Done(); w.runClient(ctx, i, c) }()
 		go func() { defer wg.Done(); w.runUniqueWriter(ctx, i, c) }()
+	}
+	for _, rc := range w.resp {
+		wg.Add(1)
+		go func() { defer wg.Done(); rc.run(ctx, w) }()
 	}
 	wg.Wait()
 }

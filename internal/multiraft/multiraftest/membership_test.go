@@ -452,3 +452,41 @@ func TestOneChangeAtATime(t *testing.T) {
 		t.Fatalf("the first change: %v", err)
 	}
 }
+
+// TestDescGenerationMoves protects the node's cached routing table: the
+// host's descriptor generation stays put while only writes flow, and moves
+// on every node when the shard's descriptor changes (a learner added), so
+// a cache keyed on it is rebuilt exactly when routing may have changed.
+func TestDescGenerationMoves(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	putAll(c, "warm", 3) // settle the bootstrap's publications
+	gens := func() map[ids.NodeID]uint64 {
+		out := map[ids.NodeID]uint64{}
+		for _, n := range []ids.NodeID{1, 2, 3} {
+			out[n] = c.Node(n).Host.DescGeneration()
+		}
+		return out
+	}
+	before := gens()
+	waitAll(c, putAll(c, "steady", 10), 1, 2, 3)
+	if got := gens(); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Fatalf("generations moved with only writes flowing: %v -> %v", before, got)
+	}
+	n4 := c.AddNode()
+	epoch := descOf(c, leader).GetEpoch()
+	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.AddLearner(ctx, 1, epoch, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.RunUntil("every node's generation to move", 300, func() bool {
+		now := gens()
+		for n, g := range before {
+			if now[n] == g {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times: 100 on
+// every Linux this runs on (the kernel fixes it for user space).
+const clockTicks = 100
+
+// procCPU returns the user+system CPU time a process has used so far,
+// from /proc/PID/stat (fields 14 and 15, counted after the command name,
+// which may itself hold spaces and parentheses).
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	return parseStatCPU(string(b))
+}
+
+func parseStatCPU(stat string) (time.Duration, bool) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, true
+}
+
+// serverMeter measures the CPU the servers' own processes use between
+// start and stop: the figure least disturbed by the load generator and
+// by neighbours on a shared box.
+type serverMeter struct {
+	pids  []int
+	start time.Duration
+}
+
+func startServerCPU(pids []int) *serverMeter {
+	return &serverMeter{pids: pids, start: sumCPU(pids)}
+}
+
+func (m *serverMeter) stop() time.Duration { return sumCPU(m.pids) - m.start }
+
+func sumCPU(pids []int) time.Duration {
+	var total time.Duration
+	for _, p := range pids {
+		d, _ := procCPU(p)
+		total += d
+	}
+	return total
+}
+
+// childCPU is the CPU a finished command used (the load generator).
+func childCPU(cmd *exec.Cmd) time.Duration {
+	if cmd.ProcessState == nil {
+		return 0
+	}
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+}
+
+// perKOps converts a CPU time over ops operations into CPU milliseconds
+// per 1,000 operations (numerically: microseconds per operation).
+func perKOps(cpu time.Duration, ops float64) float64 {
+	if ops <= 0 {
+		return 0
+	}
+	return float64(cpu.Microseconds()) / ops
+}

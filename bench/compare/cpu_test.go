@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis, as the kernel allows.
+	stat := "4242 (con cord) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 12 0 100 0 0"
+	got, ok := parseStatCPU(stat)
+	if !ok || got != 3250*time.Millisecond {
+		t.Fatalf("parseStatCPU = %v, %v; want 3.25s (325 ticks)", got, ok)
+	}
+	if _, ok := parseStatCPU("garbage"); ok {
+		t.Fatal("parsed a line without a command name")
+	}
+}
+
+func TestProcCPUOfSelfGrows(t *testing.T) {
+	before, ok := procCPU(os.Getpid())
+	if !ok {
+		t.Skip("no /proc on this system")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		x := 0
+		for i := range 10_000_000 {
+			x += i
+		}
+		_ = x
+		if after, _ := procCPU(os.Getpid()); after > before {
+			return
+		}
+	}
+	t.Fatal("this process's CPU time never grew while it spun")
+}
+
+func TestPerKOps(t *testing.T) {
+	if got := perKOps(120*time.Millisecond, 1000); got != 120 {
+		t.Fatalf("perKOps = %v, want 120 (ms per 1k ops)", got)
+	}
+	if perKOps(time.Second, 0) != 0 {
+		t.Fatal("perKOps with no ops must be 0")
+	}
+}

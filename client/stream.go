@@ -1,0 +1,334 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// The client's requests to one node travel on one KV.Stream: concurrent
+// calls are queued, and one sender writes every call queued so far as one
+// message, so a busy client pays one HTTP/2 frame (and one server read) per
+// batch instead of per request. Replies come back by id, batched likewise.
+// streamKV presents that as a concordpb.KVClient, so the retry loop (call)
+// is the same on either path; a node that does not serve Stream (an older
+// version) is used through unary calls instead.
+
+// maxStreamBatchBytes bounds one outgoing message (well under the gRPC
+// message limit); calls past it wait for the next message.
+const maxStreamBatchBytes = 4 << 20
+
+// errNoStream says the node does not serve KV.Stream; the call was not
+// served and goes unary.
+var errNoStream = errors.New("concord: node does not serve KV.Stream")
+
+type pendingCall struct {
+	msg *concordpb.StreamCall
+	res chan callResult // buffered: the deliverer never blocks
+}
+
+type callResult struct {
+	reply *concordpb.StreamReply
+	err   error
+}
+
+// streamMux multiplexes calls to one node over its current stream.
+type streamMux struct {
+	unary  concordpb.KVClient
+	ctx    context.Context // the mux's life: ends with Client.Close
+	cancel context.CancelFunc
+	wake   chan struct{}
+	start  sync.Once
+
+	mu          sync.Mutex
+	queue       []*pendingCall
+	cur         *streamConn // nil: opened by the next send
+	nextID      uint64
+	unsupported bool
+}
+
+// streamConn is one stream and the calls sent on it awaiting replies.
+type streamConn struct {
+	s       concordpb.KV_StreamClient
+	pending map[uint64]*pendingCall // guarded by the mux's mu
+	done    bool                    // broken; guarded by the mux's mu
+}
+
+func newStreamMux(conn grpc.ClientConnInterface) *streamMux {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &streamMux{unary: concordpb.NewKVClient(conn), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+}
+
+func (m *streamMux) close() { m.cancel() }
+
+// do sends one call and waits for its reply, or for ctx to end.
+func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concordpb.StreamReply, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		msg.TimeoutMs = uint32(max(time.Until(dl).Milliseconds(), 1))
+	}
+	p := &pendingCall{msg: msg, res: make(chan callResult, 1)}
+	m.mu.Lock()
+	if m.unsupported {
+		m.mu.Unlock()
+		return nil, errNoStream
+	}
+	m.nextID++
+	msg.Id = m.nextID
+	m.queue = append(m.queue, p)
+	m.mu.Unlock()
+	m.start.Do(func() { go m.sendLoop() })
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case r := <-p.res:
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.reply.GetCode() != 0 {
+			return nil, status.Error(codes.Code(r.reply.GetCode()), r.reply.GetMessage())
+		}
+		return r.reply, nil
+	case <-ctx.Done():
+		m.forget(p)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-m.ctx.Done():
+		return nil, status.Error(codes.Canceled, "concord: client closed")
+	}
+}
+
+// forget drops a call whose caller gave up (its reply, if any, is dropped).
+func (m *streamMux) forget(p *pendingCall) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, q := range m.queue {
+		if q == p {
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			return
+		}
+	}
+	if m.cur != nil {
+		delete(m.cur.pending, p.msg.GetId())
+	}
+}
+
+// sendLoop writes what is queued, one message per wake-up (calls queued
+// while a send is in progress go together in the next).
+func (m *streamMux) sendLoop() {
+	for {
+		select {
+		case <-m.wake:
+		case <-m.ctx.Done():
+			m.failAll(status.Error(codes.Canceled, "concord: client closed"))
+			return
+		}
+		for m.sendQueued() {
+		}
+	}
+}
+
+// sendQueued sends one message of queued calls; it reports whether calls
+// are left in the queue (past the message size bound).
+func (m *streamMux) sendQueued() bool {
+	m.mu.Lock()
+	if m.unsupported {
+		for _, p := range m.queue {
+			p.res <- callResult{err: errNoStream}
+		}
+		m.queue = nil
+	}
+	batch := m.takeBatch()
+	conn := m.cur
+	m.mu.Unlock()
+	if len(batch) == 0 {
+		return false
+	}
+	if conn == nil {
+		var err error
+		if conn, err = m.open(); err != nil {
+			for _, p := range batch {
+				p.res <- callResult{err: err} // never sent: the caller may retry anywhere
+			}
+			return m.queued()
+		}
+	}
+	msgs := make([]*concordpb.StreamCall, len(batch))
+	m.mu.Lock()
+	if conn.done { // broke before these were sent: they go on the next stream
+		m.queue = append(batch, m.queue...)
+		m.mu.Unlock()
+		return true
+	}
+	for i, p := range batch {
+		conn.pending[p.msg.GetId()] = p
+		msgs[i] = p.msg
+	}
+	m.mu.Unlock()
+	// A failed Send means the stream broke; Recv, in the receiver, gets
+	// the reason and fails every call sent on it.
+	_ = conn.s.Send(&concordpb.StreamRequest{Calls: msgs})
+	return m.queued()
+}
+
+// takeBatch takes queued calls up to maxStreamBatchBytes (at least one).
+func (m *streamMux) takeBatch() []*pendingCall {
+	n, size := 0, 0
+	for n < len(m.queue) {
+		s := proto.Size(m.queue[n].msg)
+		if n > 0 && size+s > maxStreamBatchBytes {
+			break
+		}
+		size += s
+		n++
+	}
+	batch := m.queue[:n:n]
+	m.queue = m.queue[n:]
+	if len(m.queue) == 0 {
+		m.queue = nil
+	}
+	return batch
+}
+
+func (m *streamMux) queued() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.queue) > 0
+}
+
+// open starts a stream and its receiver.
+func (m *streamMux) open() (*streamConn, error) {
+	s, err := m.unary.Stream(m.ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := &streamConn{s: s, pending: map[uint64]*pendingCall{}}
+	m.mu.Lock()
+	m.cur = conn
+	m.mu.Unlock()
+	go m.receive(conn)
+	return conn, nil
+}
+
+// receive delivers replies until the stream ends, then fails the calls
+// still waiting on it.
+func (m *streamMux) receive(conn *streamConn) {
+	for {
+		resp, err := conn.s.Recv()
+		if err != nil {
+			m.broken(conn, err)
+			return
+		}
+		m.mu.Lock()
+		for _, r := range resp.GetReplies() {
+			if p, ok := conn.pending[r.GetId()]; ok {
+				delete(conn.pending, r.GetId())
+				p.res <- callResult{reply: r}
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// broken retires conn. Its calls were sent, so for a mutation the outcome
+// is unknown: they fail Unavailable with a message that marks them neither
+// refused nor unsent, and the retry loop treats them as possibly applied.
+// A node without Stream (Unimplemented) served none of them.
+func (m *streamMux) broken(conn *streamConn, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	conn.done = true
+	if m.cur == conn {
+		m.cur = nil
+	}
+	fail := status.Errorf(codes.Unavailable, "concord: the request stream to the node broke (%s) after the request was sent", status.Code(err))
+	if status.Code(err) == codes.Unimplemented {
+		m.unsupported, fail = true, errNoStream
+	}
+	for id, p := range conn.pending {
+		delete(conn.pending, id)
+		p.res <- callResult{err: fail}
+	}
+}
+
+// failAll fails the queued calls and those awaiting replies.
+func (m *streamMux) failAll(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.queue {
+		p.res <- callResult{err: err}
+	}
+	m.queue = nil
+	if m.cur != nil {
+		for id, p := range m.cur.pending {
+			delete(m.cur.pending, id)
+			p.res <- callResult{err: err}
+		}
+	}
+}
+
+// streamKV is a concordpb.KVClient whose calls travel on a streamMux,
+// falling back to unary calls on a node without Stream.
+type streamKV struct{ m *streamMux }
+
+var _ concordpb.KVClient = streamKV{}
+
+func (k streamKV) Get(ctx context.Context, in *concordpb.GetRequest, opts ...grpc.CallOption) (*concordpb.GetResponse, error) {
+	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Get{Get: in}})
+	if errors.Is(err, errNoStream) {
+		return k.m.unary.Get(ctx, in, opts...)
+	}
+	return r.GetGet(), err
+}
+
+func (k streamKV) Put(ctx context.Context, in *concordpb.PutRequest, opts ...grpc.CallOption) (*concordpb.PutResponse, error) {
+	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Put{Put: in}})
+	if errors.Is(err, errNoStream) {
+		return k.m.unary.Put(ctx, in, opts...)
+	}
+	return r.GetPut(), err
+}
+
+func (k streamKV) Delete(ctx context.Context, in *concordpb.DeleteRequest, opts ...grpc.CallOption) (*concordpb.DeleteResponse, error) {
+	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Delete{Delete: in}})
+	if errors.Is(err, errNoStream) {
+		return k.m.unary.Delete(ctx, in, opts...)
+	}
+	return r.GetDelete(), err
+}
+
+func (k streamKV) CompareAndSwap(ctx context.Context, in *concordpb.CompareAndSwapRequest, opts ...grpc.CallOption) (*concordpb.CompareAndSwapResponse, error) {
+	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_CompareAndSwap{CompareAndSwap: in}})
+	if errors.Is(err, errNoStream) {
+		return k.m.unary.CompareAndSwap(ctx, in, opts...)
+	}
+	return r.GetCompareAndSwap(), err
+}
+
+func (k streamKV) Scan(ctx context.Context, in *concordpb.ScanRequest, opts ...grpc.CallOption) (*concordpb.ScanResponse, error) {
+	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Scan{Scan: in}})
+	if errors.Is(err, errNoStream) {
+		return k.m.unary.Scan(ctx, in, opts...)
+	}
+	return r.GetScan(), err
+}
+
+func (k streamKV) Batch(ctx context.Context, in *concordpb.BatchRequest, opts ...grpc.CallOption) (*concordpb.BatchResponse, error) {
+	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Batch{Batch: in}})
+	if errors.Is(err, errNoStream) {
+		return k.m.unary.Batch(ctx, in, opts...)
+	}
+	return r.GetBatch(), err
+}
+
+func (k streamKV) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[concordpb.StreamRequest, concordpb.StreamResponse], error) {
+	return k.m.unary.Stream(ctx, opts...)
+}

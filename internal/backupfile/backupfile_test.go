@@ -1,0 +1,199 @@
+package backupfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type entry struct {
+	shard uint64
+	rec   Record
+}
+
+// writeSample writes two shards (the second one after an aborted attempt)
+// and returns the path and the records it holds, in file order.
+func writeSample(t *testing.T) (string, []entry) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "b.bak")
+	w, err := Create(path, Header{ClusterID: 42, Created: time.UnixMilli(1_700_000_000_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []entry
+	add := func(shard uint64, n int) {
+		for i := range n {
+			r := Record{Key: []byte(fmt.Sprintf("s%d-k%03d", shard, i)), Value: bytes.Repeat([]byte{byte(i)}, i)}
+			if i%3 == 0 {
+				r.ExpireAtMs = 1_800_000_000_000 + int64(i)
+			}
+			must(t, w.Add(r))
+			want = append(want, entry{shard, r})
+		}
+	}
+	must(t, w.BeginShard(Shard{ID: 1, StartHash: 0, EndHash: 99, AppliedIndex: 7}))
+	add(1, 50)
+	must(t, w.EndShard())
+	// A failed read of shard 2 is dropped and read again.
+	must(t, w.BeginShard(Shard{ID: 2, StartHash: 100, EndHash: ^uint64(0), AppliedIndex: 8}))
+	must(t, w.Add(Record{Key: []byte("half-read"), Value: []byte("x")}))
+	must(t, w.AbortShard())
+	must(t, w.BeginShard(Shard{ID: 2, StartHash: 100, EndHash: ^uint64(0), AppliedIndex: 9}))
+	add(2, 30)
+	must(t, w.EndShard())
+	sum, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Records != 80 || len(sum.Shards) != 2 {
+		t.Fatalf("writer summary %+v", sum)
+	}
+	if _, err := os.Stat(path + ".partial"); !os.IsNotExist(err) {
+		t.Fatalf("partial file left behind: %v", err)
+	}
+	return path, want
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	path, want := writeSample(t)
+	var got []entry
+	sum, err := Read(path, func(s Shard, r Record) error {
+		got = append(got, entry{s.ID, Record{Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value), ExpireAtMs: r.ExpireAtMs}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.ClusterID != 42 || sum.Version != Version || sum.Created.UnixMilli() != 1_700_000_000_000 || sum.Records != 80 {
+		t.Fatalf("summary %+v", sum)
+	}
+	wantShards := []Shard{{ID: 1, StartHash: 0, EndHash: 99, AppliedIndex: 7, Records: 50}, {ID: 2, StartHash: 100, EndHash: ^uint64(0), AppliedIndex: 9, Records: 30}}
+	if fmt.Sprint(sum.Shards) != fmt.Sprint(wantShards) {
+		t.Fatalf("shards %+v, want %+v", sum.Shards, wantShards)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d records read, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].shard != want[i].shard || !bytes.Equal(got[i].rec.Key, want[i].rec.Key) ||
+			!bytes.Equal(got[i].rec.Value, want[i].rec.Value) || got[i].rec.ExpireAtMs != want[i].rec.ExpireAtMs {
+			t.Fatalf("record %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestEmptyBackup(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.bak")
+	w, err := Create(path, Header{ClusterID: 1, Created: time.Now()})
+	must(t, err)
+	must(t, w.BeginShard(Shard{ID: 1}))
+	must(t, w.EndShard())
+	_, err = w.Close()
+	must(t, err)
+	sum, err := Verify(path)
+	must(t, err)
+	if sum.Records != 0 || len(sum.Shards) != 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+}
+
+// TestEveryCorruptByteIsRefused flips each byte of a small file in turn:
+// every flip must be refused before any record is handed out.
+func TestEveryCorruptByteIsRefused(t *testing.T) {
+	path, _ := writeSample(t)
+	orig, err := os.ReadFile(path)
+	must(t, err)
+	bad := filepath.Join(t.TempDir(), "bad.bak")
+	for i := range orig {
+		b := bytes.Clone(orig)
+		b[i] ^= 0x20
+		must(t, os.WriteFile(bad, b, 0o644))
+		calls := 0
+		_, err := Read(bad, func(Shard, Record) error { calls++; return nil })
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("byte %d flipped: err %v, want ErrCorrupt", i, err)
+		}
+		if calls != 0 {
+			t.Fatalf("byte %d flipped: %d records handed out before the error", i, calls)
+		}
+	}
+}
+
+func TestCorruptValueNamesDigest(t *testing.T) {
+	path, _ := writeSample(t)
+	b, err := os.ReadFile(path)
+	must(t, err)
+	i := bytes.Index(b, []byte("s2-k010"))
+	b[i+len("s2-k010")+2] ^= 0xff // a byte of the record's value
+	must(t, os.WriteFile(path, b, 0o644))
+	_, err = Verify(path)
+	if err == nil || !strings.Contains(err.Error(), "SHA-256 mismatch") {
+		t.Fatalf("err %v, want a SHA-256 mismatch", err)
+	}
+}
+
+func TestTruncatedFileIsRefused(t *testing.T) {
+	path, _ := writeSample(t)
+	orig, err := os.ReadFile(path)
+	must(t, err)
+	for _, n := range []int{0, 5, headerLen, headerLen + 10, len(orig) / 2, len(orig) - 33, len(orig) - 1} {
+		must(t, os.WriteFile(path, orig[:n], 0o644))
+		_, err := Verify(path)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d of %d bytes: err %v, want ErrCorrupt", n, len(orig), err)
+		}
+	}
+	must(t, os.WriteFile(path, append(bytes.Clone(orig), 0), 0o644))
+	if _, err := Verify(path); err == nil || !strings.Contains(err.Error(), "follow the trailer") {
+		t.Fatalf("a byte after the trailer: err %v", err)
+	}
+}
+
+func TestNotABackup(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x")
+	must(t, os.WriteFile(path, []byte(strings.Repeat("hello world ", 10)), 0o644))
+	if _, err := Verify(path); err == nil || !strings.Contains(err.Error(), "not a Concord backup") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestStage(t *testing.T) {
+	path, _ := writeSample(t)
+	dir := filepath.Join(t.TempDir(), "new")
+	sum, err := Stage(path, dir)
+	must(t, err)
+	if sum.Records != 80 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if _, err := Verify(filepath.Join(dir, PendingName)); err != nil {
+		t.Fatalf("staged copy: %v", err)
+	}
+	// A second restore into the same (now non-empty) dir is refused.
+	if _, err := Stage(path, dir); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("restore into a non-empty dir: %v", err)
+	}
+	// A corrupt backup leaves nothing behind.
+	b, err := os.ReadFile(path)
+	must(t, err)
+	b[len(b)/2] ^= 1
+	must(t, os.WriteFile(path, b, 0o644))
+	dir2 := filepath.Join(t.TempDir(), "new2")
+	if _, err := Stage(path, dir2); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("staging a corrupt file: %v", err)
+	}
+	if _, err := os.Stat(dir2); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore created %s: %v", dir2, err)
+	}
+}

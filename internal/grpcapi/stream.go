@@ -1,0 +1,188 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// Stream limits. A stream's calls run concurrently, at most
+// maxStreamInFlight at a time: past that the handler stops reading, and
+// gRPC's flow control pushes back on the client. Replies that are ready
+// together leave in one message of at most maxRepliesPerMessage.
+const (
+	maxStreamInFlight    = 4096
+	maxRepliesPerMessage = 512
+	defaultCallTimeout   = 30 * time.Second
+)
+
+// WithCallInterceptors sets what runs around every call of a Stream, as
+// the server's unary interceptors run around a unary call (tracking,
+// metrics), so a request is accounted the same way on either path.
+func (s *KV) WithCallInterceptors(ics ...grpc.UnaryServerInterceptor) *KV {
+	s.callIC = chainUnary(ics)
+	return s
+}
+
+// chainUnary composes interceptors, the first outermost.
+func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		for i := len(ics) - 1; i >= 0; i-- {
+			ic, next := ics[i], h
+			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+		}
+		return h(ctx, req)
+	}
+}
+
+// Stream serves many calls per message: each call runs as its unary
+// method would, concurrently with the others, and its reply joins the next
+// message back. The stream ends when the client closes its side (after
+// every call in flight is answered) or the connection goes.
+func (s *KV) Stream(stream concordpb.KV_StreamServer) error {
+	ctx := stream.Context()
+	replies := make(chan *concordpb.StreamReply, maxRepliesPerMessage)
+	sent := make(chan error, 1)
+	go func() { sent <- sendReplies(stream, replies) }()
+
+	slots := make(chan struct{}, maxStreamInFlight)
+	var calls sync.WaitGroup
+	recvErr := s.startCalls(ctx, stream, slots, &calls, replies)
+	calls.Wait()
+	close(replies)
+	sendErr := <-sent
+	if errors.Is(recvErr, io.EOF) {
+		return sendErr
+	}
+	return recvErr
+}
+
+// startCalls reads the stream and starts each call it carries, until the
+// client closes its side, the stream fails or ctx ends.
+func (s *KV) startCalls(ctx context.Context, stream concordpb.KV_StreamServer, slots chan struct{},
+	calls *sync.WaitGroup, replies chan<- *concordpb.StreamReply) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		for _, call := range req.GetCalls() {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			calls.Add(1)
+			go func() {
+				defer func() { <-slots; calls.Done() }()
+				replies <- s.serveCall(ctx, call)
+			}()
+		}
+	}
+}
+
+// sendReplies batches the replies that are ready into one message each
+// time; after a send fails it keeps draining, so no call blocks on it.
+func sendReplies(stream concordpb.KV_StreamServer, replies <-chan *concordpb.StreamReply) error {
+	var failed error
+	for r := range replies {
+		batch := []*concordpb.StreamReply{r}
+	more:
+		for len(batch) < maxRepliesPerMessage {
+			select {
+			case r, ok := <-replies:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		if failed == nil {
+			failed = stream.Send(&concordpb.StreamResponse{Replies: batch})
+		}
+	}
+	return failed
+}
+
+// serveCall runs one call through the call interceptors and its unary
+// method, and turns the outcome into a reply.
+func (s *KV) serveCall(ctx context.Context, call *concordpb.StreamCall) *concordpb.StreamReply {
+	timeout := defaultCallTimeout
+	if ms := call.GetTimeoutMs(); ms > 0 {
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	method, req, h := s.callHandler(call)
+	reply := &concordpb.StreamReply{Id: call.GetId()}
+	if h == nil {
+		reply.Code, reply.Message = uint32(codes.InvalidArgument), "stream call carries no request"
+		return reply
+	}
+	var resp any
+	var err error
+	if s.callIC != nil {
+		resp, err = s.callIC(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
+	} else {
+		resp, err = h(ctx, req)
+	}
+	if err != nil {
+		st := status.Convert(err)
+		reply.Code, reply.Message = uint32(st.Code()), st.Message()
+		return reply
+	}
+	setResponse(reply, resp)
+	return reply
+}
+
+// callHandler returns the unary method a call names, as its full gRPC
+// method name, its request and a handler; h is nil for an empty call.
+func (s *KV) callHandler(call *concordpb.StreamCall) (method string, req any, h grpc.UnaryHandler) {
+	switch r := call.GetRequest().(type) {
+	case *concordpb.StreamCall_Get:
+		return kvMethod + "Get", r.Get, func(ctx context.Context, _ any) (any, error) { return s.Get(ctx, r.Get) }
+	case *concordpb.StreamCall_Put:
+		return kvMethod + "Put", r.Put, func(ctx context.Context, _ any) (any, error) { return s.Put(ctx, r.Put) }
+	case *concordpb.StreamCall_Delete:
+		return kvMethod + "Delete", r.Delete, func(ctx context.Context, _ any) (any, error) { return s.Delete(ctx, r.Delete) }
+	case *concordpb.StreamCall_CompareAndSwap:
+		return kvMethod + "CompareAndSwap", r.CompareAndSwap, func(ctx context.Context, _ any) (any, error) {
+			return s.CompareAndSwap(ctx, r.CompareAndSwap)
+		}
+	case *concordpb.StreamCall_Scan:
+		return kvMethod + "Scan", r.Scan, func(ctx context.Context, _ any) (any, error) { return s.Scan(ctx, r.Scan) }
+	case *concordpb.StreamCall_Batch:
+		return kvMethod + "Batch", r.Batch, func(ctx context.Context, _ any) (any, error) { return s.Batch(ctx, r.Batch) }
+	}
+	return "", nil, nil
+}
+
+// kvMethod prefixes the KV service's full method names.
+const kvMethod = "/concord.v1.KV/"
+
+func setResponse(reply *concordpb.StreamReply, resp any) {
+	switch r := resp.(type) {
+	case *concordpb.GetResponse:
+		reply.Response = &concordpb.StreamReply_Get{Get: r}
+	case *concordpb.PutResponse:
+		reply.Response = &concordpb.StreamReply_Put{Put: r}
+	case *concordpb.DeleteResponse:
+		reply.Response = &concordpb.StreamReply_Delete{Delete: r}
+	case *concordpb.CompareAndSwapResponse:
+		reply.Response = &concordpb.StreamReply_CompareAndSwap{CompareAndSwap: r}
+	case *concordpb.ScanResponse:
+		reply.Response = &concordpb.StreamReply_Scan{Scan: r}
+	case *concordpb.BatchResponse:
+		reply.Response = &concordpb.StreamReply_Batch{Batch: r}
+	}
+}

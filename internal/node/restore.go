@@ -1,0 +1,119 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/backupfile"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
+)
+
+// A data dir prepared by `concord restore` holds a verified backup file,
+// backupfile.PendingName, next to the (still empty) database. The node's
+// first start bootstraps a new single-node cluster and loads the file's
+// keys into the kv state of its new user shards (routed by hash, so the
+// shard count may differ from the backup's) before it serves.
+//
+// The load is atomic with the bootstrap: the keys go in batches committed
+// without sync, and the last batch, synced, also holds the node's identity.
+// A crash before that leaves no identity: the next start clears the shards'
+// state spans and loads again. A crash after it finds the identity and
+// only removes the file. The keys are written as applied state at the
+// bootstrap index, below the truncated log, so any replica added later
+// receives them in a raft snapshot, like any other state.
+
+// loadBatchBytes is about how many bytes of keys and values go in one
+// batch of a restore's load.
+const loadBatchBytes = 16 << 20
+
+// stagedRestore returns the path of the backup staged in the data dir, ""
+// if there is none.
+func (n *Node) stagedRestore() (string, error) {
+	p := filepath.Join(n.cfg.DataDir, backupfile.PendingName)
+	switch _, err := os.Stat(p); {
+	case err == nil:
+		return p, nil
+	case errors.Is(err, os.ErrNotExist):
+		return "", nil
+	default:
+		return "", err
+	}
+}
+
+// checkRestoreStart refuses to start a staged restore other than as a new
+// single-node cluster: its peers would bootstrap without the data.
+func (n *Node) checkRestoreStart(peers []string) error {
+	if len(n.cfg.Join) > 0 {
+		return fmt.Errorf("data dir %s holds a backup staged by concord restore, which starts a new cluster: "+
+			"start it with --peers %s (itself only), not --join", n.cfg.DataDir, n.cfg.Addr)
+	}
+	if len(peers) != 1 || peers[0] != n.cfg.Addr {
+		return fmt.Errorf("data dir %s holds a backup staged by concord restore, which starts a new single-node cluster: "+
+			"--peers must be exactly this node's --addr %s; add more nodes with --join once it serves", n.cfg.DataDir, n.cfg.Addr)
+	}
+	return nil
+}
+
+// finishRestore removes a staged backup that a committed bootstrap loaded
+// (the process stopped before removing it).
+func (n *Node) finishRestore() {
+	p, err := n.stagedRestore()
+	if err != nil || p == "" {
+		return
+	}
+	if err := os.Remove(p); err != nil {
+		n.log.Warn("could not remove the loaded backup file", "file", p, "err", err)
+		return
+	}
+	n.log.Info("removed the backup file loaded at bootstrap", "file", p)
+}
+
+// restoreLoad is one load of a staged backup into the new user shards.
+type restoreLoad struct {
+	path            string
+	table           *routing.Table
+	now             int64
+	w               func() storage.Writer // the batch being filled
+	flush           func() error          // commits it (no sync) and starts another
+	loaded, expired uint64
+}
+
+// load clears the user shards' state spans (a crashed earlier load may have
+// left keys) and writes every record of the file that has not expired.
+func (l *restoreLoad) load(shards []*concordpb.ShardDescriptor) (backupfile.Summary, error) {
+	for _, d := range shards {
+		if d.GetShardId() == uint64(routing.MetaShard) {
+			continue
+		}
+		lo, hi := keys.StateSpan(d.GetShardId())
+		if err := l.w().DeleteRange(lo, hi, nil); err != nil {
+			return backupfile.Summary{}, err
+		}
+	}
+	size := 0
+	return backupfile.Read(l.path, func(_ backupfile.Shard, r backupfile.Record) error {
+		if r.ExpireAtMs != 0 && r.ExpireAtMs <= l.now {
+			l.expired++
+			return nil
+		}
+		d := l.table.Lookup(r.Key)
+		if d == nil {
+			return fmt.Errorf("no shard owns key %q", r.Key)
+		}
+		if err := kv.Load(l.w(), d.GetShardId(), r.Key, r.Value, r.ExpireAtMs); err != nil {
+			return err
+		}
+		l.loaded++
+		if size += len(r.Key) + len(r.Value); size >= loadBatchBytes {
+			size = 0
+			return l.flush()
+		}
+		return nil
+	})
+}
