@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/certs"
 	"github.com/concord-kv/concord/internal/localcluster"
 	"github.com/concord-kv/concord/internal/routing"
 )
@@ -210,4 +212,28 @@ func tableOf(rt *concordpb.RoutingTableResponse) *routing.Table {
 		descs = append(descs, s.GetShard())
 	}
 	return routing.NewTable(descs)
+}
+
+// HTTPURL is the URL of path on node i's HTTP front door: https for a TLS
+// cluster.
+func (c *Cluster) HTTPURL(i int, path string) string {
+	scheme := "http"
+	if c.lc.CAFile() != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + c.HTTPAddr(i) + path
+}
+
+// HTTPClient is an HTTP client for the nodes' front doors: one that trusts
+// the cluster's CA when it has TLS.
+func (c *Cluster) HTTPClient() *http.Client {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if ca := c.lc.CAFile(); ca != "" {
+		cfg, err := certs.ClientConfig(ca, "", "")
+		if err != nil {
+			panic(fmt.Sprintf("testcluster: %v", err)) // the launcher made the CA
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
+	return hc
 }

@@ -206,8 +206,7 @@ func checkTLSSidePorts(t *testing.T, c *testcluster.Cluster, ca string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
-	resp, err := hc.Get("https://" + c.HTTPAddr(0) + "/healthz")
+	resp, err := c.HTTPClient().Get(c.HTTPURL(0, "/healthz"))
 	if err != nil {
 		t.Fatalf("HTTPS /healthz: %v", err)
 	}
