@@ -43,11 +43,16 @@ func (n *Node) startHTTP() error {
 		Handler:           httpapi.Handler(httpBackend{n}, httpapi.Config{Metrics: n.metrics.Handler(), AuthToken: n.cfg.AuthToken}),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		TLSConfig:         n.sec.httpTLS(),
 	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if err := n.httpSrv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := n.httpSrv.Serve
+		if n.httpSrv.TLSConfig != nil {
+			serve = func(l net.Listener) error { return n.httpSrv.ServeTLS(l, "", "") } // the certificate is in TLSConfig
+		}
+		if err := serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("http server stopped", "err", err)
 		}
 	}()

@@ -86,7 +86,7 @@ func (n *Node) startRedis() error {
 		return fmt.Errorf("listen for Redis clients on %s: %w", n.cfg.RedisAddr, err)
 	}
 	n.redisLis = lis
-	n.redis.Serve(lis)
+	n.redis.Serve(n.sec.listen(lis))
 	return nil
 }
 
