@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/concord-kv/concord/bench/internal/systems"
 )
 
 type options struct {
@@ -67,23 +69,23 @@ type row struct {
 // current is the running system, stopped on Ctrl-C.
 var (
 	mu      sync.Mutex
-	current *system
+	current *systems.System
 )
 
-func setCurrent(s *system) { mu.Lock(); current = s; mu.Unlock() }
+func setCurrent(s *systems.System) { mu.Lock(); current = s; mu.Unlock() }
 
 func main() {
 	var o options
-	var systems string
+	var systemList string
 	flag.StringVar(&o.concord, "concord", "bin/concord", "the concord binary (load generator and server)")
 	flag.StringVar(&o.peers, "peers", ".cache/peers/bin", "where bench/peers.sh put etcd, benchmark and redis")
 	flag.StringVar(&o.out, "out", "bench-out/compare", "directory for logs, per-run JSON and the table")
 	flag.DurationVar(&o.duration, "duration", 8*time.Second, "measured time of each run")
 	flag.IntVar(&o.keys, "keys", 10000, "key space of every workload")
-	flag.StringVar(&systems, "systems", "etcd,redis-everysec,redis-always,concord", "systems to run, in order")
+	flag.StringVar(&systemList, "systems", "etcd,redis-everysec,redis-always,concord", "systems to run, in order")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 s runs, no 1000-client or YCSB C rows")
 	flag.Parse()
-	o.systems = strings.Split(systems, ",")
+	o.systems = strings.Split(systemList, ",")
 	if o.quick {
 		o.duration = 2 * time.Second
 	}
@@ -96,7 +98,7 @@ func main() {
 		<-sig
 		mu.Lock()
 		if current != nil {
-			current.stop()
+			current.Stop()
 		}
 		os.Exit(130)
 	}()
@@ -133,23 +135,12 @@ func logf(format string, args ...any) {
 // and stops it.
 func runSystem(o options, name string) ([]row, error) {
 	logf("starting %s", name)
-	var s *system
-	var err error
-	switch {
-	case name == "concord":
-		s, err = startConcord(o.concord, o.out)
-	case name == "etcd":
-		s, err = startEtcd(o.peers, o.out)
-	case strings.HasPrefix(name, "redis-"):
-		s, err = startRedis(o.peers, o.out, strings.TrimPrefix(name, "redis-"))
-	default:
-		err = fmt.Errorf("unknown system (want concord, etcd, redis-everysec or redis-always)")
-	}
+	s, err := systems.Start(name, o.concord, o.peers, o.out)
 	if err != nil {
 		return nil, err
 	}
 	setCurrent(s)
-	defer func() { s.stop(); setCurrent(nil) }()
+	defer func() { s.Stop(); setCurrent(nil) }()
 
 	if err := preload(o, s); err != nil {
 		return nil, err
@@ -164,7 +155,7 @@ func runSystem(o options, name string) ([]row, error) {
 		if err != nil {
 			return rows, err
 		}
-		logf("%s %s: %.0f ops/s p50 %.2f p99 %.2f ms", s.name, w.name, r.OpsPerSec, r.P50, r.P99)
+		logf("%s %s: %.0f ops/s p50 %.2f p99 %.2f ms", s.Name, w.name, r.OpsPerSec, r.P50, r.P99)
 		rows = append(rows, r)
 		rates[w.name] = r.OpsPerSec
 	}

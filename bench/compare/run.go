@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/concord-kv/concord/bench/internal/systems"
 	"github.com/concord-kv/concord/internal/bench"
 )
 
@@ -31,8 +32,8 @@ func slug(s string) string {
 
 // concordBench runs `concord bench` against s and decodes its JSON; it
 // also returns the CPU time the load generator itself used.
-func concordBench(o options, s *system, file string, args ...string) (benchJSON, time.Duration, error) {
-	full := append([]string{"bench", "--target", s.target, "--endpoints", strings.Join(s.endpoints, ","),
+func concordBench(o options, s *systems.System, file string, args ...string) (benchJSON, time.Duration, error) {
+	full := append([]string{"bench", "--target", s.Target, "--endpoints", strings.Join(s.Endpoints, ","),
 		"--keys", strconv.Itoa(o.keys), "--key-size", "16", "--value-size", "256", "--output", "json"}, args...)
 	cmd := exec.Command(o.concord, full...)
 	out, err := cmd.Output()
@@ -47,52 +48,52 @@ func concordBench(o options, s *system, file string, args ...string) (benchJSON,
 	if file != "" {
 		_ = os.WriteFile(filepath.Join(o.out, file), out, 0o644)
 	}
-	return res, childCPU(cmd), json.Unmarshal(out, &res)
+	return res, systems.ChildCPU(cmd), json.Unmarshal(out, &res)
 }
 
 // preload writes every key once with 100 clients, so that reads find
 // values and every system starts from the same data.
-func preload(o options, s *system) error {
-	logf("%s: preloading %d keys", s.name, o.keys)
+func preload(o options, s *systems.System) error {
+	logf("%s: preloading %d keys", s.Name, o.keys)
 	_, _, err := concordBench(o, s, "", "--workload", "get", "--clients", "100", "--conns", "10", "--preload", "--ops", "1")
 	return err
 }
 
 // runBench runs one workload through concord bench, measuring the whole
 // box's CPU meanwhile.
-func runBench(o options, s *system, w workload) (row, error) {
-	cpu, srv := startCPU(), startServerCPU(s.pids())
+func runBench(o options, s *systems.System, w workload) (row, error) {
+	cpu, srv := startCPU(), systems.StartServerCPU(s.PIDs())
 	args := append(append([]string{}, w.args...), "--duration", o.duration.String(), "--preload=false")
-	res, gen, err := concordBench(o, s, s.name+"-"+slug(w.name)+".json", args...)
+	res, gen, err := concordBench(o, s, s.Name+"-"+slug(w.name)+".json", args...)
 	ops := float64(res.Ops + res.Errors)
-	return row{System: s.name, Workload: w.name, Tool: "concord bench", OpsPerSec: res.Throughput,
+	return row{System: s.Name, Workload: w.name, Tool: "concord bench", OpsPerSec: res.Throughput,
 		P50: res.Latency.P50, P99: res.Latency.P99, Errors: res.Errors, BoxCPU: cpu.stop(),
-		ServerCPU: perKOps(srv.stop(), ops), LoadCPU: perKOps(gen, ops)}, err
+		ServerCPU: systems.PerKOps(srv.Stop(), ops), LoadCPU: systems.PerKOps(gen, ops)}, err
 }
 
 // crossCheck runs the peer's own tool for the put and get rows, sized to
 // take about the run duration at the rate concord bench measured.
-func crossCheck(o options, s *system, rates map[string]float64) ([]row, error) {
+func crossCheck(o options, s *systems.System, rates map[string]float64) ([]row, error) {
 	var rows []row
 	for _, w := range workloads {
-		if w.kind == "" || s.target == "concord" {
+		if w.kind == "" || s.Target == "concord" {
 			continue
 		}
 		total := max(200, int(rates[w.name]*o.duration.Seconds()))
-		cpu, srv := startCPU(), startServerCPU(s.pids())
+		cpu, srv := startCPU(), systems.StartServerCPU(s.PIDs())
 		var r row
 		var err error
-		if s.target == "etcd" {
+		if s.Target == "etcd" {
 			r, err = etcdBenchmark(o, s, w, total)
 		} else {
 			r, err = redisBenchmark(o, s, w, total)
 		}
 		r.BoxCPU = cpu.stop()
-		r.ServerCPU = perKOps(srv.stop(), float64(total))
+		r.ServerCPU = systems.PerKOps(srv.Stop(), float64(total))
 		if err != nil {
 			return rows, err
 		}
-		logf("%s %s (%s): %.0f ops/s p50 %.2f p99 %.2f ms", s.name, w.name, r.Tool, r.OpsPerSec, r.P50, r.P99)
+		logf("%s %s (%s): %.0f ops/s p50 %.2f p99 %.2f ms", s.Name, w.name, r.Tool, r.OpsPerSec, r.P50, r.P99)
 		rows = append(rows, r)
 	}
 	return rows, nil
@@ -100,8 +101,8 @@ func crossCheck(o options, s *system, rates map[string]float64) ([]row, error) {
 
 // etcdBenchmark runs etcd's own tool: puts over the same key space, or
 // linearizable ranges of one preloaded key (the tool reads one key).
-func etcdBenchmark(o options, s *system, w workload, total int) (row, error) {
-	args := []string{"--endpoints", strings.Join(s.endpoints, ","), "--precise",
+func etcdBenchmark(o options, s *systems.System, w workload, total int) (row, error) {
+	args := []string{"--endpoints", strings.Join(s.Endpoints, ","), "--precise",
 		"--conns", strconv.Itoa(w.conns), "--clients", strconv.Itoa(w.clients)}
 	if w.kind == "put" {
 		args = append(args, "put", "--key-size", "16", "--val-size", "256",
@@ -111,29 +112,29 @@ func etcdBenchmark(o options, s *system, w workload, total int) (row, error) {
 	}
 	cmd := exec.Command(filepath.Join(o.peers, "benchmark"), args...)
 	out, err := cmd.CombinedOutput()
-	_ = os.WriteFile(filepath.Join(o.out, s.name+"-native-"+slug(w.name)+".txt"), out, 0o644)
+	_ = os.WriteFile(filepath.Join(o.out, s.Name+"-native-"+slug(w.name)+".txt"), out, 0o644)
 	if err != nil {
 		return row{}, fmt.Errorf("etcd benchmark %v: %v: %s", args, err, lastLines(out))
 	}
-	n, err := parseEtcdBenchmark(bytes.NewReader(out))
-	return row{System: s.name, Workload: w.name, Tool: "etcd benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99,
-		LoadCPU: perKOps(childCPU(cmd), float64(total))}, err
+	n, err := systems.ParseEtcdBenchmark(bytes.NewReader(out))
+	return row{System: s.Name, Workload: w.name, Tool: "etcd benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99,
+		LoadCPU: systems.PerKOps(systems.ChildCPU(cmd), float64(total))}, err
 }
 
 // redisBenchmark runs redis-benchmark's SET or GET with the same value
 // size and key space (-r picks random keys among that many).
-func redisBenchmark(o options, s *system, w workload, total int) (row, error) {
-	host, port, _ := strings.Cut(s.endpoints[0], ":")
+func redisBenchmark(o options, s *systems.System, w workload, total int) (row, error) {
+	host, port, _ := strings.Cut(s.Endpoints[0], ":")
 	test := map[string]string{"put": "set", "get": "get"}[w.kind]
 	args := []string{"-h", host, "-p", port, "--csv", "-t", test, "-n", strconv.Itoa(total),
 		"-c", strconv.Itoa(w.clients), "-d", "256", "-r", strconv.Itoa(o.keys)}
 	cmd := exec.Command(filepath.Join(o.peers, "redis-benchmark"), args...)
 	out, err := cmd.Output()
-	_ = os.WriteFile(filepath.Join(o.out, s.name+"-native-"+slug(w.name)+".txt"), out, 0o644)
+	_ = os.WriteFile(filepath.Join(o.out, s.Name+"-native-"+slug(w.name)+".txt"), out, 0o644)
 	if err != nil {
 		return row{}, fmt.Errorf("redis-benchmark %v: %v: %s", args, err, lastLines(out))
 	}
-	m, err := parseRedisBenchmark(bytes.NewReader(out))
+	m, err := systems.ParseRedisBenchmark(bytes.NewReader(out))
 	if err != nil {
 		return row{}, err
 	}
@@ -141,8 +142,8 @@ func redisBenchmark(o options, s *system, w workload, total int) (row, error) {
 	if !ok {
 		return row{}, fmt.Errorf("redis-benchmark printed no %s row", test)
 	}
-	return row{System: s.name, Workload: w.name, Tool: "redis-benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99,
-		LoadCPU: perKOps(childCPU(cmd), float64(total))}, nil
+	return row{System: s.Name, Workload: w.name, Tool: "redis-benchmark", OpsPerSec: n.OpsPerSec, P50: n.P50, P99: n.P99,
+		LoadCPU: systems.PerKOps(systems.ChildCPU(cmd), float64(total))}, nil
 }
 
 func lastLines(b []byte) string {

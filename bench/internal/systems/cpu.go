@@ -1,4 +1,4 @@
-package main
+package systems
 
 import (
 	"os"
@@ -12,18 +12,19 @@ import (
 // every Linux this runs on (the kernel fixes it for user space).
 const clockTicks = 100
 
-// procCPU returns the user+system CPU time a process has used so far,
+// ProcCPU returns the user+system CPU time a process has used so far,
 // from /proc/PID/stat (fields 14 and 15, counted after the command name,
 // which may itself hold spaces and parentheses).
-func procCPU(pid int) (time.Duration, bool) {
+func ProcCPU(pid int) (time.Duration, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, false
 	}
-	return parseStatCPU(string(b))
+	return ParseStatCPU(string(b))
 }
 
-func parseStatCPU(stat string) (time.Duration, bool) {
+// ParseStatCPU reads the user+system time from the text of /proc/PID/stat.
+func ParseStatCPU(stat string) (time.Duration, bool) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
 		return 0, false
@@ -40,40 +41,44 @@ func parseStatCPU(stat string) (time.Duration, bool) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, true
 }
 
-// serverMeter measures the CPU the servers' own processes use between
+// ServerMeter measures the CPU the servers' own processes use between
 // start and stop: the figure least disturbed by the load generator and
 // by neighbours on a shared box.
-type serverMeter struct {
+type ServerMeter struct {
 	pids  []int
 	start time.Duration
 }
 
-func startServerCPU(pids []int) *serverMeter {
-	return &serverMeter{pids: pids, start: sumCPU(pids)}
+// StartServerCPU starts measuring the CPU of the processes pids.
+func StartServerCPU(pids []int) *ServerMeter {
+	return &ServerMeter{pids: pids, start: SumCPU(pids)}
 }
 
-func (m *serverMeter) stop() time.Duration { return sumCPU(m.pids) - m.start }
+// Stop returns the CPU time the processes used since StartServerCPU.
+func (m *ServerMeter) Stop() time.Duration { return SumCPU(m.pids) - m.start }
 
-func sumCPU(pids []int) time.Duration {
+// SumCPU is the CPU time the processes pids have used so far (0 for one
+// that is gone).
+func SumCPU(pids []int) time.Duration {
 	var total time.Duration
 	for _, p := range pids {
-		d, _ := procCPU(p)
+		d, _ := ProcCPU(p)
 		total += d
 	}
 	return total
 }
 
-// childCPU is the CPU a finished command used (the load generator).
-func childCPU(cmd *exec.Cmd) time.Duration {
+// ChildCPU is the CPU a finished command used (the load generator).
+func ChildCPU(cmd *exec.Cmd) time.Duration {
 	if cmd.ProcessState == nil {
 		return 0
 	}
 	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
-// perKOps converts a CPU time over ops operations into CPU milliseconds
+// PerKOps converts a CPU time over ops operations into CPU milliseconds
 // per 1,000 operations (numerically: microseconds per operation).
-func perKOps(cpu time.Duration, ops float64) float64 {
+func PerKOps(cpu time.Duration, ops float64) float64 {
 	if ops <= 0 {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package main
+package systems
 
 import (
 	"strings"
@@ -31,14 +31,14 @@ Latency distribution:
 `
 
 func TestParseEtcdBenchmark(t *testing.T) {
-	r, err := parseEtcdBenchmark(strings.NewReader(etcdOut))
+	r, err := ParseEtcdBenchmark(strings.NewReader(etcdOut))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.OpsPerSec != 726.4126 || r.P50 != 1.3 || r.P99 != 3.3 {
 		t.Errorf("parsed %+v", r)
 	}
-	if _, err := parseEtcdBenchmark(strings.NewReader("Error: context deadline exceeded\n")); err == nil {
+	if _, err := ParseEtcdBenchmark(strings.NewReader("Error: context deadline exceeded\n")); err == nil {
 		t.Error("an error message parsed as a result")
 	}
 }
@@ -48,7 +48,7 @@ func TestParseRedisBenchmark(t *testing.T) {
 "SET","3602.31","0.274","0.096","0.247","0.399","0.575","198.655"
 "GET","10309.28","0.092","0.032","0.087","0.119","0.343","9.703"
 `
-	m, err := parseRedisBenchmark(strings.NewReader(out))
+	m, err := ParseRedisBenchmark(strings.NewReader(out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestParseRedisBenchmark(t *testing.T) {
 	if g := m["GET"]; g.OpsPerSec != 10309.28 || g.P99 != 0.343 {
 		t.Errorf("GET %+v", g)
 	}
-	if _, err := parseRedisBenchmark(strings.NewReader(`"test","rps"` + "\n")); err == nil {
+	if _, err := ParseRedisBenchmark(strings.NewReader(`"test","rps"` + "\n")); err == nil {
 		t.Error("a header without rows parsed")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package systems
 
 import (
 	"bufio"
@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// nativeResult is what a peer's own benchmark tool reports.
-type nativeResult struct {
+// NativeResult is what a peer's own benchmark tool reports.
+type NativeResult struct {
 	OpsPerSec float64
 	P50, P99  float64 // ms
 }
@@ -22,9 +22,9 @@ var (
 	etcdPct = regexp.MustCompile(`^\s*([0-9.]+)% in ([0-9.]+)\s*s`)
 )
 
-// parseEtcdBenchmark reads the summary etcd's `benchmark` tool prints.
-func parseEtcdBenchmark(r io.Reader) (nativeResult, error) {
-	var res nativeResult
+// ParseEtcdBenchmark reads the summary etcd's `benchmark` tool prints.
+func ParseEtcdBenchmark(r io.Reader) (NativeResult, error) {
+	var res NativeResult
 	var haveRPS, have50, have99 bool
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -50,10 +50,10 @@ func parseEtcdBenchmark(r io.Reader) (nativeResult, error) {
 	return res, sc.Err()
 }
 
-// parseRedisBenchmark reads `redis-benchmark --csv` output: a header
+// ParseRedisBenchmark reads `redis-benchmark --csv` output: a header
 // ("test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",...)
 // then one row per test, keyed here by test name (SET, GET).
-func parseRedisBenchmark(r io.Reader) (map[string]nativeResult, error) {
+func ParseRedisBenchmark(r io.Reader) (map[string]NativeResult, error) {
 	rows, err := csv.NewReader(r).ReadAll()
 	if err != nil {
 		return nil, err
@@ -70,10 +70,10 @@ func parseRedisBenchmark(r io.Reader) (map[string]nativeResult, error) {
 			return nil, fmt.Errorf("redis-benchmark CSV has no %q column: %v", h, rows[0])
 		}
 	}
-	out := map[string]nativeResult{}
+	out := map[string]NativeResult{}
 	for _, row := range rows[1:] {
 		f := func(h string) float64 { v, _ := strconv.ParseFloat(row[col[h]], 64); return v }
-		out[strings.ToUpper(row[col["test"]])] = nativeResult{OpsPerSec: f("rps"), P50: f("p50_latency_ms"), P99: f("p99_latency_ms")}
+		out[strings.ToUpper(row[col["test"]])] = NativeResult{OpsPerSec: f("rps"), P50: f("p50_latency_ms"), P99: f("p99_latency_ms")}
 	}
 	return out, nil
 }

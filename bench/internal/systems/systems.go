@@ -1,4 +1,4 @@
-package main
+package systems
 
 import (
 	"context"
@@ -15,19 +15,22 @@ import (
 	"github.com/concord-kv/concord/internal/localcluster"
 )
 
-// system is one store under test, started on 127.0.0.1 with its data in
+// System is one store under test, started on 127.0.0.1 with its data in
 // a temp dir.
-type system struct {
-	name      string // as printed in the table
-	target    string // concord bench --target
-	endpoints []string
-	procs     []*exec.Cmd           // etcd, Redis: their own processes
-	lc        *localcluster.Cluster // Concord: its nodes
-	dir       string
+type System struct {
+	Name   string // as printed in the tables: concord, etcd, redis-everysec ...
+	Target string // concord bench --target
+	// Endpoints are the addresses Target dials; RedisAddrs the ones
+	// redis-benchmark does (Concord's with Redis on, redis-server's).
+	Endpoints  []string
+	RedisAddrs []string
+	procs      []*exec.Cmd           // etcd, Redis: their own processes
+	lc         *localcluster.Cluster // Concord: its nodes
+	dir        string
 }
 
-// pids lists the server processes (not the load generator).
-func (s *system) pids() []int {
+// PIDs lists the server processes (not the load generator).
+func (s *System) PIDs() []int {
 	var out []int
 	for _, p := range s.procs {
 		out = append(out, p.Process.Pid)
@@ -42,9 +45,9 @@ func (s *system) pids() []int {
 	return out
 }
 
-// stop signals every process the system started and waits for it; a
-// process that has not exited after 10 s is killed.
-func (s *system) stop() {
+// Stop signals every process the system started and waits for it; a
+// process that has not exited after 10 s is killed. The data dir goes.
+func (s *System) Stop() {
 	if s.lc != nil {
 		s.lc.Shutdown(10 * time.Second)
 	}
@@ -69,7 +72,7 @@ func (s *system) stop() {
 
 // start runs a process in its own process group (so stop reaches its
 // children), with output to log.
-func (s *system) start(log string, name string, args ...string) error {
+func (s *System) start(log string, name string, args ...string) error {
 	f, err := os.Create(log)
 	if err != nil {
 		return err
@@ -87,12 +90,12 @@ func (s *system) start(log string, name string, args ...string) error {
 }
 
 // waitReady polls the system with a put until one succeeds.
-func (s *system) waitReady(timeout time.Duration) error {
+func (s *System) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		cfg := bench.Config{Target: s.target, Endpoints: s.endpoints}
+		cfg := bench.Config{Target: s.Target, Endpoints: s.Endpoints}
 		t, err := bench.Dial(ctx, cfg, 1)
 		if err == nil {
 			err = t.Put(ctx, []byte("compare-ready"), []byte("x"))
@@ -105,38 +108,62 @@ func (s *system) waitReady(timeout time.Duration) error {
 		last = err
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("%s not ready after %v: %v", s.name, timeout, last)
+	return fmt.Errorf("%s not ready after %v: %v", s.Name, timeout, last)
 }
 
-func startConcord(bin, logDir string) (*system, error) {
-	dir, err := os.MkdirTemp("", "compare-concord-")
+// Start starts the system called name: "concord" (bin's nodes), "etcd",
+// "redis-everysec" or "redis-always" (from the peers dir that
+// bench/peers.sh fills), logs in logDir, and waits until it serves.
+func Start(name, bin, peers, logDir string) (*System, error) {
+	switch {
+	case name == "concord":
+		return StartConcord(bin, logDir)
+	case name == "etcd":
+		return StartEtcd(peers, logDir)
+	case name == "redis-everysec" || name == "redis-always":
+		return StartRedis(peers, logDir, strings.TrimPrefix(name, "redis-"))
+	}
+	return nil, fmt.Errorf("unknown system %q (want concord, etcd, redis-everysec or redis-always)", name)
+}
+
+// StartConcord starts a 3-node cluster, every node with a Redis port, and
+// waits until every shard has a leader and node 1's Redis port takes a
+// write.
+func StartConcord(bin, logDir string) (*System, error) {
+	dir, err := os.MkdirTemp("", "bench-concord-")
 	if err != nil {
 		return nil, err
 	}
-	s := &system{name: "concord", target: "concord", dir: dir}
+	s := &System{Name: "concord", Target: "concord", dir: dir}
 	// The nodes as `concord cluster up --nodes 3` runs them (its default
 	// shards and replicas), logs in logDir/concord/node1.log ...
 	s.lc, err = localcluster.Start(localcluster.Config{Binary: bin, Dir: dir, Nodes: 3, Shards: 16, Replicas: 3,
-		LogDir: filepath.Join(logDir, "concord")})
+		Redis: true, LogDir: filepath.Join(logDir, "concord")})
 	if err == nil {
-		s.endpoints = s.lc.Addrs()
+		s.Endpoints, s.RedisAddrs = s.lc.Addrs(), s.lc.RedisAddrs()
+		_, err = s.lc.WaitReady(context.Background(), 60*time.Second)
+	}
+	if err == nil {
 		err = s.waitReady(60 * time.Second)
 	}
+	if err == nil {
+		err = (&System{Name: s.Name + " (Redis port)", Target: "redis", Endpoints: s.RedisAddrs[:1]}).waitReady(30 * time.Second)
+	}
 	if err != nil {
-		s.stop()
+		s.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-// startEtcd starts a 3-member etcd cluster with the defaults of
+// StartEtcd starts a 3-member etcd cluster with the defaults of
 // ../shared/research/peers-bench.md section 2 (fsync on, as always in etcd).
-func startEtcd(peers, logDir string) (*system, error) {
-	dir, err := os.MkdirTemp("", "compare-etcd-")
+func StartEtcd(peers, logDir string) (*System, error) {
+	dir, err := os.MkdirTemp("", "bench-etcd-")
 	if err != nil {
 		return nil, err
 	}
-	s := &system{name: "etcd", target: "etcd", dir: dir}
+	s := &System{Name: "etcd", Target: "etcd", dir: dir}
 	ports, err := localcluster.FreePorts(6) // 3 client ports, then 3 peer ports
 	if err != nil {
 		return nil, err
@@ -148,7 +175,7 @@ func startEtcd(peers, logDir string) (*system, error) {
 	for i := range 3 {
 		client := fmt.Sprintf("http://127.0.0.1:%d", ports[i])
 		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[3+i])
-		s.endpoints = append(s.endpoints, strings.TrimPrefix(client, "http://"))
+		s.Endpoints = append(s.Endpoints, strings.TrimPrefix(client, "http://"))
 		err = s.start(filepath.Join(logDir, fmt.Sprintf("etcd-m%d.log", i)), filepath.Join(peers, "etcd"),
 			"--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
@@ -156,38 +183,39 @@ func startEtcd(peers, logDir string) (*system, error) {
 			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-token", "concord-compare",
 			"--initial-cluster-state", "new", "--log-level", "warn")
 		if err != nil {
-			s.stop()
+			s.Stop()
 			return nil, err
 		}
 	}
 	if err := s.waitReady(60 * time.Second); err != nil {
-		s.stop()
+		s.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-// startRedis starts one redis-server with the append-only file on and
-// the given fsync policy (everysec or always).
-func startRedis(peers, logDir, fsync string) (*system, error) {
-	dir, err := os.MkdirTemp("", "compare-redis-")
+// StartRedis starts one redis-server with the append-only file on and
+// the given fsync policy (everysec or always), no RDB snapshots.
+func StartRedis(peers, logDir, fsync string) (*System, error) {
+	dir, err := os.MkdirTemp("", "bench-redis-")
 	if err != nil {
 		return nil, err
 	}
-	s := &system{name: "redis-" + fsync, target: "redis", dir: dir}
+	s := &System{Name: "redis-" + fsync, Target: "redis", dir: dir}
 	port, err := localcluster.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	s.endpoints = []string{"127.0.0.1:" + strconv.Itoa(port)}
-	err = s.start(filepath.Join(logDir, s.name+".log"), filepath.Join(peers, "redis-server"),
+	s.Endpoints = []string{"127.0.0.1:" + strconv.Itoa(port)}
+	s.RedisAddrs = s.Endpoints
+	err = s.start(filepath.Join(logDir, s.Name+".log"), filepath.Join(peers, "redis-server"),
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir, "--save", "",
 		"--appendonly", "yes", "--appendfsync", fsync, "--daemonize", "no", "--maxclients", "4000")
 	if err == nil {
 		err = s.waitReady(30 * time.Second)
 	}
 	if err != nil {
-		s.stop()
+		s.Stop()
 		return nil, err
 	}
 	return s, nil
