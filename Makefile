@@ -123,8 +123,13 @@ bench-compare: build
 	$(GO) run ./bench/compare -out bench-out/compare $(if $(QUICK),-quick)
 
 # redis-benchmark -t set,get,incr,mset -n 200000 -c 50 -d 256, with -P 1
-# and -P 16, against a local 3-node cluster's Redis ports (bench/redis.sh;
-# installs redis-benchmark with apt when missing). Prints the CSV.
+# and -P 16, one test per invocation, against a local 3-node cluster's
+# Redis port and, in the same run, redis-server with appendfsync everysec
+# and always (bench/redis.sh, bench/redisbench; bench/peers.sh redis
+# installs redis-server and redis-benchmark when missing). Prints a table
+# with the servers' CPU per request and the ratio to Redis everysec, also in
+# bench-out/redis/table.md. REDIS_BENCH_N, _C, _D, _R, _TESTS, _SYSTEMS, _P
+# override (bench/redis.sh). Several minutes.
 bench-redis: build
 	./bench/redis.sh
 

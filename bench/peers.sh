@@ -5,6 +5,7 @@
 #   throw-away wrapper modules (a plain `go install` fails on their replace
 #   directives); redis-server and redis-benchmark from apt.
 # Binaries land in $PEERS_BIN (default .cache/peers/bin, gitignored).
+# `bench/peers.sh redis` sees to the Redis ones only (make bench-redis).
 # See ../shared/research/peers-bench.md for where these commands come from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,11 @@ ETCD_VERSION=v3.6.16
 ETCD_BENCH_VERSION=v3.6.8
 PEERS_BIN=${PEERS_BIN:-$PWD/.cache/peers/bin}
 BUILD=$PWD/.cache/peers/build
+ONLY=${1:-}
+case "$ONLY" in
+"" | redis) ;;
+*) echo "usage: $0 [redis]" >&2; exit 2 ;;
+esac
 mkdir -p "$PEERS_BIN" "$BUILD"
 
 # wrapper DIR MODULE@VERSION PKG OUT: build PKG from MODULE@VERSION in a
@@ -27,11 +33,11 @@ wrapper() {
 	)
 }
 
-if [ ! -x "$PEERS_BIN/etcd" ]; then
+if [ -z "$ONLY" ] && [ ! -x "$PEERS_BIN/etcd" ]; then
 	echo "peers: building etcd $ETCD_VERSION (about 2 minutes)..."
 	wrapper "$BUILD/etcd" go.etcd.io/etcd/server/v3@$ETCD_VERSION go.etcd.io/etcd/server/v3 "$PEERS_BIN/etcd"
 fi
-if [ ! -x "$PEERS_BIN/benchmark" ]; then
+if [ -z "$ONLY" ] && [ ! -x "$PEERS_BIN/benchmark" ]; then
 	echo "peers: building etcd's benchmark tool $ETCD_BENCH_VERSION..."
 	wrapper "$BUILD/etcdbench" go.etcd.io/etcd/v3@$ETCD_BENCH_VERSION go.etcd.io/etcd/v3/tools/benchmark "$PEERS_BIN/benchmark"
 fi
@@ -45,5 +51,5 @@ fi
 for b in redis-server redis-benchmark; do
 	ln -sf "$(command -v $b)" "$PEERS_BIN/$b"
 done
-"$PEERS_BIN/etcd" --version | head -1
+[ -n "$ONLY" ] || "$PEERS_BIN/etcd" --version | head -1
 "$PEERS_BIN/redis-server" --version

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSplitErrors(t *testing.T) {
+	out := `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+Error from server: UNAVAILABLE no leader known
+"SET","3602.31","0.274","0.096","0.247","0.399","0.575","198.655"
+Error from server: ERR other
+`
+	csv, errs := splitErrors(out)
+	if strings.Contains(csv, "Error") || !strings.Contains(csv, `"SET"`) {
+		t.Errorf("csv kept %q", csv)
+	}
+	if !strings.Contains(errs, "UNAVAILABLE no leader known") || !strings.Contains(errs, "2 lines") {
+		t.Errorf("errors %q", errs)
+	}
+	if _, errs := splitErrors(`"SET","1"`); errs != "" {
+		t.Errorf("errors %q from clean output", errs)
+	}
+}
+
+func TestSameTest(t *testing.T) {
+	if !sameTest("MSET (10 keys)", "mset") || !sameTest("SET", "set") || sameTest("MSET (10 keys)", "set") {
+		t.Error("sameTest matched wrongly")
+	}
+}
+
+func TestTableRatiosAndGoal(t *testing.T) {
+	o := options{n: 100, c: 5, d: 8, tests: []string{"set"}, pipelines: []int{1, 16},
+		systems: []string{"concord", "redis-everysec"}}
+	rs := []result{
+		{System: "concord", Test: "SET", Pipeline: 1, RPS: 100, ServerCPU: 50},
+		{System: "concord", Test: "SET", Pipeline: 16, RPS: 600},
+		{System: "redis-everysec", Test: "SET", Pipeline: 1, RPS: 400},
+		{System: "redis-everysec", Test: "SET", Pipeline: 16, RPS: 1000},
+	}
+	table := formatTable(rs, o, runInfo{})
+	for _, want := range []string{"| concord | SET | 1 | 100 | 0.000 | 50.0 | 0.25× |", "| concord | SET | 16 | 600 |", "0.60× |",
+		`"pipelined SET ≥ 50 % of Redis everysec": met (SET -P 16: Concord 600 requests/s, 60.0 %`} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	rs[1].RPS = 499
+	if g := goal(rs); !strings.Contains(g, "not met") {
+		t.Errorf("goal with 49.9 %%: %q", g)
+	}
+	if g := goal(rs[:2]); g != "" {
+		t.Errorf("goal without redis-everysec: %q", g)
+	}
+}

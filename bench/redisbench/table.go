@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// runInfo is what the table says about the run as a whole.
+type runInfo struct {
+	start                 time.Time
+	took                  time.Duration
+	loadBefore, loadAfter string
+}
+
+// loadAvg is /proc/loadavg's 1, 5 and 15 minute figures.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// baseline is the system the ratios divide by.
+const baseline = "redis-everysec"
+
+// formatTable renders the results grouped by -P and test, each group's
+// systems in run order; "vs redis-everysec" divides a row's requests/s
+// by redis-everysec's for the same test and -P.
+func formatTable(rs []result, o options, run runInfo) string {
+	base := map[string]float64{}
+	for _, r := range rs {
+		if r.System == baseline {
+			base[key(r)] = r.RPS
+		}
+	}
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "\n## bench-redis, %s on %s (%d cores)\n\n", run.start.UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU())
+	rflag := ""
+	if o.r > 0 {
+		rflag = fmt.Sprintf(" -r %d", o.r)
+	}
+	fmt.Fprintf(&b, "`redis-benchmark -t X -n %d -c %d -d %d -P P%s --csv`, one invocation per test and -P, against %s; load average (1, 5, 15 min) %s at the start, %s at the end; %v in all.\n\n",
+		o.n, o.c, o.d, rflag, strings.Join(o.systems, ", "), run.loadBefore, run.loadAfter, run.took.Round(time.Second))
+	b.WriteString("| system | test | -P | requests/s | p50 ms | server CPU µs/op | vs redis-everysec (rps) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
+	for _, p := range o.pipelines {
+		for _, t := range o.tests {
+			for _, r := range rs {
+				if r.Pipeline != p || !sameTest(r.Test, t) {
+					continue
+				}
+				ratio := "—"
+				if v := base[key(r)]; v > 0 {
+					ratio = fmt.Sprintf("%.2f×", r.RPS/v)
+				}
+				fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %.3f | %.1f | %s |\n", r.System, r.Test, r.Pipeline, r.RPS, r.P50, r.ServerCPU, ratio)
+			}
+		}
+	}
+	b.WriteString("\nServer CPU is the user+system time of the servers' own processes (/proc/PID/stat: Concord's three nodes together, or the one redis-server) during the invocation, divided by its requests (an MSET request sets 10 keys).\n")
+	for _, r := range rs {
+		if r.Errors != "" {
+			fmt.Fprintf(&b, "Errors: %s %s -P %d answered errors: %s.\n", r.System, r.Test, r.Pipeline, r.Errors)
+		}
+	}
+	if g := goal(rs); g != "" {
+		b.WriteString("\n" + g + "\n")
+	}
+	return b.String()
+}
+
+func key(r result) string { return fmt.Sprintf("%s|%d", r.Test, r.Pipeline) }
+
+// sameTest matches redis-benchmark's row name ("SET", "MSET (10 keys)")
+// with a -t name ("set", "mset").
+func sameTest(row, t string) bool {
+	name, _, _ := strings.Cut(row, " ")
+	return strings.EqualFold(name, t)
+}
+
+// goal states whether Concord's pipelined SET reaches half of Redis
+// everysec's, the issue's target, when both were measured.
+func goal(rs []result) string {
+	var concord, redis float64
+	p := 0
+	for _, r := range rs {
+		if !sameTest(r.Test, "set") || r.Pipeline <= 1 || (p != 0 && r.Pipeline != p) {
+			continue
+		}
+		switch r.System {
+		case "concord":
+			concord, p = r.RPS, r.Pipeline
+		case baseline:
+			redis, p = r.RPS, r.Pipeline
+		}
+	}
+	if concord == 0 || redis == 0 {
+		return ""
+	}
+	verdict := "not met"
+	if concord >= redis/2 {
+		verdict = "met"
+	}
+	return fmt.Sprintf("Goal \"pipelined SET ≥ 50 %% of Redis everysec\": %s (SET -P %d: Concord %.0f requests/s, %.1f %% of redis-everysec's %.0f).",
+		verdict, p, concord, 100*concord/redis, redis)
+}
