@@ -51,7 +51,10 @@ type call struct {
 	args [][]byte
 	cmd  *command
 	plan *plan // set for a key command planned for concurrent running
-	out  *resp.Writer
+	// chain: later writes of the pipeline that run in this call's batch
+	// (chain.go).
+	chain []*call
+	out   *resp.Writer
 }
 
 // serve reads pipelines and answers them until the client leaves, breaks
@@ -102,10 +105,10 @@ func (c *conn) readPipeline() ([]*call, error) {
 }
 
 // run runs a pipeline: consecutive key commands whose keys do not conflict
-// run concurrently; any other command runs alone, after those before it.
+// run concurrently, consecutive writes to one shard as one batch (a write
+// chain, chain.go); any other command runs alone, after those before it.
 func (c *conn) run(calls []*call) {
-	var group []*call
-	keys := map[string]bool{} // the group's keys: true if written
+	var g pending
 	for _, cl := range calls {
 		cl.out = resp.NewWriter(c.proto)
 		if c.quit {
@@ -113,20 +116,14 @@ func (c *conn) run(calls []*call) {
 			continue
 		}
 		if p := c.planConcurrent(cl); p != nil {
-			if conflicts(keys, p) {
-				c.runGroup(group)
-				group, keys = group[:0], map[string]bool{}
-			}
-			addKeys(keys, p)
 			cl.plan = p
-			group = append(group, cl)
+			c.runGroup(c.add(&g, cl))
 			continue
 		}
-		c.runGroup(group)
-		group, keys = group[:0], map[string]bool{}
+		c.runGroup(g.flush())
 		c.dispatch(cl)
 	}
-	c.runGroup(group)
+	c.runGroup(g.flush())
 }
 
 // planConcurrent returns the plan of cl if it is a key command that may run
@@ -161,23 +158,34 @@ func addKeys(keys map[string]bool, p *plan) {
 	}
 }
 
-// runGroup runs planned key commands concurrently and waits for them all.
+// runGroup runs planned key commands (and their chains) concurrently and
+// waits for them all.
 func (c *conn) runGroup(group []*call) {
 	if len(group) == 1 {
-		c.noteCommand(group[0].cmd)
-		c.execPlan(group[0].plan, group[0].out)
+		c.runCall(group[0])
 		return
 	}
 	var wg sync.WaitGroup
 	for _, cl := range group {
-		c.noteCommand(cl.cmd)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.execPlan(cl.plan, cl.out)
+			c.runCall(cl)
 		}()
 	}
 	wg.Wait()
+}
+
+func (c *conn) runCall(cl *call) {
+	c.noteCommand(cl.cmd)
+	for _, x := range cl.chain {
+		c.noteCommand(x.cmd)
+	}
+	if len(cl.chain) > 0 {
+		c.execChain(cl)
+		return
+	}
+	c.execPlan(cl.plan, cl.out)
 }
 
 // dispatch runs one command alone: checks its name, arity and the

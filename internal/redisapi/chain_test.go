@@ -1,0 +1,158 @@
+package redisapi
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// fakeKV records the calls the server makes: each Batch's keys and each
+// Get's key, in order. Its shard of a key is the key's first byte; INCR
+// counts per key; SET always succeeds. refuseMulti answers a batch of
+// several ops InvalidArgument, fail answers every batch with that error.
+type fakeKV struct {
+	mu          sync.Mutex
+	log         []string
+	counters    map[string]int64
+	refuseMulti bool
+	fail        error
+}
+
+func (f *fakeKV) Get(_ context.Context, r *concordpb.GetRequest) (*concordpb.GetResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, "get "+string(r.GetKey()))
+	return &concordpb.GetResponse{Found: true, Value: []byte("v")}, nil
+}
+
+func (f *fakeKV) Batch(_ context.Context, r *concordpb.BatchRequest) (*concordpb.BatchResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var keys []string
+	for _, op := range r.GetOps() {
+		keys = append(keys, string(op.GetKey()))
+	}
+	f.log = append(f.log, "batch "+strings.Join(keys, ","))
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	if f.refuseMulti && len(r.GetOps()) > 1 {
+		return nil, status.Error(codes.InvalidArgument, "refused")
+	}
+	out := &concordpb.BatchResponse{}
+	for _, op := range r.GetOps() {
+		res := &concordpb.OpResult{Ok: true}
+		if op.GetType() == concordpb.OpType_OP_INCR {
+			f.counters[string(op.GetKey())] += op.GetIntDelta()
+			res.IntValue = f.counters[string(op.GetKey())]
+		}
+		out.Results = append(out.Results, res)
+	}
+	return out, nil
+}
+
+func (f *fakeKV) Scan(context.Context, *concordpb.ScanRequest) (*concordpb.ScanResponse, error) {
+	return &concordpb.ScanResponse{}, nil
+}
+func (f *fakeKV) ShardOf(key []byte) (uint64, bool) { return uint64(key[0]), true }
+func (f *fakeKV) Info() NodeInfo                    { return NodeInfo{} }
+func (f *fakeKV) Members() []string                 { return nil }
+func (f *fakeKV) Die(bool)                          {}
+func (f *fakeKV) Partition([]string) []ids.NodeID   { return nil }
+func (f *fakeKV) Heal()                             {}
+
+// runPipeline runs the commands as one pipeline on a fresh connection and
+// returns the replies, in order, as one string, and the backend's log.
+func runPipeline(t *testing.T, f *fakeKV, cmds ...string) (string, []string) {
+	t.Helper()
+	if f.counters == nil {
+		f.counters = map[string]int64{}
+	}
+	s := New(f, Config{})
+	defer s.Close(time.Second)
+	c := newConn(s, nil, 1)
+	var calls []*call
+	for _, cmd := range cmds {
+		var args [][]byte
+		for _, a := range strings.Fields(cmd) {
+			args = append(args, []byte(a))
+		}
+		calls = append(calls, &call{args: args})
+	}
+	c.run(calls)
+	var b strings.Builder
+	for _, cl := range calls {
+		b.Write(cl.out.Bytes())
+	}
+	return b.String(), f.log
+}
+
+func TestChainSameKeyWritesOneBatch(t *testing.T) {
+	f := &fakeKV{}
+	got, log := runPipeline(t, f, "INCR k", "INCR k", "SET k2 x", "INCR k", "GET k", "INCR k")
+	if want := ":1\r\n:2\r\n+OK\r\n:3\r\n$1\r\nv\r\n:4\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+	// The first four writes (shard 'k') are one batch in pipeline order;
+	// the GET of k waits for them, and the INCR after it for the GET.
+	if want := []string{"batch k,k,k2,k", "get k", "batch k"}; strings.Join(log, "|") != strings.Join(want, "|") {
+		t.Errorf("backend calls %q, want %q", log, want)
+	}
+}
+
+func TestChainStopsAtShardAndConflicts(t *testing.T) {
+	f := &fakeKV{}
+	// a1 and b1 are different shards: two batches. GET a2 then SET a2: the
+	// write may not run with the read, so it starts a new group.
+	_, log := runPipeline(t, f, "SET a1 x", "SET b1 x", "GET a2", "SET a2 y", "SET a3 z")
+	if len(log) != 4 || log[3] != "batch a2,a3" {
+		t.Fatalf("backend calls %q, want three calls then one batch a2,a3", log)
+	}
+	first := slices.Sorted(slices.Values(log[:3])) // these three run concurrently
+	if want := []string{"batch a1", "batch b1", "get a2"}; !slices.Equal(first, want) {
+		t.Errorf("first three calls %q, want %q in any order", first, want)
+	}
+}
+
+func TestChainRefusedRunsEachAlone(t *testing.T) {
+	f := &fakeKV{refuseMulti: true}
+	got, log := runPipeline(t, f, "INCR k", "INCR k", "INCR k")
+	if want := ":1\r\n:2\r\n:3\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+	if want := "batch k,k,k|batch k|batch k|batch k"; strings.Join(log, "|") != want {
+		t.Errorf("backend calls %q, want %q", log, want)
+	}
+}
+
+func TestChainFailureAnswersEveryCommand(t *testing.T) {
+	f := &fakeKV{fail: status.Error(codes.Unavailable, "no leader known")}
+	got, log := runPipeline(t, f, "SET k 1", "INCR k")
+	if want := "-UNAVAILABLE no leader known\r\n-UNAVAILABLE no leader known\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+	if len(log) != 1 {
+		t.Errorf("backend calls %q, want one batch", log)
+	}
+}
+
+func TestChainBounded(t *testing.T) {
+	f := &fakeKV{}
+	var cmds []string
+	for range maxChainCalls + 1 {
+		cmds = append(cmds, "INCR k")
+	}
+	_, log := runPipeline(t, f, cmds...)
+	if len(log) != 2 || strings.Count(log[0], ",") != maxChainCalls-1 || log[1] != "batch k" {
+		t.Errorf("%d INCRs: backend calls %d, first of %d ops", len(cmds), len(log), strings.Count(log[0], ",")+1)
+	}
+}
