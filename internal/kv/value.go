@@ -77,8 +77,13 @@ type store struct {
 	exists bool // stored and not expired
 }
 
+// unread is key's store before (or without) reading its record.
+func (sm *StateMachine) unread(b *pebble.Batch, key []byte) *store {
+	return &store{b: b, shard: sm.shard, key: key, k: keys.User(sm.shard, key)}
+}
+
 func (sm *StateMachine) load(b *pebble.Batch, key []byte, nowMs int64) (*store, error) {
-	s := &store{b: b, shard: sm.shard, key: key, k: keys.User(sm.shard, key)}
+	s := sm.unread(b, key)
 	var err error
 	s.raw, s.stored, err = readRecord(b, s.k)
 	s.exists = s.stored && live(s.raw.expireAt, nowMs)

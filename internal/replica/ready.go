@@ -161,6 +161,7 @@ func (r *Replica) InstallSnapshot(rd raft.Ready) error {
 	if err := r.eng.InstallSnapshot(r.cfg.Shard, staged, hs, idx, term); err != nil {
 		return err
 	}
+	r.sm.SnapshotInstalled() // its caches describe the state just replaced
 	r.DropStagedSnapshots()
 	r.log.ResetToSnapshot(idx, term, hs)
 	if err := r.loadState(); err != nil {

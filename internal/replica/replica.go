@@ -20,8 +20,16 @@ import (
 // StateMachine is what a shard applies: package kv for user shards, package
 // placement for the meta shard. Apply writes into b, an indexed batch, and
 // must be deterministic. An error return is a storage failure and is fatal.
+//
+// A state machine may keep in memory what it would otherwise read from its
+// state span on every command (kv caches session sequence numbers and the
+// shard clock), as long as Apply also writes it into b.
+// SnapshotInstalled is called after a raft snapshot replaced the shard's
+// state span, before any later entry is applied: whatever it kept in memory
+// about that state is stale and must be dropped.
 type StateMachine interface {
 	Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error)
+	SnapshotInstalled()
 }
 
 // Config configures one replica.
