@@ -1,7 +1,8 @@
 // Package client is Concord's Go client.
 //
 //	c, err := client.New(ctx, "127.0.0.1:7001", "127.0.0.1:7002")
-//	prev, existed, err := c.Put(ctx, []byte("k"), []byte("v"))
+//	_, _, err = c.Put(ctx, []byte("k"), []byte("v"))                           // a blind write
+//	prev, existed, err := c.Put(ctx, []byte("k"), []byte("w"), client.ReturnPrev()) // and the previous value
 //	v, found, err := c.Get(ctx, []byte("k"))
 //
 // New takes any subset of the cluster's node addresses and learns the rest

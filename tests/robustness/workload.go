@@ -96,7 +96,8 @@ func (w *workload) do(c *client.Client, in kvInput) (kvOutput, error) {
 		v, found, err := c.Get(ctx, key)
 		return kvOutput{Ok: found, Value: string(v)}, err
 	case opPut:
-		prev, existed, err := c.Put(ctx, key, []byte(in.Value))
+		// The model checks the previous value: ask for it.
+		prev, existed, err := c.Put(ctx, key, []byte(in.Value), client.ReturnPrev())
 		return kvOutput{Ok: existed, Value: string(prev)}, err
 	case opDelete:
 		existed, err := c.Delete(ctx, key)
