@@ -15,9 +15,11 @@ import (
 //	0x01 <expire at, 8 BE> <bytes>  expires at that Unix millisecond
 //
 // A key with an expiry also has an entry in the shard's expiry index
-// (keys.Expiry), which the state machine keeps in step with the value in
-// the same batch: the sweep finds expired keys there without scanning the
-// shard.
+// (keys.Expiry), written in the same batch as the value: the sweep finds
+// expired keys there without scanning the shard. Writes that read the key
+// remove the entry of the expiry they replace; a blind PUT (blindPut) does
+// not read, so it may leave a stale entry, which the sweep's
+// DELETE_EXPIRED removes when its time comes.
 const (
 	tagPlain   = 0x00
 	tagExpires = 0x01
