@@ -4,8 +4,9 @@
 // Each loop iteration
 //  1. takes everything queued since the last one: raft messages from peers,
 //     client proposals (grouped per shard into one MsgProp), linearizable
-//     reads (per shard, all those of the iteration share ONE ReadIndex
-//     round: replica.FlushReads), snapshot reports, and ticks;
+//     reads (per shard, the queued ones share ONE ReadIndex round, at most
+//     one unanswered at a time: replica.FlushReads), snapshot reports, and
+//     ticks;
 //  2. collects the Ready of every replica that has one, writes all their log
 //     entries, hard states and applied commands into ONE Pebble batch, and
 //     commits it with ONE fsync (group commit across all shards);

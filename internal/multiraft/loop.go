@@ -246,6 +246,9 @@ func (h *Host) handleReady() {
 			h.destroyReplica(c.r)
 			continue
 		}
+		// Reads that queued while a round was answered here go out now,
+		// as the next round (its heartbeats leave in the next Ready).
+		c.r.FlushReads()
 		h.publish(c.r)
 		if c.r.HasReady() {
 			h.dirty[c.r.Shard()] = c.r

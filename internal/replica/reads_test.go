@@ -72,6 +72,39 @@ func TestReadsShareOneReadIndex(t *testing.T) {
 	}
 }
 
+// TestOneRoundInFlight protects batching under load: while a round waits
+// for raft's answer, a flush issues no new round; the reads queued
+// meanwhile go out together as the next round once the answer is in, and
+// none is served by the round issued before it arrived.
+func TestOneRoundInFlight(t *testing.T) {
+	s := newSolo(t)
+	first := s.read()
+	s.r.FlushReads()
+	var next []*Read
+	for range 3 {
+		next = append(next, s.read())
+		s.r.FlushReads() // later loop turns, the first round still unanswered
+	}
+	if s.r.ReadRounds() != 1 {
+		t.Fatalf("%d rounds issued while the first was unanswered, want 1", s.r.ReadRounds())
+	}
+	rd := s.r.Ready()
+	if len(rd.ReadStates) != 1 {
+		t.Fatalf("raft answered %d ReadIndex requests, want 1", len(rd.ReadStates))
+	}
+	s.r.Advance(rd)
+	served(t, []*Read{first})
+	for i, r := range next {
+		if len(r.Done) != 0 {
+			t.Fatalf("read %d, queued after the first round was issued, was answered by it", i)
+		}
+	}
+	if n := s.flushAndCount(); n != 1 || s.r.ReadRounds() != 2 {
+		t.Fatalf("the reads queued meanwhile made %d ReadIndex requests (%d rounds in all), want 1 (2)", n, s.r.ReadRounds())
+	}
+	served(t, next)
+}
+
 // stepDown makes the solo replica's raft follow replica 2 in a later term,
 // as a heartbeat from a newer leader does, without a Ready cycle.
 func (s *solo) stepDown() {
