@@ -103,10 +103,16 @@ func TestHTTPFrontDoor(t *testing.T) {
 	}
 
 	respCommands(t, n.Addr(), "SET r 1", "GET r", "NOSUCHCOMMAND x")
+	if _, err := concordpb.NewKVClient(conn).Get(ctx, &concordpb.GetRequest{Key: []byte("k0")}); err != nil {
+		t.Fatal(err) // linearizable: a ReadIndex round on shard 1
+	}
 
 	code, m := httpGet(t, base+"/metrics", "")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
+	}
+	if got := metricValue(t, m, `concord_shard_read_rounds_total{shard="1"}`); got < 1 {
+		t.Errorf("shard 1's read rounds = %v, want at least the Get's", got)
 	}
 	for series, want := range map[string]float64{
 		`concord_request_duration_seconds_count{code="OK",op="set",protocol="resp"}`:      1,
