@@ -114,7 +114,7 @@ func (n *nemesis) feasible(kind faultKind) faultKind {
 func (n *nemesis) join(via int) func() {
 	j := n.c.AddJoiner([]int{via})
 	return func() {
-		n.settle(fmt.Sprintf("join of node %d", j), func(st *concordpb.StatusResponse) error {
+		n.settle(fmt.Sprintf("join of node index %d", j), func(st *concordpb.StatusResponse) error {
 			id, err := n.c.NodeID(context.Background(), j)
 			if err != nil {
 				return err
