@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,7 +153,7 @@ func (n *nemesis) remove(i int) func() {
 				return fmt.Errorf("removed node %d is %v", id, s)
 			}
 			if on := replicasOn(st, id); len(on) > 0 {
-				return fmt.Errorf("removed node %d still holds replicas of shards %v", id, on)
+				return fmt.Errorf("removed node %d still holds replicas of shards %v: %s", id, on, describeShards(st, on))
 			}
 			return nil
 		})
@@ -167,13 +168,14 @@ func (n *nemesis) killForGood(i int) func() {
 	id := n.nodeID(i)
 	n.c.Kill(i)
 	n.members.markGone(i)
+	n.t.Logf("nemesis: node %d (index %d) killed for good", id, i)
 	return func() {
 		n.settle(fmt.Sprintf("death of node %d", id), func(st *concordpb.StatusResponse) error {
 			if s := stateOf(st, id); s != concordpb.NodeState_NODE_DEAD {
 				return fmt.Errorf("killed node %d is %v", id, s)
 			}
 			if on := replicasOn(st, id); len(on) > 0 {
-				return fmt.Errorf("dead node %d still holds replicas of shards %v", id, on)
+				return fmt.Errorf("dead node %d still holds replicas of shards %v: %s", id, on, describeShards(st, on))
 			}
 			return fullyReplicated(st)
 		})
@@ -269,4 +271,24 @@ func fullyReplicated(st *concordpb.StatusResponse) error {
 		}
 	}
 	return nil
+}
+
+// describeShards says, for a failure message, who the placement service
+// thinks leads each of shards and where their replicas are.
+func describeShards(st *concordpb.StatusResponse, shards []uint64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "(status from node %d)", st.GetAnsweredByNodeId())
+	for _, ss := range st.GetShards() {
+		if !slices.Contains(shards, ss.GetShard().GetShardId()) {
+			continue
+		}
+		fmt.Fprintf(&b, "; s%d epoch %d leader n%d:", ss.GetShard().GetShardId(), ss.GetShard().GetEpoch(), ss.GetLeaderNodeId())
+		for _, r := range ss.GetShard().GetReplicas() {
+			fmt.Fprintf(&b, " r%d@n%d", r.GetReplicaId(), r.GetNodeId())
+			if r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER {
+				b.WriteString("(learner)")
+			}
+		}
+	}
+	return b.String()
 }
