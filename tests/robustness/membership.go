@@ -111,7 +111,8 @@ func (n *nemesis) feasible(kind faultKind) faultKind {
 }
 
 // join starts a new node that joins through node via; the heal waits until
-// the scheduler has made it a voter of some shard.
+// the scheduler has moved a user shard onto it (a voter, so caught up; the
+// meta shard, shard 0, alone does not count).
 func (n *nemesis) join(via int) func() {
 	j := n.c.AddJoiner([]int{via})
 	return func() {
@@ -123,8 +124,8 @@ func (n *nemesis) join(via int) func() {
 			if s := stateOf(st, id); s != concordpb.NodeState_NODE_UP {
 				return fmt.Errorf("joined node %d is %v", id, s)
 			}
-			if voters := votersOn(st, id); len(voters) == 0 {
-				return fmt.Errorf("joined node %d holds no voter replica yet", id)
+			if voters := votersOn(st, id); !slices.ContainsFunc(voters, func(s uint64) bool { return s != 0 }) {
+				return fmt.Errorf("joined node %d holds no voter of a user shard yet (voters of %v)", id, voters)
 			}
 			n.t.Logf("nemesis: joined node %d (index %d) holds voters of shards %v", id, j, votersOn(st, id))
 			return nil
