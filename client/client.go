@@ -22,6 +22,10 @@
 // may have applied: a call whose every attempt was refused before proposing
 // (or never reached a node) fails with a plain error.
 //
+// TLS and authentication: Options.TLSCAFile turns TLS on (trusting the
+// nodes' CA), TLSCertFile/TLSKeyFile add a client certificate, and
+// Options.AuthToken is sent with every call to a cluster that requires one.
+//
 // A Client is safe for concurrent use.
 package client
 
@@ -67,6 +71,7 @@ var ErrNoEndpoints = errors.New("concord: no endpoints given")
 type Client struct {
 	endpoints []string
 	opts      Options
+	dialOpts  []grpc.DialOption // TLS and token, from opts
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // guarded by mu
@@ -114,6 +119,16 @@ type Options struct {
 	// negative value disables it: each attempt may take the whole deadline.
 	// An attempt never outlives the call's own deadline.
 	AttemptTimeout time.Duration
+	// TLSCAFile, when set, makes every connection TLS, trusting the nodes'
+	// certificates that this CA (PEM) signed; plaintext otherwise.
+	// TLSCertFile and TLSKeyFile add a client certificate, which a node
+	// accepts only if its CA signed it, and which then stands in for the
+	// auth token.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+	// AuthToken is sent with every call ("authorization: Bearer TOKEN") to
+	// a cluster started with --auth-token-file. A wrong or missing token
+	// fails calls with codes.Unauthenticated, at once, without retries.
+	AuthToken string
 	// Unary sends each request as its own gRPC call. By default requests
 	// to a node share one KV.Stream, many to a message (fewer frames and
 	// syscalls per request on both sides); a node that does not serve
@@ -127,7 +142,11 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, ErrNoEndpoints
 	}
-	c := &Client{endpoints: endpoints, opts: opts, conns: map[string]*grpc.ClientConn{}, muxes: map[string]*streamMux{}, sessions: make(chan *session, 1024)}
+	dialOpts, err := dial.Security{CAFile: opts.TLSCAFile, CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile, Token: opts.AuthToken}.Options()
+	if err != nil {
+		return nil, fmt.Errorf("concord: %w", err)
+	}
+	c := &Client{endpoints: endpoints, opts: opts, dialOpts: dialOpts, conns: map[string]*grpc.ClientConn{}, muxes: map[string]*streamMux{}, sessions: make(chan *session, 1024)}
 	c.routes.Store(&routes{table: routing.NewTable(nil), leaders: map[uint64]uint64{}, addrs: map[uint64]string{}})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -139,6 +158,10 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 		err := c.refresh(ctx)
 		if err == nil {
 			return c, nil
+		}
+		if errors.As(err, new(finalError)) { // refused: waiting will not help
+			c.Close()
+			return nil, err
 		}
 		if werr := sleep(ctx, backoff(attempt)); werr != nil {
 			c.Close()
@@ -184,7 +207,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if conn, ok := c.conns[addr]; ok {
 		return conn, nil
 	}
-	conn, err := dial.Dial(addr)
+	conn, err := dial.Dial(addr, c.dialOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +221,9 @@ func (c *Client) refresh(ctx context.Context) error {
 		rt, err := concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
 		if err == nil {
 			c.routes.Store(newRoutes(rt))
+		}
+		if status.Code(err) == codes.Unauthenticated { // every node has the same token
+			return finalError{err}
 		}
 		return err
 	})
@@ -454,8 +480,13 @@ func isRefusal(err error) bool {
 // the node (no connection could be opened), so the request was not sent.
 func notSent(err error) bool {
 	st, _ := status.FromError(err)
-	return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
+	return st.Code() == codes.Unavailable &&
+		(strings.Contains(st.Message(), "Error while dialing") || strings.Contains(st.Message(), notSentMark))
 }
+
+// notSentMark is in the message of the client's own errors for a request
+// that never left it (client/stream.go).
+const notSentMark = "no connection to the node was ready in time"
 
 func backoff(attempt int) time.Duration {
 	d := time.Duration(float64(10*time.Millisecond) * math.Pow(2, float64(min(attempt, 6))))

@@ -266,6 +266,7 @@ func (c *Client) ChangeReplicas(ctx context.Context, req *concordpb.ChangeReplic
 type finalError struct{ err error }
 
 func (f finalError) Error() string { return f.err.Error() }
+func (f finalError) Unwrap() error { return f.err }
 
 func stopUnlessUnavailable(err error) error {
 	if err == nil || status.Code(err) == codes.Unavailable {

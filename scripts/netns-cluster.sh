@@ -66,13 +66,13 @@ peers=${peers%,}
 tls=()
 if "$BIN" certs --help >/dev/null 2>&1; then
 	hosts=$(for i in $(seq 0 "$NODES"); do printf '%s,' "$NET.$((i + 1))"; done)
-	"$BIN" certs --dir "$WORK/certs" --hosts "${hosts%,}" --nodes "$NODES" >/dev/null
+	"$BIN" certs --dir "$WORK/certs" --hosts "${hosts%,}" >/dev/null
 	echo "test-netns: TLS on (certificates from concord certs in $WORK/certs)"
 fi
 tls_flags() { # node index (0: the client)
 	[ -d "$WORK/certs" ] || return 0
-	local n=$1 name="node$1"
-	[ "$n" = 0 ] && name="node1" # the client presents a node certificate
+	local name=node # every node shares the node certificate (valid for every address)
+	[ "$1" = 0 ] && name=client # the client presents the client certificate
 	echo "--tls-ca $WORK/certs/ca.crt --tls-cert $WORK/certs/$name.crt --tls-key $WORK/certs/$name.key"
 }
 
@@ -90,7 +90,7 @@ scheme=http
 curl_tls=()
 if [ -d "$WORK/certs" ]; then
 	scheme=https
-	curl_tls=(--cacert "$WORK/certs/ca.crt" --cert "$WORK/certs/node1.crt" --key "$WORK/certs/node1.key")
+	curl_tls=(--cacert "$WORK/certs/ca.crt")
 fi
 for i in $(seq 1 "$NODES"); do
 	url="$scheme://$NET.$((i + 1)):8001/readyz"

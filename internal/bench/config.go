@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/concord-kv/concord/client"
 )
 
 // Config describes one benchmark run. The JSON form is echoed in the result
@@ -27,6 +29,9 @@ type Config struct {
 	Preload      bool          `json:"preload"`
 	Seed         uint64        `json:"seed"`
 	Mix          Mix           `json:"mix"`
+	// Concord is the Go client's TLS and token settings for --target
+	// concord (its Endpoints are Endpoints above); not reported.
+	Concord client.Options `json:"-"`
 }
 
 // Targets --target accepts.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/node"
 )
 
@@ -96,7 +97,7 @@ const warmKeys = 1000
 func benchOps(b *testing.B, clients int, gets bool) {
 	addrs := startInProcessCluster(b)
 	ctx := context.Background()
-	t, err := DialConcord(ctx, addrs, false)
+	t, err := DialConcord(ctx, client.Options{Endpoints: addrs}, false)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -31,7 +31,9 @@ func Dial(ctx context.Context, cfg Config, clients int) (Target, error) {
 	case "redis":
 		return DialRedis(ctx, cfg.Endpoints[0], clients)
 	}
-	return DialConcord(ctx, cfg.Endpoints, stale)
+	opts := cfg.Concord
+	opts.Endpoints = cfg.Endpoints
+	return DialConcord(ctx, opts, stale)
 }
 
 // concordTarget drives a Concord cluster through the Go client.
@@ -40,10 +42,10 @@ type concordTarget struct {
 	opts []client.ReadOption
 }
 
-// DialConcord opens one client to the cluster at endpoints. stale makes
-// reads use client.Stale().
-func DialConcord(ctx context.Context, endpoints []string, stale bool) (Target, error) {
-	c, err := client.New(ctx, endpoints...)
+// DialConcord opens one client to the cluster at opts.Endpoints. stale
+// makes reads use client.Stale().
+func DialConcord(ctx context.Context, opts client.Options, stale bool) (Target, error) {
+	c, err := client.NewWithOptions(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ type benchFlags struct {
 	output    string
 	plot      string
 	timeout   time.Duration
+	sec       securityFlags
 }
 
 func newBenchCmd() *cobra.Command {
@@ -73,6 +74,7 @@ func addBenchFlags(cmd *cobra.Command, f *benchFlags) {
 	fl.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	fl.StringVar(&f.plot, "plot", "", "also write an SVG with the latency CDF and throughput over time to this file")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the cluster to answer at start")
+	addSecurityFlags(fl, &f.sec) // --target concord only
 }
 
 // resolve applies the flag interactions cobra cannot express: --read-ratio
@@ -98,6 +100,11 @@ func (f *benchFlags) resolve(cmd *cobra.Command) error {
 	if !fl.Changed("preload") {
 		c.Preload = c.NeedsPreload()
 	}
+	opts, err := f.sec.clientOptions()
+	if err != nil {
+		return err
+	}
+	c.Concord = opts
 	for _, e := range strings.Split(f.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			c.Endpoints = append(c.Endpoints, e)

@@ -28,7 +28,7 @@ type clusterUpFlags struct {
 	nodes, basePort, shards, replicas int
 	redisBasePort, httpBasePort       int
 	dataDir, host                     string
-	supervise, faults                 bool
+	supervise, faults, tls            bool
 	restartDelay                      time.Duration
 	extra                             []string
 }
@@ -55,6 +55,7 @@ func newClusterUpCmd() *cobra.Command {
 	fl.BoolVar(&f.supervise, "supervise", false, "restart any node that exits, with the same address and data dir")
 	fl.DurationVar(&f.restartDelay, "restart-delay", time.Second, "with --supervise: wait this long before restarting a node")
 	fl.BoolVar(&f.faults, "enable-fault-injection", false, "start the nodes with the Admin fault API on")
+	fl.BoolVar(&f.tls, "tls", false, "TLS on every port: certificates are made in DATA-DIR/tls (kept for later runs); clients need --tls-ca DATA-DIR/tls/ca.crt")
 	fl.StringSliceVar(&f.extra, "server-flag", nil, "extra flag passed to every node (repeatable), e.g. --server-flag=--log-level=debug")
 	return cmd
 }
@@ -87,7 +88,7 @@ func clusterUp(f clusterUpFlags) error {
 // ports from --base-port, data dirs DATA/node1..., output on stderr.
 func upConfig(f clusterUpFlags, self string) localcluster.Config {
 	cfg := localcluster.Config{Binary: self, Dir: f.dataDir, Shards: f.shards, Replicas: f.replicas,
-		FaultInjection: f.faults, ExtraArgs: f.extra, Supervise: f.supervise, RestartDelay: f.restartDelay,
+		FaultInjection: f.faults, TLS: f.tls, ExtraArgs: f.extra, Supervise: f.supervise, RestartDelay: f.restartDelay,
 		Output: func(i int) io.Writer { return prefixWriter(i + 1) }}
 	for i := 0; i < f.nodes; i++ {
 		cfg.Addrs = append(cfg.Addrs, f.host+":"+strconv.Itoa(f.basePort+i))
@@ -132,13 +133,18 @@ func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
 		fmt.Printf("Supervised: a node that exits is restarted after %v.\n", f.restartDelay)
 	}
 	eps := strings.Join(c.Addrs(), ",")
-	fmt.Printf("Endpoints: %s\nTry:       concord put hello world --endpoints %s\n", eps, eps)
+	tlsFlag, redisTLS, scheme, curlTLS := "", "", "http", ""
+	if ca := c.CAFile(); ca != "" {
+		fmt.Printf("TLS on every port; CA certificate: %s (node and client certificates beside it)\n", ca)
+		tlsFlag, redisTLS, scheme, curlTLS = " --tls-ca "+ca, " --tls --cacert "+ca, "https", " --cacert "+ca
+	}
+	fmt.Printf("Endpoints: %s\nTry:       concord put hello world --endpoints %s%s\n", eps, eps, tlsFlag)
 	if r := c.RedisAddr(0); r != "" {
 		host, port, _ := net.SplitHostPort(r)
-		fmt.Printf("           redis-cli -h %s -p %s set hello world   (any node's Redis port)\n", host, port)
+		fmt.Printf("           redis-cli -h %s -p %s%s set hello world   (any node's Redis port)\n", host, port, redisTLS)
 	}
 	if h := c.HTTPAddr(0); h != "" {
-		fmt.Printf("           curl http://%s/metrics   (also /healthz, /readyz, /api/status)\n", h)
+		fmt.Printf("           curl%s %s://%s/metrics   (also /healthz, /readyz, /api/status)\n", curlTLS, scheme, h)
 	}
 	fmt.Println("Ctrl-C stops the cluster.")
 }

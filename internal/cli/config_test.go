@@ -118,3 +118,23 @@ func TestEveryCommandTakesConfig(t *testing.T) {
 		t.Fatalf("get with endpoints from --config: %v, want an error naming 127.0.0.1:1", err)
 	}
 }
+
+// TestSettingsTLSFlags: the TLS and token flags of the server and of the
+// client verbs come from the environment and the file like every other.
+func TestSettingsTLSFlags(t *testing.T) {
+	path := writeConfig(t, "tls-ca: /certs/ca.crt\ntls-key: /certs/node.key\nauth-token-file: /etc/concord/token\n")
+	for _, cmd := range []*cobra.Command{newServerCmd(), newGetCmd()} {
+		if err := cmd.Flags().Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := applySettings(cmd, path, env(map[string]string{"CONCORD_TLS_CERT": "/env/node.crt"})); err != nil {
+			t.Fatalf("%s: %v", cmd.Name(), err)
+		}
+		for flag, want := range map[string]string{"tls-ca": "/certs/ca.crt", "tls-key": "/certs/node.key",
+			"tls-cert": "/env/node.crt", "auth-token-file": "/etc/concord/token"} {
+			if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
+				t.Errorf("%s --%s = %q, want %q", cmd.Name(), flag, got, want)
+			}
+		}
+	}
+}

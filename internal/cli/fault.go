@@ -17,12 +17,13 @@ func newFaultCmd() *cobra.Command {
 		Short: "Inject faults into a node started with --enable-fault-injection (test clusters only)",
 	}
 	var clean bool
+	var sec securityFlags
 	die := &cobra.Command{
 		Use:   "die ADDR",
 		Short: "End the node at ADDR: at once as after a power cut, or with --clean gracefully",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withAdmin(args[0], func(ctx context.Context, a concordpb.AdminClient) error {
+			return withAdmin(sec, args[0], func(ctx context.Context, a concordpb.AdminClient) error {
 				_, err := a.Die(ctx, &concordpb.DieRequest{Clean: clean})
 				if err == nil {
 					fmt.Fprintln(cmd.OutOrStdout(), "OK")
@@ -37,7 +38,7 @@ func newFaultCmd() *cobra.Command {
 		Short: "Cut the node at ADDR off from every peer not listed (no list: isolate it)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withAdmin(args[0], func(ctx context.Context, a concordpb.AdminClient) error {
+			return withAdmin(sec, args[0], func(ctx context.Context, a concordpb.AdminClient) error {
 				resp, err := a.Partition(ctx, &concordpb.PartitionRequest{Reachable: args[1:]})
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "OK: cut off from nodes %v\n", resp.GetBlockedNodeIds())
@@ -51,7 +52,7 @@ func newFaultCmd() *cobra.Command {
 		Short: "Make the node at ADDR reachable from every peer again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withAdmin(args[0], func(ctx context.Context, a concordpb.AdminClient) error {
+			return withAdmin(sec, args[0], func(ctx context.Context, a concordpb.AdminClient) error {
 				_, err := a.Heal(ctx, &concordpb.HealRequest{})
 				if err == nil {
 					fmt.Fprintln(cmd.OutOrStdout(), "OK")
@@ -60,12 +61,19 @@ func newFaultCmd() *cobra.Command {
 			})
 		},
 	}
+	for _, c := range []*cobra.Command{die, partition, heal} {
+		addSecurityFlags(c.Flags(), &sec)
+	}
 	cmd.AddCommand(die, partition, heal)
 	return cmd
 }
 
-func withAdmin(addr string, f func(context.Context, concordpb.AdminClient) error) error {
-	conn, err := dial.Dial(addr)
+func withAdmin(sec securityFlags, addr string, f func(context.Context, concordpb.AdminClient) error) error {
+	opts, err := sec.dialOptions()
+	if err != nil {
+		return err
+	}
+	conn, err := dial.Dial(addr, opts...)
 	if err != nil {
 		return err
 	}

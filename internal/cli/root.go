@@ -65,6 +65,7 @@ func NewRoot() *cobra.Command {
 		newBenchCmd(),
 		newBackupCmd(),
 		newRestoreCmd(),
+		newCertsCmd(),
 	)
 	withSettingsAll(root)
 	return root
@@ -86,6 +87,7 @@ type clientFlags struct {
 	endpoints string
 	output    string
 	timeout   time.Duration
+	sec       securityFlags
 }
 
 func addClientFlags(cmd *cobra.Command, f *clientFlags) {
@@ -96,6 +98,7 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 	cmd.Flags().StringVar(&f.endpoints, "endpoints", def, "comma-separated node addresses (env CONCORD_ENDPOINTS)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to keep retrying before giving up")
+	addSecurityFlags(cmd.Flags(), &f.sec)
 }
 
 // connect returns a client, a context bounded by the timeout, and the
@@ -104,6 +107,10 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 	if f.output != "text" && f.output != "json" {
 		return nil, nil, nil, fmt.Errorf("--output must be text or json, not %q", f.output)
 	}
+	opts, err := f.sec.clientOptions()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	var eps []string
 	for _, e := range strings.Split(f.endpoints, ",") {
@@ -111,10 +118,11 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 			eps = append(eps, e)
 		}
 	}
-	c, err := client.New(ctx, eps...)
+	opts.Endpoints = eps
+	c, err := client.NewWithOptions(ctx, opts)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, err
+		return nil, nil, nil, f.sec.hint(err)
 	}
 	return c, ctx, func() { c.Close(); cancel() }, nil
 }

@@ -30,7 +30,8 @@ var Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 3 * 
 // connection of a client that sends them.)
 var KeepaliveEnforcement = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
 
-// Dial returns a lazily connecting client connection to addr.
+// Dial returns a lazily connecting client connection to addr: plaintext
+// unless extra carries other transport credentials (Security.Options).
 //
 // Reconnect backoff is capped at one second: gRPC's default grows to two
 // minutes, which would keep a restarted node unreachable to its peers (and

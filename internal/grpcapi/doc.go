@@ -48,9 +48,14 @@
 // concurrent use. Before Backend.Ready is closed, every service but Probe
 // and Admin answers Unavailable.
 //
+// Who may call what is Auth (auth.go): a token for clients, a certificate
+// signed by the cluster's CA for the calls only nodes make when TLS is on.
+//
 // Usage (what internal/node does):
 //
-//	srv := grpc.NewServer(grpc.UnaryInterceptor(grpcapi.DropPartitioned(blocked)))
+//	auth := grpcapi.Auth{Token: token, TLS: tlsOn}
+//	srv := grpc.NewServer(grpc.Creds(grpcapi.AlreadyTLS()), // TLS only: the listener under the port mux decrypts
+//		grpc.ChainUnaryInterceptor(auth.Unary(), grpcapi.DropPartitioned(blocked)), grpc.StreamInterceptor(auth.Stream()))
 //	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, grpcapi.Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20}))
 //	concordpb.RegisterClusterServer(srv, grpcapi.NewCluster(b))
 //	concordpb.RegisterBackupServer(srv, grpcapi.NewBackup(kv))

@@ -141,6 +141,7 @@ var layerTable = []layer{
 		"internal/resp",       // the Redis protocol's codec (RESP2/RESP3)
 		"internal/metrics",    // a node's Prometheus registry and instruments
 		"internal/backupfile", // the backup file format
+		"internal/certs",      // development CA and certificates; TLS configs from files
 	}},
 	{n: 2, pkgs: []string{
 		"internal/storepb", // persisted protos (imports concordpb)

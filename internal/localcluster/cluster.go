@@ -63,6 +63,13 @@ type Config struct {
 	HTTP      bool
 	// FaultInjection adds --enable-fault-injection (the Admin fault API).
 	FaultInjection bool
+	// TLS starts every node with TLS (--tls-cert, --tls-key, --tls-ca),
+	// with certificates made in Dir/tls by New unless it has them
+	// (CertDir, CAFile). Conn then dials with TLS.
+	TLS bool
+	// AuthToken, when set, is written to a file the nodes get as
+	// --auth-token-file; Conn sends it.
+	AuthToken string
 	// ExtraArgs are appended to every node's command line.
 	ExtraArgs []string
 
@@ -157,6 +164,9 @@ func New(cfg Config) (*Cluster, error) {
 	c.addrs.Store(&addrs)
 	c.redis.Store(&redis)
 	c.http.Store(&httpAddrs)
+	if err := c.prepareSecurity(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -334,6 +344,7 @@ func (c *Cluster) Args(i int) []string {
 	if a := c.HTTPAddr(i); a != "" {
 		args = append(args, "--http-addr", a)
 	}
+	args = append(args, c.securityArgs()...)
 	return append(append(args, c.cfg.ExtraArgs...), j.extra...)
 }
 

@@ -283,3 +283,38 @@ func TestAddJoinerArgs(t *testing.T) {
 		t.Fatal("AddJoiner through a node that does not exist succeeded")
 	}
 }
+
+func TestTLSArgs(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Binary: "concord", Dir: dir, Addrs: []string{"127.0.0.1:7001", "127.0.0.2:7002"}, TLS: true, AuthToken: "s3cret"}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := filepath.Join(dir, "tls")
+	want := []string{"--tls-cert", filepath.Join(tlsDir, "node.crt"), "--tls-key", filepath.Join(tlsDir, "node.key"),
+		"--tls-ca", filepath.Join(tlsDir, "ca.crt"), "--auth-token-file", filepath.Join(dir, "auth-token")}
+	if got := c.Args(1); !slices.Equal(got[len(got)-len(want):], want) {
+		t.Fatalf("Args(1) ends %q, want %q", got, want)
+	}
+	if c.CAFile() != filepath.Join(tlsDir, "ca.crt") {
+		t.Fatalf("CAFile %q", c.CAFile())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "auth-token")); err != nil || strings.TrimSpace(string(b)) != "s3cret" {
+		t.Fatalf("token file %q, %v", b, err)
+	}
+	ca, err := os.ReadFile(c.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg); err != nil { // a second start reuses the certificates
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(c.CAFile()); string(again) != string(ca) {
+		t.Fatal("a second New replaced the CA")
+	}
+	if plain, err := New(Config{Binary: "concord", Dir: t.TempDir(), Nodes: 1}); err != nil || plain.CAFile() != "" ||
+		slices.Contains(plain.Args(0), "--tls-ca") {
+		t.Fatalf("a cluster without TLS: CAFile %q, args %q, err %v", plain.CAFile(), plain.Args(0), err)
+	}
+}

@@ -60,7 +60,11 @@ func (c *Cluster) Conn(i int) (*grpc.ClientConn, error) {
 	if conn, ok := c.conns[i]; ok {
 		return conn, nil
 	}
-	conn, err := dial.Dial(c.Addr(i)) // lazy: it does not wait for the node
+	opts, err := c.Security().Options()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := dial.Dial(c.Addr(i), opts...) // lazy: it does not wait for the node
 	if err != nil {
 		return nil, err
 	}

@@ -59,9 +59,17 @@ type Config struct {
 	// RedisOutputBufferLimit bounds the replies one Redis connection holds
 	// for one pipeline (0: redisapi's default, 64 MiB).
 	RedisOutputBufferLimit int
-	// AuthToken, when set, must be given with AUTH (or HELLO AUTH) before
-	// any other Redis command. It protects the Redis port only, for now.
+	// AuthToken, when set, is required from clients: as gRPC metadata
+	// "authorization: Bearer TOKEN" (a caller with a CA-signed certificate
+	// needs none), with AUTH (or HELLO AUTH) before any other Redis command,
+	// and as an HTTP Bearer token on the admin routes. The node sends it on
+	// its own calls to peers.
 	AuthToken string
+	// TLSCertFile, TLSKeyFile and TLSCAFile, all set or none, make every
+	// port TLS: the main port (gRPC, raft, RESP), --redis-addr and
+	// --http-addr present the certificate; peers must present one signed by
+	// the CA, and the node presents its own to them.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
 	// SnapshotRateMiB bounds the MiB per second of all snapshots the node
 	// sends together (default 64; negative: unlimited).
 	SnapshotRateMiB int
@@ -147,6 +155,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--dead-after (%v) must be longer than --suspect-after (%v), and both positive", c.DeadAfter, c.SuspectAfter)
 	case c.TestDropJoinAnswers > 0 && !c.EnableFaultInjection:
 		return errors.New("dropping join answers is a fault hook: it needs --enable-fault-injection")
+	}
+	if (c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != "") && (c.TLSCertFile == "" || c.TLSKeyFile == "" || c.TLSCAFile == "") {
+		return errors.New("--tls-cert, --tls-key and --tls-ca go together: the node presents its certificate and checks its peers' against the CA")
 	}
 	if c.RedisAddr != "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {

@@ -47,6 +47,7 @@ type Node struct {
 	eng *storage.Engine
 	lis net.Listener
 	srv *grpc.Server
+	sec security // TLS and auth settings, loaded by New
 	// kv is the KV service, registered on srv and called in process by
 	// redis, the Redis protocol server (on the node's port, and on
 	// --redis-addr if set).
@@ -163,11 +164,15 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), failed: make(chan struct{}), drainTimeout: 2 * time.Second}
+	sec, err := loadSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, sec: sec, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), failed: make(chan struct{}), drainTimeout: 2 * time.Second}
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
 	n.seen.m = map[ids.NodeID]*seenEntry{}
 	n.conns.m = map[string]*grpc.ClientConn{}
-	n.conns.opts = []grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}
+	n.conns.opts = append([]grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}, sec.peerDial...)
 	n.cluster = grpcapi.NewCluster(n.backend())
 	n.metrics = metrics.New()
 	n.metrics.Register(stateCollector{n})
@@ -189,6 +194,8 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.lis, err = net.Listen("tcp", n.cfg.Addr); err != nil {
 		return n.abort(fmt.Errorf("listen on %s: %w", n.cfg.Addr, err))
 	}
+	// TLS below the mux: it must read plaintext to tell gRPC from RESP.
+	n.lis = n.sec.listen(n.lis)
 	n.srv = n.newServer()
 	// One port, two protocols: gRPC, and RESP for clients given only the
 	// node's address (the CS739 library, redis-cli -p <gRPC port>).
@@ -231,10 +238,11 @@ func (n *Node) Start(ctx context.Context) error {
 
 // newServer builds the gRPC server and registers the front door's services.
 func (n *Node) newServer() *grpc.Server {
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+	srv := grpc.NewServer(append(n.sec.grpcOptions(), grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
-		grpc.ChainUnaryInterceptor(n.trackUnary, n.observeUnary, grpcapi.DropPartitioned(n.blocked)),
-		grpc.StreamInterceptor(n.trackStream))
+		// Auth first: a refused call is neither counted nor timed.
+		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), n.trackUnary, n.observeUnary, grpcapi.DropPartitioned(n.blocked)),
+		grpc.ChainStreamInterceptor(n.sec.auth.Stream(), n.trackStream))...)
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	// Stream calls get the per-call accounting the unary chain gives.
@@ -264,6 +272,7 @@ func (n *Node) startRaft() error {
 		// A negative rate (unlimited) becomes 0, which the transport reads so.
 		SnapshotRateBytes: max(int64(n.cfg.SnapshotRateMiB), 0) << 20,
 		SnapshotBytes:     n.metrics.SnapshotBytes,
+		DialOptions:       n.sec.peerDial,
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval

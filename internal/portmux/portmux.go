@@ -5,6 +5,12 @@
 // goes to the gRPC listener, any other to the Redis one. This is what lets
 // a client given only a node's address (the CS739 library, redis-cli
 // pointed at `--addr`) talk RESP to it, as cmux does for etcd's ports.
+//
+// With TLS the mux sits above a tls.Listener: its first read of a
+// connection runs the handshake (under the same timeout), and the bytes it
+// sniffs are the decrypted ones, so both protocols work over TLS on the one
+// port. A connection it hands on still exposes the TLS state beneath
+// (NetConn), for gRPC's credentials.
 package portmux
 
 import (
@@ -132,3 +138,7 @@ func (p *peeked) Read(b []byte) (int, error) {
 	}
 	return p.Conn.Read(b)
 }
+
+// NetConn returns the connection under p, as tls.Conn does: gRPC's
+// credentials find the TLS state of a decrypted connection through it.
+func (p *peeked) NetConn() net.Conn { return p.Conn }

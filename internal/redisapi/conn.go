@@ -124,9 +124,23 @@ func (c *conn) run(calls []*call) {
 		}
 		c.runGroup(group)
 		group, keys = group[:0], map[string]bool{}
+		start := time.Now()
 		c.dispatch(cl)
+		c.observe(cl, start)
 	}
 	c.runGroup(group)
+}
+
+// observe reports one answered command to Config.Observe.
+func (c *conn) observe(cl *call, start time.Time) {
+	if c.s.cfg.Observe == nil || cl.out == nil {
+		return
+	}
+	name := "unknown"
+	if cl.cmd != nil {
+		name = cl.cmd.name
+	}
+	c.s.cfg.Observe(name, cl.out.ErrorCode(), time.Since(start))
 }
 
 // planConcurrent returns the plan of cl if it is a key command that may run
@@ -164,8 +178,10 @@ func addKeys(keys map[string]bool, p *plan) {
 // runGroup runs planned key commands concurrently and waits for them all.
 func (c *conn) runGroup(group []*call) {
 	if len(group) == 1 {
+		start := time.Now()
 		c.noteCommand(group[0].cmd)
 		c.execPlan(group[0].plan, group[0].out)
+		c.observe(group[0], start)
 		return
 	}
 	var wg sync.WaitGroup
@@ -174,7 +190,9 @@ func (c *conn) runGroup(group []*call) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			c.execPlan(cl.plan, cl.out)
+			c.observe(cl, start)
 		}()
 	}
 	wg.Wait()

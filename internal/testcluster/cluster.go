@@ -46,6 +46,13 @@ type Options struct {
 	ExtraArgs []string
 	// FaultInjection starts the nodes with --enable-fault-injection.
 	FaultInjection bool
+	// TLS starts the nodes with TLS on every port, certificates from
+	// `concord certs` in CertDir; the cluster's clients and connections
+	// use it (ClientOptions).
+	TLS bool
+	// AuthToken starts the nodes with it as --auth-token-file; the
+	// cluster's clients and connections send it.
+	AuthToken string
 	// Supervise restarts a node that exits by itself (as after the fault
 	// API's die), as `concord cluster up --supervise` does; such exits are
 	// then expected, not failures.
@@ -73,7 +80,8 @@ func New(t testing.TB, opts Options) *Cluster {
 		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
 		LogLevel:  cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
 		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit, Redis: opts.Redis, HTTP: opts.HTTP,
-		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise, RestartDelay: superviseDelay})
+		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise, RestartDelay: superviseDelay,
+		TLS: opts.TLS, AuthToken: opts.AuthToken})
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
 	}
@@ -114,6 +122,10 @@ func (c *Cluster) RedisAddr(i int) string { return c.lc.RedisAddr(i) }
 
 // HTTPAddr is node i's HTTP front door address ("" without Options.HTTP).
 func (c *Cluster) HTTPAddr(i int) string { return c.lc.HTTPAddr(i) }
+
+// CertDir holds the certificates of a TLS cluster (ca.crt, node.crt,
+// client.crt and their keys).
+func (c *Cluster) CertDir() string { return c.lc.CertDir() }
 
 // DataDir is node i's data directory.
 func (c *Cluster) DataDir(i int) string { return c.lc.DataDir(i) }

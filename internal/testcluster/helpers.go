@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/certs"
 	"github.com/concord-kv/concord/internal/localcluster"
 	"github.com/concord-kv/concord/internal/routing"
 )
@@ -29,20 +31,27 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() error) time.Durati
 // Client returns a client of the whole cluster, closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *client.Client {
 	t.Helper()
-	return newClient(t, c.Endpoints()...)
+	return c.newClient(t, c.Endpoints()...)
 }
 
 // NodeClient returns a client given node i's address alone.
 func (c *Cluster) NodeClient(t testing.TB, i int) *client.Client {
 	t.Helper()
-	return newClient(t, c.Addr(i))
+	return c.newClient(t, c.Addr(i))
 }
 
-func newClient(t testing.TB, endpoints ...string) *client.Client {
+// ClientOptions are the options of a client of the cluster: its TLS CA
+// and token, when it has them, and endpoints.
+func (c *Cluster) ClientOptions(endpoints ...string) client.Options {
+	s := c.lc.Security()
+	return client.Options{Endpoints: endpoints, TLSCAFile: s.CAFile, AuthToken: s.Token}
+}
+
+func (c *Cluster) newClient(t testing.TB, endpoints ...string) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, endpoints...)
+	cl, err := client.NewWithOptions(ctx, c.ClientOptions(endpoints...))
 	if err != nil {
 		t.Fatalf("testcluster: client for %v: %v", endpoints, err)
 	}
@@ -203,4 +212,28 @@ func tableOf(rt *concordpb.RoutingTableResponse) *routing.Table {
 		descs = append(descs, s.GetShard())
 	}
 	return routing.NewTable(descs)
+}
+
+// HTTPURL is the URL of path on node i's HTTP front door: https for a TLS
+// cluster.
+func (c *Cluster) HTTPURL(i int, path string) string {
+	scheme := "http"
+	if c.lc.CAFile() != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + c.HTTPAddr(i) + path
+}
+
+// HTTPClient is an HTTP client for the nodes' front doors: one that trusts
+// the cluster's CA when it has TLS.
+func (c *Cluster) HTTPClient() *http.Client {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if ca := c.lc.CAFile(); ca != "" {
+		cfg, err := certs.ClientConfig(ca, "", "")
+		if err != nil {
+			panic(fmt.Sprintf("testcluster: %v", err)) // the launcher made the CA
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
+	return hc
 }

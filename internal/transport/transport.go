@@ -95,7 +95,10 @@ type Config struct {
 	// SnapshotBytes, if set, is told the bytes of snapshot data each chunk
 	// sent (sent true) or received carries: /metrics counts them.
 	SnapshotBytes func(sent bool, n int)
-	Logger        *slog.Logger
+	// DialOptions are added to every connection to a peer (TLS with the
+	// node's certificate, the auth token).
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -288,7 +291,7 @@ func (t *Transport) peer(node ids.NodeID) (*peer, error) {
 		close(p.stopC) // the node moved: end the old peer's goroutines
 		p.conn.Close()
 	}
-	conn, err := dial.Dial(addr)
+	conn, err := dial.Dial(addr, t.cfg.DialOptions...)
 	if err != nil {
 		return nil, err
 	}

@@ -13,13 +13,13 @@ import (
 )
 
 // TestRollingRestart follows docs/operations.md's rolling restart under a
-// client workload: each node in turn gets SIGTERM (it hands its
+// client workload, with TLS on every port: each node in turn gets SIGTERM (it hands its
 // leaderships away first), is started again, and the next waits until its
 // /readyz answers 200. Every write must succeed from the client's point of
 // view (its retries absorb the moves) and every acknowledged write must be
 // readable at the end.
 func TestRollingRestart(t *testing.T) {
-	c := startCluster(t, testcluster.Options{Shards: 4, HTTP: true})
+	c := startCluster(t, testcluster.Options{Shards: 4, HTTP: true, TLS: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
@@ -65,7 +65,7 @@ func TestRollingRestart(t *testing.T) {
 	for i := range c.N() {
 		c.Stop(i) // SIGTERM; the test fails unless the node exits 0
 		c.Start(i)
-		awaitHTTPReady(t, "http://"+c.HTTPAddr(i)+"/readyz")
+		awaitHTTPReady(t, c.HTTPClient(), c.HTTPURL(i, "/readyz"))
 		t.Logf("node %d restarted and ready; %d writes acknowledged so far", i, nAcked.Load())
 		waitAcked(nAcked.Load() + 50) // the cluster takes writes again before the next node goes
 	}
@@ -92,11 +92,11 @@ func TestRollingRestart(t *testing.T) {
 }
 
 // awaitHTTPReady polls a /readyz URL until it answers 200.
-func awaitHTTPReady(t *testing.T, url string) {
+func awaitHTTPReady(t *testing.T, hc *http.Client, url string) {
 	t.Helper()
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		resp, err := http.Get(url)
+		resp, err := hc.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -21,6 +21,9 @@ type workload struct {
 	seed    uint64
 	// opTimeout bounds one operation, retries included.
 	opTimeout time.Duration
+	// members says which nodes are gone for good (nil: none ever is); the
+	// RESP clients send nothing to those.
+	members *liveSet
 
 	mu    sync.Mutex
 	acked []string // guarded by mu: unique keys whose put returned success

@@ -1,0 +1,146 @@
+package grpcapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/certs"
+	"github.com/concord-kv/concord/internal/dial"
+)
+
+// Auth says who may call a node's gRPC services.
+//
+//   - The calls only nodes make (the raft transport; Cluster's Probe,
+//     Join and Heartbeat), when the port is TLS, only from a peer that
+//     presented a certificate signed by the cluster's CA (mutual TLS):
+//     a token does not make a caller a node.
+//   - Everything else (KV, Cluster, Admin; the peer calls without TLS),
+//     when Token is set, from a caller with a CA-signed certificate or
+//     with metadata "authorization: Bearer <Token>". Nodes dial their
+//     peers with both, so forwarding works either way.
+//
+// The zero Auth lets every call through.
+type Auth struct {
+	Token string
+	TLS   bool
+}
+
+// peerOnly reports whether method is one only nodes call.
+func peerOnly(method string) bool {
+	switch method {
+	case concordpb.Cluster_Probe_FullMethodName, concordpb.Cluster_Join_FullMethodName, concordpb.Cluster_Heartbeat_FullMethodName:
+		return true
+	}
+	return strings.HasPrefix(method, "/"+concordpb.RaftTransport_ServiceDesc.ServiceName+"/")
+}
+
+// Unary is the interceptor that applies a to unary calls.
+func (a Auth) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := a.check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+// Stream is the interceptor that applies a to streams.
+func (a Auth) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := a.check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+}
+
+func (a Auth) check(ctx context.Context, method string) error {
+	verified := verifiedPeer(ctx)
+	if a.TLS && peerOnly(method) {
+		if !verified {
+			return status.Errorf(codes.Unauthenticated, "%s is for cluster nodes: it needs a client certificate signed by the cluster's CA "+
+				"(mutual TLS; start the node with --tls-cert and --tls-key issued by the CA in --tls-ca)", method)
+		}
+		return nil
+	}
+	if a.Token == "" || verified {
+		return nil
+	}
+	vals := metadata.ValueFromIncomingContext(ctx, dial.TokenKey)
+	if len(vals) == 0 {
+		return status.Error(codes.Unauthenticated, "this cluster requires an auth token: give it with --auth-token-file "+
+			"(metadata \"authorization: Bearer TOKEN\")")
+	}
+	got, ok := strings.CutPrefix(vals[0], "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) != 1 {
+		return status.Error(codes.Unauthenticated, "auth token rejected: it is not the node's --auth-token-file token")
+	}
+	return nil
+}
+
+// verifiedPeer reports whether the caller presented a certificate the CA
+// signed.
+func verifiedPeer(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && certs.Verified(info.State)
+}
+
+// AlreadyTLS returns the server transport credentials of a port whose
+// connections are TLS below gRPC: a tls.Listener under the port mux, which
+// must read decrypted bytes to tell gRPC from RESP. The handshake is done
+// by then; these credentials only hand its state to gRPC, so that Auth sees
+// the peer's certificate.
+func AlreadyTLS() credentials.TransportCredentials { return alreadyTLS{} }
+
+type alreadyTLS struct{}
+
+func (alreadyTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc := findTLS(c)
+	if tc == nil {
+		return nil, nil, errors.New("grpcapi: a connection without TLS on a TLS port")
+	}
+	return c, credentials.TLSInfo{State: tc.ConnectionState(),
+		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (alreadyTLS) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("grpcapi: AlreadyTLS is for servers")
+}
+
+func (alreadyTLS) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+
+func (a alreadyTLS) Clone() credentials.TransportCredentials { return a }
+func (alreadyTLS) OverrideServerName(string) error           { return nil }
+
+// findTLS unwraps c (the port mux wraps connections it peeked at) down to
+// its *tls.Conn, or nil.
+func findTLS(c net.Conn) *tls.Conn {
+	for {
+		switch v := c.(type) {
+		case *tls.Conn:
+			return v
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
+}

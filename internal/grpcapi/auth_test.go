@@ -1,0 +1,63 @@
+package grpcapi
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+func TestAuthCheck(t *testing.T) {
+	const raft = "/concord.v1.RaftTransport/Send"
+	get := concordpb.KV_Get_FullMethodName
+	join := concordpb.Cluster_Join_FullMethodName
+	plain := context.Background()
+	withToken := func(ctx context.Context, tok string) context.Context {
+		return metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+tok))
+	}
+	tlsPeer := func(verified bool) context.Context {
+		st := tls.ConnectionState{}
+		if verified {
+			st.VerifiedChains = [][]*x509.Certificate{{{}}}
+		}
+		return peer.NewContext(plain, &peer.Peer{AuthInfo: credentials.TLSInfo{State: st}})
+	}
+	for _, tc := range []struct {
+		name   string
+		auth   Auth
+		ctx    context.Context
+		method string
+		ok     bool
+	}{
+		{"open cluster", Auth{}, plain, raft, true},
+		{"token missing", Auth{Token: "s"}, plain, get, false},
+		{"token wrong", Auth{Token: "s"}, withToken(plain, "x"), get, false},
+		{"token right", Auth{Token: "s"}, withToken(plain, "s"), get, true},
+		{"raft without TLS needs the token", Auth{Token: "s"}, plain, raft, false},
+		{"raft without TLS, token", Auth{Token: "s"}, withToken(plain, "s"), raft, true},
+		{"CA-signed client, no token", Auth{Token: "s", TLS: true}, tlsPeer(true), get, true},
+		{"TLS client without cert, no token", Auth{Token: "s", TLS: true}, tlsPeer(false), get, false},
+		{"TLS client without cert, token", Auth{Token: "s", TLS: true}, withToken(tlsPeer(false), "s"), get, true},
+		{"TLS client without cert, no token needed", Auth{TLS: true}, tlsPeer(false), get, true},
+		{"raft over TLS without cert", Auth{TLS: true}, tlsPeer(false), raft, false},
+		{"raft over TLS, token is not a cert", Auth{Token: "s", TLS: true}, withToken(tlsPeer(false), "s"), raft, false},
+		{"join over TLS without cert", Auth{TLS: true}, tlsPeer(false), join, false},
+		{"raft over mutual TLS", Auth{TLS: true}, tlsPeer(true), raft, true},
+	} {
+		err := tc.auth.check(tc.ctx, tc.method)
+		if tc.ok && err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if !tc.ok && status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: err %v, want Unauthenticated", tc.name, err)
+		}
+	}
+}
