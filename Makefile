@@ -6,8 +6,9 @@ PORT    ?= 7001
 DATA    ?= ./data
 
 DURATION ?= 30m
+FAULTS   ?=
 
-.PHONY: all build lib run test test-unit test-e2e chromium test-netns bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build lib run test test-unit test-e2e test-no-thrash chromium test-netns bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
 
 all: build
 
@@ -31,7 +32,7 @@ run: build
 
 # Everything CI runs: vet, unit tests with the race detector, the end-to-end
 # suite against real node processes, and the bounded robustness run
-# (six fault histories checked for linearizability, and a whole-cluster crash).
+# (seven fault histories checked for linearizability, and a whole-cluster crash).
 test: vet lib test-unit test-e2e test-robustness
 
 vet:
@@ -44,6 +45,13 @@ test-unit:
 
 test-e2e: build chromium
 	$(GO) test -count=1 -timeout 15m ./tests/e2e/... ./tests/resp/... ./tests/kv739/...
+
+# The issue's no-thrash check at full length: after a rebalance, a balanced
+# cluster under steady writes makes no move for QUIET (default 10m);
+# make test-e2e runs the same test with 30 s.
+QUIET ?= 10m
+test-no-thrash: build
+	CONCORD_QUIET_FOR=$(QUIET) $(GO) test -count=1 -timeout 30m -v -run '^TestRebalanceAcrossPlacementLeaderKill$$' ./tests/e2e/
 
 # The multi-machine steps of docs/operations.md on one box: a network
 # namespace per node on a bridge, the guide's commands, a short bench
@@ -80,12 +88,14 @@ test-hardening: build
 	grep -E '^(--- |ok|FAIL)|caught up|wrote|meanwhile|peak RSS' robustness-out/hardening.log; \
 	if [ $$rc -ne 0 ]; then tail -n 100 robustness-out/hardening.log; fi; exit $$rc
 
-# The long robustness run: random seeds and every fault kind, one-minute
-# histories, for DURATION (default 30m). Rerun a seed from its output with
+# The long robustness run: random seeds, one-minute histories, for DURATION
+# (default 30m), alternating every fault kind (4 nodes) with the classic
+# kinds (3 nodes); FAULTS=join,remove,... (or all, classic) fixes the kinds.
+# Rerun a seed from its output with
 # CONCORD_SEED=n CONCORD_FAULTS=kinds go test -run TestRobustnessSeed -v ./tests/robustness
 robustness: build
 	@mkdir -p robustness-out
-	@CONCORD_ROBUSTNESS_DURATION=$(DURATION) CONCORD_ROBUSTNESS_KEEP_GOING=1 $(GO) test -count=1 -timeout 0 -v \
+	@CONCORD_FAULTS=$(FAULTS) CONCORD_ROBUSTNESS_DURATION=$(DURATION) CONCORD_ROBUSTNESS_KEEP_GOING=1 $(GO) test -count=1 -timeout 0 -v \
 		-run '^TestRobustnessLong$$' ./tests/robustness > robustness-out/long.log 2>&1; rc=$$?; \
 	grep -E '^(    --- |--- |ok|FAIL|robustness:)|faults injected|history:|not linearizable|lost|kept in' robustness-out/long.log; exit $$rc
 

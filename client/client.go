@@ -1,7 +1,8 @@
 // Package client is Concord's Go client.
 //
 //	c, err := client.New(ctx, "127.0.0.1:7001", "127.0.0.1:7002")
-//	prev, existed, err := c.Put(ctx, []byte("k"), []byte("v"))
+//	_, _, err = c.Put(ctx, []byte("k"), []byte("v"))                           // a blind write
+//	prev, existed, err := c.Put(ctx, []byte("k"), []byte("w"), client.ReturnPrev()) // and the previous value
 //	v, found, err := c.Get(ctx, []byte("k"))
 //
 // New takes any subset of the cluster's node addresses and learns the rest
@@ -479,8 +480,13 @@ func isRefusal(err error) bool {
 // the node (no connection could be opened), so the request was not sent.
 func notSent(err error) bool {
 	st, _ := status.FromError(err)
-	return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
+	return st.Code() == codes.Unavailable &&
+		(strings.Contains(st.Message(), "Error while dialing") || strings.Contains(st.Message(), notSentMark))
 }
+
+// notSentMark is in the message of the client's own errors for a request
+// that never left it (client/stream.go).
+const notSentMark = "no connection to the node was ready in time"
 
 func backoff(attempt int) time.Duration {
 	d := time.Duration(float64(10*time.Millisecond) * math.Pow(2, float64(min(attempt, 6))))

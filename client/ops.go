@@ -72,14 +72,22 @@ func TTL(ttl time.Duration) PutOption {
 	return func(r *concordpb.PutRequest) { r.TtlMs = ms }
 }
 
-// Put stores value under key and returns the previous value, if one existed.
+// ReturnPrev makes Put return the previous value and whether one existed.
+// Without it Put returns nil and false whatever was there: the shard does
+// not read the key before writing it (a blind write, the cheaper put).
+func ReturnPrev() PutOption {
+	return func(r *concordpb.PutRequest) { r.ReturnPrev = true }
+}
+
+// Put stores value under key. With ReturnPrev it also returns the previous
+// value, if one existed; without it prev is nil and existed false.
 func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) (prev []byte, existed bool, err error) {
 	req := &concordpb.PutRequest{Key: key, Value: value}
 	for _, o := range opts {
 		o(req)
 	}
 	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
-		resp, err := kv.Put(ctx, &concordpb.PutRequest{Header: h, Key: key, Value: value, TtlMs: req.GetTtlMs()})
+		resp, err := kv.Put(ctx, &concordpb.PutRequest{Header: h, Key: key, Value: value, TtlMs: req.GetTtlMs(), ReturnPrev: req.GetReturnPrev()})
 		prev, existed = resp.GetPrevValue(), resp.GetPrevExists()
 		return resp.GetHeader(), err
 	})

@@ -37,11 +37,17 @@ func listen(t *testing.T) net.Listener {
 }
 
 func serve(t *testing.T, l net.Listener, f *fakeNode) {
-	s := grpc.NewServer()
+	s := newServer(t)
 	concordpb.RegisterKVServer(s, f)
 	concordpb.RegisterClusterServer(s, f)
 	go s.Serve(l)
+}
+
+// newServer is a gRPC server stopped when the test ends.
+func newServer(t *testing.T) *grpc.Server {
+	s := grpc.NewServer()
 	t.Cleanup(s.Stop)
+	return s
 }
 
 // TestStaleReadServedByAddressedNode: a stale read goes to the node the

@@ -30,6 +30,11 @@ const maxStreamBatchBytes = 4 << 20
 // served and goes unary.
 var errNoStream = errors.New("concord: node does not serve KV.Stream")
 
+// errNotSent fails a call whose attempt ended while it still waited in the
+// queue (the node's stream could not be opened in time): it never left
+// this process, so it is no reason to think a mutation applied (notSent).
+var errNotSent = status.Error(codes.Unavailable, "concord: the request was not sent: "+notSentMark)
+
 type pendingCall struct {
 	msg *concordpb.StreamCall
 	res chan callResult // buffered: the deliverer never blocks
@@ -99,26 +104,31 @@ func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concord
 		}
 		return r.reply, nil
 	case <-ctx.Done():
-		m.forget(p)
+		if m.forget(p) {
+			return nil, errNotSent
+		}
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case <-m.ctx.Done():
 		return nil, status.Error(codes.Canceled, "concord: client closed")
 	}
 }
 
-// forget drops a call whose caller gave up (its reply, if any, is dropped).
-func (m *streamMux) forget(p *pendingCall) {
+// forget drops a call whose caller gave up (its reply, if any, is
+// dropped). It reports whether the call was still queued, so certainly
+// never sent; once the sender has taken it, it may have been.
+func (m *streamMux) forget(p *pendingCall) (unsent bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, q := range m.queue {
 		if q == p {
 			m.queue = append(m.queue[:i], m.queue[i+1:]...)
-			return
+			return true
 		}
 	}
 	if m.cur != nil {
 		delete(m.cur.pending, p.msg.GetId())
 	}
+	return false
 }
 
 // sendLoop writes what is queued, one message per wake-up (calls queued

@@ -107,6 +107,10 @@ const (
 	OpType_OP_EXPIRE OpType = 9
 	// DELETE_EXPIRED: deletes the key only if it has expired by the command's
 	// time: the background sweep's operation. Result ok: deleted.
+	// expire_at_unix_ms names the expiry index entry the sweep found (0:
+	// none); the entry is also removed when it is stale, i.e. does not match
+	// the key's expiry (a blind PUT replaced the key without reading the
+	// expiry it had, so it could not remove that entry).
 	OpType_OP_DELETE_EXPIRED OpType = 10
 	// CHECK: compares the key with expected (or expect_absent), as CAS does,
 	// and changes nothing. Result ok: matched; exists/value: the key before.
@@ -1037,7 +1041,11 @@ type PutRequest struct {
 	Value  []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	// A time to live in milliseconds (0: none): the key reads as absent once
 	// it has passed, and is then deleted by the shard's sweep.
-	TtlMs         int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Return the previous value (PutResponse.prev_exists, prev_value). Off by
+	// default: reading it costs a point read in every replica's apply, which
+	// a put that does not need it is spared.
+	ReturnPrev    bool `protobuf:"varint,5,opt,name=return_prev,json=returnPrev,proto3" json:"return_prev,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1100,11 +1108,19 @@ func (x *PutRequest) GetTtlMs() int64 {
 	return 0
 }
 
+func (x *PutRequest) GetReturnPrev() bool {
+	if x != nil {
+		return x.ReturnPrev
+	}
+	return false
+}
+
 type PutResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	PrevExists    bool                   `protobuf:"varint,2,opt,name=prev_exists,json=prevExists,proto3" json:"prev_exists,omitempty"`
-	PrevValue     []byte                 `protobuf:"bytes,3,opt,name=prev_value,json=prevValue,proto3" json:"prev_value,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// Set only when the request asked (return_prev); otherwise false and empty.
+	PrevExists    bool   `protobuf:"varint,2,opt,name=prev_exists,json=prevExists,proto3" json:"prev_exists,omitempty"`
+	PrevValue     []byte `protobuf:"bytes,3,opt,name=prev_value,json=prevValue,proto3" json:"prev_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1584,7 +1600,8 @@ type Op struct {
 	// shard's state machine adds it to the command's leader-stamped time, so
 	// every replica stores the same instant) or as an absolute Unix time in
 	// milliseconds. At most one is set; neither: a PUT clears the expiry
-	// unless keep_ttl.
+	// unless keep_ttl. DELETE_EXPIRED: expire_at_unix_ms is the time of the
+	// index entry that named the key.
 	TtlMs          int64 `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	ExpireAtUnixMs int64 `protobuf:"varint,8,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
 	// PUT: keep the key's current expiry.
@@ -1600,7 +1617,12 @@ type Op struct {
 	Offset int64 `protobuf:"varint,14,opt,name=offset,proto3" json:"offset,omitempty"`
 	// CHECK: how many of the ops after this one a failed check skips; at
 	// most the number of ops after it in the batch. 0 for every other type.
-	Skip          uint32 `protobuf:"varint,15,opt,name=skip,proto3" json:"skip,omitempty"`
+	Skip uint32 `protobuf:"varint,15,opt,name=skip,proto3" json:"skip,omitempty"`
+	// PUT: report the key's state before the put in the result (ok, exists,
+	// value: see OpResult). Without it a PUT with no condition and no keep_ttl
+	// is a blind write: the state machine reads nothing for it, and its
+	// result reports nothing but that it applied. false for every other type.
+	ReturnPrev    bool `protobuf:"varint,16,opt,name=return_prev,json=returnPrev,proto3" json:"return_prev,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1740,15 +1762,25 @@ func (x *Op) GetSkip() uint32 {
 	return 0
 }
 
+func (x *Op) GetReturnPrev() bool {
+	if x != nil {
+		return x.ReturnPrev
+	}
+	return false
+}
+
 type OpResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// GET: found. PUT: a previous value existed (with a condition: the put was
-	// made). DELETE: the key existed. CAS: swapped. EXPIRE: changed.
+	// GET: found. PUT with a condition: the put was made; PUT without one:
+	// a previous value existed (with return_prev; false without it). DELETE:
+	// the key existed. CAS: swapped. EXPIRE: changed.
 	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
-	// GET: the value. PUT: the previous value. CAS: the value before the
-	// operation. INCR, INCR_FLOAT: the new value's text.
+	// GET: the value. PUT: the previous value (with return_prev; empty
+	// without it). CAS: the value before the operation. INCR, INCR_FLOAT: the
+	// new value's text.
 	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	// CAS, PUT, EXPIRE: whether the key existed before the operation.
+	// CAS, EXPIRE: whether the key existed before the operation. PUT: the
+	// same, with return_prev (false without it).
 	Exists bool `protobuf:"varint,3,opt,name=exists,proto3" json:"exists,omitempty"`
 	// INCR: the new value. APPEND, SET_RANGE: the new length.
 	IntValue int64 `protobuf:"varint,4,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
@@ -2002,13 +2034,15 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x1a.concord.v1.ResponseHeaderR\x06header\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12)\n" +
-	"\x11expire_at_unix_ms\x18\x04 \x01(\x03R\x0eexpireAtUnixMs\"~\n" +
+	"\x11expire_at_unix_ms\x18\x04 \x01(\x03R\x0eexpireAtUnixMs\"\x9f\x01\n" +
 	"\n" +
 	"PutRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"\x81\x01\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x1f\n" +
+	"\vreturn_prev\x18\x05 \x01(\bR\n" +
+	"returnPrev\"\x81\x01\n" +
 	"\vPutResponse\x122\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.concord.v1.ResponseHeaderR\x06header\x12\x1f\n" +
 	"\vprev_exists\x18\x02 \x01(\bR\n" +
@@ -2045,7 +2079,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1d\n" +
 	"\n" +
-	"next_start\x18\x04 \x01(\fR\tnextStart\"\xc3\x03\n" +
+	"next_start\x18\x04 \x01(\fR\tnextStart\"\xe4\x03\n" +
 	"\x02Op\x12&\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x12.concord.v1.OpTypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -2063,7 +2097,9 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\vfloat_delta\x18\r \x01(\x01R\n" +
 	"floatDelta\x12\x16\n" +
 	"\x06offset\x18\x0e \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04skip\x18\x0f \x01(\rR\x04skip\"\xd5\x01\n" +
+	"\x04skip\x18\x0f \x01(\rR\x04skip\x12\x1f\n" +
+	"\vreturn_prev\x18\x10 \x01(\bR\n" +
+	"returnPrev\"\xd5\x01\n" +
 	"\bOpResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +

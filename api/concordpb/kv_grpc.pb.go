@@ -49,7 +49,9 @@ const (
 //	NotFound           a shard that does not exist.
 type KVClient interface {
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
-	// Put returns the previous value and whether one existed.
+	// Put stores a value. It returns the previous value and whether one
+	// existed only when asked (PutRequest.return_prev): a put that does not
+	// ask is a blind write, which reads nothing when it applies.
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
 	// Delete returns whether the key existed.
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
@@ -166,7 +168,9 @@ type KV_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
 //	NotFound           a shard that does not exist.
 type KVServer interface {
 	Get(context.Context, *GetRequest) (*GetResponse, error)
-	// Put returns the previous value and whether one existed.
+	// Put stores a value. It returns the previous value and whether one
+	// existed only when asked (PutRequest.return_prev): a put that does not
+	// ask is a blind write, which reads nothing when it applies.
 	Put(context.Context, *PutRequest) (*PutResponse, error)
 	// Delete returns whether the key existed.
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)

@@ -13,11 +13,14 @@ import (
 func newPutCmd() *cobra.Command {
 	var f clientFlags
 	var ttl time.Duration
+	var prev bool
 	cmd := &cobra.Command{
 		Use:   "put KEY VALUE",
 		Short: "Store VALUE under KEY",
 		Long: "Store VALUE under KEY, removing any expiry the key had. With --ttl the key expires that long\n" +
-			"after the put applies (e.g. --ttl 10s, --ttl 1h30m): it then reads as absent and is deleted.",
+			"after the put applies (e.g. --ttl 10s, --ttl 1h30m): it then reads as absent and is deleted.\n" +
+			"With --prev it prints the value KEY had before (\"(none)\" if it had none) instead of OK;\n" +
+			"without it the put is a blind write, which the shard applies without reading the key.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("ttl") && ttl <= 0 {
@@ -32,20 +35,39 @@ func newPutCmd() *cobra.Command {
 			if ttl > 0 {
 				opts = append(opts, client.TTL(ttl))
 			}
-			prev, existed, err := c.Put(ctx, []byte(args[0]), []byte(args[1]), opts...)
+			if prev {
+				opts = append(opts, client.ReturnPrev())
+			}
+			old, existed, err := c.Put(ctx, []byte(args[0]), []byte(args[1]), opts...)
 			if err != nil {
 				return err
 			}
-			if f.output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"ok": true, "prev_exists": existed, "prev_value": string(prev)})
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "OK")
-			return nil
+			return printPut(cmd, f.output == "json", prev, old, existed)
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "time to live (e.g. 10s); none by default")
+	cmd.Flags().BoolVar(&prev, "prev", false, "print the previous value (the shard then reads the key before writing it)")
 	addClientFlags(cmd, &f)
 	return cmd
+}
+
+// printPut prints a put's outcome: OK, or with --prev the previous value;
+// as JSON, prev_exists and prev_value only with --prev.
+func printPut(cmd *cobra.Command, asJSON, prev bool, old []byte, existed bool) error {
+	out := cmd.OutOrStdout()
+	switch {
+	case asJSON && prev:
+		return printJSON(out, map[string]any{"ok": true, "prev_exists": existed, "prev_value": string(old)})
+	case asJSON:
+		return printJSON(out, map[string]any{"ok": true})
+	case prev && existed:
+		fmt.Fprintln(out, string(old))
+	case prev:
+		fmt.Fprintln(out, "(none)")
+	default:
+		fmt.Fprintln(out, "OK")
+	}
+	return nil
 }
 
 func newGetCmd() *cobra.Command {

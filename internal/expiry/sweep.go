@@ -8,7 +8,9 @@
 // reader, and proposes one command of OP_DELETE_EXPIRED ops. The state
 // machine re-checks each key's expiry on the shard's clock when it applies,
 // so a key set again after the round read the index survives, and every
-// replica deletes the same keys. The node runs a round every Interval
+// replica deletes the same keys. Each op carries its index entry's time: an
+// entry a blind PUT left stale (the key now has another expiry, or none) is
+// removed by it. The node runs a round every Interval
 // (internal/node); tests run rounds themselves.
 package expiry
 
@@ -74,7 +76,7 @@ func Sweep(ctx context.Context, h Host, now time.Time, limit int) (deleted int, 
 }
 
 func sweepShard(ctx context.Context, h Host, shard ids.ShardID, now time.Time, limit int) (int, error) {
-	var expired [][]byte
+	var expired []kv.ExpiredKey
 	err := h.Engine().Read(func(r storage.Reader) (err error) {
 		expired, err = kv.Expired(r, uint64(shard), now.UnixMilli(), limit)
 		return err
@@ -83,8 +85,8 @@ func sweepShard(ctx context.Context, h Host, shard ids.ShardID, now time.Time, l
 		return 0, err
 	}
 	ops := make([]*concordpb.Op, len(expired))
-	for i, k := range expired {
-		ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_DELETE_EXPIRED, Key: k}
+	for i, x := range expired {
+		ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_DELETE_EXPIRED, Key: x.Key, ExpireAtUnixMs: x.AtMs}
 	}
 	res, err := h.Propose(ctx, shard, &storepb.Command{UnixNanos: now.UnixNano(),
 		Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}})

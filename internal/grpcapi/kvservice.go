@@ -77,9 +77,11 @@ func (s *KV) getOnce(ctx context.Context, req *concordpb.GetRequest, shard ids.S
 	})
 }
 
-// Put is a one-op Batch.
+// Put is a one-op Batch. The previous value is read (and returned) only
+// when the request asks for it.
 func (s *KV) Put(ctx context.Context, req *concordpb.PutRequest) (*concordpb.PutResponse, error) {
-	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs()}
+	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(),
+		ReturnPrev: req.GetReturnPrev()}
 	res, hdr, err := s.apply(ctx, req.GetHeader(), op)
 	if err != nil {
 		return nil, err

@@ -31,6 +31,7 @@
 package keys
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 )
@@ -128,6 +129,15 @@ func Descriptor(shard uint64) []byte { return append(shardPrefix(shard), 's', 'd
 // Session is the key of a client session's record in shard.
 func Session(shard, session uint64) []byte {
 	return appendU64(append(shardPrefix(shard), 's', 'e'), session)
+}
+
+// SessionOf decodes a Session key of shard into its session id.
+func SessionOf(shard uint64, k []byte) uint64 {
+	p, _ := SessionSpan(shard)
+	if len(k) != len(p)+8 || !bytes.HasPrefix(k, p) {
+		panic(fmt.Sprintf("keys: %x is not a session key of shard %d", k, shard))
+	}
+	return binary.BigEndian.Uint64(k[len(p):])
 }
 
 // Clock is the key of a user shard's session clock (internal/kv).

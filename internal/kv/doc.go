@@ -10,6 +10,12 @@
 // decided at apply, from the command's leader-stamped time on the shard's
 // clock, so every replica stores the same instant.
 //
+// A PUT reads the key only when it needs its state: for a condition,
+// keep_ttl, or the previous value it was asked to return (return_prev).
+// Otherwise it is a blind write, and with the session sequence numbers and
+// the shard clock cached in memory (cache.go) the common put applies
+// without a single point read.
+//
 // Apply is deterministic: it reads only the batch it writes into and the
 // command itself (including the proposer's timestamp, which moves the
 // shard's clock by a bounded step: see MaxClockStep), never a clock or the

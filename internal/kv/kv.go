@@ -16,9 +16,14 @@ import (
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
-// StateMachine applies KV commands for one shard.
+// StateMachine applies KV commands for one shard. It is used by one
+// goroutine at a time (the replica host's loop).
 type StateMachine struct {
 	shard uint64
+	// sessions caches the last seq applied per session id, clock the shard
+	// clock record: see cache.go.
+	sessions map[uint64]uint64
+	clock    shardClock
 }
 
 // New returns the state machine of shard.
@@ -54,18 +59,17 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 }
 
 func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor, now int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
-	if c.GetSessionId() != 0 {
-		var rec storepb.SessionRecord
-		found, err := storage.GetProto(b, keys.Session(sm.shard, c.GetSessionId()), &rec)
+	if id := c.GetSessionId(); id != 0 {
+		last, found, err := sm.sessionSeq(b, id)
 		if err != nil {
 			return nil, err
 		}
 		switch {
-		case found && c.GetSeq() == rec.GetSeq() && !(mutant.Enabled && mutant.On(mutant.NoSessionDedup)):
-			return rec.GetResult(), nil // a retry: answer as the first time
-		case found && c.GetSeq() < rec.GetSeq():
+		case found && c.GetSeq() == last && !(mutant.Enabled && mutant.On(mutant.NoSessionDedup)):
+			return sm.retryResult(b, id) // a retry: answer as the first time
+		case found && c.GetSeq() < last:
 			return errResult(codes.FailedPrecondition,
-				"session %x: sequence %d is older than %d, already applied", c.GetSessionId(), c.GetSeq(), rec.GetSeq()), nil
+				"session %x: sequence %d is older than %d, already applied", id, c.GetSeq(), last), nil
 		}
 	}
 	e := env{nowMs: now / int64(time.Millisecond), maxValue: c.GetMaxValueBytes()}
@@ -78,8 +82,27 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 		if err := storage.SetProto(b, keys.Session(sm.shard, c.GetSessionId()), rec); err != nil {
 			return nil, err
 		}
+		sm.cacheSession(c.GetSessionId(), c.GetSeq())
 	}
 	return res, nil
+}
+
+// readSession reads session's record from b.
+func (sm *StateMachine) readSession(b pebble.Reader, session uint64) (*storepb.SessionRecord, bool, error) {
+	rec := &storepb.SessionRecord{}
+	found, err := storage.GetProto(b, keys.Session(sm.shard, session), rec)
+	return rec, found, err
+}
+
+// retryResult is the stored result of session's last command, which a
+// retry of it gets: read from Pebble, as retries are rare and results may
+// be large (the cache holds only sequence numbers).
+func (sm *StateMachine) retryResult(b pebble.Reader, session uint64) (*storepb.CommandResult, error) {
+	rec, found, err := sm.readSession(b, session)
+	if err == nil && !found {
+		err = fmt.Errorf("kv: shard %d: session %x is cached but has no record", sm.shard, session)
+	}
+	return rec.GetResult(), err
 }
 
 // applyOps applies ops all or nothing: every op is checked before any is
@@ -152,29 +175,25 @@ const MaxClockStep = int64(90 * time.Second)
 // stamped, the clock stays) and returns the clock's new value. The clock is
 // kept in the shard's state span, so snapshots carry it.
 func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error) {
-	k := keys.Clock(sm.shard)
-	v, found, err := get(b, k)
+	c, err := sm.loadClock(b)
 	if err != nil {
 		return 0, err
 	}
-	var high, now int64 // the highest stamp applied; the shard's clock
-	if found {
-		if len(v) != 16 {
-			return 0, fmt.Errorf("kv: shard %d clock record of %d bytes", sm.shard, len(v))
-		}
-		high, now = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
-	}
 	switch {
-	case stamp == 0 || (found && stamp <= high):
-		return now, nil
-	case !found:
-		now = stamp
+	case stamp == 0 || (c.found && stamp <= c.high):
+		return c.now, nil
+	case !c.found:
+		c.now = stamp
 	default:
-		now += min(stamp-high, MaxClockStep)
+		c.now += min(stamp-c.high, MaxClockStep)
 	}
-	high = stamp
-	rec := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(high)), uint64(now))
-	return now, b.Set(k, rec, nil)
+	c.high, c.found = stamp, true
+	rec := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(c.high)), uint64(c.now))
+	if err := b.Set(keys.Clock(sm.shard), rec, nil); err != nil {
+		return 0, err
+	}
+	sm.clock = c
+	return c.now, nil
 }
 
 // expireSessions deletes the records of sessions idle since before t, a time
@@ -203,6 +222,7 @@ func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
 		if err := b.Delete(k, nil); err != nil {
 			return err
 		}
+		delete(sm.sessions, keys.SessionOf(sm.shard, k))
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	// The state machine works on Pebble batches; a bare in-memory Pebble
 	// is all it needs.
-	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), Logger: quiet{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +66,14 @@ func kvCmd(session, seq uint64, now int64, ops ...*concordpb.Op) *storepb.Comman
 	}}}
 }
 
+// put is a blind PUT: it asks nothing of the previous value.
 func put(k, v string) *concordpb.Op {
 	return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v)}
+}
+
+// putPrev is a PUT that returns the previous value (return_prev).
+func putPrev(k, v string) *concordpb.Op {
+	return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v), ReturnPrev: true}
 }
 
 func del(k string) *concordpb.Op {
@@ -96,14 +102,14 @@ func (f *fixture) value(k string, want []byte) {
 	}
 }
 
-// TestPutReturnsPrevious protects Put's result: whether a value existed and
-// which, and that the new value is stored.
+// TestPutReturnsPrevious protects Put's result with return_prev: whether a
+// value existed and which, and that the new value is stored.
 func TestPutReturnsPrevious(t *testing.T) {
 	f := newFixture(t)
-	if r := f.one(f.kv(0, 0, 1, put("k", "v1"))); r.GetOk() || r.GetValue() != nil {
+	if r := f.one(f.kv(0, 0, 1, putPrev("k", "v1"))); r.GetOk() || r.GetExists() || r.GetValue() != nil {
 		t.Fatalf("first Put: %v, want no previous value", r)
 	}
-	if r := f.one(f.kv(0, 0, 2, put("k", "v2"))); !r.GetOk() || string(r.GetValue()) != "v1" {
+	if r := f.one(f.kv(0, 0, 2, putPrev("k", "v2"))); !r.GetOk() || !r.GetExists() || string(r.GetValue()) != "v1" {
 		t.Fatalf("second Put: %v, want previous v1", r)
 	}
 	f.value("k", []byte("v2"))
@@ -237,7 +243,7 @@ func TestBatchOutsideRangeAppliesNothing(t *testing.T) {
 // see the effects of earlier ones, and every op gets its result in order.
 func TestBatchSeesItsOwnWrites(t *testing.T) {
 	f := newFixture(t)
-	res := f.kv(0, 0, 1, put("a", "1"), getOp("a"), put("a", "2"), del("a"), getOp("a"))
+	res := f.kv(0, 0, 1, putPrev("a", "1"), getOp("a"), putPrev("a", "2"), del("a"), getOp("a"))
 	want := []struct {
 		ok    bool
 		value string

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
 )
 
 // env is what every op of one command shares.
@@ -39,8 +40,12 @@ func CheckOp(op *concordpb.Op) error {
 		return errors.New("ttl_ms and expire_at_unix_ms must not be negative")
 	case op.GetTtlMs() != 0 && op.GetExpireAtUnixMs() != 0:
 		return errors.New("at most one of ttl_ms and expire_at_unix_ms may be set")
-	case timed && t != concordpb.OpType_OP_PUT && t != concordpb.OpType_OP_EXPIRE:
+	case t == concordpb.OpType_OP_DELETE_EXPIRED && op.GetTtlMs() != 0:
+		return errors.New("OP_DELETE_EXPIRED takes the index entry's time as expire_at_unix_ms, not a ttl_ms")
+	case timed && t != concordpb.OpType_OP_PUT && t != concordpb.OpType_OP_EXPIRE && t != concordpb.OpType_OP_DELETE_EXPIRED:
 		return fmt.Errorf("%v takes no expiry", t)
+	case op.GetReturnPrev() && t != concordpb.OpType_OP_PUT:
+		return fmt.Errorf("%v takes no return_prev: it is for PUT", t)
 	case op.GetKeepTtl() && (t != concordpb.OpType_OP_PUT || timed):
 		return errors.New("keep_ttl is for a PUT without a new expiry")
 	case op.GetPersist() && (t != concordpb.OpType_OP_EXPIRE || timed || op.GetCondition() != concordpb.Condition_CONDITION_NONE):
@@ -91,7 +96,17 @@ func (e env) expiry(op *concordpb.Op) (int64, error) {
 	}
 }
 
+// blind reports whether op is a PUT that needs nothing of the key's current
+// state: no condition, no keep_ttl, no previous value asked for.
+func blind(op *concordpb.Op) bool {
+	return op.GetType() == concordpb.OpType_OP_PUT && !op.GetReturnPrev() && !op.GetKeepTtl() &&
+		op.GetCondition() == concordpb.Condition_CONDITION_NONE
+}
+
 func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op) (*concordpb.OpResult, error) {
+	if blind(op) {
+		return &concordpb.OpResult{}, e.blindPut(sm.unread(b, op.GetKey()), op)
+	}
 	s, err := sm.load(b, op.GetKey(), e.nowMs)
 	if err != nil {
 		return nil, err
@@ -101,7 +116,11 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op) (*conc
 	case concordpb.OpType_OP_GET:
 		return &concordpb.OpResult{Ok: exists, Value: cur.value, ExpireAtUnixMs: cur.expireAt}, nil
 	case concordpb.OpType_OP_PUT:
-		return e.put(s, op)
+		r, err := e.put(s, op)
+		if !op.GetReturnPrev() {
+			hidePrev(r, op)
+		}
+		return r, err
 	case concordpb.OpType_OP_DELETE:
 		return &concordpb.OpResult{Ok: exists}, s.delete()
 	case concordpb.OpType_OP_CAS:
@@ -124,8 +143,16 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op) (*conc
 		// Re-checked here, on the shard's clock: a key set again since the
 		// sweep read the index survives.
 		expired := s.stored && !live(s.raw.expireAt, e.nowMs)
+		// The index entry the sweep found is stale when it does not name
+		// the key's expiry: a blind PUT replaced the key without reading
+		// (and so without removing) the entry of the expiry it had.
+		at := op.GetExpireAtUnixMs()
+		stale := at != 0 && (!s.stored || s.raw.expireAt != at)
 		if expired {
 			err = s.delete()
+		}
+		if stale && err == nil {
+			err = b.Delete(keys.Expiry(sm.shard, at, op.GetKey()), nil)
 		}
 		return &concordpb.OpResult{Ok: expired}, err
 	default:
@@ -157,6 +184,36 @@ func (e env) put(s *store, op *concordpb.Op) (*concordpb.OpResult, error) {
 		return res, s.delete()
 	}
 	return res, s.set(op.GetValue(), at)
+}
+
+// hidePrev clears what a PUT that did not ask for the previous value would
+// otherwise learn of it (the read was needed for its condition or
+// keep_ttl), so a PUT reports the previous state exactly when asked: the
+// result does not depend on whether the state machine had to read. With a
+// condition, ok still says whether the put was made.
+func hidePrev(r *concordpb.OpResult, op *concordpb.Op) {
+	r.Value, r.Exists = nil, false
+	if op.GetCondition() == concordpb.Condition_CONDITION_NONE {
+		r.Ok = false
+	}
+}
+
+// blindPut stores a PUT's value and expiry without reading the key. The
+// value it replaces may have had an expiry whose index entry it cannot
+// know: that entry stays, stale, until the sweep reaches its time and its
+// DELETE_EXPIRED, finding the key's expiry different, removes it. A PUT
+// whose expiry is not in the future deletes the key, as put does.
+func (e env) blindPut(s *store, op *concordpb.Op) error {
+	at, _ := e.expiry(op) // checked in checkOps
+	if at != 0 && !live(at, e.nowMs) {
+		return s.b.Delete(s.k, nil)
+	}
+	if at != 0 {
+		if err := s.b.Set(keys.Expiry(s.shard, at, s.key), nil, nil); err != nil {
+			return err
+		}
+	}
+	return s.b.Set(s.k, encodeValue(op.GetValue(), at), nil)
 }
 
 // matches reports whether the key's live state is what a CAS or CHECK

@@ -206,10 +206,10 @@ func TestGetDelete(t *testing.T) {
 func TestPutConditions(t *testing.T) {
 	f := newFixture(t)
 	nx := func(k, v string) *concordpb.Op {
-		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v), Condition: concordpb.Condition_CONDITION_NX}
+		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v), Condition: concordpb.Condition_CONDITION_NX, ReturnPrev: true}
 	}
 	xx := func(k, v string) *concordpb.Op {
-		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v), Condition: concordpb.Condition_CONDITION_XX}
+		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v), Condition: concordpb.Condition_CONDITION_XX, ReturnPrev: true}
 	}
 	if r := f.op(0, 0, xx("k", "1")); r.GetOk() || r.GetExists() {
 		t.Fatalf("XX on absent = %v, want not made", r)

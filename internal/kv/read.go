@@ -52,11 +52,20 @@ func Scan(r pebble.Reader, shard uint64, start, end []byte, limit int, nowMs int
 	return kvs, nil
 }
 
-// Expired returns up to limit user keys of shard whose expiry, by the
-// expiry index, is at or before nowMs, earliest first: the keys the sweep
-// proposes to delete (OP_DELETE_EXPIRED, which re-checks each on the
-// shard's clock).
-func Expired(r pebble.Reader, shard uint64, nowMs int64, limit int) ([][]byte, error) {
+// ExpiredKey is one entry of a shard's expiry index: a user key and the
+// time (Unix ms) the entry says it expires at. The entry may be stale (the
+// key was replaced blindly since, with another expiry or none); the
+// sweep's DELETE_EXPIRED, which carries AtMs, re-checks the key and
+// removes a stale entry.
+type ExpiredKey struct {
+	Key  []byte
+	AtMs int64
+}
+
+// Expired returns up to limit entries of shard's expiry index at or before
+// nowMs, earliest first: the keys the sweep proposes to delete
+// (OP_DELETE_EXPIRED, which re-checks each on the shard's clock).
+func Expired(r pebble.Reader, shard uint64, nowMs int64, limit int) ([]ExpiredKey, error) {
 	if nowMs <= 0 {
 		return nil, nil
 	}
@@ -65,10 +74,10 @@ func Expired(r pebble.Reader, shard uint64, nowMs int64, limit int) ([][]byte, e
 	if err != nil {
 		return nil, err
 	}
-	var out [][]byte
+	var out []ExpiredKey
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		_, key := keys.ExpiryEntry(shard, it.Key())
-		out = append(out, append([]byte(nil), key...))
+		at, key := keys.ExpiryEntry(shard, it.Key())
+		out = append(out, ExpiredKey{Key: append([]byte(nil), key...), AtMs: at})
 	}
 	return out, it.Close()
 }

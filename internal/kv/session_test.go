@@ -18,9 +18,9 @@ import (
 func TestSessionRetryReturnsFirstResult(t *testing.T) {
 	f := newFixture(t)
 	f.kv(0, 0, 1, put("k", "v0"))
-	first := f.kv(9, 1, 2, put("k", "v1"))
+	first := f.kv(9, 1, 2, putPrev("k", "v1"))
 	for _, retry := range []*storepb.CommandResult{
-		f.kv(9, 1, 3, put("k", "v1")),
+		f.kv(9, 1, 3, putPrev("k", "v1")),
 		f.kv(9, 1, 4, put("k", "other"), del("j")),
 	} {
 		if !proto.Equal(retry, first) {
@@ -53,7 +53,7 @@ func TestSessionOlderSeqRefused(t *testing.T) {
 func TestSessionNewerSeqApplies(t *testing.T) {
 	f := newFixture(t)
 	f.kv(9, 1, 1, put("k", "v1"))
-	res := f.kv(9, 7, 2, put("k", "v7"))
+	res := f.kv(9, 7, 2, putPrev("k", "v7"))
 	if r := f.one(res); !r.GetOk() || string(r.GetValue()) != "v1" {
 		t.Fatalf("newer seq: %v, want applied with previous v1", r)
 	}
@@ -69,11 +69,11 @@ func TestSessionNewerSeqApplies(t *testing.T) {
 func TestSessionsIndependent(t *testing.T) {
 	f := newFixture(t)
 	f.kv(1, 3, 1, put("a", "x"))
-	if r := f.one(f.kv(2, 3, 2, put("a", "y"))); !r.GetOk() {
+	if r := f.one(f.kv(2, 3, 2, putPrev("a", "y"))); !r.GetOk() {
 		t.Fatalf("same seq in another session was not applied: %v", r)
 	}
 	f.kv(0, 0, 3, put("b", "1"))
-	if r := f.one(f.kv(0, 0, 4, put("b", "2"))); string(r.GetValue()) != "1" {
+	if r := f.one(f.kv(0, 0, 4, putPrev("b", "2"))); string(r.GetValue()) != "1" {
 		t.Fatalf("sessionless command deduplicated: %v", r)
 	}
 	f.value("b", []byte("2"))
@@ -110,7 +110,7 @@ func TestExpireSessions(t *testing.T) {
 			t.Fatalf("session %d, active at or after 200, was expired", s)
 		}
 	}
-	if r := f.one(f.kv(1, 1, 400, put("idle", "again"))); !r.GetOk() {
+	if r := f.one(f.kv(1, 1, 400, putPrev("idle", "again"))); !r.GetOk() {
 		t.Fatalf("retry of a forgotten session should apply: %v", r)
 	}
 	f.value("idle", []byte("again"))

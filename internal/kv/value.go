@@ -15,9 +15,11 @@ import (
 //	0x01 <expire at, 8 BE> <bytes>  expires at that Unix millisecond
 //
 // A key with an expiry also has an entry in the shard's expiry index
-// (keys.Expiry), which the state machine keeps in step with the value in
-// the same batch: the sweep finds expired keys there without scanning the
-// shard.
+// (keys.Expiry), written in the same batch as the value: the sweep finds
+// expired keys there without scanning the shard. Writes that read the key
+// remove the entry of the expiry they replace; a blind PUT (blindPut) does
+// not read, so it may leave a stale entry, which the sweep's
+// DELETE_EXPIRED removes when its time comes.
 const (
 	tagPlain   = 0x00
 	tagExpires = 0x01
@@ -77,8 +79,13 @@ type store struct {
 	exists bool // stored and not expired
 }
 
+// unread is key's store before (or without) reading its record.
+func (sm *StateMachine) unread(b *pebble.Batch, key []byte) *store {
+	return &store{b: b, shard: sm.shard, key: key, k: keys.User(sm.shard, key)}
+}
+
 func (sm *StateMachine) load(b *pebble.Batch, key []byte, nowMs int64) (*store, error) {
-	s := &store{b: b, shard: sm.shard, key: key, k: keys.User(sm.shard, key)}
+	s := sm.unread(b, key)
 	var err error
 	s.raw, s.stored, err = readRecord(b, s.k)
 	s.exists = s.stored && live(s.raw.expireAt, nowMs)

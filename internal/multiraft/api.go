@@ -2,7 +2,6 @@ package multiraft
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -36,6 +35,9 @@ type ReplicaInfo struct {
 	// Transferee is the replica a leadership transfer this leader started
 	// is handing over to; 0 if none.
 	Transferee ids.ReplicaID
+	// ReadRounds counts the ReadIndex rounds this replica issued since it
+	// was loaded; each serves every linearizable read queued before it.
+	ReadRounds uint64
 }
 
 // Do runs f on the loop goroutine, where it may touch replicas, and waits.
@@ -88,9 +90,10 @@ func (h *Host) wait(ctx context.Context, p *replica.Proposal) (*storepb.CommandR
 // committed before the call, a view of the engine taken at that moment: a
 // linearizable read reads the shard through it, even if the replica is
 // removed and its data destroyed meanwhile. The caller must Release it.
+// Reads that reach the loop in the same turn share one raft ReadIndex
+// round (replica.FlushReads).
 func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadView, error) {
-	rctx := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, h.idBase), h.idCount.Add(1))
-	rd := &replica.Read{Ctx: rctx, Done: make(chan error, 1)}
+	rd := &replica.Read{Done: make(chan error, 1)}
 	if err := h.enqueue(func(in *inbox) { in.reads = append(in.reads, shardRead{shard, rd}) }); err != nil {
 		return nil, err
 	}

@@ -3,8 +3,10 @@
 //
 // Each loop iteration
 //  1. takes everything queued since the last one: raft messages from peers,
-//     client proposals (grouped per shard into one MsgProp), ReadIndex
-//     requests, snapshot reports, and ticks;
+//     client proposals (grouped per shard into one MsgProp), linearizable
+//     reads (per shard, the queued ones share ONE ReadIndex round, at most
+//     one unanswered at a time: replica.FlushReads), snapshot reports, and
+//     ticks;
 //  2. collects the Ready of every replica that has one, writes all their log
 //     entries, hard states and applied commands into ONE Pebble batch, and
 //     commits it with ONE fsync (group commit across all shards);
@@ -32,7 +34,8 @@
 //     periodic policy is configured as a duration and converted to ticks once
 //     (policy.go), so the loop itself only counts ticks.
 //   - Fatal receives storage errors in the raft path (nil: log and exit 2).
-//   - IDBase seeds proposal ids and ReadIndex contexts (0: crypto/rand).
+//   - IDBase seeds proposal ids and the replicas' ReadIndex contexts
+//     (0: crypto/rand).
 //
 // Files, by concern:
 //

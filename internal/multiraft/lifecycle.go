@@ -52,6 +52,7 @@ func (h *Host) replicaConfig(shard ids.ShardID, id ids.ReplicaID) replica.Config
 		MaxInflightBytes: h.cfg.MaxInflightBytes, MaxCommittedBytesPerReady: h.cfg.MaxCommittedBytesPerReady,
 		MaxUncommittedBytes: h.cfg.MaxUncommittedBytes,
 		PendingTimeoutTicks: h.policy.pendingTimeoutTicks,
+		ReadCtxBase:         h.idBase,
 		Snapshot:            h.snapshotFunc(shard),
 		Logger:              h.log,
 	}

@@ -137,6 +137,11 @@ func (h *Host) drain() {
 	for _, f := range in.fns {
 		f()
 	}
+	// Last, so that raft's role is final for this turn: one ReadIndex per
+	// shard serves every read that arrived in it.
+	for _, r := range h.dirty {
+		r.FlushReads()
+	}
 }
 
 // step delivers a peer's message, creating the replica if this is the first
@@ -241,6 +246,9 @@ func (h *Host) handleReady() {
 			h.destroyReplica(c.r)
 			continue
 		}
+		// Reads that queued while a round was answered here go out now,
+		// as the next round (its heartbeats leave in the next Ready).
+		c.r.FlushReads()
 		h.publish(c.r)
 		if c.r.HasReady() {
 			h.dirty[c.r.Shard()] = c.r
@@ -295,7 +303,7 @@ func (h *Host) publish(r *replica.Replica) {
 		Shard: r.Shard(), ReplicaID: r.ID(), Desc: r.Descriptor(),
 		IsLeader: r.IsLeader(), LeaderReplica: ids.ReplicaID(st.Lead), LeaderNode: r.LeaderNode(),
 		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: r.Applied(),
-		Transferee: ids.ReplicaID(st.LeadTransferee),
+		Transferee: ids.ReplicaID(st.LeadTransferee), ReadRounds: r.ReadRounds(),
 	}
 	h.infoMu.Lock()
 	was, known := h.infos[r.Shard()]

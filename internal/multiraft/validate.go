@@ -28,11 +28,10 @@ import (
 //   - MsgProp: replicas run with DisableProposalForwarding, so a follower
 //     never forwards a proposal; one from a peer would let anyone append
 //     commands (or conf changes that panic apply) through the leader;
-//   - MsgReadIndex and its response: Concord asks for a read index only on a
-//     replica it believes leads (replica.ReadIndex). If raft stepped down
-//     within the same loop iteration it forwards the request to the new
-//     leader, but the replica then fails the read when it sees the step-down
-//     (updateLeadership), so dropping the forwarded request loses nothing;
+//   - MsgReadIndex and its response: Concord asks raft for a read index only
+//     while raft leads (replica.FlushReads checks raft's own state; reads
+//     queued on a replica that stepped down meanwhile fail at once), so a
+//     replica never forwards one and a peer's is never legitimate;
 //   - MsgSnap: a snapshot comes only on the snapshot stream, whose data was
 //     staged first (without data, raft would accept a snapshot that
 //     InstallSnapshot cannot install: a fatal error);

@@ -37,6 +37,11 @@ type placementState struct {
 	// (an ids.NodeID; atomic has no typed uint64).
 	lastLeader atomic.Uint64
 	rr         atomic.Uint64 // round-robin cursor for finding the placement leader
+	// heartbeatFailed is set when the last heartbeat got no answer: the
+	// next goes to another node (which forwards) rather than to the
+	// placement leader the cached routes name, which may be dead for good
+	// (only a heartbeat answer refreshes those routes).
+	heartbeatFailed atomic.Bool
 }
 
 // load is what a node reports about its use, for status pages.
@@ -209,15 +214,17 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 		resp, err = n.handleHeartbeat(req)
 	} else {
 		target := leader
-		if target == 0 {
+		if target == 0 || n.placement.heartbeatFailed.Load() {
 			target = n.nextCandidate()
 		}
 		c, fctx, cerr := grpcapi.ClusterClientFor(ctx, n.backend(), target)
 		if cerr != nil {
+			n.placement.heartbeatFailed.Store(true)
 			return
 		}
 		resp, err = c.Heartbeat(fctx, req)
 	}
+	n.placement.heartbeatFailed.Store(err != nil)
 	if err != nil {
 		n.log.Debug("heartbeat failed", "err", err)
 		return

@@ -132,12 +132,13 @@ var (
 	descApplied  = prometheus.NewDesc("concord_shard_applied_index", "The applied index of a replica here.", []string{"shard"}, nil)
 	descTerm     = prometheus.NewDesc("concord_shard_term", "The raft term of a replica here.", []string{"shard"}, nil)
 	descIsLeader = prometheus.NewDesc("concord_shard_is_leader", "1 if the replica here leads its shard.", []string{"shard"}, nil)
+	descRounds   = prometheus.NewDesc("concord_shard_read_rounds_total", "ReadIndex rounds the replica here issued since it was loaded; each serves every linearizable read queued before it.", []string{"shard"}, nil)
 	descNodes    = prometheus.NewDesc("concord_cluster_nodes", "Nodes by state, as the placement leader judges them (reported by the placement leader only).", []string{"state"}, nil)
 	descPlLeader = prometheus.NewDesc("concord_placement_leader", "1 if this node leads the placement service (shard 0).", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descNodes, descPlLeader} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader} {
 		ch <- d
 	}
 }
@@ -168,6 +169,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(info.Applied), shard)
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(info.Term), shard)
 		ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, isLeader, shard)
+		ch <- prometheus.MustNewConstMetric(descRounds, prometheus.CounterValue, float64(info.ReadRounds), shard)
 	}
 	ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(replicas))
 	ch <- prometheus.MustNewConstMetric(descLeaders, prometheus.GaugeValue, float64(leaders))

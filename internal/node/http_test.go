@@ -102,9 +102,26 @@ func TestHTTPFrontDoor(t *testing.T) {
 		}
 	}
 
+	respCommands(t, n.Addr(), "SET r 1", "GET r", "NOSUCHCOMMAND x")
+	if _, err := concordpb.NewKVClient(conn).Get(ctx, &concordpb.GetRequest{Key: []byte("k0")}); err != nil {
+		t.Fatal(err) // linearizable: a ReadIndex round on shard 1
+	}
+
 	code, m := httpGet(t, base+"/metrics", "")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
+	}
+	if got := metricValue(t, m, `concord_shard_read_rounds_total{shard="1"}`); got < 1 {
+		t.Errorf("shard 1's read rounds = %v, want at least the Get's", got)
+	}
+	for series, want := range map[string]float64{
+		`concord_request_duration_seconds_count{code="OK",op="set",protocol="resp"}`:      1,
+		`concord_request_duration_seconds_count{code="OK",op="get",protocol="resp"}`:      1,
+		`concord_request_duration_seconds_count{code="ERR",op="unknown",protocol="resp"}`: 1,
+	} {
+		if got := metricValue(t, m, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
 	}
 	if got := metricValue(t, m, `concord_request_duration_seconds_count{code="OK",op="KV.Put",protocol="grpc"}`); got != 3 {
 		t.Errorf("KV.Put requests = %v, want 3", got)
@@ -181,5 +198,26 @@ func TestHTTPAuthAndGarbage(t *testing.T) {
 	}
 	if code, _ := httpGet(t, base+"/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz after garbage = %d", code)
+	}
+}
+
+// respCommands sends inline Redis commands to addr (the main port speaks
+// RESP too) and reads one reply line each.
+func respCommands(t *testing.T, addr string, cmds ...string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4096)
+	for _, cmd := range cmds {
+		if _, err := io.WriteString(c, cmd+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Read(buf); err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
 	}
 }

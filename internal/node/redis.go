@@ -1,9 +1,11 @@
 package node
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
@@ -72,6 +74,9 @@ func (n *Node) newRedis() *redisapi.Server {
 		MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes,
 		EnableFlush: n.cfg.RedisEnableFlush, EnableFaultInjection: n.cfg.EnableFaultInjection,
 		AuthToken: n.cfg.AuthToken, Logger: n.log, OutputBufferLimit: n.cfg.RedisOutputBufferLimit,
+		Observe: func(cmd, errCode string, d time.Duration) {
+			n.metrics.Request("resp", cmd, cmp.Or(errCode, "OK"), d)
+		},
 	})
 }
 

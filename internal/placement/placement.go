@@ -25,6 +25,11 @@ type StateMachine struct{}
 // New returns the meta shard's state machine.
 func New() *StateMachine { return &StateMachine{} }
 
+// SnapshotInstalled is a no-op: the meta shard's state machine keeps
+// nothing in memory, so a raft snapshot replacing its state leaves nothing
+// stale.
+func (sm *StateMachine) SnapshotInstalled() {}
+
 // Apply applies cmd into b (an indexed batch).
 func (sm *StateMachine) Apply(b *pebble.Batch, _ *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	switch k := cmd.GetKind().(type) {

@@ -121,9 +121,23 @@ func (c *conn) run(calls []*call) {
 			continue
 		}
 		c.runGroup(g.flush())
+		start := time.Now()
 		c.dispatch(cl)
+		c.observe(cl, start)
 	}
 	c.runGroup(g.flush())
+}
+
+// observe reports one answered command to Config.Observe.
+func (c *conn) observe(cl *call, start time.Time) {
+	if c.s.cfg.Observe == nil || cl.out == nil {
+		return
+	}
+	name := "unknown"
+	if cl.cmd != nil {
+		name = cl.cmd.name
+	}
+	c.s.cfg.Observe(name, cl.out.ErrorCode(), time.Since(start))
 }
 
 // planConcurrent returns the plan of cl if it is a key command that may run
@@ -176,16 +190,24 @@ func (c *conn) runGroup(group []*call) {
 	wg.Wait()
 }
 
+// runCall runs one planned call, and its chain as one batch, and reports
+// each command (a chained one with the batch's time).
 func (c *conn) runCall(cl *call) {
+	start := time.Now()
 	c.noteCommand(cl.cmd)
 	for _, x := range cl.chain {
 		c.noteCommand(x.cmd)
 	}
-	if len(cl.chain) > 0 {
-		c.execChain(cl)
+	if len(cl.chain) == 0 {
+		c.execPlan(cl.plan, cl.out)
+		c.observe(cl, start)
 		return
 	}
-	c.execPlan(cl.plan, cl.out)
+	c.execChain(cl)
+	c.observe(cl, start)
+	for _, x := range cl.chain {
+		c.observe(x, start)
+	}
 }
 
 // dispatch runs one command alone: checks its name, arity and the

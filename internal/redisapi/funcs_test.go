@@ -90,6 +90,23 @@ func TestSetPlans(t *testing.T) {
 	if got := string(w.Bytes()); got != "$3\r\nold\r\n" {
 		t.Errorf("SET NX GET on a present key rendered %q", got)
 	}
+	// The previous value is asked for exactly where the reply carries it;
+	// a plain SET is a blind write (the shard reads nothing).
+	for cmd, want := range map[string]bool{"SET k v": false, "SET k v GET": true, "SET k v XX GET": true, "SET k v EX 5": false,
+		"GETSET k v": true, "SETNX k v": false, "SETEX k 5 v": false, "MSET k v j w": false} {
+		a := args(cmd)
+		plan := map[string]func(*conn, [][]byte) (*plan, error){"SET": planSet, "GETSET": planGetSet, "SETNX": planSetNX,
+			"SETEX": planSetEX(1000), "MSET": planMSet}[string(a[0])]
+		p, err := plan(nil, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range p.ops {
+			if op.GetReturnPrev() != want {
+				t.Errorf("%s planned %v, want return_prev %v", cmd, op, want)
+			}
+		}
+	}
 	for _, bad := range []string{"SET k v NX XX", "SET k v EX 1 PX 1", "SET k v EX 0", "SET k v KEEPTTL EX 5", "SET k v EX", "SET k v FOO"} {
 		if _, err := planSet(nil, args(bad)); err == nil {
 			t.Errorf("%s: planned, want an error", bad)

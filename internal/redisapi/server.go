@@ -89,6 +89,11 @@ type Config struct {
 	// KeysLimit bounds the keys KEYS may return. Default 10,000.
 	KeysLimit int
 	Logger    *slog.Logger
+	// Observe, when set, is told of every command answered: its name
+	// (lower case; "unknown" for an unknown one), the first word of its
+	// error reply ("" on success) and how long it took (the node's
+	// metrics).
+	Observe func(cmd, errCode string, d time.Duration)
 }
 
 func (c *Config) fill() {

@@ -150,9 +150,12 @@ func parseSetOptions(a [][]byte) (setOptions, error) {
 	return o, nil
 }
 
-func putOp(k, v []byte, e expiry, cond concordpb.Condition) *concordpb.Op {
+// putOp is a PUT; it asks for the previous value only where the command
+// returns it (SET ... GET, GETSET): otherwise the shard writes blindly,
+// reading nothing.
+func putOp(k, v []byte, e expiry, cond concordpb.Condition, returnPrev bool) *concordpb.Op {
 	return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: k, Value: v, TtlMs: e.ttlMs,
-		ExpireAtUnixMs: e.atMs, KeepTtl: e.keep, Condition: cond}
+		ExpireAtUnixMs: e.atMs, KeepTtl: e.keep, Condition: cond, ReturnPrev: returnPrev}
 }
 
 // planSet: SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL].
@@ -163,7 +166,7 @@ func planSet(_ *conn, a [][]byte) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return writePlan(putOp(a[1], a[2], o.exp, o.cond), func(w *resp.Writer, r *concordpb.OpResult) {
+	return writePlan(putOp(a[1], a[2], o.exp, o.cond, o.get), func(w *resp.Writer, r *concordpb.OpResult) {
 		switch {
 		case o.get:
 			prev := r.GetExists()
@@ -180,7 +183,7 @@ func planSet(_ *conn, a [][]byte) (*plan, error) {
 }
 
 func planSetNX(_ *conn, a [][]byte) (*plan, error) {
-	return writePlan(putOp(a[1], a[2], expiry{}, concordpb.Condition_CONDITION_NX), func(w *resp.Writer, r *concordpb.OpResult) {
+	return writePlan(putOp(a[1], a[2], expiry{}, concordpb.Condition_CONDITION_NX, false), func(w *resp.Writer, r *concordpb.OpResult) {
 		w.Int(b2i(r.GetOk()))
 	}), nil
 }
@@ -196,12 +199,12 @@ func planSetEX(unit int64) func(*conn, [][]byte) (*plan, error) {
 		if v <= 0 || v > math.MaxInt64/unit {
 			return nil, replyError("ERR invalid expire time in '" + name + "' command")
 		}
-		return writePlan(putOp(a[1], a[3], expiry{ttlMs: v * unit}, 0), replyOK), nil
+		return writePlan(putOp(a[1], a[3], expiry{ttlMs: v * unit}, 0, false), replyOK), nil
 	}
 }
 
 func planGetSet(_ *conn, a [][]byte) (*plan, error) {
-	return writePlan(putOp(a[1], a[2], expiry{}, 0), func(w *resp.Writer, r *concordpb.OpResult) {
+	return writePlan(putOp(a[1], a[2], expiry{}, 0, true), func(w *resp.Writer, r *concordpb.OpResult) {
 		bulkOrNull(w, r.GetOk(), r.GetValue())
 	}), nil
 }
@@ -286,7 +289,7 @@ func planMSet(_ *conn, a [][]byte) (*plan, error) {
 	}
 	p := &plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.SimpleString("OK") }}
 	for i := 1; i < len(a); i += 2 {
-		p.ops = append(p.ops, putOp(a[i], a[i+1], expiry{}, 0))
+		p.ops = append(p.ops, putOp(a[i], a[i+1], expiry{}, 0, false))
 	}
 	return p, nil
 }
@@ -316,7 +319,7 @@ func planMSetNX(_ *conn, a [][]byte) (*plan, error) {
 		p.ops = append(p.ops, &concordpb.Op{Type: concordpb.OpType_OP_CHECK, Key: a[1+2*i], ExpectAbsent: true, Skip: skip})
 	}
 	for i := 1; i < len(a); i += 2 {
-		p.ops = append(p.ops, putOp(a[i], a[i+1], expiry{}, 0))
+		p.ops = append(p.ops, putOp(a[i], a[i+1], expiry{}, 0, false))
 	}
 	return p, nil
 }

@@ -14,6 +14,10 @@
 //	r.Messages(rd)              // then, and only then, send
 //	r.Advance(rd)               // deliver outcomes, serve reads, raft Advance
 //
+// Between cycles the loop hands a replica work: Propose then FlushProposals
+// (one MsgProp for the proposals of a loop turn), ReadIndex then FlushReads
+// (one ReadIndex round for the linearizable reads of a loop turn; reads.go).
+//
 // Apply is deterministic: an entry's effect depends only on the entry and the
 // state before it. Outcomes go back to clients only after the batch holding
 // them is durable.

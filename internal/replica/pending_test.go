@@ -7,14 +7,16 @@ import (
 )
 
 // TestPendingWorkTimesOut protects callers from waiting forever: a proposal
-// and a read that raft cannot finish end as ErrAmbiguous after
-// PendingTimeoutTicks, while the replica still leads.
+// and a read (in a round raft holds, and one still queued) that raft cannot
+// finish end as ErrAmbiguous after PendingTimeoutTicks, while the replica
+// still leads.
 func TestPendingWorkTimesOut(t *testing.T) {
 	s := newSolo(t)
 	s.r.cfg.PendingTimeoutTicks = 3
 	p := s.propose("k", "v") // no Ready cycle runs, so it never commits
-	rd := &Read{Ctx: []byte("r"), Done: make(chan error, 1)}
-	s.r.ReadIndex(rd)
+	rd := s.read()
+	s.r.FlushReads() // a round raft answers, but no Ready cycle runs
+	queued := s.read()
 	for range 4 {
 		if len(p.Done) > 0 {
 			t.Fatalf("proposal ended before its timeout: %+v", <-p.Done)
@@ -27,18 +29,23 @@ func TestPendingWorkTimesOut(t *testing.T) {
 	if err := <-rd.Done; !errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("timed-out read: %v, want ErrAmbiguous", err)
 	}
+	if err := <-queued.Done; !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("timed-out queued read: %v, want ErrAmbiguous", err)
+	}
 }
 
 // TestDestroyFailsEverything protects a removed replica's callers and disk:
-// a queued proposal and a read end with ErrRemoved, a proposal raft already
-// holds ends as ErrAmbiguous, and staged snapshot files are deleted.
+// a queued proposal and reads (in a round, and queued for the next) end with
+// ErrRemoved, a proposal raft already holds ends as ErrAmbiguous, and staged
+// snapshot files are deleted.
 func TestDestroyFailsEverything(t *testing.T) {
 	s := newSolo(t)
 	inflight := s.propose("a", "1")
 	queued := s.proposal("b", "2")
 	s.r.Propose(queued)
-	rd := &Read{Ctx: []byte("r"), Done: make(chan error, 1)}
-	s.r.ReadIndex(rd)
+	rd := s.read()
+	s.r.FlushReads()
+	queuedRead := s.read()
 	s.r.StageSnapshot(99, s.stage())
 	s.r.Destroy()
 	if o := <-inflight.Done; !errors.Is(o.Err, ErrAmbiguous) {
@@ -47,8 +54,10 @@ func TestDestroyFailsEverything(t *testing.T) {
 	if o := <-queued.Done; !errors.Is(o.Err, ErrRemoved) {
 		t.Fatalf("queued proposal after Destroy: %+v, want ErrRemoved (never reached raft)", o)
 	}
-	if err := <-rd.Done; !errors.Is(err, ErrRemoved) {
-		t.Fatalf("read after Destroy: %v, want ErrRemoved", err)
+	for _, r := range []*Read{rd, queuedRead} {
+		if err := <-r.Done; !errors.Is(err, ErrRemoved) {
+			t.Fatalf("read after Destroy: %v, want ErrRemoved", err)
+		}
 	}
 	if n := auxFiles(t, s); n != 0 {
 		t.Fatalf("%d staged snapshot files survived Destroy", n)

@@ -110,28 +110,6 @@ func (r *Replica) TransferLeader(id ids.ReplicaID) error {
 	return nil
 }
 
-// ReadIndex starts a linearizable read: Done receives nil once the shard's
-// commit index at the time of the request is applied locally.
-func (r *Replica) ReadIndex(rd *Read) {
-	if err := r.checkLeader(); err != nil {
-		rd.Done <- err
-		return
-	}
-	if mutant.Enabled && mutant.On(mutant.LeaderReadNoReadIndex) {
-		// Serve from the applied state now, trusting leadership.
-		v, err := r.eng.NewReadView(1)
-		if err != nil {
-			rd.Done <- err
-			return
-		}
-		rd.serve(v)
-		return
-	}
-	rd.born = r.ticks
-	r.reads[string(rd.Ctx)] = rd
-	r.rn.ReadIndex(rd.Ctx)
-}
-
 func (r *Replica) checkLeader() error {
 	if r.removed {
 		return ErrRemoved
@@ -161,6 +139,7 @@ func (r *Replica) InstallSnapshot(rd raft.Ready) error {
 	if err := r.eng.InstallSnapshot(r.cfg.Shard, staged, hs, idx, term); err != nil {
 		return err
 	}
+	r.sm.SnapshotInstalled() // its caches describe the state just replaced
 	r.DropStagedSnapshots()
 	r.log.ResetToSnapshot(idx, term, hs)
 	if err := r.loadState(); err != nil {
@@ -376,18 +355,15 @@ func (r *Replica) Advance(rd raft.Ready) {
 		}
 	}
 	r.completions = r.completions[:0]
-	if rd.HardState != nil {
+	if rd.HardState != nil && rd.HardState.GetTerm() != r.term {
 		r.term = rd.HardState.GetTerm()
+		r.failStaleRounds()
 	}
 	if rd.SoftState != nil {
 		r.updateLeadership(rd.SoftState)
 	}
 	r.trackConfIndex(rd)
-	for _, rs := range rd.ReadStates {
-		if read, ok := r.reads[string(rs.RequestCtx)]; ok {
-			read.index, read.hasIndex = rs.Index, true
-		}
-	}
+	r.noteReadStates(rd.ReadStates)
 	r.serveReads()
 	if r.removed {
 		r.failPending(ErrRemoved)
@@ -422,37 +398,7 @@ func (r *Replica) failPending(readErr error) {
 		delete(r.proposals, id)
 		p.Done <- Outcome{Err: ErrAmbiguous}
 	}
-	for k, rd := range r.reads {
-		delete(r.reads, k)
-		rd.Done <- readErr
-	}
-}
-
-// serveReads releases the reads whose index is applied, with one view of
-// the engine for all of them. It is taken here, in Advance: after the batch
-// holding their index is committed, and before the loop may destroy this
-// replica's data (a removal applied in this very Ready) or replace it by a
-// snapshot, so a read that runs later on its own goroutine still sees the
-// state it was released at.
-func (r *Replica) serveReads() {
-	var ready []*Read
-	for k, rd := range r.reads {
-		if rd.hasIndex && rd.index <= r.applied {
-			delete(r.reads, k)
-			ready = append(ready, rd)
-		}
-	}
-	if len(ready) == 0 {
-		return
-	}
-	v, err := r.eng.NewReadView(len(ready))
-	for _, rd := range ready {
-		if err != nil {
-			rd.Done <- err
-			continue
-		}
-		rd.serve(v)
-	}
+	r.failReads(readErr)
 }
 
 // TransferToPreferred hands leadership to the shard's preferred replica (the

@@ -20,8 +20,16 @@ import (
 // StateMachine is what a shard applies: package kv for user shards, package
 // placement for the meta shard. Apply writes into b, an indexed batch, and
 // must be deterministic. An error return is a storage failure and is fatal.
+//
+// A state machine may keep in memory what it would otherwise read from its
+// state span on every command (kv caches session sequence numbers and the
+// shard clock), as long as Apply also writes it into b.
+// SnapshotInstalled is called after a raft snapshot replaced the shard's
+// state span, before any later entry is applied: whatever it kept in memory
+// about that state is stale and must be dropped.
 type StateMachine interface {
 	Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error)
+	SnapshotInstalled()
 }
 
 // Config configures one replica.
@@ -47,6 +55,10 @@ type Config struct {
 	// PendingTimeoutTicks is how long a proposal or read may wait before the
 	// replica forgets it (its caller has given up long before).
 	PendingTimeoutTicks uint64
+	// ReadCtxBase starts every ReadIndex context this replica issues (see
+	// FlushReads). Contexts must never repeat, so it should differ between
+	// processes (multiraft passes its random id base).
+	ReadCtxBase uint64
 	// Snapshot builds the snapshot raft asks for (see multiraft).
 	Snapshot func() (*pb.Snapshot, error)
 	Logger   *slog.Logger
@@ -71,16 +83,14 @@ type Proposal struct {
 }
 
 // Read is a linearizable read waiting for its ReadIndex to be applied.
+// Reads share ReadIndex rounds (see FlushReads): the replica, not the
+// caller, makes each round's context.
 type Read struct {
-	// Ctx must be unique per request, never reused across retries.
-	Ctx []byte
 	// Done receives nil when the read may be served, and View then holds
-	// the state to serve it from; or an error.
+	// the state to serve it from; or an error. It must have room for one.
 	Done chan error
 
-	index    uint64
-	hasIndex bool
-	born     uint64
+	born uint64
 	// view is set by the loop before it serves the read; state says who
 	// owns it (see serve and Abandon).
 	view  *storage.ReadView
@@ -140,7 +150,13 @@ type Replica struct {
 	// carried entries since.
 	confUnseen bool
 	queued     []*Proposal
-	reads      map[string]*Read
+	// readQueue holds the reads that arrived since the last FlushReads;
+	// rounds the ReadIndex requests raft has, by context (reads.go).
+	readQueue []*Read
+	rounds    map[string]*readRound
+	// readSeq numbers this replica's ReadIndex contexts; readRounds counts
+	// the rounds issued (ReadRounds).
+	readSeq, readRounds uint64
 	// completions are outcomes decided in Apply, delivered in Advance after
 	// the batch holding them is durable.
 	completions []completion
@@ -174,7 +190,7 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 		cfg: cfg, eng: eng, log: l, sm: sm,
 		nodes:     map[ids.ReplicaID]ids.NodeID{},
 		proposals: map[uint64]*Proposal{},
-		reads:     map[string]*Read{},
+		rounds:    map[string]*readRound{},
 		staged:    map[uint64]*storage.StagedSnapshot{},
 		stagedAt:  map[uint64]uint64{},
 	}
@@ -272,12 +288,7 @@ func (r *Replica) Tick() {
 			p.Done <- Outcome{Err: ErrAmbiguous}
 		}
 	}
-	for k, rd := range r.reads {
-		if r.ticks-rd.born > r.cfg.PendingTimeoutTicks {
-			delete(r.reads, k)
-			rd.Done <- ErrAmbiguous
-		}
-	}
+	r.expireReads()
 }
 
 // Step hands raft a message that fromNode sent, unless checkStep refuses

@@ -105,6 +105,13 @@ func (s *solo) propose(k, v string) *Proposal {
 	return p
 }
 
+// read queues a linearizable read on the replica.
+func (s *solo) read() *Read {
+	rd := &Read{Done: make(chan error, 1)}
+	s.r.ReadIndex(rd)
+	return rd
+}
+
 // stage writes an empty staged snapshot of the solo shard.
 func (s *solo) stage() *storage.StagedSnapshot {
 	s.t.Helper()

@@ -172,3 +172,23 @@ func TestJunkFailsWithoutWaiting(t *testing.T) {
 		pw.Close()
 	}
 }
+
+// TestErrorCode protects the RESP metrics' code label: the first word of
+// an error reply, nothing for any other reply.
+func TestErrorCode(t *testing.T) {
+	for _, c := range []struct {
+		write func(w *Writer)
+		want  string
+	}{
+		{func(w *Writer) { w.Error("WRONGTYPE Operation against a key holding the wrong kind of value") }, "WRONGTYPE"},
+		{func(w *Writer) { w.Error("ERR") }, "ERR"},
+		{func(w *Writer) { w.SimpleString("OK") }, ""},
+		{func(w *Writer) {}, ""},
+	} {
+		w := NewWriter(2)
+		c.write(w)
+		if got := w.ErrorCode(); got != c.want {
+			t.Errorf("ErrorCode of %q = %q, want %q", w.buf, got, c.want)
+		}
+	}
+}

@@ -39,6 +39,19 @@ func (w *Writer) SimpleString(s string) {
 
 // Error writes "-msg"; msg starts with the error's code ("ERR", "WRONGTYPE").
 // CR and LF in msg become spaces.
+// ErrorCode is the first word of the reply if it is an error reply
+// ("ERR", "WRONGTYPE", ...), or "" if it is not.
+func (w *Writer) ErrorCode() string {
+	if len(w.buf) == 0 || w.buf[0] != '-' {
+		return ""
+	}
+	end := bytes.IndexAny(w.buf, " \r")
+	if end < 0 {
+		end = len(w.buf)
+	}
+	return string(w.buf[1:end])
+}
+
 func (w *Writer) Error(msg string) {
 	w.buf = append(w.buf, '-')
 	w.buf = appendLine(w.buf, msg)

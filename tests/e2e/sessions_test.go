@@ -41,7 +41,7 @@ func TestAtMostOnce(t *testing.T) {
 		return string(resp.GetValue())
 	}
 
-	first := &concordpb.PutRequest{Header: hdr(session, 1), Key: k, Value: []byte("v1")}
+	first := &concordpb.PutRequest{Header: hdr(session, 1), Key: k, Value: []byte("v1"), ReturnPrev: true}
 	resp, err := kv.Put(ctx, first)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestAtMostOnce(t *testing.T) {
 	if resp.GetPrevExists() {
 		t.Fatalf("first put of %q says a previous value existed: %v", k, resp)
 	}
-	resp, err = kv.Put(ctx, &concordpb.PutRequest{Header: hdr(session+2, 1), Key: k, Value: []byte("v2")})
+	resp, err = kv.Put(ctx, &concordpb.PutRequest{Header: hdr(session+2, 1), Key: k, Value: []byte("v2"), ReturnPrev: true})
 	if err != nil {
 		t.Fatal(err)
 	}

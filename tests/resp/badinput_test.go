@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -185,11 +183,9 @@ func TestMalformedStreams(t *testing.T) {
 // allows FLUSHDB.
 func TestAuthAndFlush(t *testing.T) {
 	t.Parallel()
-	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := startCluster(t, testcluster.Options{Nodes: 1, ExtraArgs: []string{"--auth-token-file=" + tok, "--redis-enable-flush"}})
+	// The launcher writes the token file and gives it to its own readiness
+	// probe, which gRPC now asks for too.
+	c := startCluster(t, testcluster.Options{Nodes: 1, AuthToken: "s3cret", ExtraArgs: []string{"--redis-enable-flush"}})
 	ctx := ctxT(t)
 
 	r := dialRaw(t, c.RedisAddr(0))

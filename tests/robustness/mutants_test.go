@@ -66,10 +66,7 @@ func TestMutant(t *testing.T) {
 		t.Fatalf("unknown mutant %q", name)
 	}
 	if f := os.Getenv("CONCORD_FAULTS"); f != "" {
-		kinds = nil
-		for _, k := range strings.Split(f, ",") {
-			kinds = append(kinds, faultKind(k))
-		}
+		kinds = parseKinds(t, f)
 	}
 	budget := envDuration(t, "CONCORD_MUTANT_BUDGET", 2*time.Minute)
 	each := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", 30*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,22 +16,35 @@ import (
 type faultKind string
 
 const (
-	killLeader    faultKind = "kill-leader"    // kill -9 a shard's leader, restart it
-	killFollower  faultKind = "kill-follower"  // kill -9 a node that does not lead the shard
-	cleanDie      faultKind = "clean-die"      // Admin.Die(clean), restart
-	restart       faultKind = "restart"        // SIGTERM, restart at once
-	minority      faultKind = "minority"       // cut a follower off from the other two
-	leaderCutOff  faultKind = "leader-cut-off" // cut the majority off from a shard's leader
-	bridge        faultKind = "bridge"         // two nodes cannot see each other; the third sees both
-	isolate       faultKind = "isolate"        // cut a random node off from every peer
-	wipe          faultKind = "wipe"           // kill -9, delete its data dir, restart empty
-	pause         faultKind = "pause"          // SIGSTOP for a few seconds, then SIGCONT
-	crashAll      faultKind = "crash-all"      // kill -9 every node at once, restart them all
-	pauseLeader   faultKind = "pause-leader"   // SIGSTOP a shard's leader: it resumes believing it leads
+	killLeader   faultKind = "kill-leader"    // kill -9 a shard's leader, restart it
+	killFollower faultKind = "kill-follower"  // kill -9 a node that does not lead the shard
+	cleanDie     faultKind = "clean-die"      // Admin.Die(clean), restart
+	restart      faultKind = "restart"        // SIGTERM, restart at once
+	minority     faultKind = "minority"       // cut a follower off from the other two
+	leaderCutOff faultKind = "leader-cut-off" // cut the majority off from a shard's leader
+	bridge       faultKind = "bridge"         // two nodes cannot see each other; the third sees both
+	isolate      faultKind = "isolate"        // cut a random node off from every peer
+	wipe         faultKind = "wipe"           // kill -9, delete its data dir, restart empty
+	pause        faultKind = "pause"          // SIGSTOP for a few seconds, then SIGCONT
+	crashAll     faultKind = "crash-all"      // kill -9 every node at once, restart them all
+	pauseLeader  faultKind = "pause-leader"   // SIGSTOP a shard's leader: it resumes believing it leads
+	// The membership kinds (membership.go) change the cluster for good.
+	joinNode      faultKind = "join"               // a new node joins (server --join); replicas move onto it
+	removeNode    faultKind = "remove"             // concord node remove of a live node, drained under load
+	killStayDead  faultKind = "kill-and-stay-dead" // kill -9 a node for good; its replicas are re-created elsewhere
 	allFaultKinds           = "all"
+	classicKinds            = "classic" // every kind but the membership ones
 )
 
-var faultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause, crashAll, pauseLeader}
+// classicFaultKinds keep the cluster's membership: a history of only these
+// runs on 3 nodes.
+var classicFaultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause, crashAll, pauseLeader}
+
+// membershipFaultKinds add or take away nodes: a history with any of them
+// runs on membershipNodes nodes with short liveness timeouts.
+var membershipFaultKinds = []faultKind{joinNode, removeNode, killStayDead}
+
+var faultKinds = append(slices.Clone(classicFaultKinds), membershipFaultKinds...)
 
 // nemesis injects faults, one at a time, on a schedule drawn from its seed.
 type nemesis struct {
@@ -40,6 +54,9 @@ type nemesis struct {
 	kinds []faultKind
 	// injected counts faults per kind.
 	injected map[faultKind]int
+	// members says which nodes are gone for good (killed to stay dead, or
+	// removed); no fault touches them, and the RESP clients skip them.
+	members *liveSet
 }
 
 // run injects faults until ctx ends: wait, break, hold, heal, wait healthy.
@@ -48,7 +65,7 @@ func (n *nemesis) run(ctx context.Context) {
 		if !sleepCtx(ctx, time.Duration(1000+n.rng.IntN(2000))*time.Millisecond) {
 			return
 		}
-		kind := n.kinds[n.rng.IntN(len(n.kinds))]
+		kind := n.feasible(n.kinds[n.rng.IntN(len(n.kinds))])
 		hold := time.Duration(2000+n.rng.IntN(3000)) * time.Millisecond
 		n.t.Logf("nemesis: %s for %v", kind, hold)
 		heal := n.inject(kind)
@@ -61,10 +78,13 @@ func (n *nemesis) run(ctx context.Context) {
 
 // inject breaks the cluster and returns the function that heals it.
 func (n *nemesis) inject(kind faultKind) (heal func()) {
+	// Nodes are drawn from the live ones (all of them until a membership
+	// fault takes one away, and then the same draws as before).
+	live := n.members.live(n.c.N())
 	shard := uint64(1 + n.rng.IntN(testcluster.DefaultShards))
 	leader := n.c.LeaderOf(n.t, shard, 30*time.Second)
-	other := (leader + 1 + n.rng.IntN(n.c.N()-1)) % n.c.N()
-	rnd := n.rng.IntN(n.c.N())
+	other := live[(max(slices.Index(live, leader), 0)+1+n.rng.IntN(len(live)-1))%len(live)]
+	rnd := live[n.rng.IntN(len(live))]
 	switch kind {
 	case killLeader:
 		return n.killAndRestart(leader)
@@ -87,7 +107,8 @@ func (n *nemesis) inject(kind faultKind) (heal func()) {
 	case leaderCutOff:
 		return n.partition(map[int][]int{leader: nil})
 	case bridge:
-		a, b := (rnd+1)%n.c.N(), (rnd+2)%n.c.N()
+		p := slices.Index(live, rnd)
+		a, b := live[(p+1)%len(live)], live[(p+2)%len(live)]
 		return n.partition(map[int][]int{a: {rnd}, b: {rnd}})
 	case isolate:
 		return n.partition(map[int][]int{rnd: nil})
@@ -105,10 +126,16 @@ func (n *nemesis) inject(kind faultKind) (heal func()) {
 	case crashAll:
 		n.c.KillAll()
 		return func() {
-			for i := 0; i < n.c.N(); i++ {
+			for _, i := range live {
 				n.c.Start(i)
 			}
 		}
+	case joinNode:
+		return n.join(rnd)
+	case removeNode:
+		return n.remove(rnd)
+	case killStayDead:
+		return n.killForGood(rnd)
 	}
 	panic(fmt.Sprintf("unknown fault kind %q", kind))
 }
@@ -155,7 +182,8 @@ func (n *nemesis) waitHealthy(timeout time.Duration) {
 	testcluster.WaitFor(n.t, timeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		st, err := concordpb.NewClusterClient(n.c.Conn(n.rng.IntN(n.c.N()))).Status(ctx, &concordpb.StatusRequest{})
+		live := n.members.live(n.c.N())
+		st, err := concordpb.NewClusterClient(n.c.Conn(live[n.rng.IntN(len(live))])).Status(ctx, &concordpb.StatusRequest{})
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ func (rc *respClient) run(ctx context.Context, w *workload) {
 	rng := rand.New(rand.NewPCG(w.seed, uint64(rc.id)))
 	for n := 0; ctx.Err() == nil; n++ {
 		in := rc.nextOp(rng, n, w.keys[rng.IntN(len(w.keys))])
-		node := rc.nodes[rng.IntN(len(rc.nodes))]
+		node := rc.nodes[rc.pick(rng.IntN(len(rc.nodes)), w.members)]
 		call := w.rec.now()
 		out, err := rc.do(node, in, w.opTimeout)
 		if w.rec.record(rc.id, call, in, out, err) {
@@ -73,6 +73,18 @@ func (rc *respClient) run(ctx context.Context, w *workload) {
 			sleepCtx(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond)
 		}
 	}
+}
+
+// pick returns node i, or the next one after it that is not gone for good
+// (a node killed to stay dead, or removed, only refuses connections).
+func (rc *respClient) pick(i int, members *liveSet) int {
+	for range rc.nodes {
+		if !members.isGone(i) {
+			return i
+		}
+		i = (i + 1) % len(rc.nodes)
+	}
+	return i
 }
 
 // nextOp picks an operation: 40% GET, 20% SET, 20% SET ... GET, 10% DEL,

@@ -54,15 +54,17 @@ func printSummary() {
 }
 
 // boundedRuns are the histories `make test` checks: one fault kind each,
-// fixed seeds.
+// fixed seeds. kill-and-stay-dead is the one membership kind among them
+// (4 nodes; the others are in TestRobustnessPlacement).
 var boundedRuns = []struct {
 	kind faultKind
 	seed uint64
 }{
 	{killLeader, 101}, {leaderCutOff, 102}, {bridge, 103}, {wipe, 104}, {pause, 105}, {cleanDie, 106},
+	{killStayDead, 107},
 }
 
-// TestRobustness checks six short histories, each under one kind of fault.
+// TestRobustness checks seven short histories, each under one kind of fault.
 func TestRobustness(t *testing.T) {
 	d := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", 20*time.Second)
 	for _, r := range boundedRuns {
@@ -72,24 +74,52 @@ func TestRobustness(t *testing.T) {
 	}
 }
 
-// TestRobustnessLong runs histories with random seeds and every fault kind
-// for CONCORD_ROBUSTNESS_DURATION (make robustness DURATION=30m).
+// placementRuns are the membership kinds' histories that `make test` leaves
+// out (kill-and-stay-dead is in boundedRuns): each alone, then all three.
+var placementRuns = []struct {
+	kinds []faultKind
+	seed  uint64
+}{
+	{[]faultKind{joinNode}, 108}, {[]faultKind{removeNode}, 109}, {membershipFaultKinds, 110},
+}
+
+// TestRobustnessPlacement checks the membership fault kinds on 4-node
+// clusters: join and remove alone, then join, remove and kill-and-stay-dead
+// together (go test -run TestRobustnessPlacement; not part of make test).
+func TestRobustnessPlacement(t *testing.T) {
+	d := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", 30*time.Second)
+	for _, r := range placementRuns {
+		t.Run(joinKinds(r.kinds), func(t *testing.T) { runHistory(t, r.seed, r.kinds, d) })
+	}
+}
+
+// TestRobustnessLong runs histories with random seeds for
+// CONCORD_ROBUSTNESS_DURATION (make robustness DURATION=30m): by default
+// every fault kind on 4 nodes, alternating with the classic kinds alone on
+// 3 nodes (where a cut-off node is a third of the cluster);
+// CONCORD_FAULTS=kind,kind|all|classic fixes the kinds.
 func TestRobustnessLong(t *testing.T) {
 	total := envDuration(t, "CONCORD_ROBUSTNESS_DURATION", 0)
 	if total == 0 {
 		t.Skip("set CONCORD_ROBUSTNESS_DURATION (make robustness DURATION=30m)")
 	}
 	each := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", time.Minute)
-	for end := time.Now().Add(total); time.Now().Before(end); {
+	choices := [][]faultKind{faultKinds, classicFaultKinds}
+	if f := os.Getenv("CONCORD_FAULTS"); f != "" {
+		choices = [][]faultKind{parseKinds(t, f)}
+	}
+	end := time.Now().Add(total)
+	for h := 0; time.Now().Before(end); h++ {
 		seed := rand.Uint64() % 1_000_000_000
-		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) { runHistory(t, seed, faultKinds, each) })
+		kinds := choices[h%len(choices)]
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) { runHistory(t, seed, kinds, each) })
 		if t.Failed() && os.Getenv("CONCORD_ROBUSTNESS_KEEP_GOING") == "" {
 			return
 		}
 	}
 }
 
-// TestRobustnessSeed reruns one history: CONCORD_SEED=n [CONCORD_FAULTS=kind,kind|all].
+// TestRobustnessSeed reruns one history: CONCORD_SEED=n [CONCORD_FAULTS=kind,kind|all|classic].
 func TestRobustnessSeed(t *testing.T) {
 	s := os.Getenv("CONCORD_SEED")
 	if s == "" {
@@ -100,11 +130,8 @@ func TestRobustnessSeed(t *testing.T) {
 		t.Fatalf("CONCORD_SEED: %v", err)
 	}
 	kinds := faultKinds
-	if f := os.Getenv("CONCORD_FAULTS"); f != "" && f != allFaultKinds {
-		kinds = nil
-		for _, k := range strings.Split(f, ",") {
-			kinds = append(kinds, faultKind(k))
-		}
+	if f := os.Getenv("CONCORD_FAULTS"); f != "" {
+		kinds = parseKinds(t, f)
 	}
 	runHistory(t, seed, kinds, envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", time.Minute))
 }
@@ -135,10 +162,11 @@ func TestWholeClusterCrash(t *testing.T) {
 func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
 	t.Logf("seed %d, faults %v, %v (rerun: CONCORD_SEED=%d CONCORD_FAULTS=%s go test -run TestRobustnessSeed ./tests/robustness)",
 		seed, kinds, d, seed, joinKinds(kinds))
-	c := testcluster.New(t, testcluster.Options{ExtraArgs: []string{"--enable-fault-injection"}})
+	c := testcluster.New(t, clusterOptions(kinds))
 	c.WaitReady(t, 60*time.Second)
 	w := newWorkload(t, c, seed)
-	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}}
+	w.members = &liveSet{}
+	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}, members: w.members}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	done := make(chan struct{})
@@ -278,12 +306,35 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 }
 
 func joinKinds(kinds []faultKind) string {
-	if len(kinds) == len(faultKinds) {
+	switch {
+	case slices.Equal(kinds, faultKinds):
 		return allFaultKinds
+	case slices.Equal(kinds, classicFaultKinds):
+		return classicKinds
 	}
 	s := make([]string, len(kinds))
 	for i, k := range kinds {
 		s[i] = string(k)
 	}
 	return strings.Join(s, ",")
+}
+
+// parseKinds reads CONCORD_FAULTS: kinds separated by commas, or "all", or
+// "classic" (every kind that keeps the membership). An unknown kind fails
+// the test before any cluster starts.
+func parseKinds(t *testing.T, s string) []faultKind {
+	switch s {
+	case allFaultKinds:
+		return faultKinds
+	case classicKinds:
+		return classicFaultKinds
+	}
+	var kinds []faultKind
+	for _, k := range strings.Split(s, ",") {
+		if !slices.Contains(faultKinds, faultKind(k)) {
+			t.Fatalf("CONCORD_FAULTS: unknown fault kind %q; the kinds are %v, or all, or classic", k, faultKinds)
+		}
+		kinds = append(kinds, faultKind(k))
+	}
+	return kinds
 }

@@ -21,6 +21,9 @@ type workload struct {
 	seed    uint64
 	// opTimeout bounds one operation, retries included.
 	opTimeout time.Duration
+	// members says which nodes are gone for good (nil: none ever is); the
+	// RESP clients send nothing to those.
+	members *liveSet
 
 	mu    sync.Mutex
 	acked []string // guarded by mu: unique keys whose put returned success
@@ -96,7 +99,8 @@ func (w *workload) do(c *client.Client, in kvInput) (kvOutput, error) {
 		v, found, err := c.Get(ctx, key)
 		return kvOutput{Ok: found, Value: string(v)}, err
 	case opPut:
-		prev, existed, err := c.Put(ctx, key, []byte(in.Value))
+		// The model checks the previous value: ask for it.
+		prev, existed, err := c.Put(ctx, key, []byte(in.Value), client.ReturnPrev())
 		return kvOutput{Ok: existed, Value: string(prev)}, err
 	case opDelete:
 		existed, err := c.Delete(ctx, key)

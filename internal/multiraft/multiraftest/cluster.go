@@ -397,9 +397,14 @@ func (c *Cluster) Propose(node ids.NodeID, shard ids.ShardID, ops ...*concordpb.
 // front door stamps it (0: unstamped). The stamp moves the shard's clock,
 // from which TTLs are placed.
 func (c *Cluster) ProposeAt(node ids.NodeID, shard ids.ShardID, unixNanos int64, ops ...*concordpb.Op) *Call {
+	return c.ProposeCommand(node, shard, &storepb.Command{UnixNanos: unixNanos, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}})
+}
+
+// ProposeCommand is Propose of a whole command (a session and sequence
+// number, say).
+func (c *Cluster) ProposeCommand(node ids.NodeID, shard ids.ShardID, cmd *storepb.Command) *Call {
 	call := &Call{done: make(chan struct{})}
 	h := c.nodes[node].Host
-	cmd := &storepb.Command{UnixNanos: unixNanos, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}}
 	go func() {
 		defer close(call.done)
 		call.Result, call.Err = h.Propose(context.Background(), shard, cmd)

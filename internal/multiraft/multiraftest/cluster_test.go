@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/multiraft"
@@ -15,6 +16,13 @@ import (
 )
 
 var put = multiraftest.PutOp
+
+// putPrev is a put that returns the previous value.
+func putPrev(k, v string) *concordpb.Op {
+	op := put(k, v)
+	op.ReturnPrev = true
+	return op
+}
 
 // TestElectionAndProposals protects the write path through real hosts:
 // each shard elects its preferred replica (the first, which campaigns at
@@ -35,10 +43,10 @@ func TestElectionAndProposals(t *testing.T) {
 	}
 	shard := c.ShardOf("same")
 	leader := c.WaitLeader(shard)
-	calls := []*multiraftest.Call{c.Propose(leader, shard, put("same", "a"))}
+	calls := []*multiraftest.Call{c.Propose(leader, shard, putPrev("same", "a"))}
 	c.Await(calls[0])
 	for _, v := range []string{"b", "c"} {
-		calls = append(calls, c.Await(c.Propose(leader, shard, put("same", v))))
+		calls = append(calls, c.Await(c.Propose(leader, shard, putPrev("same", v))))
 	}
 	for i, prev := range []string{"", "a", "b"} {
 		r := calls[i].Result.GetResults()

@@ -143,7 +143,7 @@ func TestExpiryIndexTravelsInSnapshots(t *testing.T) {
 	if idx := truncated(t, c, lagging); idx < gap {
 		t.Fatalf("the lagging follower's log starts after %d, want a snapshot at or beyond %d", idx, gap)
 	}
-	var expired [][]byte
+	var expired []kv.ExpiredKey
 	var expireAt int64
 	err := c.Node(lagging).Engine.Read(func(r storage.Reader) (err error) {
 		if _, expireAt, _, err = kv.Get(r, 1, []byte("t"), 0); err != nil {
@@ -155,7 +155,7 @@ func TestExpiryIndexTravelsInSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if expireAt == 0 || len(expired) != 1 || string(expired[0]) != "t" {
-		t.Fatalf("after the snapshot: expiry %d, index %q; want the key's expiry and its index entry", expireAt, expired)
+	if expireAt == 0 || len(expired) != 1 || string(expired[0].Key) != "t" || expired[0].AtMs != expireAt {
+		t.Fatalf("after the snapshot: expiry %d, index %v; want the key's expiry and its index entry", expireAt, expired)
 	}
 }

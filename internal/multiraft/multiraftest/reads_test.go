@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
@@ -155,4 +158,242 @@ func TestReadsWhileTheLeaderIsRemoved(t *testing.T) {
 		t.Fatalf("%d reads served (%d read late): the test proves nothing", served, len(late))
 	}
 	t.Logf("%d reads served, %d of them read after the replica was destroyed", served, len(late))
+}
+
+// readResult is the outcome of one linearizable read of a key.
+type readResult struct {
+	val   string
+	found bool
+	err   error
+}
+
+// enqueuedCtx tells the test when ReadIndex has handed its read to the
+// loop: Host.ReadIndex enqueues first and only then waits on ctx.Done, so
+// the first call of Done means the read is in the loop's inbox.
+type enqueuedCtx struct {
+	context.Context
+	once     sync.Once
+	enqueued chan struct{}
+}
+
+func newEnqueuedCtx() *enqueuedCtx {
+	return &enqueuedCtx{Context: context.Background(), enqueued: make(chan struct{})}
+}
+
+func (c *enqueuedCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.enqueued) })
+	return c.Context.Done()
+}
+
+// readKey runs a linearizable read of key (shard 1) on h in the background
+// and returns once the read is in the loop's inbox.
+func readKey(t *testing.T, h *multiraft.Host, key string) chan readResult {
+	done := make(chan readResult, 1)
+	ctx := newEnqueuedCtx()
+	go func() {
+		v, err := h.ReadIndex(ctx, 1)
+		if err != nil {
+			done <- readResult{err: err}
+			return
+		}
+		defer v.Release()
+		val, found := getFrom(t, v, key)
+		done <- readResult{val: val, found: found}
+	}()
+	<-ctx.enqueued
+	return done
+}
+
+// holdLoop runs a Do on h that blocks its loop until the returned function
+// is called: reads enqueued meanwhile all reach the loop in its next turn.
+func holdLoop(t *testing.T, h *multiraft.Host) (release func()) {
+	hold, held := make(chan struct{}), make(chan struct{})
+	go func() { _ = h.Do(context.Background(), func() { close(held); <-hold }) }()
+	<-held
+	release = sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the cluster stops the host
+	return release
+}
+
+func rounds(t *testing.T, h *multiraft.Host) uint64 {
+	t.Helper()
+	i, ok := h.Info(1)
+	if !ok {
+		t.Fatal("no replica of shard 1")
+	}
+	return i.ReadRounds
+}
+
+// TestConcurrentReadsShareOneRound protects the batching of linearizable
+// reads on the real loop: 50 reads that reach the leader's loop in one turn
+// are all served, with the committed value, by ONE ReadIndex round (one
+// heartbeat broadcast instead of fifty).
+func TestConcurrentReadsShareOneRound(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	c.Put("k", "v")
+	h := c.Node(leader).Host
+	before := rounds(t, h)
+	release := holdLoop(t, h)
+	var reads []chan readResult
+	for range 50 {
+		reads = append(reads, readKey(t, h, "k"))
+	}
+	release()
+	c.RunUntil("the reads", 100, func() bool {
+		for _, r := range reads {
+			if len(r) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, r := range reads {
+		if res := <-r; res.err != nil || res.val != "v" {
+			t.Fatalf("read %d: %+v, want \"v\"", i, res)
+		}
+	}
+	if n := rounds(t, h) - before; n != 1 {
+		t.Fatalf("50 reads in one loop turn took %d ReadIndex rounds, want 1", n)
+	}
+}
+
+// TestReadsFailWhenTheHostStops protects readers from hanging: reads in a
+// round that can never be confirmed (the leader is cut off) and reads still
+// queued end with an error when the leader's host stops.
+func TestReadsFailWhenTheHostStops(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	c.Put("k", "v")
+	h := c.Node(leader).Host
+	before := rounds(t, h)
+	c.Cut(leader)
+	inRound := readKey(t, h, "k")
+	c.RunUntil("the round to be issued", 5, func() bool { return rounds(t, h) > before })
+	release := holdLoop(t, h)
+	queued := readKey(t, h, "k")
+	stopped := make(chan struct{})
+	go func() { c.Stop(leader); close(stopped) }()
+	release()
+	<-stopped
+	for name, r := range map[string]chan readResult{"in a round": inRound, "queued": queued} {
+		if res := <-r; res.err == nil {
+			t.Fatalf("read %s on a stopped host: %+v, want an error", name, res)
+		}
+	}
+}
+
+// TestDeposedLeaderNeverServesStale protects linearizable reads across a
+// partition, with rounds shared by reads. The old leader is cut off but its
+// timers stand still, so it still believes it leads; the others elect a
+// new leader, which commits a new value. A read then queued at the old
+// leader must never return the old value: it may only fail (or, had the
+// old leader somehow caught up, return the new one).
+//
+// To make batching's own mistake visible, an earlier round of the old
+// leader (issued before the partition, so the old value is a correct
+// answer for it) is confirmed late: the followers' heartbeat answers for it
+// are held on the wire and delivered only after the stale read is queued.
+// They confirm that earlier round and no later one; a read wrongly added to
+// an earlier round, or confirmed by earlier answers, would come back with
+// the old value.
+func TestDeposedLeaderNeverServesStale(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	old := c.WaitLeader(1)
+	c.Put("k", "old")
+	h := c.Node(old).Host
+	var others []ids.NodeID
+	for _, n := range c.Nodes() {
+		if n.ID != old {
+			others = append(others, n.ID)
+		}
+	}
+
+	type heldMsg struct {
+		from ids.NodeID
+		env  *concordpb.RaftEnvelope
+	}
+	var mu sync.Mutex
+	var held []heldMsg
+	c.Net.Intercept(func(from, to ids.NodeID, env *concordpb.RaftEnvelope) bool {
+		if to != old || env.GetShardId() != 1 {
+			return false
+		}
+		m := decode(t, env)
+		if m.GetType() != pb.MsgHeartbeatResp || len(m.GetContext()) == 0 {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		held = append(held, heldMsg{from, env})
+		return true
+	})
+	heldFrom := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		from := map[ids.NodeID]bool{}
+		for _, m := range held {
+			from[m.from] = true
+		}
+		return len(from)
+	}
+	early := readKey(t, h, "k")
+	c.RunUntil("both followers' answers to the early round, held", 3, func() bool { return heldFrom() == 2 })
+
+	c.Cut(old)
+	runOnly(t, c, "a new leader", 500, others, func() bool { l := c.Leader(1); return l != 0 && l != old })
+	leader := c.Leader(1)
+	put := c.Propose(leader, 1, put("k", "new"))
+	runOnly(t, c, "the new value committed", 500, others, put.Done)
+	if put.Err != nil {
+		t.Fatalf("put on the new leader: %v", put.Err)
+	}
+	if i, _ := h.Info(1); !i.IsLeader {
+		t.Fatal("the old leader already stepped down; the test proves nothing")
+	}
+
+	stale := readKey(t, h, "k")
+	c.TickOnly(1, others...) // the old leader's loop takes the read
+	mu.Lock()
+	for _, m := range held {
+		c.Net.Inject(m.from, old, m.env)
+	}
+	held = nil
+	mu.Unlock()
+	runOnly(t, c, "the early read", 5, others, func() bool { return len(early) > 0 })
+	if res := <-early; res.err != nil || res.val != "old" {
+		t.Fatalf("early read, confirmed by the held answers: %+v, want \"old\"", res)
+	}
+	if len(stale) > 0 {
+		if res := <-stale; res.err == nil && res.val != "new" {
+			t.Fatalf("read queued at a deposed leader after a new write returned %+v", res)
+		}
+		return
+	}
+
+	c.Net.Intercept(nil)
+	c.Heal(old)
+	c.RunUntil("the stale read to end", 500, func() bool { return len(stale) > 0 })
+	res := <-stale
+	if res.err == nil && res.val != "new" {
+		t.Fatalf("read queued at a deposed leader after a new write returned %+v", res)
+	}
+	var nl *replica.NotLeaderError
+	if res.err != nil && !errors.As(res.err, &nl) {
+		t.Fatalf("read on a deposed leader: %v, want NotLeaderError", res.err)
+	}
+	t.Logf("read queued at the deposed leader failed: %v", res.err)
+}
+
+// runOnly ticks only nodes until cond holds, failing the test after
+// maxTicks: the other nodes' timers stand still.
+func runOnly(t *testing.T, c *multiraftest.Cluster, what string, maxTicks int, nodes []ids.NodeID, cond func() bool) {
+	for range maxTicks {
+		c.TickOnly(1, nodes...)
+		if cond() {
+			return
+		}
+	}
+	t.Helper()
+	t.Fatalf("gave up after %d ticks waiting for %s", maxTicks, what)
 }

@@ -6,9 +6,13 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // TestSnapshotStreamOutlivesSendersReplica protects snapshot catch-up from
@@ -100,5 +104,60 @@ func TestSnapshotStreamOutlivesSendersReplica(t *testing.T) {
 	c.WaitValue("after", "x", members...)
 	for i := range 20 {
 		c.WaitValue(fmt.Sprintf("k%d", i), "v", members...)
+	}
+}
+
+// TestSnapshotResetsSessionCache protects at-most-once across snapshot
+// catch-up. The state machine caches each session's last seq; a follower
+// that cached seq 1 of a session, missed seq 2 and caught up by snapshot
+// must take the snapshot's record (seq 2) as the truth. A retry of seq 2 (an
+// APPEND) is then answered from the record on every replica; a follower
+// still trusting its cache would take the retry as new and append a second
+// time, diverging from the leader.
+func TestSnapshotResetsSessionCache(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		cfg.LogKeepEntries, cfg.LogTruncateEntries = 2, 3
+	}})
+	leader := c.WaitLeader(1)
+	lagging := leader%3 + 1
+	all := []ids.NodeID{1, 2, 3}
+	appendCmd := func(seq uint64) *storepb.Command {
+		return &storepb.Command{Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{SessionId: 77, Seq: seq,
+			Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_APPEND, Key: []byte("k"), Value: []byte{'a' + byte(seq-1)}}}}}}
+	}
+	propose := func(cmd *storepb.Command) *storepb.CommandResult {
+		t.Helper()
+		call := c.Await(c.ProposeCommand(c.WaitLeader(1), 1, cmd))
+		if call.Err != nil || call.Result.GetErrorCode() != 0 {
+			t.Fatalf("proposal: %v %v", call.Result, call.Err)
+		}
+		return call.Result
+	}
+	propose(appendCmd(1))
+	c.WaitValue("k", "a", all...) // every replica has cached session 77 at seq 1
+	c.Cut(lagging)
+	first := propose(appendCmd(2))
+	for i := range 20 {
+		c.Put(fmt.Sprintf("k%d", i), "v")
+	}
+	var gap uint64
+	c.RunUntil("the leader to truncate its log", 100, func() bool {
+		gap = truncated(t, c, leader)
+		return gap > 15
+	})
+	c.Heal(lagging)
+	c.WaitValue("k", "ab", lagging)
+	if idx := truncated(t, c, lagging); idx < gap {
+		t.Fatalf("the lagging follower caught up without a snapshot (log truncated at %d, want %d or more); the test proves nothing", idx, gap)
+	}
+	if retry := propose(appendCmd(2)); !proto.Equal(retry, first) {
+		t.Fatalf("the retry of seq 2 answered %v, the first answer was %v", retry, first)
+	}
+	c.Put("after", "x")
+	c.WaitValue("after", "x", all...)
+	for _, n := range all {
+		if v, _ := c.Get(n, "k"); v != "ab" {
+			t.Fatalf("node %d: k = %q after the retry of seq 2, want \"ab\" (seq 2 applied once)", n, v)
+		}
 	}
 }

@@ -1,0 +1,132 @@
+package kv
+
+import (
+	"fmt"
+	"math/rand"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// Apply benchmark shape: what a put load at 100 clients looks like to one
+// shard's state machine. benchKeys keys are stored first (16-byte keys,
+// 256-byte values, as bench-compare's put rows); each command is one PUT
+// of a random key by one of benchSessions sessions, its seq one more than
+// that session's last; benchPerBatch commands share an indexed batch (one
+// loop turn's apply), which is then committed without sync.
+const (
+	benchKeys     = 10_000
+	benchSessions = 100
+	benchPerBatch = 32
+	benchValue    = 256
+)
+
+// quiet drops Pebble's informational log lines, which would interleave
+// with the benchmark's output.
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)      {}
+func (quiet) Errorf(f string, a ...any) { fmt.Printf(f+"\n", a...) }
+func (quiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+func benchKey(i int) []byte { return []byte(fmt.Sprintf("k%015d", i)) }
+
+// benchDB returns an in-memory Pebble holding benchKeys keys of shard, put
+// through the state machine itself.
+func benchDB(b *testing.B) *pebble.DB {
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), Logger: quiet{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	sm := New(shard)
+	value := make([]byte, benchValue)
+	for i := 0; i < benchKeys; i += 1000 {
+		batch := db.NewIndexedBatch()
+		for j := i; j < min(i+1000, benchKeys); j++ {
+			if _, err := sm.Apply(batch, wholeRange, kvCmd(0, 0, 1, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: benchKey(j), Value: value})); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := batch.Commit(pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+		batch.Close()
+	}
+	return db
+}
+
+// benchApply applies b.N PUT commands built by op, benchPerBatch per
+// batch, and reports the time and allocations per command.
+func benchApply(b *testing.B, op func(key, value []byte) *concordpb.Op) {
+	db := benchDB(b)
+	sm := New(shard)
+	rng := rand.New(rand.NewSource(1))
+	value := make([]byte, benchValue)
+	for i := range value {
+		value[i] = 'a' + byte(i%26)
+	}
+	seqs := make([]uint64, benchSessions)
+	cmds := make([]*storepb.Command, b.N) // built outside the timed loop
+	stamp := int64(time.Hour)
+	for i := range cmds {
+		s := rng.Intn(benchSessions)
+		seqs[s]++
+		stamp += int64(10 * time.Microsecond)
+		cmds[i] = kvCmd(uint64(s+1), seqs[s], stamp, op(benchKey(rng.Intn(benchKeys)), value))
+	}
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	b.ResetTimer()
+	batch := db.NewIndexedBatch()
+	for i, cmd := range cmds {
+		res, err := sm.Apply(batch, wholeRange, cmd)
+		if err != nil || res.GetErrorCode() != 0 {
+			b.Fatalf("apply: %v %v", res, err)
+		}
+		if (i+1)%benchPerBatch == 0 || i == len(cmds)-1 {
+			if err := batch.Commit(pebble.NoSync); err != nil {
+				b.Fatal(err)
+			}
+			batch.Close()
+			batch = db.NewIndexedBatch()
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	batch.Close()
+}
+
+// cpuTime is the CPU time the process has used (user and system, every
+// thread: GC included). On a shared, busy machine the wall time per op
+// also counts waiting for a core; cpu-ns/op does not.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkApply measures the state machine's apply of PUT commands with
+// sessions, as the raft loop runs it: the cost issue 14's lean write path
+// cuts (point reads of the session record, the shard clock and the previous
+// value).
+func BenchmarkApply(b *testing.B) {
+	b.Run("put", func(b *testing.B) { // a blind PUT: what Put sends by default
+		benchApply(b, func(key, value []byte) *concordpb.Op {
+			return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: key, Value: value}
+		})
+	})
+	b.Run("put-prev", func(b *testing.B) { // a PUT that returns the previous value
+		benchApply(b, func(key, value []byte) *concordpb.Op {
+			return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: key, Value: value, ReturnPrev: true}
+		})
+	})
+}

@@ -1,0 +1,98 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/concord-kv/concord/internal/keys"
+)
+
+// MaxCachedSessions bounds the session cache of one shard's state machine.
+// Sessions idle for the session TTL are expired (ExpireSessions) and leave
+// the cache with their records, so the live sessions usually fit; past the
+// bound an arbitrary entry is dropped, and its session's next command reads
+// its record from Pebble again. An entry is two integers in a map (about 40
+// bytes), so the bound is about 2.5 MiB per shard.
+const MaxCachedSessions = 1 << 16
+
+// The state machine keeps in memory what it would otherwise read from
+// Pebble on every command: the last sequence number applied per session
+// (the at-most-once check) and the shard's clock. Both are caches of the
+// records in the shard's state span, never a second truth: every command
+// still writes the records into the same batch as its data, so durability
+// and snapshots are unchanged, and a cache entry is set only together with
+// a write of the record into the batch (or from a read of it). Everything
+// that changes those records behind the state machine's back must drop the
+// caches: installing a raft snapshot does (SnapshotInstalled). A batch that
+// fails to commit is fatal to the process, so the caches never run ahead of
+// the state a live replica continues from.
+
+// sessionSeq is the last sequence number applied for session, from the
+// cache or else from its record in b (found false: none).
+func (sm *StateMachine) sessionSeq(b pebble.Reader, session uint64) (seq uint64, found bool, err error) {
+	if seq, ok := sm.sessions[session]; ok {
+		return seq, true, nil
+	}
+	rec, found, err := sm.readSession(b, session)
+	if err != nil || !found {
+		return 0, false, err
+	}
+	sm.cacheSession(session, rec.GetSeq())
+	return rec.GetSeq(), true, nil
+}
+
+// cacheSession records that session's last applied seq is seq.
+func (sm *StateMachine) cacheSession(session, seq uint64) {
+	if sm.sessions == nil {
+		sm.sessions = make(map[uint64]uint64)
+	}
+	if _, ok := sm.sessions[session]; !ok && len(sm.sessions) >= MaxCachedSessions {
+		for s := range sm.sessions { // an arbitrary one: the cache decides no result
+			delete(sm.sessions, s)
+			break
+		}
+	}
+	sm.sessions[session] = seq
+}
+
+// shardClock is the cached shard clock record (keys.Clock): the highest
+// stamp applied and the clock. loaded: the record was read (or written)
+// since the state machine started or last dropped its caches; found: it
+// exists.
+type shardClock struct {
+	loaded, found bool
+	high, now     int64
+}
+
+// loadClock returns the shard's clock record, reading it from b only the
+// first time.
+func (sm *StateMachine) loadClock(b pebble.Reader) (shardClock, error) {
+	if sm.clock.loaded {
+		return sm.clock, nil
+	}
+	v, found, err := get(b, keys.Clock(sm.shard))
+	if err != nil {
+		return shardClock{}, err
+	}
+	c := shardClock{loaded: true, found: found}
+	if found {
+		if len(v) != 16 {
+			return shardClock{}, fmt.Errorf("kv: shard %d clock record of %d bytes", sm.shard, len(v))
+		}
+		c.high, c.now = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
+	}
+	sm.clock = c
+	return c, nil
+}
+
+// SnapshotInstalled drops what the state machine keeps in memory about its
+// shard's state: a raft snapshot replaced that state wholesale (session
+// records and clock included), so every cached value may be stale. The
+// replica calls it once the snapshot is installed, before applying any
+// entry after it.
+func (sm *StateMachine) SnapshotInstalled() {
+	sm.sessions = nil
+	sm.clock = shardClock{}
+}

@@ -1,0 +1,255 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/testcluster"
+)
+
+// quietEnv sets how long TestRebalanceAcrossPlacementLeaderKill watches
+// the balanced cluster for moves (default 30 s; make test-no-thrash runs
+// the ten minutes).
+const quietEnv = "CONCORD_QUIET_FOR"
+
+// TestRebalanceAcrossPlacementLeaderKill: on 4 nodes with a client
+// writing throughout, a fifth node joins and the scheduler starts moving
+// replicas onto it; the placement leader is killed with SIGKILL in the
+// middle of that rebalance, a new placement leader carries on (it executes
+// scheduler steps) and, with the killed node restarted, the cluster ends
+// balanced: every shard with its replicas and no learner, replica and
+// leader counts per node within one of the mean. Then the balanced cluster,
+// under the same steady writes, makes no move at all for 30 s
+// ($CONCORD_QUIET_FOR): no scheduler step on any node, no descriptor epoch
+// changes. Every acknowledged write reads back.
+func TestRebalanceAcrossPlacementLeaderKill(t *testing.T) {
+	t.Parallel()
+	quiet := 30 * time.Second
+	if v := os.Getenv(quietEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s: %v", quietEnv, err)
+		}
+		quiet = d
+	}
+	c := startCluster(t, testcluster.Options{Nodes: 4})
+	ctx := context.Background()
+	cl := c.Client(t)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	b := startBurst(wctx, cl, seqKeys("rebalance-", 10_000_000), valueOf, 2, 5*time.Second)
+	waitAcked(t, b, 100, 30*time.Second)
+
+	j := c.AddJoiner([]int{1})
+	var jid uint64
+	var atKill *concordpb.StatusResponse
+	testcluster.WaitFor(t, 60*time.Second, func() error {
+		var err error
+		if jid, err = c.NodeID(ctx, j); err != nil {
+			return err
+		}
+		if atKill, err = placementStatus(c); err != nil {
+			return err
+		}
+		if on := userReplicasOn(atKill, jid); len(on) == 0 {
+			return fmt.Errorf("the joiner (node %d) holds no replica of a user shard yet", jid)
+		}
+		return nil
+	})
+	if err := balanced(atKill); err == nil {
+		t.Fatalf("the cluster was balanced before the kill: the test did not kill in the middle of a rebalance")
+	}
+	old := indexOf(t, c, metaLeader(atKill))
+	marks := make([]int64, c.N())
+	for i := range marks {
+		marks[i] = c.LogMark(i)
+	}
+	t.Logf("rebalance under way (joiner node %d holds user shards %v); killing the placement leader, node %d (index %d)",
+		jid, userReplicasOn(atKill, jid), metaLeader(atKill), old)
+	c.Kill(old)
+	testcluster.WaitFor(t, 60*time.Second, func() error {
+		for i := range marks {
+			if i != old && strings.Contains(c.LogSince(i, marks[i]), "scheduler step done") {
+				t.Logf("node index %d took over as placement leader and executes scheduler steps", i)
+				return nil
+			}
+		}
+		return fmt.Errorf("no other node has executed a scheduler step since the placement leader was killed")
+	})
+	c.Start(old)
+	d := testcluster.WaitFor(t, 3*time.Minute, func() error {
+		st, err := placementStatus(c)
+		if err != nil {
+			return err
+		}
+		return balanced(st)
+	})
+	t.Logf("balanced %v after the restart; %d writes acknowledged so far", d.Round(time.Millisecond), b.acked.Load())
+
+	watchQuiet(t, c, b, quiet)
+	stop()
+	acked := b.wait()
+	t.Logf("%d writes acknowledged, %d failed (first: %v)", len(acked), b.failed.Load(), b.err())
+	for k, v := range acked {
+		got, found, err := cl.Get(ctx, []byte(k))
+		if err != nil || !found || string(got) != v {
+			t.Fatalf("acknowledged write %q=%q reads back %q (found %v, err %v)", k, v, got, found, err)
+		}
+	}
+}
+
+// watchQuiet checks that the balanced cluster makes no move for d while b
+// keeps writing: no node logs a scheduler step, and no shard's descriptor
+// epoch changes (every membership change bumps it).
+func watchQuiet(t *testing.T, c *testcluster.Cluster, b *burst, d time.Duration) {
+	t.Helper()
+	before, err := placementStatus(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epochs := map[uint64]uint64{}
+	for _, ss := range before.GetShards() {
+		epochs[ss.GetShard().GetShardId()] = ss.GetShard().GetEpoch()
+	}
+	marks := make([]int64, c.N())
+	for i := range marks {
+		marks[i] = c.LogMark(i)
+	}
+	acked := b.acked.Load()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Second) {
+		for i := range marks {
+			if log := c.LogSince(i, marks[i]); strings.Contains(log, "scheduler step") {
+				t.Fatalf("node index %d moved something in a balanced cluster:\n%s", i, grepLines(log, "scheduler step"))
+			}
+		}
+		st, err := placementStatus(c)
+		if err != nil {
+			continue // a status call that times out under load says nothing about moves
+		}
+		for _, ss := range st.GetShards() {
+			if e := epochs[ss.GetShard().GetShardId()]; e != ss.GetShard().GetEpoch() {
+				t.Fatalf("shard %d's epoch went from %d to %d in a balanced cluster", ss.GetShard().GetShardId(), e, ss.GetShard().GetEpoch())
+			}
+		}
+	}
+	if got := b.acked.Load() - acked; got == 0 {
+		t.Fatalf("no write was acknowledged while watching for moves: the cluster was not under load")
+	} else {
+		t.Logf("no move in %v while %d writes were acknowledged", d, got)
+	}
+}
+
+// placementStatus is the placement leader's status, asked through any node.
+func placementStatus(c *testcluster.Cluster) (*concordpb.StatusResponse, error) {
+	var errs []string
+	for i := 0; i < c.N(); i++ {
+		if !c.Running(i) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		st, err := c.ClusterAPI(i).Status(ctx, &concordpb.StatusRequest{})
+		cancel()
+		if err == nil {
+			return st, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return nil, fmt.Errorf("status: %s", strings.Join(errs, "; "))
+}
+
+// balanced reports why st is not balanced: a node not up, a shard with a
+// learner or without its replicas or leader, or a node whose replica or
+// leader count is not within one of the mean (|count·N − total| ≤ N, the
+// scheduler's rule).
+func balanced(st *concordpb.StatusResponse) error {
+	var replicas, leaders []uint32
+	var totalReplicas, totalLeaders uint32
+	for _, ns := range st.GetNodes() {
+		switch ns.GetNode().GetState() {
+		case concordpb.NodeState_NODE_UP:
+		case concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
+			continue
+		default:
+			return fmt.Errorf("node %d is %v", ns.GetNode().GetNodeId(), ns.GetNode().GetState())
+		}
+		replicas, leaders = append(replicas, ns.GetReplicas()), append(leaders, ns.GetLeaders())
+		totalReplicas += ns.GetReplicas()
+		totalLeaders += ns.GetLeaders()
+	}
+	for _, ss := range st.GetShards() {
+		if ss.GetUnderReplicated() || ss.GetLeaderNodeId() == 0 {
+			return fmt.Errorf("shard %d: under-replicated %v, leader %d", ss.GetShard().GetShardId(), ss.GetUnderReplicated(), ss.GetLeaderNodeId())
+		}
+		for _, r := range ss.GetShard().GetReplicas() {
+			if r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER {
+				return fmt.Errorf("shard %d has a learner on node %d", ss.GetShard().GetShardId(), r.GetNodeId())
+			}
+		}
+	}
+	if !withinOne(replicas, totalReplicas) || !withinOne(leaders, totalLeaders) {
+		return fmt.Errorf("not within one of the mean: replicas per node %v, leaders per node %v", replicas, leaders)
+	}
+	return nil
+}
+
+func withinOne(counts []uint32, total uint32) bool {
+	n := int64(len(counts))
+	for _, c := range counts {
+		if d := int64(c)*n - int64(total); d > n || d < -n {
+			return false
+		}
+	}
+	return true
+}
+
+// userReplicasOn returns the user shards with a replica (of any role) on
+// node id.
+func userReplicasOn(st *concordpb.StatusResponse, id uint64) []uint64 {
+	var out []uint64
+	for _, ss := range st.GetShards() {
+		for _, r := range ss.GetShard().GetReplicas() {
+			if !ss.GetIsMeta() && r.GetNodeId() == id {
+				out = append(out, ss.GetShard().GetShardId())
+			}
+		}
+	}
+	return out
+}
+
+// metaLeader is the node id leading the meta shard: the placement leader.
+func metaLeader(st *concordpb.StatusResponse) uint64 {
+	for _, ss := range st.GetShards() {
+		if ss.GetIsMeta() {
+			return ss.GetLeaderNodeId()
+		}
+	}
+	return 0
+}
+
+// indexOf is the index of the running node with id.
+func indexOf(t *testing.T, c *testcluster.Cluster, id uint64) int {
+	t.Helper()
+	for i := 0; i < c.N(); i++ {
+		if got, err := c.NodeID(context.Background(), i); err == nil && got == id {
+			return i
+		}
+	}
+	t.Fatalf("no running node has id %d", id)
+	return -1
+}
+
+// grepLines returns log's lines that contain s.
+func grepLines(log, s string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
