@@ -136,6 +136,9 @@ func (r moveRow) String() string {
 	}
 	s := fmt.Sprintf("%s %d→%d (load %v): shape %.1fs, replicas %.1fs, replicas+leaders %.1fs",
 		verb, r.from, r.to, r.loaded, r.times.shaped.Seconds(), r.times.replicas.Seconds(), r.times.full.Seconds())
+	if r.times.leadersMissed != "" {
+		s += " (" + r.times.leadersMissed + ")"
+	}
 	if r.load != nil {
 		s += fmt.Sprintf(", YCSB A %.0f ops/s (min %.0f)", r.load.mean, r.load.min)
 	}

@@ -118,9 +118,10 @@ func (c *cluster) status(ctx context.Context) (view, error) {
 	return viewOf(st), nil
 }
 
-// poll calls cond on a fresh status every interval until it returns true,
-// a node exits unasked, or timeout passes. Status errors are retried.
-func (c *cluster) poll(ctx context.Context, interval, timeout time.Duration, cond func(view) bool) error {
+// poll calls cond on a fresh status every interval until it returns true
+// or an error, a node exits unasked, or timeout passes. Status errors are
+// retried.
+func (c *cluster) poll(ctx context.Context, interval, timeout time.Duration, cond func(view) (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
@@ -128,10 +129,12 @@ func (c *cluster) poll(ctx context.Context, interval, timeout time.Duration, con
 			return err
 		}
 		v, err := c.status(ctx)
-		if err == nil && cond(v) {
-			return nil
-		}
-		if err != nil {
+		if err == nil {
+			done, cerr := cond(v)
+			if done || cerr != nil {
+				return cerr
+			}
+		} else {
 			last = err
 		}
 		if time.Now().After(deadline) {
@@ -146,18 +149,23 @@ func (c *cluster) poll(ctx context.Context, interval, timeout time.Duration, con
 }
 
 // balanceTimes is what waitBalanced saw, each since start; zero when not
-// reached.
+// reached. leadersMissed is set when the leader counts were still not
+// within one of the mean p.leaderWait after the replicas were.
 type balanceTimes struct {
 	shaped, replicas, full time.Duration
+	leadersMissed          string
 	last                   verdict
 }
 
 // waitBalanced polls until the cluster has want UP nodes and is balanced
 // (verdict.balanced), noting when the shape, the replica counts (with the
-// shape) and everything first held.
+// shape) and everything first held. The shape and replica balance must
+// come within p.balanceTimeout; leader balance is given p.leaderWait more,
+// and its absence is recorded, not an error, so that the run goes on.
 func (c *cluster) waitBalanced(ctx context.Context, start time.Time, want int, p params) (balanceTimes, error) {
 	var bt balanceTimes
-	err := c.poll(ctx, p.poll, p.balanceTimeout, func(v view) bool {
+	errLeaders := errors.New("leaders not balanced in time")
+	err := c.poll(ctx, p.poll, p.balanceTimeout+p.leaderWait, func(v view) (bool, error) {
 		d := v.check(want, c.replicas, p.metaReplicas)
 		bt.last = d
 		now := time.Since(start)
@@ -167,12 +175,22 @@ func (c *cluster) waitBalanced(ctx context.Context, start time.Time, want int, p
 		if d.shaped && d.replicas && bt.replicas == 0 {
 			bt.replicas = now
 		}
-		if d.balanced() {
+		switch {
+		case d.balanced():
 			bt.full = now
-			return true
+			return true, nil
+		case bt.replicas == 0 && now > p.balanceTimeout:
+			return false, fmt.Errorf("not reached within %v", p.balanceTimeout)
+		case bt.replicas != 0 && d.shaped && d.replicas && now > bt.replicas+p.leaderWait:
+			return false, errLeaders
 		}
-		return false
+		return false, nil
 	})
+	if errors.Is(err, errLeaders) {
+		bt.leadersMissed = fmt.Sprintf("leader counts not within one of the mean %v after the replica counts were: %s",
+			p.leaderWait, bt.last.why)
+		return bt, nil
+	}
 	if err != nil {
 		return bt, fmt.Errorf("cluster %s: not balanced at %d nodes: %w (last verdict: %s)", c.name, want, err, bt.last.why)
 	}

@@ -52,6 +52,7 @@ type params struct {
 	maxValueBytes   int
 	poll            time.Duration
 	balanceTimeout  time.Duration
+	leaderWait      time.Duration // after replica balance, for leader balance
 	rebuildBytes    int
 	rebuildSizes    []int
 	rebuildTimeout  time.Duration
@@ -63,7 +64,7 @@ type params struct {
 
 func fullParams() params {
 	return params{keys: 100_000, valueSize: 1024, sizes: []int{3, 5, 7}, replicas: 3, metaReplicas: 5,
-		maxValueBytes: 2 << 20, poll: 150 * time.Millisecond, balanceTimeout: 3 * time.Minute,
+		maxValueBytes: 2 << 20, poll: 150 * time.Millisecond, balanceTimeout: 3 * time.Minute, leaderWait: time.Minute,
 		rebuildBytes: 100 << 20, rebuildSizes: []int{5 << 10, 50 << 10, 500 << 10, 1536 << 10},
 		rebuildTimeout: 5 * time.Minute, ycsbDuration: 10 * time.Second, leadIn: 2 * time.Second,
 		clients: 16, preloadClients: 64}
@@ -95,7 +96,7 @@ func run() int {
 		out, bin, logDir, only, sizes, rebuildSizes string
 		quick                                       bool
 		keys, valueSize, rebuildMiB                 int
-		ycsb, poll                                  time.Duration
+		ycsb, poll, leaderWait                      time.Duration
 	)
 	flag.StringVar(&out, "out", "bench-out/placement.md", "also write the markdown report here")
 	flag.StringVar(&bin, "bin", "bin/concord", "the concord binary the nodes run")
@@ -109,6 +110,7 @@ func run() int {
 	flag.StringVar(&rebuildSizes, "rebuild-sizes", "", "value sizes of the rebuild runs, bytes, comma-separated (default 5120,51200,512000,1572864)")
 	flag.DurationVar(&ycsb, "ycsb", 0, "duration of the YCSB A run with no move (default 10s; quick 3s)")
 	flag.DurationVar(&poll, "poll", 0, "status poll interval (default 150ms)")
+	flag.DurationVar(&leaderWait, "leader-wait", 0, "how long to wait for leader balance once replicas are balanced (default 1m)")
 	flag.Parse()
 
 	d := &driver{bin: bin, logDir: logDir, start: time.Now()}
@@ -116,6 +118,7 @@ func run() int {
 	if quick {
 		d.p = quickParams()
 	}
+	d.p.leaderWait = cmpOr(leaderWait, d.p.leaderWait)
 	if err := d.p.apply(keys, valueSize, rebuildMiB, sizes, rebuildSizes, ycsb, poll); err != nil {
 		fmt.Fprintln(os.Stderr, "placement:", err)
 		return 2

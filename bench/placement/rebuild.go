@@ -73,8 +73,8 @@ func (d *driver) rebuild(ctx context.Context, size int) (rebuildRow, error) {
 	if err := c.lc.Start(victim); err != nil {
 		return row, err
 	}
-	err = c.poll(ctx, d.p.poll, d.p.rebuildTimeout, func(v view) bool {
-		return d.rebuildDone(ctx, c, v, victim, oldID, start, &row)
+	err = c.poll(ctx, d.p.poll, d.p.rebuildTimeout, func(v view) (bool, error) {
+		return d.rebuildDone(ctx, c, v, victim, oldID, start, &row), nil
 	})
 	return row, err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -64,6 +65,7 @@ func (r *report) movesTable(b *strings.Builder) {
 	b.WriteString("| move | YCSB A running | shape (R voters, no learner) | replicas within one of mean | + leaders within one | removed process exited | goal < 10 s |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---|\n")
 	met := 0
+	var notes []string
 	for _, m := range r.moves {
 		verb := "remove"
 		if m.add {
@@ -81,10 +83,18 @@ func (r *report) movesTable(b *strings.Builder) {
 		if !m.add {
 			exited = secs(m.exited)
 		}
+		full := secs(m.times.full)
+		if m.times.leadersMissed != "" {
+			full = "not reached (note " + strconv.Itoa(len(notes)+1) + ")"
+			notes = append(notes, fmt.Sprintf("%s %d→%d: %s", verb, m.from, m.to, m.times.leadersMissed))
+		}
 		fmt.Fprintf(b, "| %s %d→%d | %s | %s | %s | %s | %s | %s |\n", verb, m.from, m.to, yesNo(m.loaded),
-			secs(m.times.shaped), secs(m.times.replicas), secs(m.times.full), exited, goal)
+			secs(m.times.shaped), secs(m.times.replicas), full, exited, goal)
 	}
-	fmt.Fprintf(b, "\nBalanced within 10 s in %d of %d moves.\n", met, len(r.moves))
+	fmt.Fprintf(b, "\nBalanced (replicas and leaders) within 10 s in %d of %d moves.\n", met, len(r.moves))
+	for i, n := range notes {
+		fmt.Fprintf(b, "\nNote %d: %s.\n", i+1, n)
+	}
 }
 
 func yesNo(b bool) string {

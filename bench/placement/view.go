@@ -20,6 +20,9 @@ type nodeView struct {
 	id    uint64
 	addr  string
 	state concordpb.NodeState
+	// reportedLeaders is node list's LEADERS: the shards the node leads by
+	// its own last report (the shard rows' leader comes from elsewhere).
+	reportedLeaders int
 }
 
 type shardView struct {
@@ -39,7 +42,8 @@ type replicaView struct {
 func viewOf(st *concordpb.StatusResponse) view {
 	var v view
 	for _, n := range st.GetNodes() {
-		v.nodes = append(v.nodes, nodeView{id: n.GetNode().GetNodeId(), addr: n.GetNode().GetAddress(), state: n.GetNode().GetState()})
+		v.nodes = append(v.nodes, nodeView{id: n.GetNode().GetNodeId(), addr: n.GetNode().GetAddress(),
+			state: n.GetNode().GetState(), reportedLeaders: int(n.GetLeaders())})
 	}
 	for _, s := range st.GetShards() {
 		sv := shardView{id: s.GetShard().GetShardId(), meta: s.GetIsMeta(), leader: s.GetLeaderNodeId(),
@@ -91,6 +95,15 @@ func (v view) counts() (replicas, leaders map[uint64]int) {
 	return replicas, leaders
 }
 
+// reportedLeaders is node list's LEADERS column per node.
+func (v view) reportedLeaders() map[uint64]int {
+	out := map[uint64]int{}
+	for _, n := range v.nodes {
+		out[n.id] = n.reportedLeaders
+	}
+	return out
+}
+
 // verdict is what check found: shaped means every shard has its R voters
 // on UP nodes, no learner, a leader and no under-replication flag, with
 // exactly the nodes wanted UP and no node suspect, dead or leaving;
@@ -122,7 +135,8 @@ func (v view) check(want, r, metaR int) verdict {
 		d.why = "replica counts " + countsString(up, replicas) + " not within one of the mean"
 	}
 	if d.why == "" && !d.leaders {
-		d.why = "leader counts " + countsString(up, leaders) + " not within one of the mean"
+		d.why = "leader counts " + countsString(up, leaders) + " not within one of the mean (node list's LEADERS: " +
+			countsString(up, v.reportedLeaders()) + ")"
 	}
 	return d
 }
