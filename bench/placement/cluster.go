@@ -164,10 +164,11 @@ type balanceTimes struct {
 // and its absence is recorded, not an error, so that the run goes on.
 func (c *cluster) waitBalanced(ctx context.Context, start time.Time, want int, p params) (balanceTimes, error) {
 	var bt balanceTimes
+	var lastView view
 	errLeaders := errors.New("leaders not balanced in time")
 	err := c.poll(ctx, p.poll, p.balanceTimeout+p.leaderWait, func(v view) (bool, error) {
 		d := v.check(want, c.replicas, p.metaReplicas)
-		bt.last = d
+		bt.last, lastView = d, v
 		now := time.Since(start)
 		if d.shaped && bt.shaped == 0 {
 			bt.shaped = now
@@ -187,8 +188,8 @@ func (c *cluster) waitBalanced(ctx context.Context, start time.Time, want int, p
 		return false, nil
 	})
 	if errors.Is(err, errLeaders) {
-		bt.leadersMissed = fmt.Sprintf("leader counts not within one of the mean %v after the replica counts were: %s",
-			p.leaderWait, bt.last.why)
+		bt.leadersMissed = fmt.Sprintf("leader counts not within one of the mean %v after the replica counts were: %s; %s",
+			p.leaderWait, bt.last.why, lastView.transferOptions())
 		return bt, nil
 	}
 	if err != nil {

@@ -259,3 +259,35 @@ func spreadOf(vals []float64) spread {
 	s.stddev = math.Sqrt(sq / float64(len(vals)))
 	return s
 }
+
+// transferOptions explains a leader imbalance: for each node leading the
+// most shards, the shards it leads and, per shard, the other voters' nodes
+// that lead at least two fewer (where a transfer would help). A shard with
+// no such voter can only be fixed by moving a replica first.
+func (v view) transferOptions() string {
+	up := v.upNodes()
+	_, leaders := v.counts()
+	most := 0
+	for _, id := range up {
+		most = max(most, leaders[id])
+	}
+	var parts []string
+	for _, id := range up {
+		if leaders[id] != most {
+			continue
+		}
+		for _, s := range v.shards {
+			if s.leader != id {
+				continue
+			}
+			var targets []string
+			for _, r := range s.replicas {
+				if r.node != id && !r.learner && slices.Contains(up, r.node) && leaders[r.node] <= most-2 {
+					targets = append(targets, fmt.Sprintf("n%d", r.node))
+				}
+			}
+			parts = append(parts, fmt.Sprintf("s%d led by n%d: transfer targets [%s]", s.id, id, strings.Join(targets, " ")))
+		}
+	}
+	return strings.Join(parts, "; ")
+}

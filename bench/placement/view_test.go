@@ -114,3 +114,18 @@ func TestParseInts(t *testing.T) {
 		}
 	}
 }
+
+// Node 1 leads s1..s3; only s2 has a voter on a node leading two fewer.
+func TestTransferOptions(t *testing.T) {
+	v := cluster3()
+	v.nodes = append(v.nodes, nodeView{id: 4, state: concordpb.NodeState_NODE_UP})
+	for i := range v.shards {
+		v.shards[i].leader = 1
+	}
+	v.shards[1].replicas = []replicaView{{node: 1}, {node: 2}, {node: 4}, {node: 3, learner: true}}
+	got := v.transferOptions()
+	want := "s1 led by n1: transfer targets [n2 n3]; s2 led by n1: transfer targets [n2 n4]; s3 led by n1: transfer targets [n2 n3]"
+	if got != want {
+		t.Errorf("transferOptions =\n%s\nwant\n%s", got, want)
+	}
+}
