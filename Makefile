@@ -170,6 +170,7 @@ bench-seeds: build
 # and YCSB A throughput during moves. Real processes on free ports, data in
 # temporary dirs; prints a markdown report, also written to
 # bench-out/placement.md (node logs in bench-out/placement-logs).
-# QUICK=1: 5,000 keys, 3 nodes, one 10 MiB rebuild (about two minutes).
+# QUICK=1: 5,000 keys, 3 nodes, moves under load only, one 10 MiB rebuild
+# (about two minutes: a join takes over a minute whatever the data).
 bench-placement: build
 	$(GO) run ./bench/placement $(if $(QUICK),-quick -out bench-out/placement-quick.md,-out bench-out/placement.md)

@@ -60,9 +60,14 @@ func (d *driver) balancePhase(ctx context.Context) error {
 	return d.keysPerNode(ctx, c, n)
 }
 
-// measureSize runs the moves at n nodes; the cluster is back at n after.
+// measureSize runs the moves at n nodes (N→N+1→N with no load unless
+// quick, then YCSB A alone, then N→N+1→N under it); the cluster is back at
+// n after.
 func (d *driver) measureSize(ctx context.Context, c *cluster, n int) error {
 	for _, loaded := range []bool{false, true} {
+		if !loaded && !d.p.idleMoves {
+			continue
+		}
 		if loaded {
 			w, err := d.ycsbBaseline(ctx, c, n)
 			if err != nil {
