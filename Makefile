@@ -8,7 +8,7 @@ DATA    ?= ./data
 DURATION ?= 30m
 FAULTS   ?=
 
-.PHONY: all build lib run test test-unit test-e2e test-no-thrash chromium test-netns bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds vet fmt generate clean
+.PHONY: all build lib run test test-unit test-e2e test-no-thrash chromium test-netns bench-redis bench-kv739 test-robustness test-hardening robustness robustness-mutants fuzz bench-compare bench-seeds bench-placement vet fmt generate clean
 
 all: build
 
@@ -167,3 +167,15 @@ clean:
 # bench-out/seeds-quick only, docs untouched.
 bench-seeds: build
 	$(GO) run ./bench/seeds $(if $(QUICK),-quick -out bench-out/seeds-quick,-out bench-out/seeds -docs docs)
+
+# Issue 11's placement measurements (docs/benchmarks.md, "Issue 11:
+# placement measurements"): time to balance after a join and a `node remove`
+# at 3, 5 and 7 nodes with 100,000 x 1 KiB keys, keys per node over 7 nodes,
+# rebuild of a node that lost its disk (100 MiB at 5 KiB-1.5 MiB values),
+# and YCSB A throughput during moves. Real processes on free ports, data in
+# temporary dirs; prints a markdown report, also written to
+# bench-out/placement.md (node logs in bench-out/placement-logs).
+# QUICK=1: 5,000 keys, 3 nodes, moves under load only, one 10 MiB rebuild
+# (about two minutes: a join takes over a minute whatever the data).
+bench-placement: build
+	$(GO) run ./bench/placement $(if $(QUICK),-quick -out bench-out/placement-quick.md,-out bench-out/placement.md)
