@@ -48,6 +48,10 @@ type Config struct {
 	LogKeepEntries, LogTruncateEntries uint64
 	// HeartbeatInterval is how often the node reports to the placement leader.
 	HeartbeatInterval time.Duration
+	// RepairInterval is how often the placement leader runs a scheduler
+	// round. A replica move takes about three rounds (add a learner,
+	// promote it, remove the excess voter), so this paces rebalancing.
+	RepairInterval time.Duration
 	// RedisAddr, when set, is where the node serves the Redis protocol
 	// (internal/redisapi); empty: off.
 	RedisAddr string
@@ -93,6 +97,7 @@ func DefaultConfig() Config {
 		LogKeepEntries:     5000,
 		LogTruncateEntries: 5000,
 		HeartbeatInterval:  time.Second,
+		RepairInterval:     500 * time.Millisecond,
 		SnapshotRateMiB:    64,
 		SuspectAfter:       5 * time.Second,
 		DeadAfter:          60 * time.Second,
@@ -127,7 +132,7 @@ func (c *Config) validate() error {
 		v   *time.Duration
 		def time.Duration
 	}{{&c.SessionTTL, d.SessionTTL}, {&c.TickInterval, d.TickInterval}, {&c.HeartbeatInterval, d.HeartbeatInterval},
-		{&c.SuspectAfter, d.SuspectAfter}, {&c.DeadAfter, d.DeadAfter}} {
+		{&c.RepairInterval, d.RepairInterval}, {&c.SuspectAfter, d.SuspectAfter}, {&c.DeadAfter, d.DeadAfter}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}

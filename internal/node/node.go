@@ -302,7 +302,7 @@ func (n *Node) startRaft() error {
 // (repair.go) and session expiry (sessions.go).
 func (n *Node) startLoops() {
 	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat)
-	n.goLoop(2*time.Second, n.repair)
+	n.goLoop(n.cfg.RepairInterval, n.repair)
 	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions)
 	n.goLoop(expiry.Interval, n.sweepExpired)
 }
