@@ -3,8 +3,8 @@ package storage
 import (
 	"fmt"
 	"math/rand/v2"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -117,6 +117,9 @@ func BenchmarkServerMixRead(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer e.Close()
+				if cfg.pebbleFlush {
+					stopFlusher(e)
+				}
 				var logEng *Engine
 				if cfg.logApart {
 					if logEng, err = openTuned(vfsDefault(), b.TempDir(), nil); err != nil {
@@ -181,6 +184,9 @@ func BenchmarkServerMixWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer e.Close()
+			if cfg.pebbleFlush {
+				stopFlusher(e)
+			}
 			var logEng *Engine
 			if cfg.logApart {
 				if logEng, err = openTuned(vfsDefault(), b.TempDir(), nil); err != nil {
@@ -202,14 +208,25 @@ var serverMixConfigs = []struct {
 	name     string
 	tune     func(*pebble.Options)
 	logApart bool
+	// pebbleFlush leaves flushing to Pebble alone (the engine before its
+	// flusher of queued memtables).
+	pebbleFlush bool
 }{
-	{"memtable=64MiB+cache=8MiB", tune(64<<20, 8<<20), false}, // Pebble's default cache
-	{"memtable=16MiB+cache=8MiB", tune(16<<20, 8<<20), false},
-	{"memtable=4MiB+cache=8MiB", tune(4<<20, 8<<20), false},
-	{"memtable=64MiB+cache=128MiB", tune(64<<20, 128<<20), false},
-	{"memtable=16MiB+cache=128MiB", tune(16<<20, 128<<20), false},
-	{"memtable=64MiB+cache=8MiB+log-apart", tune(64<<20, 8<<20), true},
-	{"memtable=64MiB+cache=128MiB+log-apart", tune(64<<20, 128<<20), true},
+	{"engine", nil, false, false},
+	{"cache=8MiB+pebble-flush", tune(64<<20, 8<<20), false, true}, // the engine before issue 14's storage work
+	{"cache=128MiB+pebble-flush", tune(64<<20, 128<<20), false, true},
+	{"memtable=16MiB", tune(16<<20, 0), false, false},
+	{"memtable=4MiB", tune(4<<20, 0), false, false},
+	{"engine+log-apart", nil, true, false},
+	{"cache=8MiB+pebble-flush+log-apart", tune(64<<20, 8<<20), true, true},
+}
+
+// stopFlusher stops e's flusher of queued memtables, for a benchmark of
+// Pebble's own flushing.
+func stopFlusher(e *Engine) {
+	close(e.stopFlusher)
+	<-e.flusherDone
+	e.stopFlusher = make(chan struct{}) // for Close
 }
 
 func tune(memtable uint64, cache int64) func(*pebble.Options) {
