@@ -27,10 +27,13 @@ type options struct {
 	keys                int
 	systems             []string
 	quick               bool
+	// only, when set, holds the ids of the workloads to run (-workloads).
+	only map[string]bool
 }
 
 // A workload is one `concord bench` invocation, named for the table.
 type workload struct {
+	id   string // for -workloads
 	name string
 	args []string
 	big  bool   // left out with -quick
@@ -40,13 +43,13 @@ type workload struct {
 }
 
 var workloads = []workload{
-	{name: "put, 1 client", args: []string{"--workload", "put", "--clients", "1", "--conns", "1"}, kind: "put", clients: 1, conns: 1},
-	{name: "put, 100 clients", args: []string{"--workload", "put", "--clients", "100", "--conns", "10"}, kind: "put", clients: 100, conns: 10},
-	{name: "put, 1000 clients", args: []string{"--workload", "put", "--clients", "1000", "--conns", "100"}, big: true},
-	{name: "get, 1 client", args: []string{"--workload", "get", "--clients", "1", "--conns", "1"}, kind: "get", clients: 1, conns: 1},
-	{name: "get, 100 clients", args: []string{"--workload", "get", "--clients", "100", "--conns", "10"}, kind: "get", clients: 100, conns: 10},
-	{name: "YCSB A, 100 clients", args: []string{"--workload", "a", "--clients", "100", "--conns", "10"}},
-	{name: "YCSB C, 100 clients", args: []string{"--workload", "c", "--clients", "100", "--conns", "10"}, big: true},
+	{id: "put-c1", name: "put, 1 client", args: []string{"--workload", "put", "--clients", "1", "--conns", "1"}, kind: "put", clients: 1, conns: 1},
+	{id: "put-c100", name: "put, 100 clients", args: []string{"--workload", "put", "--clients", "100", "--conns", "10"}, kind: "put", clients: 100, conns: 10},
+	{id: "put-c1000", name: "put, 1000 clients", args: []string{"--workload", "put", "--clients", "1000", "--conns", "100"}, big: true},
+	{id: "get-c1", name: "get, 1 client", args: []string{"--workload", "get", "--clients", "1", "--conns", "1"}, kind: "get", clients: 1, conns: 1},
+	{id: "get-c100", name: "get, 100 clients", args: []string{"--workload", "get", "--clients", "100", "--conns", "10"}, kind: "get", clients: 100, conns: 10},
+	{id: "ycsb-a", name: "YCSB A, 100 clients", args: []string{"--workload", "a", "--clients", "100", "--conns", "10"}},
+	{id: "ycsb-c", name: "YCSB C, 100 clients", args: []string{"--workload", "c", "--clients", "100", "--conns", "10"}, big: true},
 }
 
 // row is one line of the table.
@@ -76,7 +79,7 @@ func setCurrent(s *systems.System) { mu.Lock(); current = s; mu.Unlock() }
 
 func main() {
 	var o options
-	var systemList string
+	var systemList, workloadList string
 	flag.StringVar(&o.concord, "concord", "bin/concord", "the concord binary (load generator and server)")
 	flag.StringVar(&o.peers, "peers", ".cache/peers/bin", "where bench/peers.sh put etcd, benchmark and redis")
 	flag.StringVar(&o.out, "out", "bench-out/compare", "directory for logs, per-run JSON and the table")
@@ -84,8 +87,14 @@ func main() {
 	flag.IntVar(&o.keys, "keys", 10000, "key space of every workload")
 	flag.StringVar(&systemList, "systems", "etcd,redis-everysec,redis-always,concord", "systems to run, in order")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 s runs, no 1000-client or YCSB C rows")
+	flag.StringVar(&workloadList, "workloads", "", "workloads to run, by id (put-c1,put-c100,put-c1000,get-c1,get-c100,ycsb-a,ycsb-c); empty runs all, in that order")
 	flag.Parse()
 	o.systems = strings.Split(systemList, ",")
+	only, err := parseWorkloads(workloadList)
+	if err != nil {
+		fatal(err)
+	}
+	o.only = only
 	if o.quick {
 		o.duration = 2 * time.Second
 	}
@@ -122,6 +131,37 @@ func main() {
 	}
 }
 
+// parseWorkloads reads -workloads: a comma-separated list of workload ids.
+// An unknown id is an error, so that a typo does not silently run nothing.
+func parseWorkloads(list string) (map[string]bool, error) {
+	if list == "" {
+		return nil, nil
+	}
+	known := map[string]bool{}
+	var all []string
+	for _, w := range workloads {
+		known[w.id] = true
+		all = append(all, w.id)
+	}
+	only := map[string]bool{}
+	for _, id := range strings.Split(list, ",") {
+		if !known[id] {
+			return nil, fmt.Errorf("unknown workload %q (want some of %s)", id, strings.Join(all, ","))
+		}
+		only[id] = true
+	}
+	return only, nil
+}
+
+// runs reports whether w is part of this run. The order stays the table's:
+// puts run before gets, so gets read a store the puts filled.
+func (o options) runs(w workload) bool {
+	if o.only != nil {
+		return o.only[w.id]
+	}
+	return !(w.big && o.quick)
+}
+
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench-compare:", err)
 	os.Exit(1)
@@ -148,7 +188,7 @@ func runSystem(o options, name string) ([]row, error) {
 	var rows []row
 	rates := map[string]float64{}
 	for _, w := range workloads {
-		if w.big && o.quick {
+		if !o.runs(w) {
 			continue
 		}
 		r, err := runBench(o, s, w)

@@ -6,10 +6,23 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
+)
+
+const (
+	// MemTableSize is the size of each Pebble memtable.
+	MemTableSize = 64 << 20
+	// BlockCacheSize is Pebble's cache of uncompressed sstable blocks.
+	// Pebble's default, 8 MiB, is smaller than one flushed memtable of a
+	// node under a put load (its sstables hold the raft log entries next
+	// to the user data): a point read that misses the memtable then reads
+	// and decompresses its blocks again from the file on nearly every get
+	// (docs/benchmarks.md, "The memtable and the block cache").
+	BlockCacheSize = 128 << 20
 )
 
 // Engine is a node's Pebble database.
@@ -29,6 +42,8 @@ type Engine struct {
 	// Pebble, which would panic.
 	closeMu sync.RWMutex
 	closed  bool
+	// stopFlusher ends flushQueuedMemtables; flusherDone closes when it has.
+	stopFlusher, flusherDone chan struct{}
 }
 
 // FS is the file system an engine lives on (Pebble's vfs.FS), so that
@@ -46,7 +61,11 @@ func Open(dataDir string) (*Engine, error) { return OpenFS(vfs.Default, dataDir)
 // OpenFS is Open on fs. Tests pass vfs.NewMem() (reopening an engine on the
 // same MemFS finds what was synced) so that a whole cluster runs without
 // touching the disk.
-func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) {
+func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) { return openTuned(fs, dataDir, nil) }
+
+// openTuned is OpenFS with tune, if set, applied to the Pebble options
+// before defaults are filled in: benchmarks compare settings with it.
+func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, error) {
 	dir := filepath.Join(dataDir, "db")
 	aux := filepath.Join(dataDir, "aux")
 	for _, d := range []string{dir, aux} {
@@ -65,13 +84,20 @@ func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) {
 	if err := clearDir(fs, aux); err != nil {
 		return nil, err
 	}
+	cache := pebble.NewCache(BlockCacheSize)
+	// The DB takes its own reference; ours goes when Open returns.
+	defer cache.Unref()
 	opts := &pebble.Options{
 		// Set explicitly: an unset version means the oldest format, which
 		// lacks the excise support snapshot installation relies on.
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             quietLogger{},
-		MemTableSize:       64 << 20,
+		MemTableSize:       MemTableSize,
+		Cache:              cache,
 		FS:                 fs,
+	}
+	if tune != nil {
+		tune(opts)
 	}
 	// pebble.Open fills in defaults on a copy; NewSSTWriter derives its
 	// writer options from e.opts, which need them too (per-level block
@@ -81,7 +107,44 @@ func OpenFS(fs vfs.FS, dataDir string) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	return &Engine{db: db, opts: opts, fs: fs, dir: dir, auxDir: aux}, nil
+	e := &Engine{db: db, opts: opts, fs: fs, dir: dir, auxDir: aux,
+		stopFlusher: make(chan struct{}), flusherDone: make(chan struct{})}
+	go e.flushQueuedMemtables(memtableCheckInterval)
+	return e, nil
+}
+
+// Pebble's memtables start at 256 KiB and double up to MemTableSize, and
+// it flushes immutable ones only once they add up to half of MemTableSize:
+// a node that has written less than ~64 MiB since it opened holds up to
+// eight memtables (256 KiB ... 32 MiB), and every point read searches each
+// of their skiplists. That was most of a linearizable get's Pebble time in
+// benchmarks, which run in that state (docs/benchmarks.md, "The memtable
+// and the block cache"). So the engine flushes the queue itself once more
+// than maxMemtables are held; at full size Pebble flushes each memtable as
+// it fills and this never fires.
+const (
+	maxMemtables          = 2
+	memtableCheckInterval = 100 * time.Millisecond
+)
+
+// flushQueuedMemtables checks the memtable count every interval until Close.
+func (e *Engine) flushQueuedMemtables(interval time.Duration) {
+	defer close(e.flusherDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stopFlusher:
+			return
+		case <-t.C:
+		}
+		m := e.db.Metrics()
+		if m.MemTable.Count > maxMemtables && m.Flush.NumInProgress == 0 {
+			// AsyncFlush rotates the mutable memtable too and flushes the
+			// whole queue; the error is a closing DB, which Close handles.
+			_, _ = e.db.AsyncFlush()
+		}
+	}
 }
 
 // Close closes the database once the reads in progress through Read and
@@ -94,6 +157,8 @@ func (e *Engine) Close() error {
 		return ErrClosed
 	}
 	e.closed = true
+	close(e.stopFlusher)
+	<-e.flusherDone
 	return e.db.Close()
 }
 

@@ -1,0 +1,239 @@
+package storage
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/keys"
+)
+
+// serverMix writes what a node's engine receives under a put load (the
+// census of a live node's WAL, docs/benchmarks.md): per put a raft log
+// entry (~350 B), the user value (256 B), the client's session record and
+// the shard clock; per batch of 15 puts the hard state and applied state of
+// the shard; logs truncated as the host does (keep 5,000, drop 5,000 more).
+type serverMix struct {
+	shards      int
+	logs        []*RaftLog
+	next        []uint64
+	rng         *rand.Rand
+	userKeys    int
+	val, entry  []byte
+	keep, trunc uint64
+	// logEng, when set, takes the raft log and hard state (a separate raft
+	// engine); else they share the data engine.
+	logEng *Engine
+}
+
+func newServerMix(b *testing.B, e, logEng *Engine, shards, userKeys int) *serverMix {
+	if logEng == nil {
+		logEng = e
+	}
+	m := &serverMix{logEng: logEng, shards: shards, next: make([]uint64, shards), rng: rand.New(rand.NewPCG(1, 2)),
+		userKeys: userKeys, val: make([]byte, 260), entry: make([]byte, 330), keep: 5000, trunc: 5000}
+	for s := range shards {
+		l, err := LoadRaftLog(logEng.db, uint64ToShard(s))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.logs = append(m.logs, l)
+		m.next[s] = 1
+	}
+	// Every user key once, as the benchmark's preload does.
+	batch := e.db.NewBatch()
+	for k := range userKeys {
+		_ = batch.Set(m.userKey(k), m.val, nil)
+	}
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+func uint64ToShard(s int) ids.ShardID { return ids.ShardID(s + 1) }
+
+func vfsDefault() vfs.FS { return vfs.Default }
+
+func (m *serverMix) userKey(k int) []byte {
+	return keys.User(uint64(k%m.shards+1), fmt.Appendf(nil, "key-%012d", k))
+}
+
+// puts writes n puts of one shard as one batch, as one Ready of the host.
+func (m *serverMix) puts(b *testing.B, e *Engine, n int) {
+	s := m.rng.IntN(m.shards)
+	l := m.logs[s]
+	batch, lb := e.db.NewBatch(), e.db.NewBatch()
+	if m.logEng != e {
+		lb = m.logEng.db.NewBatch()
+	}
+	ents := make([]*pb.Entry, n)
+	for i := range ents {
+		ents[i] = &pb.Entry{Term: new(uint64(1)), Index: new(m.next[s]), Data: m.entry}
+		m.next[s]++
+		k := m.rng.IntN(m.userKeys)
+		_ = batch.Set(m.userKey(k), m.val, nil)
+		_ = batch.Set(keys.Session(uint64(s+1), uint64(m.rng.IntN(100))), make([]byte, 20), nil)
+		_ = batch.Set(keys.Clock(uint64(s+1)), make([]byte, 16), nil)
+	}
+	if err := l.Append(lb, ents); err != nil {
+		b.Fatal(err)
+	}
+	_ = SetProto(lb, keys.HardState(uint64(s+1)), &pb.HardState{Term: new(uint64(1)), Commit: new(m.next[s] - 1)})
+	_ = batch.Set(keys.Applied(uint64(s+1)), make([]byte, 12), nil)
+	if first, _ := l.FirstIndex(); m.next[s]-first > m.keep+m.trunc {
+		if err := l.Truncate(lb, m.next[s]-1-m.keep); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if m.logEng != e {
+		if err := lb.Commit(pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+	} else if err := batch.Apply(lb, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkServerMixRead is a linearizable get's Pebble read on a node
+// that has served puts: a random user key through a read view, after
+// `puts` puts filled the memtable(s) with the mix above. Random keys make
+// the memtable search cold, as on a live server.
+func BenchmarkServerMixRead(b *testing.B) {
+	for _, cfg := range serverMixConfigs {
+		for _, puts := range []int{0, 30_000, 100_000} {
+			b.Run(fmt.Sprintf("%s/puts=%d", cfg.name, puts), func(b *testing.B) {
+				e, err := openTuned(vfsDefault(), b.TempDir(), cfg.tune)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Close()
+				if cfg.pebbleFlush {
+					stopFlusher(e)
+				}
+				var logEng *Engine
+				if cfg.logApart {
+					if logEng, err = openTuned(vfsDefault(), b.TempDir(), nil); err != nil {
+						b.Fatal(err)
+					}
+					defer logEng.Close()
+				}
+				m := newServerMix(b, e, logEng, 16, 10_000)
+				for range puts / 15 {
+					m.puts(b, e, 15)
+				}
+				waitQuiet(b, e)
+				var sink int
+				get := func(r Reader) error {
+					v, closer, err := r.Get(m.userKey(m.rng.IntN(m.userKeys)))
+					if err != nil {
+						return err
+					}
+					sink += len(v)
+					return closer.Close()
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					v, err := e.NewReadView(1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := v.Read(get); err != nil {
+						b.Fatal(err)
+					}
+					v.Release()
+				}
+				met := e.db.Metrics()
+				b.ReportMetric(float64(met.MemTable.Count), "memtables")
+				b.ReportMetric(float64(met.MemTable.Size>>20), "memtable-MiB")
+				b.ReportMetric(float64(met.Levels[0].TablesCount), "L0-tables")
+			})
+		}
+	}
+}
+
+// waitQuiet waits for the engine's flushes and compactions to end, so that
+// a read benchmark does not time them.
+func waitQuiet(b *testing.B, e *Engine) {
+	for {
+		m := e.db.Metrics()
+		if m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition; nothing to wait on
+	}
+}
+
+// BenchmarkServerMixWrite is the engine's share of a put: one op is a batch
+// of 15 puts (a Ready's worth) of the mix above, committed without sync.
+func BenchmarkServerMixWrite(b *testing.B) {
+	for _, cfg := range serverMixConfigs {
+		b.Run(cfg.name, func(b *testing.B) {
+			e, err := openTuned(vfsDefault(), b.TempDir(), cfg.tune)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			if cfg.pebbleFlush {
+				stopFlusher(e)
+			}
+			var logEng *Engine
+			if cfg.logApart {
+				if logEng, err = openTuned(vfsDefault(), b.TempDir(), nil); err != nil {
+					b.Fatal(err)
+				}
+				defer logEng.Close()
+			}
+			m := newServerMix(b, e, logEng, 16, 10_000)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				m.puts(b, e, 15)
+			}
+		})
+	}
+}
+
+var serverMixConfigs = []struct {
+	name     string
+	tune     func(*pebble.Options)
+	logApart bool
+	// pebbleFlush leaves flushing to Pebble alone (the engine before its
+	// flusher of queued memtables).
+	pebbleFlush bool
+}{
+	{"engine", nil, false, false},
+	{"cache=8MiB+pebble-flush", tune(64<<20, 8<<20), false, true}, // the engine before issue 14's storage work
+	{"cache=128MiB+pebble-flush", tune(64<<20, 128<<20), false, true},
+	{"memtable=16MiB", tune(16<<20, 0), false, false},
+	{"memtable=4MiB", tune(4<<20, 0), false, false},
+	{"engine+log-apart", nil, true, false},
+	{"cache=8MiB+pebble-flush+log-apart", tune(64<<20, 8<<20), true, true},
+}
+
+// stopFlusher stops e's flusher of queued memtables, for a benchmark of
+// Pebble's own flushing.
+func stopFlusher(e *Engine) {
+	close(e.stopFlusher)
+	<-e.flusherDone
+	e.stopFlusher = make(chan struct{}) // for Close
+}
+
+func tune(memtable uint64, cache int64) func(*pebble.Options) {
+	return func(o *pebble.Options) {
+		o.MemTableSize = memtable
+		if cache > 0 {
+			o.Cache = pebble.NewCache(cache) // leaked: a benchmark's engine; replaces the engine's
+		}
+	}
+}
