@@ -390,6 +390,10 @@ func (n *Node) addNode(ctx context.Context, addr string, token []byte) (ids.Node
 	// The join is the new node's first word: its silence counts from now,
 	// not from when this placement leader began listening.
 	n.placement.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: res.GetNodeId()}})
+	// Plan now: the node's replacements (of a wiped predecessor or of a
+	// dead node's replicas) and its first balancing moves need not wait
+	// for the next tick.
+	n.placement.kickRepair()
 	return ids.NodeID(res.GetNodeId()), res.GetNodes(), nil
 }
 

@@ -28,8 +28,11 @@ func (n *Node) repair(context.Context) {
 		n.log.Debug("placement view", "err", err)
 		return
 	}
-	// This node's own leaderships are first-hand: fresher than any report.
-	v.LeaderOverride = map[ids.ShardID]ids.NodeID{}
+	// This node's own leaderships are first-hand: fresher than any report,
+	// and than the transfers it saw succeed (placementState.view).
+	if v.LeaderOverride == nil {
+		v.LeaderOverride = map[ids.ShardID]ids.NodeID{}
+	}
 	for _, info := range n.host.Infos() {
 		if info.IsLeader {
 			v.LeaderOverride[info.Shard] = n.ID()
@@ -63,6 +66,7 @@ func (n *Node) execute(s scheduler.Step) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
+		defer n.placement.kickRepair() // the shard's next step may be due at once
 		defer n.placement.end(shard)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -94,8 +98,17 @@ func (n *Node) runStep(ctx context.Context, s scheduler.Step) {
 		return
 	}
 	n.log.Info("scheduler step done", "step", scheduler.DescribeStep(s), "epoch", desc.GetEpoch())
+	if s.Kind == scheduler.StepTransferLeader {
+		n.placement.transferDone(s.Shard, s.ReplicaNode, time.Now())
+	}
 	if desc != nil {
-		n.recordDescriptor(desc)
+		// Recorded before the step ends, so that the next round, which
+		// no longer sees the step in flight, sees its result: planned from
+		// the old descriptor, it would count the replicas wrongly and
+		// balance or repair again what this step just did.
+		if err := n.proposeDescriptor(ctx, desc); err != nil {
+			n.log.Debug("record shard descriptor", "shard", desc.GetShardId(), "err", err)
+		}
 	}
 }
 

@@ -102,8 +102,12 @@ func newPlanner(v View) *planner {
 		p.countInFlight(shard, s)
 	}
 	for _, d := range p.shards {
-		for _, r := range p.predictVictims(d) {
-			moving[pair{ids.ShardID(d.GetShardId()), ids.NodeID(r.GetNodeId())}] = true
+		p.predictVictims(d)
+	}
+	p.evenVictims()
+	for shard, victims := range p.victims {
+		for _, r := range victims {
+			moving[pair{shard, ids.NodeID(r.GetNodeId())}] = true
 		}
 	}
 	for k := range moving {
@@ -120,12 +124,12 @@ func newPlanner(v View) *planner {
 // shards are visited in id order, each prediction lowering its node's
 // count for the next, so excess spread over several shards is taken from
 // the most loaded nodes, one replica each, rather than all from one.
-func (p *planner) predictVictims(d *concordpb.ShardDescriptor) []*concordpb.ReplicaDescriptor {
+func (p *planner) predictVictims(d *concordpb.ShardDescriptor) {
 	shard := ids.ShardID(d.GetShardId())
 	c := p.classify(d, p.via(shard))
 	excess := c.good + p.adding[shard] - c.want
 	if c.want == 0 || excess <= 0 {
-		return nil
+		return
 	}
 	var spare []*concordpb.ReplicaDescriptor
 	var removing *concordpb.ReplicaDescriptor
@@ -133,7 +137,7 @@ func (p *planner) predictVictims(d *concordpb.ShardDescriptor) []*concordpb.Repl
 		if !isVoter(r) || !p.nodes[ids.NodeID(r.GetNodeId())].good {
 			continue
 		}
-		if s, ok := p.v.InFlightSteps[shard]; ok && s.Kind == StepRemoveReplica && s.Replica == ids.ReplicaID(r.GetReplicaId()) {
+		if p.removing(shard, r) {
 			removing = r // already on its way out: the first victim
 			continue
 		}
@@ -148,7 +152,100 @@ func (p *planner) predictVictims(d *concordpb.ShardDescriptor) []*concordpb.Repl
 		p.leaving[ids.NodeID(r.GetNodeId())]++
 	}
 	p.victims[shard] = victims
-	return victims
+}
+
+// evenVictims improves the predicted victims until no change helps. The
+// shard-by-shard prediction can pile the removals on a few nodes (a node
+// holding only shards whose other holders are as loaded is never picked);
+// balancing would then see those nodes short and move replicas onto them,
+// between old nodes, which other removals would have spared. So while
+// some node that is a victim will hold at least two fewer than a node
+// reachable from it, the victim role is passed along the chain: in a
+// shard where the low node is a victim, to another of its voters, which
+// hands on its own victim role in another shard, and so on, up to the
+// high node. Only the chain's ends change counts (one more on the low
+// node, one fewer on the high), so the sum of the squared counts falls
+// and it ends; when no chain is left, no other choice of victims is more
+// even. A victim being removed already, or on a suspect node, stays.
+func (p *planner) evenVictims() {
+	for p.passVictim() {
+	}
+}
+
+// hop is one link of a victim chain: in shard, the victim at index i (on
+// the previous node) becomes voter r.
+type hop struct {
+	from  ids.NodeID
+	shard ids.ShardID
+	i     int
+	r     *concordpb.ReplicaDescriptor
+}
+
+// passVictim finds one chain (evenVictims) and applies it; false if none.
+func (p *planner) passVictim() bool {
+	lows := slices.Clone(p.order)
+	slices.SortStableFunc(lows, func(a, b ids.NodeID) int { return cmp.Compare(p.final(a), p.final(b)) })
+	for _, low := range lows {
+		if p.leaving[low] == 0 {
+			continue // a victim nowhere: nothing to hand on
+		}
+		if chain := p.victimChain(low); chain != nil {
+			for _, h := range chain {
+				p.victims[h.shard][h.i] = h.r
+				p.leaving[h.from]--
+				p.leaving[ids.NodeID(h.r.GetNodeId())]++
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// victimChain searches breadth first, in id order, for a chain from low
+// to a node that will hold at least two more; nil if there is none. A
+// chain uses each shard once.
+func (p *planner) victimChain(low ids.NodeID) []hop {
+	prev := map[ids.NodeID]hop{low: {}}
+	queue := []ids.NodeID{low}
+	for len(queue) > 0 {
+		a := queue[0]
+		queue = queue[1:]
+		used := map[ids.ShardID]bool{}
+		for n := a; n != low; n = prev[n].from {
+			used[prev[n].shard] = true
+		}
+		for _, d := range p.shards {
+			shard := ids.ShardID(d.GetShardId())
+			victims := p.victims[shard]
+			i := slices.IndexFunc(victims, func(r *concordpb.ReplicaDescriptor) bool { return ids.NodeID(r.GetNodeId()) == a })
+			if used[shard] || i < 0 || p.removing(shard, victims[i]) || p.nodes[a].state == concordpb.NodeState_NODE_SUSPECT {
+				continue
+			}
+			for _, r := range sortedReplicas(d) {
+				b := ids.NodeID(r.GetNodeId())
+				j := p.nodes[b]
+				if _, seen := prev[b]; seen || !isVoter(r) || !j.good || j.state == concordpb.NodeState_NODE_SUSPECT || slices.Contains(victims, r) {
+					continue
+				}
+				prev[b] = hop{from: a, shard: shard, i: i, r: r}
+				if p.final(b) >= p.final(low)+2 {
+					var chain []hop
+					for n := b; n != low; n = prev[n].from {
+						chain = append(chain, prev[n])
+					}
+					return chain
+				}
+				queue = append(queue, b)
+			}
+		}
+	}
+	return nil
+}
+
+// removing reports whether a step in flight is removing replica r of shard.
+func (p *planner) removing(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bool {
+	s, ok := p.v.InFlightSteps[shard]
+	return ok && s.Kind == StepRemoveReplica && s.Replica == ids.ReplicaID(r.GetReplicaId())
 }
 
 // countInFlight counts step s, still executing on shard, as done where
