@@ -65,9 +65,9 @@ type Settings struct {
 // transport's rate limit, so four at a time stay far below what a node
 // can take. 1,000 entries: the learner's applied index and the leader's
 // commit index come from reports up to a heartbeat apart, so under load
-// the comparison carries a second of the shard's writes; with 100, a
-// shard taking more than 100 writes a second never looked caught up and
-// its learner was never promoted. A voter a few hundred entries behind
+// the comparison carries up to a second of the shard's writes; with 100,
+// the learner of a shard taking more than 100 writes a second looked
+// behind whenever its report was the older one, and waited. A voter a few hundred entries behind
 // catches up from the log in milliseconds, and the quorum it joins has
 // the others.
 func DefaultSettings(heartbeat time.Duration) Settings {
