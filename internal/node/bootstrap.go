@@ -284,6 +284,11 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 		return err
 	}
 	drop := 0
+	// Retry soon at first: a member that cannot answer yet is usually
+	// waiting for the meta shard's new leader (the one that died may be
+	// the node this one replaces), elected within a second or two; a
+	// rebuild should not wait a whole second more. Then once a second.
+	wait := 100 * time.Millisecond
 	for round := 0; ; round++ {
 		var lastErr error
 		for _, via := range addrs {
@@ -308,8 +313,9 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 			return ctx.Err()
 		case <-n.stopC:
 			return fmt.Errorf("node stopped while joining")
-		case <-time.After(time.Second):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, time.Second)
 	}
 }
 
