@@ -284,6 +284,11 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 		return err
 	}
 	drop := 0
+	// Retry soon at first: a member that cannot answer yet is usually
+	// waiting for the meta shard's new leader (the one that died may be
+	// the node this one replaces), elected within a second or two; a
+	// rebuild should not wait a whole second more. Then once a second.
+	wait := 100 * time.Millisecond
 	for round := 0; ; round++ {
 		var lastErr error
 		for _, via := range addrs {
@@ -308,8 +313,9 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 			return ctx.Err()
 		case <-n.stopC:
 			return fmt.Errorf("node stopped while joining")
-		case <-time.After(time.Second):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, time.Second)
 	}
 }
 
@@ -390,6 +396,10 @@ func (n *Node) addNode(ctx context.Context, addr string, token []byte) (ids.Node
 	// The join is the new node's first word: its silence counts from now,
 	// not from when this placement leader began listening.
 	n.placement.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: res.GetNodeId()}})
+	// Plan now: the node's replacements (of a wiped predecessor or of a
+	// dead node's replicas) and its first balancing moves need not wait
+	// for the next tick.
+	n.placement.kickRepair()
 	return ids.NodeID(res.GetNodeId()), res.GetNodes(), nil
 }
 

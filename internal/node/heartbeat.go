@@ -27,6 +27,18 @@ type placementState struct {
 	loads    map[ids.NodeID]load             // guarded by mu: the load in each node's last report
 	inflight map[ids.ShardID]bool            // guarded by mu: shards with a repair (key shard) or descriptor update (key shard|descriptorBusy) under way, nodes with a mark (key node|markBusy)
 	steps    map[ids.ShardID]scheduler.Step  // guarded by mu: the step each shard's repair executes (a move, for the per-node cap)
+	// transferred holds, per shard, the leadership transfer this node last
+	// saw succeed and when (guarded by mu): first-hand knowledge of the
+	// new leader, newer than any report until the new leader's report
+	// arrives (view puts it in View.LeaderOverride until then). Without
+	// it the rounds in between plan from the old leader: they send steps
+	// to a node that no longer leads, and leader balancing moves more
+	// leaderships off it than it should.
+	transferred map[ids.ShardID]transfer
+	// kick asks the repair loop for a round now (capacity one: kicks
+	// coalesce), on a join and when a step ends, so the next step of a
+	// move need not wait for the next tick.
+	kick chan struct{}
 	// observedSince is when this node, as placement leader, built its
 	// first view (guarded by mu); zero while it does not lead. The
 	// scheduler judges silence from it for nodes that have not reported
@@ -42,6 +54,61 @@ type placementState struct {
 	// placement leader the cached routes name, which may be dead for good
 	// (only a heartbeat answer refreshes those routes).
 	heartbeatFailed atomic.Bool
+}
+
+// transfer is a leadership transfer that succeeded: to node, at.
+type transfer struct {
+	node ids.NodeID
+	at   time.Time
+}
+
+// transferDone records that shard's leadership moved to node at now.
+func (m *placementState) transferDone(shard ids.ShardID, node ids.NodeID, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.transferred == nil {
+		m.transferred = map[ids.ShardID]transfer{}
+	}
+	m.transferred[shard] = transfer{node: node, at: now}
+}
+
+// transferOverrides returns the leaders of the transfers recorded that no
+// report received since names a leader for (caller holds mu); it forgets
+// the others, and any older than maxAge (reports would have shown them).
+func (m *placementState) transferOverrides(now time.Time, maxAge time.Duration) map[ids.ShardID]ids.NodeID {
+	out := map[ids.ShardID]ids.NodeID{}
+	for shard, t := range m.transferred {
+		if now.Sub(t.at) > maxAge || m.reportedLeader(shard, t.at) {
+			delete(m.transferred, shard)
+			continue
+		}
+		out[shard] = t.node
+	}
+	return out
+}
+
+// reportedLeader reports whether a report received after since claims
+// shard's leadership (caller holds mu).
+func (m *placementState) reportedLeader(shard ids.ShardID, since time.Time) bool {
+	for _, r := range m.reports {
+		if !r.At.After(since) {
+			continue
+		}
+		for _, rs := range r.Replicas {
+			if ids.ShardID(rs.GetShardId()) == shard && rs.GetIsLeader() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// kickRepair asks for a repair round now; a kick already pending covers it.
+func (m *placementState) kickRepair() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 }
 
 // load is what a node reports about its use, for status pages.
@@ -109,6 +176,7 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 	if len(m.steps) > 0 {
 		v.InFlightSteps = maps.Clone(m.steps)
 	}
+	v.LeaderOverride = m.transferOverrides(now, s.ReportMaxAge)
 	return v
 }
 
@@ -304,12 +372,19 @@ func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
 		defer n.placement.end(key)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
-			Kind: &storepb.Command_UpdateDescriptor{UpdateDescriptor: &storepb.UpdateDescriptor{Shard: proto.CloneOf(d)}}})
-		if err != nil {
+		if err := n.proposeDescriptor(ctx, d); err != nil {
 			n.log.Debug("record shard descriptor", "shard", d.GetShardId(), "err", err)
 		}
 	}()
+}
+
+// proposeDescriptor proposes d to the placement state and waits for it to
+// apply here. The state machine keeps the higher epoch, so proposing a
+// descriptor twice, or an older one, changes nothing.
+func (n *Node) proposeDescriptor(ctx context.Context, d *concordpb.ShardDescriptor) error {
+	_, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
+		Kind: &storepb.Command_UpdateDescriptor{UpdateDescriptor: &storepb.UpdateDescriptor{Shard: proto.CloneOf(d)}}})
+	return err
 }
 
 // placementLeaderHint names the node to ask for placement requests when the

@@ -169,6 +169,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, sec: sec, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), failed: make(chan struct{}), drainTimeout: 2 * time.Second}
+	n.placement.kick = make(chan struct{}, 1)
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
 	n.seen.m = map[ids.NodeID]*seenEntry{}
 	n.conns.m = map[string]*grpc.ClientConn{}
@@ -301,28 +302,37 @@ func (n *Node) startRaft() error {
 // placement leader (heartbeat.go), replica repair on the placement leader
 // (repair.go) and session expiry (sessions.go).
 func (n *Node) startLoops() {
-	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat)
-	n.goLoop(n.cfg.RepairInterval, n.repair)
-	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions)
-	n.goLoop(expiry.Interval, n.sweepExpired)
+	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, nil, true)
+	n.goLoop(n.cfg.RepairInterval, n.repair, n.placement.kick, false)
+	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions, nil, false)
+	n.goLoop(expiry.Interval, n.sweepExpired, nil, false)
 }
 
-// goLoop runs f every interval until the node stops.
-func (n *Node) goLoop(interval time.Duration, f func(ctx context.Context)) {
+// goLoop runs f every interval until the node stops, and also whenever
+// kick (nil: never) delivers, and once at the start if now is set (the
+// heartbeat: a joining node is heard of at once, not an interval later).
+func (n *Node) goLoop(interval time.Duration, f func(ctx context.Context), kick <-chan struct{}, now bool) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		run := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), max(interval, 2*time.Second))
+			defer cancel()
+			f(ctx)
+		}
+		if now {
+			run()
+		}
 		for {
 			select {
 			case <-n.stopC:
 				return
 			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), max(interval, 2*time.Second))
-				f(ctx)
-				cancel()
+			case <-kick:
 			}
+			run()
 		}
 	}()
 }

@@ -28,8 +28,11 @@ func (n *Node) repair(context.Context) {
 		n.log.Debug("placement view", "err", err)
 		return
 	}
-	// This node's own leaderships are first-hand: fresher than any report.
-	v.LeaderOverride = map[ids.ShardID]ids.NodeID{}
+	// This node's own leaderships are first-hand: fresher than any report,
+	// and than the transfers it saw succeed (placementState.view).
+	if v.LeaderOverride == nil {
+		v.LeaderOverride = map[ids.ShardID]ids.NodeID{}
+	}
 	for _, info := range n.host.Infos() {
 		if info.IsLeader {
 			v.LeaderOverride[info.Shard] = n.ID()
@@ -63,22 +66,29 @@ func (n *Node) execute(s scheduler.Step) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer n.placement.end(shard)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		n.runStep(ctx, s)
+		ok := n.runStep(ctx, s)
+		n.placement.end(shard)
+		if ok {
+			// The shard's next step may be due at once. Not after a
+			// failure: planned again at once from the same view, the step
+			// would fail again at once (a leader that died and whose
+			// reports are still fresh), a busy loop; the tick retries it.
+			n.placement.kickRepair()
+		}
 	}()
 }
 
 // runStep asks the shard's leader (s.Via, possibly this node) to make step
 // s, planned against descriptor epoch s.Epoch: a leader whose shard changed
 // since refuses it (Aborted), and the next round plans again. Each outcome
-// is logged and counted (Node.StepCounts).
-func (n *Node) runStep(ctx context.Context, s scheduler.Step) {
+// is logged and counted (Node.StepCounts); it reports whether s was made.
+func (n *Node) runStep(ctx context.Context, s scheduler.Step) bool {
 	c, fctx, err := n.clusterClient(ctx, s.Via)
 	if err != nil {
 		n.steps.record(s.Kind, err)
-		return
+		return false
 	}
 	var desc *concordpb.ShardDescriptor
 	if s.Kind == scheduler.StepTransferLeader {
@@ -91,12 +101,22 @@ func (n *Node) runStep(ctx context.Context, s scheduler.Step) {
 	n.steps.record(s.Kind, err)
 	if err != nil {
 		n.log.Info("scheduler step not done yet", "step", scheduler.DescribeStep(s), "err", err)
-		return
+		return false
 	}
 	n.log.Info("scheduler step done", "step", scheduler.DescribeStep(s), "epoch", desc.GetEpoch())
-	if desc != nil {
-		n.recordDescriptor(desc)
+	if s.Kind == scheduler.StepTransferLeader {
+		n.placement.transferDone(s.Shard, s.ReplicaNode, time.Now())
 	}
+	if desc != nil {
+		// Recorded before the step ends, so that the next round, which
+		// no longer sees the step in flight, sees its result: planned from
+		// the old descriptor, it would count the replicas wrongly and
+		// balance or repair again what this step just did.
+		if err := n.proposeDescriptor(ctx, desc); err != nil {
+			n.log.Debug("record shard descriptor", "shard", desc.GetShardId(), "err", err)
+		}
+	}
+	return true
 }
 
 // changeRequest is the ChangeReplicas request that makes membership step s.

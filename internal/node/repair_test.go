@@ -2,6 +2,7 @@ package node
 
 import (
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -31,4 +32,45 @@ func TestChangeRequest(t *testing.T) {
 			t.Errorf("%s: request %v, want %v", scheduler.DescribeStep(c.step), got, c.want)
 		}
 	}
+}
+
+// TestTransferOverridesStaleReports protects the executor's memory of
+// leadership transfers: once one succeeds, the view names the new leader
+// (View.LeaderOverride) while the reports still name the old one, and
+// stops once a report newer than the transfer names a leader, or once the
+// transfer is older than a report may be.
+func TestTransferOverridesStaleReports(t *testing.T) {
+	var m placementState
+	s := scheduler.DefaultSettings(time.Second)
+	t0 := time.Now()
+	m.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 1},
+		Replicas: []*concordpb.ReplicaStatus{{ShardId: 7, ReplicaId: 1, NodeId: 1, IsLeader: true, Term: 2}}})
+	m.transferDone(7, 2, time.Now())
+	if got := m.view(t0, s, nil, nil).LeaderOverride; got[7] != 2 {
+		t.Fatalf("after the transfer, overrides %v, want s7 led by n2", got)
+	}
+	time.Sleep(time.Millisecond) // the next report must be received after the transfer
+	m.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 2},
+		Replicas: []*concordpb.ReplicaStatus{{ShardId: 7, ReplicaId: 2, NodeId: 2, IsLeader: true, Term: 3}}})
+	if got := m.view(time.Now(), s, nil, nil).LeaderOverride; len(got) != 0 {
+		t.Fatalf("a newer report names the leader, yet overrides %v", got)
+	}
+	m.transferDone(8, 3, t0)
+	if got := m.view(t0.Add(s.ReportMaxAge+time.Second), s, nil, nil).LeaderOverride; len(got) != 0 {
+		t.Fatalf("a transfer older than ReportMaxAge still overrides: %v", got)
+	}
+}
+
+// TestKickRepairCoalesces protects the repair loop's wake-up: kicks never
+// block the caller (a join, a step's end), and many become one round.
+func TestKickRepairCoalesces(t *testing.T) {
+	m := placementState{kick: make(chan struct{}, 1)}
+	for range 5 {
+		m.kickRepair()
+	}
+	if len(m.kick) != 1 {
+		t.Fatalf("%d kicks pending, want 1", len(m.kick))
+	}
+	var none placementState // a node built without the channel: kicks are dropped
+	none.kickRepair()
 }

@@ -7,52 +7,69 @@ import (
 	"github.com/concord-kv/concord/internal/ids"
 )
 
-// Balancing runs only on a settled cluster (planner.settled) and only among
-// eligible nodes. A count is "within one of the mean" when
+// Balancing runs on a calm cluster (planner.calm: no node suspect, no
+// shard being repaired), among eligible nodes, on the shards no rule gave
+// a step this round, and alongside the moves already under way: it
+// balances the counts the nodes will have once those are done
+// (planner.final: the replicas the descriptors list, learners included,
+// less the excess voters their shards will lose), so it neither waits for
+// a move to finish before planning the next nor plans one a move under
+// way already makes. A count is "within one of the mean" when
 // |count - total/N| <= 1, computed as |count*N - total| <= N so no
 // rounding enters. Nothing moves while every count is within one: a
 // balanced cluster makes no moves, however long it runs. Every move goes
-// from a node to one holding at least two fewer, so the sum of the squared
-// counts falls with each and balancing ends.
+// from a node to one that will hold at least two fewer, so the sum of the
+// squared counts falls with each and balancing ends.
 
-// balanceReplicas plans replica moves while some eligible node's replica
+// balanceReplicas plans replica moves while some eligible node's final
 // count is not within one of the mean: a learner on the low node, which
 // the repair rules then promote, after which the shard has one voter too
-// many and loses the one on the most loaded node (the high node, or one as
-// loaded). A round plans several moves, but each node takes part in at
-// most one of them, so that the removals that follow find the counts the
-// moves were planned on.
-func (p *planner) balanceReplicas() []Step {
+// many and loses the one predicted (planner.predictVictims: the most
+// loaded holder, counting the moves under way). A round plans as many
+// moves as the per-node caps allow (Settings.MaxMovesPerNode, counting
+// the moves under way and the removal each new move will make at its
+// source), each on its own shard.
+func (p *planner) balanceReplicas(stepped map[ids.ShardID]bool) []Step {
 	if p.s.Replication <= 0 {
 		return nil
 	}
 	elig := p.eligibleNodes()
-	used, stepped := map[ids.NodeID]bool{}, map[ids.ShardID]bool{}
 	var out []Step
-	for !withinOne(elig, p.replicas) {
-		s, src, ok := p.replicaMove(elig, used, stepped)
+	for !withinOne(elig, p.finals(elig)) {
+		s, src, ok := p.replicaMove(elig, stepped)
 		if !ok {
 			break
 		}
-		used[src], used[s.Target], stepped[s.Shard] = true, true, true
-		p.replicas[src]--
+		stepped[s.Shard] = true
+		p.leaving[src]++
 		p.moves[src]++
 		out = append(out, s)
 	}
 	return out
 }
 
-// replicaMove finds one move: from the most loaded unused node to the
-// least loaded unused node holding at least two fewer, trying the pairs in
-// that order; the shard is the lowest-numbered movable one, preferring
-// shards the source does not lead (their removal then needs no transfer).
-func (p *planner) replicaMove(elig []ids.NodeID, used map[ids.NodeID]bool, stepped map[ids.ShardID]bool) (Step, ids.NodeID, bool) {
-	for _, src := range byCount(elig, p.replicas, true) {
-		if used[src] || !p.underCap(src) {
+// finals maps each of nodes to its final count (planner.final).
+func (p *planner) finals(nodes []ids.NodeID) map[ids.NodeID]int {
+	out := make(map[ids.NodeID]int, len(nodes))
+	for _, id := range nodes {
+		out[id] = p.final(id)
+	}
+	return out
+}
+
+// replicaMove finds one move: from the node with the highest final count
+// to the one with the lowest that will hold at least two fewer, both under
+// their caps, trying the pairs in that order; the shard is the
+// lowest-numbered movable one, preferring shards the source does not lead
+// (their removal then needs no transfer).
+func (p *planner) replicaMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (Step, ids.NodeID, bool) {
+	finals := p.finals(elig)
+	for _, src := range byCount(elig, finals, true) {
+		if !p.underCap(src) {
 			continue
 		}
-		for _, dst := range byCount(elig, p.replicas, false) {
-			if used[dst] || !p.underCap(dst) || p.replicas[src]-p.replicas[dst] < 2 {
+		for _, dst := range byCount(elig, finals, false) {
+			if !p.underCap(dst) || finals[src]-finals[dst] < 2 {
 				continue
 			}
 			if c, ok := p.movable(src, dst, stepped); ok {
@@ -64,8 +81,8 @@ func (p *planner) replicaMove(elig []ids.NodeID, used map[ids.NodeID]bool, stepp
 }
 
 // movable is the shard to move from src to dst: healthy (a known leader,
-// nothing in flight, exactly its count of replicas, all voters on eligible
-// nodes), with a replica on src and none on dst.
+// nothing in flight, no step this round, exactly its count of replicas,
+// all voters on eligible nodes), with a replica on src and none on dst.
 func (p *planner) movable(src, dst ids.NodeID, stepped map[ids.ShardID]bool) (shardView, bool) {
 	var fallback *shardView
 	for _, d := range p.shards {
@@ -103,11 +120,13 @@ func (p *planner) allEligible(c shardView) bool {
 // balanceLeaders plans leadership transfers while some eligible node's
 // leader count is not within one of the mean: from the node leading the
 // most to the one leading the fewest (at least two fewer) that holds a
-// running voter of one of its shards; several per round, each on its own
-// shard.
-func (p *planner) balanceLeaders() []Step {
+// caught-up voter of one of its shards; several per round, each on a
+// shard that has no step this round. It runs in the same round as replica
+// balancing: a transfer is one message, and a shard whose voter a move
+// removes hands its leadership on (rule 4) to the node leading the
+// fewest, which keeps the counts near the mean while replicas move.
+func (p *planner) balanceLeaders(stepped map[ids.ShardID]bool) []Step {
 	elig := p.eligibleNodes()
-	stepped := map[ids.ShardID]bool{}
 	var out []Step
 	for !withinOne(elig, p.leads) {
 		s, ok := p.leaderMove(elig, stepped)
@@ -134,7 +153,7 @@ func (p *planner) leaderMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (S
 					continue
 				}
 				r := replicaOn(d, dst)
-				if r == nil || !isVoter(r) || p.replicaStatus(shard, r) == nil {
+				if r == nil || !isVoter(r) || !p.caughtUp(shard, r) {
 					continue
 				}
 				return p.classify(d, src).with(StepTransferLeader, r), true

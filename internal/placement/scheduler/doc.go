@@ -54,24 +54,38 @@
 //  4. StepRemoveReplica of: a learner on a node that is not good; a voter
 //     on a node that is not live, once the good voters are back to the
 //     wanted count; a voter on a leaving node, once the good voters are as
-//     many as the shard can get; a good voter in excess (suspect node
-//     first, then most loaded). Never one that would leave the voters
-//     without a live quorum, and never the leader's: its leadership moves
-//     first (StepTransferLeader).
+//     many as the shard can get; a good voter in excess, the one
+//     predicted (suspect node first, then the node that will hold the
+//     most once the moves under way are done). Never one that would leave
+//     the voters without a live quorum, and never the leader's: its
+//     leadership moves first (StepTransferLeader).
 //  5. A leader on a SUSPECT or LEAVING node: StepTransferLeader to a
-//     running voter on an eligible node leading the fewest shards.
+//     running voter on an eligible node, caught up if any is, leading the
+//     fewest shards (counting transfers in flight).
 //
-// Only on a settled cluster (no shard step this round, nothing in flight,
-// no learner, no suspect node) does it balance, among eligible nodes:
-// replica counts first (a learner on a node at least two below a node
-// holding more; the excess voter is removed by rule 4 after promotion;
-// each node in at most one such move per round), then leader counts
-// (transfers). Either stops once every count is within one of the mean, so
-// a balanced cluster plans nothing, however long it runs.
+// Then balancing, unless a node is SUSPECT or some shard is being
+// repaired (a replacement, a removal from a node that is not good, a
+// leadership moved off one, or fewer good voters than wanted while an
+// eligible node could take one): repair keeps the move caps to itself.
+// Among eligible nodes, and on shards that got no step this round, it
+// balances replica counts (a learner on a node that will hold at least
+// two fewer than a more loaded one; the excess voter is removed by rule 4
+// after promotion) and, in the same round, leader counts (transfers to
+// caught-up voters). It balances the counts the nodes will have once the
+// moves under way are done: the descriptors' replicas, learners included,
+// plus the adds still executing, less the excess voters their shards will
+// lose, predicted as rule 4 will pick them (planner.predictVictims, made
+// as even as any choice by planner.evenVictims). So it keeps several moves
+// going at once, up to the caps, without waiting for one to finish and
+// without planning a move one under way already makes. Either kind stops
+// once every count is within one of the mean, so a balanced cluster plans
+// nothing, however long it runs.
 //
 // A node takes part in at most Settings.MaxMovesPerNode moves at a time:
-// the learners it hosts and the steps in flight (View.InFlightSteps) that
-// add or remove a replica on it; no learner goes to a node at its cap.
+// the learners it hosts, the steps in flight (View.InFlightSteps) that add
+// or remove a replica on it, and the excess voters predicted to leave it;
+// no learner goes to a node at its cap, and no balancing move takes a
+// replica from one.
 //
 // # Concurrency
 //

@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -28,9 +30,25 @@ type planner struct {
 	eligible int // nodes UP
 
 	replicas map[ids.NodeID]int // replicas per node (any role), planned learners included
-	leads    map[ids.NodeID]int // leaderships per node, planned transfers included
-	moves    map[ids.NodeID]int // moves per node (see Settings.MaxMovesPerNode)
-	vias     map[ids.ShardID]ids.NodeID
+	// leaving counts, per node, the replicas that moves under way will
+	// remove from it: each shard's voters in excess of its count, predicted
+	// (victims) as the removal rule will pick them, plus the sources of the
+	// balancing moves planned this round. replicas - leaving is the count
+	// a node will have once every move under way is done: what balancing
+	// balances, so it never plans a move a move in flight already makes.
+	leaving map[ids.NodeID]int
+	// victims are, per shard with more good replicas than it wants, the
+	// voters the removal rule will take, in the order it takes them.
+	victims map[ids.ShardID][]*concordpb.ReplicaDescriptor
+	// adding counts, per shard, the learners on good nodes that steps in
+	// flight are adding and the descriptor does not list yet.
+	adding map[ids.ShardID]int
+	leads  map[ids.NodeID]int // leaderships per node, planned transfers included
+	moves  map[ids.NodeID]int // moves per node (see Settings.MaxMovesPerNode)
+	vias   map[ids.ShardID]ids.NodeID
+	// repairing: some repair is pending or under way (see noteRepair);
+	// balancing then plans no new move, so repair has the caps to itself.
+	repairing bool
 }
 
 func newPlanner(v View) *planner {
@@ -38,8 +56,9 @@ func newPlanner(v View) *planner {
 		v: v, s: v.Settings, leaders: Leaders(v), shards: sortedShards(v),
 		nodes: map[ids.NodeID]judgement{}, recorded: map[ids.NodeID]concordpb.NodeState{},
 		wiped:    replacements(v),
-		replicas: map[ids.NodeID]int{}, leads: map[ids.NodeID]int{}, moves: map[ids.NodeID]int{},
-		vias: map[ids.ShardID]ids.NodeID{},
+		replicas: map[ids.NodeID]int{}, leaving: map[ids.NodeID]int{}, leads: map[ids.NodeID]int{}, moves: map[ids.NodeID]int{},
+		vias: map[ids.ShardID]ids.NodeID{}, victims: map[ids.ShardID][]*concordpb.ReplicaDescriptor{},
+		adding: map[ids.ShardID]int{},
 	}
 	p.nameLeaders()
 	for _, n := range sortedNodes(v) {
@@ -80,11 +99,205 @@ func newPlanner(v View) *planner {
 				}
 			}
 		}
+		p.countInFlight(shard, s)
+	}
+	for _, d := range p.shards {
+		p.predictVictims(d)
+	}
+	p.evenVictims()
+	for shard, victims := range p.victims {
+		for _, r := range victims {
+			moving[pair{shard, ids.NodeID(r.GetNodeId())}] = true
+		}
 	}
 	for k := range moving {
 		p.moves[k.node]++
 	}
 	return p
+}
+
+// predictVictims records, for shard d, the good voters the removal rule
+// will take once its learners are promoted: as many as d has good
+// replicas (learners included) beyond its count, chosen as removeReplica
+// chooses (a suspect node first, then the node that will hold the most
+// once the removals already predicted are done, then the higher id). The
+// shards are visited in id order, each prediction lowering its node's
+// count for the next, so excess spread over several shards is taken from
+// the most loaded nodes, one replica each, rather than all from one.
+func (p *planner) predictVictims(d *concordpb.ShardDescriptor) {
+	shard := ids.ShardID(d.GetShardId())
+	c := p.classify(d, p.via(shard))
+	excess := c.good + p.adding[shard] - c.want
+	if c.want == 0 || excess <= 0 {
+		return
+	}
+	var spare []*concordpb.ReplicaDescriptor
+	var removing *concordpb.ReplicaDescriptor
+	for _, r := range sortedReplicas(d) {
+		if !isVoter(r) || !p.nodes[ids.NodeID(r.GetNodeId())].good {
+			continue
+		}
+		if p.removing(shard, r) {
+			removing = r // already on its way out: the first victim
+			continue
+		}
+		spare = append(spare, r)
+	}
+	p.sortSpare(spare)
+	if removing != nil {
+		spare = append([]*concordpb.ReplicaDescriptor{removing}, spare...)
+	}
+	victims := spare[:min(excess, len(spare))]
+	for _, r := range victims {
+		p.leaving[ids.NodeID(r.GetNodeId())]++
+	}
+	p.victims[shard] = victims
+}
+
+// evenVictims improves the predicted victims until no change helps. The
+// shard-by-shard prediction can pile the removals on a few nodes (a node
+// holding only shards whose other holders are as loaded is never picked);
+// balancing would then see those nodes short and move replicas onto them,
+// between old nodes, which other removals would have spared. So while
+// some node that is a victim will hold at least two fewer than a node
+// reachable from it, the victim role is passed along the chain: in a
+// shard where the low node is a victim, to another of its voters, which
+// hands on its own victim role in another shard, and so on, up to the
+// high node. Only the chain's ends change counts (one more on the low
+// node, one fewer on the high), so the sum of the squared counts falls
+// and it ends; when no chain is left, no other choice of victims is more
+// even. A victim being removed already, or on a suspect node, stays.
+func (p *planner) evenVictims() {
+	for p.passVictim() {
+	}
+}
+
+// hop is one link of a victim chain: in shard, the victim at index i (on
+// the previous node) becomes voter r.
+type hop struct {
+	from  ids.NodeID
+	shard ids.ShardID
+	i     int
+	r     *concordpb.ReplicaDescriptor
+}
+
+// passVictim finds one chain (evenVictims) and applies it; false if none.
+func (p *planner) passVictim() bool {
+	lows := slices.Clone(p.order)
+	slices.SortStableFunc(lows, func(a, b ids.NodeID) int { return cmp.Compare(p.final(a), p.final(b)) })
+	for _, low := range lows {
+		if p.leaving[low] == 0 {
+			continue // a victim nowhere: nothing to hand on
+		}
+		if chain := p.victimChain(low); chain != nil {
+			for _, h := range chain {
+				p.victims[h.shard][h.i] = h.r
+				p.leaving[h.from]--
+				p.leaving[ids.NodeID(h.r.GetNodeId())]++
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// victimChain searches breadth first, in id order, for a chain from low
+// to a node that will hold at least two more; nil if there is none. A
+// chain uses each shard once.
+func (p *planner) victimChain(low ids.NodeID) []hop {
+	prev := map[ids.NodeID]hop{low: {}}
+	queue := []ids.NodeID{low}
+	for len(queue) > 0 {
+		a := queue[0]
+		queue = queue[1:]
+		used := map[ids.ShardID]bool{}
+		for n := a; n != low; n = prev[n].from {
+			used[prev[n].shard] = true
+		}
+		for _, d := range p.shards {
+			shard := ids.ShardID(d.GetShardId())
+			victims := p.victims[shard]
+			i := slices.IndexFunc(victims, func(r *concordpb.ReplicaDescriptor) bool { return ids.NodeID(r.GetNodeId()) == a })
+			if used[shard] || i < 0 || p.removing(shard, victims[i]) || p.nodes[a].state == concordpb.NodeState_NODE_SUSPECT {
+				continue
+			}
+			for _, r := range sortedReplicas(d) {
+				b := ids.NodeID(r.GetNodeId())
+				j := p.nodes[b]
+				if _, seen := prev[b]; seen || !isVoter(r) || !j.good || j.state == concordpb.NodeState_NODE_SUSPECT || slices.Contains(victims, r) {
+					continue
+				}
+				prev[b] = hop{from: a, shard: shard, i: i, r: r}
+				if p.final(b) >= p.final(low)+2 {
+					var chain []hop
+					for n := b; n != low; n = prev[n].from {
+						chain = append(chain, prev[n])
+					}
+					return chain
+				}
+				queue = append(queue, b)
+			}
+		}
+	}
+	return nil
+}
+
+// removing reports whether a step in flight is removing replica r of shard.
+func (p *planner) removing(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bool {
+	s, ok := p.v.InFlightSteps[shard]
+	return ok && s.Kind == StepRemoveReplica && s.Replica == ids.ReplicaID(r.GetReplicaId())
+}
+
+// countInFlight counts step s, still executing on shard, as done where
+// the descriptors cannot show it yet: a replica being added counts on its
+// target (and, a learner on a good node, towards its shard's excess), a
+// leadership being transferred on its new node. Without it, a round
+// planned while a step runs would plan the same change again elsewhere.
+func (p *planner) countInFlight(shard ids.ShardID, s Step) {
+	var d *concordpb.ShardDescriptor
+	for _, sd := range p.shards {
+		if ids.ShardID(sd.GetShardId()) == shard {
+			d = sd
+		}
+	}
+	if d == nil {
+		return
+	}
+	switch s.Kind {
+	case StepAddLearner, StepReplace:
+		if s.Target == 0 || replicaOn(d, s.Target) != nil {
+			return
+		}
+		p.replicas[s.Target]++
+		if s.Kind == StepAddLearner && p.nodes[s.Target].good {
+			p.adding[shard]++
+		}
+	case StepTransferLeader:
+		if via := p.via(shard); via != 0 && via == s.Via && s.ReplicaNode != 0 && s.ReplicaNode != via {
+			p.leads[via]--
+			p.leads[s.ReplicaNode]++
+		}
+	}
+}
+
+// sortSpare orders good voters for removal: a suspect node first, then
+// the node with the highest count once the removals under way are done,
+// then the higher id.
+func (p *planner) sortSpare(spare []*concordpb.ReplicaDescriptor) {
+	slices.SortStableFunc(spare, func(a, b *concordpb.ReplicaDescriptor) int {
+		na, nb := ids.NodeID(a.GetNodeId()), ids.NodeID(b.GetNodeId())
+		return cmp.Or(
+			-cmp.Compare(p.nodes[na].state, p.nodes[nb].state), // SUSPECT (2) before UP (0)
+			-cmp.Compare(p.final(na), p.final(nb)),
+			-cmp.Compare(na, nb),
+		)
+	})
+}
+
+// final is node's replica count once the moves under way and those
+// planned so far this round are done.
+func (p *planner) final(node ids.NodeID) int {
+	return p.replicas[node] - p.leaving[node]
 }
 
 // via is the node to send shard's step to: leaderOf, else the leader its
@@ -160,38 +373,58 @@ func (p *planner) underCap(node ids.NodeID) bool {
 	return p.moves[node] < p.s.MaxMovesPerNode
 }
 
-// settled reports whether the cluster has no repair work: no shard step
-// planned this round (marks aside), nothing in flight, no learner anywhere,
-// no node SUSPECT (about to come back or to be declared dead). Balancing
-// waits for that, so it never competes with repair for the move caps and
-// never plans from counts a repair is about to change.
-func (p *planner) settled(steps []Step) bool {
+// noteRepair records whether shard d, with step s planned for it this
+// round or in flight (nil: none), is being repaired rather than balanced:
+// a repair step (a replacement, the removal of a replica on a node that is
+// not good, a leadership moved off a node that is not eligible), or fewer
+// good voters than it wants while some eligible node holds none of its
+// voters (a learner is wanted, catching up, or about to be promoted). A
+// shard without a live quorum can be repaired by nothing and does not
+// count; a busy shard whose step is unknown (View.InFlight alone) does.
+func (p *planner) noteRepair(d *concordpb.ShardDescriptor, s *Step) {
+	c := p.classify(d, p.via(ids.ShardID(d.GetShardId())))
+	if c.liveVoters < quorum(c.voters) {
+		return
+	}
+	if s != nil && p.repairStep(*s) {
+		p.repairing = true
+		return
+	}
+	if c.want == 0 || c.goodVoters >= c.want {
+		return
+	}
+	for _, id := range p.order {
+		if r := replicaOn(d, id); p.nodes[id].eligible && (r == nil || !isVoter(r)) {
+			p.repairing = true
+			return
+		}
+	}
+}
+
+// repairStep reports whether s repairs rather than balances (noteRepair).
+func (p *planner) repairStep(s Step) bool {
+	switch s.Kind {
+	case StepReplace:
+		return true
+	case StepRemoveReplica:
+		return !p.nodes[s.ReplicaNode].good
+	case StepTransferLeader:
+		return !p.nodes[s.Via].eligible
+	}
+	return false
+}
+
+// calm reports whether balancing may plan new moves: no node is SUSPECT
+// (about to come back or to be declared dead, which would change the
+// counts) and no shard is being repaired. Moves already under way go on
+// either way: their promotions and removals are repair-rule steps.
+func (p *planner) calm() bool {
 	for _, j := range p.nodes {
 		if j.state == concordpb.NodeState_NODE_SUSPECT {
 			return false
 		}
 	}
-	for _, s := range steps {
-		if s.Kind != StepMarkNode {
-			return false
-		}
-	}
-	for _, busy := range p.v.InFlight {
-		if busy {
-			return false
-		}
-	}
-	if len(p.v.InFlightSteps) > 0 {
-		return false
-	}
-	for _, d := range p.shards {
-		for _, r := range d.GetReplicas() {
-			if r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER {
-				return false
-			}
-		}
-	}
-	return true
+	return !p.repairing
 }
 
 // replicaStatus returns the status node last reported, in a fresh report,

@@ -128,18 +128,21 @@ func (p *planner) planAdd(c shardView, target ids.NodeID) Step {
 // index, as fresh reports give them) becomes a voter; the lowest replica
 // id first. A learner that has not reported yet is not caught up.
 func (p *planner) promote(c shardView) (Step, bool) {
-	commit := p.commitIndex(c.id)
 	for _, r := range sortedReplicas(c.d) {
-		if isVoter(r) || !p.nodes[ids.NodeID(r.GetNodeId())].eligible {
-			continue
-		}
-		rs := p.replicaStatus(c.id, r)
-		if rs == nil || rs.GetAppliedIndex() == 0 || rs.GetAppliedIndex()+p.s.CatchUpEntries < commit {
+		if isVoter(r) || !p.nodes[ids.NodeID(r.GetNodeId())].eligible || !p.caughtUp(c.id, r) {
 			continue
 		}
 		return c.with(StepPromoteLearner, r), true
 	}
 	return Step{}, false
+}
+
+// caughtUp reports whether replica r of shard has, by its node's fresh
+// report, a non-zero applied index within Settings.CatchUpEntries of the
+// shard's commit index (planner.commitIndex).
+func (p *planner) caughtUp(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bool {
+	rs := p.replicaStatus(shard, r)
+	return rs != nil && rs.GetAppliedIndex() != 0 && rs.GetAppliedIndex()+p.s.CatchUpEntries >= p.commitIndex(shard)
 }
 
 // with is a step of kind on existing replica r of c's shard.
@@ -154,9 +157,10 @@ func (c shardView) with(kind StepKind, r *concordpb.ReplicaDescriptor) Step {
 // promoted); a voter on a node that is not live, once the shard has its
 // full count of good voters again (its replacement was promoted); a voter
 // on a leaving or removed node (dead or alive), once the shard has as many
-// good voters as it can get (its count, or every eligible node); a good voter in excess of the
-// count, preferring a suspect node, then the most loaded, then the higher
-// id. A voter is removed only if the voters left keep a live quorum
+// good voters as it can get (its count, or every eligible node); a good
+// voter in excess of the count, the one predicted (planner.predictVictims:
+// a suspect node first, then the node that will hold the most once the
+// moves under way are done, then the higher id). A voter is removed only if the voters left keep a live quorum
 // (canRemove), and never while it leads: its leadership is transferred
 // first.
 func (p *planner) removeReplica(c shardView) (Step, bool) {
@@ -186,15 +190,11 @@ func (p *planner) removeReplica(c shardView) (Step, bool) {
 		}
 	}
 	if c.goodVoters > c.want {
-		slices.SortStableFunc(spare, func(a, b *concordpb.ReplicaDescriptor) int {
-			na, nb := ids.NodeID(a.GetNodeId()), ids.NodeID(b.GetNodeId())
-			return cmp.Or(
-				-cmp.Compare(p.nodes[na].state, p.nodes[nb].state), // SUSPECT (2) before UP (0)
-				-cmp.Compare(p.replicas[na], p.replicas[nb]),
-				-cmp.Compare(na, nb),
-			)
-		})
-		return p.removeFirst(c, spare)
+		// The predicted victims first, so that the removal takes what
+		// balancing counted on (planner.predictVictims); then the others,
+		// in the same order, should none of those be removable.
+		p.sortSpare(spare)
+		return p.removeFirst(c, append(slices.Clone(p.victims[c.id]), spare...))
 	}
 	return Step{}, false
 }
@@ -252,17 +252,21 @@ func (p *planner) moveLeader(c shardView) (Step, bool) {
 }
 
 // transferAway plans a leadership transfer from c's leader to the voter,
-// on an eligible node and running (a fresh report lists it), whose node
+// on an eligible node and running (a fresh report lists it), caught up if
+// any is (raft abandons a transfer to a replica that lags), whose node
 // leads the fewest shards; ties to the lower node id.
 func (p *planner) transferAway(c shardView) (Step, bool) {
 	var best *concordpb.ReplicaDescriptor
+	var bestUp bool
 	for _, r := range sortedReplicas(c.d) {
 		node := ids.NodeID(r.GetNodeId())
 		if !isVoter(r) || node == c.via || !p.nodes[node].eligible || p.replicaStatus(c.id, r) == nil {
 			continue
 		}
-		if b := ids.NodeID(best.GetNodeId()); best == nil || p.leads[node] < p.leads[b] || (p.leads[node] == p.leads[b] && node < b) {
-			best = r
+		up := p.caughtUp(c.id, r)
+		b := ids.NodeID(best.GetNodeId())
+		if best == nil || cmp.Or(-cmp.Compare(b2i(up), b2i(bestUp)), cmp.Compare(p.leads[node], p.leads[b]), cmp.Compare(node, b)) < 0 {
+			best, bestUp = r, up
 		}
 	}
 	if best == nil {
@@ -278,4 +282,11 @@ func sortedReplicas(d *concordpb.ShardDescriptor) []*concordpb.ReplicaDescriptor
 	return slices.SortedFunc(slices.Values(d.GetReplicas()), func(a, b *concordpb.ReplicaDescriptor) int {
 		return cmp.Compare(a.GetReplicaId(), b.GetReplicaId())
 	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

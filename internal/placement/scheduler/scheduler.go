@@ -16,22 +16,40 @@ import (
 // replica on a wiped node; add a learner to a shard short of replicas;
 // promote a caught-up learner; remove a replica that is dead, leaving or
 // in excess, once the shard can spare it; move a leader off a suspect or
-// leaving node. Only when no shard needs any of that and nothing is in
-// flight does it balance: replica counts first, then leader counts.
+// leaving node. Then, unless some shard is being repaired or a node is
+// suspect (planner.calm), it balances the shards that got no step:
+// replica counts, then leader counts, in the same round, alongside the
+// moves already under way (see balance.go).
 func Schedule(v View) []Step {
 	p := newPlanner(v)
 	steps := p.marks()
 	for _, d := range p.shards {
-		if s, ok := p.repair(d); ok {
+		shard := ids.ShardID(d.GetShardId())
+		if p.busy(shard) {
+			if s, ok := v.InFlightSteps[shard]; ok {
+				p.noteRepair(d, &s)
+			} else {
+				p.repairing = true // its step is unknown: assume a repair
+			}
+			continue
+		}
+		s, ok := p.repair(d)
+		if ok {
 			steps = append(steps, s)
+			p.noteRepair(d, &s)
+		} else {
+			p.noteRepair(d, nil)
 		}
 	}
-	if p.settled(steps) {
-		moves := p.balanceReplicas()
-		if len(moves) == 0 {
-			moves = p.balanceLeaders()
+	if p.calm() {
+		stepped := map[ids.ShardID]bool{}
+		for _, s := range steps {
+			if s.Kind != StepMarkNode {
+				stepped[s.Shard] = true
+			}
 		}
-		steps = append(steps, moves...)
+		steps = append(steps, p.balanceReplicas(stepped)...)
+		steps = append(steps, p.balanceLeaders(stepped)...)
 	}
 	sortSteps(steps)
 	return steps

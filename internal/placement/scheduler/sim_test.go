@@ -164,18 +164,24 @@ func (s *sim) apply(st Step) {
 
 // round plans one round, applies its steps (checking that none takes a
 // shard with a live quorum below one), and reports the steps. Each step is
-// kept in flight for one round with probability inflight, so the move caps
-// and the busy-shard rule are exercised.
+// kept in flight with probability inflight: the next round is planned
+// while it still runs (View.InFlightSteps, the descriptors not showing it
+// yet) and it is applied after that, so the move caps, the busy-shard rule
+// and the counting of steps under way are exercised.
 func (s *sim) round(t *testing.T, rng *rand.Rand, inflight int) []Step {
 	t.Helper()
-	for _, st := range s.v.InFlightSteps {
-		s.apply(st)
-	}
-	clear(s.v.InFlightSteps)
 	s.report()
 	steps := Schedule(s.v)
 	checkSteps(t, s.v, steps)
 	s.checkCaps(t, steps)
+	for _, st := range sortedSteps(s.v.InFlightSteps) {
+		before := s.hasQuorum(shardOf(s.v, st.Shard))
+		s.apply(st)
+		if before && !s.hasQuorum(shardOf(s.v, st.Shard)) {
+			t.Fatalf("%s (in flight): the shard lost its live quorum\n%s", DescribeStep(st), s)
+		}
+	}
+	clear(s.v.InFlightSteps)
 	for _, st := range steps {
 		var before bool
 		if st.Kind != StepMarkNode {
@@ -222,6 +228,9 @@ func (s *sim) checkCaps(t *testing.T, steps []Step) {
 		}
 	}
 	for _, st := range s.v.InFlightSteps {
+		if st.Kind == StepTransferLeader {
+			continue // a leadership transfer moves no replica
+		}
 		d := shardOf(s.v, st.Shard)
 		for _, n := range []ids.NodeID{st.Target, st.ReplicaNode} {
 			if r := replicaOn(d, n); n != 0 && (r == nil || r.GetRole() == concordpb.ReplicaRole_REPLICA_VOTER) {
@@ -244,7 +253,8 @@ func (s *sim) checkCaps(t *testing.T, steps []Step) {
 func (s *sim) settle(t *testing.T, rng *rand.Rand, inflight, limit int) int {
 	t.Helper()
 	for i := range limit {
-		if len(s.round(t, rng, inflight)) == 0 && len(s.v.InFlightSteps) == 0 {
+		held := len(s.v.InFlightSteps) // applied during the round
+		if len(s.round(t, rng, inflight)) == 0 && held == 0 {
 			return i
 		}
 	}
@@ -360,12 +370,92 @@ func TestSimIgnoresOrder(t *testing.T) {
 	}
 }
 
+// sortedSteps returns m's steps in shard order, so that a simulation
+// applies them in the same order every run.
+func sortedSteps(m map[ids.ShardID]Step) []Step {
+	out := make([]Step, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k])
+	}
+	return out
+}
+
 func maps[K comparable, V any](m map[K]V) map[K]V {
 	out := make(map[K]V, len(m))
 	for k, v := range m {
 		out[k] = v
 	}
 	return out
+}
+
+// TestSimJoinNoOvershoot protects concurrent balancing against overshoot:
+// when a node joins a balanced cluster of n (3, 5, 7), every replica moved goes to the new node, none
+// is ever taken off it, and the moves are exactly as many as it ends up
+// holding (each move's excess voter removed from an old node), whether
+// the steps finish within their round or stay in flight for one more.
+func TestSimJoinNoOvershoot(t *testing.T) {
+	for _, n := range []uint64{3, 5, 7} {
+		for _, inflight := range []int{0, 30} {
+			rng := rand.New(rand.NewPCG(n, uint64(inflight)))
+			s := roundRobin(n, 17)
+			s.settle(t, rng, 0, 100) // the meta shard's extra replicas may unbalance it
+			joined := ids.NodeID(n + 1)
+			s.v.Nodes = append(s.v.Nodes, &concordpb.NodeDescriptor{NodeId: uint64(joined)})
+			adds, removes, rounds := 0, 0, 0
+			for ; rounds < 200; rounds++ {
+				held := len(s.v.InFlightSteps)
+				steps := s.round(t, rng, inflight)
+				if len(steps) == 0 && held == 0 {
+					break
+				}
+				for _, st := range steps {
+					switch {
+					case st.Kind == StepAddLearner && st.Target != joined:
+						t.Fatalf("n=%d: a replica moved elsewhere than the new node: %s", n, DescribeStep(st))
+					case st.Kind == StepAddLearner:
+						adds++
+					case st.Kind == StepRemoveReplica && st.ReplicaNode == joined:
+						t.Fatalf("n=%d: a replica taken off the new node: %s", n, DescribeStep(st))
+					case st.Kind == StepRemoveReplica:
+						removes++
+					}
+				}
+			}
+			p := newPlanner(s.v)
+			elig := p.eligibleNodes()
+			if !withinOne(elig, p.replicas) || adds != p.replicas[joined] || removes != adds {
+				t.Fatalf("n=%d, inflight %d%%: after %d rounds %d adds, %d removes, replicas %v\n%s", n, inflight, rounds, adds, removes, p.replicas, s)
+			}
+			t.Logf("%d→%d nodes, %d%% of steps in flight a round: %d moves in %d rounds", n, n+1, inflight, adds, rounds)
+		}
+	}
+}
+
+// roundRobin is a cluster of n nodes and shards shards placed as the
+// bootstrap places them (shard s on nodes s, s+1, s+2 mod n; the first
+// leads; the meta shard on five from five nodes on), every node
+// reporting.
+func roundRobin(n, shards uint64) *sim {
+	s := &sim{leader: map[ids.ShardID]ids.NodeID{}, dead: map[ids.NodeID]bool{}, suspect: map[ids.NodeID]bool{}, commit: 50}
+	s.v = View{Now: base, Settings: DefaultSettings(time.Second), ObservedSince: base.Add(-time.Hour),
+		Reports: map[ids.NodeID]Report{}, InFlight: map[ids.ShardID]bool{}, InFlightSteps: map[ids.ShardID]Step{}}
+	for id := range n {
+		s.v.Nodes = append(s.v.Nodes, &concordpb.NodeDescriptor{NodeId: id + 1})
+	}
+	for shard := range shards {
+		r := uint64(3)
+		if shard == uint64(metaShard) && n >= 5 {
+			r = 5 // MetaReplication
+		}
+		d := &concordpb.ShardDescriptor{ShardId: shard, Epoch: 1, NextReplicaId: r + 1}
+		for i := range r {
+			d.Replicas = append(d.Replicas, &concordpb.ReplicaDescriptor{ReplicaId: i + 1, NodeId: (shard+i)%n + 1})
+		}
+		s.v.Shards = append(s.v.Shards, d)
+		s.leader[ids.ShardID(shard)] = ids.NodeID(shard%n + 1)
+	}
+	s.report()
+	return s
 }
 
 // TestSimGrowThreeToFour protects the growth path end to end: a

@@ -52,15 +52,30 @@ type Settings struct {
 // DefaultSettings returns the settings the node uses for a heartbeat
 // interval of heartbeat: reports count for three intervals; a node is
 // suspect after 5 s of silence and dead after 60 s; three replicas per
-// shard, five of the meta shard from five nodes on; two moves per node at
-// a time; a learner within 100 entries of its shard's commit index is
+// shard, five of the meta shard from five nodes on; four moves per node at
+// a time; a learner within 1,000 entries of its shard's commit index is
 // caught up.
+//
+// Four moves: a learner holds its node's slot from its add until its
+// promotion, which waits for the learner's next heartbeat (up to an
+// interval) and the next round, about 1.5 s in all; a node joining a
+// three-node cluster of 17 shards must receive 12 replicas, which at two
+// at a time took about 9 s of waves alone, over half the 10 s goal. A
+// move's data is one shard's snapshot, sent by the shard's leader at the
+// transport's rate limit, so four at a time stay far below what a node
+// can take. 1,000 entries: the learner's applied index and the leader's
+// commit index come from reports up to a heartbeat apart, so under load
+// the comparison carries up to a second of the shard's writes; with 100,
+// the learner of a shard taking more than 100 writes a second looked
+// behind whenever its report was the older one, and waited. A voter a few hundred entries behind
+// catches up from the log in milliseconds, and the quorum it joins has
+// the others.
 func DefaultSettings(heartbeat time.Duration) Settings {
 	return Settings{
 		ReportMaxAge: 3 * heartbeat,
 		SuspectAfter: 5 * time.Second, DeadAfter: 60 * time.Second,
 		Replication: 3, MetaReplication: 5,
-		MaxMovesPerNode: 2, CatchUpEntries: 100,
+		MaxMovesPerNode: 4, CatchUpEntries: 1000,
 	}
 }
 
