@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/testcluster"
 )
 
@@ -64,6 +65,14 @@ func TestRebalanceAcrossPlacementLeaderKill(t *testing.T) {
 			// too: just after a transfer, until the new leader's next
 			// heartbeat, the status names none.
 			return fmt.Errorf("the status names no placement leader")
+		}
+		if metaLeader(atKill) == jid {
+			// Leaders move while replicas do, so the joiner may lead the
+			// meta shard. Killing it would leave nothing to carry on (every
+			// move under way targets it) until dead-after: hand the meta
+			// shard to an old node and look again.
+			moveMetaOff(ctx, cl, atKill, jid)
+			return fmt.Errorf("the joiner (node %d) leads the meta shard; moving it off", jid)
 		}
 		return nil
 	})
@@ -225,6 +234,24 @@ func userReplicasOn(st *concordpb.StatusResponse, id uint64) []uint64 {
 		}
 	}
 	return out
+}
+
+// moveMetaOff asks for the meta shard's leadership to move from node off
+// to another voter of it; an error only means the next look tries again.
+func moveMetaOff(ctx context.Context, cl *client.Client, st *concordpb.StatusResponse, off uint64) {
+	for _, ss := range st.GetShards() {
+		if !ss.GetIsMeta() {
+			continue
+		}
+		for _, r := range ss.GetShard().GetReplicas() {
+			if r.GetNodeId() != off && r.GetRole() == concordpb.ReplicaRole_REPLICA_VOTER {
+				tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, _ = cl.TransferLeader(tctx, ss.GetShard().GetShardId(), r.GetNodeId())
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // metaLeader is the node id leading the meta shard: the placement leader.
