@@ -26,11 +26,13 @@ type options struct {
 	duration            time.Duration
 	keys                int
 	systems             []string
+	workloads           map[string]bool // by id; nil: all
 	quick               bool
 }
 
 // A workload is one `concord bench` invocation, named for the table.
 type workload struct {
+	id   string // for -workloads
 	name string
 	args []string
 	big  bool   // left out with -quick
@@ -40,13 +42,13 @@ type workload struct {
 }
 
 var workloads = []workload{
-	{name: "put, 1 client", args: []string{"--workload", "put", "--clients", "1", "--conns", "1"}, kind: "put", clients: 1, conns: 1},
-	{name: "put, 100 clients", args: []string{"--workload", "put", "--clients", "100", "--conns", "10"}, kind: "put", clients: 100, conns: 10},
-	{name: "put, 1000 clients", args: []string{"--workload", "put", "--clients", "1000", "--conns", "100"}, big: true},
-	{name: "get, 1 client", args: []string{"--workload", "get", "--clients", "1", "--conns", "1"}, kind: "get", clients: 1, conns: 1},
-	{name: "get, 100 clients", args: []string{"--workload", "get", "--clients", "100", "--conns", "10"}, kind: "get", clients: 100, conns: 10},
-	{name: "YCSB A, 100 clients", args: []string{"--workload", "a", "--clients", "100", "--conns", "10"}},
-	{name: "YCSB C, 100 clients", args: []string{"--workload", "c", "--clients", "100", "--conns", "10"}, big: true},
+	{id: "put1", name: "put, 1 client", args: []string{"--workload", "put", "--clients", "1", "--conns", "1"}, kind: "put", clients: 1, conns: 1},
+	{id: "put100", name: "put, 100 clients", args: []string{"--workload", "put", "--clients", "100", "--conns", "10"}, kind: "put", clients: 100, conns: 10},
+	{id: "put1000", name: "put, 1000 clients", args: []string{"--workload", "put", "--clients", "1000", "--conns", "100"}, big: true},
+	{id: "get1", name: "get, 1 client", args: []string{"--workload", "get", "--clients", "1", "--conns", "1"}, kind: "get", clients: 1, conns: 1},
+	{id: "get100", name: "get, 100 clients", args: []string{"--workload", "get", "--clients", "100", "--conns", "10"}, kind: "get", clients: 100, conns: 10},
+	{id: "ycsba", name: "YCSB A, 100 clients", args: []string{"--workload", "a", "--clients", "100", "--conns", "10"}},
+	{id: "ycsbc", name: "YCSB C, 100 clients", args: []string{"--workload", "c", "--clients", "100", "--conns", "10"}, big: true},
 }
 
 // row is one line of the table.
@@ -84,8 +86,15 @@ func main() {
 	flag.IntVar(&o.keys, "keys", 10000, "key space of every workload")
 	flag.StringVar(&systemList, "systems", "etcd,redis-everysec,redis-always,concord", "systems to run, in order")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 s runs, no 1000-client or YCSB C rows")
+	workloadList := flag.String("workloads", "", "workloads to run, by id (put1,put100,put1000,get1,get100,ycsba,ycsbc); default: all")
 	flag.Parse()
 	o.systems = strings.Split(systemList, ",")
+	if *workloadList != "" {
+		var err error
+		if o.workloads, err = parseWorkloads(*workloadList); err != nil {
+			fatal(err)
+		}
+	}
 	if o.quick {
 		o.duration = 2 * time.Second
 	}
@@ -122,6 +131,30 @@ func main() {
 	}
 }
 
+// parseWorkloads reads -workloads: ids of the workloads table, comma-separated.
+func parseWorkloads(list string) (map[string]bool, error) {
+	known := map[string]bool{}
+	for _, w := range workloads {
+		known[w.id] = true
+	}
+	set := map[string]bool{}
+	for _, id := range strings.Split(list, ",") {
+		if !known[id] {
+			return nil, fmt.Errorf("-workloads: unknown workload %q", id)
+		}
+		set[id] = true
+	}
+	return set, nil
+}
+
+// runs says whether w is part of this run (-quick, -workloads).
+func (o options) runs(w workload) bool {
+	if w.big && o.quick {
+		return false
+	}
+	return o.workloads == nil || o.workloads[w.id]
+}
+
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench-compare:", err)
 	os.Exit(1)
@@ -148,7 +181,7 @@ func runSystem(o options, name string) ([]row, error) {
 	var rows []row
 	rates := map[string]float64{}
 	for _, w := range workloads {
-		if w.big && o.quick {
+		if !o.runs(w) {
 			continue
 		}
 		r, err := runBench(o, s, w)

@@ -76,7 +76,7 @@ func runBench(o options, s *systems.System, w workload) (row, error) {
 func crossCheck(o options, s *systems.System, rates map[string]float64) ([]row, error) {
 	var rows []row
 	for _, w := range workloads {
-		if w.kind == "" || s.Target == "concord" {
+		if w.kind == "" || s.Target == "concord" || !o.runs(w) {
 			continue
 		}
 		total := max(200, int(rates[w.name]*o.duration.Seconds()))

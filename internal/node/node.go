@@ -272,6 +272,7 @@ func (n *Node) startRaft() error {
 		// A negative rate (unlimited) becomes 0, which the transport reads so.
 		SnapshotRateBytes: max(int64(n.cfg.SnapshotRateMiB), 0) << 20,
 		SnapshotBytes:     n.metrics.SnapshotBytes,
+		Frames:            n.metrics.RaftFrame,
 		DialOptions:       n.sec.peerDial,
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))

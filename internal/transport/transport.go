@@ -95,6 +95,9 @@ type Config struct {
 	// SnapshotBytes, if set, is told the bytes of snapshot data each chunk
 	// sent (sent true) or received carries: /metrics counts them.
 	SnapshotBytes func(sent bool, n int)
+	// Frames, if set, is told of every frame of raft messages sent (sent
+	// true) or received, with the messages it carries: /metrics counts them.
+	Frames func(sent bool, msgs int)
 	// DialOptions are added to every connection to a peer (TLS with the
 	// node's certificate, the auth token).
 	DialOptions []grpc.DialOption
@@ -415,6 +418,7 @@ func (t *Transport) stream(p *peer, l *lane) (sent bool, err error) {
 			if err := s.Send(batch); err != nil {
 				return sent, err
 			}
+			t.countFrame(true, len(msgs))
 			sent = true
 		}
 	}
@@ -463,9 +467,16 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 				return err
 			}
 		}
+		t.countFrame(false, len(b.GetMessages()))
 		if err := t.recv.Deliver(s.Context(), from, b.GetMessages()); err != nil {
 			return err
 		}
+	}
+}
+
+func (t *Transport) countFrame(sent bool, msgs int) {
+	if t.cfg.Frames != nil {
+		t.cfg.Frames(sent, msgs)
 	}
 }
 
