@@ -33,10 +33,12 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -98,10 +100,29 @@ type Config struct {
 	// Frames, if set, is told of every frame of raft messages sent (sent
 	// true) or received, with the messages it carries: /metrics counts them.
 	Frames func(sent bool, msgs int)
-	// DialOptions are added to every connection to a peer (TLS with the
-	// node's certificate, the auth token).
+	// DialOptions are added to every gRPC connection to a peer (TLS with
+	// the node's certificate, the auth token): snapshots, and raft
+	// messages with WireGRPC.
 	DialOptions []grpc.DialOption
-	Logger      *slog.Logger
+	// Wire is how raft messages go to peers: WireTCP (the default), a
+	// framed connection per lane through the peer's port mux (tcp.go), or
+	// WireGRPC, a gRPC stream per lane. A node receives both.
+	Wire string
+	// TLS, when set, makes the framed connections TLS: the node's client
+	// config (its certificate, the cluster's CA). The server name is the
+	// peer's host unless set.
+	TLS *tls.Config
+	// Token goes in the hello of every framed connection: the cluster's
+	// auth token, for a receiver without TLS.
+	Token string
+	// AuthConn decides whether an incoming framed connection may carry raft
+	// traffic, from the connection (its TLS state) and its hello's token;
+	// nil lets every connection through.
+	AuthConn func(c net.Conn, token string) error
+	// MaxFrameBytes bounds an incoming frame (default dial.MaxMsgBytes, as
+	// a gRPC stream's message).
+	MaxFrameBytes int
+	Logger        *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -124,6 +145,13 @@ type Transport struct {
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
+
+	// ctx ends with Stop: deliveries from framed connections wait on it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// conns are the incoming framed connections, closed by Stop.
+	conns   map[net.Conn]struct{} // guarded by mu
+	stopped bool                  // guarded by mu
 }
 
 // New creates a Transport that stages received snapshots in sink (the
@@ -150,8 +178,16 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Wire == "" {
+		cfg.Wire = WireTCP
+	}
+	if cfg.MaxFrameBytes == 0 {
+		cfg.MaxFrameBytes = dial.MaxMsgBytes
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
-		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After}
+		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After,
+		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -159,12 +195,17 @@ func (t *Transport) SetReceiver(r Receiver) { t.recv = r }
 
 func (t *Transport) isBlocked(node ids.NodeID) bool { return t.cfg.Blocked(node) }
 
-// Stop closes every peer stream.
+// Stop closes every peer stream and connection.
 func (t *Transport) Stop() {
 	close(t.stopC)
+	t.cancel()
 	t.mu.Lock()
+	t.stopped = true
 	for _, p := range t.peers {
 		p.conn.Close()
+	}
+	for c := range t.conns {
+		_ = c.Close()
 	}
 	t.mu.Unlock()
 	t.wg.Wait()
@@ -363,9 +404,13 @@ func (t *Transport) Flush() {
 // backoff starts over after a stream that sent something.
 func (t *Transport) runLane(p *peer, l *lane) {
 	defer t.wg.Done()
+	stream := t.stream
+	if t.cfg.Wire == WireTCP {
+		stream = t.tcpStream
+	}
 	backoff := minBackoff
 	for {
-		sent, err := t.stream(p, l)
+		sent, err := stream(p, l)
 		select {
 		case <-t.stopC:
 			return
@@ -447,31 +492,39 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 		if err != nil {
 			return err
 		}
-		if err := t.checkHeader(b.GetClusterId(), ids.NodeID(b.GetToNodeId())); err != nil {
-			return err
-		}
-		from := ids.NodeID(b.GetFromNodeId())
-		if sender == 0 {
-			if err := t.checkSender(from); err != nil {
-				return err
-			}
-			sender = from
-		} else if from != sender {
-			return fmt.Errorf("transport: a stream from node %d sent a batch from node %d", sender, from)
-		}
-		if t.isBlocked(from) {
-			continue
-		}
-		if t.cfg.OnReceive != nil {
-			if err := t.cfg.OnReceive(from); err != nil {
-				return err
-			}
-		}
-		t.countFrame(false, len(b.GetMessages()))
-		if err := t.recv.Deliver(s.Context(), from, b.GetMessages()); err != nil {
+		if err := t.receive(s.Context(), &sender, b); err != nil {
 			return err
 		}
 	}
+}
+
+// receive checks one incoming batch of a stream or connection and delivers
+// its messages. *sender is the stream's sender, fixed by its first batch (0
+// before it): a later batch naming another node is an error, which ends the
+// stream.
+func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordpb.RaftBatch) error {
+	if err := t.checkHeader(b.GetClusterId(), ids.NodeID(b.GetToNodeId())); err != nil {
+		return err
+	}
+	from := ids.NodeID(b.GetFromNodeId())
+	if *sender == 0 {
+		if err := t.checkSender(from); err != nil {
+			return err
+		}
+		*sender = from
+	} else if from != *sender {
+		return fmt.Errorf("transport: a stream from node %d sent a batch from node %d", *sender, from)
+	}
+	if t.isBlocked(from) {
+		return nil
+	}
+	if t.cfg.OnReceive != nil {
+		if err := t.cfg.OnReceive(from); err != nil {
+			return err
+		}
+	}
+	t.countFrame(false, len(b.GetMessages()))
+	return t.recv.Deliver(ctx, from, b.GetMessages())
 }
 
 func (t *Transport) countFrame(sent bool, msgs int) {
