@@ -1,21 +1,24 @@
-// Package transport carries raft traffic between nodes over gRPC.
+// Package transport carries raft traffic between nodes.
 //
 // Each peer node gets two lanes, each a bounded queue drained by its own
-// goroutine into its own client stream (RaftTransport.Send): the control lane
+// goroutine into its own connection: a framed TCP connection through the
+// peer's port mux (Config.Wire = WireTCP, the default; tcp.go, frame.go) or a
+// gRPC client stream (WireGRPC, RaftTransport.Send). The control lane
 // carries the small messages raft's liveness depends on (heartbeats, votes,
 // append acknowledgements, ReadIndex, TimeoutNow; see isControl), the bulk
 // lane everything else, above all MsgApp. Two streams, because a stream is a
 // FIFO at every level (our queue, gRPC's per-stream flow-control window, the
 // receiver's handler): a heartbeat behind megabytes of appends would arrive
 // after them, and a leader whose followers answer late steps down ("quorum is
-// not active"). HTTP/2 interleaves the two streams' frames on the one
-// connection, and gRPC returns connection-level window as it reads, so a
-// slow bulk stream does not hold the control stream up.
+// not active"). Framed, the lanes are two TCP connections; over gRPC, HTTP/2
+// interleaves the two streams' frames on the one connection, and gRPC
+// returns connection-level window as it reads, so a slow bulk stream does
+// not hold the control stream up.
 //
 // The multiraft loop queues a whole phase of its iteration with Send and then
-// calls Flush, so each lane of a peer gets one RaftBatch per phase rather
-// than one per message. A RaftBatch holds at most maxBatch messages and
-// Config.MaxBatchBytes bytes (a single larger message goes alone), well under
+// calls Flush, so each lane of a peer gets one RaftBatch (one frame,
+// concord_raft_frames_total) per phase rather than one per message. A
+// RaftBatch holds at most maxBatch messages and Config.MaxBatchBytes bytes (a single larger message goes alone), well under
 // the gRPC message limit (dial.MaxMsgBytes). Each lane's queue is bounded in
 // messages (Config.QueueLen) and bytes (Config.QueueBytes). Send never blocks
 // the loop: when a lane's queue is full or its stream is down, messages are
