@@ -8,6 +8,7 @@
 # frames and messages each node sent and received per second, from /metrics
 # on BASE+20..), servers' logs. RUNS picks runs (default: put100 get100 put1 get1).
 # Read with: go tool pprof -top bin/concord bench-out/profile/put100-cpu-n1.out
+# BIN picks the binary (default bin/concord).
 # Used for the profile section of docs/benchmarks.md. Not part of make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ BASE=${BASE:-27701}
 SECS=${SECS:-15}
 OUT=${OUT:-bench-out/profile}
 RUNS=${RUNS:-put100 get100 put1 get1}
-BIN=$PWD/bin/concord
+BIN=${BIN:-$PWD/bin/concord}
 [ -x "$BIN" ] || { echo "profile: $BIN missing: run make build first" >&2; exit 1; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d)

@@ -53,9 +53,24 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 	deadC := make(chan struct{})
 	closedC := make(chan struct{})
 	go func() {
-		// The receiver never writes: a read returns when the connection ends.
-		_, _ = io.Copy(io.Discard, conn)
-		close(deadC)
+		defer close(deadC)
+		// The receiver never writes: a read returns when the connection
+		// ends, or with bytes from a peer that does not speak this wire.
+		var b [64]byte
+		for {
+			n, err := conn.Read(b[:])
+			if n > 0 {
+				if !p.grpcOnly.Swap(true) {
+					t.log.Info("peer answered a framed raft connection: sending it raft messages over gRPC (a node from before the framed wire?)",
+						"peer", p.node, "addr", p.addr)
+				}
+				_ = conn.Close()
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	go func() { // unblocks a write on Stop, or when the peer goes
 		select {

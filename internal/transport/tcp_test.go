@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,10 +12,12 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/portmux"
 )
 
 // receiver starts node 2's transport, serving on a port mux as a node does,
@@ -195,4 +198,62 @@ func mustMarshalMsg(t testing.TB, m *pb.Message) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestFallsBackToGRPCForOldPeer protects rolling upgrades: a node from
+// before the framed wire has no route for its magic, so its port mux hands
+// the connection to the Redis server, which answers with an error. A
+// sender that hears anything on a framed connection sends that peer's raft
+// messages over gRPC instead, and they arrive.
+func TestFallsBackToGRPCForOldPeer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := New(Config{ClusterID: 7, NodeID: 2, Resolve: func(n ids.NodeID) (string, bool) { return "x:1", n == 1 }}, nil)
+	rec := &recorder{}
+	old.SetReceiver(rec)
+	m := portmux.New(l, 5*time.Second) // no Match: the old node's mux
+	srv := grpc.NewServer()
+	concordpb.RegisterRaftTransportServer(srv, old.Server())
+	go srv.Serve(m.GRPC())
+	go func() { // a RESP server: an error for every line, the connection kept
+		for {
+			c, err := m.Other().Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, "-ERR unknown command\r\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	go m.Serve()
+	defer func() { srv.Stop(); m.Close(); old.Stop() }()
+
+	addr := l.Addr().String()
+	a := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	a.SetReceiver(&recorder{})
+	defer a.Stop()
+	waitFor(t, "a heartbeat at the old peer", func() bool {
+		a.Send(2, 1, heartbeat(2)) // the first, on the framed wire, are lost
+		a.Flush()
+		return rec.messages() > 0
+	})
+	p, err := a.peer(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.grpcOnly.Load() {
+		t.Fatal("messages arrived but the peer is not marked gRPC-only")
+	}
 }

@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -263,6 +264,12 @@ type peer struct {
 
 	control, bulk *lane
 
+	// grpcOnly is set once the peer answered a framed connection: a
+	// receiver of the framed wire never writes, so the peer is a node from
+	// before it (its port mux took the magic for RESP, which replied).
+	// Its lanes then send over gRPC streams.
+	grpcOnly atomic.Bool
+
 	// stopC ends the peer's goroutines.
 	stopC chan struct{}
 }
@@ -407,12 +414,12 @@ func (t *Transport) Flush() {
 // backoff starts over after a stream that sent something.
 func (t *Transport) runLane(p *peer, l *lane) {
 	defer t.wg.Done()
-	stream := t.stream
-	if t.cfg.Wire == WireTCP {
-		stream = t.tcpStream
-	}
 	backoff := minBackoff
 	for {
+		stream := t.stream
+		if t.cfg.Wire == WireTCP && !p.grpcOnly.Load() {
+			stream = t.tcpStream
+		}
 		sent, err := stream(p, l)
 		select {
 		case <-t.stopC:
