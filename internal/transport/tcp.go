@@ -50,41 +50,8 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	deadC := make(chan struct{})
-	closedC := make(chan struct{})
-	go func() {
-		defer close(deadC)
-		// The receiver never writes: a read returns when the connection
-		// ends, or with bytes from a peer that does not speak this wire.
-		var b [64]byte
-		for {
-			n, err := conn.Read(b[:])
-			if n > 0 {
-				if !p.grpcOnly.Swap(true) {
-					t.log.Info("peer answered a framed raft connection: sending it raft messages over gRPC (a node from before the framed wire?)",
-						"peer", p.node, "addr", p.addr)
-				}
-				_ = conn.Close()
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	go func() { // unblocks a write on Stop, or when the peer goes
-		select {
-		case <-t.stopC:
-		case <-p.stopC:
-		case <-deadC:
-		case <-closedC:
-		}
-		_ = conn.Close()
-	}()
-	defer func() {
-		close(closedC)
-		<-deadC
-	}()
+	deadC, release := t.watch(p, conn)
+	defer release()
 	buf, err := appendHello(nil, t.cfg.Token)
 	if err != nil {
 		return false, err
@@ -102,15 +69,53 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 		case <-p.stopC:
 			return sent, errPeerClosed
 		}
-		var ok bool
-		if buf, ok, err = t.writeQueue(conn, p, l, buf[:0]); err != nil {
+		var wrote bool
+		buf, wrote, err = t.writeQueue(conn, p, l, buf[:0])
+		sent = sent || wrote
+		if err != nil {
 			return sent, err
 		}
-		sent = sent || ok
 		if cap(buf) > keepFrameBuf {
 			buf = nil // a rare large frame: do not hold its buffer
 		}
 	}
+}
+
+// watch starts the two goroutines of a lane's connection: one reads it,
+// to learn when it ends (deadC closes) or that the peer does not speak this
+// wire (it answered: the peer is marked grpcOnly); one closes it on Stop,
+// when the peer goes, or on release, so that a blocked write returns.
+// release closes the connection and waits for the reader.
+func (t *Transport) watch(p *peer, conn net.Conn) (deadC <-chan struct{}, release func()) {
+	dead, closed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(dead)
+		var b [64]byte
+		for {
+			n, err := conn.Read(b[:])
+			if n > 0 {
+				if !p.grpcOnly.Swap(true) {
+					t.log.Info("peer answered a framed raft connection: sending it raft messages over gRPC (a node from before the framed wire?)",
+						"peer", p.node, "addr", p.addr)
+				}
+				_ = conn.Close()
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		select {
+		case <-t.stopC:
+		case <-p.stopC:
+		case <-dead:
+		case <-closed:
+		}
+		_ = conn.Close()
+	}()
+	return dead, func() { close(closed); <-dead }
 }
 
 // writeQueue writes everything queued on l as frames, gathered into writes
@@ -147,7 +152,8 @@ func (t *Transport) writeQueue(conn net.Conn, p *peer, l *lane, buf []byte) ([]b
 			}
 		}
 	}
-	return buf, wrote || len(buf) > 0, flush()
+	err := flush()
+	return buf, wrote, err
 }
 
 func writeAll(conn net.Conn, b []byte) error {
