@@ -108,6 +108,7 @@ robustness: build
 FUZZTIME ?= 5m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRaftBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzFrameReader$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadCommand$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each

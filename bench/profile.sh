@@ -4,15 +4,19 @@
 # then for each workload runs `concord bench` while it captures a CPU profile
 # of every node and an allocation profile (delta over the run) of node 1.
 # Output in $OUT (default bench-out/profile): <run>-cpu-n<i>.out,
-# <run>-allocs-n1.out, <run>.json (the bench result), servers' logs.
+# <run>-allocs-n1.out, <run>.json (the bench result), <run>-frames.txt (raft
+# frames and messages each node sent and received per second, from /metrics
+# on BASE+20..), servers' logs. RUNS picks runs (default: put100 get100 put1 get1).
 # Read with: go tool pprof -top bin/concord bench-out/profile/put100-cpu-n1.out
+# BIN picks the binary (default bin/concord).
 # Used for the profile section of docs/benchmarks.md. Not part of make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=${BASE:-27701}
 SECS=${SECS:-15}
 OUT=${OUT:-bench-out/profile}
-BIN=$PWD/bin/concord
+RUNS=${RUNS:-put100 get100 put1 get1}
+BIN=${BIN:-$PWD/bin/concord}
 [ -x "$BIN" ] || { echo "profile: $BIN missing: run make build first" >&2; exit 1; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d)
@@ -27,7 +31,7 @@ trap cleanup EXIT
 PEERS=127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))
 for i in 0 1 2; do
 	"$BIN" server --addr 127.0.0.1:$((BASE + i)) --data-dir "$DATA/n$i" --peers "$PEERS" \
-		--pprof-addr 127.0.0.1:$((BASE + 10 + i)) --log-level warn >"$OUT/server-n$((i + 1)).log" 2>&1 &
+		--pprof-addr 127.0.0.1:$((BASE + 10 + i)) --http-addr 127.0.0.1:$((BASE + 20 + i)) --log-level warn >"$OUT/server-n$((i + 1)).log" 2>&1 &
 	PIDS+=($!)
 done
 # Wait until every shard takes writes (the preload of the first run would
@@ -42,6 +46,22 @@ for _ in $(seq 60); do
 done
 [ -n "$ready" ] || { echo "profile: the cluster took no writes within 60 s; see $OUT/server-n*.log" >&2; exit 1; }
 
+# frames: every node's raft frame and message counters, one line per node.
+frames() {
+	for i in 0 1 2; do
+		curl -s "http://127.0.0.1:$((BASE + 20 + i))/metrics" |
+			awk -v n=$((i + 1)) '/^concord_raft_(frames|messages)_total/ { v[$1] = $2 }
+				END { printf "n%d %d %d %d %d\n", n, v["concord_raft_frames_total{direction=\"sent\"}"], v["concord_raft_messages_total{direction=\"sent\"}"],
+					v["concord_raft_frames_total{direction=\"received\"}"], v["concord_raft_messages_total{direction=\"received\"}"] }'
+	done
+}
+
+# frameRates BEFORE AFTER SECS: per node, frames and messages per second.
+frameRates() {
+	paste -d' ' <(echo "$1") <(echo "$2") | awk -v s="$3" '{ printf "%s sent %.0f frames/s %.0f msgs/s (%.1f per frame); received %.0f frames/s %.0f msgs/s (%.1f per frame)\n",
+		$1, ($7-$2)/s, ($8-$3)/s, ($7-$2) ? ($8-$3)/($7-$2) : 0, ($9-$4)/s, ($10-$5)/s, ($9-$4) ? ($10-$5)/($9-$4) : 0 }'
+}
+
 # run NAME BENCH-ARGS...: one bench run of $SECS+4 s with the profiles taken
 # over its middle $SECS s.
 run() {
@@ -51,6 +71,8 @@ run() {
 	local bench=$!
 	local waits=()
 	sleep 2
+	local before
+	before=$(frames)
 	for i in 0 1 2; do
 		curl -s "http://127.0.0.1:$((BASE + 10 + i))/debug/pprof/profile?seconds=$SECS" \
 			-o "$OUT/$name-cpu-n$((i + 1)).out" &
@@ -59,11 +81,18 @@ run() {
 	curl -s "http://127.0.0.1:$((BASE + 10))/debug/pprof/allocs?seconds=$SECS" -o "$OUT/$name-allocs-n1.out" &
 	waits+=($!)
 	wait "${waits[@]}" # not a bare wait: the servers are children too
+	frameRates "$before" "$(frames)" "$SECS" >"$OUT/$name-frames.txt"
+	cat "$OUT/$name-frames.txt"
 	wait "$bench" || { echo "profile: concord bench failed in run $name (see $OUT/$name.json)" >&2; exit 1; }
 	echo "$name: $(grep -o '"throughput_ops_per_sec": *[0-9]*' "$OUT/$name.json" | head -n 1)"
 }
 
-run put100 --workload put --clients 100 --conns 10
-run get100 --workload get --clients 100 --conns 10
-run put1 --workload put --clients 1
-run get1 --workload get --clients 1 --preload=false
+for r in $RUNS; do
+	case $r in
+	put100) run put100 --workload put --clients 100 --conns 10 ;;
+	get100) run get100 --workload get --clients 100 --conns 10 ;;
+	put1) run put1 --workload put --clients 1 ;;
+	get1) run get1 --workload get --clients 1 --preload=false ;;
+	*) echo "profile: unknown run $r (want put100 get100 put1 get1)" >&2 && exit 1 ;;
+	esac
+done

@@ -90,6 +90,23 @@ func (a Auth) check(ctx context.Context, method string) error {
 	return nil
 }
 
+// CheckPeerConn applies the rule for the calls only nodes make to a framed
+// raft connection (internal/transport's TCP wire), given the token of its
+// hello: with TLS the peer must have presented a CA-signed certificate;
+// without, it must give the token when one is set.
+func (a Auth) CheckPeerConn(c net.Conn, token string) error {
+	if a.TLS {
+		if tc := findTLS(c); tc == nil || !certs.Verified(tc.ConnectionState()) {
+			return errors.New("raft connections are for cluster nodes: they need a client certificate signed by the cluster's CA (mutual TLS)")
+		}
+		return nil
+	}
+	if a.Token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(a.Token)) != 1 {
+		return errors.New("raft connection: auth token missing or rejected")
+	}
+	return nil
+}
+
 // verifiedPeer reports whether the caller presented a certificate the CA
 // signed.
 func verifiedPeer(ctx context.Context) bool {

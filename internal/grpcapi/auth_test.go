@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -58,6 +59,32 @@ func TestAuthCheck(t *testing.T) {
 		}
 		if !tc.ok && status.Code(err) != codes.Unauthenticated {
 			t.Errorf("%s: err %v, want Unauthenticated", tc.name, err)
+		}
+	}
+}
+
+// TestCheckPeerConn protects the framed raft wire's door, the rule of the
+// gRPC raft service: with TLS only a CA-verified certificate (a plaintext
+// connection, whatever its token, is refused); without TLS the token when
+// one is set; with neither, everyone.
+func TestCheckPeerConn(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	for _, tc := range []struct {
+		auth  Auth
+		token string
+		ok    bool
+	}{
+		{Auth{}, "", true},
+		{Auth{Token: "s"}, "s", true},
+		{Auth{Token: "s"}, "x", false},
+		{Auth{Token: "s"}, "", false},
+		{Auth{TLS: true}, "", false},
+		{Auth{TLS: true, Token: "s"}, "s", false},
+	} {
+		if err := tc.auth.CheckPeerConn(a, tc.token); (err == nil) != tc.ok {
+			t.Errorf("%+v with token %q: %v, want ok=%v", tc.auth, tc.token, err, tc.ok)
 		}
 	}
 }

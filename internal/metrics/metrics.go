@@ -33,6 +33,8 @@ type Node struct {
 	proposals     *prometheus.HistogramVec
 	leaderChanges prometheus.Counter
 	snapshotBytes *prometheus.CounterVec
+	raftFrames    *prometheus.CounterVec
+	raftMessages  *prometheus.CounterVec
 }
 
 // New returns a registry holding the Go runtime's and the process's
@@ -62,8 +64,18 @@ func New() *Node {
 		Name: "concord_snapshot_bytes_total",
 		Help: "Bytes of replica snapshots streamed, by direction (sent, received).",
 	}, []string{"direction"})
+	// Frames and messages together give the messages per frame, the
+	// batching the peer transport achieves (issue 14, peer traffic).
+	m.raftFrames = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "concord_raft_frames_total",
+		Help: "Frames of raft messages (one RaftBatch each) exchanged with peer nodes, by direction (sent, received); snapshots not included.",
+	}, []string{"direction"})
+	m.raftMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "concord_raft_messages_total",
+		Help: "Raft messages carried by those frames, by direction (sent, received).",
+	}, []string{"direction"})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.commits, m.proposals, m.leaderChanges, m.snapshotBytes)
+		m.requests, m.commits, m.proposals, m.leaderChanges, m.snapshotBytes, m.raftFrames, m.raftMessages)
 	return m
 }
 
@@ -119,5 +131,18 @@ func (m *Node) SnapshotBytes(sent bool, n int) {
 			dir = "sent"
 		}
 		m.snapshotBytes.WithLabelValues(dir).Add(float64(n))
+	}
+}
+
+// RaftFrame records one frame of msgs raft messages sent to (or received
+// from) a peer node.
+func (m *Node) RaftFrame(sent bool, msgs int) {
+	if m != nil {
+		dir := "received"
+		if sent {
+			dir = "sent"
+		}
+		m.raftFrames.WithLabelValues(dir).Inc()
+		m.raftMessages.WithLabelValues(dir).Add(float64(msgs))
 	}
 }

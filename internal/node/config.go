@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/transport"
 )
 
 // Config configures a node. Zero fields take the defaults of DefaultConfig.
@@ -77,6 +78,11 @@ type Config struct {
 	// SnapshotRateMiB bounds the MiB per second of all snapshots the node
 	// sends together (default 64; negative: unlimited).
 	SnapshotRateMiB int
+	// PeerWire is how this node sends raft messages to its peers: "tcp"
+	// (the default: framed connections through the peers' port mux) or
+	// "grpc" (a gRPC stream per lane). A node receives both, so nodes with
+	// different settings work together.
+	PeerWire string
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -118,6 +124,13 @@ func (c *Config) validate() error {
 	}
 	if len(c.Peers) == 0 {
 		c.Peers = []string{c.Addr}
+	}
+	switch c.PeerWire {
+	case "":
+		c.PeerWire = transport.WireTCP
+	case transport.WireTCP, transport.WireGRPC:
+	default:
+		return fmt.Errorf("--peer-wire %q: want %q or %q", c.PeerWire, transport.WireTCP, transport.WireGRPC)
 	}
 	for _, f := range []struct {
 		v   *int

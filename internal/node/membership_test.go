@@ -44,7 +44,8 @@ func TestJoinTokenSurvivesRestart(t *testing.T) {
 
 // TestConfigJoinFlags protects the flags' contract: --join and --peers are
 // exclusive, join addresses must parse, dead-after must exceed
-// suspect-after, and the lost-answer hook needs fault injection.
+// suspect-after, the lost-answer hook needs fault injection, and the peer
+// wire is one of the two.
 func TestConfigJoinFlags(t *testing.T) {
 	for _, tc := range []struct {
 		mod  func(*Config)
@@ -55,6 +56,8 @@ func TestConfigJoinFlags(t *testing.T) {
 		{func(c *Config) { c.SuspectAfter, c.DeadAfter = 10e9, 5e9 }, "--dead-after"},
 		{func(c *Config) { c.Join, c.TestDropJoinAnswers = []string{"a:1"}, 1 }, "--enable-fault-injection"},
 		{func(c *Config) { c.Join = []string{"a:1", "b:2"} }, ""},
+		{func(c *Config) { c.PeerWire = "udp" }, "--peer-wire"},
+		{func(c *Config) { c.PeerWire = "grpc" }, ""},
 	} {
 		cfg := DefaultConfig()
 		tc.mod(&cfg)

@@ -201,6 +201,7 @@ func (n *Node) Start(ctx context.Context) error {
 	// One port, two protocols: gRPC, and RESP for clients given only the
 	// node's address (the CS739 library, redis-cli -p <gRPC port>).
 	mux := portmux.New(n.lis, muxTimeout)
+	n.serveRaftConns(mux.Match(transport.Magic))
 	n.redis = n.newRedis()
 	n.redis.Serve(mux.Other())
 	// --redis-addr opens with the node's port, before the node has an
@@ -261,6 +262,28 @@ func (n *Node) abort(err error) error {
 	return err
 }
 
+// serveRaftConns hands the framed raft connections the port mux routes to
+// l to the transport, once raft runs; before, they are closed (the peer
+// reconnects). It ends when the mux closes, with the gRPC server.
+func (n *Node) serveRaftConns(l net.Listener) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case <-n.ready:
+				go n.transport.ServeConn(c) // tracked by the transport, closed by its Stop
+			default:
+				_ = c.Close()
+			}
+		}
+	}()
+}
+
 // startRaft creates the transport and the host and starts them.
 func (n *Node) startRaft() error {
 	id := n.ident.Load()
@@ -273,7 +296,12 @@ func (n *Node) startRaft() error {
 		// A negative rate (unlimited) becomes 0, which the transport reads so.
 		SnapshotRateBytes: max(int64(n.cfg.SnapshotRateMiB), 0) << 20,
 		SnapshotBytes:     n.metrics.SnapshotBytes,
+		Frames:            n.metrics.RaftFrame,
 		DialOptions:       n.sec.peerDial,
+		Wire:              n.cfg.PeerWire,
+		TLS:               n.sec.peerTLS,
+		Token:             n.cfg.AuthToken,
+		AuthConn:          n.sec.auth.CheckPeerConn,
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval

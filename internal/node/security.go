@@ -22,7 +22,10 @@ type security struct {
 	// peerDial are the dial options of calls to peers (forwarding, joins,
 	// raft): TLS presenting the node's certificate, and the token.
 	peerDial []grpc.DialOption
-	auth     grpcapi.Auth
+	// peerTLS is the client TLS config of framed raft connections to
+	// peers (the node's certificate, the CA); nil: plaintext.
+	peerTLS *tls.Config
+	auth    grpcapi.Auth
 }
 
 func loadSecurity(cfg Config) (security, error) {
@@ -34,6 +37,9 @@ func loadSecurity(cfg Config) (security, error) {
 			return security{}, err
 		}
 		peer.CAFile, peer.CertFile, peer.KeyFile = cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile
+		if s.peerTLS, err = certs.ClientConfig(cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return security{}, err
+		}
 	}
 	var err error
 	if s.peerDial, err = peer.Options(); err != nil {

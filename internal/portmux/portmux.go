@@ -1,5 +1,6 @@
-// Package portmux serves two protocols on one TCP port: gRPC (HTTP/2) and
-// the Redis protocol. Both are client-speaks-first, and every HTTP/2
+// Package portmux serves several protocols on one TCP port: gRPC (HTTP/2),
+// the Redis protocol, and any protocol registered with Match (the framed
+// raft transport, whose connections open with a magic of their own). Both are client-speaks-first, and every HTTP/2
 // connection opens with the same 24-byte preface, so the first bytes of a
 // connection say which it is: a connection whose bytes match the preface
 // goes to the gRPC listener, any other to the Redis one. This is what lets
@@ -23,12 +24,15 @@ import (
 // preface opens every HTTP/2 connection (RFC 9113, section 3.4).
 var preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
-// Mux splits one listener into two.
+// Mux splits one listener into several.
 type Mux struct {
 	l       net.Listener
 	timeout time.Duration
 	grpc    *sub
 	other   *sub
+	// routes are the listeners of connections that open with a prefix:
+	// gRPC's preface and those of Match. Fixed once Serve starts.
+	routes []route
 
 	closeOnce sync.Once
 	doneC     chan struct{}
@@ -40,7 +44,23 @@ func New(l net.Listener, timeout time.Duration) *Mux {
 	m := &Mux{l: l, timeout: timeout, doneC: make(chan struct{})}
 	m.grpc = &sub{m: m, c: make(chan net.Conn)}
 	m.other = &sub{m: m, c: make(chan net.Conn)}
+	m.routes = []route{{prefix: preface, sub: m.grpc}}
 	return m
+}
+
+// route sends the connections that open with prefix to sub.
+type route struct {
+	prefix []byte
+	sub    *sub
+}
+
+// Match returns the listener of connections whose first bytes are prefix
+// (which must not begin with, or be a beginning of, another's). Call it
+// before Serve.
+func (m *Mux) Match(prefix []byte) net.Listener {
+	s := &sub{m: m, c: make(chan net.Conn)}
+	m.routes = append(m.routes, route{prefix: append([]byte(nil), prefix...), sub: s})
+	return s
 }
 
 // GRPC is the listener of HTTP/2 connections.
@@ -72,32 +92,32 @@ func (m *Mux) Close() error {
 	return err
 }
 
-// route reads c's first bytes and hands it to the listener they belong to.
+// route reads c's first bytes and hands it to the listener they belong to:
+// the route whose prefix they are, or Other as soon as they match none.
 func (m *Mux) route(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(m.timeout))
-	buf := make([]byte, len(preface))
-	n, isGRPC := 0, false
-	for {
+	longest := 0
+	for _, r := range m.routes {
+		longest = max(longest, len(r.prefix))
+	}
+	buf := make([]byte, longest)
+	n := 0
+	var dst *sub
+	for dst == nil {
 		k, err := c.Read(buf[n:])
 		n += k
-		if !bytes.HasPrefix(preface, buf[:n]) { // a byte that is not the preface's
-			break
+		var open bool // whether some prefix still matches what was read
+		dst, open = m.match(buf[:n])
+		if dst == nil && !open {
+			dst = m.other
 		}
-		if n == len(preface) {
-			isGRPC = true
-			break
-		}
-		if err != nil {
+		if dst == nil && err != nil {
 			_ = c.Close() // ended or silent before saying which it is
 			return
 		}
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	pc := &peeked{Conn: c, head: buf[:n]}
-	dst := m.other
-	if isGRPC {
-		dst = m.grpc
-	}
 	select {
 	case dst.c <- pc:
 	case <-m.doneC:
@@ -105,7 +125,22 @@ func (m *Mux) route(c net.Conn) {
 	}
 }
 
-// sub is one of the two listeners.
+// match returns the route whose whole prefix head begins with, or (nil,
+// true) while head is still the beginning of some prefix.
+func (m *Mux) match(head []byte) (*sub, bool) {
+	open := false
+	for _, r := range m.routes {
+		switch {
+		case len(head) >= len(r.prefix) && bytes.HasPrefix(head, r.prefix):
+			return r.sub, true
+		case bytes.HasPrefix(r.prefix, head):
+			open = true
+		}
+	}
+	return nil, open
+}
+
+// sub is one of the listeners.
 type sub struct {
 	m *Mux
 	c chan net.Conn

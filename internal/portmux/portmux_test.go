@@ -95,3 +95,53 @@ func TestSilentConnectionClosed(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestMatchedPrefixOwnListener protects the third protocol (the framed raft
+// wire): a connection opening with a Match prefix reaches that listener
+// with every byte, one that shares only the prefix's first bytes goes to
+// Other, and gRPC and Other still work beside it.
+func TestMatchedPrefixOwnListener(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := portmux.New(l, 5*time.Second)
+	magic := []byte("\x00magic/1\n")
+	matched := m.Match(magic)
+	echo := func(l net.Listener, tag string) {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				_, _ = io.WriteString(c, tag+line)
+			}()
+		}
+	}
+	go echo(matched, "matched:")
+	go echo(m.Other(), "other:")
+	go func() { _ = m.Serve() }()
+	defer m.Close()
+	for _, tc := range []struct{ send, want string }{
+		{"\x00magic/1\n", "matched:\x00magic/1\n"},
+		{"\x00mag\n", "other:\x00mag\n"},
+		{"PING\n", "other:PING\n"},
+	} {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, tc.send); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(c)
+		c.Close()
+		if string(got) != tc.want {
+			t.Errorf("sent %q: got %q (%v), want %q", tc.send, got, err, tc.want)
+		}
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
-	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 )
 
@@ -61,15 +60,13 @@ func sender(t *testing.T, cfg Config, recv Receiver) (a *Transport, aRecv *recor
 	// Node 2 knows node 1: the raft port refuses streams from unknown senders.
 	b := New(Config{ClusterID: 7, NodeID: 2, Resolve: func(n ids.NodeID) (string, bool) { return "127.0.0.1:1", n == 1 }}, nil)
 	b.SetReceiver(recv)
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(dial.MaxMsgBytes)) // as node serves it
-	concordpb.RegisterRaftTransportServer(srv, b.Server())
-	go srv.Serve(l)
+	stop := serve(l, b)
 	cfg.ClusterID, cfg.NodeID = 7, 1
 	cfg.Resolve = func(n ids.NodeID) (string, bool) { return addr, n == 2 }
 	a = New(cfg, nil)
 	aRecv = &recorder{}
 	a.SetReceiver(aRecv)
-	t.Cleanup(func() { a.Stop(); srv.Stop(); b.Stop() })
+	t.Cleanup(func() { a.Stop(); stop(); b.Stop() })
 	return a, aRecv
 }
 
@@ -85,8 +82,14 @@ func appendOf(n int) *pb.Message {
 // Ready's worth of appends (hundreds of MiB) made a RaftBatch over the gRPC
 // limit, which ended the stream and dropped everything queued.
 func TestBatchesSplitByBytes(t *testing.T) {
+	for _, wire := range wires {
+		t.Run(wire, func(t *testing.T) { testBatchesSplitByBytes(t, wire) })
+	}
+}
+
+func testBatchesSplitByBytes(t *testing.T, wire string) {
 	recv := &recorder{}
-	a, _ := sender(t, Config{MaxBatchBytes: 1 << 20}, recv)
+	a, _ := sender(t, Config{MaxBatchBytes: 1 << 20, Wire: wire}, recv)
 	const small, big = 40, 3 << 20
 	for range small {
 		a.Send(2, 1, appendOf(256<<10))
@@ -152,9 +155,15 @@ func TestQueueBoundedInBytes(t *testing.T) {
 // appends queued before it, and a catching-up follower's answers came too
 // late for its leader's CheckQuorum.
 func TestControlOvertakesAppends(t *testing.T) {
+	for _, wire := range wires {
+		t.Run(wire, func(t *testing.T) { testControlOvertakesAppends(t, wire) })
+	}
+}
+
+func testControlOvertakesAppends(t *testing.T, wire string) {
 	recv := &gatedRecorder{gate: make(chan struct{}), holding: make(chan struct{}, 1)}
 	defer close(recv.gate)
-	a, _ := sender(t, Config{}, recv)
+	a, _ := sender(t, Config{Wire: wire}, recv)
 	for range 4 {
 		a.Send(2, 1, appendOf(64<<10))
 	}
@@ -201,21 +210,57 @@ func (f *flakyServer) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, con
 	return errors.New("flaky")
 }
 
+// serveTCP is flakyServer on the framed wire: it reads each connection's
+// hello and first frame, then closes it.
+func (f *flakyServer) serveTCP(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			fr := newFrameReader(c, 1<<20)
+			if _, err := readHello(fr.r); err != nil {
+				return
+			}
+			if err := fr.next(&concordpb.RaftBatch{}); err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.batches++
+			f.mu.Unlock()
+		}()
+	}
+}
+
 // TestBackoffResetsAfterStream protects reconnection: the backoff doubles
 // while streams fail without sending, and starts over from its minimum after
 // a stream that sent a batch. Before, it only grew, so after a few failures
 // anywhere in a node's life every later break cost a full second.
 func TestBackoffResetsAfterStream(t *testing.T) {
+	for _, wire := range wires {
+		t.Run(wire, func(t *testing.T) { testBackoffResetsAfterStream(t, wire) })
+	}
+}
+
+func testBackoffResetsAfterStream(t *testing.T, wire string) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, flaky := grpc.NewServer(), &flakyServer{}
-	concordpb.RegisterRaftTransportServer(srv, flaky)
-	go srv.Serve(l)
-	defer srv.Stop()
+	flaky := &flakyServer{}
+	if wire == WireGRPC {
+		srv := grpc.NewServer()
+		concordpb.RegisterRaftTransportServer(srv, flaky)
+		go srv.Serve(l)
+		defer srv.Stop()
+	} else {
+		go flaky.serveTCP(l)
+		defer l.Close()
+	}
 	addr := l.Addr().String()
-	a := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(ids.NodeID) (string, bool) { return addr, true }}, nil)
+	a := New(Config{ClusterID: 7, NodeID: 1, Wire: wire, Resolve: func(ids.NodeID) (string, bool) { return addr, true }}, nil)
 	a.SetReceiver(&recorder{})
 	var mu sync.Mutex
 	var waits []time.Duration

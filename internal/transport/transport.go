@@ -1,21 +1,24 @@
-// Package transport carries raft traffic between nodes over gRPC.
+// Package transport carries raft traffic between nodes.
 //
 // Each peer node gets two lanes, each a bounded queue drained by its own
-// goroutine into its own client stream (RaftTransport.Send): the control lane
+// goroutine into its own connection: a framed TCP connection through the
+// peer's port mux (Config.Wire = WireTCP, the default; tcp.go, frame.go) or a
+// gRPC client stream (WireGRPC, RaftTransport.Send). The control lane
 // carries the small messages raft's liveness depends on (heartbeats, votes,
 // append acknowledgements, ReadIndex, TimeoutNow; see isControl), the bulk
 // lane everything else, above all MsgApp. Two streams, because a stream is a
 // FIFO at every level (our queue, gRPC's per-stream flow-control window, the
 // receiver's handler): a heartbeat behind megabytes of appends would arrive
 // after them, and a leader whose followers answer late steps down ("quorum is
-// not active"). HTTP/2 interleaves the two streams' frames on the one
-// connection, and gRPC returns connection-level window as it reads, so a
-// slow bulk stream does not hold the control stream up.
+// not active"). Framed, the lanes are two TCP connections; over gRPC, HTTP/2
+// interleaves the two streams' frames on the one connection, and gRPC
+// returns connection-level window as it reads, so a slow bulk stream does
+// not hold the control stream up.
 //
 // The multiraft loop queues a whole phase of its iteration with Send and then
-// calls Flush, so each lane of a peer gets one RaftBatch per phase rather
-// than one per message. A RaftBatch holds at most maxBatch messages and
-// Config.MaxBatchBytes bytes (a single larger message goes alone), well under
+// calls Flush, so each lane of a peer gets one RaftBatch (one frame,
+// concord_raft_frames_total) per phase rather than one per message. A
+// RaftBatch holds at most maxBatch messages and Config.MaxBatchBytes bytes (a single larger message goes alone), well under
 // the gRPC message limit (dial.MaxMsgBytes). Each lane's queue is bounded in
 // messages (Config.QueueLen) and bytes (Config.QueueBytes). Send never blocks
 // the loop: when a lane's queue is full or its stream is down, messages are
@@ -33,11 +36,14 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -95,10 +101,32 @@ type Config struct {
 	// SnapshotBytes, if set, is told the bytes of snapshot data each chunk
 	// sent (sent true) or received carries: /metrics counts them.
 	SnapshotBytes func(sent bool, n int)
-	// DialOptions are added to every connection to a peer (TLS with the
-	// node's certificate, the auth token).
+	// Frames, if set, is told of every frame of raft messages sent (sent
+	// true) or received, with the messages it carries: /metrics counts them.
+	Frames func(sent bool, msgs int)
+	// DialOptions are added to every gRPC connection to a peer (TLS with
+	// the node's certificate, the auth token): snapshots, and raft
+	// messages with WireGRPC.
 	DialOptions []grpc.DialOption
-	Logger      *slog.Logger
+	// Wire is how raft messages go to peers: WireTCP (the default), a
+	// framed connection per lane through the peer's port mux (tcp.go), or
+	// WireGRPC, a gRPC stream per lane. A node receives both.
+	Wire string
+	// TLS, when set, makes the framed connections TLS: the node's client
+	// config (its certificate, the cluster's CA). The server name is the
+	// peer's host unless set.
+	TLS *tls.Config
+	// Token goes in the hello of every framed connection: the cluster's
+	// auth token, for a receiver without TLS.
+	Token string
+	// AuthConn decides whether an incoming framed connection may carry raft
+	// traffic, from the connection (its TLS state) and its hello's token;
+	// nil lets every connection through.
+	AuthConn func(c net.Conn, token string) error
+	// MaxFrameBytes bounds an incoming frame (default dial.MaxMsgBytes, as
+	// a gRPC stream's message).
+	MaxFrameBytes int
+	Logger        *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -121,6 +149,13 @@ type Transport struct {
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
+
+	// ctx ends with Stop: deliveries from framed connections wait on it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// conns are the incoming framed connections, closed by Stop.
+	conns   map[net.Conn]struct{} // guarded by mu
+	stopped bool                  // guarded by mu
 }
 
 // New creates a Transport that stages received snapshots in sink (the
@@ -147,8 +182,16 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Wire == "" {
+		cfg.Wire = WireTCP
+	}
+	if cfg.MaxFrameBytes == 0 {
+		cfg.MaxFrameBytes = dial.MaxMsgBytes
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
-		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After}
+		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After,
+		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -156,12 +199,17 @@ func (t *Transport) SetReceiver(r Receiver) { t.recv = r }
 
 func (t *Transport) isBlocked(node ids.NodeID) bool { return t.cfg.Blocked(node) }
 
-// Stop closes every peer stream.
+// Stop closes every peer stream and connection.
 func (t *Transport) Stop() {
 	close(t.stopC)
+	t.cancel()
 	t.mu.Lock()
+	t.stopped = true
 	for _, p := range t.peers {
 		p.conn.Close()
+	}
+	for c := range t.conns {
+		_ = c.Close()
 	}
 	t.mu.Unlock()
 	t.wg.Wait()
@@ -215,6 +263,12 @@ type peer struct {
 	conn *grpc.ClientConn
 
 	control, bulk *lane
+
+	// grpcOnly is set once the peer answered a framed connection: a
+	// receiver of the framed wire never writes, so the peer is a node from
+	// before it (its port mux took the magic for RESP, which replied).
+	// Its lanes then send over gRPC streams.
+	grpcOnly atomic.Bool
 
 	// stopC ends the peer's goroutines.
 	stopC chan struct{}
@@ -362,7 +416,11 @@ func (t *Transport) runLane(p *peer, l *lane) {
 	defer t.wg.Done()
 	backoff := minBackoff
 	for {
-		sent, err := t.stream(p, l)
+		stream := t.stream
+		if t.cfg.Wire == WireTCP && !p.grpcOnly.Load() {
+			stream = t.tcpStream
+		}
+		sent, err := stream(p, l)
 		select {
 		case <-t.stopC:
 			return
@@ -415,6 +473,7 @@ func (t *Transport) stream(p *peer, l *lane) (sent bool, err error) {
 			if err := s.Send(batch); err != nil {
 				return sent, err
 			}
+			t.countFrame(true, len(msgs))
 			sent = true
 		}
 	}
@@ -443,29 +502,44 @@ func (srv *Server) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, concor
 		if err != nil {
 			return err
 		}
-		if err := t.checkHeader(b.GetClusterId(), ids.NodeID(b.GetToNodeId())); err != nil {
+		if err := t.receive(s.Context(), &sender, b); err != nil {
 			return err
 		}
-		from := ids.NodeID(b.GetFromNodeId())
-		if sender == 0 {
-			if err := t.checkSender(from); err != nil {
-				return err
-			}
-			sender = from
-		} else if from != sender {
-			return fmt.Errorf("transport: a stream from node %d sent a batch from node %d", sender, from)
-		}
-		if t.isBlocked(from) {
-			continue
-		}
-		if t.cfg.OnReceive != nil {
-			if err := t.cfg.OnReceive(from); err != nil {
-				return err
-			}
-		}
-		if err := t.recv.Deliver(s.Context(), from, b.GetMessages()); err != nil {
+	}
+}
+
+// receive checks one incoming batch of a stream or connection and delivers
+// its messages. *sender is the stream's sender, fixed by its first batch (0
+// before it): a later batch naming another node is an error, which ends the
+// stream.
+func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordpb.RaftBatch) error {
+	if err := t.checkHeader(b.GetClusterId(), ids.NodeID(b.GetToNodeId())); err != nil {
+		return err
+	}
+	from := ids.NodeID(b.GetFromNodeId())
+	if *sender == 0 {
+		if err := t.checkSender(from); err != nil {
 			return err
 		}
+		*sender = from
+	} else if from != *sender {
+		return fmt.Errorf("transport: a stream from node %d sent a batch from node %d", *sender, from)
+	}
+	if t.isBlocked(from) {
+		return nil
+	}
+	if t.cfg.OnReceive != nil {
+		if err := t.cfg.OnReceive(from); err != nil {
+			return err
+		}
+	}
+	t.countFrame(false, len(b.GetMessages()))
+	return t.recv.Deliver(ctx, from, b.GetMessages())
+}
+
+func (t *Transport) countFrame(sent bool, msgs int) {
+	if t.cfg.Frames != nil {
+		t.cfg.Frames(sent, msgs)
 	}
 }
 

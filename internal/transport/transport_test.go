@@ -15,6 +15,7 @@ import (
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/portmux"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -68,8 +69,14 @@ type endpoint struct {
 	eng  *storage.Engine
 }
 
-// pair starts two transports (nodes 1 and 2) that know each other's address.
+// pair starts two transports (nodes 1 and 2) that know each other's
+// address, sending over the default wire.
 func pair(t *testing.T, blocked func(self, peer ids.NodeID) bool) (a, b *endpoint) {
+	return pairWire(t, "", blocked)
+}
+
+// pairWire is pair with the wire the transports send over.
+func pairWire(t *testing.T, wire string, blocked func(self, peer ids.NodeID) bool) (a, b *endpoint) {
 	t.Helper()
 	addrs := map[ids.NodeID]string{}
 	var eps [2]*endpoint
@@ -87,7 +94,7 @@ func pair(t *testing.T, blocked func(self, peer ids.NodeID) bool) (a, b *endpoin
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := Config{ClusterID: 7, NodeID: self, QueueLen: 8,
+		cfg := Config{ClusterID: 7, NodeID: self, QueueLen: 8, Wire: wire,
 			Resolve: func(n ids.NodeID) (string, bool) { a, ok := addrs[n]; return a, ok }}
 		if blocked != nil {
 			cfg.Blocked = func(peer ids.NodeID) bool { return blocked(self, peer) }
@@ -95,14 +102,37 @@ func pair(t *testing.T, blocked func(self, peer ids.NodeID) bool) (a, b *endpoin
 		tr := New(cfg, eng)
 		rec := &recorder{}
 		tr.SetReceiver(rec)
-		srv := grpc.NewServer()
-		concordpb.RegisterRaftTransportServer(srv, tr.Server())
-		go srv.Serve(lis[i])
+		stop := serve(lis[i], tr)
 		eps[i] = &endpoint{t: tr, recv: rec, addr: addrs[self], eng: eng}
-		t.Cleanup(func() { srv.Stop(); tr.Stop(); eng.Close() })
+		t.Cleanup(func() { stop(); tr.Stop(); eng.Close() })
 	}
 	return eps[0], eps[1]
 }
+
+// serve serves tr's receiving side on l as a node does: one port, a port
+// mux sending gRPC to the RaftTransport service and framed connections to
+// ServeConn. It returns the function that stops it.
+func serve(l net.Listener, tr *Transport) (stop func()) {
+	m := portmux.New(l, 5*time.Second)
+	raft := m.Match(Magic)
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(dial.MaxMsgBytes)) // as node serves it
+	concordpb.RegisterRaftTransportServer(srv, tr.Server())
+	go srv.Serve(m.GRPC())
+	go func() {
+		for {
+			c, err := raft.Accept()
+			if err != nil {
+				return
+			}
+			go tr.ServeConn(c)
+		}
+	}()
+	go m.Serve()
+	return func() { srv.Stop(); m.Close() }
+}
+
+// wires are the two ways raft messages travel, for tests of both.
+var wires = []string{WireTCP, WireGRPC}
 
 func heartbeat(to uint64) *pb.Message {
 	return &pb.Message{Type: pb.MsgHeartbeat.Enum(), To: new(to), From: new(uint64(1)), Term: new(uint64(3))}
@@ -121,7 +151,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestFlushSendsOneBatch protects the batching contract: messages queued by
 // Send leave only at Flush, and what was queued for a peer travels together.
 func TestFlushSendsOneBatch(t *testing.T) {
-	a, b := pair(t, nil)
+	for _, wire := range wires {
+		t.Run(wire, func(t *testing.T) { testFlushSendsOneBatch(t, wire) })
+	}
+}
+
+func testFlushSendsOneBatch(t *testing.T, wire string) {
+	a, b := pairWire(t, wire, nil)
 	for i := 0; i < 5; i++ {
 		a.t.Send(2, ids.ShardID(i), heartbeat(2))
 	}
@@ -160,8 +196,14 @@ func TestQueueFullReportsUnreachable(t *testing.T) {
 // TestBlockedPeerCutBothWays protects the partition fault: a node that
 // blocks a peer neither sends to it nor accepts from it.
 func TestBlockedPeerCutBothWays(t *testing.T) {
+	for _, wire := range wires {
+		t.Run(wire, func(t *testing.T) { testBlockedPeerCutBothWays(t, wire) })
+	}
+}
+
+func testBlockedPeerCutBothWays(t *testing.T, wire string) {
 	// Node 1 blocks node 2; node 2 blocks no one.
-	a, b := pair(t, func(self, peer ids.NodeID) bool { return self == 1 && peer == 2 })
+	a, b := pairWire(t, wire, func(self, peer ids.NodeID) bool { return self == 1 && peer == 2 })
 	a.t.Send(2, 1, heartbeat(2))
 	a.t.Flush()
 	b.t.Send(1, 1, heartbeat(1))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"github.com/concord-kv/concord/internal/certs"
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/testcluster"
+	"github.com/concord-kv/concord/internal/transport"
 )
 
 // refusedWithin is how long a client that must be refused may try: the
@@ -98,6 +100,20 @@ func TestTLSCluster(t *testing.T) {
 	// (c) Raft traffic without a CA-signed certificate is refused, and a node
 	// with another CA's certificates cannot join.
 	raftRefused(t, c.Addr(1), dial.Security{CAFile: ca})
+	// The framed raft wire, likewise: a connection without a CA-signed
+	// certificate is closed after its hello; one with the nodes'
+	// certificate that then sends garbage is closed too (the node serves
+	// on: the read after the garbage below).
+	caOnly, err := certs.ClientConfig(ca, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	framedRaftClosed(t, c.Addr(1), caOnly, "", nil)
+	withCert, err := certs.ClientConfig(ca, filepath.Join(c.CertDir(), certs.NodeFile), filepath.Join(c.CertDir(), certs.NodeKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	framedRaftClosed(t, c.Addr(1), withCert, "", []byte{0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	checkJoinRefused(t, c, other)
 
 	checkTLSSidePorts(t, c, ca)
@@ -168,6 +184,33 @@ func raftRefused(t *testing.T, addr string, sec dial.Security) {
 	}
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("raft stream to %s with %+v: err %v, want Unauthenticated", addr, sec, err)
+	}
+}
+
+// framedRaftClosed opens a framed raft connection (internal/transport's
+// TCP wire; TLS with tlsCfg unless nil), says hello with token, writes
+// after, and checks that the node closes the connection. A node that takes
+// the hello waits for frames: only a refusal (or bad frames) closes it.
+func framedRaftClosed(t *testing.T, addr string, tlsCfg *tls.Config, token string, after []byte) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tlsCfg != nil {
+		tlsCfg = tlsCfg.Clone()
+		tlsCfg.ServerName, _, _ = net.SplitHostPort(addr)
+		conn = tls.Client(conn, tlsCfg)
+	}
+	defer conn.Close()
+	hello := append(append([]byte(nil), transport.Magic...), byte(len(token)>>8), byte(len(token)))
+	if _, err := conn.Write(append(append(hello, token...), after...)); err != nil {
+		t.Fatalf("framed raft connection to %s: %v", addr, err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var ne net.Error
+	if _, err := io.Copy(io.Discard, conn); errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("framed raft connection to %s (token %q, %d bytes after the hello): not closed by the node", addr, token, len(after))
 	}
 }
 
@@ -305,6 +348,7 @@ func TestAuthToken(t *testing.T) {
 		t.Fatalf("get with the token: %v", err)
 	}
 	raftRefused(t, c.Addr(1), dial.Security{})
+	framedRaftClosed(t, c.Addr(1), nil, "wrong", nil)
 
 	// The Go client: without a token it is refused at once (no retries
 	// until the deadline), with it it writes through node 0 alone, which

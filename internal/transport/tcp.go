@@ -1,0 +1,250 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// The framed TCP wire (frame.go): each lane of a peer is one TCP connection
+// (TLS when Config.TLS is set) through the peer's port mux, carrying
+// length-prefixed RaftBatches. Against a gRPC stream it saves, per frame,
+// HTTP/2 framing and flow control and two goroutine hand-offs (sender to
+// gRPC's writer goroutine, gRPC's reader goroutine to the handler): the
+// lane's goroutine writes a wake's frames with one write, and the
+// receiver's goroutine reads and delivers them itself.
+
+// Wire names for Config.Wire.
+const (
+	WireTCP  = "tcp"
+	WireGRPC = "grpc"
+)
+
+// Timeouts of the framed wire.
+const (
+	dialTimeout = 5 * time.Second
+	// helloTimeout bounds a new connection's TLS handshake and hello.
+	helloTimeout = 10 * time.Second
+	// writeTimeout bounds one write: a peer that takes no bytes for this
+	// long (stopped, or its host gone) costs the connection; what was queued
+	// is dropped and raft retransmits over the next one.
+	writeTimeout = 30 * time.Second
+)
+
+// writeChunk is how many bytes of frames the sender gathers before a write.
+const writeChunk = 1 << 20
+
+// errConnClosed ends a lane's connection that the receiver closed.
+var errConnClosed = errors.New("transport: peer closed the connection")
+
+// tcpStream sends l's queue over one framed connection until it fails or p
+// stops; sent says whether any frame went out on it.
+func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
+	conn, err := t.dialPeer(p.addr)
+	if err != nil {
+		return false, err
+	}
+	deadC, release := t.watch(p, conn)
+	defer release()
+	buf, err := appendHello(nil, t.cfg.Token)
+	if err != nil {
+		return false, err
+	}
+	if err := writeAll(conn, buf); err != nil {
+		return false, err
+	}
+	for {
+		select {
+		case <-l.wakeC:
+		case <-deadC:
+			return sent, errConnClosed
+		case <-t.stopC:
+			return sent, errPeerClosed
+		case <-p.stopC:
+			return sent, errPeerClosed
+		}
+		var wrote bool
+		buf, wrote, err = t.writeQueue(conn, p, l, buf[:0])
+		sent = sent || wrote
+		if err != nil {
+			return sent, err
+		}
+		if cap(buf) > keepFrameBuf {
+			buf = nil // a rare large frame: do not hold its buffer
+		}
+	}
+}
+
+// watch starts the two goroutines of a lane's connection: one reads it,
+// to learn when it ends (deadC closes) or that the peer does not speak this
+// wire (it answered: the peer is marked grpcOnly); one closes it on Stop,
+// when the peer goes, or on release, so that a blocked write returns.
+// release closes the connection and waits for the reader.
+func (t *Transport) watch(p *peer, conn net.Conn) (deadC <-chan struct{}, release func()) {
+	dead, closed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(dead)
+		var b [64]byte
+		for {
+			n, err := conn.Read(b[:])
+			if n > 0 {
+				if !p.grpcOnly.Swap(true) {
+					t.log.Info("peer answered a framed raft connection: sending it raft messages over gRPC (a node from before the framed wire?)",
+						"peer", p.node, "addr", p.addr)
+				}
+				_ = conn.Close()
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		select {
+		case <-t.stopC:
+		case <-p.stopC:
+		case <-dead:
+		case <-closed:
+		}
+		_ = conn.Close()
+	}()
+	return dead, func() { close(closed); <-dead }
+}
+
+// writeQueue writes everything queued on l as frames, gathered into writes
+// of about writeChunk bytes; it returns buf for reuse, and whether it wrote.
+func (t *Transport) writeQueue(conn net.Conn, p *peer, l *lane, buf []byte) ([]byte, bool, error) {
+	var counts []int // messages per frame in buf, counted once written
+	wrote := false
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if err := writeAll(conn, buf); err != nil {
+			return err
+		}
+		for _, n := range counts {
+			t.countFrame(true, n)
+		}
+		buf, counts, wrote = buf[:0], counts[:0], true
+		return nil
+	}
+	for msgs := l.take(maxBatch, t.cfg.MaxBatchBytes); len(msgs) > 0; msgs = l.take(maxBatch, t.cfg.MaxBatchBytes) {
+		if t.isBlocked(p.node) {
+			continue // drop
+		}
+		batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: uint64(t.cfg.NodeID), ToNodeId: uint64(p.node), Messages: msgs}
+		var err error
+		if buf, err = appendFrame(buf, batch); err != nil {
+			return buf, wrote, err
+		}
+		counts = append(counts, len(msgs))
+		if len(buf) >= writeChunk {
+			if err := flush(); err != nil {
+				return buf, wrote, err
+			}
+		}
+	}
+	err := flush()
+	return buf, wrote, err
+}
+
+func writeAll(conn net.Conn, b []byte) error {
+	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := conn.Write(b) // a net.Conn writes all of b or fails
+	return err
+}
+
+// dialPeer opens a connection to a peer's port, with TLS when configured.
+func (t *Transport) dialPeer(addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if t.cfg.TLS == nil {
+		return conn, nil
+	}
+	cfg := t.cfg.TLS.Clone()
+	if cfg.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			cfg.ServerName = host
+		}
+	}
+	tc := tls.Client(conn, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// ServeConn receives framed raft traffic from one connection (which the
+// port mux found to open with Magic) until it ends, fails to authenticate,
+// or sends anything malformed; then it closes the connection. It returns
+// at once, closing c, once the transport is stopped.
+func (t *Transport) ServeConn(c net.Conn) {
+	if !t.track(c) {
+		_ = c.Close()
+		return
+	}
+	defer t.untrack(c)
+	fr := newFrameReader(c, t.cfg.MaxFrameBytes)
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	token, err := readHello(fr.r)
+	if err != nil {
+		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	if t.cfg.AuthConn != nil {
+		if err := t.cfg.AuthConn(c, token); err != nil {
+			t.log.Warn("raft connection refused", "remote", c.RemoteAddr(), "err", err)
+			return
+		}
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	var sender ids.NodeID
+	b := &concordpb.RaftBatch{}
+	for {
+		if err := fr.next(b); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
+			}
+			return
+		}
+		if err := t.receive(t.ctx, &sender, b); err != nil {
+			t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
+			return
+		}
+	}
+}
+
+// track records an incoming connection, for Stop to close; false once the
+// transport is stopped.
+func (t *Transport) track(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return false
+	}
+	t.conns[c] = struct{}{}
+	t.wg.Add(1)
+	return true
+}
+
+func (t *Transport) untrack(c net.Conn) {
+	_ = c.Close()
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+	t.wg.Done()
+}
