@@ -74,3 +74,31 @@ func TestKickRepairCoalesces(t *testing.T) {
 	var none placementState // a node built without the channel: kicks are dropped
 	none.kickRepair()
 }
+
+// TestPromotionOfAddedLearner protects the promotion an add-learner step
+// makes of its own learner: it names the learner the addition created (by
+// its node), via the same leader, at the epoch the addition produced (so
+// a change made meanwhile refuses it), and there is none when the new
+// descriptor lists no learner on the target.
+func TestPromotionOfAddedLearner(t *testing.T) {
+	add := scheduler.Step{Kind: scheduler.StepAddLearner, Shard: 3, Via: 1, Epoch: 4, Target: 5}
+	voter, learner := concordpb.ReplicaRole_REPLICA_VOTER, concordpb.ReplicaRole_REPLICA_LEARNER
+	d := &concordpb.ShardDescriptor{ShardId: 3, Epoch: 5, Replicas: []*concordpb.ReplicaDescriptor{
+		{ReplicaId: 1, NodeId: 1, Role: voter}, {ReplicaId: 2, NodeId: 2, Role: voter}, {ReplicaId: 9, NodeId: 5, Role: learner}}}
+	got, ok := promotionOf(add, d)
+	want := scheduler.Step{Kind: scheduler.StepPromoteLearner, Shard: 3, Via: 1, Epoch: 5, Replica: 9, ReplicaNode: 5}
+	if !ok || got != want {
+		t.Fatalf("promotion %s (%t), want %s", scheduler.DescribeStep(got), ok, scheduler.DescribeStep(want))
+	}
+	d.Replicas[2].Role = voter
+	if got, ok := promotionOf(add, d); ok {
+		t.Fatalf("a voter already on the target: promotion %s", scheduler.DescribeStep(got))
+	}
+	d.Replicas = d.Replicas[:2]
+	if got, ok := promotionOf(add, d); ok {
+		t.Fatalf("no replica on the target: promotion %s", scheduler.DescribeStep(got))
+	}
+	if got, ok := promotionOf(add, nil); ok {
+		t.Fatalf("no descriptor: promotion %s", scheduler.DescribeStep(got))
+	}
+}
