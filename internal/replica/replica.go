@@ -8,8 +8,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/tracker"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
