@@ -102,3 +102,36 @@ func TestPromotionOfAddedLearner(t *testing.T) {
 		t.Fatalf("no descriptor: promotion %s", scheduler.DescribeStep(got))
 	}
 }
+
+// TestRecordNoticesNewLeaders protects the placement leader's trigger for
+// a scheduler round on a report: a report names a new leader when it
+// names, for some shard, a leader its node's previous report did not
+// (none before, or another), and not when it repeats the same leaders or
+// names none.
+func TestRecordNoticesNewLeaders(t *testing.T) {
+	var m placementState
+	rep := func(leaders ...uint64) *concordpb.HeartbeatRequest {
+		req := &concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 2}}
+		for i, l := range leaders {
+			req.Replicas = append(req.Replicas, &concordpb.ReplicaStatus{ShardId: uint64(i + 1), ReplicaId: 2, NodeId: 2, LeaderReplicaId: l})
+		}
+		return req
+	}
+	for _, c := range []struct {
+		name    string
+		req     *concordpb.HeartbeatRequest
+		noticed bool
+	}{
+		{"first report, no leader known", rep(0, 0), false},
+		{"a leader elected", rep(1, 0), true},
+		{"the same leaders", rep(1, 0), false},
+		{"a second shard's leader", rep(1, 3), true},
+		{"a transfer", rep(2, 3), true},
+		{"a leader lost", rep(0, 3), false},
+		{"unchanged again", rep(0, 3), false},
+	} {
+		if got := m.record(c.req); got != c.noticed {
+			t.Errorf("%s: new leader %t, want %t", c.name, got, c.noticed)
+		}
+	}
+}

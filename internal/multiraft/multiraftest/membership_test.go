@@ -402,6 +402,55 @@ func TestTransferLeader(t *testing.T) {
 	}
 }
 
+// TestLeaderKnownHook protects the hook that makes a node report at once
+// after an election or a transfer (Config.OnLeaderKnown): once a shard has
+// a leader every node has been told of it, and a leadership transfer
+// tells every node again, the new leader and the followers alike; a turn
+// that changes no leader tells nobody.
+func TestLeaderKnownHook(t *testing.T) {
+	var told [4]atomic.Int64 // per node id, calls for shard 1
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		node := cfg.NodeID
+		cfg.NoLeaderPreference = true
+		cfg.OnLeaderKnown = func(shard ids.ShardID) {
+			if shard == 1 {
+				told[node].Add(1)
+			}
+		}
+	}})
+	leader := c.WaitLeader(1)
+	c.RunUntil("every node told of shard 1's leader", 100, func() bool {
+		return told[1].Load() > 0 && told[2].Load() > 0 && told[3].Load() > 0
+	})
+	c.Put("quiet", "v")
+	c.Tick(20)
+	var before [4]int64
+	for n := 1; n <= 3; n++ {
+		before[n] = told[n].Load()
+	}
+	c.Put("still-quiet", "v")
+	c.Tick(20)
+	for n := 1; n <= 3; n++ {
+		if got := told[n].Load(); got != before[n] {
+			t.Fatalf("node %d told of a leader %d more times while the leader stayed", n, got-before[n])
+		}
+	}
+	target := others(leader, 3)[0]
+	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
+	}); err != nil {
+		t.Fatalf("TransferLeader: %v", err)
+	}
+	c.RunUntil("every node told of the new leader", 100, func() bool {
+		for n := 1; n <= 3; n++ {
+			if told[n].Load() == before[n] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestCollectStray protects garbage collection of replicas removed behind
 // their node's back: a follower cut off while the shard removes it never
 // hears of the removal (a leader contacts only members) and keeps its
