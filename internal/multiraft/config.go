@@ -108,7 +108,7 @@ type Config struct {
 	// so that the scheduler addresses the shard's next step to the new
 	// leader without waiting for the next heartbeat.
 	OnLeaderKnown func(shard ids.ShardID)
-	Logger   *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Observer receives the host loop's measurements. Its methods run on the
