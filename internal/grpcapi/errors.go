@@ -26,6 +26,10 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &nl):
 		return status.Error(codes.Unavailable, nl.Error())
+	case errors.Is(err, multiraft.ErrNotCaughtUp):
+		// Before the context cases: the deadline ended a wait in which
+		// nothing was proposed, so nothing is ambiguous.
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, replica.ErrAmbiguous) && errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "ambiguous: deadline passed after the request was proposed; it may or may not have applied")
 	case errors.Is(err, replica.ErrAmbiguous) && errors.Is(err, context.Canceled):

@@ -36,6 +36,7 @@ func TestToStatusMapsEachErrorClass(t *testing.T) {
 		{"no replica", multiraft.ErrNoReplica, codes.Unavailable, ""},
 		{"removed", replica.ErrRemoved, codes.Unavailable, ""},
 		{"host stopped", multiraft.ErrStopped, codes.Unavailable, ""},
+		{"learner not caught up by the deadline", fmt.Errorf("shard 2: %w: %w", multiraft.ErrNotCaughtUp, context.DeadlineExceeded), codes.Unavailable, "shard 2: multiraft: learner has not caught up"},
 		{"anything else", errors.New("disk on fire"), codes.Internal, "disk on fire"},
 	}
 	for _, tt := range tests {

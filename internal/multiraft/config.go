@@ -101,7 +101,14 @@ type Config struct {
 	IDBase uint64
 	// Observer, if set, is told what the loop measures (for /metrics).
 	Observer Observer
-	Logger   *slog.Logger
+	// OnLeaderKnown, if set, is called (on the loop; it must return at
+	// once) when a replica here learns of a leader of its shard other
+	// than the one it knew, itself included: after an election or a
+	// transfer. The node reports to the placement service at once then,
+	// so that the scheduler addresses the shard's next step to the new
+	// leader without waiting for the next heartbeat.
+	OnLeaderKnown func(shard ids.ShardID)
+	Logger        *slog.Logger
 }
 
 // Observer receives the host loop's measurements. Its methods run on the

@@ -315,4 +315,7 @@ func (h *Host) publish(r *replica.Replica) {
 	if h.cfg.Observer != nil && known && was.IsLeader != info.IsLeader {
 		h.cfg.Observer.LeaderChange()
 	}
+	if h.cfg.OnLeaderKnown != nil && info.LeaderReplica != 0 && (!known || was.LeaderReplica != info.LeaderReplica) {
+		h.cfg.OnLeaderKnown(r.Shard())
+	}
 }

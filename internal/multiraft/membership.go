@@ -53,13 +53,61 @@ func (h *Host) AddLearner(ctx context.Context, shard ids.ShardID, epoch uint64, 
 	})
 }
 
-// PromoteLearner makes learner learner of shard a voter. The caller decides
-// it has caught up (its applied index in heartbeats). Must run on the
-// shard's leader.
+// ErrNotCaughtUp is returned when a learner did not catch up before the
+// caller's deadline: nothing was proposed; retrying later is safe.
+var ErrNotCaughtUp = errors.New("multiraft: learner has not caught up")
+
+// promotePoll is how often PromoteLearner looks again at a lagging
+// learner's progress.
+const promotePoll = 5 * time.Millisecond
+
+// PromoteLearner makes learner learner of shard a voter once the leader's
+// own raft progress shows it caught up: the leader streams appends to it
+// and it has acknowledged, as persisted, every entry the leader had
+// committed when the promotion was asked for. Until then it waits (polling
+// on the loop); if ctx ends first it returns an error wrapping
+// ErrNotCaughtUp and proposes nothing. The check and the proposal run in
+// one loop turn, so a leadership lost in between fails the promotion
+// rather than promoting on another leader's word. Judging by the leader's
+// progress, not by heartbeat reports, is what makes a promoted learner
+// hold the log, and it promotes as soon as the learner has it rather than
+// a report later. Must run on the shard's leader.
 func (h *Host) PromoteLearner(ctx context.Context, shard ids.ShardID, epoch uint64, learner ids.ReplicaID) (*concordpb.ShardDescriptor, error) {
-	return h.changeConf(ctx, shard, epoch, func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error) {
-		return replica.PromoteChange(r.Descriptor(), id, learner)
-	})
+	var target uint64 // the leader's commit index at the first attempt
+	var targetSet bool
+	for {
+		d, err := h.changeConf(ctx, shard, epoch, func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error) {
+			cc, err := replica.PromoteChange(r.Descriptor(), id, learner)
+			if err != nil {
+				return nil, err
+			}
+			if !targetSet {
+				target, targetSet = r.Status().GetCommit(), true
+			}
+			return cc, caughtUp(r, learner, target)
+		})
+		if !errors.Is(err, ErrNotCaughtUp) {
+			return d, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("shard %d: %w: %w", shard, err, ctx.Err())
+		case <-h.doneC:
+			return nil, ErrStopped
+		case <-time.After(promotePoll):
+		}
+	}
+}
+
+// caughtUp returns nil if leader r streams appends to learner and the
+// learner has persisted the log up to target; else an error wrapping
+// ErrNotCaughtUp that says how far it is.
+func caughtUp(r *replica.Replica, learner ids.ReplicaID, target uint64) error {
+	match, replicating, ok := r.Progress(learner)
+	if ok && replicating && match >= target {
+		return nil
+	}
+	return fmt.Errorf("%w: replica %d has persisted up to %d of %d (streaming: %t)", ErrNotCaughtUp, learner, match, target, replicating)
 }
 
 // RemoveReplica removes replica rm from shard; its node destroys it (data
@@ -91,7 +139,11 @@ func (h *Host) changeConf(ctx context.Context, shard ids.ShardID, epoch uint64, 
 			return
 		}
 		cc, err := build(r, id)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrNotCaughtUp):
+			perr = err
+			return
+		case err != nil:
 			perr = fmt.Errorf("%w: %w", ErrRefused, err)
 			return
 		}

@@ -284,12 +284,18 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 		return err
 	}
 	drop := 0
-	// Retry soon at first: a member that cannot answer yet is usually
-	// waiting for the meta shard's new leader (the one that died may be
-	// the node this one replaces), elected within a second or two; a
-	// rebuild should not wait a whole second more. Then once a second.
-	wait := 100 * time.Millisecond
+	// Retry every 100 ms for a while: a member that cannot answer yet is
+	// usually waiting for the meta shard's new leader (the one that died
+	// may be the node this one replaces), elected one to two seconds
+	// after the death, and a rebuild's time is counted from this start;
+	// a backoff that had grown to 800 ms by then cost up to that much
+	// more. An attempt is one small RPC. After joinFastRetries, once a
+	// second.
 	for round := 0; ; round++ {
+		wait := 100 * time.Millisecond
+		if round >= joinFastRetries {
+			wait = time.Second
+		}
 		var lastErr error
 		for _, via := range addrs {
 			resp, err := n.askJoin(ctx, via, token)
@@ -315,9 +321,12 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 			return fmt.Errorf("node stopped while joining")
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, time.Second)
 	}
 }
+
+// joinFastRetries is how many join rounds retry after 100 ms (about five
+// seconds' worth) before the retries slow to one a second.
+const joinFastRetries = 50
 
 func (n *Node) askJoin(ctx context.Context, via string, token []byte) (*concordpb.JoinResponse, error) {
 	conn, err := n.conns.get(via)

@@ -39,6 +39,9 @@ type placementState struct {
 	// coalesce), on a join and when a step ends, so the next step of a
 	// move need not wait for the next tick.
 	kick chan struct{}
+	// report asks the heartbeat loop for a report now (capacity one),
+	// when a local replica learns of a new leader (reportSoon).
+	report chan struct{}
 	// observedSince is when this node, as placement leader, built its
 	// first view (guarded by mu); zero while it does not lead. The
 	// scheduler judges silence from it for nodes that have not reported
@@ -111,21 +114,48 @@ func (m *placementState) kickRepair() {
 	}
 }
 
+// reportSoon asks for a heartbeat now: a local replica learned of a new
+// leader of its shard, which the placement leader otherwise hears of only
+// at the next heartbeat, up to an interval later, and which it needs to
+// address that shard's steps (a dead leader's shards get their
+// replacement replicas only once their new leader is known). Several
+// elections at once coalesce into one report.
+func (m *placementState) reportSoon() {
+	select {
+	case m.report <- struct{}{}:
+	default:
+	}
+}
+
 // load is what a node reports about its use, for status pages.
 type load struct {
 	diskBytes   uint64
 	requestRate float64
 }
 
-func (m *placementState) record(req *concordpb.HeartbeatRequest) {
+// record keeps req as its node's last report. It reports whether req
+// names a leader for some shard that the node's previous report did not
+// name (a new report, or one after an election or a transfer): then a
+// scheduler round may have steps to address to that leader.
+func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool) {
 	node := ids.NodeID(req.GetNode().GetNodeId())
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.reports == nil {
 		m.reports, m.loads = map[ids.NodeID]scheduler.Report{}, map[ids.NodeID]load{}
 	}
+	before := map[ids.ShardID]uint64{}
+	for _, rs := range m.reports[node].Replicas {
+		before[ids.ShardID(rs.GetShardId())] = rs.GetLeaderReplicaId()
+	}
+	for _, rs := range req.GetReplicas() {
+		if l := rs.GetLeaderReplicaId(); l != 0 && before[ids.ShardID(rs.GetShardId())] != l {
+			newLeader = true
+		}
+	}
 	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate()}
+	return newLeader
 }
 
 // loadOf returns node's last reported load.
@@ -336,7 +366,9 @@ func (n *Node) nextCandidate() ids.NodeID {
 // proposes any newer descriptor a shard leader sent, and answers with the
 // nodes and the shard routes.
 func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
-	n.placement.record(req)
+	if n.placement.record(req) {
+		n.placement.kickRepair()
+	}
 	v, err := n.placementView()
 	if err != nil {
 		return nil, err

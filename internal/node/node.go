@@ -169,7 +169,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, sec: sec, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), failed: make(chan struct{}), drainTimeout: 2 * time.Second}
-	n.placement.kick = make(chan struct{}, 1)
+	n.placement.kick, n.placement.report = make(chan struct{}, 1), make(chan struct{}, 1)
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
 	n.seen.m = map[ids.NodeID]*seenEntry{}
 	n.conns.m = map[string]*grpc.ClientConn{}
@@ -309,6 +309,7 @@ func (n *Node) startRaft() error {
 	hc.Logger = n.log
 	hc.Placement = n.placementOf
 	hc.Observer = n.metrics
+	hc.OnLeaderKnown = func(ids.ShardID) { n.placement.reportSoon() }
 	// Leaders go where `concord leader transfer` and the placement
 	// scheduler put them; the preferred replica campaigns only at start.
 	hc.NoLeaderPreference = true
@@ -330,7 +331,7 @@ func (n *Node) startRaft() error {
 // placement leader (heartbeat.go), replica repair on the placement leader
 // (repair.go) and session expiry (sessions.go).
 func (n *Node) startLoops() {
-	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, nil, true)
+	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, n.placement.report, true)
 	n.goLoop(n.cfg.RepairInterval, n.repair, n.placement.kick, false)
 	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions, nil, false)
 	n.goLoop(expiry.Interval, n.sweepExpired, nil, false)

@@ -84,6 +84,10 @@ func (n *Node) execute(s scheduler.Step) {
 // s, planned against descriptor epoch s.Epoch: a leader whose shard changed
 // since refuses it (Aborted), and the next round plans again. Each outcome
 // is logged and counted (Node.StepCounts); it reports whether s was made.
+//
+// A learner added by StepAddLearner is promoted in the same step
+// (promoteAdded): the scheduler would promote it anyway once caught up,
+// and the shard's leader knows that first.
 func (n *Node) runStep(ctx context.Context, s scheduler.Step) bool {
 	c, fctx, err := n.clusterClient(ctx, s.Via)
 	if err != nil {
@@ -94,9 +98,7 @@ func (n *Node) runStep(ctx context.Context, s scheduler.Step) bool {
 	if s.Kind == scheduler.StepTransferLeader {
 		_, err = c.TransferLeader(fctx, &concordpb.TransferLeaderRequest{ShardId: uint64(s.Shard), ReplicaId: uint64(s.Replica), PlannedEpoch: s.Epoch})
 	} else {
-		var resp *concordpb.ChangeReplicasResponse
-		resp, err = c.ChangeReplicas(fctx, changeRequest(s))
-		desc = resp.GetShard()
+		desc, err = n.change(fctx, c, changeRequest(s))
 	}
 	n.steps.record(s.Kind, err)
 	if err != nil {
@@ -112,11 +114,71 @@ func (n *Node) runStep(ctx context.Context, s scheduler.Step) bool {
 		// no longer sees the step in flight, sees its result: planned from
 		// the old descriptor, it would count the replicas wrongly and
 		// balance or repair again what this step just did.
-		if err := n.proposeDescriptor(ctx, desc); err != nil {
-			n.log.Debug("record shard descriptor", "shard", desc.GetShardId(), "err", err)
-		}
+		n.recordStepResult(ctx, desc)
+	}
+	if s.Kind == scheduler.StepAddLearner {
+		n.promoteAdded(ctx, fctx, c, s, desc)
 	}
 	return true
+}
+
+// promoteAdded promotes the learner that step s (StepAddLearner) added,
+// per descriptor d, through the same leader: the leader waits, within
+// ctx, until its raft progress shows the learner caught up
+// (multiraft.Host.PromoteLearner), instead of the scheduler waiting for
+// the learner's next heartbeat report. If it does not catch up in time, or
+// the leader changed, nothing is promoted and the learner stays: the
+// scheduler's promotion rule plans it again from the reports. Counted and
+// logged as a promote-learner step of its own.
+func (n *Node) promoteAdded(ctx, fctx context.Context, c clusterCaller, s scheduler.Step, d *concordpb.ShardDescriptor) {
+	p, ok := promotionOf(s, d)
+	if !ok {
+		return
+	}
+	desc, err := n.change(fctx, c, changeRequest(p))
+	n.steps.record(p.Kind, err)
+	if err != nil {
+		n.log.Info("learner not promoted with its addition; the scheduler will", "step", scheduler.DescribeStep(p), "err", err)
+		return
+	}
+	n.log.Info("scheduler step done", "step", scheduler.DescribeStep(p), "epoch", desc.GetEpoch())
+	n.recordStepResult(ctx, desc)
+}
+
+// promotionOf is the promotion of the learner that add-learner step s put
+// on s.Target, planned against d, the descriptor the addition produced
+// (its epoch, its replica id for the learner); false if d lists no
+// learner there (already promoted, or the addition's result is unknown).
+func promotionOf(s scheduler.Step, d *concordpb.ShardDescriptor) (scheduler.Step, bool) {
+	r := replicaOnNode(d, s.Target)
+	if r == nil || r.GetRole() != concordpb.ReplicaRole_REPLICA_LEARNER {
+		return scheduler.Step{}, false
+	}
+	return scheduler.Step{Kind: scheduler.StepPromoteLearner, Shard: s.Shard, Via: s.Via, Epoch: d.GetEpoch(),
+		Replica: ids.ReplicaID(r.GetReplicaId()), ReplicaNode: s.Target}, true
+}
+
+// change sends one ChangeReplicas request and returns the new descriptor.
+func (n *Node) change(ctx context.Context, c clusterCaller, req *concordpb.ChangeReplicasRequest) (*concordpb.ShardDescriptor, error) {
+	resp, err := c.ChangeReplicas(ctx, req)
+	return resp.GetShard(), err
+}
+
+// recordStepResult records a step's new descriptor in the placement state.
+func (n *Node) recordStepResult(ctx context.Context, desc *concordpb.ShardDescriptor) {
+	if err := n.proposeDescriptor(ctx, desc); err != nil {
+		n.log.Debug("record shard descriptor", "shard", desc.GetShardId(), "err", err)
+	}
+}
+
+// replicaOnNode returns d's replica on node, or nil.
+func replicaOnNode(d *concordpb.ShardDescriptor, node ids.NodeID) *concordpb.ReplicaDescriptor {
+	for _, r := range d.GetReplicas() {
+		if ids.NodeID(r.GetNodeId()) == node {
+			return r
+		}
+	}
+	return nil
 }
 
 // changeRequest is the ChangeReplicas request that makes membership step s.

@@ -74,3 +74,64 @@ func TestKickRepairCoalesces(t *testing.T) {
 	var none placementState // a node built without the channel: kicks are dropped
 	none.kickRepair()
 }
+
+// TestPromotionOfAddedLearner protects the promotion an add-learner step
+// makes of its own learner: it names the learner the addition created (by
+// its node), via the same leader, at the epoch the addition produced (so
+// a change made meanwhile refuses it), and there is none when the new
+// descriptor lists no learner on the target.
+func TestPromotionOfAddedLearner(t *testing.T) {
+	add := scheduler.Step{Kind: scheduler.StepAddLearner, Shard: 3, Via: 1, Epoch: 4, Target: 5}
+	voter, learner := concordpb.ReplicaRole_REPLICA_VOTER, concordpb.ReplicaRole_REPLICA_LEARNER
+	d := &concordpb.ShardDescriptor{ShardId: 3, Epoch: 5, Replicas: []*concordpb.ReplicaDescriptor{
+		{ReplicaId: 1, NodeId: 1, Role: voter}, {ReplicaId: 2, NodeId: 2, Role: voter}, {ReplicaId: 9, NodeId: 5, Role: learner}}}
+	got, ok := promotionOf(add, d)
+	want := scheduler.Step{Kind: scheduler.StepPromoteLearner, Shard: 3, Via: 1, Epoch: 5, Replica: 9, ReplicaNode: 5}
+	if !ok || got != want {
+		t.Fatalf("promotion %s (%t), want %s", scheduler.DescribeStep(got), ok, scheduler.DescribeStep(want))
+	}
+	d.Replicas[2].Role = voter
+	if got, ok := promotionOf(add, d); ok {
+		t.Fatalf("a voter already on the target: promotion %s", scheduler.DescribeStep(got))
+	}
+	d.Replicas = d.Replicas[:2]
+	if got, ok := promotionOf(add, d); ok {
+		t.Fatalf("no replica on the target: promotion %s", scheduler.DescribeStep(got))
+	}
+	if got, ok := promotionOf(add, nil); ok {
+		t.Fatalf("no descriptor: promotion %s", scheduler.DescribeStep(got))
+	}
+}
+
+// TestRecordNoticesNewLeaders protects the placement leader's trigger for
+// a scheduler round on a report: a report names a new leader when it
+// names, for some shard, a leader its node's previous report did not
+// (none before, or another), and not when it repeats the same leaders or
+// names none.
+func TestRecordNoticesNewLeaders(t *testing.T) {
+	var m placementState
+	rep := func(leaders ...uint64) *concordpb.HeartbeatRequest {
+		req := &concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 2}}
+		for i, l := range leaders {
+			req.Replicas = append(req.Replicas, &concordpb.ReplicaStatus{ShardId: uint64(i + 1), ReplicaId: 2, NodeId: 2, LeaderReplicaId: l})
+		}
+		return req
+	}
+	for _, c := range []struct {
+		name    string
+		req     *concordpb.HeartbeatRequest
+		noticed bool
+	}{
+		{"first report, no leader known", rep(0, 0), false},
+		{"a leader elected", rep(1, 0), true},
+		{"the same leaders", rep(1, 0), false},
+		{"a second shard's leader", rep(1, 3), true},
+		{"a transfer", rep(2, 3), true},
+		{"a leader lost", rep(0, 3), false},
+		{"unchanged again", rep(0, 3), false},
+	} {
+		if got := m.record(c.req); got != c.noticed {
+			t.Errorf("%s: new leader %t, want %t", c.name, got, c.noticed)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -273,6 +274,23 @@ func (r *Replica) Removed() bool { return r.removed }
 
 // Status returns raft's status of the replica.
 func (r *Replica) Status() raft.BasicStatus { return r.rn.BasicStatus() }
+
+// Progress returns what this replica, if it leads, knows of peer id: the
+// highest log index id has acknowledged as persisted (Match) and whether
+// the leader streams appends to it (raft's StateReplicate, as opposed to
+// probing it or waiting on a snapshot). ok is false on a follower and for
+// a peer not in the configuration.
+func (r *Replica) Progress(id ids.ReplicaID) (match uint64, replicating, ok bool) {
+	if !r.isLeader {
+		return 0, false, false
+	}
+	r.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if pid == uint64(id) {
+			match, replicating, ok = pr.Match, pr.State == tracker.StateReplicate, true
+		}
+	})
+	return match, replicating, ok
+}
 
 // Campaign starts an election.
 func (r *Replica) Campaign() error { return r.rn.Campaign() }

@@ -212,6 +212,57 @@ func TestPromoteLearner(t *testing.T) {
 	c.Put("healed", "v")
 }
 
+// TestPromoteWaitsForCatchUp protects the promotion's catch-up check: the
+// leader promotes a learner only once its own raft progress shows that the
+// learner persisted everything committed when the promotion was asked for.
+// A learner cut off behind writes is not promoted while it lags (the call
+// waits, and when its context ends returns ErrNotCaughtUp with the
+// descriptor unchanged); once healed, the same call, made without waiting
+// for the learner first, promotes it, and it holds the writes it missed.
+func TestPromoteWaitsForCatchUp(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	n4 := c.AddNode()
+	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.Cut(n4)
+	missed := putAll(c, "missed-", 5)
+	h := c.Node(leader).Host
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := h.PromoteLearner(ctx, 1, 0, 4); done <- err }()
+	c.Tick(50)
+	if len(done) > 0 {
+		t.Fatalf("a learner cut off behind writes was promoted (or refused) at once: %v", <-done)
+	}
+	cancel()
+	c.RunUntil("the cancelled promotion", 100, func() bool { return len(done) > 0 })
+	if err := <-done; !errors.Is(err, multiraft.ErrNotCaughtUp) {
+		t.Fatalf("promotion of a lagging learner: %v, want ErrNotCaughtUp", err)
+	}
+	if role, _ := roleOf(descOf(c, leader), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
+		t.Fatalf("a refused promotion changed replica 4 to %v", role)
+	}
+	c.Heal(n4)
+	d, err := run(t, c, "the promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return h.PromoteLearner(ctx, 1, 0, 4)
+	})
+	if err != nil {
+		t.Fatalf("PromoteLearner after healing: %v", err)
+	}
+	if role, _ := roleOf(d, 4); role != concordpb.ReplicaRole_REPLICA_VOTER {
+		t.Fatalf("descriptor %v, want replica 4 a voter", d)
+	}
+	for _, k := range missed {
+		if v, ok := c.Get(n4, k); !ok || v != "v" {
+			t.Fatalf("promoted learner lacks %q (got %q, %t)", k, v, ok)
+		}
+	}
+}
+
 // TestRemoveReplica protects removal under load: removing a follower while
 // writes flow completes, writes keep committing on the three left, the
 // removed node destroys its replica, and the leader cannot remove itself.
@@ -349,6 +400,55 @@ func TestTransferLeader(t *testing.T) {
 	if d := descOf(c, target); len(d.GetReplicas()) != 4 || d.GetEpoch() != stale+1 || c.Leader(1) != target {
 		t.Fatalf("refused requests changed something: descriptor %v, leader %d", d, c.Leader(1))
 	}
+}
+
+// TestLeaderKnownHook protects the hook that makes a node report at once
+// after an election or a transfer (Config.OnLeaderKnown): once a shard has
+// a leader every node has been told of it, and a leadership transfer
+// tells every node again, the new leader and the followers alike; a turn
+// that changes no leader tells nobody.
+func TestLeaderKnownHook(t *testing.T) {
+	var told [4]atomic.Int64 // per node id, calls for shard 1
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) {
+		node := cfg.NodeID
+		cfg.NoLeaderPreference = true
+		cfg.OnLeaderKnown = func(shard ids.ShardID) {
+			if shard == 1 {
+				told[node].Add(1)
+			}
+		}
+	}})
+	leader := c.WaitLeader(1)
+	c.RunUntil("every node told of shard 1's leader", 100, func() bool {
+		return told[1].Load() > 0 && told[2].Load() > 0 && told[3].Load() > 0
+	})
+	c.Put("quiet", "v")
+	c.Tick(20)
+	var before [4]int64
+	for n := 1; n <= 3; n++ {
+		before[n] = told[n].Load()
+	}
+	c.Put("still-quiet", "v")
+	c.Tick(20)
+	for n := 1; n <= 3; n++ {
+		if got := told[n].Load(); got != before[n] {
+			t.Fatalf("node %d told of a leader %d more times while the leader stayed", n, got-before[n])
+		}
+	}
+	target := others(leader, 3)[0]
+	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
+	}); err != nil {
+		t.Fatalf("TransferLeader: %v", err)
+	}
+	c.RunUntil("every node told of the new leader", 100, func() bool {
+		for n := 1; n <= 3; n++ {
+			if told[n].Load() == before[n] {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestCollectStray protects garbage collection of replicas removed behind
