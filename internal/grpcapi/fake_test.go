@@ -192,6 +192,17 @@ type fakeView struct {
 }
 
 func (v fakeView) Get(key []byte) ([]byte, int64, bool, error) { return v.f.LocalGet(v.shard, key) }
+func (v fakeView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
+	res := make([]*concordpb.OpResult, len(keys))
+	for i, k := range keys {
+		value, at, found, err := v.Get(k)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = &concordpb.OpResult{Ok: found, Value: value, ExpireAtUnixMs: at}
+	}
+	return res, nil
+}
 func (v fakeView) Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
 	return v.f.LocalScan(v.shard, start, end, limit)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 func wantStatus(t *testing.T, err error, code codes.Code, msg string) {
@@ -226,5 +227,64 @@ func TestReadRetriedWhenLeadershipMoves(t *testing.T) {
 	f.lostFirst = 2
 	if _, err := kv.Scan(ctx, &concordpb.ScanRequest{OnlyShard: uint64(f.shardOfKey("k"))}); err != nil {
 		t.Fatalf("scan whose first 2 barriers lost leadership: %v, want it routed again", err)
+	}
+}
+
+// TestReadOnlyBatchIsOneBarrierNotAProposal protects the read path of a
+// batch of GETs (the Redis protocol's pipelined GETs): forwarded whole to
+// the leader, served there after ONE read barrier for all its keys, never
+// proposed, with each key's own result in order (an absent key not found,
+// a repeated key found each time). A batch that writes, or carries a
+// session, still goes through raft; a stale one needs no barrier.
+func TestReadOnlyBatchIsOneBarrierNotAProposal(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	shard := f2.shardOfKey("k")
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("x%d", i); f2.shardOfKey(k) == shard {
+			other = k
+		}
+	}
+	f2.data[shard] = []*concordpb.KeyValue{{Key: []byte("k"), Value: []byte("v1")}}
+	f2.expiry = map[string]int64{"k": 12345}
+	serve(t, f2, f1)
+	c1 := concordpb.NewKVClient(serve(t, f1, f2))
+	ctx := context.Background()
+	get := func(k string) *concordpb.Op { return &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: []byte(k)} }
+	resp, err := c1.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{get("k"), get(other), get("k")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resp.GetResults()
+	if len(res) != 3 || !res[0].GetOk() || string(res[0].GetValue()) != "v1" || res[0].GetExpireAtUnixMs() != 12345 ||
+		res[1].GetOk() || !res[2].GetOk() || string(res[2].GetValue()) != "v1" {
+		t.Fatalf("results %v; want v1 (expiry 12345), absent, v1", res)
+	}
+	if resp.GetHeader().GetServedByNodeId() != 2 || len(f2.readIndex) != 1 || len(f1.readIndex) != 0 {
+		t.Fatalf("served by node %d after barriers %v (leader), %v (follower); want node 2 after one on the leader",
+			resp.GetHeader().GetServedByNodeId(), f2.readIndex, f1.readIndex)
+	}
+	if f1.proposalCount()+f2.proposalCount() != 0 {
+		t.Fatal("a read-only batch was proposed")
+	}
+
+	f2.proposeResult = &storepb.CommandResult{Results: []*concordpb.OpResult{{}, {}}}
+	put := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v2")}
+	if _, err := c1.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{get("k"), put}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.Batch(ctx, &concordpb.BatchRequest{Header: &concordpb.RequestHeader{SessionId: 3, Seq: 1},
+		Ops: []*concordpb.Op{get("k"), get(other)}}); err != nil {
+		t.Fatal(err)
+	}
+	if f2.proposalCount() != 2 {
+		t.Fatalf("%d proposals for a batch that writes and one with a session; want 2", f2.proposalCount())
+	}
+
+	kv2 := NewKV(f2, testLimits)
+	resp, err = kv2.Batch(ctx, &concordpb.BatchRequest{Header: &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE},
+		Ops: []*concordpb.Op{get("k")}})
+	if err != nil || !resp.GetResults()[0].GetOk() || len(f2.readIndex) != 1 {
+		t.Fatalf("stale batch: %v, %v after barriers %v; want v1 with no new barrier", resp, err, f2.readIndex)
 	}
 }
