@@ -410,6 +410,8 @@ func testPipelinedReads(t *testing.T, c *testcluster.Cluster) {
 				pipe.Set(ctx, other, "o", 0), pipe.Get(ctx, other), pipe.Get(ctx, k0),
 				pipe.Do(ctx, "GET"), pipe.Do(ctx, "NOSUCH", k0), // wrong arity, unknown command
 				pipe.Del(ctx, k1), pipe.Get(ctx, k1), pipe.StrLen(ctx, k0), pipe.TTL(ctx, k0), pipe.Get(ctx, k0),
+				// one read chain asking for the same keys again
+				pipe.Get(ctx, k2), pipe.MGet(ctx, k0, k2, k0), pipe.Get(ctx, k2), pipe.Get(ctx, k0),
 			}
 			_, _ = pipe.Exec(ctx) // errors are per command, below
 			var got []string
@@ -421,7 +423,8 @@ func testPipelinedReads(t *testing.T, c *testcluster.Cluster) {
 				got = append(got, fmt.Sprint(cmdValue(cmd)))
 			}
 			want := []string{"a", "err:redis:", "err:redis:", "OK", "b", "err:ERR", "a",
-				"[a b <nil> <nil> <nil>]", "2", "OK", "o", "a", "err:ERR", "err:ERR", "1", "err:redis:", "1", "-1ns", "a"}
+				"[a b <nil> <nil> <nil>]", "2", "OK", "o", "a", "err:ERR", "err:ERR", "1", "err:redis:", "1", "-1ns", "a",
+				"err:redis:", "[a <nil> a]", "err:redis:", "a"}
 			if !slices.Equal(got, want) {
 				t.Fatalf("round %d (node %d, RESP%d): replies\n%q\nwant\n%q", round, i, proto, got, want)
 			}
