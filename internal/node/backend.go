@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -98,13 +99,10 @@ func (s shardView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
 	now := nowMs()
 	res := make([]*concordpb.OpResult, len(keys))
 	all := make([]concordpb.OpResult, len(keys)) // one allocation for the results
-	var seen map[string]int                      // key -> index of its first read
-	if len(keys) > 1 {
-		seen = make(map[string]int, len(keys))
-	}
+	earlier := readBefore(keys)
 	err := s.v.ReadPoints(func(r storage.Reader) error {
 		for i, key := range keys {
-			if j, ok := seen[string(key)]; ok {
+			if j := earlier(i); j >= 0 {
 				res[i] = res[j]
 				continue
 			}
@@ -114,9 +112,6 @@ func (s shardView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
 			}
 			all[i].Ok, all[i].Value, all[i].ExpireAtUnixMs = found, value, expireAt
 			res[i] = &all[i]
-			if seen != nil {
-				seen[string(key)] = i
-			}
 		}
 		return nil
 	})
@@ -124,6 +119,30 @@ func (s shardView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
 		return nil, readErr(err)
 	}
 	return res, nil
+}
+
+// readBefore returns, for keys, a function telling the index of an
+// earlier occurrence of key i (-1: none). A pipeline's batch is small, so
+// it compares with the keys before, without a map, up to 32 keys.
+func readBefore(keys [][]byte) func(i int) int {
+	if len(keys) <= 32 {
+		return func(i int) int {
+			for j := range i {
+				if bytes.Equal(keys[j], keys[i]) {
+					return j
+				}
+			}
+			return -1
+		}
+	}
+	first := make(map[string]int, len(keys))
+	return func(i int) int {
+		if j, ok := first[string(keys[i])]; ok {
+			return j
+		}
+		first[string(keys[i])] = i
+		return -1
+	}
 }
 
 func (s shardView) Scan(start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {

@@ -139,11 +139,16 @@ func (c *conn) chainShard(p *plan) (uint64, bool) {
 	if len(p.ops) == 0 {
 		return 0, false
 	}
-	groups, order, err := c.byShard(p.ops)
-	if err != nil || len(groups) != 1 {
-		return 0, false
+	// Called for every planned command: no grouping, no allocation.
+	shard, ok := c.s.b.ShardOf(p.ops[0].GetKey())
+	for _, op := range p.ops[1:] {
+		if !ok {
+			break
+		}
+		s, known := c.s.b.ShardOf(op.GetKey())
+		ok = known && s == shard
 	}
-	return order[0], true
+	return shard, ok
 }
 
 func opBytes(p *plan) int {
