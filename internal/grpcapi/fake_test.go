@@ -39,6 +39,7 @@ type fakeNode struct {
 	dropFirst     int // guarded by mu: proposals raft drops before taking one
 	lostFirst     int // guarded by mu: read barriers that fail as leadership moves
 	readIndexErr  error
+	readGate      chan struct{} // when set, each read barrier waits for a value from it
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
@@ -172,6 +173,9 @@ func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Comman
 }
 
 func (f *fakeNode) ReadIndex(_ context.Context, shard ids.ShardID) (ShardView, error) {
+	if f.readGate != nil {
+		<-f.readGate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readIndex = append(f.readIndex, shard)

@@ -29,6 +29,7 @@ type KV struct {
 	b      KVBackend
 	limits Limits
 	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
+	merge  readMerger                  // forwarded read-only batches (readmerge.go)
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
@@ -206,6 +207,9 @@ func (s *KV) readBatchOnce(ctx context.Context, req *concordpb.BatchRequest, sha
 			return nil, err
 		}
 		return &concordpb.BatchResponse{Header: header(s.b, shard), Results: res}, nil
+	}
+	if mergeable(h) {
+		return s.forwardMerged(ctx, shard, req.GetOps())
 	}
 	target := s.readTarget(h, shard)
 	c, err := kvClientFor(s.b, target, h.GetHops(), shard)
