@@ -76,6 +76,9 @@ type KVBackend interface {
 	// ShardView, they treat a key expired by this node's clock as absent.
 	LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
 	LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	// LocalGetMany reads keys as LocalGet does, all at one instant (a
+	// stale batch of GETs stays atomic); results as ShardView.GetMany's.
+	LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error)
 }
 
 // ShardView is one shard's applied state at one instant, from ReadIndex.

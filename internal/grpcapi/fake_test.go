@@ -236,6 +236,10 @@ func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool,
 	return nil, 0, false, nil
 }
 
+func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error) {
+	return fakeView{f: f, shard: shard}.GetMany(keys)
+}
+
 func (f *fakeNode) LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
 	var out []*concordpb.KeyValue
 	for _, kv := range f.data[shard] {

@@ -222,29 +222,22 @@ func (s *KV) readBatchOnce(ctx context.Context, req *concordpb.BatchRequest, sha
 }
 
 // localGets reads the keys of ops (OP_GETs) from the local replica of
-// shard: a stale batch each key from the current state, a linearizable one
-// every key from the one view its barrier returns.
+// shard, all at one instant: a stale batch from the current state, a
+// linearizable one from the view its barrier returns.
 func (s *KV) localGets(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
+	keys := make([][]byte, len(ops))
+	for i, op := range ops {
+		keys[i] = op.GetKey()
+	}
 	if h.GetConsistency() == concordpb.Consistency_STALE {
-		res := make([]*concordpb.OpResult, len(ops))
-		for i, op := range ops {
-			v, at, found, err := s.b.LocalGet(shard, op.GetKey())
-			if err != nil {
-				return nil, toStatus(err)
-			}
-			res[i] = &concordpb.OpResult{Ok: found, Value: v, ExpireAtUnixMs: at}
-		}
-		return res, nil
+		res, err := s.b.LocalGetMany(shard, keys)
+		return res, toStatus(err)
 	}
 	view, err := s.readBarrier(ctx, shard)
 	if err != nil {
 		return nil, err
 	}
 	defer view.Close()
-	keys := make([][]byte, len(ops))
-	for i, op := range ops {
-		keys[i] = op.GetKey()
-	}
 	res, err := view.GetMany(keys)
 	return res, toStatus(err)
 }

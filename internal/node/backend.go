@@ -193,6 +193,21 @@ func (b backend) LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAt
 	return value, expireAt, found, err
 }
 
+// LocalGetMany reads keys from one view of the engine (one instant, as a
+// raft batch of GETs would), through GetMany.
+func (b backend) LocalGetMany(shard ids.ShardID, keys [][]byte) (res []*concordpb.OpResult, err error) {
+	err = b.readReplica(shard, func(storage.Reader) error {
+		v, err := b.n.eng.NewReadView(1)
+		if err != nil {
+			return err
+		}
+		defer v.Release()
+		res, err = shardView{v: v, shard: shard}.GetMany(keys)
+		return err
+	})
+	return res, err
+}
+
 func (b backend) LocalScan(shard ids.ShardID, start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
 	err = b.readReplica(shard, func(r storage.Reader) error {
 		kvs, err = kv.Scan(r, uint64(shard), start, end, limit, nowMs())

@@ -286,6 +286,9 @@ func TestCommands(t *testing.T) {
 			if v, err := conn.Get(ctx, "ks:00").Result(); err != nil || v != "v" {
 				return fmt.Errorf("stale GET = %q, %v", v, err)
 			}
+			if v, err := conn.MGet(ctx, "ks:00", "ks:01", "ks:none").Result(); err != nil || fmt.Sprint(v) != "[v v <nil>]" {
+				return fmt.Errorf("stale MGET = %v, %v", v, err)
+			}
 			return nil
 		})
 		wantErr(t, "bad consistency", conn.Do(ctx, "CONCORD.CONSISTENCY", "eventual").Err(), "ERR CONCORD.CONSISTENCY takes")
