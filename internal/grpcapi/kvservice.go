@@ -190,6 +190,10 @@ func readOnly(req *concordpb.BatchRequest) bool {
 // readBatch serves a read-only batch of shard (validated) here, or
 // forwards it whole to the node that can serve it, as Get does one key.
 func (s *KV) readBatch(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
+	if mutant.Enabled && mutant.On(mutant.FollowerRead) && s.b.HasReplica(shard) {
+		// As in Get: serve here, no barrier.
+		req = &concordpb.BatchRequest{Header: &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE}, Ops: req.GetOps()}
+	}
 	var resp *concordpb.BatchResponse
 	err := s.rerouted(ctx, shard, func() (err error) {
 		resp, err = s.readBatchOnce(ctx, req, shard)

@@ -30,7 +30,8 @@ const (
 	// ForgetVote: the hard state is persisted without its vote, so a restart
 	// forgets whom the node voted for in its term (replica.Persist).
 	ForgetVote Name = "forget-vote"
-	// FollowerRead: a node with a replica serves a linearizable Get locally
+	// FollowerRead: a node with a replica serves a linearizable Get (or
+	// read-only Batch) locally
 	// without ReadIndex, leader or not (grpcapi KV.Get).
 	FollowerRead Name = "follower-read"
 	// SnapshotDropsEntry: a snapshot is labelled one entry past its data
