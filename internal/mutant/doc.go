@@ -31,8 +31,8 @@ const (
 	// forgets whom the node voted for in its term (replica.Persist).
 	ForgetVote Name = "forget-vote"
 	// FollowerRead: a node with a replica serves a linearizable Get (or
-	// read-only Batch) locally
-	// without ReadIndex, leader or not (grpcapi KV.Get).
+	// read-only Batch) locally without ReadIndex, leader or not (grpcapi
+	// KV.Get, KV.readBatch).
 	FollowerRead Name = "follower-read"
 	// SnapshotDropsEntry: a snapshot is labelled one entry past its data
 	// when the leader's log holds that entry, and the receiver installs it:
