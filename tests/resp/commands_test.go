@@ -391,6 +391,13 @@ func testPipelinedReads(t *testing.T, c *testcluster.Cluster) {
 	keys := keysInOneShard(t, c, "pr:", 4)
 	other := keyInOtherShard(t, c, keys[0])
 	nodes := []int{followerOf(t, c, keys[0]), 0, 1, 2}
+	tab := routingTable(t, c)
+	huge := "" // over --max-key-bytes (4096), in keys[0]'s shard: in its read chain
+	for i := 0; huge == ""; i++ {
+		if k := fmt.Sprintf("%s%d", strings.Repeat("x", 5000), i); tab.Lookup([]byte(k)).GetShardId() == tab.Lookup([]byte(keys[0])).GetShardId() {
+			huge = k
+		}
+	}
 	for round, i := range nodes {
 		for _, proto := range []int{3, 2} {
 			rc := client(t, c, i, func(o *redis.Options) { o.Protocol = proto })
@@ -415,6 +422,9 @@ func testPipelinedReads(t *testing.T, c *testcluster.Cluster) {
 				pipe.Del(ctx, k1), pipe.Get(ctx, k1), pipe.StrLen(ctx, k0), pipe.TTL(ctx, k0), pipe.Get(ctx, k0),
 				// one read chain asking for the same keys again
 				pipe.Get(ctx, k2), pipe.MGet(ctx, k0, k2, k0), pipe.Get(ctx, k2), pipe.Get(ctx, k0),
+				// a key over the node's limit refuses the chain's batch: each
+				// read then runs alone, and only this one fails
+				pipe.Get(ctx, huge), pipe.Get(ctx, k0),
 			}
 			_, _ = pipe.Exec(ctx) // errors are per command, below
 			var got []string
@@ -427,7 +437,7 @@ func testPipelinedReads(t *testing.T, c *testcluster.Cluster) {
 			}
 			want := []string{"a", "err:redis:", "err:redis:", "OK", "b", "err:ERR", "a",
 				"[a b <nil> <nil> <nil>]", "2", "OK", "o", "a", "err:ERR", "err:ERR", "1", "err:redis:", "1", "-1ns", "a",
-				"err:redis:", "[a <nil> a]", "err:redis:", "a"}
+				"err:redis:", "[a <nil> a]", "err:redis:", "a", "err:ERR", "a"}
 			if !slices.Equal(got, want) {
 				t.Fatalf("round %d (node %d, RESP%d): replies\n%q\nwant\n%q", round, i, proto, got, want)
 			}
