@@ -76,6 +76,9 @@ type KVBackend interface {
 	// ShardView, they treat a key expired by this node's clock as absent.
 	LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
 	LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	// LocalGetMany reads keys as LocalGet does, all at one instant (a
+	// stale batch of GETs stays atomic); results as ShardView.GetMany's.
+	LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error)
 }
 
 // ShardView is one shard's applied state at one instant, from ReadIndex.
@@ -85,6 +88,10 @@ type KVBackend interface {
 // key's expiry (Unix ms, 0: none).
 type ShardView interface {
 	Get(key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
+	// GetMany reads keys as Get does, in order, cheaper per key than a Get
+	// each (a batch of reads of the shard): result i is key i's, as an
+	// OP_GET's result (ok: found, value, expire_at_unix_ms).
+	GetMany(keys [][]byte) ([]*concordpb.OpResult, error)
 	Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error)
 	// State is the applied index the view is at and the shard's
 	// descriptor as of that index.

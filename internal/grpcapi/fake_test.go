@@ -39,6 +39,7 @@ type fakeNode struct {
 	dropFirst     int // guarded by mu: proposals raft drops before taking one
 	lostFirst     int // guarded by mu: read barriers that fail as leadership moves
 	readIndexErr  error
+	readGate      chan struct{} // when set, each read barrier waits for a value from it
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
@@ -172,6 +173,9 @@ func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Comman
 }
 
 func (f *fakeNode) ReadIndex(_ context.Context, shard ids.ShardID) (ShardView, error) {
+	if f.readGate != nil {
+		<-f.readGate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readIndex = append(f.readIndex, shard)
@@ -192,6 +196,17 @@ type fakeView struct {
 }
 
 func (v fakeView) Get(key []byte) ([]byte, int64, bool, error) { return v.f.LocalGet(v.shard, key) }
+func (v fakeView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
+	res := make([]*concordpb.OpResult, len(keys))
+	for i, k := range keys {
+		value, at, found, err := v.Get(k)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = &concordpb.OpResult{Ok: found, Value: value, ExpireAtUnixMs: at}
+	}
+	return res, nil
+}
 func (v fakeView) Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
 	return v.f.LocalScan(v.shard, start, end, limit)
 }
@@ -219,6 +234,10 @@ func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool,
 		}
 	}
 	return nil, 0, false, nil
+}
+
+func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error) {
+	return fakeView{f: f, shard: shard}.GetMany(keys)
 }
 
 func (f *fakeNode) LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 func wantStatus(t *testing.T, err error, code codes.Code, msg string) {
@@ -226,5 +227,147 @@ func TestReadRetriedWhenLeadershipMoves(t *testing.T) {
 	f.lostFirst = 2
 	if _, err := kv.Scan(ctx, &concordpb.ScanRequest{OnlyShard: uint64(f.shardOfKey("k"))}); err != nil {
 		t.Fatalf("scan whose first 2 barriers lost leadership: %v, want it routed again", err)
+	}
+}
+
+// TestReadOnlyBatchIsOneBarrierNotAProposal protects the read path of a
+// batch of GETs (the Redis protocol's pipelined GETs): forwarded whole to
+// the leader, served there after ONE read barrier for all its keys, never
+// proposed, with each key's own result in order (an absent key not found,
+// a repeated key found each time). A batch that writes, or carries a
+// session, still goes through raft; a stale one needs no barrier.
+func TestReadOnlyBatchIsOneBarrierNotAProposal(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	shard := f2.shardOfKey("k")
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("x%d", i); f2.shardOfKey(k) == shard {
+			other = k
+		}
+	}
+	f2.data[shard] = []*concordpb.KeyValue{{Key: []byte("k"), Value: []byte("v1")}}
+	f2.expiry = map[string]int64{"k": 12345}
+	serve(t, f2, f1)
+	c1 := concordpb.NewKVClient(serve(t, f1, f2))
+	ctx := context.Background()
+	get := func(k string) *concordpb.Op { return &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: []byte(k)} }
+	resp, err := c1.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{get("k"), get(other), get("k")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resp.GetResults()
+	if len(res) != 3 || !res[0].GetOk() || string(res[0].GetValue()) != "v1" || res[0].GetExpireAtUnixMs() != 12345 ||
+		res[1].GetOk() || !res[2].GetOk() || string(res[2].GetValue()) != "v1" {
+		t.Fatalf("results %v; want v1 (expiry 12345), absent, v1", res)
+	}
+	if resp.GetHeader().GetServedByNodeId() != 2 || len(f2.readIndex) != 1 || len(f1.readIndex) != 0 {
+		t.Fatalf("served by node %d after barriers %v (leader), %v (follower); want node 2 after one on the leader",
+			resp.GetHeader().GetServedByNodeId(), f2.readIndex, f1.readIndex)
+	}
+	if f1.proposalCount()+f2.proposalCount() != 0 {
+		t.Fatal("a read-only batch was proposed")
+	}
+
+	f2.proposeResult = &storepb.CommandResult{Results: []*concordpb.OpResult{{}, {}}}
+	put := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v2")}
+	if _, err := c1.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{get("k"), put}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.Batch(ctx, &concordpb.BatchRequest{Header: &concordpb.RequestHeader{SessionId: 3, Seq: 1},
+		Ops: []*concordpb.Op{get("k"), get(other)}}); err != nil {
+		t.Fatal(err)
+	}
+	if f2.proposalCount() != 2 {
+		t.Fatalf("%d proposals for a batch that writes and one with a session; want 2", f2.proposalCount())
+	}
+
+	kv2 := NewKV(f2, testLimits)
+	resp, err = kv2.Batch(ctx, &concordpb.BatchRequest{Header: &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE},
+		Ops: []*concordpb.Op{get("k")}})
+	if err != nil || !resp.GetResults()[0].GetOk() || len(f2.readIndex) != 1 {
+		t.Fatalf("stale batch: %v, %v after barriers %v; want v1 with no new barrier", resp, err, f2.readIndex)
+	}
+}
+
+// TestForwardedReadsMerge protects the merging of forwarded read-only
+// batches: while one is in flight to the leader, the batches that arrive
+// queue and go out as ONE batch (one barrier at the leader), each answered
+// with its own results; a stale batch does not merge.
+func TestForwardedReadsMerge(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	shard := f2.shardOfKey("k")
+	f2.data[shard] = []*concordpb.KeyValue{{Key: []byte("k"), Value: []byte("v1")}}
+	gate := make(chan struct{})
+	f2.readGate = gate
+	serve(t, f2, f1)
+	kv1 := NewKV(f1, testLimits)
+	ctx := context.Background()
+	get := func(k string) *concordpb.Op { return &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: []byte(k)} }
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("x%d", i); f2.shardOfKey(k) == shard {
+			other = k
+		}
+	}
+	type answer struct {
+		res []*concordpb.OpResult
+		err error
+	}
+	read := func(ops ...*concordpb.Op) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			resp, err := kv1.Batch(ctx, &concordpb.BatchRequest{Ops: ops})
+			ch <- answer{resp.GetResults(), err}
+		}()
+		return ch
+	}
+	queued := func() int {
+		kv1.merge.mu.Lock()
+		defer kv1.merge.mu.Unlock()
+		if q := kv1.merge.queues[shard]; q != nil {
+			return len(q.waiting)
+		}
+		return -1
+	}
+	first := read(get("k"))
+	waitFor(t, func() bool { return queued() == 0 }) // taken, and blocked at the leader's barrier
+	later := []chan answer{read(get("k"), get(other)), read(get(other)), read(get("k"))}
+	waitFor(t, func() bool { return queued() == 3 })
+	gate <- struct{}{} // the first batch's barrier
+	gate <- struct{}{} // the merged batch's
+	want := [][]bool{{true}, {true, false}, {false}, {true}}
+	for i, ch := range append([]chan answer{first}, later...) {
+		a := <-ch
+		if a.err != nil || len(a.res) != len(want[i]) {
+			t.Fatalf("read %d: %v, %v; want %d results", i, a.res, a.err, len(want[i]))
+		}
+		for j, found := range want[i] {
+			if a.res[j].GetOk() != found || (found && string(a.res[j].GetValue()) != "v1") {
+				t.Fatalf("read %d result %d = %v, want found=%v", i, j, a.res[j], found)
+			}
+		}
+	}
+	f2.mu.Lock()
+	barriers := len(f2.readIndex)
+	f2.mu.Unlock()
+	if barriers != 2 {
+		t.Fatalf("%d barriers at the leader for a read and three queued behind it; want 2", barriers)
+	}
+	f2.readGate = nil
+	stale := &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE}
+	if !mergeable(&concordpb.RequestHeader{}) || mergeable(stale) || mergeable(&concordpb.RequestHeader{Hops: 1}) {
+		t.Fatal("only a client's linearizable read-only batch merges")
+	}
+}
+
+// waitFor polls cond until it holds, for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10 s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

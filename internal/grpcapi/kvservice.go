@@ -29,6 +29,7 @@ type KV struct {
 	b      KVBackend
 	limits Limits
 	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
+	merge  readMerger                  // forwarded read-only batches (readmerge.go)
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
@@ -131,6 +132,9 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	if err != nil {
 		return nil, err
 	}
+	if readOnly(req) {
+		return s.readBatch(ctx, req, shard)
+	}
 	retryUntil := time.Now().Add(leaderWait)
 	for {
 		s.awaitLeader(ctx, req.GetHeader(), shard)
@@ -161,6 +165,85 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 		}
 		return &concordpb.BatchResponse{Header: header(s.b, shard), Results: res.GetResults()}, nil
 	}
+}
+
+// readOnly reports whether a batch only reads (every op an OP_GET) and
+// carries no session (whose sequence number only raft records). Such a
+// batch changes nothing, so it is served as a read, as Get is: at the
+// consistency its header asks, a linearizable one through ONE ReadIndex
+// barrier and one view of the shard for all its keys, not through raft (a
+// log entry, an fsync on a quorum). It stays atomic as a raft entry is:
+// every key is read at the same applied index. This is how the Redis
+// protocol sends a pipeline's GETs of one shard (internal/redisapi).
+func readOnly(req *concordpb.BatchRequest) bool {
+	if req.GetHeader().GetSessionId() != 0 {
+		return false
+	}
+	for _, op := range req.GetOps() {
+		if op.GetType() != concordpb.OpType_OP_GET {
+			return false
+		}
+	}
+	return true
+}
+
+// readBatch serves a read-only batch of shard (validated) here, or
+// forwards it whole to the node that can serve it, as Get does one key.
+func (s *KV) readBatch(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
+	if mutant.Enabled && mutant.On(mutant.FollowerRead) && s.b.HasReplica(shard) {
+		// As in Get: serve here, no barrier.
+		req = &concordpb.BatchRequest{Header: &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE}, Ops: req.GetOps()}
+	}
+	var resp *concordpb.BatchResponse
+	err := s.rerouted(ctx, shard, func() (err error) {
+		resp, err = s.readBatchOnce(ctx, req, shard)
+		return err
+	})
+	return resp, err
+}
+
+func (s *KV) readBatchOnce(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
+	h := req.GetHeader()
+	s.awaitLeader(ctx, h, shard)
+	if s.canReadLocally(h, shard) {
+		res, err := s.localGets(ctx, h, shard, req.GetOps())
+		if err != nil {
+			return nil, err
+		}
+		return &concordpb.BatchResponse{Header: header(s.b, shard), Results: res}, nil
+	}
+	if mergeable(h) {
+		return s.forwardMerged(ctx, shard, req.GetOps())
+	}
+	target := s.readTarget(h, shard)
+	c, err := kvClientFor(s.b, target, h.GetHops(), shard)
+	if err != nil {
+		return nil, err
+	}
+	return forward(ctx, target, func(ctx context.Context) (*concordpb.BatchResponse, error) {
+		return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(h), Ops: req.GetOps()})
+	})
+}
+
+// localGets reads the keys of ops (OP_GETs) from the local replica of
+// shard, all at one instant: a stale batch from the current state, a
+// linearizable one from the view its barrier returns.
+func (s *KV) localGets(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
+	keys := make([][]byte, len(ops))
+	for i, op := range ops {
+		keys[i] = op.GetKey()
+	}
+	if h.GetConsistency() == concordpb.Consistency_STALE {
+		res, err := s.b.LocalGetMany(shard, keys)
+		return res, toStatus(err)
+	}
+	view, err := s.readBarrier(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	defer view.Close()
+	res, err := view.GetMany(keys)
+	return res, toStatus(err)
 }
 
 // refusedBeforeLog reports whether err says a proposal never reached the

@@ -30,8 +30,9 @@ const (
 	// ForgetVote: the hard state is persisted without its vote, so a restart
 	// forgets whom the node voted for in its term (replica.Persist).
 	ForgetVote Name = "forget-vote"
-	// FollowerRead: a node with a replica serves a linearizable Get locally
-	// without ReadIndex, leader or not (grpcapi KV.Get).
+	// FollowerRead: a node with a replica serves a linearizable Get (or
+	// read-only Batch) locally without ReadIndex, leader or not (grpcapi
+	// KV.Get, KV.readBatch).
 	FollowerRead Name = "follower-read"
 	// SnapshotDropsEntry: a snapshot is labelled one entry past its data
 	// when the leader's log holds that entry, and the receiver installs it:

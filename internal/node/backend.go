@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -89,6 +90,61 @@ func (s shardView) Get(key []byte) (value []byte, expireAt int64, found bool, er
 	return value, expireAt, found, readErr(err)
 }
 
+// GetMany reads every key through one iterator of the view
+// (storage.ReadView.ReadPoints), at one clock reading: a pipeline's GETs
+// of the shard, released together, cost a positioning each, not a clone.
+// A key asked for again (a hot key, redis-benchmark's one key) is read
+// once: the view cannot change between the two, so its result is shared.
+func (s shardView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
+	now := nowMs()
+	res := make([]*concordpb.OpResult, len(keys))
+	all := make([]concordpb.OpResult, len(keys)) // one allocation for the results
+	earlier := readBefore(keys)
+	err := s.v.ReadPoints(func(r storage.Reader) error {
+		for i, key := range keys {
+			if j := earlier(i); j >= 0 {
+				res[i] = res[j]
+				continue
+			}
+			value, expireAt, found, err := kv.Get(r, uint64(s.shard), key, now)
+			if err != nil {
+				return err
+			}
+			all[i].Ok, all[i].Value, all[i].ExpireAtUnixMs = found, value, expireAt
+			res[i] = &all[i]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, readErr(err)
+	}
+	return res, nil
+}
+
+// readBefore returns, for keys, a function telling the index of an
+// earlier occurrence of key i (-1: none). A pipeline's batch is small, so
+// it compares with the keys before, without a map, up to 32 keys.
+func readBefore(keys [][]byte) func(i int) int {
+	if len(keys) <= 32 {
+		return func(i int) int {
+			for j := range i {
+				if bytes.Equal(keys[j], keys[i]) {
+					return j
+				}
+			}
+			return -1
+		}
+	}
+	first := make(map[string]int, len(keys))
+	return func(i int) int {
+		if j, ok := first[string(keys[i])]; ok {
+			return j
+		}
+		first[string(keys[i])] = i
+		return -1
+	}
+}
+
 func (s shardView) Scan(start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
 	err = s.v.Read(func(r storage.Reader) error {
 		kvs, err = kv.Scan(r, uint64(s.shard), start, end, limit, nowMs())
@@ -135,6 +191,21 @@ func (b backend) LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAt
 		return err
 	})
 	return value, expireAt, found, err
+}
+
+// LocalGetMany reads keys from one view of the engine (one instant, as a
+// raft batch of GETs would), through GetMany.
+func (b backend) LocalGetMany(shard ids.ShardID, keys [][]byte) (res []*concordpb.OpResult, err error) {
+	err = b.readReplica(shard, func(storage.Reader) error {
+		v, err := b.n.eng.NewReadView(1)
+		if err != nil {
+			return err
+		}
+		defer v.Release()
+		res, err = shardView{v: v, shard: shard}.GetMany(keys)
+		return err
+	})
+	return res, err
 }
 
 func (b backend) LocalScan(shard ids.ShardID, start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {

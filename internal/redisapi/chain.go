@@ -25,9 +25,20 @@ const (
 	maxChainBytes = 1 << 20 // keys and values, well under its 8 MiB
 )
 
+// A read chain is the same for reads: the read commands of a group (reads
+// of keys no write of the group touches) whose keys all fall in one shard
+// go as one BatchRequest of OP_GETs, which the KV service serves as one
+// linearizable read: one ReadIndex barrier and one view of the shard for
+// all their keys, forwarded whole when another node leads the shard
+// (grpcapi.KV.Batch). Without them each GET of a pipeline was a read of its
+// own, on a goroutine of its own. Reads need not be consecutive to share a
+// chain: a group holds no write of a key it reads, so a read sees the same
+// state wherever in the group it runs.
+
 // pending is the group of key commands being gathered to run concurrently
 // (see conn.run). Its last call may head a write chain that later writes
 // of the same shard join; others holds the keys of the group's other calls.
+// reads are the group's read chains, by shard.
 type pending struct {
 	group  []*call
 	others map[string]bool // key -> written, as addKeys
@@ -36,12 +47,23 @@ type pending struct {
 	keys   map[string]bool // the tail chain's keys
 	ops    int             // the tail chain's ops
 	bytes  int             // and their keys' and values' bytes
+	reads  map[uint64]*readChain
+}
+
+// readChain is a read chain of a pending group: its head, and the size of
+// the head's and chained calls' ops.
+type readChain struct {
+	head       *call
+	ops, bytes int
 }
 
 // add puts cl (planned) into the group, and returns the group that must
 // run before it when cl conflicts with it (nil if none).
 func (c *conn) add(g *pending, cl *call) []*call {
 	shard, chainable := c.chainShard(cl.plan)
+	if cl.plan.read {
+		return c.addRead(g, cl, shard, chainable)
+	}
 	if g.tail != nil && chainable && shard == g.shard && !conflicts(g.others, cl.plan) &&
 		len(g.tail.chain) < maxChainCalls-1 && g.ops+len(cl.plan.ops) <= maxChainOps && g.bytes+opBytes(cl.plan) <= maxChainBytes {
 		g.tail.chain = append(g.tail.chain, cl)
@@ -72,6 +94,37 @@ func (c *conn) add(g *pending, cl *call) []*call {
 	return before
 }
 
+// addRead puts the read cl into the group: into the read chain of its
+// shard when it has one with room, else as a call of its own (heading the
+// shard's chain if its keys fall in one shard). A read of a key the group
+// writes must see that write: the group then runs first.
+func (c *conn) addRead(g *pending, cl *call, shard uint64, chainable bool) []*call {
+	var before []*call
+	if conflicts(g.others, cl.plan) || conflicts(g.keys, cl.plan) {
+		before = g.flush()
+	}
+	if g.others == nil {
+		g.others = map[string]bool{}
+	}
+	addKeys(g.others, cl.plan)
+	ops, bytes := len(cl.plan.ops), opBytes(cl.plan)
+	if rc := g.reads[shard]; chainable && rc != nil && len(rc.head.chain) < maxChainCalls-1 &&
+		rc.ops+ops <= maxChainOps && rc.bytes+bytes <= maxChainBytes {
+		rc.head.chain = append(rc.head.chain, cl)
+		rc.ops += ops
+		rc.bytes += bytes
+		return before
+	}
+	g.group = append(g.group, cl)
+	if chainable {
+		if g.reads == nil {
+			g.reads = map[uint64]*readChain{}
+		}
+		g.reads[shard] = &readChain{head: cl, ops: ops, bytes: bytes}
+	}
+	return before
+}
+
 // flush returns the gathered group and starts an empty one.
 func (g *pending) flush() []*call {
 	group := g.group
@@ -79,18 +132,23 @@ func (g *pending) flush() []*call {
 	return group
 }
 
-// chainShard returns the shard of a write plan whose ops all fall in one
-// shard; false for reads, plans over several shards, and when the node does
-// not know the shards yet.
+// chainShard returns the shard of a plan whose ops all fall in one shard;
+// false for plans over several shards, and when the node does not know the
+// shards yet.
 func (c *conn) chainShard(p *plan) (uint64, bool) {
-	if p.read || len(p.ops) == 0 {
+	if len(p.ops) == 0 {
 		return 0, false
 	}
-	groups, order, err := c.byShard(p.ops)
-	if err != nil || len(groups) != 1 {
-		return 0, false
+	// Called for every planned command: no grouping, no allocation.
+	shard, ok := c.s.b.ShardOf(p.ops[0].GetKey())
+	for _, op := range p.ops[1:] {
+		if !ok {
+			break
+		}
+		s, known := c.s.b.ShardOf(op.GetKey())
+		ok = known && s == shard
 	}
-	return order[0], true
+	return shard, ok
 }
 
 func opBytes(p *plan) int {
@@ -101,10 +159,10 @@ func opBytes(p *plan) int {
 	return n
 }
 
-// execChain runs cl and the calls chained to it as one batch. If the batch
-// is refused as a whole before anything applied (bad input: one command's
-// TTL, a limit), each command runs alone instead, so that only the bad one
-// gets the error.
+// execChain runs cl and the calls chained to it as one batch (a write
+// chain or a read chain). If the batch is refused as a whole before
+// anything applied (bad input: one command's TTL, a limit), each command
+// runs alone instead, so that only the bad one gets the error.
 func (c *conn) execChain(cl *call) {
 	calls := append([]*call{cl}, cl.chain...)
 	var ops []*concordpb.Op
@@ -125,7 +183,7 @@ func (c *conn) execChain(cl *call) {
 	}
 	if err != nil {
 		for _, x := range calls {
-			x.out.Error(fromStatus(err, true).Error())
+			x.out.Error(fromStatus(err, !cl.plan.read).Error())
 		}
 		return
 	}

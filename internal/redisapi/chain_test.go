@@ -16,7 +16,7 @@ import (
 )
 
 // fakeKV records the calls the server makes: each Batch's keys and each
-// Get's key, in order. Its shard of a key is the key's first byte; INCR
+// Get's key, in order. A GET finds "v". Its shard of a key is the key's first byte; INCR
 // counts per key; SET always succeeds. refuseMulti answers a batch of
 // several ops InvalidArgument, fail answers every batch with that error.
 type fakeKV struct {
@@ -51,6 +51,9 @@ func (f *fakeKV) Batch(_ context.Context, r *concordpb.BatchRequest) (*concordpb
 	out := &concordpb.BatchResponse{}
 	for _, op := range r.GetOps() {
 		res := &concordpb.OpResult{Ok: true}
+		if op.GetType() == concordpb.OpType_OP_GET {
+			res.Value = []byte("v")
+		}
 		if op.GetType() == concordpb.OpType_OP_INCR {
 			f.counters[string(op.GetKey())] += op.GetIntDelta()
 			res.IntValue = f.counters[string(op.GetKey())]
@@ -104,7 +107,7 @@ func TestChainSameKeyWritesOneBatch(t *testing.T) {
 	}
 	// The first four writes (shard 'k') are one batch in pipeline order;
 	// the GET of k waits for them, and the INCR after it for the GET.
-	if want := []string{"batch k,k,k2,k", "get k", "batch k"}; strings.Join(log, "|") != strings.Join(want, "|") {
+	if want := []string{"batch k,k,k2,k", "batch k", "batch k"}; strings.Join(log, "|") != strings.Join(want, "|") {
 		t.Errorf("backend calls %q, want %q", log, want)
 	}
 }
@@ -118,7 +121,7 @@ func TestChainStopsAtShardAndConflicts(t *testing.T) {
 		t.Fatalf("backend calls %q, want three calls then one batch a2,a3", log)
 	}
 	first := slices.Sorted(slices.Values(log[:3])) // these three run concurrently
-	if want := []string{"batch a1", "batch b1", "get a2"}; !slices.Equal(first, want) {
+	if want := []string{"batch a1", "batch a2", "batch b1"}; !slices.Equal(first, want) {
 		t.Errorf("first three calls %q, want %q in any order", first, want)
 	}
 }
@@ -154,5 +157,61 @@ func TestChainBounded(t *testing.T) {
 	_, log := runPipeline(t, f, cmds...)
 	if len(log) != 2 || strings.Count(log[0], ",") != maxChainCalls-1 || log[1] != "batch k" {
 		t.Errorf("%d INCRs: backend calls %d, first of %d ops", len(cmds), len(log), strings.Count(log[0], ",")+1)
+	}
+}
+
+// TestReadChainOneBatchPerShard protects read chains: a pipeline's GETs
+// (and MGET, EXISTS) of one shard go as one batch, wherever they stand
+// among writes of other keys, each answered in request order; another
+// shard's reads are a batch of their own; a read of a key written earlier
+// in the pipeline waits for that write.
+func TestReadChainOneBatchPerShard(t *testing.T) {
+	f := &fakeKV{}
+	got, log := runPipeline(t, f, "GET a1", "SET b1 x", "GET a2", "MGET a3 a1", "GET b2", "EXISTS a4", "GET a1", "GET b1", "GET a5")
+	if want := "$1\r\nv\r\n+OK\r\n$1\r\nv\r\n*2\r\n$1\r\nv\r\n$1\r\nv\r\n$1\r\nv\r\n:1\r\n$1\r\nv\r\n$1\r\nv\r\n$1\r\nv\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+	if len(log) != 5 {
+		t.Fatalf("backend calls %q, want 3 concurrent ones then GET b1 and GET a5 after SET b1", log)
+	}
+	first := slices.Sorted(slices.Values(log[:3]))
+	if want := []string{"batch a1,a2,a3,a1,a4,a1", "batch b1", "batch b2"}; !slices.Equal(first, want) {
+		t.Errorf("first three calls %q, want %q in any order", first, want)
+	}
+	if rest := slices.Sorted(slices.Values(log[3:])); !slices.Equal(rest, []string{"batch a5", "batch b1"}) {
+		t.Errorf("calls after the conflict %q, want batch a5 and batch b1", rest)
+	}
+}
+
+// TestReadChainErrors protects the replies of a read chain that fails: a
+// refused batch (one bad key) reruns each command alone; a failure is
+// UNAVAILABLE for every command (a read never AMBIGUOUS).
+func TestReadChainErrors(t *testing.T) {
+	f := &fakeKV{refuseMulti: true}
+	got, log := runPipeline(t, f, "GET k1", "GET k2")
+	if want := "$1\r\nv\r\n$1\r\nv\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+	if want := "batch k1,k2|batch k1|batch k2"; strings.Join(log, "|") != want {
+		t.Errorf("backend calls %q, want %q", log, want)
+	}
+	f = &fakeKV{fail: status.Error(codes.DeadlineExceeded, "slow")}
+	got, _ = runPipeline(t, f, "GET k1", "EXISTS k2")
+	if want := "-UNAVAILABLE slow\r\n-UNAVAILABLE slow\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+}
+
+// TestLongMGETIsCutIntoBatches protects the KV service's batch limits: an
+// MGET of more keys of one shard than a batch may carry goes as several.
+func TestLongMGETIsCutIntoBatches(t *testing.T) {
+	f := &fakeKV{}
+	cmd := "MGET"
+	for range maxChainOps + 1 {
+		cmd += " k"
+	}
+	got, log := runPipeline(t, f, cmd)
+	if len(log) != 2 || strings.Count(got, "$1\r\nv\r\n") != maxChainOps+1 {
+		t.Errorf("MGET of %d keys: backend calls %d, %d values answered", maxChainOps+1, len(log), strings.Count(got, "$1\r\nv\r\n"))
 	}
 }

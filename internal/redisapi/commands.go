@@ -1,7 +1,6 @@
 package redisapi
 
 import (
-	"bytes"
 	"sort"
 	"strings"
 
@@ -42,7 +41,14 @@ func lookup(name []byte) *command {
 	if len(name) > 32 {
 		return nil
 	}
-	return commands[string(bytes.ToLower(name))]
+	var lower [32]byte // on the stack: a lookup per command allocates nothing
+	for i, ch := range name {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		lower[i] = ch
+	}
+	return commands[string(lower[:len(name)])]
 }
 
 // sortedCommands returns the table's entries by name.

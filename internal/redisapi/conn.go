@@ -54,7 +54,8 @@ type call struct {
 	// chain: later writes of the pipeline that run in this call's batch
 	// (chain.go).
 	chain []*call
-	out   *resp.Writer
+	out   *resp.Writer // &w, or nil: no reply
+	w     resp.Writer
 }
 
 // serve reads pipelines and answers them until the client leaves, breaks
@@ -87,6 +88,7 @@ func (c *conn) serve() {
 // returns what it read and the error that ended the stream, if any.
 func (c *conn) readPipeline() ([]*call, error) {
 	var calls []*call
+	var block []call // calls are allocated 16 at a time
 	size := 0
 	for len(calls) < maxPipeline && size < maxPipelineBytes {
 		if len(calls) > 0 && c.r.Buffered() == 0 {
@@ -98,7 +100,11 @@ func (c *conn) readPipeline() ([]*call, error) {
 		}
 		size += n
 		if len(args) > 0 {
-			calls = append(calls, &call{args: args})
+			if len(block) == cap(block) {
+				block = make([]call, 0, 16)
+			}
+			block = append(block, call{args: args})
+			calls = append(calls, &block[len(block)-1])
 		}
 	}
 	return calls, nil
@@ -110,7 +116,8 @@ func (c *conn) readPipeline() ([]*call, error) {
 func (c *conn) run(calls []*call) {
 	var g pending
 	for _, cl := range calls {
-		cl.out = resp.NewWriter(c.proto)
+		cl.w = *resp.NewWriter(c.proto) // a value: no allocation per command
+		cl.out = &cl.w
 		if c.quit {
 			cl.out = nil // nothing after QUIT is answered
 			continue
@@ -168,13 +175,21 @@ func conflicts(keys map[string]bool, p *plan) bool {
 
 func addKeys(keys map[string]bool, p *plan) {
 	for _, op := range p.ops {
-		keys[string(op.GetKey())] = keys[string(op.GetKey())] || !p.read
+		// A lookup of string(key) allocates nothing, an insert does: only
+		// what changes is inserted (a hot key is read again and again).
+		if written, seen := keys[string(op.GetKey())]; seen && (written || p.read) {
+			continue
+		}
+		keys[string(op.GetKey())] = !p.read
 	}
 }
 
 // runGroup runs planned key commands (and their chains) concurrently and
 // waits for them all.
 func (c *conn) runGroup(group []*call) {
+	if len(group) == 0 {
+		return
+	}
 	if len(group) == 1 {
 		c.runCall(group[0])
 		return

@@ -201,7 +201,7 @@ func cmdFlush(c *conn, a [][]byte, w *resp.Writer) {
 			for i, kv := range r.GetKvs() {
 				ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: kv.GetKey()}
 			}
-			_, err = c.batches(ctx, ops)
+			_, err = c.batches(ctx, ops, false)
 		}
 		cancel()
 		if err != nil {

@@ -13,8 +13,9 @@ import (
 // queued by MULTI, or run concurrently with its pipeline's neighbours.
 type plan struct {
 	ops []*concordpb.Op
-	// read: every op is an OP_GET, so outside MULTI the plan runs as Gets
-	// at the connection's consistency, not through raft.
+	// read: every op is an OP_GET, so outside MULTI the plan runs as a
+	// read at the connection's consistency (batches of GETs, which the KV
+	// service serves without raft), and joins its shard's read chain.
 	read bool
 	// oneShard: the ops must fall in one shard (one batch, atomic); keys in
 	// several answer CROSSSLOT and nothing runs. Otherwise each shard's ops
@@ -38,13 +39,7 @@ func (c *conn) execPlan(p *plan, w *resp.Writer) {
 			return
 		}
 	}
-	var res []*concordpb.OpResult
-	var err error
-	if p.read {
-		res, err = c.gets(ctx, p.ops)
-	} else {
-		res, err = c.batches(ctx, p.ops)
-	}
+	res, err := c.batches(ctx, p.ops, p.read)
 	if err != nil {
 		w.Error(fromStatus(err, !p.read).Error())
 		return
@@ -52,49 +47,31 @@ func (c *conn) execPlan(p *plan, w *resp.Writer) {
 	p.render(w, res)
 }
 
-// gets reads each op's key, concurrently when there are several.
-func (c *conn) gets(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
-	res := make([]*concordpb.OpResult, len(ops))
-	errs := make([]error, len(ops))
-	get := func(i int) {
-		r, err := c.s.b.Get(ctx, &concordpb.GetRequest{Header: c.header(), Key: ops[i].GetKey()})
-		if err != nil {
-			errs[i] = err
-			return
-		}
-		res[i] = &concordpb.OpResult{Ok: r.GetFound(), Value: r.GetValue(), ExpireAtUnixMs: r.GetExpireAtUnixMs()}
-	}
-	if len(ops) == 1 {
-		get(0)
-		return res, errs[0]
-	}
-	var wg sync.WaitGroup
-	for i := range ops {
-		wg.Add(1)
-		go func() { defer wg.Done(); get(i) }()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
-}
-
 // batches applies ops as one BatchRequest per shard, concurrently: atomic
 // within each shard, not across shards. The results come back in op order.
 // If a shard's batch fails, the error is returned, and the other shards'
-// batches may have applied.
-func (c *conn) batches(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
+// batches may have applied. Reads (every op an OP_GET) go the same way:
+// the KV service serves a batch of GETs as one linearizable read of the
+// shard (grpcapi.KV.Batch), cut into batches of at most maxChainOps keys so
+// that an MGET of any length stays within the service's batch limits.
+func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*concordpb.OpResult, error) {
 	groups, order, err := c.byShard(ops)
 	if err != nil {
 		return nil, err
 	}
+	var parts [][]int
+	for _, shard := range order {
+		idx := groups[shard]
+		for read && len(idx) > maxChainOps {
+			parts = append(parts, idx[:maxChainOps])
+			idx = idx[maxChainOps:]
+		}
+		parts = append(parts, idx)
+	}
 	res := make([]*concordpb.OpResult, len(ops))
-	errs := make([]error, len(order))
-	apply := func(gi int) {
-		idx := groups[order[gi]]
+	errs := make([]error, len(parts))
+	apply := func(pi int) {
+		idx := parts[pi]
 		batch := make([]*concordpb.Op, len(idx))
 		for j, i := range idx {
 			batch[j] = ops[i]
@@ -104,20 +81,20 @@ func (c *conn) batches(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.O
 			err = replyError("ERR internal error: a batch answered with the wrong number of results")
 		}
 		if err != nil {
-			errs[gi] = err
+			errs[pi] = err
 			return
 		}
 		for j, i := range idx {
 			res[i] = r.GetResults()[j]
 		}
 	}
-	if len(order) == 1 {
+	if len(parts) == 1 {
 		apply(0)
 	} else {
 		var wg sync.WaitGroup
-		for gi := range order {
+		for pi := range parts {
 			wg.Add(1)
-			go func() { defer wg.Done(); apply(gi) }()
+			go func() { defer wg.Done(); apply(pi) }()
 		}
 		wg.Wait()
 	}

@@ -17,7 +17,20 @@ import (
 func opGet(k []byte) *concordpb.Op { return &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: k} }
 
 func readPlan(keys [][]byte, render func(w *resp.Writer, res []*concordpb.OpResult)) *plan {
-	p := &plan{read: true, render: render}
+	if len(keys) == 1 {
+		// GET, STRLEN, TTL...: the plan, its op and the op's slice in one
+		// allocation, since every pipelined read makes one.
+		one := &struct {
+			p   plan
+			ops [1]*concordpb.Op
+			op  concordpb.Op
+		}{}
+		one.op.Type, one.op.Key = concordpb.OpType_OP_GET, keys[0]
+		one.ops[0] = &one.op
+		one.p = plan{ops: one.ops[:], read: true, render: render}
+		return &one.p
+	}
+	p := &plan{read: true, render: render, ops: make([]*concordpb.Op, 0, len(keys))}
 	for _, k := range keys {
 		p.ops = append(p.ops, opGet(k))
 	}

@@ -72,3 +72,30 @@ func FuzzReadCommand(f *testing.F) {
 		}
 	})
 }
+
+// TestArgumentsStayValid protects the argument arena: arguments of many
+// commands (past one arena's size) keep their bytes after later reads, and
+// appending to one argument does not write over the one read after it.
+func TestArgumentsStayValid(t *testing.T) {
+	var in bytes.Buffer
+	const n = 300 // 300 x (3 + 100 + 100) bytes: several arenas
+	for i := range n {
+		in.Write(Command([]byte("SET"), bytes.Repeat([]byte{byte('a' + i%26)}, 100), bytes.Repeat([]byte{byte('A' + i%26)}, 100)))
+	}
+	r := NewReader(&in, Limits{})
+	var cmds [][][]byte
+	for range n {
+		a, _, err := r.ReadCommand()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, a)
+	}
+	_ = append(cmds[0][1], "overflow"...)
+	for i, a := range cmds {
+		key, value := bytes.Repeat([]byte{byte('a' + i%26)}, 100), bytes.Repeat([]byte{byte('A' + i%26)}, 100)
+		if string(a[0]) != "SET" || !bytes.Equal(a[1], key) || !bytes.Equal(a[2], value) {
+			t.Fatalf("command %d reads %q after later reads", i, a)
+		}
+	}
+}

@@ -56,6 +56,8 @@ func protoErr(format string, args ...any) error {
 type Reader struct {
 	br     *bufio.Reader
 	limits Limits
+	hdr    [headerLineMax + 2]byte // the header line being parsed
+	arena  []byte                  // small arguments are carved from it
 }
 
 // NewReader reads commands from r within limits (zero fields: DefaultLimits).
@@ -124,8 +126,9 @@ func (r *Reader) readLine(max int, inline bool) ([]byte, error) {
 
 // readHeaderLine reads a "*<count>" or "$<len>" line byte by byte, so that
 // a header that runs on past max bytes fails at once.
+// The line is valid until the next read: callers parse it at once.
 func (r *Reader) readHeaderLine(max int) ([]byte, error) {
-	line := make([]byte, 0, 16)
+	line := r.hdr[:0]
 	for {
 		c, err := r.br.ReadByte()
 		if err != nil {
@@ -202,7 +205,7 @@ func (r *Reader) readBulk() ([]byte, int, error) {
 	if !ok || size < 0 || size > int64(r.limits.MaxBulkBytes) {
 		return nil, n, protoErr("invalid bulk length")
 	}
-	buf, err := readN(r.br, int(size)+2)
+	buf, err := r.readArg(int(size) + 2)
 	if err != nil {
 		return nil, n, err
 	}
@@ -211,6 +214,35 @@ func (r *Reader) readBulk() ([]byte, int, error) {
 		return nil, n, protoErr("bulk string not followed by CRLF")
 	}
 	return buf[:size:size], n, nil
+}
+
+// Arguments of at most maxArenaArg bytes (keys, small values: nearly all
+// of them) are carved from a shared arena of arenaSize bytes instead of an
+// allocation each; each is capped, so appending to one cannot overwrite the
+// next, and the arena lives as long as any argument carved from it.
+const (
+	maxArenaArg = 512
+	arenaSize   = 16 << 10
+)
+
+// readArg reads exactly n bytes into a fresh slice the caller may keep.
+func (r *Reader) readArg(n int) ([]byte, error) {
+	if n > maxArenaArg {
+		return readN(r.br, n)
+	}
+	if cap(r.arena)-len(r.arena) < n {
+		r.arena = make([]byte, 0, arenaSize)
+	}
+	start := len(r.arena)
+	buf := r.arena[start : start+n : start+n]
+	if _, err := io.ReadFull(r.br, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	r.arena = r.arena[:start+n]
+	return buf, nil
 }
 
 // readN reads exactly n bytes. It allocates as the bytes arrive, in steps

@@ -133,3 +133,59 @@ func (r viewReader) NewIterWithContext(_ context.Context, o *pebble.IterOptions)
 
 // Close does nothing: the view is released with Release.
 func (viewReader) Close() error { return nil }
+
+// ReadPoints is Read for many point reads in a row, as a batch of GETs of
+// one shard makes: the reader's Get positions one cloned iterator anew for
+// each key instead of cloning one per key (a clone costs more than the read
+// of a key in the memtable or block cache). The value Get returns is valid
+// only until the next Get (callers copy it, as kv.Get does) and its closer
+// does nothing; f must not use the reader from several goroutines.
+func (v *ReadView) ReadPoints(f func(r Reader) error) error {
+	return v.Read(func(Reader) error {
+		pr := &pointReader{viewReader: viewReader{v}}
+		err := f(pr)
+		if pr.it != nil {
+			if cerr := pr.it.Close(); err == nil {
+				err = cerr
+			}
+		}
+		return err
+	})
+}
+
+// pointReader is a viewReader whose Get reuses one iterator, re-bounded to
+// each key.
+type pointReader struct {
+	viewReader
+	it    *pebble.Iterator
+	upper []byte
+}
+
+func (r *pointReader) Get(key []byte) ([]byte, io.Closer, error) {
+	r.upper = append(append(r.upper[:0], key...), 0)
+	if r.it == nil {
+		it, err := r.v.clone(&pebble.IterOptions{LowerBound: key, UpperBound: r.upper})
+		if err != nil {
+			return nil, nil, err
+		}
+		r.it = it
+	} else {
+		r.it.SetBounds(key, r.upper)
+	}
+	if !r.it.First() {
+		if err := r.it.Error(); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, pebble.ErrNotFound
+	}
+	val, err := r.it.ValueAndErr()
+	if err != nil {
+		return nil, nil, err
+	}
+	return val, noClose{}, nil
+}
+
+// noClose is the closer of a pointReader's value: the iterator stays open.
+type noClose struct{}
+
+func (noClose) Close() error { return nil }

@@ -8,7 +8,8 @@ import (
 
 // BenchmarkPointRead compares a point read of the live engine (the read
 // path before views) with one through a view taken per read, and through a
-// view shared by 8 reads released together.
+// view shared by 8 reads released together, and (view-points-8) by 8 reads of
+// one ReadPoints.
 func BenchmarkPointRead(b *testing.B) {
 	e, err := Open(b.TempDir())
 	if err != nil {
@@ -59,6 +60,31 @@ func BenchmarkPointRead(b *testing.B) {
 				b.Fatal(err)
 			}
 			v.Release()
+		}
+	})
+	b.Run("view-points-8", func(b *testing.B) {
+		// 8 reads released together and read by one ReadPoints, as a
+		// pipeline's batch of GETs is.
+		var v *ReadView
+		i := 0
+		for b.Loop() {
+			if i%8 == 0 {
+				if v, err = e.NewReadView(1); err != nil {
+					b.Fatal(err)
+				}
+				if err := v.ReadPoints(func(r Reader) error {
+					for range 8 {
+						if err := get(r); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+				v.Release()
+			}
+			i++
 		}
 	})
 }

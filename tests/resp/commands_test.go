@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -244,6 +245,10 @@ func TestCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("pipelined reads", func(t *testing.T) {
+		testPipelinedReads(t, c)
+	})
+
 	t.Run("keyspace", func(t *testing.T) {
 		for i := range 25 {
 			must(r3.Set(ctx, fmt.Sprintf("ks:%02d", i), "v", 0).Result())(t, "SET")
@@ -280,6 +285,9 @@ func TestCommands(t *testing.T) {
 		testcluster.WaitFor(t, 10e9, func() error {
 			if v, err := conn.Get(ctx, "ks:00").Result(); err != nil || v != "v" {
 				return fmt.Errorf("stale GET = %q, %v", v, err)
+			}
+			if v, err := conn.MGet(ctx, "ks:00", "ks:01", "ks:none").Result(); err != nil || fmt.Sprint(v) != "[v v <nil>]" {
+				return fmt.Errorf("stale MGET = %v, %v", v, err)
 			}
 			return nil
 		})
@@ -367,4 +375,136 @@ func TestConcordCommands(t *testing.T) {
 	if _, err := c.KV(2).Get(ctx, &concordpb.GetRequest{Key: []byte("sess:k")}); err != nil {
 		t.Errorf("gRPC Get on the shared port: %v", err)
 	}
+}
+
+// testPipelinedReads protects read chains (a pipeline's reads of one shard
+// sent as one batch, one read barrier): through a node that does not lead
+// the keys' shard (so the batch is forwarded) and through every node, in
+// RESP2 and RESP3, a pipeline mixing reads and writes of one and several
+// shards answers every command in order: absent and expired keys nil, a
+// read after a write of its key sees it, errors mid-pipeline (wrong type
+// of value for INCR, wrong arity, unknown command) answer that command
+// alone. Reads stay linearizable: a pipeline of GETs sent after another
+// node acknowledged a write sees it.
+func testPipelinedReads(t *testing.T, c *testcluster.Cluster) {
+	ctx := ctxT(t)
+	keys := keysInOneShard(t, c, "pr:", 4)
+	other := keyInOtherShard(t, c, keys[0])
+	nodes := []int{followerOf(t, c, keys[0]), 0, 1, 2}
+	tab := routingTable(t, c)
+	huge := "" // over --max-key-bytes (4096), in keys[0]'s shard: in its read chain
+	for i := 0; huge == ""; i++ {
+		if k := fmt.Sprintf("%s%d", strings.Repeat("x", 5000), i); tab.Lookup([]byte(k)).GetShardId() == tab.Lookup([]byte(keys[0])).GetShardId() {
+			huge = k
+		}
+	}
+	for round, i := range nodes {
+		for _, proto := range []int{3, 2} {
+			rc := client(t, c, i, func(o *redis.Options) { o.Protocol = proto })
+			k0, k1, k2, k3 := keys[0], keys[1], keys[2], keys[3]
+			must(rc.Del(ctx, k0, k1, k2, k3, other).Result())(t, "DEL")
+			must(rc.Set(ctx, k0, "a", 0).Result())(t, "SET")
+			must(rc.Set(ctx, k3, "soon gone", 300*time.Millisecond).Result())(t, "SET PX")
+			testcluster.WaitFor(t, 10*time.Second, func() error {
+				if err := rc.Get(ctx, k3).Err(); err != redis.Nil {
+					return fmt.Errorf("GET of a key set with PX 300 = %v, want nil once expired", err)
+				}
+				return nil
+			})
+			pipe := rc.Pipeline()
+			cmds := []redis.Cmder{
+				pipe.Get(ctx, k0), pipe.Get(ctx, k3), pipe.Get(ctx, k1), // present, expired, absent
+				pipe.Set(ctx, k1, "b", 0), pipe.Get(ctx, k1), // a read after the write of its key
+				pipe.Incr(ctx, k0), pipe.Get(ctx, k0), // an op error mid-pipeline
+				pipe.MGet(ctx, k0, k1, k2, k3, other), pipe.Exists(ctx, k0, k1, k2, k3, other),
+				pipe.Set(ctx, other, "o", 0), pipe.Get(ctx, other), pipe.Get(ctx, k0),
+				pipe.Do(ctx, "GET"), pipe.Do(ctx, "NOSUCH", k0), // wrong arity, unknown command
+				pipe.Del(ctx, k1), pipe.Get(ctx, k1), pipe.StrLen(ctx, k0), pipe.TTL(ctx, k0), pipe.Get(ctx, k0),
+				// one read chain asking for the same keys again
+				pipe.Get(ctx, k2), pipe.MGet(ctx, k0, k2, k0), pipe.Get(ctx, k2), pipe.Get(ctx, k0),
+				// a key over the node's limit refuses the chain's batch: each
+				// read then runs alone, and only this one fails
+				pipe.Get(ctx, huge), pipe.Get(ctx, k0),
+			}
+			_, _ = pipe.Exec(ctx) // errors are per command, below
+			var got []string
+			for _, cmd := range cmds {
+				if err := cmd.Err(); err != nil {
+					got = append(got, "err:"+strings.SplitN(err.Error(), " ", 2)[0])
+					continue
+				}
+				got = append(got, fmt.Sprint(cmdValue(cmd)))
+			}
+			want := []string{"a", "err:redis:", "err:redis:", "OK", "b", "err:ERR", "a",
+				"[a b <nil> <nil> <nil>]", "2", "OK", "o", "a", "err:ERR", "err:ERR", "1", "err:redis:", "1", "-1ns", "a",
+				"err:redis:", "[a <nil> a]", "err:redis:", "a", "err:ERR", "a"}
+			if !slices.Equal(got, want) {
+				t.Fatalf("round %d (node %d, RESP%d): replies\n%q\nwant\n%q", round, i, proto, got, want)
+			}
+		}
+	}
+	// Linearizable: each write acknowledged by one node is seen by every
+	// GET of a pipeline sent afterwards to another.
+	w, r := client(t, c, nodes[0]), client(t, c, (nodes[0]+1)%3)
+	for n := range 20 {
+		must(w.Set(ctx, keys[0], fmt.Sprint(n), 0).Result())(t, "SET")
+		pipe := r.Pipeline()
+		var gets []*redis.StringCmd
+		for range 16 {
+			gets = append(gets, pipe.Get(ctx, keys[0]))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("pipeline of GETs: %v", err)
+		}
+		for _, g := range gets {
+			if g.Val() != fmt.Sprint(n) {
+				t.Fatalf("a pipelined GET after SET %d was acknowledged read %q", n, g.Val())
+			}
+		}
+	}
+}
+
+// cmdValue is a command's value; redis.Nil for a nil reply shows as an
+// error, so it is not here.
+func cmdValue(cmd redis.Cmder) any {
+	switch c := cmd.(type) {
+	case *redis.StringCmd:
+		return c.Val()
+	case *redis.StatusCmd:
+		return c.Val()
+	case *redis.IntCmd:
+		return c.Val()
+	case *redis.SliceCmd:
+		return c.Val()
+	case *redis.DurationCmd:
+		return c.Val()
+	case *redis.Cmd:
+		return c.Val()
+	}
+	return fmt.Sprintf("%T", cmd)
+}
+
+// followerOf returns the index of a node that does not lead key's shard,
+// as the routing table says now (node 0 if no leader is known).
+func followerOf(t *testing.T, c *testcluster.Cluster, key string) int {
+	t.Helper()
+	rt, err := c.RoutingTable(ctxT(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := routingTable(t, c).Lookup([]byte(key)).GetShardId()
+	var leader uint64
+	for _, r := range rt.GetShards() {
+		if r.GetShard().GetShardId() == shard {
+			leader = r.GetLeaderNodeId()
+		}
+	}
+	for _, n := range rt.GetNodes() {
+		if n.GetNodeId() != leader && leader != 0 {
+			if i := c.Index(n.GetAddress()); i >= 0 {
+				return i
+			}
+		}
+	}
+	return 0
 }
