@@ -125,42 +125,123 @@ func (p *planner) allEligible(c shardView) bool {
 // balancing: a transfer is one message, and a shard whose voter a move
 // removes hands its leadership on (rule 4) to the node leading the
 // fewest, which keeps the counts near the mean while replicas move.
+//
+// When no direct transfer helps (none of the shards the loaded nodes lead
+// has a voter on the node short of leaderships), it plans a chain
+// (leaderChain): the loaded node hands a shard to a node in between,
+// which hands another to the next, and so on to the short node; only the
+// ends' counts change. If no chain exists either, the counts stay as they
+// are: leader balance never moves a replica to make a transfer possible
+// (replica balancing places replicas by their count alone).
+//
+// Transfers are not moves (Settings.MaxMovesPerNode counts replicas
+// added and removed), so no cap limits them; each goes to a caught-up
+// voter on an eligible node, on a shard with nothing in flight and no
+// step this round, and moves a leadership from a count to one at least
+// two lower, so the sum of the squared counts falls and balancing ends.
 func (p *planner) balanceLeaders(stepped map[ids.ShardID]bool) []Step {
 	elig := p.eligibleNodes()
 	var out []Step
 	for !withinOne(elig, p.leads) {
-		s, ok := p.leaderMove(elig, stepped)
-		if !ok {
+		edges := p.transfers(stepped)
+		steps := p.leaderMove(elig, edges)
+		if steps == nil {
+			steps = p.leaderChain(elig, edges)
+		}
+		if steps == nil {
 			break
 		}
-		stepped[s.Shard] = true
-		p.leads[s.Via]--
-		p.leads[s.ReplicaNode]++
-		out = append(out, s)
+		for _, s := range steps {
+			stepped[s.Shard] = true
+			p.leads[s.Via]--
+			p.leads[s.ReplicaNode]++
+		}
+		out = append(out, steps...)
 	}
 	return out
 }
 
-func (p *planner) leaderMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (Step, bool) {
+// leaderMove finds one direct transfer among edges (planner.transfers):
+// from the node leading the most to the one leading the fewest that leads
+// at least two fewer and holds a caught-up voter of one of its shards,
+// trying the pairs in that order; the shard is the lowest-numbered such.
+// Nil if there is none.
+func (p *planner) leaderMove(elig []ids.NodeID, edges map[ids.NodeID][]Step) []Step {
 	for _, src := range byCount(elig, p.leads, true) {
 		for _, dst := range byCount(elig, p.leads, false) {
 			if p.leads[src]-p.leads[dst] < 2 {
 				continue
 			}
-			for _, d := range p.shards {
-				shard := ids.ShardID(d.GetShardId())
-				if stepped[shard] || p.busy(shard) || p.via(shard) != src {
-					continue
+			for _, e := range edges[src] {
+				if e.ReplicaNode == dst {
+					return []Step{e}
 				}
-				r := replicaOn(d, dst)
-				if r == nil || !isVoter(r) || !p.caughtUp(shard, r) {
-					continue
-				}
-				return p.classify(d, src).with(StepTransferLeader, r), true
 			}
 		}
 	}
-	return Step{}, false
+	return nil
+}
+
+// leaderChain finds a chain of transfers for when no direct one helps:
+// a shortest path src → n1 → … → dst in the graph edges, where a → b if a
+// leads a shard that can hand its leadership to b (planner.transfers), from the
+// node leading the most (then the next) to the nearest node leading at
+// least two fewer; breadth first, in shard then replica order. Each node
+// in between gains one leadership and loses one, so only src and dst
+// change, and src - dst >= 2 makes the imbalance strictly smaller. The
+// shards are distinct: each is led by its own node of the path. Nil if
+// no loaded node reaches such a node.
+func (p *planner) leaderChain(elig []ids.NodeID, edges map[ids.NodeID][]Step) []Step {
+	for _, src := range byCount(elig, p.leads, true) {
+		prev := map[ids.NodeID]Step{src: {}}
+		queue := []ids.NodeID{src}
+		for len(queue) > 0 {
+			a := queue[0]
+			queue = queue[1:]
+			for _, e := range edges[a] {
+				b := e.ReplicaNode
+				if _, seen := prev[b]; seen {
+					continue
+				}
+				prev[b] = e
+				if p.leads[src]-p.leads[b] < 2 {
+					queue = append(queue, b)
+					continue
+				}
+				var chain []Step
+				for n := b; n != src; n = prev[n].Via {
+					chain = append(chain, prev[n])
+				}
+				slices.Reverse(chain)
+				return chain
+			}
+		}
+	}
+	return nil
+}
+
+// transfers lists, per eligible node, the leadership transfers it could
+// make: for each shard it leads with nothing in flight and no step this
+// round, one to each caught-up voter on another eligible node; in shard
+// order, then replica order.
+func (p *planner) transfers(stepped map[ids.ShardID]bool) map[ids.NodeID][]Step {
+	out := map[ids.NodeID][]Step{}
+	for _, d := range p.shards {
+		shard := ids.ShardID(d.GetShardId())
+		via := p.via(shard)
+		if stepped[shard] || p.busy(shard) || via == 0 || !p.nodes[via].eligible {
+			continue
+		}
+		c := p.classify(d, via)
+		for _, r := range sortedReplicas(d) {
+			node := ids.NodeID(r.GetNodeId())
+			if node == via || !isVoter(r) || !p.nodes[node].eligible || !p.caughtUp(shard, r) {
+				continue
+			}
+			out[via] = append(out[via], c.with(StepTransferLeader, r))
+		}
+	}
+	return out
 }
 
 // eligibleNodes lists the eligible nodes in id order.

@@ -11,7 +11,8 @@ import (
 
 // checkSteps asserts what every plan must satisfy, whatever the view: in
 // shard order; at most one step per shard and none for a busy one, each
-// sent to a known leader; marks only of known nodes and only to a new
+// sent to a known leader, never on a node DEAD, REPLACED or REMOVED (its
+// address reaches nobody, or its successor); marks only of known nodes and only to a new
 // state; new replicas only on nodes that may take them (replace: UP as
 // recorded; add-learner: UP as judged); every step consistent with the
 // shard's descriptor; a removal never on the leader's node and never
@@ -37,6 +38,9 @@ func checkSteps(t *testing.T, v View, steps []Step) {
 			t.Fatalf("%s: a second step for its shard, one for a busy shard, or one with no leader", DescribeStep(s))
 		}
 		seen[s.Shard] = true
+		if st, ok := judged[s.Via]; ok && (st == concordpb.NodeState_NODE_DEAD || st == concordpb.NodeState_NODE_REPLACED || st == concordpb.NodeState_NODE_REMOVED) {
+			t.Fatalf("%s: sent to a node that is %s", DescribeStep(s), st)
+		}
 		d := shardOf(v, s.Shard)
 		switch s.Kind {
 		case StepReplace:

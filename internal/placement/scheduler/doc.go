@@ -41,7 +41,9 @@
 // from the recorded one, and REMOVED for a LEAVING node no descriptor lists.
 // Then, per shard, at most one step, the first rule that applies (a busy
 // shard, one with no known leader, or one without a live quorum of voters
-// gets none):
+// gets none; a leader on a node that is not live — DEAD, REPLACED,
+// REMOVED — is no known leader: a step sent there reaches nobody, or the
+// node that took its address):
 //
 //  1. A replica on a REPLACED node whose successor is UP: StepReplace (one
 //     joint change, the wiped replica's data being gone anyway).
@@ -71,7 +73,11 @@
 // balances replica counts (a learner on a node that will hold at least
 // two fewer than a more loaded one; the excess voter is removed by rule 4
 // after promotion) and, in the same round, leader counts (transfers to
-// caught-up voters). It balances the counts the nodes will have once the
+// caught-up voters; when no single transfer from a loaded node reaches
+// the short one, a chain of them along a shortest path, each node in
+// between taking one leadership and handing on another, so that only the
+// ends' counts change; with no chain either, the counts stay: leader
+// balance never moves a replica). It balances the counts the nodes will have once the
 // moves under way are done: the descriptors' replicas, learners included,
 // plus the adds still executing, less the excess voters their shards will
 // lose, predicted as rule 4 will pick them (planner.predictVictims, made

@@ -305,11 +305,32 @@ func (p *planner) final(node ids.NodeID) int {
 // for a SUSPECT leader: its own reports are stale by then (ReportMaxAge is
 // shorter than SuspectAfter), but it may still lead, cut off from the
 // placement leader only, and its leadership must move.
+//
+// A leader on a node known to be gone (gone) is no leader to send to: a
+// REPLACED node's address now belongs to its successor, which forwards
+// the step and fails it, and a DEAD or REMOVED node answers nothing. Its
+// last report stays fresh for up to ReportMaxAge, and its followers keep
+// naming it until their election timeout, so without this every round
+// of a wiped leader's shard's wait for its election sent steps there to
+// fail (79 failed attempts in one 3 s rebuild). Such a shard gets no step
+// until a fresh report names a live leader.
 func (p *planner) via(shard ids.ShardID) ids.NodeID {
-	if n := leaderOf(p.v, p.leaders, shard); n != 0 {
-		return n
+	n := leaderOf(p.v, p.leaders, shard)
+	if n == 0 || p.gone(n) {
+		n = p.vias[shard]
 	}
-	return p.vias[shard]
+	if p.gone(n) {
+		return 0
+	}
+	return n
+}
+
+// gone reports whether node is known and not live (DEAD, REPLACED,
+// REMOVED, or LEAVING and dead): whatever it claims, it leads nothing a
+// step can be sent to. A node the view does not know is not judged here.
+func (p *planner) gone(node ids.NodeID) bool {
+	j, known := p.nodes[node]
+	return known && !j.live
 }
 
 // nameLeaders fills p.vias with the leader fresh follower reports name for

@@ -87,7 +87,7 @@ func oracleSchedule(v View) []Step {
 		if o, ok := v.LeaderOverride[shard]; ok && o != 0 {
 			via = o
 		}
-		if v.InFlight[shard] || via == 0 {
+		if v.InFlight[shard] || via == 0 || goneNode(v, via) {
 			continue
 		}
 		var best *Step
@@ -112,6 +112,14 @@ func oracleSchedule(v View) []Step {
 	}
 	slices.SortFunc(steps, func(a, b Step) int { return cmp.Compare(a.Shard, b.Shard) })
 	return steps
+}
+
+// goneNode: node is in the view and recorded REPLACED or REMOVED, or
+// judged DEAD; a step sent there reaches nobody (its successor, for a
+// replaced node). The random views have no LEAVING nodes.
+func goneNode(v View, node ids.NodeID) bool {
+	st, ok := NodeStates(v)[node]
+	return ok && (st == concordpb.NodeState_NODE_REPLACED || st == concordpb.NodeState_NODE_REMOVED || st == concordpb.NodeState_NODE_DEAD)
 }
 
 // oracleLeaders collects every fresh claim per shard and picks the best by

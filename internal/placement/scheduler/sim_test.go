@@ -505,3 +505,29 @@ func TestSimGrowThreeToFour(t *testing.T) {
 		}
 	}
 }
+
+// TestSimJoinBalancesLeaders protects leader balance after a join: a
+// balanced cluster of n nodes (3 to 7) with the bootstrap's placement of
+// 10 to 40 shards gains a node, and once the scheduler is done every
+// eligible node's leader count is within one of the mean. Leader
+// balancing that only transfers directly from an over-loaded node to the
+// under-loaded one could stop with a node one short: none of the shards
+// the over-loaded nodes lead had a voter on it (issue 11, 7→8 nodes).
+func TestSimJoinBalancesLeaders(t *testing.T) {
+	for n := uint64(3); n <= 7; n++ {
+		for shards := uint64(10); shards <= 40; shards++ {
+			for _, inflight := range []int{0, 30} {
+				rng := rand.New(rand.NewPCG(n*100+shards, uint64(inflight)))
+				s := roundRobin(n, shards)
+				s.settle(t, rng, 0, 200)
+				s.v.Nodes = append(s.v.Nodes, &concordpb.NodeDescriptor{NodeId: n + 1})
+				rounds := s.settle(t, rng, inflight, 300)
+				p := newPlanner(s.v)
+				if elig := p.eligibleNodes(); !withinOne(elig, p.leads) || !withinOne(elig, p.replicas) {
+					t.Fatalf("%d→%d nodes, %d shards, %d%% in flight: after %d rounds leaders %v, replicas %v\n%s",
+						n, n+1, shards, inflight, rounds, p.leads, p.replicas, s)
+				}
+			}
+		}
+	}
+}
