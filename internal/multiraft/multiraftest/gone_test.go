@@ -125,7 +125,7 @@ func TestLeaderGoneWithoutEventWaitsForTimeout(t *testing.T) {
 	old := c.WaitLeader(shard)
 	w := &leaderWatch{t: t, c: c, shard: shard, byTerm: map[uint64]ids.NodeID{}}
 	c.Stop(old)
-	took := electedWithin(t, c, w, shard, old, 4*electionTicks)
+	took := electedWithin(t, c, w, shard, old, 30*electionTicks) // split votes may repeat
 	if took < electionTicks-1 {
 		t.Fatalf("elected after %d ticks without any event; election timeout is %d", took, electionTicks)
 	}
