@@ -129,6 +129,12 @@ type ClusterBackend interface {
 	// joining at addr (or, for a join token seen before, returns the id it
 	// registered) and records the new address book.
 	AddNode(ctx context.Context, addr string, token []byte) (node ids.NodeID, nodes []*concordpb.NodeDescriptor, err error)
+	// AddressRejoining is told, on every node a join reaches, that a fresh
+	// process (one with an empty data dir) asks to join from addr: the
+	// process that held addr before is gone, and replicas here that follow
+	// a leader on it elect another at once instead of waiting for raft's
+	// election timeout. It must return at once.
+	AddressRejoining(addr string)
 	// RemoveNode, on the placement leader, marks node LEAVING so that it is
 	// drained; it refuses (FailedPrecondition) when that would leave fewer
 	// nodes up than the replication factor.

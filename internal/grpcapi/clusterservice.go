@@ -33,6 +33,10 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 	if req.GetAddress() == "" {
 		return nil, invalid("join needs the joining node's address")
 	}
+	// Before anything else: when the joiner replaces the meta shard's
+	// leader, this is what lets the meta shard elect, and so the join
+	// succeed, without waiting for an election timeout.
+	s.b.AddressRejoining(req.GetAddress())
 	if leader, local := s.b.Leader(routing.MetaShard); !local {
 		node := s.placementLeaderHint(leader)
 		return forward(ctx, node, func(ctx context.Context) (*concordpb.JoinResponse, error) {

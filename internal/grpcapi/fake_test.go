@@ -45,6 +45,7 @@ type fakeNode struct {
 	proposals  []*storepb.Command          // guarded by mu
 	readIndex  []ids.ShardID               // guarded by mu: shards asked for a barrier
 	heartbeats []uint64                    // guarded by mu: nodes whose heartbeat arrived
+	rejoining  []string                    // guarded by mu: AddressRejoining calls
 	conns      map[string]*grpc.ClientConn // guarded by mu
 	died       []bool                      // guarded by mu: Die calls
 	partitions [][]string                  // guarded by mu: Partition calls
@@ -272,6 +273,12 @@ func (f *fakeNode) TransferLeader(context.Context, ids.ShardID, uint64, ids.Repl
 
 func (f *fakeNode) AddNode(context.Context, string, []byte) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
 	return 9, f.Nodes(), nil
+}
+
+func (f *fakeNode) AddressRejoining(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rejoining = append(f.rejoining, addr)
 }
 
 func (f *fakeNode) RemoveNode(_ context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error) {

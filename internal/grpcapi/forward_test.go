@@ -123,6 +123,30 @@ func TestHeartbeatFindsThePlacementLeaderByHint(t *testing.T) {
 	wantStatus(t, err, codes.Unavailable, "placement leader unknown")
 }
 
+// TestJoinTellsEveryNodeItPassesThrough protects the fast failover of a
+// wiped leader: a join names an address whose old process is gone, and
+// both the node the joiner asked (which forwards) and the placement leader
+// must hear of it (AddressRejoining), so that their replicas led from
+// there elect at once. A join without an address tells nobody anything.
+func TestJoinTellsEveryNodeItPassesThrough(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	serve(t, f2, f1)
+	c1 := concordpb.NewClusterClient(serve(t, f1, f2))
+	if _, err := c1.Join(context.Background(), &concordpb.JoinRequest{Address: "10.0.0.3:7000"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c1.Join(context.Background(), &concordpb.JoinRequest{})
+	wantStatus(t, err, codes.InvalidArgument, "join needs the joining node's address")
+	for _, f := range []*fakeNode{f1, f2} {
+		f.mu.Lock()
+		got := f.rejoining
+		f.mu.Unlock()
+		if len(got) != 1 || got[0] != "10.0.0.3:7000" {
+			t.Fatalf("node %d was told of rejoining addresses %q, want [10.0.0.3:7000]", f.id, got)
+		}
+	}
+}
+
 // TestPartitionCutsNodeToNodeCallsOnly protects fault injection's contract:
 // a partition refuses forwarding in both directions, while clients still
 // reach the partitioned node.

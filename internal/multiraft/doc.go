@@ -47,6 +47,8 @@
 //	loop.go       the loop: the inbox, run, tick, drain, step, handleReady, send
 //	lifecycle.go  Start/Stop and replica load, creation and removal
 //	policy.go     periodic policies: leader preference, log truncation
+//	gone.go       LeaderGone: followers of a leader known gone forget it
+//	              and campaign in turns, without the election timeout
 //	snapshots.go  outgoing snapshot handles and raft's Snapshot function
 //	validate.go   what peers' messages may do: types per stream, creating
 //	              and replacing replicas, the log of dropped messages

@@ -51,6 +51,9 @@ type Host struct {
 	replicas map[ids.ShardID]*replica.Replica
 	dirty    map[ids.ShardID]*replica.Replica
 	ticks    uint64
+	// campaigns are the turns to campaign of followers whose leader's node
+	// is gone (gone.go), by shard.
+	campaigns map[ids.ShardID]pendingCampaign
 
 	infoMu sync.RWMutex
 	infos  map[ids.ShardID]ReplicaInfo // guarded by infoMu
@@ -81,14 +84,15 @@ func New(cfg Config, eng *storage.Engine, t Transport, newSM NewStateMachine) *H
 	}
 	return &Host{
 		cfg: cfg, policy: newPolicy(cfg), eng: eng, transport: t, newSM: newSM, log: cfg.Logger,
-		notifyC:  make(chan struct{}, 1),
-		spaceC:   make(chan struct{}),
-		replicas: map[ids.ShardID]*replica.Replica{},
-		dirty:    map[ids.ShardID]*replica.Replica{},
-		infos:    map[ids.ShardID]ReplicaInfo{},
-		snaps:    outgoingSnapshots{m: map[uint64]*outSnap{}},
-		idBase:   idBase,
-		stopC:    make(chan struct{}),
-		doneC:    make(chan struct{}),
+		notifyC:   make(chan struct{}, 1),
+		spaceC:    make(chan struct{}),
+		replicas:  map[ids.ShardID]*replica.Replica{},
+		dirty:     map[ids.ShardID]*replica.Replica{},
+		campaigns: map[ids.ShardID]pendingCampaign{},
+		infos:     map[ids.ShardID]ReplicaInfo{},
+		snaps:     outgoingSnapshots{m: map[uint64]*outSnap{}},
+		idBase:    idBase,
+		stopC:     make(chan struct{}),
+		doneC:     make(chan struct{}),
 	}
 }

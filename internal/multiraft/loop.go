@@ -98,6 +98,7 @@ func (h *Host) tick() {
 		r.Tick()
 		h.dirty[r.Shard()] = r
 	}
+	h.runCampaigns()
 	h.runPolicies()
 }
 

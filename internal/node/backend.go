@@ -271,6 +271,8 @@ func (b backend) AddNode(ctx context.Context, addr string, token []byte) (ids.No
 	return b.n.addNode(ctx, addr, token)
 }
 
+func (b backend) AddressRejoining(addr string) { b.n.addressRejoining(addr) }
+
 func (b backend) RemoveNode(ctx context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error) {
 	return b.n.removeNode(ctx, node)
 }

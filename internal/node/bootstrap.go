@@ -412,6 +412,27 @@ func (n *Node) addNode(ctx context.Context, addr string, token []byte) (ids.Node
 	return ids.NodeID(res.GetNodeId()), res.GetNodes(), nil
 }
 
+// addressRejoining is told that a process with an empty data dir asks to
+// join from addr: whatever node was registered there (UP, SUSPECT or DEAD)
+// lost its process, so the local followers of replicas it leads elect
+// another leader at once. This is what lets a wiped node that led the meta
+// shard get its join answered without waiting for an election timeout.
+//
+// A join retried after its first answer was lost names the address of the
+// node that answer registered; that node cannot lead anything yet (its
+// process is still joining and hosts no replica but, at most, learners), so
+// the event changes nothing for it.
+func (n *Node) addressRejoining(addr string) {
+	if n.host == nil {
+		return
+	}
+	for _, id := range n.book.atAddress(addr) {
+		if id != n.ID() {
+			n.host.LeaderGone(id)
+		}
+	}
+}
+
 // proposeMeta proposes cmd to the meta shard (this node leads it) and turns
 // a refusal by the placement state machine into a gRPC status error.
 func (n *Node) proposeMeta(ctx context.Context, cmd *storepb.Command) (*storepb.CommandResult, error) {

@@ -323,6 +323,9 @@ func (n *Node) startRaft() error {
 	if err := n.host.Start(); err != nil {
 		return err
 	}
+	// A node the placement service marks gone stops leading here at once
+	// (multiraft's LeaderGone), not an election timeout later.
+	n.book.setGone(n.host.LeaderGone)
 	close(n.ready)
 	return nil
 }

@@ -29,6 +29,9 @@ type addressBook struct {
 	writeMu sync.Mutex
 	mu      sync.RWMutex
 	m       map[ids.NodeID]*concordpb.NodeDescriptor // guarded by mu
+	// gone, if set, is told of nodes an update shows REPLACED, DEAD or
+	// REMOVED (guarded by mu): the host's LeaderGone.
+	gone func(ids.NodeID)
 }
 
 func (b *addressBook) resolve(node ids.NodeID) (string, bool) {
@@ -56,7 +59,9 @@ func (b *addressBook) all() []*concordpb.NodeDescriptor {
 }
 
 // update records descriptors that are new or changed: durably first, then
-// in memory, so a restart never knows less than the node acted on.
+// in memory, so a restart never knows less than the node acted on. If
+// gone is set, it is then told each node the update shows newly gone
+// (goneState).
 func (b *addressBook) update(eng *storage.Engine, ds []*concordpb.NodeDescriptor) error {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
@@ -68,11 +73,54 @@ func (b *addressBook) update(eng *storage.Engine, ds []*concordpb.NodeDescriptor
 		return err
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, d := range changed {
 		b.m[ids.NodeID(d.GetNodeId())] = d
 	}
+	gone := b.gone
+	b.mu.Unlock()
+	if gone != nil {
+		for _, d := range changed {
+			if goneState(d.GetState()) {
+				gone(ids.NodeID(d.GetNodeId()))
+			}
+		}
+	}
 	return nil
+}
+
+// setGone sets the function update tells of gone nodes.
+func (b *addressBook) setGone(f func(ids.NodeID)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gone = f
+}
+
+// goneState reports whether a node in state s has certainly stopped
+// serving its replicas: REPLACED (a fresh process holds its address),
+// DEAD (silent past --dead-after) or REMOVED.
+func goneState(s concordpb.NodeState) bool {
+	switch s {
+	case concordpb.NodeState_NODE_REPLACED, concordpb.NodeState_NODE_DEAD, concordpb.NodeState_NODE_REMOVED:
+		return true
+	}
+	return false
+}
+
+// atAddress returns the nodes registered at addr that may still be the
+// process serving it (not REPLACED, LEAVING or REMOVED).
+func (b *addressBook) atAddress(addr string) []ids.NodeID {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	var out []ids.NodeID
+	for id, d := range b.m {
+		switch d.GetState() {
+		case concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD:
+			if d.GetAddress() == addr {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }
 
 // changed returns the descriptors of ds that are new or differ from the book's.

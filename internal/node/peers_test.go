@@ -2,10 +2,13 @@ package node
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/storage"
 )
 
 // TestMarkSeenRefusesOnFailedWrite protects node-id reuse detection: if the
@@ -64,5 +67,45 @@ func TestMarkSeenWaitsPerPeer(t *testing.T) {
 	close(release)
 	if err := <-slowDone; err != nil || !s.has(1) || !s.has(3) {
 		t.Fatalf("after both writes: err %v, seen 1: %v, seen 3: %v", err, s.has(1), s.has(3))
+	}
+}
+
+// TestAddressBookReportsGoneNodesOnce protects the fast failover from a
+// leader the placement service marked gone: an update that newly shows a
+// node REPLACED, DEAD or REMOVED tells the host (LeaderGone) once, and the
+// same state heard again in the next heartbeat answer tells it nothing
+// (each report makes followers of that node forget it and campaign).
+// atAddress finds the node a fresh process at an address takes over.
+func TestAddressBookReportsGoneNodesOnce(t *testing.T) {
+	eng, err := storage.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	b := addressBook{m: map[ids.NodeID]*concordpb.NodeDescriptor{}}
+	var gone []ids.NodeID
+	b.setGone(func(id ids.NodeID) { gone = append(gone, id) })
+	up := func(id uint64, addr string, st concordpb.NodeState) *concordpb.NodeDescriptor {
+		return &concordpb.NodeDescriptor{NodeId: id, Address: addr, State: st}
+	}
+	first := []*concordpb.NodeDescriptor{up(1, "a:1", concordpb.NodeState_NODE_UP), up(2, "a:2", concordpb.NodeState_NODE_UP), up(3, "a:3", concordpb.NodeState_NODE_SUSPECT)}
+	if err := b.update(eng, first); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.atAddress("a:3"); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("atAddress(a:3) = %v, want [3]", got)
+	}
+	next := []*concordpb.NodeDescriptor{up(1, "a:1", concordpb.NodeState_NODE_UP), up(2, "a:2", concordpb.NodeState_NODE_DEAD),
+		up(3, "a:3", concordpb.NodeState_NODE_REPLACED), up(4, "a:3", concordpb.NodeState_NODE_UP)}
+	for range 2 {
+		if err := b.update(eng, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(gone) != 2 || !slices.Contains(gone, 2) || !slices.Contains(gone, 3) {
+		t.Fatalf("told of gone nodes %v, want 2 and 3 once each", gone)
+	}
+	if got := b.atAddress("a:3"); len(got) != 1 || got[0] != 4 {
+		t.Fatalf("atAddress(a:3) after the replacement = %v, want [4] (not the REPLACED 3)", got)
 	}
 }

@@ -295,6 +295,24 @@ func (r *Replica) Progress(id ids.ReplicaID) (match uint64, replicating, ok bool
 // Campaign starts an election.
 func (r *Replica) Campaign() error { return r.rn.Campaign() }
 
+// ForgetLeader makes a follower drop the leader it believes in, so that it
+// grants (pre-)votes at once instead of ignoring them for the rest of an
+// election timeout (CheckQuorum's lease). Only for a leader known to be
+// gone: raft's safety does not depend on it, but a live leader's followers
+// that forget it may elect another and cost it its term. No-op on a leader.
+func (r *Replica) ForgetLeader() error { return r.rn.ForgetLeader() }
+
+// Campaigning reports whether raft is in an election it started (pre-candidate
+// or candidate).
+func (r *Replica) Campaigning() bool {
+	st := r.rn.BasicStatus().RaftState
+	return st == raft.StatePreCandidate || st == raft.StateCandidate
+}
+
+// CurrentLeader is the leader raft believes in right now (0: none); unlike
+// LeaderNode it does not wait for the next Ready to see a change.
+func (r *Replica) CurrentLeader() ids.ReplicaID { return ids.ReplicaID(r.rn.BasicStatus().Lead) }
+
 // Tick advances the replica's logical clock and forgets work whose callers
 // have long given up.
 func (r *Replica) Tick() {
