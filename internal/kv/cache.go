@@ -35,8 +35,8 @@ const MaxCachedSessions = 1 << 16
 // (found false: none). The deferred record comes first, as the cache may
 // have evicted it and b does not hold it yet.
 func (sm *StateMachine) sessionSeq(b pebble.Reader, session uint64) (seq uint64, found bool, err error) {
-	if rec, ok := sm.deferred.sessions[session]; ok {
-		return rec.GetSeq(), true, nil
+	if s, ok := sm.deferred.sessions[session]; ok {
+		return s.seq, true, nil
 	}
 	if seq, ok := sm.sessions[session]; ok {
 		return seq, true, nil

@@ -31,10 +31,20 @@ import (
 // not yet written.
 type deferred struct {
 	b        *pebble.Batch // nil: nothing deferred
-	sessions map[uint64]*storepb.SessionRecord
+	sessions map[uint64]session
 	order    []uint64 // session ids in first-touched order: the writes are deterministic
 	clock    bool     // sm.clock changed
-	buf      []byte   // marshal buffer, reused (Set copies)
+	rec      storepb.SessionRecord
+	// buf and key are reused for every record written (Set copies);
+	// sessionPrefix starts every session key of the shard.
+	buf, key, sessionPrefix []byte
+}
+
+// session is a session's record as its last command in the batch left it.
+type session struct {
+	seq    uint64
+	result *storepb.CommandResult
+	active int64 // LastActiveUnixNanos
 }
 
 // begin checks that b is the batch the deferred writes belong to, or
@@ -52,16 +62,16 @@ func (sm *StateMachine) begin(b *pebble.Batch) error {
 	return nil
 }
 
-// deferSession records rec as session's record in the current batch.
-func (sm *StateMachine) deferSession(session uint64, rec *storepb.SessionRecord) {
+// deferSession records s as id's record in the current batch.
+func (sm *StateMachine) deferSession(id uint64, s session) {
 	d := &sm.deferred
 	if d.sessions == nil {
-		d.sessions = make(map[uint64]*storepb.SessionRecord)
+		d.sessions = make(map[uint64]session)
 	}
-	if _, ok := d.sessions[session]; !ok {
-		d.order = append(d.order, session)
+	if _, ok := d.sessions[id]; !ok {
+		d.order = append(d.order, id)
 	}
-	d.sessions[session] = rec
+	d.sessions[id] = s
 }
 
 // Flush writes into b what the commands applied into it since the last
@@ -87,18 +97,27 @@ func (sm *StateMachine) Flush(b *pebble.Batch) error {
 		d.clock = false
 	}
 	d.b = nil
+	sm.op = store{k: sm.op.k[:0]} // holds nothing of the batch past it
 	return nil
 }
 
 // flushSessions writes the deferred session records into the current batch.
 func (sm *StateMachine) flushSessions() error {
 	d := &sm.deferred
-	for _, s := range d.order {
+	for _, id := range d.order {
+		s := d.sessions[id]
+		d.rec.Seq, d.rec.Result, d.rec.LastActiveUnixNanos = s.seq, s.result, s.active
 		var err error
-		if d.buf, err = (proto.MarshalOptions{}).MarshalAppend(d.buf[:0], d.sessions[s]); err != nil {
+		d.buf, err = (proto.MarshalOptions{}).MarshalAppend(d.buf[:0], &d.rec)
+		d.rec.Result = nil // not kept past the batch
+		if err != nil {
 			return err
 		}
-		if err := d.b.Set(keys.Session(sm.shard, s), d.buf, nil); err != nil {
+		if d.sessionPrefix == nil {
+			d.sessionPrefix, _ = keys.SessionSpan(sm.shard)
+		}
+		d.key = binary.BigEndian.AppendUint64(append(d.key[:0], d.sessionPrefix...), id) // keys.Session
+		if err := d.b.Set(d.key, d.buf, nil); err != nil {
 			return err
 		}
 	}

@@ -27,6 +27,10 @@ type StateMachine struct {
 	// deferred holds the session and clock records of the batch being
 	// applied, written once by Flush: see deferred.go.
 	deferred deferred
+	// userPrefix starts the storage key of every user key of the shard;
+	// op is the current op's key (value.go: unread).
+	userPrefix []byte
+	op         store
 }
 
 // New returns the state machine of shard.
@@ -86,7 +90,7 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 		return nil, err
 	}
 	if c.GetSessionId() != 0 {
-		sm.deferSession(c.GetSessionId(), &storepb.SessionRecord{Seq: c.GetSeq(), Result: res, LastActiveUnixNanos: now})
+		sm.deferSession(c.GetSessionId(), session{seq: c.GetSeq(), result: res, active: now})
 		sm.cacheSession(c.GetSessionId(), c.GetSeq())
 	}
 	return res, nil
@@ -105,8 +109,8 @@ func (sm *StateMachine) readSession(b pebble.Reader, session uint64) (*storepb.S
 // in the current batch. Either way a copy: the first answer is someone
 // else's.
 func (sm *StateMachine) retryResult(b pebble.Reader, session uint64) (*storepb.CommandResult, error) {
-	if rec, ok := sm.deferred.sessions[session]; ok {
-		return proto.CloneOf(rec.GetResult()), nil
+	if s, ok := sm.deferred.sessions[session]; ok {
+		return proto.CloneOf(s.result), nil
 	}
 	rec, found, err := sm.readSession(b, session)
 	if err == nil && !found {
