@@ -92,6 +92,7 @@ func benchApply(b *testing.B, perBatch int, op func(key, value []byte) *concordp
 	cpu0 := cpuTime(b)
 	b.ResetTimer()
 	batch := db.NewIndexedBatch()
+	writes := 0 // records committed: each one a memtable skiplist node
 	for i, cmd := range cmds {
 		res, err := sm.Apply(batch, wholeRange, cmd)
 		if err != nil || res.GetErrorCode() != 0 {
@@ -101,6 +102,7 @@ func benchApply(b *testing.B, perBatch int, op func(key, value []byte) *concordp
 			if err := sm.Flush(batch); err != nil {
 				b.Fatal(err)
 			}
+			writes += int(batch.Count())
 			if err := batch.Commit(pebble.NoSync); err != nil {
 				b.Fatal(err)
 			}
@@ -110,6 +112,7 @@ func benchApply(b *testing.B, perBatch int, op func(key, value []byte) *concordp
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
 	batch.Close()
 }
 
