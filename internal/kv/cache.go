@@ -20,18 +20,24 @@ const MaxCachedSessions = 1 << 16
 // The state machine keeps in memory what it would otherwise read from
 // Pebble on every command: the last sequence number applied per session
 // (the at-most-once check) and the shard's clock. Both are caches of the
-// records in the shard's state span, never a second truth: every command
-// still writes the records into the same batch as its data, so durability
-// and snapshots are unchanged, and a cache entry is set only together with
-// a write of the record into the batch (or from a read of it). Everything
-// that changes those records behind the state machine's back must drop the
-// caches: installing a raft snapshot does (SnapshotInstalled). A batch that
-// fails to commit is fatal to the process, so the caches never run ahead of
-// the state a live replica continues from.
+// records in the shard's state span, never a second truth: the records are
+// written into the same batch as the data of the commands that change them
+// (once per batch, by Flush: deferred.go), so durability and snapshots are
+// unchanged, and a cache entry is set only together with such a write (or
+// from a read of the record). Everything that changes those records behind
+// the state machine's back must drop the caches: installing a raft snapshot
+// does (SnapshotInstalled). A batch that fails to commit is fatal to the
+// process, so the caches never run ahead of the state a live replica
+// continues from.
 
-// sessionSeq is the last sequence number applied for session, from the
-// cache or else from its record in b (found false: none).
+// sessionSeq is the last sequence number applied for session: from the
+// current batch's deferred record, the cache, or else its record in b
+// (found false: none). The deferred record comes first, as the cache may
+// have evicted it and b does not hold it yet.
 func (sm *StateMachine) sessionSeq(b pebble.Reader, session uint64) (seq uint64, found bool, err error) {
+	if s, ok := sm.deferred.sessions[session]; ok {
+		return s.seq, true, nil
+	}
 	if seq, ok := sm.sessions[session]; ok {
 		return seq, true, nil
 	}
@@ -91,8 +97,10 @@ func (sm *StateMachine) loadClock(b pebble.Reader) (shardClock, error) {
 // shard's state: a raft snapshot replaced that state wholesale (session
 // records and clock included), so every cached value may be stale. The
 // replica calls it once the snapshot is installed, before applying any
-// entry after it.
+// entry after it. Nothing is deferred then (the last batch was flushed);
+// were anything, it would describe the replaced state too.
 func (sm *StateMachine) SnapshotInstalled() {
 	sm.sessions = nil
 	sm.clock = shardClock{}
+	sm.deferred = deferred{}
 }

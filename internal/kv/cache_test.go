@@ -23,11 +23,16 @@ func (f *fixture) corrupt(k []byte) {
 	}
 }
 
-// applyErr applies cmd in its own batch and returns Apply's error.
+// applyErr applies cmd in its own batch and returns Apply's error. The
+// batch is dropped: what the command deferred (its session record, the
+// clock) is flushed into it first, so the next batch starts clean.
 func (f *fixture) applyErr(cmd *storepb.Command) error {
 	b := f.db.NewIndexedBatch()
 	defer b.Close()
 	_, err := f.sm.Apply(b, wholeRange, cmd)
+	if ferr := f.sm.Flush(b); ferr != nil {
+		f.t.Fatalf("Flush: %v", ferr)
+	}
 	return err
 }
 

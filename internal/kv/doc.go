@@ -14,7 +14,8 @@
 // keep_ttl, or the previous value it was asked to return (return_prev).
 // Otherwise it is a blind write, and with the session sequence numbers and
 // the shard clock cached in memory (cache.go) the common put applies
-// without a single point read.
+// without a single point read. The session and clock records are written
+// once per batch, by Flush after the batch's last command (deferred.go).
 //
 // Apply is deterministic: it reads only the batch it writes into and the
 // command itself (including the proposer's timestamp, which moves the

@@ -1,12 +1,12 @@
 package kv
 
 import (
-	"encoding/binary"
 	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/keys"
@@ -24,6 +24,13 @@ type StateMachine struct {
 	// clock record: see cache.go.
 	sessions map[uint64]uint64
 	clock    shardClock
+	// deferred holds the session and clock records of the batch being
+	// applied, written once by Flush: see deferred.go.
+	deferred deferred
+	// userPrefix starts the storage key of every user key of the shard;
+	// op is the current op's key (value.go: unread).
+	userPrefix []byte
+	op         store
 }
 
 // New returns the state machine of shard.
@@ -31,8 +38,13 @@ func New(shard uint64) *StateMachine { return &StateMachine{shard: shard} }
 
 // Apply applies cmd into b, an indexed batch (so reads see the writes of
 // earlier commands in the same batch). desc is the shard's descriptor as of
-// this entry; keys outside its hash range are refused.
+// this entry; keys outside its hash range are refused. The session and
+// clock records are written by Flush, once per batch, which must follow
+// the batch's last Apply.
 func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error) {
+	if err := sm.begin(b); err != nil {
+		return nil, err
+	}
 	switch k := cmd.GetKind().(type) {
 	case *storepb.Command_Kv:
 		now, err := sm.advanceClock(b, cmd.GetUnixNanos())
@@ -78,10 +90,7 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 		return nil, err
 	}
 	if c.GetSessionId() != 0 {
-		rec := &storepb.SessionRecord{Seq: c.GetSeq(), Result: res, LastActiveUnixNanos: now}
-		if err := storage.SetProto(b, keys.Session(sm.shard, c.GetSessionId()), rec); err != nil {
-			return nil, err
-		}
+		sm.deferSession(c.GetSessionId(), session{seq: c.GetSeq(), result: res, active: now})
 		sm.cacheSession(c.GetSessionId(), c.GetSeq())
 	}
 	return res, nil
@@ -96,8 +105,13 @@ func (sm *StateMachine) readSession(b pebble.Reader, session uint64) (*storepb.S
 
 // retryResult is the stored result of session's last command, which a
 // retry of it gets: read from Pebble, as retries are rare and results may
-// be large (the cache holds only sequence numbers).
+// be large (the cache holds only sequence numbers), unless that command is
+// in the current batch. Either way a copy: the first answer is someone
+// else's.
 func (sm *StateMachine) retryResult(b pebble.Reader, session uint64) (*storepb.CommandResult, error) {
+	if s, ok := sm.deferred.sessions[session]; ok {
+		return proto.CloneOf(s.result), nil
+	}
 	rec, found, err := sm.readSession(b, session)
 	if err == nil && !found {
 		err = fmt.Errorf("kv: shard %d: session %x is cached but has no record", sm.shard, session)
@@ -173,7 +187,7 @@ const MaxClockStep = int64(90 * time.Second)
 
 // advanceClock moves the shard's clock for a command stamped stamp (0: not
 // stamped, the clock stays) and returns the clock's new value. The clock is
-// kept in the shard's state span, so snapshots carry it.
+// kept in the shard's state span (written by Flush), so snapshots carry it.
 func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error) {
 	c, err := sm.loadClock(b)
 	if err != nil {
@@ -188,17 +202,17 @@ func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error
 		c.now += min(stamp-c.high, MaxClockStep)
 	}
 	c.high, c.found = stamp, true
-	rec := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(c.high)), uint64(c.now))
-	if err := b.Set(keys.Clock(sm.shard), rec, nil); err != nil {
-		return 0, err
-	}
-	sm.clock = c
+	sm.clock, sm.deferred.clock = c, true // written by Flush
 	return c.now, nil
 }
 
 // expireSessions deletes the records of sessions idle since before t, a time
-// on the shard's clock.
+// on the shard's clock. It reads the records themselves, so the batch's
+// deferred ones are written first.
 func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
+	if err := sm.flushSessions(); err != nil {
+		return err
+	}
 	lo, hi := keys.SessionSpan(sm.shard)
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {

@@ -42,16 +42,30 @@ func newFixture(t *testing.T) *fixture {
 // apply applies cmd in its own indexed batch, commits it, and returns the result.
 func (f *fixture) apply(desc *concordpb.ShardDescriptor, cmd *storepb.Command) *storepb.CommandResult {
 	f.t.Helper()
+	return f.applyBatch(desc, cmd)[0]
+}
+
+// applyBatch applies cmds in one indexed batch, as one raft loop turn does
+// (Flush after the last), commits it, and returns their results.
+func (f *fixture) applyBatch(desc *concordpb.ShardDescriptor, cmds ...*storepb.Command) []*storepb.CommandResult {
+	f.t.Helper()
 	b := f.db.NewIndexedBatch()
 	defer b.Close()
-	res, err := f.sm.Apply(b, desc, cmd)
-	if err != nil {
-		f.t.Fatalf("Apply: %v", err)
+	var out []*storepb.CommandResult
+	for _, cmd := range cmds {
+		res, err := f.sm.Apply(b, desc, cmd)
+		if err != nil {
+			f.t.Fatalf("Apply: %v", err)
+		}
+		out = append(out, res)
+	}
+	if err := f.sm.Flush(b); err != nil {
+		f.t.Fatalf("Flush: %v", err)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		f.t.Fatal(err)
 	}
-	return res
+	return out
 }
 
 // kv applies ops as one KV command of session/seq at time now.

@@ -213,7 +213,7 @@ func (e env) blindPut(s *store, op *concordpb.Op) error {
 			return err
 		}
 	}
-	return s.b.Set(s.k, encodeValue(op.GetValue(), at), nil)
+	return setValue(s.b, s.k, op.GetValue(), at)
 }
 
 // matches reports whether the key's live state is what a CAS or CHECK

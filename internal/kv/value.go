@@ -34,6 +34,25 @@ type record struct {
 // live reports whether a record with this expiry is readable at nowMs.
 func live(expireAt, nowMs int64) bool { return expireAt == 0 || expireAt > nowMs }
 
+// setValue writes value with expiry expireAt under storage key k into b,
+// the envelope built in the batch itself (Set would copy a built one).
+func setValue(b *pebble.Batch, k, value []byte, expireAt int64) error {
+	n := 1
+	if expireAt != 0 {
+		n = 9
+	}
+	op := b.SetDeferred(len(k), n+len(value))
+	copy(op.Key, k)
+	if expireAt == 0 {
+		op.Value[0] = tagPlain
+	} else {
+		op.Value[0] = tagExpires
+		binary.BigEndian.PutUint64(op.Value[1:9], uint64(expireAt))
+	}
+	copy(op.Value[n:], value)
+	return op.Finish()
+}
+
 func encodeValue(value []byte, expireAt int64) []byte {
 	if expireAt == 0 {
 		return append([]byte{tagPlain}, value...)
@@ -79,9 +98,17 @@ type store struct {
 	exists bool // stored and not expired
 }
 
-// unread is key's store before (or without) reading its record.
+// unread is key's store before (or without) reading its record. The store
+// and its storage key are the state machine's, reused by every op (Pebble
+// copies the keys it is given), so a store is valid only until the next
+// op's: an op allocates neither.
 func (sm *StateMachine) unread(b *pebble.Batch, key []byte) *store {
-	return &store{b: b, shard: sm.shard, key: key, k: keys.User(sm.shard, key)}
+	if sm.userPrefix == nil {
+		sm.userPrefix = keys.User(sm.shard, nil)
+	}
+	k := append(append(sm.op.k[:0], sm.userPrefix...), key...)
+	sm.op = store{b: b, shard: sm.shard, key: key, k: k}
+	return &sm.op
 }
 
 func (sm *StateMachine) load(b *pebble.Batch, key []byte, nowMs int64) (*store, error) {
@@ -112,7 +139,7 @@ func (s *store) set(value []byte, expireAt int64) error {
 			return err
 		}
 	}
-	if err := s.b.Set(s.k, encodeValue(value, expireAt), nil); err != nil {
+	if err := setValue(s.b, s.k, value, expireAt); err != nil {
 		return err
 	}
 	s.raw, s.stored, s.exists = record{value: value, expireAt: expireAt}, true, true

@@ -179,7 +179,9 @@ func (r *Replica) Persist(b *pebble.Batch, rd raft.Ready) error {
 	return nil
 }
 
-// Apply applies rd's committed entries, and the applied index with them, into b.
+// Apply applies rd's committed entries, then what the state machine
+// deferred for them (Flush) and the applied index, into b: once per batch,
+// however many entries it holds.
 func (r *Replica) Apply(b *pebble.Batch, rd raft.Ready) error {
 	if len(rd.CommittedEntries) == 0 {
 		return nil
@@ -195,6 +197,9 @@ func (r *Replica) Apply(b *pebble.Batch, rd raft.Ready) error {
 			return fmt.Errorf("replica: shard %d: apply entry %d: %w", r.cfg.Shard, e.GetIndex(), err)
 		}
 		r.applied, r.appliedTerm = e.GetIndex(), e.GetTerm()
+	}
+	if err := r.sm.Flush(b); err != nil {
+		return fmt.Errorf("replica: shard %d: flush applied state: %w", r.cfg.Shard, err)
 	}
 	return storage.SetProto(b, keys.Applied(uint64(r.cfg.Shard)), &storepb.AppliedState{Index: r.applied, Term: r.appliedTerm})
 }

@@ -24,12 +24,18 @@ import (
 //
 // A state machine may keep in memory what it would otherwise read from its
 // state span on every command (kv caches session sequence numbers and the
-// shard clock), as long as Apply also writes it into b.
+// shard clock), as long as it also writes it into b. It may defer writes
+// that later commands of the same batch would overwrite (kv writes each
+// session's record and the clock once per batch) until Flush, which the
+// replica calls once per Apply, after the last entry and before the applied
+// index, into the same batch: what a batch commits is then what per-command
+// writes would have committed.
 // SnapshotInstalled is called after a raft snapshot replaced the shard's
 // state span, before any later entry is applied: whatever it kept in memory
 // about that state is stale and must be dropped.
 type StateMachine interface {
 	Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error)
+	Flush(b *pebble.Batch) error
 	SnapshotInstalled()
 }
 

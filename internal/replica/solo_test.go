@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -45,13 +46,21 @@ func newSolo(t *testing.T) *solo {
 	if err := storage.Commit(b, true); err != nil {
 		t.Fatal(err)
 	}
+	return startSolo(t, eng, 1000)
+}
+
+// startSolo loads the solo replica from eng, with a fresh state machine
+// (as a restarted process has), and makes it leader. Command ids start
+// after ids.
+func startSolo(t *testing.T, eng *storage.Engine, ids uint64) *solo {
+	t.Helper()
 	r, err := Load(eng, Config{NodeID: 1, Shard: soloShard, ReplicaID: 1, ElectionTicks: 10, HeartbeatTicks: 1,
 		MaxSizePerMsgBytes: 1 << 20, MaxInflightMsgs: 256, MaxUncommittedBytes: 64 << 20,
 		PendingTimeoutTicks: 10000, Logger: slog.New(slog.DiscardHandler)}, kv.New(soloShard))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &solo{t: t, eng: eng, r: r, ids: 1000}
+	s := &solo{t: t, eng: eng, r: r, ids: ids}
 	if err := r.Campaign(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +74,11 @@ func newSolo(t *testing.T) *solo {
 }
 
 // cycle runs one Ready cycle as the multiraft loop does.
-func (s *solo) cycle() {
+func (s *solo) cycle() { s.cycleInspect(nil) }
+
+// cycleInspect runs one Ready cycle, handing the batch to inspect (if not
+// nil) just before it is committed.
+func (s *solo) cycleInspect(inspect func(*pebble.Batch)) {
 	s.t.Helper()
 	rd := s.r.Ready()
 	if !raft.IsEmptySnap(rd.Snapshot) {
@@ -78,6 +91,9 @@ func (s *solo) cycle() {
 	}
 	if err := s.r.Apply(b, rd); err != nil {
 		s.t.Fatal(err)
+	}
+	if inspect != nil {
+		inspect(b)
 	}
 	if err := storage.Commit(b, rd.MustSync); err != nil {
 		s.t.Fatal(err)

@@ -1,0 +1,278 @@
+package kv
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/batchrepr"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// writesPerKey counts the records b holds for each key (sets and deletes).
+func writesPerKey(t *testing.T, b *pebble.Batch) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	r := batchrepr.Read(b.Repr())
+	for {
+		_, k, _, ok, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return n
+		}
+		n[string(k)]++
+	}
+}
+
+// TestBatchWritesSessionsAndClockOnce protects the lean write path's
+// batching: commands of one session and of several sessions in one batch
+// leave one session record per touched session and one clock record in
+// the batch, holding the last command's values; and inside the batch the
+// at-most-once check sees the earlier commands (a retry of the batch's own
+// command is answered with its result, an older seq is refused).
+func TestBatchWritesSessionsAndClockOnce(t *testing.T) {
+	f := newFixture(t)
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	cmds := []*storepb.Command{
+		kvCmd(7, 1, at(1*time.Second), putPrev("a", "1")),
+		kvCmd(8, 1, at(2*time.Second), put("b", "1")),
+		kvCmd(7, 2, at(3*time.Second), putPrev("a", "2")),
+		kvCmd(7, 2, at(4*time.Second), put("a", "retry")), // a retry of seq 2
+		kvCmd(8, 2, at(5*time.Second), put("b", "2")),
+		kvCmd(7, 1, at(6*time.Second), put("a", "old")), // older than seq 2
+		kvCmd(9, 4, at(7*time.Second), putTTL("c", "1", time.Minute)),
+	}
+	var res []*storepb.CommandResult
+	for _, cmd := range cmds {
+		r, err := f.sm.Apply(b, wholeRange, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r)
+	}
+	if !proto.Equal(res[3], res[2]) {
+		t.Fatalf("retry of seq 2 in the same batch answered %v, first answer %v", res[3], res[2])
+	}
+	if codes.Code(res[5].GetErrorCode()) != codes.FailedPrecondition {
+		t.Fatalf("seq 1 after seq 2 in the same batch: %v, want FailedPrecondition", res[5])
+	}
+	if err := f.sm.Flush(b); err != nil {
+		t.Fatal(err)
+	}
+	writes := writesPerKey(t, b)
+	for _, k := range [][]byte{keys.Session(shard, 7), keys.Session(shard, 8), keys.Session(shard, 9), keys.Clock(shard)} {
+		if writes[string(k)] != 1 {
+			t.Fatalf("%d writes of %x in the batch, want 1 (all: %v)", writes[string(k)], k, writes)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	f.value("a", []byte("2"))
+	f.value("b", []byte("2"))
+	for s, want := range map[uint64]struct {
+		seq    uint64
+		res    *storepb.CommandResult
+		active int64
+	}{7: {2, res[2], at(3 * time.Second)}, 8: {2, res[4], at(5 * time.Second)}, 9: {4, res[6], at(7 * time.Second)}} {
+		rec := sessionRecord(t, f, s)
+		if rec.GetSeq() != want.seq || !proto.Equal(rec.GetResult(), want.res) || rec.GetLastActiveUnixNanos() != want.active {
+			t.Fatalf("session %d record %v, want seq %d, result %v, active at %d", s, rec, want.seq, want.res, want.active)
+		}
+	}
+	f.state(7*time.Second, "c", []byte("1"), t0+7_000+60_000)
+}
+
+// TestBatchedStateSurvivesRestartAndSnapshot protects at-most-once and the
+// shard clock across a restart and a snapshot install when the records
+// were written once per batch: a state machine on the reopened database
+// (caches empty) and one whose caches a snapshot of that state replaced
+// both answer each session's last seq with its first result, refuse older
+// ones, and place a TTL on the batch's clock.
+func TestBatchedStateSurvivesRestartAndSnapshot(t *testing.T) {
+	fs := vfs.NewMem()
+	open := func() *pebble.DB {
+		db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: quiet{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	f := &fixture{t: t, db: open(), sm: New(shard)}
+	res := f.applyBatch(wholeRange,
+		kvCmd(1, 1, at(time.Second), putPrev("a", "1")),
+		kvCmd(1, 2, at(2*time.Second), putPrev("a", "2")),
+		kvCmd(2, 5, at(3*time.Second), putPrev("b", "5")),
+		kvCmd(1, 3, at(time.Hour), putPrev("a", "3")), // a leader an hour ahead: the clock moves 90 s
+	)
+	if err := f.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := &fixture{t: t, db: open(), sm: New(shard)}
+	t.Cleanup(func() { _ = restarted.db.Close() })
+
+	// A snapshot of that state installed under a state machine whose
+	// caches say otherwise (session 1 at seq 9, the clock an hour early).
+	snap := newFixture(t)
+	snap.kv(1, 9, at(-time.Hour), put("x", "1"))
+	for _, kv := range contents(t, restarted.db) {
+		if err := snap.db.Set(kv[0], kv[1], pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap.sm.SnapshotInstalled()
+
+	for name, g := range map[string]*fixture{"restart": restarted, "snapshot": snap} {
+		now := at(time.Hour + time.Second)
+		got := g.applyBatch(wholeRange,
+			kvCmd(1, 3, now, putPrev("a", "applied twice")),
+			kvCmd(2, 5, now, putPrev("b", "applied twice")),
+			kvCmd(1, 2, now, put("a", "older")),
+			kvCmd(3, 1, now, putTTL("t", "v", time.Second)),
+		)
+		if !proto.Equal(got[0], res[3]) || !proto.Equal(got[1], res[2]) {
+			t.Fatalf("%s: retries answered %v, %v; first answers %v, %v", name, got[0], got[1], res[3], res[2])
+		}
+		if codes.Code(got[2].GetErrorCode()) != codes.FailedPrecondition {
+			t.Fatalf("%s: seq 2 after seq 3: %v, want FailedPrecondition", name, got[2])
+		}
+		g.value("a", []byte("3"))
+		g.value("b", []byte("5"))
+		// The batch left the clock at +93 s (+3 s, then one step of
+		// MaxClockStep), its highest stamp at +1 h; the stamp 1 s later
+		// moves it to +94 s, so the TTL ends at +95 s. (Without the clock
+		// record it would start at the stamp, +1 h 1 s.)
+		g.state(94*time.Second, "t", []byte("v"), t0+95_000)
+	}
+}
+
+// randomSessionCmd is a command of one of a few sessions: mostly the next
+// seq, sometimes a retry of the last or an older one; now and then an
+// ExpireSessions with a short idle time, so records are deleted and
+// recreated inside batches.
+func randomSessionCmd(rng *rand.Rand, seqs map[uint64]uint64, stamp int64) *storepb.Command {
+	if rng.Intn(15) == 0 {
+		return expire(stamp, stamp-int64(rng.Intn(3))*int64(time.Second))
+	}
+	s := uint64(rng.Intn(4)) // 0: no session
+	seq := seqs[s] + 1
+	switch rng.Intn(6) {
+	case 0:
+		seq = seqs[s] // a retry
+	case 1:
+		seq = uint64(rng.Int63n(int64(seqs[s] + 1))) // older, or a retry
+	}
+	seqs[s] = max(seqs[s], seq)
+	ops := []*concordpb.Op{randomOp(rng)}
+	for rng.Intn(3) == 0 {
+		ops = append(ops, randomOp(rng))
+	}
+	return &storepb.Command{UnixNanos: stamp, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
+		SessionId: s, Seq: seq, Ops: ops, MaxValueBytes: 16}}}
+}
+
+// TestBatchesMatchPerCommandWrites protects "the same results" of writing
+// the session and clock records once per batch: one state machine applies
+// a random stream (every op kind, sessions with retries and older seqs,
+// session expiry, stamps jumping back and forth) one command per batch —
+// what writing the records per command committed — and another applies it
+// in batches of random size. Every result is the same, and after each batch
+// both databases hold exactly the same keys and values: every state the
+// batched one can crash in is one the per-command writes produced too.
+func TestBatchesMatchPerCommandWrites(t *testing.T) {
+	one, batched := newFixture(t), newFixture(t)
+	rng := rand.New(rand.NewSource(2))
+	seqs := map[uint64]uint64{}
+	stamp := at(0)
+	for i := 0; i < 3000; {
+		var cmds []*storepb.Command
+		for n := 1 + rng.Intn(12); n > 0; n-- {
+			stamp += int64(rng.Intn(400)-100) * int64(time.Millisecond)
+			cmds = append(cmds, randomSessionCmd(rng, seqs, stamp))
+		}
+		got := batched.applyBatch(wholeRange, cmds...)
+		for j, cmd := range cmds {
+			want := one.apply(wholeRange, cmd)
+			if fmt.Sprint(got[j]) != fmt.Sprint(want) {
+				t.Fatalf("command %d: batched result %v, per command %v", i+j, got[j], want)
+			}
+		}
+		i += len(cmds)
+		ca, cb := contents(t, one.db), contents(t, batched.db)
+		if len(ca) != len(cb) {
+			t.Fatalf("after command %d: %d keys per command, %d batched", i, len(ca), len(cb))
+		}
+		for k := range ca {
+			if !bytes.Equal(ca[k][0], cb[k][0]) || !bytes.Equal(ca[k][1], cb[k][1]) {
+				t.Fatalf("after command %d: %q=%x per command, %q=%x batched", i, ca[k][0], ca[k][1], cb[k][0], cb[k][1])
+			}
+		}
+	}
+}
+
+// TestApplyIntoNewBatchBeforeFlushRefused protects the deferred records
+// from a caller that forgets Flush: applying into a second batch while the
+// first one's records are unwritten is an error, not a silent loss.
+func TestApplyIntoNewBatchBeforeFlushRefused(t *testing.T) {
+	f := newFixture(t)
+	b1, b2 := f.db.NewIndexedBatch(), f.db.NewIndexedBatch()
+	defer b1.Close()
+	defer b2.Close()
+	if _, err := f.sm.Apply(b1, wholeRange, kvCmd(1, 1, at(0), put("a", "1"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.sm.Apply(b2, wholeRange, kvCmd(1, 2, at(0), put("a", "2"))); err == nil {
+		t.Fatal("Apply into a second batch before Flush of the first succeeded")
+	}
+	if err := f.sm.Flush(b2); err == nil {
+		t.Fatal("Flush of a batch that was not applied into succeeded")
+	}
+	if err := f.sm.Flush(b1); err != nil {
+		t.Fatal(err)
+	}
+	if w := writesPerKey(t, b1); w[string(keys.Session(shard, 1))] != 1 || w[string(keys.Clock(shard))] != 1 {
+		t.Fatalf("first batch after Flush: %v, want its session and clock records", w)
+	}
+}
+
+// TestEvictedSessionDeduplicatesInBatch protects at-most-once when the
+// cache evicts a session whose record the current batch has not written
+// yet: the retry later in the batch is still answered with the first
+// result (the deferred record is looked at before the cache and Pebble).
+func TestEvictedSessionDeduplicatesInBatch(t *testing.T) {
+	f := newFixture(t)
+	f.kv(9, 1, at(0), put("k", "v1")) // an older record in Pebble
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	first, err := f.sm.Apply(b, wholeRange, kvCmd(9, 2, at(time.Second), putPrev("k", "v2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(f.sm.sessions, 9) // as eviction does
+	retry, err := f.sm.Apply(b, wholeRange, kvCmd(9, 2, at(2*time.Second), putPrev("k", "applied twice")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(retry, first) {
+		t.Fatalf("retry after eviction in the same batch answered %v, first answer %v", retry, first)
+	}
+	if err := f.sm.Flush(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	f.value("k", []byte("v2"))
+}

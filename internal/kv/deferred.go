@@ -1,0 +1,127 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// The session records and the shard clock record change with every
+// command, but only their last value in a batch survives its commit: the
+// raft loop commits one Pebble batch per turn, atomically, and nothing reads
+// the committed state between two of its commands. So Apply keeps them here
+// and Flush writes each touched session's record and the clock once per
+// batch (two skiplist nodes per batch instead of two per command, and one
+// marshal each). The committed state after every batch is byte for byte
+// what writing them per command gave, and a crash can only lose whole
+// batches, so every state a restart can find is one the per-command writes
+// could have left.
+//
+// Inside a batch these values are the truth, ahead of the batch's own
+// contents: every read of a session or the clock looks here first
+// (sessionSeq, retryResult, loadClock via sm.clock), and the one reader of
+// the records themselves, expireSessions, flushes the sessions first.
+
+// deferred is what Apply changed in the state span of batch b and Flush has
+// not yet written.
+type deferred struct {
+	b        *pebble.Batch // nil: nothing deferred
+	sessions map[uint64]session
+	order    []uint64 // session ids in first-touched order: the writes are deterministic
+	clock    bool     // sm.clock changed
+	rec      storepb.SessionRecord
+	// buf and key are reused for every record written (Set copies);
+	// sessionPrefix starts every session key of the shard.
+	buf, key, sessionPrefix []byte
+}
+
+// session is a session's record as its last command in the batch left it.
+type session struct {
+	seq    uint64
+	result *storepb.CommandResult
+	active int64 // LastActiveUnixNanos
+}
+
+// begin checks that b is the batch the deferred writes belong to, or
+// starts a new set of them for b. Applying into a second batch before the
+// first was flushed would lose the first one's records: a caller bug,
+// refused.
+func (sm *StateMachine) begin(b *pebble.Batch) error {
+	switch sm.deferred.b {
+	case b:
+	case nil:
+		sm.deferred.b = b
+	default:
+		return fmt.Errorf("kv: shard %d: Apply into a new batch before Flush of the previous one", sm.shard)
+	}
+	return nil
+}
+
+// deferSession records s as id's record in the current batch.
+func (sm *StateMachine) deferSession(id uint64, s session) {
+	d := &sm.deferred
+	if d.sessions == nil {
+		d.sessions = make(map[uint64]session)
+	}
+	if _, ok := d.sessions[id]; !ok {
+		d.order = append(d.order, id)
+	}
+	d.sessions[id] = s
+}
+
+// Flush writes into b what the commands applied into it since the last
+// Flush deferred: each touched session's record and the shard clock. The
+// replica calls it once per batch, after the batch's last command and
+// before the applied index; nothing may be committed without it.
+func (sm *StateMachine) Flush(b *pebble.Batch) error {
+	d := &sm.deferred
+	if d.b == nil {
+		return nil
+	}
+	if d.b != b {
+		return fmt.Errorf("kv: shard %d: Flush of another batch than the one applied into", sm.shard)
+	}
+	if err := sm.flushSessions(); err != nil {
+		return err
+	}
+	if d.clock {
+		rec := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(d.buf[:0], uint64(sm.clock.high)), uint64(sm.clock.now))
+		if err := b.Set(keys.Clock(sm.shard), rec, nil); err != nil {
+			return err
+		}
+		d.clock = false
+	}
+	d.b = nil
+	sm.op = store{k: sm.op.k[:0]} // holds nothing of the batch past it
+	return nil
+}
+
+// flushSessions writes the deferred session records into the current batch.
+func (sm *StateMachine) flushSessions() error {
+	d := &sm.deferred
+	for _, id := range d.order {
+		s := d.sessions[id]
+		d.rec.Seq, d.rec.Result, d.rec.LastActiveUnixNanos = s.seq, s.result, s.active
+		var err error
+		d.buf, err = (proto.MarshalOptions{}).MarshalAppend(d.buf[:0], &d.rec)
+		d.rec.Result = nil // not kept past the batch
+		if err != nil {
+			return err
+		}
+		if d.sessionPrefix == nil {
+			d.sessionPrefix, _ = keys.SessionSpan(sm.shard)
+		}
+		d.key = binary.BigEndian.AppendUint64(append(d.key[:0], d.sessionPrefix...), id) // keys.Session
+		if err := d.b.Set(d.key, d.buf, nil); err != nil {
+			return err
+		}
+	}
+	clear(d.sessions)
+	d.order = d.order[:0]
+	return nil
+}
