@@ -78,6 +78,10 @@ type Config struct {
 	// SnapshotRateMiB bounds the MiB per second of all snapshots the node
 	// sends together (default 64; negative: unlimited).
 	SnapshotRateMiB int
+	// MaxMovesPerNode caps the replica moves (an added learner, or a
+	// replica on its way out) one node takes part in at a time, when this
+	// node runs the scheduler (0: the scheduler's default, 4).
+	MaxMovesPerNode int
 	// PeerWire is how this node sends raft messages to its peers: "tcp"
 	// (the default: framed connections through the peers' port mux) or
 	// "grpc" (a gRPC stream per lane). A node receives both, so nodes with
@@ -169,6 +173,8 @@ func (c *Config) validate() error {
 	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
 		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
 			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
+	case c.MaxMovesPerNode < 0:
+		return fmt.Errorf("--max-moves-per-node must not be negative, got %d", c.MaxMovesPerNode)
 	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:
 		return fmt.Errorf("--dead-after (%v) must be longer than --suspect-after (%v), and both positive", c.DeadAfter, c.SuspectAfter)
 	case c.TestDropJoinAnswers > 0 && !c.EnableFaultInjection:

@@ -265,6 +265,9 @@ func (n *Node) schedulerSettings() scheduler.Settings {
 	s := scheduler.DefaultSettings(n.cfg.HeartbeatInterval)
 	s.SuspectAfter, s.DeadAfter = n.cfg.SuspectAfter, n.cfg.DeadAfter
 	s.Replication = n.cfg.Replicas
+	if n.cfg.MaxMovesPerNode > 0 {
+		s.MaxMovesPerNode = n.cfg.MaxMovesPerNode
+	}
 	return s
 }
 
