@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -40,6 +41,11 @@ type fakeNode struct {
 	lostFirst     int // guarded by mu: read barriers that fail as leadership moves
 	readIndexErr  error
 	readGate      chan struct{} // when set, each read barrier waits for a value from it
+	proposeGate   chan struct{} // when set, each proposal waits for a value from it
+	// echo, when set, answers a proposal with one result per op (the op's
+	// key as its value), or refuses it whole (InvalidArgument) if a value is
+	// "bad", as the state machine refuses a batch with a bad op.
+	echo bool
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
@@ -163,9 +169,15 @@ func (f *fakeNode) HasReplica(shard ids.ShardID) bool {
 }
 
 func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
+	if f.proposeGate != nil {
+		<-f.proposeGate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.proposals = append(f.proposals, cmd)
+	if f.echo {
+		return echoResult(cmd), nil
+	}
 	if f.dropFirst > 0 {
 		f.dropFirst--
 		return nil, replica.ErrDropped
@@ -361,4 +373,15 @@ func serve(t *testing.T, f *fakeNode, peers ...*fakeNode) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+func echoResult(cmd *storepb.Command) *storepb.CommandResult {
+	res := &storepb.CommandResult{}
+	for _, op := range cmd.GetKv().GetOps() {
+		if string(op.GetValue()) == "bad" {
+			return &storepb.CommandResult{ErrorCode: uint32(codes.InvalidArgument), ErrorMessage: "bad key"}
+		}
+		res.Results = append(res.Results, &concordpb.OpResult{Ok: true, Value: op.GetKey()})
+	}
+	return res
 }

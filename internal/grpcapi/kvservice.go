@@ -30,6 +30,7 @@ type KV struct {
 	limits Limits
 	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
 	merge  readMerger                  // forwarded read-only batches (readmerge.go)
+	wmerge writeMerger                 // forwarded write batches (writemerge.go)
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
@@ -136,9 +137,18 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 		return s.readBatch(ctx, req, shard)
 	}
 	retryUntil := time.Now().Add(leaderWait)
+	alone := false
 	for {
 		s.awaitLeader(ctx, req.GetHeader(), shard)
 		if leader, local := s.b.Leader(shard); !local {
+			if writeMergeable(req.GetHeader()) && !alone {
+				resp, err := s.forwardWriteMerged(ctx, shard, req.GetOps())
+				if err != errSendAlone {
+					return resp, err
+				}
+				alone = true // refused merged, or this node leads now: the ordinary path
+				continue
+			}
 			c, err := kvClientFor(s.b, leader, req.GetHeader().GetHops(), shard)
 			if err != nil {
 				return nil, err

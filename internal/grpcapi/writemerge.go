@@ -1,0 +1,172 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// Write batches that this node forwards to a shard's leader are merged as
+// forwarded reads are (readmerge.go): while one merged batch of a shard is
+// in flight, the batches that arrive queue and go out together as the
+// next one: one gRPC call and one raft proposal for them all. A Redis port
+// on a node that does not lead the key's shard otherwise sent the leader
+// one Batch per connection's write chain, and pipelined SET ran at half
+// the rate it runs on the leader (docs/benchmarks.md). The merged batch
+// applies atomically, which no client can tell from its parts applying
+// back to back; an op that fails fails alone, as in any batch. Only
+// batches from clients (hops 0) without a session merge: a session's
+// sequence number covers exactly its own batch.
+//
+// A merged batch the leader refuses as a whole (bad input it alone
+// checks) changed nothing: each part is then sent alone, so only a bad
+// part gets the error. Any other error (an ambiguous outcome included) is
+// every part's answer, as it would have been had each gone alone.
+
+// errSendAlone tells a queued write to run the ordinary path: the merged
+// batch was refused as a whole, or this node leads the shard now.
+var errSendAlone = errors.New("grpcapi: send the write batch alone")
+
+type writeMerger struct {
+	mu     sync.Mutex
+	queues map[ids.ShardID]*writeQueue
+}
+
+type writeQueue struct {
+	sending bool
+	waiting []*queuedRead // ops and the answer channel, as for reads
+}
+
+// writeMergeable reports whether a write batch forwarded from here may
+// join the shard's merged forwards.
+func writeMergeable(h *concordpb.RequestHeader) bool {
+	return h.GetSessionId() == 0 && h.GetHops() == 0
+}
+
+// forwardWriteMerged forwards the write batch ops of shard with the others
+// queued for it, and returns its own part of the answer, or errSendAlone.
+func (s *KV) forwardWriteMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
+	q := &queuedRead{ops: ops, done: make(chan queuedResult, 1)}
+	m := &s.wmerge
+	m.mu.Lock()
+	if m.queues == nil {
+		m.queues = map[ids.ShardID]*writeQueue{}
+	}
+	wq := m.queues[shard]
+	if wq == nil {
+		wq = &writeQueue{}
+		m.queues[shard] = wq
+	}
+	wq.waiting = append(wq.waiting, q)
+	start := !wq.sending
+	wq.sending = true
+	m.mu.Unlock()
+	if start {
+		go s.sendWritesMerged(shard, wq)
+	}
+	select {
+	case r := <-q.done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		// Sent or not, it may still apply: as a forward cut short.
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (s *KV) sendWritesMerged(shard ids.ShardID, wq *writeQueue) {
+	for {
+		s.wmerge.mu.Lock()
+		batch := takeWrites(wq, s.limits)
+		if len(batch) == 0 {
+			wq.sending = false
+			s.wmerge.mu.Unlock()
+			return
+		}
+		s.wmerge.mu.Unlock()
+		s.sendOneWriteMerged(shard, batch)
+	}
+}
+
+// takeWrites takes the queued writes that fit in one batch (at least one),
+// counting keys, values and expected values as checkBatch does.
+func takeWrites(wq *writeQueue, l Limits) []*queuedRead {
+	ops, size, n := 0, 0, 0
+	limit := l.MaxBatchBytes
+	if limit == 0 {
+		limit = DefaultMaxBatchBytes
+	}
+	for _, q := range wq.waiting {
+		qsize := 0
+		for _, op := range q.ops {
+			qsize += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
+		}
+		if n > 0 && (ops+len(q.ops) > maxBatchOps || size+qsize > limit) {
+			break
+		}
+		ops, size, n = ops+len(q.ops), size+qsize, n+1
+	}
+	batch := wq.waiting[:n:n]
+	wq.waiting = wq.waiting[n:]
+	return batch
+}
+
+// sendOneWriteMerged forwards the writes of batch as one Batch to the
+// shard's leader and answers each from its slice of the results.
+func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedRead) {
+	leader, local := s.b.Leader(shard)
+	if local {
+		answerAll(batch, queuedResult{err: errSendAlone})
+		return
+	}
+	var ops []*concordpb.Op
+	for _, q := range batch {
+		ops = append(ops, q.ops...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
+	defer cancel()
+	var resp *concordpb.BatchResponse
+	c, err := kvClientFor(s.b, leader, 0, shard)
+	if err == nil {
+		resp, err = forward(ctx, leader, func(ctx context.Context) (*concordpb.BatchResponse, error) {
+			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(&concordpb.RequestHeader{}), Ops: ops})
+		})
+	}
+	if err != nil && len(batch) > 1 && refusedWhole(err) {
+		answerAll(batch, queuedResult{err: errSendAlone})
+		return
+	}
+	if err == nil && len(resp.GetResults()) != len(ops) {
+		err = status.Errorf(codes.Internal, "a merged write of %d ops answered with %d results", len(ops), len(resp.GetResults()))
+	}
+	if err != nil {
+		answerAll(batch, queuedResult{err: err})
+		return
+	}
+	res := resp.GetResults()
+	for _, q := range batch {
+		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: resp.GetHeader(), Results: res[:len(q.ops):len(q.ops)]}}
+		res = res[len(q.ops):]
+	}
+}
+
+func answerAll(batch []*queuedRead, r queuedResult) {
+	for _, q := range batch {
+		q.done <- r
+	}
+}
+
+// refusedWhole reports an error the leader returns for a batch before
+// proposing it (bad input, a limit): nothing of it applied.
+func refusedWhole(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}

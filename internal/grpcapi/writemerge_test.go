@@ -1,0 +1,106 @@
+package grpcapi
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// TestForwardedWritesMerge protects the merging of forwarded write
+// batches: while one is in flight to the leader, the batches that arrive
+// queue and go out as ONE proposal, each answered with its own results;
+// a merged batch the leader refuses whole is sent again part by part, so
+// only the bad part fails; a batch with a session never merges.
+func TestForwardedWritesMerge(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	shard := f2.shardOfKey("k")
+	var keys []string // keys of shard
+	for i := 0; len(keys) < 4; i++ {
+		if k := fmt.Sprintf("x%d", i); f2.shardOfKey(k) == shard {
+			keys = append(keys, k)
+		}
+	}
+	gate := make(chan struct{})
+	f2.proposeGate, f2.echo = gate, true
+	serve(t, f2, f1)
+	kv1 := NewKV(f1, testLimits)
+	put := func(k string) *concordpb.Op {
+		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte("v")}
+	}
+	type answer struct {
+		res []*concordpb.OpResult
+		err error
+	}
+	write := func(h *concordpb.RequestHeader, ops ...*concordpb.Op) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			resp, err := kv1.Batch(context.Background(), &concordpb.BatchRequest{Header: h, Ops: ops})
+			ch <- answer{resp.GetResults(), err}
+		}()
+		return ch
+	}
+	queued := func() int { // -1 until a batch is taken and in flight
+		kv1.wmerge.mu.Lock()
+		defer kv1.wmerge.mu.Unlock()
+		if q := kv1.wmerge.queues[shard]; q != nil && q.sending {
+			return len(q.waiting)
+		}
+		return -1
+	}
+	check := func(name string, ch chan answer, want ...string) {
+		t.Helper()
+		a := <-ch
+		if a.err != nil || len(a.res) != len(want) {
+			t.Fatalf("%s: %v, %v; want results %v", name, a.res, a.err, want)
+		}
+		for i, k := range want {
+			if string(a.res[i].GetValue()) != k {
+				t.Fatalf("%s: result %d is for %q, want %q", name, i, a.res[i].GetValue(), k)
+			}
+		}
+	}
+
+	first := write(nil, put(keys[0]))
+	waitFor(t, func() bool { return queued() == 0 }) // taken, and blocked in the leader's proposal
+	a := write(nil, put(keys[1]), put(keys[2]))
+	b := write(nil, put(keys[3]))
+	c := write(nil, put(keys[0]))
+	waitFor(t, func() bool { return queued() == 3 })
+	gate <- struct{}{} // the first batch
+	gate <- struct{}{} // the merged one
+	check("first", first, keys[0])
+	check("a", a, keys[1], keys[2])
+	check("b", b, keys[3])
+	check("c", c, keys[0])
+	if n := f2.proposalCount(); n != 2 {
+		t.Fatalf("%d proposals at the leader for a write and three queued behind it; want 2", n)
+	}
+
+	// A bad part: the merged batch is refused whole, then each part goes
+	// alone: the good ones apply, the bad one alone gets the error.
+	first = write(nil, put(keys[0]))
+	waitFor(t, func() bool { return queued() == 0 })
+	good := write(nil, put(keys[1]))
+	bad := write(nil, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(keys[2]), Value: []byte("bad")})
+	waitFor(t, func() bool { return queued() == 2 })
+	gate <- struct{}{} // the first
+	close(gate)        // the refused merge, and the parts alone however many
+	check("first", first, keys[0])
+	check("good", good, keys[1])
+	if r := <-bad; status.Code(r.err) != codes.InvalidArgument {
+		t.Fatalf("bad part: %v, %v; want InvalidArgument", r.res, r.err)
+	}
+	if n := f2.proposalCount(); n != 6 {
+		t.Fatalf("%d proposals, want 6 (2 + the first, the refused merge, two parts alone)", n)
+	}
+
+	if writeMergeable(&concordpb.RequestHeader{SessionId: 1, Seq: 1}) || writeMergeable(&concordpb.RequestHeader{Hops: 1}) ||
+		!writeMergeable(&concordpb.RequestHeader{}) {
+		t.Fatal("only a client's write batch without a session merges")
+	}
+}
