@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -360,21 +361,21 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	}
 	held = nil
 	mu.Unlock()
-	runOnly(t, c, "the early read", 5, others, func() bool { return len(early) > 0 })
-	if res := <-early; res.err != nil || res.val != "old" {
+	// The settle of this tick has the old leader's loop step the answers
+	// and run the Ready that releases the early read; only its reader
+	// goroutine may still be on its way.
+	c.TickOnly(1, others...)
+	if res := awaitRead(t, early, "the early read, its round confirmed by the held answers"); res.err != nil || res.val != "old" {
 		t.Fatalf("early read, confirmed by the held answers: %+v, want \"old\"", res)
 	}
-	if len(stale) > 0 {
-		if res := <-stale; res.err == nil && res.val != "new" {
-			t.Fatalf("read queued at a deposed leader after a new write returned %+v", res)
-		}
-		return
-	}
 
+	// Whatever became of the stale read meanwhile, it has ended by the time
+	// the old leader, reconnected, steps down (stepping down fails every
+	// read it holds).
 	c.Net.Intercept(nil)
 	c.Heal(old)
-	c.RunUntil("the stale read to end", 500, func() bool { return len(stale) > 0 })
-	res := <-stale
+	c.RunUntil("the old leader to step down", 500, func() bool { i, ok := h.Info(1); return ok && !i.IsLeader })
+	res := awaitRead(t, stale, "the stale read, its leader deposed")
 	if res.err == nil && res.val != "new" {
 		t.Fatalf("read queued at a deposed leader after a new write returned %+v", res)
 	}
@@ -382,7 +383,25 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	if res.err != nil && !errors.As(res.err, &nl) {
 		t.Fatalf("read on a deposed leader: %v, want NotLeaderError", res.err)
 	}
-	t.Logf("read queued at the deposed leader failed: %v", res.err)
+	t.Logf("read queued at the deposed leader: %+v", res)
+}
+
+// awaitRead returns a read's outcome (readKey). Call it only once the
+// host's loop has ended the read (the cluster settled after what ends it):
+// it then waits for the read's own goroutine alone, which ticks and
+// settling do not synchronise with. Polling len(r) while ticking instead
+// can give up before that goroutine ever runs: a test goroutine handing
+// work to the loops back and forth can keep it off the CPU for a hundred
+// ticks. The deadline only bounds a read the loop never ended.
+func awaitRead(t *testing.T, r chan readResult, what string) readResult {
+	t.Helper()
+	select {
+	case res := <-r:
+		return res
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s never ended", what)
+		return readResult{}
+	}
 }
 
 // runOnly ticks only nodes until cond holds, failing the test after
