@@ -383,7 +383,7 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	if res.err != nil && !errors.As(res.err, &nl) {
 		t.Fatalf("read on a deposed leader: %v, want NotLeaderError", res.err)
 	}
-	t.Logf("read queued at the deposed leader: %+v", res)
+	t.Logf("read queued at the deposed leader: err=%v, value %q", res.err, res.val)
 }
 
 // awaitRead returns a read's outcome (readKey). Call it only once the
