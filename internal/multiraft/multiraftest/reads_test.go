@@ -197,8 +197,8 @@ func readKey(t *testing.T, h *multiraft.Host, key string) chan readResult {
 			done <- readResult{err: err}
 			return
 		}
-		defer v.Release()
 		val, found := getFrom(t, v, key)
+		v.Release() // before the result: a test may end, and close the engine, once it has it
 		done <- readResult{val: val, found: found}
 	}()
 	<-ctx.enqueued
@@ -241,16 +241,11 @@ func TestConcurrentReadsShareOneRound(t *testing.T) {
 		reads = append(reads, readKey(t, h, "k"))
 	}
 	release()
-	c.RunUntil("the reads", 100, func() bool {
-		for _, r := range reads {
-			if len(r) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	// The settle that sees the round issued also carries its heartbeats and
+	// their answers, so the loop has ended the reads by then (awaitRead).
+	c.RunUntil("the round", 100, func() bool { return rounds(t, h) > before })
 	for i, r := range reads {
-		if res := <-r; res.err != nil || res.val != "v" {
+		if res := awaitRead(t, r, "a read"); res.err != nil || res.val != "v" {
 			t.Fatalf("read %d: %+v, want \"v\"", i, res)
 		}
 	}
