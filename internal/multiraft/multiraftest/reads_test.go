@@ -60,10 +60,20 @@ func TestReadReleasedBeforeItsReplicaIsRemoved(t *testing.T) {
 		v   *storage.ReadView
 		err error
 	}
+	before := rounds(t, h)
 	done := make(chan result, 1)
-	go func() { v, err := h.ReadIndex(context.Background(), 1); done <- result{v, err} }()
-	c.RunUntil("the read", 100, func() bool { return len(done) > 0 })
-	rd := <-done
+	ctx := newEnqueuedCtx()
+	go func() { v, err := h.ReadIndex(ctx, 1); done <- result{v, err} }()
+	<-ctx.enqueued
+	// Wait for the loop, not for done, which the goroutine fills later
+	// (awaitRead): once the round is out its answers need no tick.
+	c.RunUntil("the read's round", 100, func() bool { return rounds(t, h) > before })
+	var rd result
+	select {
+	case rd = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read's round never ended")
+	}
 	if rd.err != nil {
 		t.Fatalf("ReadIndex on the leader: %v", rd.err)
 	}
