@@ -66,14 +66,9 @@ func TestReadReleasedBeforeItsReplicaIsRemoved(t *testing.T) {
 	go func() { v, err := h.ReadIndex(ctx, 1); done <- result{v, err} }()
 	<-ctx.enqueued
 	// Wait for the loop, not for done, which the goroutine fills later
-	// (awaitRead): once the round is out its answers need no tick.
+	// (await): once the round is out its answers need no tick.
 	c.RunUntil("the read's round", 100, func() bool { return rounds(t, h) > before })
-	var rd result
-	select {
-	case rd = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the read's round never ended")
-	}
+	rd := await(t, done, "the read")
 	if rd.err != nil {
 		t.Fatalf("ReadIndex on the leader: %v", rd.err)
 	}
@@ -252,10 +247,10 @@ func TestConcurrentReadsShareOneRound(t *testing.T) {
 	}
 	release()
 	// The settle that sees the round issued also carries its heartbeats and
-	// their answers, so the loop has ended the reads by then (awaitRead).
+	// their answers, so the loop has ended the reads by then (await).
 	c.RunUntil("the round", 100, func() bool { return rounds(t, h) > before })
 	for i, r := range reads {
-		if res := awaitRead(t, r, "a read"); res.err != nil || res.val != "v" {
+		if res := await(t, r, "a read"); res.err != nil || res.val != "v" {
 			t.Fatalf("read %d: %+v, want \"v\"", i, res)
 		}
 	}
@@ -370,7 +365,7 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	// and run the Ready that releases the early read; only its reader
 	// goroutine may still be on its way.
 	c.TickOnly(1, others...)
-	if res := awaitRead(t, early, "the early read, its round confirmed by the held answers"); res.err != nil || res.val != "old" {
+	if res := await(t, early, "the early read, its round confirmed by the held answers"); res.err != nil || res.val != "old" {
 		t.Fatalf("early read, confirmed by the held answers: %+v, want \"old\"", res)
 	}
 
@@ -380,7 +375,7 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	c.Net.Intercept(nil)
 	c.Heal(old)
 	c.RunUntil("the old leader to step down", 500, func() bool { i, ok := h.Info(1); return ok && !i.IsLeader })
-	res := awaitRead(t, stale, "the stale read, its leader deposed")
+	res := await(t, stale, "the stale read, its leader deposed")
 	if res.err == nil && res.val != "new" {
 		t.Fatalf("read queued at a deposed leader after a new write returned %+v", res)
 	}
@@ -391,21 +386,22 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	t.Logf("read queued at the deposed leader: err=%v, value %q", res.err, res.val)
 }
 
-// awaitRead returns a read's outcome (readKey). Call it only once the
-// host's loop has ended the read (the cluster settled after what ends it):
-// it then waits for the read's own goroutine alone, which ticks and
-// settling do not synchronise with. Polling len(r) while ticking instead
-// can give up before that goroutine ever runs: a test goroutine handing
-// work to the loops back and forth can keep it off the CPU for a hundred
-// ticks. The deadline only bounds a read the loop never ended.
-func awaitRead(t *testing.T, r chan readResult, what string) readResult {
+// await returns what a read's (or any call's) goroutine sends on ch. Call
+// it only once the host's loop has ended the call (the cluster settled
+// after what ends it): it then waits for that goroutine alone, which ticks
+// and settling do not synchronise with. Polling len(ch) while ticking
+// instead can give up before that goroutine ever runs: a test goroutine
+// handing work to the loops back and forth can keep it off the CPU for a
+// hundred ticks. The deadline only bounds a call the loop never ended.
+func await[T any](t *testing.T, ch chan T, what string) T {
 	t.Helper()
 	select {
-	case res := <-r:
-		return res
+	case v := <-ch:
+		return v
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s never ended", what)
-		return readResult{}
+		var zero T
+		return zero
 	}
 }
 
