@@ -345,7 +345,8 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	runOnly(t, c, "a new leader", 500, others, func() bool { l := c.Leader(1); return l != 0 && l != old })
 	leader := c.Leader(1)
 	put := c.Propose(leader, 1, put("k", "new"))
-	runOnly(t, c, "the new value committed", 500, others, put.Done)
+	runOnly(t, c, "the new value applied on the new leader", 500, others, func() bool { v, _ := c.Get(leader, "k"); return v == "new" })
+	await(t, put.Ended(), "the put on the new leader")
 	if put.Err != nil {
 		t.Fatalf("put on the new leader: %v", put.Err)
 	}
@@ -393,7 +394,7 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 // instead can give up before that goroutine ever runs: a test goroutine
 // handing work to the loops back and forth can keep it off the CPU for a
 // hundred ticks. The deadline only bounds a call the loop never ended.
-func await[T any](t *testing.T, ch chan T, what string) T {
+func await[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case v := <-ch:
