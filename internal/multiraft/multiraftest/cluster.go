@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -376,6 +377,9 @@ type Call struct {
 	Err    error
 }
 
+// Ended is closed once the call has its outcome.
+func (c *Call) Ended() <-chan struct{} { return c.done }
+
 // Done reports whether the call has its outcome.
 func (c *Call) Done() bool {
 	select {
@@ -401,15 +405,36 @@ func (c *Cluster) ProposeAt(node ids.NodeID, shard ids.ShardID, unixNanos int64,
 }
 
 // ProposeCommand is Propose of a whole command (a session and sequence
-// number, say).
+// number, say). It returns once the proposal is in the host's inbox (or
+// refused): ticks and settling synchronise with the loops, not with the
+// proposing goroutine, which a busy test goroutine can keep off the CPU
+// for hundreds of ticks.
 func (c *Cluster) ProposeCommand(node ids.NodeID, shard ids.ShardID, cmd *storepb.Command) *Call {
 	call := &Call{done: make(chan struct{})}
 	h := c.nodes[node].Host
+	ctx := &enqueuedCtx{Context: context.Background(), enqueued: make(chan struct{})}
 	go func() {
 		defer close(call.done)
-		call.Result, call.Err = h.Propose(context.Background(), shard, cmd)
+		call.Result, call.Err = h.Propose(ctx, shard, cmd)
 	}()
+	select {
+	case <-ctx.enqueued:
+	case <-call.done:
+	}
 	return call
+}
+
+// enqueuedCtx tells when a Host call is queued: the call asks for Done
+// only once it has put its work in the inbox and waits for the outcome.
+type enqueuedCtx struct {
+	context.Context
+	once     sync.Once
+	enqueued chan struct{}
+}
+
+func (c *enqueuedCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.enqueued) })
+	return c.Context.Done()
 }
 
 // Await ticks until call has its outcome.

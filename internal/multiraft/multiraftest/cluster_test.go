@@ -79,17 +79,20 @@ func TestFollowerRefuses(t *testing.T) {
 	}
 }
 
-// readAsync runs a ReadIndex on node in the background.
+// readAsync runs a ReadIndex on node in the background and returns once
+// the read is in the loop's inbox.
 func readAsync(c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID) chan error {
 	done := make(chan error, 1)
 	h := c.Node(node).Host
+	ctx := newEnqueuedCtx()
 	go func() {
-		v, err := h.ReadIndex(context.Background(), shard)
+		v, err := h.ReadIndex(ctx, shard)
 		if v != nil {
 			v.Release()
 		}
 		done <- err
 	}()
+	<-ctx.enqueued
 	return done
 }
 
@@ -101,9 +104,13 @@ func TestReadIndex(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{})
 	leader := c.WaitLeader(1)
 	c.Put("k", "v")
+	h := c.Node(leader).Host
+	before := rounds(t, h)
 	done := readAsync(c, leader, 1)
-	c.RunUntil("the read", 100, func() bool { return len(done) > 0 })
-	if err := <-done; err != nil {
+	// Wait on the loop, then for the read's goroutine (await); a read that
+	// ended without a round (a bug) ends the wait too.
+	c.RunUntil("the read's round", 100, func() bool { return rounds(t, h) > before || len(done) > 0 })
+	if err := await(t, done, "the read"); err != nil {
 		t.Fatalf("ReadIndex on the leader: %v", err)
 	}
 	if v, _ := c.Get(leader, "k"); v != "v" {
@@ -111,9 +118,10 @@ func TestReadIndex(t *testing.T) {
 	}
 	c.Cut(leader)
 	done = readAsync(c, leader, 1)
-	c.RunUntil("the read on a cut-off leader to end", 200, func() bool { return len(done) > 0 })
+	// Stepping down ends every read the leader holds.
+	c.RunUntil("the cut-off leader to step down", 200, func() bool { i, ok := h.Info(1); return ok && !i.IsLeader })
 	var nl *replica.NotLeaderError
-	if err := <-done; !errors.As(err, &nl) {
+	if err := await(t, done, "the read on a cut-off leader"); !errors.As(err, &nl) {
 		t.Fatalf("ReadIndex on a leader without a quorum ended with %v, want NotLeaderError once it stepped down", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -59,10 +60,15 @@ func TestReadReleasedBeforeItsReplicaIsRemoved(t *testing.T) {
 		v   *storage.ReadView
 		err error
 	}
+	before := rounds(t, h)
 	done := make(chan result, 1)
-	go func() { v, err := h.ReadIndex(context.Background(), 1); done <- result{v, err} }()
-	c.RunUntil("the read", 100, func() bool { return len(done) > 0 })
-	rd := <-done
+	ctx := newEnqueuedCtx()
+	go func() { v, err := h.ReadIndex(ctx, 1); done <- result{v, err} }()
+	<-ctx.enqueued
+	// Wait for the loop, not for done, which the goroutine fills later
+	// (await): once the round is out its answers need no tick.
+	c.RunUntil("the read's round", 100, func() bool { return rounds(t, h) > before })
+	rd := await(t, done, "the read")
 	if rd.err != nil {
 		t.Fatalf("ReadIndex on the leader: %v", rd.err)
 	}
@@ -196,8 +202,8 @@ func readKey(t *testing.T, h *multiraft.Host, key string) chan readResult {
 			done <- readResult{err: err}
 			return
 		}
-		defer v.Release()
 		val, found := getFrom(t, v, key)
+		v.Release() // before the result: a test may end, and close the engine, once it has it
 		done <- readResult{val: val, found: found}
 	}()
 	<-ctx.enqueued
@@ -240,16 +246,11 @@ func TestConcurrentReadsShareOneRound(t *testing.T) {
 		reads = append(reads, readKey(t, h, "k"))
 	}
 	release()
-	c.RunUntil("the reads", 100, func() bool {
-		for _, r := range reads {
-			if len(r) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	// The settle that sees the round issued also carries its heartbeats and
+	// their answers, so the loop has ended the reads by then (await).
+	c.RunUntil("the round", 100, func() bool { return rounds(t, h) > before })
 	for i, r := range reads {
-		if res := <-r; res.err != nil || res.val != "v" {
+		if res := await(t, r, "a read"); res.err != nil || res.val != "v" {
 			t.Fatalf("read %d: %+v, want \"v\"", i, res)
 		}
 	}
@@ -344,7 +345,8 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	runOnly(t, c, "a new leader", 500, others, func() bool { l := c.Leader(1); return l != 0 && l != old })
 	leader := c.Leader(1)
 	put := c.Propose(leader, 1, put("k", "new"))
-	runOnly(t, c, "the new value committed", 500, others, put.Done)
+	runOnly(t, c, "the new value applied on the new leader", 500, others, func() bool { v, _ := c.Get(leader, "k"); return v == "new" })
+	await(t, put.Ended(), "the put on the new leader")
 	if put.Err != nil {
 		t.Fatalf("put on the new leader: %v", put.Err)
 	}
@@ -360,21 +362,21 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	}
 	held = nil
 	mu.Unlock()
-	runOnly(t, c, "the early read", 5, others, func() bool { return len(early) > 0 })
-	if res := <-early; res.err != nil || res.val != "old" {
+	// The settle of this tick has the old leader's loop step the answers
+	// and run the Ready that releases the early read; only its reader
+	// goroutine may still be on its way.
+	c.TickOnly(1, others...)
+	if res := await(t, early, "the early read, its round confirmed by the held answers"); res.err != nil || res.val != "old" {
 		t.Fatalf("early read, confirmed by the held answers: %+v, want \"old\"", res)
 	}
-	if len(stale) > 0 {
-		if res := <-stale; res.err == nil && res.val != "new" {
-			t.Fatalf("read queued at a deposed leader after a new write returned %+v", res)
-		}
-		return
-	}
 
+	// Whatever became of the stale read meanwhile, it has ended by the time
+	// the old leader, reconnected, steps down (stepping down fails every
+	// read it holds).
 	c.Net.Intercept(nil)
 	c.Heal(old)
-	c.RunUntil("the stale read to end", 500, func() bool { return len(stale) > 0 })
-	res := <-stale
+	c.RunUntil("the old leader to step down", 500, func() bool { i, ok := h.Info(1); return ok && !i.IsLeader })
+	res := await(t, stale, "the stale read, its leader deposed")
 	if res.err == nil && res.val != "new" {
 		t.Fatalf("read queued at a deposed leader after a new write returned %+v", res)
 	}
@@ -382,7 +384,26 @@ func TestDeposedLeaderNeverServesStale(t *testing.T) {
 	if res.err != nil && !errors.As(res.err, &nl) {
 		t.Fatalf("read on a deposed leader: %v, want NotLeaderError", res.err)
 	}
-	t.Logf("read queued at the deposed leader failed: %v", res.err)
+	t.Logf("read queued at the deposed leader: err=%v, value %q", res.err, res.val)
+}
+
+// await returns what a read's (or any call's) goroutine sends on ch. Call
+// it only once the host's loop has ended the call (the cluster settled
+// after what ends it): it then waits for that goroutine alone, which ticks
+// and settling do not synchronise with. Polling len(ch) while ticking
+// instead can give up before that goroutine ever runs: a test goroutine
+// handing work to the loops back and forth can keep it off the CPU for a
+// hundred ticks. The deadline only bounds a call the loop never ended.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s never ended", what)
+		var zero T
+		return zero
+	}
 }
 
 // runOnly ticks only nodes until cond holds, failing the test after
