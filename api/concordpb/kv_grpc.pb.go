@@ -59,6 +59,9 @@ type KVClient interface {
 	// Scan returns keys in byte order across all shards, in pages of at most limit keys.
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 	// Batch applies several operations on keys of one shard atomically.
+	// A batch of only GETs without a session is served as a read: one read
+	// barrier (linearizable) or the local replica (stale), every key read at
+	// one instant, no raft entry.
 	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	// Stream carries many independent requests per message in both
 	// directions, answered by id in any order: a client with many concurrent
@@ -178,6 +181,9 @@ type KVServer interface {
 	// Scan returns keys in byte order across all shards, in pages of at most limit keys.
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	// Batch applies several operations on keys of one shard atomically.
+	// A batch of only GETs without a session is served as a read: one read
+	// barrier (linearizable) or the local replica (stale), every key read at
+	// one instant, no raft entry.
 	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
 	// Stream carries many independent requests per message in both
 	// directions, answered by id in any order: a client with many concurrent
