@@ -107,6 +107,10 @@ func (h *Host) drain() {
 	h.mu.Lock()
 	in := h.inbox
 	h.inbox = inbox{}
+	// After taking the inbox: every read in it began before now, which is
+	// then inside its interval for a lease check (replica/lease.go); and
+	// before any round issued in this turn sends its heartbeats.
+	h.now = h.cfg.Clock()
 	if h.inboxBytes > 0 {
 		h.inboxBytes = 0
 		close(h.spaceC)
@@ -141,7 +145,7 @@ func (h *Host) drain() {
 	// Last, so that raft's role is final for this turn: one ReadIndex per
 	// shard serves every read that arrived in it.
 	for _, r := range h.dirty {
-		r.FlushReads()
+		r.FlushReads(h.now)
 	}
 }
 
@@ -174,7 +178,7 @@ func (h *Host) step(in inMsg) bool {
 			return false
 		}
 	}
-	if err := r.Step(in.fromNode, in.m); err != nil {
+	if err := r.Step(in.fromNode, in.m, h.now); err != nil {
 		if errors.Is(err, replica.ErrInvalidMessage) {
 			h.drop(in, err)
 			return false
@@ -249,7 +253,7 @@ func (h *Host) handleReady() {
 		}
 		// Reads that queued while a round was answered here go out now,
 		// as the next round (its heartbeats leave in the next Ready).
-		c.r.FlushReads()
+		c.r.FlushReads(h.now)
 		h.publish(c.r)
 		if c.r.HasReady() {
 			h.dirty[c.r.Shard()] = c.r
