@@ -94,6 +94,7 @@ func (h *Host) enqueue(f func(in *inbox)) error {
 
 func (h *Host) tick() {
 	h.ticks++
+	h.now = h.cfg.Clock() // for runCampaigns (gone.go)
 	for _, r := range h.replicas {
 		r.Tick()
 		h.dirty[r.Shard()] = r
