@@ -219,18 +219,18 @@ func (c Config) validate() error {
 	return nil
 }
 
-// leaseDuration is how long an answered ReadIndex round lets its leader
+// LeaseDuration is how long an answered ReadIndex round lets its leader
 // serve reads by lease, 0 when lease reads are off: a voter that
 // acknowledged the round's heartbeat ignores vote requests for at least
 // ElectionTicks - 2 tick periods after it got it (a pending tick may come
 // at once, and the next one right after it; ticks are dropped, never
 // burst), less 10 % for the clocks of the nodes running at different
 // rates (replica/lease.go).
-func (c Config) leaseDuration() int64 {
+func (c Config) LeaseDuration() time.Duration {
 	if !c.LeaseReads || c.ElectionTicks <= 2 {
 		return 0
 	}
-	return int64(c.ElectionTicks-2) * int64(c.TickInterval) / 10 * 9
+	return time.Duration(c.ElectionTicks-2) * c.TickInterval / 10 * 9
 }
 
 // monotonic returns a clock of nanoseconds since now on Go's monotonic

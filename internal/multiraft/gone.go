@@ -128,7 +128,7 @@ func (h *Host) forgetIfSilent(shard ids.ShardID, r *replica.Replica, pc pendingC
 	case r.CurrentLeader() != pc.leader || h.ticks > pc.giveUp:
 		delete(h.campaigns, shard)
 		return
-	case !r.LeaderSilentFor(h.now, h.cfg.leaseDuration()):
+	case !r.LeaderSilentFor(h.now, int64(h.cfg.LeaseDuration())):
 		return // it may hold a lease this replica backs; wait
 	}
 	if err := r.ForgetLeader(); err != nil {

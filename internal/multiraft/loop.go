@@ -310,6 +310,7 @@ func (h *Host) publish(r *replica.Replica) {
 		IsLeader: r.IsLeader(), LeaderReplica: ids.ReplicaID(st.Lead), LeaderNode: r.LeaderNode(),
 		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: r.Applied(),
 		Transferee: ids.ReplicaID(st.LeadTransferee), ReadRounds: r.ReadRounds(),
+		LeaseReads: r.LeaseReads(),
 	}
 	h.infoMu.Lock()
 	was, known := h.infos[r.Shard()]

@@ -62,7 +62,13 @@ import (
 //   - A restarted voter forgets its leader (lead = None) and would grant
 //     votes at once: a replica loaded with a term past the bootstrap one
 //     (it may have acknowledged a leader before its process stopped) drops
-//     vote requests for its first ElectionTicks ticks (dropVote).
+//     vote requests for its first ElectionTicks - 1 ticks (dropVote). The
+//     host's ticker starts with the host, so the k-th tick comes at least
+//     k intervals after the load, past the ElectionTicks - 2 intervals the
+//     acknowledgement promised; one tick short of raft's own earliest
+//     campaign, so the replica's own timer never fires inside the window.
+//     A fresh cluster (term still the bootstrap one) elects at once; a
+//     whole cluster restarted elects about an election timeout later.
 //   - multiraft's LeaderGone makes followers forget their leader; it does
 //     so only for a leader not heard from for at least the lease duration
 //     (LeaderSilentFor).
@@ -146,7 +152,7 @@ var campaignTransfer = []byte("CampaignTransfer")
 
 // dropVote reports whether m is a vote request to drop because this
 // replica was loaded after it may have acknowledged a leader, less than
-// ElectionTicks ticks ago: raft, which starts with no leader, would grant
+// ElectionTicks - 1 ticks ago: raft, which starts with no leader, would grant
 // it at once, breaking the promise its acknowledgement made to that
 // leader's lease. Transfer campaigns are exempt (raft grants them anyway).
 func (r *Replica) dropVote(m *pb.Message) bool {

@@ -222,7 +222,7 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 	if l.HardState().GetTerm() > storage.InitialTerm {
 		// It may have acknowledged a leader's heartbeat before it was
 		// stopped, and so promised to refuse votes for a while (lease.go).
-		r.voteQuietTicks = uint64(cfg.ElectionTicks)
+		r.voteQuietTicks = uint64(cfg.ElectionTicks - 1)
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        uint64(cfg.ReplicaID),
