@@ -147,7 +147,20 @@ func (h *Host) drain() {
 	// shard serves every read that arrived in it.
 	for _, r := range h.dirty {
 		r.FlushReads(h.now)
+		if h.noteReads(r) {
+			h.publish(r) // a lease read needs no Ready, which publishes otherwise
+		}
 	}
+}
+
+// noteReads reports r's reads served since the last call to the Observer,
+// and whether any was served by lease.
+func (h *Host) noteReads(r *replica.Replica) bool {
+	byLease, byRound := r.TakeReadCounts()
+	if h.cfg.Observer != nil && byLease+byRound > 0 {
+		h.cfg.Observer.Reads(byLease, byRound)
+	}
+	return byLease > 0
 }
 
 // step delivers a peer's message, creating the replica if this is the first
@@ -255,6 +268,7 @@ func (h *Host) handleReady() {
 		// Reads that queued while a round was answered here go out now,
 		// as the next round (its heartbeats leave in the next Ready).
 		c.r.FlushReads(h.now)
+		h.noteReads(c.r)
 		h.publish(c.r)
 		if c.r.HasReady() {
 			h.dirty[c.r.Shard()] = c.r

@@ -118,7 +118,7 @@ func (r *Replica) serveByLease(reads []*Read, st raft.BasicStatus) {
 	if st.GetCommit() > r.applied {
 		r.readSeq++
 		r.rounds[string(r.readCtx(st.GetTerm(), r.readSeq))] = &readRound{reads: reads, term: st.GetTerm(), born: r.ticks,
-			index: st.GetCommit(), hasIndex: true}
+			index: st.GetCommit(), hasIndex: true, byLease: true}
 		return
 	}
 	v, err := r.eng.NewReadView(len(reads))
@@ -133,6 +133,14 @@ func (r *Replica) serveByLease(reads []*Read, st raft.BasicStatus) {
 
 // LeaseReads is the number of reads this replica served by lease.
 func (r *Replica) LeaseReads() uint64 { return r.leaseReads }
+
+// TakeReadCounts returns the reads served by lease and released by rounds
+// since its last call (for metrics).
+func (r *Replica) TakeReadCounts() (byLease, byRound uint64) {
+	byLease, byRound = r.leaseReads-r.takenLease, r.roundReads-r.takenRound
+	r.takenLease, r.takenRound = r.leaseReads, r.roundReads
+	return byLease, byRound
+}
 
 // noteTransfers bars the lease for the term when rd carries a
 // MsgTimeoutNow, before it is sent.

@@ -39,6 +39,8 @@ type readRound struct {
 	born     uint64 // replica tick when it was issued
 	index    uint64 // the read index, once raft answered (hasIndex)
 	hasIndex bool
+	// byLease: reads served by lease, waiting only for apply (lease.go).
+	byLease bool
 	// issuedAt is the host's monotonic time at or before the loop turn
 	// that issued it: its answer grants a lease from then (lease.go).
 	issuedAt int64
@@ -220,6 +222,9 @@ func (r *Replica) serveReads() {
 		if round.hasIndex && round.index <= r.applied {
 			delete(r.rounds, k)
 			ready = append(ready, round.reads...)
+			if !round.byLease {
+				r.roundReads += uint64(len(round.reads))
+			}
 		}
 	}
 	if len(ready) == 0 {

@@ -168,6 +168,9 @@ type Replica struct {
 	// readSeq numbers this replica's ReadIndex contexts; readRounds counts
 	// the rounds issued (ReadRounds), leaseReads the reads served by lease.
 	readSeq, readRounds, leaseReads uint64
+	// roundReads counts the reads released by answered rounds; taken* are
+	// the counts TakeReadCounts last reported.
+	roundReads, takenLease, takenRound uint64
 	// The leader lease (lease.go): valid in leaseTerm until leaseExpiry
 	// (host monotonic nanoseconds), never in leaseBarredTerm.
 	leaseTerm, leaseBarredTerm uint64
