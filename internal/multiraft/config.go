@@ -85,8 +85,8 @@ type Config struct {
 	LeaseReads bool
 	// Clock is the host's monotonic clock, in nanoseconds, which it reads
 	// once per loop turn for leases (a lease must run out while the process
-	// is stopped, so it is not counted in ticks); nil means Go's monotonic
-	// clock. Tests pass a manual one, which must never run slower than
+	// is stopped, so it is not counted in ticks); nil means a monotonic
+	// clock (CLOCK_BOOTTIME on Linux: see monotonic). Tests pass a manual one, which must never run slower than
 	// ticks arrive (one TickInterval per tick at least).
 	Clock func() int64
 	// Ticks is where the loop's ticks come from; nil means a time.Ticker of
@@ -234,13 +234,6 @@ func (c Config) LeaseDuration() time.Duration {
 		return 0
 	}
 	return time.Duration(c.ElectionTicks-2) * c.TickInterval / 10 * 9
-}
-
-// monotonic returns a clock of nanoseconds since now on Go's monotonic
-// clock (time.Since uses it), which runs while the process is stopped.
-func monotonic() func() int64 {
-	start := time.Now()
-	return func() int64 { return int64(time.Since(start)) }
 }
 
 // exitOnFatal is the production Fatal: stop the process, since a replica

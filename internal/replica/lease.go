@@ -31,8 +31,9 @@ import (
 // The lease therefore runs until T + LeaseDuration, where the host sets
 // LeaseDuration to (ElectionTicks - 2) × TickInterval less 10 % for
 // clocks running at different rates. Time here is the host's monotonic
-// clock (CLOCK_MONOTONIC runs while the process is stopped), passed in by
-// the host; this package reads no clock.
+// clock (CLOCK_BOOTTIME on Linux: it runs while the process is stopped,
+// and while the machine is suspended), passed in by the host; this package
+// reads no clock.
 //
 // What a lease read returns. FlushReads, with the lease valid at the
 // host's time now (taken after the reads it flushes reached the loop, so
