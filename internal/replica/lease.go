@@ -172,8 +172,14 @@ func (r *Replica) dropVote(m *pb.Message) bool {
 
 // noteHeard records when a message of the current term from the leader
 // raft follows was stepped (after the step, so a heartbeat that made it
-// the leader counts).
+// the leader counts). Only the kinds a leader sends its followers are
+// looked at, to spare the status on every response a leader receives.
 func (r *Replica) noteHeard(m *pb.Message, now int64) {
+	switch m.GetType() {
+	case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap, pb.MsgTimeoutNow, pb.MsgReadIndexResp:
+	default:
+		return
+	}
 	st := r.rn.BasicStatus()
 	if st.Lead != 0 && m.GetFrom() == st.Lead && m.GetTerm() == st.GetTerm() {
 		r.heardLead, r.heardTerm, r.heardAt = ids.ReplicaID(st.Lead), st.GetTerm(), now
