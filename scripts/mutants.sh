@@ -21,6 +21,7 @@ mkdir -p robustness-out
 harness_test_for() {
 	case $1 in
 	forget-vote) echo TestVoteSurvivesRestart ;; # a restarted voter asked again in the same term
+	lease-ignores-expiry) echo TestExpiredLeaseNeverServesStale ;; # a cut-off leader's lease outlived by a new leader's write
 	esac
 }
 

@@ -35,6 +35,7 @@ type Node struct {
 	snapshotBytes *prometheus.CounterVec
 	raftFrames    *prometheus.CounterVec
 	raftMessages  *prometheus.CounterVec
+	reads         *prometheus.CounterVec
 }
 
 // New returns a registry holding the Go runtime's and the process's
@@ -74,8 +75,14 @@ func New() *Node {
 		Name: "concord_raft_messages_total",
 		Help: "Raft messages carried by those frames, by direction (sent, received).",
 	}, []string{"direction"})
+	// Lease reads against rounds: how much ReadIndex traffic leader
+	// leases save (issue 14 step 2).
+	m.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "concord_linearizable_reads_total",
+		Help: "Linearizable reads served by leaders on this node, by path: lease (no ReadIndex round) or round (released by a ReadIndex round).",
+	}, []string{"path"})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.commits, m.proposals, m.leaderChanges, m.snapshotBytes, m.raftFrames, m.raftMessages)
+		m.requests, m.commits, m.proposals, m.leaderChanges, m.snapshotBytes, m.raftFrames, m.raftMessages, m.reads)
 	return m
 }
 
@@ -120,6 +127,14 @@ func (m *Node) Proposal(ok bool, d time.Duration) {
 func (m *Node) LeaderChange() {
 	if m != nil {
 		m.leaderChanges.Inc()
+	}
+}
+
+// Reads records linearizable reads served by lease and by ReadIndex round.
+func (m *Node) Reads(byLease, byRound uint64) {
+	if m != nil {
+		m.reads.WithLabelValues("lease").Add(float64(byLease))
+		m.reads.WithLabelValues("round").Add(float64(byRound))
 	}
 }
 

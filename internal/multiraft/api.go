@@ -39,6 +39,9 @@ type ReplicaInfo struct {
 	// ReadRounds counts the ReadIndex rounds this replica issued since it
 	// was loaded; each serves every linearizable read queued before it.
 	ReadRounds uint64
+	// LeaseReads counts the linearizable reads this replica served by
+	// lease, with no round (replica/lease.go).
+	LeaseReads uint64
 }
 
 // Do runs f on the loop goroutine, where it may touch replicas, and waits.

@@ -78,6 +78,17 @@ type Config struct {
 	MaxInboxBytes int64
 	// MaxOutgoingSnapshots bounds snapshots being streamed at once.
 	MaxOutgoingSnapshots int
+	// LeaseReads lets a leader whose ReadIndex round was answered serve
+	// linearizable reads with no round for leaseDuration after it issued
+	// the round (replica/lease.go). On in DefaultConfig; a Config built
+	// without it has it off.
+	LeaseReads bool
+	// Clock is the host's monotonic clock, in nanoseconds, which it reads
+	// once per loop turn for leases (a lease must run out while the process
+	// is stopped, so it is not counted in ticks); nil means a monotonic
+	// clock (CLOCK_BOOTTIME on Linux: see monotonic). Tests pass a manual one, which must never run slower than
+	// ticks arrive (one TickInterval per tick at least).
+	Clock func() int64
 	// Ticks is where the loop's ticks come from; nil means a time.Ticker of
 	// TickInterval. Tests pass a manual source to drive a Host tick by tick.
 	Ticks TickSource
@@ -119,6 +130,9 @@ type Observer interface {
 	Commit(synced bool, d time.Duration)
 	// LeaderChange: a replica here became, or stopped being, leader.
 	LeaderChange()
+	// Reads: linearizable reads were served, byLease with no ReadIndex
+	// round, byRound released by an answered round.
+	Reads(byLease, byRound uint64)
 }
 
 // DefaultConfig returns the production settings.
@@ -141,6 +155,7 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 		MaxOutgoingSnapshots:     4,
 		MaxInboxBytes:            64 << 20,
 		Logger:                   slog.Default(),
+		LeaseReads:               true,
 
 		MaxInflightBytes:          4 << 20,
 		MaxCommittedBytesPerReady: 4 << 20,
@@ -183,6 +198,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = d.Logger
 	}
+	if c.Clock == nil {
+		c.Clock = monotonic()
+	}
 	if c.Fatal == nil {
 		c.Fatal = exitOnFatal(c.Logger, c.NodeID)
 	}
@@ -202,6 +220,20 @@ func (c Config) validate() error {
 		return fmt.Errorf("multiraft: MaxInflightBytes %d must be at least MaxSizePerMsgBytes %d", c.MaxInflightBytes, c.MaxSizePerMsgBytes)
 	}
 	return nil
+}
+
+// LeaseDuration is how long an answered ReadIndex round lets its leader
+// serve reads by lease, 0 when lease reads are off: a voter that
+// acknowledged the round's heartbeat ignores vote requests for at least
+// ElectionTicks - 2 tick periods after it got it (a pending tick may come
+// at once, and the next one right after it; ticks are dropped, never
+// burst), less 10 % for the clocks of the nodes running at different
+// rates (replica/lease.go).
+func (c Config) LeaseDuration() time.Duration {
+	if !c.LeaseReads || c.ElectionTicks <= 2 {
+		return 0
+	}
+	return time.Duration(c.ElectionTicks-2) * c.TickInterval / 10 * 9
 }
 
 // exitOnFatal is the production Fatal: stop the process, since a replica

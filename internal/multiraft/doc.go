@@ -40,7 +40,9 @@
 // Files, by concern:
 //
 //	host.go       the Host, its collaborators (Transport, NewStateMachine), New
-//	config.go     Config, DefaultConfig, defaults and validation, TickSource
+//	config.go     Config, DefaultConfig, defaults and validation, TickSource,
+//	              LeaseDuration
+//	clock_*.go    the lease clock (CLOCK_BOOTTIME on Linux), read once a turn
 //	api.go        what other goroutines call: Propose, ReadIndex,
 //	              ChangeReplicas, Deliver, DeliverSnapshot, ReportUnreachable,
 //	              Info/Infos, TransferLeadersAway, Do
@@ -48,7 +50,8 @@
 //	lifecycle.go  Start/Stop and replica load, creation and removal
 //	policy.go     periodic policies: leader preference, log truncation
 //	gone.go       LeaderGone: followers of a leader known gone forget it
-//	              and campaign in turns, without the election timeout
+//	              (once silent a lease long) and campaign in turns, without
+//	              the election timeout
 //	snapshots.go  outgoing snapshot handles and raft's Snapshot function
 //	validate.go   what peers' messages may do: types per stream, creating
 //	              and replacing replicas, the log of dropped messages

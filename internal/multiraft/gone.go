@@ -5,6 +5,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/replica"
 )
 
 // Fast failover from a leader known to be gone.
@@ -33,6 +34,19 @@ import (
 // campaigns; PreVote still keeps a replica whose log is behind from
 // disrupting anything.
 
+// A follower forgets only a leader it has not heard from (any message of
+// the leader's term) for at least the lease duration on the host's
+// monotonic clock: a leader heard from more recently may hold a read lease
+// that this follower's acknowledgement backs (replica/lease.go), and the
+// event may be wrong about it (a node marked dead through a partial
+// partition while raft traffic still flows). Such a follower waits, tick
+// by tick, until its leader has been silent that long, then forgets it and
+// takes its turn; if another leader takes over, or an election timeout
+// passes while the leader is still heard from, it gives up waiting
+// (raft's own election timeout still elects if the leader is really gone).
+// A leader that really died was heard from last before it died, so the
+// wait is at most the lease duration after its death.
+
 // campaignStaggerTicks separates the campaigns of a shard's surviving
 // voters: long enough for one pre-vote and vote round (a few round trips
 // and an fsync), far shorter than an election timeout.
@@ -43,6 +57,12 @@ const campaignStaggerTicks = 2
 type pendingCampaign struct {
 	replica ids.ReplicaID
 	due     uint64 // the host tick at which it campaigns
+	// Before it forgot its leader: the leader, the campaign's rank, and
+	// the tick after which it gives up waiting for the leader's silence.
+	forgot bool
+	leader ids.ReplicaID
+	rank   uint64
+	giveUp uint64
 }
 
 // LeaderGone tells the host that node's process is certainly gone (its
@@ -57,10 +77,10 @@ func (h *Host) LeaderGone(node ids.NodeID) {
 	_ = h.enqueue(func(in *inbox) { in.fns = append(in.fns, func() { h.forgetLeadersOn(node) }) })
 }
 
-// forgetLeadersOn makes every follower here whose leader is on node forget
-// it and schedules its campaign. On the loop.
+// forgetLeadersOn schedules every follower here whose leader is on node to
+// forget it and campaign. On the loop.
 func (h *Host) forgetLeadersOn(node ids.NodeID) {
-	forgot := 0
+	scheduled := 0
 	for shard, r := range h.replicas {
 		lead := r.CurrentLeader()
 		if lead == 0 || lead == r.ID() || r.Nodes()[lead] != node {
@@ -70,38 +90,73 @@ func (h *Host) forgetLeadersOn(node ids.NodeID) {
 		if !ok {
 			continue // a learner: it cannot elect anyone
 		}
-		if err := r.ForgetLeader(); err != nil {
-			h.log.Warn("forget leader", "shard", shard, "err", err)
-			continue
-		}
-		h.campaigns[shard] = pendingCampaign{replica: r.ID(), due: h.ticks + rank*campaignStaggerTicks}
-		h.dirty[shard] = r
-		forgot++
+		h.campaigns[shard] = pendingCampaign{replica: r.ID(), leader: lead, rank: rank,
+			giveUp: h.ticks + uint64(h.cfg.ElectionTicks)}
+		scheduled++
 	}
-	if forgot > 0 {
-		h.log.Info("leader's node is gone: followers forgot it and campaign", "node", node, "shards", forgot)
+	if scheduled > 0 {
+		h.log.Info("leader's node is gone: followers forget it and campaign", "node", node, "shards", scheduled)
 	}
 	h.runCampaigns()
 }
 
-// runCampaigns starts the pending campaigns that are due, and drops those
-// whose shard has a leader again. On the loop, after each event and tick.
+// runCampaigns makes the followers waiting for their gone leader's silence
+// forget it once it lasted the lease duration, starts the pending campaigns
+// that are due, and drops those whose shard has a leader again. On the
+// loop, after each event and tick.
 func (h *Host) runCampaigns() {
 	for shard, pc := range h.campaigns {
 		r := h.replicas[shard]
 		switch {
-		case r == nil || r.ID() != pc.replica || r.CurrentLeader() != 0:
-			delete(h.campaigns, shard) // gone, replaced, or a leader was elected
-		case pc.due <= h.ticks:
-			delete(h.campaigns, shard)
-			if r.Campaigning() {
-				continue // an election it started (or joined) is under way
-			}
-			if err := r.Campaign(); err != nil {
-				h.log.Debug("campaign", "shard", shard, "err", err)
-			}
-			h.dirty[shard] = r
+		case r == nil || r.ID() != pc.replica:
+			delete(h.campaigns, shard) // gone or replaced
+		case !pc.forgot:
+			h.forgetIfSilent(shard, r, pc)
+		default:
+			h.campaignIfDue(shard, r, pc)
 		}
+	}
+}
+
+// forgetIfSilent makes r forget its gone leader once the leader has been
+// silent for the lease duration, and runs its turn to campaign if due at
+// once; it gives up when r follows another leader or has waited an
+// election timeout (the leader is still heard from: the event was wrong,
+// or the leader is cut off from the placement service only).
+func (h *Host) forgetIfSilent(shard ids.ShardID, r *replica.Replica, pc pendingCampaign) {
+	switch {
+	case r.CurrentLeader() != pc.leader || h.ticks > pc.giveUp:
+		delete(h.campaigns, shard)
+		return
+	case !r.LeaderSilentFor(h.now, int64(h.cfg.LeaseDuration())):
+		return // it may hold a lease this replica backs; wait
+	}
+	if err := r.ForgetLeader(); err != nil {
+		h.log.Warn("forget leader", "shard", shard, "err", err)
+		delete(h.campaigns, shard)
+		return
+	}
+	pc.forgot, pc.due = true, h.ticks+pc.rank*campaignStaggerTicks
+	h.campaigns[shard] = pc
+	h.dirty[shard] = r
+	h.campaignIfDue(shard, r, pc)
+}
+
+// campaignIfDue starts r's campaign if its turn has come, or drops it if
+// the shard has a leader again.
+func (h *Host) campaignIfDue(shard ids.ShardID, r *replica.Replica, pc pendingCampaign) {
+	switch {
+	case r.CurrentLeader() != 0:
+		delete(h.campaigns, shard) // a leader was elected
+	case pc.due <= h.ticks:
+		delete(h.campaigns, shard)
+		if r.Campaigning() {
+			return // an election it started (or joined) is under way
+		}
+		if err := r.Campaign(); err != nil {
+			h.log.Debug("campaign", "shard", shard, "err", err)
+		}
+		h.dirty[shard] = r
 	}
 }
 

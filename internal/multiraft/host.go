@@ -51,6 +51,8 @@ type Host struct {
 	replicas map[ids.ShardID]*replica.Replica
 	dirty    map[ids.ShardID]*replica.Replica
 	ticks    uint64
+	// now is Config.Clock as read in this loop turn, after taking the inbox.
+	now int64
 	// campaigns are the turns to campaign of followers whose leader's node
 	// is gone (gone.go), by shard.
 	campaigns map[ids.ShardID]pendingCampaign

@@ -53,6 +53,7 @@ func (h *Host) replicaConfig(shard ids.ShardID, id ids.ReplicaID) replica.Config
 		MaxUncommittedBytes: h.cfg.MaxUncommittedBytes,
 		PendingTimeoutTicks: h.policy.pendingTimeoutTicks,
 		ReadCtxBase:         h.idBase,
+		LeaseDuration:       int64(h.cfg.LeaseDuration()),
 		Snapshot:            h.snapshotFunc(shard),
 		Logger:              h.log,
 	}

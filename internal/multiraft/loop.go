@@ -94,6 +94,7 @@ func (h *Host) enqueue(f func(in *inbox)) error {
 
 func (h *Host) tick() {
 	h.ticks++
+	h.now = h.cfg.Clock() // for runCampaigns (gone.go)
 	for _, r := range h.replicas {
 		r.Tick()
 		h.dirty[r.Shard()] = r
@@ -107,6 +108,10 @@ func (h *Host) drain() {
 	h.mu.Lock()
 	in := h.inbox
 	h.inbox = inbox{}
+	// After taking the inbox: every read in it began before now, which is
+	// then inside its interval for a lease check (replica/lease.go); and
+	// before any round issued in this turn sends its heartbeats.
+	h.now = h.cfg.Clock()
 	if h.inboxBytes > 0 {
 		h.inboxBytes = 0
 		close(h.spaceC)
@@ -141,8 +146,21 @@ func (h *Host) drain() {
 	// Last, so that raft's role is final for this turn: one ReadIndex per
 	// shard serves every read that arrived in it.
 	for _, r := range h.dirty {
-		r.FlushReads()
+		r.FlushReads(h.now)
+		if h.noteReads(r) {
+			h.publish(r) // a lease read needs no Ready, which publishes otherwise
+		}
 	}
+}
+
+// noteReads reports r's reads served since the last call to the Observer,
+// and whether any was served by lease.
+func (h *Host) noteReads(r *replica.Replica) bool {
+	byLease, byRound := r.TakeReadCounts()
+	if h.cfg.Observer != nil && byLease+byRound > 0 {
+		h.cfg.Observer.Reads(byLease, byRound)
+	}
+	return byLease > 0
 }
 
 // step delivers a peer's message, creating the replica if this is the first
@@ -174,7 +192,7 @@ func (h *Host) step(in inMsg) bool {
 			return false
 		}
 	}
-	if err := r.Step(in.fromNode, in.m); err != nil {
+	if err := r.Step(in.fromNode, in.m, h.now); err != nil {
 		if errors.Is(err, replica.ErrInvalidMessage) {
 			h.drop(in, err)
 			return false
@@ -249,7 +267,8 @@ func (h *Host) handleReady() {
 		}
 		// Reads that queued while a round was answered here go out now,
 		// as the next round (its heartbeats leave in the next Ready).
-		c.r.FlushReads()
+		c.r.FlushReads(h.now)
+		h.noteReads(c.r)
 		h.publish(c.r)
 		if c.r.HasReady() {
 			h.dirty[c.r.Shard()] = c.r
@@ -305,6 +324,7 @@ func (h *Host) publish(r *replica.Replica) {
 		IsLeader: r.IsLeader(), LeaderReplica: ids.ReplicaID(st.Lead), LeaderNode: r.LeaderNode(),
 		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: r.Applied(),
 		Transferee: ids.ReplicaID(st.LeadTransferee), ReadRounds: r.ReadRounds(),
+		LeaseReads: r.LeaseReads(),
 	}
 	h.infoMu.Lock()
 	was, known := h.infos[r.Shard()]

@@ -39,10 +39,14 @@ const (
 	// the entry's effect is lost on the receiver (multiraft snapshotFunc,
 	// replica.InstallSnapshot).
 	SnapshotDropsEntry Name = "snapshot-drops-entry"
+	// LeaseIgnoresExpiry: a leader serves reads by lease after its lease
+	// ran out on the monotonic clock, as long as it still leads the term it
+	// got the lease in (replica.leaseValid).
+	LeaseIgnoresExpiry Name = "lease-ignores-expiry"
 )
 
 // All lists every mutant, in the order make robustness-mutants runs them.
-var All = []Name{LeaderReadNoReadIndex, AckBeforeFsync, NoSessionDedup, ForgetVote, FollowerRead, SnapshotDropsEntry}
+var All = []Name{LeaderReadNoReadIndex, AckBeforeFsync, NoSessionDedup, ForgetVote, FollowerRead, SnapshotDropsEntry, LeaseIgnoresExpiry}
 
 // Env is the environment variable that names the active mutant.
 const Env = "CONCORD_MUTANT"

@@ -87,6 +87,11 @@ type Config struct {
 	// "grpc" (a gRPC stream per lane). A node receives both, so nodes with
 	// different settings work together.
 	PeerWire string
+	// LeaseReads lets shard leaders serve linearizable reads by leader
+	// lease, without a ReadIndex round, for a while after a round was
+	// answered (multiraft.Config.LeaseReads; on in DefaultConfig and for
+	// `concord server`, --lease-reads).
+	LeaseReads bool
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -111,6 +116,7 @@ func DefaultConfig() Config {
 		SnapshotRateMiB:    64,
 		SuspectAfter:       5 * time.Second,
 		DeadAfter:          60 * time.Second,
+		LeaseReads:         true,
 	}
 }
 

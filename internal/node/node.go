@@ -305,6 +305,7 @@ func (n *Node) startRaft() error {
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval
+	hc.LeaseReads = n.cfg.LeaseReads
 	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
 	hc.Logger = n.log
 	hc.Placement = n.placementOf

@@ -16,7 +16,9 @@
 //
 // Between cycles the loop hands a replica work: Propose then FlushProposals
 // (one MsgProp for the proposals of a loop turn), ReadIndex then FlushReads
-// (one ReadIndex round for the linearizable reads of a loop turn; reads.go).
+// (one ReadIndex round for the linearizable reads of a loop turn; reads.go;
+// or none, under a leader lease: lease.go). The host passes in its
+// monotonic time (FlushReads, Step): a replica reads no clock.
 //
 // Apply is deterministic: an entry's effect depends only on the entry and the
 // state before it. Outcomes go back to clients only after the batch holding

@@ -15,7 +15,7 @@ func TestPendingWorkTimesOut(t *testing.T) {
 	s.r.cfg.PendingTimeoutTicks = 3
 	p := s.propose("k", "v") // no Ready cycle runs, so it never commits
 	rd := s.read()
-	s.r.FlushReads() // a round raft answers, but no Ready cycle runs
+	s.r.FlushReads(s.now) // a round raft answers, but no Ready cycle runs
 	queued := s.read()
 	for range 4 {
 		if len(p.Done) > 0 {
@@ -44,7 +44,7 @@ func TestDestroyFailsEverything(t *testing.T) {
 	queued := s.proposal("b", "2")
 	s.r.Propose(queued)
 	rd := s.read()
-	s.r.FlushReads()
+	s.r.FlushReads(s.now)
 	queuedRead := s.read()
 	s.r.StageSnapshot(99, s.stage())
 	s.r.Destroy()

@@ -39,6 +39,11 @@ type readRound struct {
 	born     uint64 // replica tick when it was issued
 	index    uint64 // the read index, once raft answered (hasIndex)
 	hasIndex bool
+	// byLease: reads served by lease, waiting only for apply (lease.go).
+	byLease bool
+	// issuedAt is the host's monotonic time at or before the loop turn
+	// that issued it: its answer grants a lease from then (lease.go).
+	issuedAt int64
 }
 
 // ReadIndex queues a linearizable read for the next round (FlushReads):
@@ -64,18 +69,34 @@ func (r *Replica) ReadIndex(rd *Read) {
 	r.readQueue = append(r.readQueue, rd)
 }
 
-// FlushReads issues one ReadIndex round for every queued read, unless a
-// round is still waiting for raft's answer (the reads then wait for the
-// next flush after it). If raft no longer leads (it stepped down while this
-// loop turn stepped messages), the reads fail at once with NotLeaderError,
-// which callers retry at the new leader.
-func (r *Replica) FlushReads() {
-	if len(r.readQueue) == 0 || r.roundInFlight() {
+// FlushReads, at the host's monotonic time now (taken after the queued
+// reads reached the loop), serves every queued read by lease when this
+// leader holds a valid one (lease.go), and otherwise issues one ReadIndex
+// round for them, unless a round is still waiting for raft's answer (the
+// reads then wait for the next flush after it). A lease with less than
+// half its duration left is renewed by a round issued alongside. If raft
+// no longer leads (it stepped down while this loop turn stepped messages),
+// the reads fail at once with NotLeaderError, which callers retry at the
+// new leader.
+func (r *Replica) FlushReads(now int64) {
+	if len(r.readQueue) == 0 {
+		return
+	}
+	st := r.rn.BasicStatus()
+	if r.leaseValid(now, st) {
+		reads := r.readQueue
+		r.readQueue = nil
+		r.serveByLease(reads, st)
+		if r.leaseExpiry-now < r.cfg.LeaseDuration/2 && !r.roundInFlight() {
+			r.issueRound(nil, st.GetTerm(), now)
+		}
+		return
+	}
+	if r.roundInFlight() {
 		return
 	}
 	reads := r.readQueue
 	r.readQueue = nil
-	st := r.rn.BasicStatus()
 	if r.removed || st.RaftState != raft.StateLeader {
 		err := r.checkLeader()
 		if err == nil {
@@ -86,10 +107,16 @@ func (r *Replica) FlushReads() {
 		}
 		return
 	}
+	r.issueRound(reads, st.GetTerm(), now)
+}
+
+// issueRound asks raft for a read index for reads (none: a lease renewal)
+// in term, recording now as the earliest time its heartbeats may leave.
+func (r *Replica) issueRound(reads []*Read, term uint64, now int64) {
 	r.readSeq++
 	r.readRounds++
-	ctx := r.readCtx(st.GetTerm(), r.readSeq)
-	r.rounds[string(ctx)] = &readRound{reads: reads, term: st.GetTerm(), born: r.ticks}
+	ctx := r.readCtx(term, r.readSeq)
+	r.rounds[string(ctx)] = &readRound{reads: reads, term: term, born: r.ticks, issuedAt: now}
 	r.rn.ReadIndex(ctx)
 }
 
@@ -126,8 +153,9 @@ func (r *Replica) ReadRounds() uint64 { return r.readRounds }
 // are ignored.
 func (r *Replica) noteReadStates(states []raft.ReadState) {
 	for _, rs := range states {
-		if round, ok := r.rounds[string(rs.RequestCtx)]; ok {
+		if round, ok := r.rounds[string(rs.RequestCtx)]; ok && !round.hasIndex {
 			round.index, round.hasIndex = rs.Index, true
+			r.grantLease(round.term, round.issuedAt)
 		}
 	}
 }
@@ -194,6 +222,9 @@ func (r *Replica) serveReads() {
 		if round.hasIndex && round.index <= r.applied {
 			delete(r.rounds, k)
 			ready = append(ready, round.reads...)
+			if !round.byLease {
+				r.roundReads += uint64(len(round.reads))
+			}
 		}
 	}
 	if len(ready) == 0 {

@@ -12,7 +12,7 @@ import (
 // (a lone voter answers each at once, with one ReadState).
 func (s *solo) flushAndCount() int {
 	s.t.Helper()
-	s.r.FlushReads()
+	s.r.FlushReads(s.now)
 	n := 0
 	for s.r.HasReady() {
 		rd := s.r.Ready()
@@ -48,7 +48,7 @@ func TestReadsShareOneReadIndex(t *testing.T) {
 	for range 10 {
 		first = append(first, s.read())
 	}
-	s.r.FlushReads()
+	s.r.FlushReads(s.now)
 	late := s.read() // arrives after the round was issued
 	n := 0
 	for s.r.HasReady() {
@@ -79,11 +79,11 @@ func TestReadsShareOneReadIndex(t *testing.T) {
 func TestOneRoundInFlight(t *testing.T) {
 	s := newSolo(t)
 	first := s.read()
-	s.r.FlushReads()
+	s.r.FlushReads(s.now)
 	var next []*Read
 	for range 3 {
 		next = append(next, s.read())
-		s.r.FlushReads() // later loop turns, the first round still unanswered
+		s.r.FlushReads(s.now) // later loop turns, the first round still unanswered
 	}
 	if s.r.ReadRounds() != 1 {
 		t.Fatalf("%d rounds issued while the first was unanswered, want 1", s.r.ReadRounds())
@@ -110,7 +110,7 @@ func TestOneRoundInFlight(t *testing.T) {
 func (s *solo) stepDown() {
 	s.t.Helper()
 	term := s.r.Status().GetTerm() + 1
-	if err := s.r.Step(2, &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(term)}); err != nil {
+	if err := s.r.Step(2, &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(term)}, s.now); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -122,7 +122,7 @@ func (s *solo) stepDown() {
 func TestReadRoundFailsWhenLeadershipEnds(t *testing.T) {
 	s := newSolo(t)
 	rd := s.read()
-	s.r.FlushReads() // a lone voter answers at once: the ReadState is in the next Ready
+	s.r.FlushReads(s.now) // a lone voter answers at once: the ReadState is in the next Ready
 	s.stepDown()
 	for s.r.HasReady() {
 		s.cycle()
@@ -142,7 +142,7 @@ func TestFlushAfterStepDownRefuses(t *testing.T) {
 	s := newSolo(t)
 	rd := s.read()
 	s.stepDown()
-	s.r.FlushReads()
+	s.r.FlushReads(s.now)
 	var nl *NotLeaderError
 	select {
 	case err := <-rd.Done:

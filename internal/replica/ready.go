@@ -106,6 +106,7 @@ func (r *Replica) TransferLeader(id ids.ReplicaID) error {
 	if err := r.checkLeader(); err != nil {
 		return err
 	}
+	r.barLeaseForTransfer()
 	r.rn.TransferLeader(uint64(id))
 	return nil
 }
@@ -248,6 +249,7 @@ func (r *Replica) applyConfChange(b *pebble.Batch, cc *pb.ConfChangeV2) error {
 		}
 	}
 	cs := r.rn.ApplyConfChange(cc)
+	r.dropLease() // the round's quorum was of the old configuration
 	if len(cc.GetChanges()) > 0 {
 		r.desc = nextDescriptor(r.desc, cc, &ctx)
 		for _, rd := range ctx.GetAdded() {
@@ -333,7 +335,10 @@ type Outbound struct {
 // commit only once its own write is durable. Everything else — votes,
 // acknowledgements, anything sent under a new term — waits, since it promises
 // state this node has not yet persisted.
+//
+// A MsgTimeoutNow among them ends lease reads for the term (lease.go).
 func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
+	r.noteTransfers(rd)
 	for _, m := range rd.Messages {
 		node, ok := r.nodes[ids.ReplicaID(m.GetTo())]
 		if !ok {
@@ -423,6 +428,7 @@ func (r *Replica) TransferToPreferred() {
 	if !ok || !pr.RecentActive || pr.IsLearner || pr.Match < r.log.HardState().GetCommit() {
 		return
 	}
+	r.barLeaseForTransfer()
 	r.rn.TransferLeader(preferred)
 }
 
@@ -456,6 +462,7 @@ func (r *Replica) TransferAway() bool {
 	if best == 0 {
 		return false
 	}
+	r.barLeaseForTransfer()
 	r.rn.TransferLeader(best)
 	return true
 }

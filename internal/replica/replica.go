@@ -66,6 +66,10 @@ type Config struct {
 	// FlushReads). Contexts must never repeat, so it should differ between
 	// processes (multiraft passes its random id base).
 	ReadCtxBase uint64
+	// LeaseDuration is how long, in nanoseconds of the host's monotonic
+	// clock, an answered ReadIndex round lets the leader serve reads with
+	// no round (lease.go); 0 turns lease reads off.
+	LeaseDuration int64
 	// Snapshot builds the snapshot raft asks for (see multiraft).
 	Snapshot func() (*pb.Snapshot, error)
 	Logger   *slog.Logger
@@ -162,8 +166,21 @@ type Replica struct {
 	readQueue []*Read
 	rounds    map[string]*readRound
 	// readSeq numbers this replica's ReadIndex contexts; readRounds counts
-	// the rounds issued (ReadRounds).
-	readSeq, readRounds uint64
+	// the rounds issued (ReadRounds), leaseReads the reads served by lease.
+	readSeq, readRounds, leaseReads uint64
+	// roundReads counts the reads released by answered rounds; taken* are
+	// the counts TakeReadCounts last reported.
+	roundReads, takenLease, takenRound uint64
+	// The leader lease (lease.go): valid in leaseTerm until leaseExpiry
+	// (host monotonic nanoseconds), never in leaseBarredTerm.
+	leaseTerm, leaseBarredTerm uint64
+	leaseExpiry                int64
+	// voteQuietTicks: vote requests are dropped until ticks reaches it.
+	voteQuietTicks uint64
+	// heardAt is when leader heardLead last sent a message of heardTerm.
+	heardLead ids.ReplicaID
+	heardTerm uint64
+	heardAt   int64
 	// completions are outcomes decided in Apply, delivered in Advance after
 	// the batch holding them is durable.
 	completions []completion
@@ -205,6 +222,11 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 		return nil, err
 	}
 	l.SetSnapshotFunc(cfg.Snapshot)
+	if l.HardState().GetTerm() > storage.InitialTerm {
+		// It may have acknowledged a leader's heartbeat before it was
+		// stopped, and so promised to refuse votes for a while (lease.go).
+		r.voteQuietTicks = uint64(cfg.ElectionTicks - 1)
+	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        uint64(cfg.ReplicaID),
 		ElectionTick:              cfg.ElectionTicks,
@@ -333,17 +355,26 @@ func (r *Replica) Tick() {
 	r.expireReads()
 }
 
-// Step hands raft a message that fromNode sent, unless checkStep refuses
-// it (an error wrapping ErrInvalidMessage; raft saw nothing). A sender's
-// replica id not known yet is recorded as living on fromNode.
-func (r *Replica) Step(fromNode ids.NodeID, m *pb.Message) error {
+// Step hands raft a message that fromNode sent at the host's time now,
+// unless checkStep refuses it (an error wrapping ErrInvalidMessage; raft saw
+// nothing). A sender's replica id not known yet is recorded as living on
+// fromNode. A vote request that dropVote refuses is dropped silently, as
+// raft ignores one during its own lease.
+func (r *Replica) Step(fromNode ids.NodeID, m *pb.Message, now int64) error {
 	if err := r.checkStep(fromNode, m); err != nil {
 		return err
 	}
 	if _, ok := r.nodes[ids.ReplicaID(m.GetFrom())]; !ok {
 		r.nodes[ids.ReplicaID(m.GetFrom())] = fromNode
 	}
-	return r.rn.Step(m)
+	if r.dropVote(m) {
+		r.logger().Debug("vote request dropped: replica loaded less than an election timeout ago",
+			"shard", r.cfg.Shard, "replica", r.cfg.ReplicaID, "from", m.GetFrom(), "type", m.GetType())
+		return nil
+	}
+	err := r.rn.Step(m)
+	r.noteHeard(m, now)
+	return err
 }
 
 // ReportUnreachable tells raft a message to replica id could not be sent.

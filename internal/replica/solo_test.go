@@ -25,6 +25,8 @@ type solo struct {
 	eng *storage.Engine
 	r   *Replica
 	ids uint64
+	// now is the host time the test passes to FlushReads and Step.
+	now int64
 }
 
 const soloShard = 1

@@ -53,6 +53,10 @@ type Cluster struct {
 	nodes map[ids.NodeID]*Node
 	descs []*concordpb.ShardDescriptor
 	table *routing.Table
+	// Clock is every host's monotonic clock (Config.Clock); it moves one
+	// tick interval per round of ticks, and by hand (Advance).
+	Clock        *ManualClock
+	tickInterval time.Duration
 }
 
 // Node is one member of a Cluster. Its fields are for reading; change it
@@ -76,7 +80,9 @@ func New(t testing.TB, opts Options) *Cluster {
 		opts.Seed = Seed(t)
 	}
 	rng := rand.New(rand.NewSource(opts.Seed))
-	c := &Cluster{t: t, opts: opts, rng: rng, Net: newNetwork(rng.Int63()), nodes: map[ids.NodeID]*Node{}}
+	c := &Cluster{t: t, opts: opts, rng: rng, Net: newNetwork(rng.Int63()), nodes: map[ids.NodeID]*Node{},
+		Clock: &ManualClock{}}
+	c.Clock.Advance(time.Hour) // no host starts at time 0
 	c.descs = placement(opts)
 	c.table = routing.NewTable(c.descs)
 	for id := ids.NodeID(1); id <= ids.NodeID(opts.Nodes); id++ {
@@ -185,9 +191,11 @@ func (c *Cluster) Start(id ids.NodeID) {
 	// The network delivers under its lock, so Deliver must never wait for
 	// the receiving loop, which may itself be waiting for that lock to send.
 	cfg.MaxInboxBytes = -1
+	cfg.Clock = c.Clock.Now
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
 	}
+	c.tickInterval = cfg.TickInterval
 	n.Host = multiraft.New(cfg, n.Engine, &endpoint{net: c.Net, node: id},
 		func(shard ids.ShardID) replica.StateMachine { return kv.New(uint64(shard)) })
 	c.Net.setUp(id, &peer{host: n.Host, eng: n.Engine})
@@ -258,6 +266,7 @@ func (c *Cluster) Heal(node ids.NodeID) { c.Net.Heal(node) }
 func (c *Cluster) Tick(n int) {
 	for range n {
 		c.Net.advance()
+		c.Clock.Advance(c.tickInterval)
 		for _, node := range c.Nodes() {
 			if node.Host != nil {
 				node.ticks.Tick()
@@ -273,6 +282,7 @@ func (c *Cluster) Tick(n int) {
 func (c *Cluster) TickOnly(n int, nodes ...ids.NodeID) {
 	for range n {
 		c.Net.advance()
+		c.Clock.Advance(c.tickInterval)
 		for _, id := range nodes {
 			if node := c.nodes[id]; node.Host != nil {
 				node.ticks.Tick()

@@ -117,6 +117,9 @@ func TestReadIndex(t *testing.T) {
 		t.Fatalf("after ReadIndex the leader reads %q, want the committed \"v\"", v)
 	}
 	c.Cut(leader)
+	// Past the lease the first read gave it: until then the cut-off leader
+	// may still serve reads, since no other can be elected before.
+	c.Clock.Advance(multiraft.DefaultConfig(1).LeaseDuration())
 	done = readAsync(c, leader, 1)
 	// Stepping down ends every read the leader holds.
 	c.RunUntil("the cut-off leader to step down", 200, func() bool { i, ok := h.Info(1); return ok && !i.IsLeader })

@@ -84,6 +84,10 @@ func TestLeaderGoneElectsAtOnce(t *testing.T) {
 			w := &leaderWatch{t: t, c: c, shard: shard, byTerm: map[uint64]ids.NodeID{}}
 			w.check()
 			c.Stop(old)
+			// The leader died a while before the event (a node is declared
+			// dead after seconds of silence): its followers forget it at
+			// once. TestLeaderGoneWaitsOutTheLease covers a recent leader.
+			c.Clock.Advance(multiraft.DefaultConfig(1).LeaseDuration())
 			var survivors []ids.NodeID
 			for _, n := range c.Nodes() {
 				if n.Host != nil {

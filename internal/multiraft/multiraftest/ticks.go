@@ -2,6 +2,7 @@ package multiraftest
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-kv/concord/internal/multiraft"
@@ -38,3 +39,16 @@ func (m *ManualTicks) Tick() bool {
 		return false
 	}
 }
+
+// ManualClock is a Config.Clock that moves only when told to. A Cluster
+// shares one among its hosts and moves it one TickInterval with every
+// round of ticks (Tick, TickOnly), so that no host's ticks ever run faster
+// than the clock, as with real ticks; Advance moves it on its own, as time
+// passing while hosts stand still (a paused process, a stopped one).
+type ManualClock struct{ ns atomic.Int64 }
+
+// Now implements Config.Clock.
+func (m *ManualClock) Now() int64 { return m.ns.Load() }
+
+// Advance moves the clock d forward.
+func (m *ManualClock) Advance(d time.Duration) { m.ns.Add(int64(d)) }

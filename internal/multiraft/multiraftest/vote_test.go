@@ -9,6 +9,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
 )
 
@@ -57,6 +58,10 @@ func TestVoteSurvivesRestart(t *testing.T) {
 
 	c.Stop(voter)
 	c.Start(voter)
+	// A restarted voter ignores vote requests for its first election
+	// timeout less a tick (it may back a leader's read lease; see
+	// replica/lease.go); raft's own timer cannot fire before.
+	c.TickOnly(multiraft.DefaultConfig(1).ElectionTicks-1, voter)
 
 	var answered, granted bool
 	c.Net.Intercept(func(from, to ids.NodeID, env *concordpb.RaftEnvelope) bool {

@@ -1,0 +1,254 @@
+package multiraftest_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
+	"github.com/concord-kv/concord/internal/replica"
+)
+
+// leaseDuration is the hosts' default read lease.
+var leaseDuration = multiraft.DefaultConfig(1).LeaseDuration()
+
+func leaseReads(t *testing.T, h *multiraft.Host) uint64 {
+	t.Helper()
+	i, ok := h.Info(1)
+	if !ok {
+		t.Fatal("no replica of shard 1")
+	}
+	return i.LeaseReads
+}
+
+// readServed runs one linearizable read of key on node's host and returns
+// its result once the loop served it, by lease or by a round that can
+// complete (the read's goroutine may still be on its way: await).
+func readServed(t *testing.T, c *multiraftest.Cluster, node ids.NodeID, key string) readResult {
+	t.Helper()
+	h := c.Node(node).Host
+	r0, l0 := rounds(t, h), leaseReads(t, h)
+	done := readKey(t, h, key)
+	c.RunUntil("the read served by lease or a round", 100, func() bool {
+		return rounds(t, h) > r0 || leaseReads(t, h) > l0
+	})
+	return await(t, done, "a read")
+}
+
+// TestLeaseReadNeedsNoRound protects the point of leases: once a round was
+// answered, reads within the lease are served, with the committed value,
+// by no round at all; with LeaseReads off every read takes a round.
+func TestLeaseReadNeedsNoRound(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) { cfg.LeaseReads = on }})
+		leader := c.WaitLeader(1)
+		c.Put("k", "v")
+		h := c.Node(leader).Host
+		if res := readServed(t, c, leader, "k"); res.err != nil || res.val != "v" {
+			t.Fatalf("first read: %+v", res)
+		}
+		r0, l0 := rounds(t, h), leaseReads(t, h)
+		// The commit index moves; the clock does not (no tick: the put is
+		// applied by the time the cluster settles).
+		call := c.Propose(leader, 1, put("k", "v2"))
+		c.RunUntil("v2 applied on the leader", 100, func() bool { v, _ := c.Get(leader, "k"); return v == "v2" })
+		if await(t, call.Ended(), "the put"); call.Err != nil {
+			t.Fatalf("put: %v", call.Err)
+		}
+		for range 3 {
+			if res := readServed(t, c, leader, "k"); res.err != nil || res.val != "v2" {
+				t.Fatalf("lease reads %v: read %+v, want \"v2\"", on, res)
+			}
+		}
+		gotRounds, gotLease := rounds(t, h)-r0, leaseReads(t, h)-l0
+		t.Logf("lease reads %v: 3 reads took %d rounds, %d served by lease", on, gotRounds, gotLease)
+		if on && (gotRounds != 0 || gotLease != 3) {
+			t.Fatalf("3 reads inside the lease took %d rounds (%d by lease), want 0 (3)", gotRounds, gotLease)
+		}
+		if !on && (gotRounds != 3 || gotLease != 0) {
+			t.Fatalf("lease reads off: 3 reads took %d rounds (%d by lease), want 3 (0)", gotRounds, gotLease)
+		}
+	}
+}
+
+// TestLeaseRenewedBeforeItRunsOut protects a loaded leader's lease: a read
+// in the second half of the lease is served by lease and also sends a
+// round that renews it, so reads keep going without waiting for a round.
+func TestLeaseRenewedBeforeItRunsOut(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	c.Put("k", "v")
+	h := c.Node(leader).Host
+	readServed(t, c, leader, "k") // a round: the lease starts
+	for i := range 10 {
+		c.Clock.Advance(leaseDuration * 6 / 10) // past half of what is left
+		r0, l0 := rounds(t, h), leaseReads(t, h)
+		if res := readServed(t, c, leader, "k"); res.err != nil || res.val != "v" {
+			t.Fatalf("read %d: %+v", i, res)
+		}
+		if leaseReads(t, h)-l0 != 1 || rounds(t, h)-r0 != 1 {
+			t.Fatalf("read %d, late in the lease: %d by lease, %d rounds; want 1 and a renewal round", i,
+				leaseReads(t, h)-l0, rounds(t, h)-r0)
+		}
+	}
+}
+
+// TestExpiredLeaseNeverServesStale protects lease reads across a partition
+// (the in-process form of a SIGSTOPped leader: its timers stand still, the
+// clock does not). The old leader holds a lease; it is cut off and only the
+// others tick, so the clock passes its lease while they elect a new leader
+// and commit a new value. A read queued at the old leader, which still
+// believes it leads, must never return the old value: it may only fail
+// (or return the new one). The lease-ignores-expiry mutant serves it.
+func TestExpiredLeaseNeverServesStale(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	old := c.WaitLeader(1)
+	c.Put("k", "old")
+	h := c.Node(old).Host
+	readServed(t, c, old, "k")
+	if res := readServed(t, c, old, "k"); res.err != nil || leaseReads(t, h) == 0 {
+		t.Fatalf("the old leader holds no lease (%+v); the test proves nothing", res)
+	}
+	others := othersOf(c, old)
+	c.Cut(old)
+	runOnly(t, c, "a new leader", 500, others, func() bool { l := c.Leader(1); return l != 0 && l != old })
+	leader := c.Leader(1)
+	put := c.Propose(leader, 1, put("k", "new"))
+	runOnly(t, c, "the new value applied on the new leader", 500, others, func() bool { v, _ := c.Get(leader, "k"); return v == "new" })
+	await(t, put.Ended(), "the put on the new leader")
+	if put.Err != nil {
+		t.Fatalf("put on the new leader: %v", put.Err)
+	}
+	if i, _ := h.Info(1); !i.IsLeader {
+		t.Fatal("the old leader already stepped down; the test proves nothing")
+	}
+	r0 := rounds(t, h)
+	stale := readKey(t, h, "k")
+	l0 := leaseReads(t, h)
+	c.RunUntil("the old leader to take the read", 5, func() bool { return rounds(t, h) > r0 || leaseReads(t, h) > l0 })
+	c.Heal(old)
+	c.RunUntil("the old leader to step down", 500, func() bool { i, ok := h.Info(1); return ok && !i.IsLeader })
+	res := await(t, stale, "the read at the deposed leader")
+	if res.err == nil && res.val != "new" {
+		t.Fatalf("a leader whose lease ran out served %+v after a new leader committed \"new\"", res)
+	}
+	var nl *replica.NotLeaderError
+	if res.err != nil && !errors.As(res.err, &nl) {
+		t.Fatalf("read at the deposed leader: %v, want NotLeaderError", res.err)
+	}
+	t.Logf("read at the deposed leader: err=%v, value %q", res.err, res.val)
+}
+
+func othersOf(c *multiraftest.Cluster, node ids.NodeID) []ids.NodeID {
+	var out []ids.NodeID
+	for _, n := range c.Nodes() {
+		if n.ID != node {
+			out = append(out, n.ID)
+		}
+	}
+	return out
+}
+
+// TestTransferEndsLeaseForTheTerm protects lease reads against leader
+// transfer, whose forced campaign voters grant despite their lease: once a
+// transfer started, the leader serves no read by lease for the rest of its
+// term, even after the transfer is abandoned and a later round is
+// answered. The transfer's MsgTimeoutNow is dropped on the wire, so the
+// leader keeps leading.
+func TestTransferEndsLeaseForTheTerm(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) { cfg.NoLeaderPreference = true }})
+	leader := c.WaitLeader(1)
+	c.Put("k", "v")
+	h := c.Node(leader).Host
+	readServed(t, c, leader, "k")
+	l0 := leaseReads(t, h)
+	if readServed(t, c, leader, "k"); leaseReads(t, h) == l0 {
+		t.Fatal("no lease read before the transfer; the test proves nothing")
+	}
+	var mu sync.Mutex
+	timeoutNows := 0
+	c.Net.Intercept(func(from, to ids.NodeID, env *concordpb.RaftEnvelope) bool {
+		if decode(t, env).GetType() != pb.MsgTimeoutNow {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		timeoutNows++
+		return true
+	})
+	term := func() uint64 { i, _ := h.Info(1); return i.Term }
+	t0 := term()
+	target := othersOf(c, leader)[0]
+	transfer := make(chan error, 1)
+	go func() { transfer <- h.TransferLeader(context.Background(), 1, 0, ids.ReplicaID(target)) }()
+	c.RunUntil("the transfer's MsgTimeoutNow", 100, func() bool { mu.Lock(); defer mu.Unlock(); return timeoutNows > 0 })
+	check := func(when string) {
+		t.Helper()
+		l, r := leaseReads(t, h), rounds(t, h)
+		if res := readServed(t, c, leader, "k"); res.err != nil || res.val != "v" {
+			t.Fatalf("read %s: %+v", when, res)
+		}
+		if leaseReads(t, h) != l || rounds(t, h) != r+1 {
+			t.Fatalf("read %s: %d by lease, %d rounds; want none by lease, one round", when, leaseReads(t, h)-l, rounds(t, h)-r)
+		}
+	}
+	check("while the transfer is under way")
+	// On the loop's state, then the caller (await), which polls it.
+	c.RunUntil("the transfer to be abandoned", 100, func() bool { i, _ := h.Info(1); return i.Transferee == 0 })
+	t.Logf("transfer: %v", await(t, transfer, "the abandoned transfer"))
+	check("after the transfer was abandoned")
+	check("after a round was answered in the same term")
+	if i, _ := h.Info(1); !i.IsLeader || i.Term != t0 {
+		t.Fatalf("node %d leads=%v in term %d, want the leader of term %d still; the test proves nothing", leader, i.IsLeader, i.Term, t0)
+	}
+}
+
+// TestLeaderGoneWaitsOutTheLease protects a live leader's lease from
+// LeaderGone: followers told the leader's node is gone while they heard
+// from it less than a lease ago keep following it; once it has been
+// silent a lease long they forget it and elect another, well before an
+// election timeout.
+func TestLeaderGoneWaitsOutTheLease(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 3, Shards: 1})
+	old := c.WaitLeader(1)
+	c.Put("k", "v")
+	w := &leaderWatch{t: t, c: c, shard: 1, byTerm: map[uint64]ids.NodeID{}}
+	w.check()
+	survivors := othersOf(c, old)
+	c.Cut(old) // silent from now on, though it still believes it leads
+	for _, s := range survivors {
+		c.Node(s).Host.LeaderGone(old)
+	}
+	// Just under a lease of silence, in two steps: one tick, then time alone.
+	c.TickOnly(1, survivors...)
+	c.Clock.Advance(leaseDuration - 3*multiraft.DefaultConfig(1).TickInterval)
+	c.TickOnly(1, survivors...) // the clock is now a tick interval short of the lease
+	for _, s := range survivors {
+		if i, _ := c.Node(s).Host.Info(1); i.LeaderNode != old {
+			t.Fatalf("node %d forgot leader %d heard from less than a lease ago (it follows node %d)", s, old, i.LeaderNode)
+		}
+	}
+	took := 0
+	for ; took <= electionTicks; took++ {
+		w.check()
+		if l := c.Leader(1); l != 0 && l != old {
+			break
+		}
+		c.TickOnly(1, survivors...)
+	}
+	if l := c.Leader(1); l == 0 || l == old {
+		t.Fatalf("no new leader within %d ticks after the lease ran out", electionTicks)
+	}
+	// Raft alone would have needed an election timeout of ticks in all;
+	// two went by before the loop above.
+	if took+2 >= electionTicks {
+		t.Fatalf("new leader %d ticks after the lease ran out; LeaderGone should elect within a few once it has", took)
+	}
+	t.Logf("new leader node %d, %d ticks after the old leader's lease ran out", c.Leader(1), took)
+}
