@@ -304,7 +304,6 @@ func encodeEntry(e *pb.Entry) []byte {
 	return b
 }
 
-
 // TestSetEntryWritesEncodedEntry protects setEntry, which builds a log
 // entry's key and value in the batch itself: what it stores is the
 // entry's key and term-prefixed encoding, for entries of every size (no
