@@ -55,7 +55,9 @@ func (s *KV) Stream(stream concordpb.KV_StreamServer) error {
 
 	slots := make(chan struct{}, maxStreamInFlight)
 	var calls sync.WaitGroup
-	recvErr := s.startCalls(ctx, stream, slots, &calls, replies)
+	w := &callWorkers{s: s, ctx: ctx, slots: slots, calls: &calls, replies: replies, work: make(chan *concordpb.StreamCall)}
+	recvErr := s.startCalls(ctx, stream, w)
+	close(w.work) // idle workers end; busy ones end after their call
 	calls.Wait()
 	close(replies)
 	sendErr := <-sent
@@ -67,8 +69,7 @@ func (s *KV) Stream(stream concordpb.KV_StreamServer) error {
 
 // startCalls reads the stream and starts each call it carries, until the
 // client closes its side, the stream fails or ctx ends.
-func (s *KV) startCalls(ctx context.Context, stream concordpb.KV_StreamServer, slots chan struct{},
-	calls *sync.WaitGroup, replies chan<- *concordpb.StreamReply) error {
+func (s *KV) startCalls(ctx context.Context, stream concordpb.KV_StreamServer, w *callWorkers) error {
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -76,16 +77,55 @@ func (s *KV) startCalls(ctx context.Context, stream concordpb.KV_StreamServer, s
 		}
 		for _, call := range req.GetCalls() {
 			select {
-			case slots <- struct{}{}:
+			case w.slots <- struct{}{}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			calls.Add(1)
-			go func() {
-				defer func() { <-slots; calls.Done() }()
-				replies <- s.serveCall(ctx, call)
-			}()
+			w.start(call)
 		}
+	}
+}
+
+// callWorkers run a stream's calls. A worker outlives its call and takes
+// the next one: a goroutine started per call began with a small stack and
+// grew it (copied it) on every write, since a command's marshal is deep —
+// 3 % of server CPU at put c100 (docs/benchmarks.md, "Decode once"). A
+// worker keeps its grown stack, and there are never more workers than
+// maxStreamInFlight.
+type callWorkers struct {
+	s       *KV
+	ctx     context.Context
+	slots   chan struct{} // one per call in flight; the caller takes it
+	calls   *sync.WaitGroup
+	replies chan<- *concordpb.StreamReply
+	work    chan *concordpb.StreamCall // unbuffered: only idle workers take from it
+	n       int                        // workers started; touched only by startCalls
+}
+
+// start runs call, the caller holding a slot for it, on an idle worker or a
+// new one; once every allowed worker exists it waits for one to be idle
+// (soon: a slot was free, so at least one has finished its call).
+func (w *callWorkers) start(call *concordpb.StreamCall) {
+	select {
+	case w.work <- call:
+		return
+	default:
+	}
+	if w.n >= maxStreamInFlight {
+		w.work <- call
+		return
+	}
+	w.n++
+	w.calls.Add(1)
+	go w.run(call)
+}
+
+// run serves call, then each call handed to it, until work is closed.
+func (w *callWorkers) run(call *concordpb.StreamCall) {
+	defer w.calls.Done()
+	for ok := true; ok; call, ok = <-w.work {
+		w.replies <- w.s.serveCall(w.ctx, call)
+		<-w.slots
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -105,4 +106,35 @@ func TestStreamAnswersEveryCallAsUnary(t *testing.T) {
 	if methods["/concord.v1.KV/Get"] != 31 || methods["/concord.v1.KV/Scan"] != 1 {
 		t.Fatalf("interceptor saw %v, want 31 Gets and 1 Scan", methods)
 	}
+}
+
+// TestStreamCallWorkersAreReused protects the stream's worker reuse: calls
+// that follow one another run on the worker that served the first (which
+// keeps its grown stack), and calls in flight together each get a worker,
+// every call answered once.
+func TestStreamCallWorkersAreReused(t *testing.T) {
+	replies := make(chan *concordpb.StreamReply, 64)
+	var calls sync.WaitGroup
+	w := &callWorkers{s: &KV{}, ctx: context.Background(), slots: make(chan struct{}, maxStreamInFlight),
+		calls: &calls, replies: replies, work: make(chan *concordpb.StreamCall)}
+	for i := uint64(1); i <= 50; i++ {
+		w.slots <- struct{}{}
+		w.start(&concordpb.StreamCall{Id: i}) // no request: answered at once with InvalidArgument
+		if r := <-replies; r.GetId() != i || codes.Code(r.GetCode()) != codes.InvalidArgument {
+			t.Fatalf("call %d: reply %v", i, r)
+		}
+		// The worker releases the slot after replying; wait for it, so the
+		// next call finds the worker idle (or about to be).
+		for len(w.slots) != 0 {
+			runtime.Gosched()
+		}
+	}
+	// Mostly 1; a call that arrives while the worker is between releasing
+	// its slot and waiting for work starts another. A goroutine per call
+	// would be 50.
+	if w.n > 25 {
+		t.Fatalf("50 calls one after another started %d workers, want them reused", w.n)
+	}
+	close(w.work)
+	calls.Wait() // every worker ends once work is closed
 }

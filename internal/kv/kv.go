@@ -127,15 +127,23 @@ func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescripto
 	if res := sm.checkOps(desc, e, ops); res != nil {
 		return res, nil
 	}
-	res := &storepb.CommandResult{}
+	one := &oneOpResult{}
+	res := &one.res
+	if len(ops) > 0 {
+		res.Results = one.results[:0]
+	}
 	skip := 0 // ops still to skip
-	for _, op := range ops {
+	for i, op := range ops {
 		if skip > 0 {
 			skip--
 			res.Results = append(res.Results, &concordpb.OpResult{Skipped: true})
 			continue
 		}
-		r, err := sm.applyOp(b, e, op)
+		var blank *concordpb.OpResult // the block's, for the first op
+		if i == 0 {
+			blank = &one.op
+		}
+		r, err := sm.applyOp(b, e, op, blank)
 		if err != nil {
 			return nil, err
 		}
@@ -145,6 +153,15 @@ func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescripto
 		res.Results = append(res.Results, r)
 	}
 	return res, nil
+}
+
+// oneOpResult is a command's result with room for one op's: a one-op
+// command (every Put) allocates its result once, not three times, on
+// every replica.
+type oneOpResult struct {
+	res     storepb.CommandResult
+	results [1]*concordpb.OpResult
+	op      concordpb.OpResult // a blind PUT's (empty) result
 }
 
 // checkOps refuses a command with an op outside the shard's hash range or

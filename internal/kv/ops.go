@@ -103,9 +103,14 @@ func blind(op *concordpb.Op) bool {
 		op.GetCondition() == concordpb.Condition_CONDITION_NONE
 }
 
-func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op) (*concordpb.OpResult, error) {
+// applyOp applies op; a blind PUT's result is blank when the caller has
+// one (oneOpResult), else a new one.
+func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op, blank *concordpb.OpResult) (*concordpb.OpResult, error) {
 	if blind(op) {
-		return &concordpb.OpResult{}, e.blindPut(sm.unread(b, op.GetKey()), op)
+		if blank == nil {
+			blank = &concordpb.OpResult{}
+		}
+		return blank, e.blindPut(sm.unread(b, op.GetKey()), op)
 	}
 	s, err := sm.load(b, op.GetKey(), e.nowMs)
 	if err != nil {

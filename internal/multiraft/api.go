@@ -115,7 +115,8 @@ func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadV
 	}
 }
 
-// Deliver queues messages a peer node sent. A batch that carries entries
+// Deliver queues messages a peer node sent; their entries keep referring
+// to the envelopes' message bytes, which the caller must not reuse. A batch that carries entries
 // waits while the inbox is full (Config.MaxInboxBytes), until the loop
 // takes it, the host stops or ctx (the receiving stream's) ends.
 func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error {
@@ -123,8 +124,8 @@ func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concord
 	var size int64
 	bulk := false
 	for _, env := range envs {
-		m := &pb.Message{}
-		if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
+		m, err := decodeMessage(env.GetMessage()) // m's entries alias the envelope's bytes
+		if err != nil {
 			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
 		}
 		msgs = append(msgs, inMsg{fromNode: fromNode, shard: ids.ShardID(env.GetShardId()), m: m, via: viaRaftStream})

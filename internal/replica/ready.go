@@ -211,11 +211,11 @@ func (r *Replica) applyEntry(b *pebble.Batch, e *pb.Entry) error {
 		if len(e.GetData()) == 0 {
 			return nil // the empty entry a new leader appends
 		}
-		var cmd storepb.Command
-		if err := proto.Unmarshal(e.GetData(), &cmd); err != nil {
+		cmd, err := r.dec.Decode(e.GetData())
+		if err != nil {
 			return fmt.Errorf("decode command: %w", err)
 		}
-		res, err := r.sm.Apply(b, r.desc, &cmd)
+		res, err := r.sm.Apply(b, r.desc, cmd)
 		if err != nil {
 			return err
 		}

@@ -33,6 +33,9 @@ import (
 // SnapshotInstalled is called after a raft snapshot replaced the shard's
 // state span, before any later entry is applied: whatever it kept in memory
 // about that state is stale and must be dropped.
+//
+// The command Apply gets is valid only during the call, and may alias the
+// entry's data (storepb.CommandDecoder): Apply must not keep it or its ops.
 type StateMachine interface {
 	Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error)
 	Flush(b *pebble.Batch) error
@@ -146,6 +149,8 @@ type Replica struct {
 	log *storage.RaftLog
 	rn  *raft.RawNode
 	sm  StateMachine
+	// dec decodes the commands applyEntry hands to sm, reusing its structs.
+	dec storepb.CommandDecoder
 
 	// desc, applied and appliedTerm are the state as of the last applied entry.
 	desc                 *concordpb.ShardDescriptor

@@ -13,7 +13,7 @@ import (
 
 // openEngine opens an engine in dir and closes it when the test ends, unless
 // the test closed it itself.
-func openEngine(t *testing.T, dir string) *Engine {
+func openEngine(t testing.TB, dir string) *Engine {
 	t.Helper()
 	e, err := Open(dir)
 	if err != nil {

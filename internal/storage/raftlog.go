@@ -32,6 +32,8 @@ type RaftLog struct {
 
 	// cache holds the newest entries, which raft reads back soonest.
 	cache entryCache
+	// logPrefix starts every log entry key of the shard (setEntry).
+	logPrefix []byte
 
 	// snapshot builds the snapshot raft asks for; set by the replica.
 	snapshot func() (*pb.Snapshot, error)
@@ -189,7 +191,7 @@ func (l *RaftLog) Append(b *pebble.Batch, ents []*pb.Entry) error {
 		if e.GetIndex() != first+uint64(i) {
 			return fmt.Errorf("storage: shard %d: append of non-contiguous entries at %d", l.shard, e.GetIndex())
 		}
-		if err := b.Set(keys.LogEntry(l.shard, e.GetIndex()), encodeEntry(e), nil); err != nil {
+		if err := l.setEntry(b, e); err != nil {
 			return err
 		}
 	}
@@ -245,13 +247,27 @@ func (l *RaftLog) ResetToSnapshot(index, term uint64, hs *pb.HardState) {
 	l.cache.clear()
 }
 
-func encodeEntry(e *pb.Entry) []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 8+proto.Size(e)), e.GetTerm())
-	b, err := proto.MarshalOptions{}.MarshalAppend(b, e)
-	if err != nil {
-		panic(fmt.Sprintf("storage: marshal raft entry: %v", err)) // cannot fail for a valid message
+// setEntry writes e into b: an 8-byte big-endian term, then the
+// marshalled entry (decodeEntry reads it back), key and value built
+// in the batch itself: Set would copy a built key and value, two
+// allocations and a copy of the entry per entry on every replica.
+func (l *RaftLog) setEntry(b *pebble.Batch, e *pb.Entry) error {
+	if l.logPrefix == nil {
+		k := keys.LogEntry(l.shard, 0)
+		l.logPrefix = k[:len(k)-8]
 	}
-	return b
+	size := proto.Size(e)
+	op := b.SetDeferred(len(l.logPrefix)+8, 8+size)
+	binary.BigEndian.PutUint64(op.Key[copy(op.Key, l.logPrefix):], e.GetIndex()) // keys.LogEntry
+	binary.BigEndian.PutUint64(op.Value, e.GetTerm())
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(op.Value[8:8], e)
+	if err != nil {
+		return fmt.Errorf("storage: marshal raft entry: %w", err)
+	}
+	if len(out) != size || (size > 0 && &out[0] != &op.Value[8]) {
+		return fmt.Errorf("storage: raft entry %d marshalled to %d bytes, sized %d", e.GetIndex(), len(out), size)
+	}
+	return op.Finish()
 }
 
 func decodeEntry(v []byte) (*pb.Entry, error) {

@@ -1,0 +1,205 @@
+package multiraft
+
+import (
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// decodeMessage decodes a raft message a peer sent, as proto.Unmarshal
+// does into a fresh pb.Message, but an append, heartbeat, vote or
+// acknowledgement — nearly all peer traffic — in at most three allocations
+// instead of one per field and five per entry (raftpb's optional fields are
+// pointers): the message's scalars live in one block, its entries and
+// theirs in another, and entry data and context alias data, which the
+// caller must not change afterwards (a RaftEnvelope's message is its own:
+// proto.Unmarshal copied it out of the frame).
+//
+// Anything else (a snapshot, responses, a field it does not know, an enum
+// value raftpb does not define, bytes that do not parse) goes to
+// proto.Unmarshal, so the result is always what proto.Unmarshal gives
+// (FuzzDecodeMessage).
+func decodeMessage(data []byte) (*pb.Message, error) {
+	if m, ok := decodeMessageFast(data); ok {
+		return m, nil
+	}
+	m := &pb.Message{}
+	if err := proto.Unmarshal(data, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// messageBlock holds a message and the values its optional fields point to.
+type messageBlock struct {
+	m                                                     pb.Message
+	typ                                                   pb.MessageType
+	to, from, term, logTerm, index, commit, vote, rejHint uint64
+	reject                                                bool
+}
+
+// entryBlock holds an entry and the values its optional fields point to.
+type entryBlock struct {
+	e           pb.Entry
+	term, index uint64
+	typ         pb.EntryType
+}
+
+func decodeMessageFast(data []byte) (*pb.Message, bool) {
+	n, ok := countEntries(data)
+	if !ok {
+		return nil, false
+	}
+	blk := &messageBlock{}
+	var ents []entryBlock
+	if n > 0 {
+		ents = make([]entryBlock, n)
+		blk.m.Entries = make([]*pb.Entry, 0, n)
+	}
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return nil, false
+		}
+		data = data[l:]
+		switch typ {
+		case protowire.VarintType:
+			v, l := protowire.ConsumeVarint(data)
+			if l < 0 || !blk.set(num, v) {
+				return nil, false
+			}
+			data = data[l:]
+		case protowire.BytesType:
+			v, l := protowire.ConsumeBytes(data)
+			if l < 0 {
+				return nil, false
+			}
+			data = data[l:]
+			switch num {
+			case 7:
+				e := &ents[len(blk.m.Entries)]
+				if !e.decode(v) {
+					return nil, false
+				}
+				blk.m.Entries = append(blk.m.Entries, &e.e)
+			case 12:
+				blk.m.Context = present(v)
+			default: // snapshot, responses, unknown: proto's
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	return &blk.m, true
+}
+
+// countEntries counts the entries field's occurrences in a message; false
+// if it does not parse.
+func countEntries(data []byte) (int, bool) {
+	n := 0
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		l = protowire.ConsumeFieldValue(num, typ, data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		if num == 7 && typ == protowire.BytesType {
+			n++
+		}
+	}
+	return n, true
+}
+
+// set sets the message's varint field num to v; false for a field it does
+// not take (unknown, or an enum value raftpb does not define: proto2 enums
+// are closed, and proto keeps such a value among unknown fields).
+func (b *messageBlock) set(num protowire.Number, v uint64) bool {
+	m := &b.m
+	switch num {
+	case 1:
+		t := pb.MessageType(int32(v))
+		if _, ok := pb.MessageType_name[int32(t)]; !ok {
+			return false
+		}
+		b.typ, m.Type = t, &b.typ
+	case 2:
+		b.to, m.To = v, &b.to
+	case 3:
+		b.from, m.From = v, &b.from
+	case 4:
+		b.term, m.Term = v, &b.term
+	case 5:
+		b.logTerm, m.LogTerm = v, &b.logTerm
+	case 6:
+		b.index, m.Index = v, &b.index
+	case 8:
+		b.commit, m.Commit = v, &b.commit
+	case 10:
+		b.reject, m.Reject = protowire.DecodeBool(v), &b.reject
+	case 11:
+		b.rejHint, m.RejectHint = v, &b.rejHint
+	case 13:
+		b.vote, m.Vote = v, &b.vote
+	default:
+		return false
+	}
+	return true
+}
+
+// decode decodes an entry into e; false for anything proto would keep as
+// an unknown field.
+func (e *entryBlock) decode(data []byte) bool {
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return false
+		}
+		data = data[l:]
+		if num == 4 && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(data)
+			if l < 0 {
+				return false
+			}
+			e.e.Data, data = present(v), data[l:]
+			continue
+		}
+		if typ != protowire.VarintType {
+			return false
+		}
+		v, l := protowire.ConsumeVarint(data)
+		if l < 0 {
+			return false
+		}
+		data = data[l:]
+		switch num {
+		case 1:
+			t := pb.EntryType(int32(v))
+			if _, ok := pb.EntryType_name[int32(t)]; !ok {
+				return false
+			}
+			e.typ, e.e.Type = t, &e.typ
+		case 2:
+			e.term, e.e.Term = v, &e.term
+		case 3:
+			e.index, e.e.Index = v, &e.index
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// present is a proto2 bytes field's value as proto.Unmarshal sets it: never
+// nil once the field is present, and capped so an append copies.
+func present(v []byte) []byte {
+	if len(v) == 0 {
+		return []byte{}
+	}
+	return v[:len(v):len(v)]
+}
