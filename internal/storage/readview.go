@@ -62,6 +62,7 @@ type ReadView struct {
 	first  lentIter     // base, as lent
 	free   []*lentIter  // iterators of the view no read holds
 	buf    [2]*lentIter // free's first array: no allocation for few readers
+	upper  [48]byte     // first's bound buffer: no allocation for short keys
 	clones int          // clones of base made (guarded by mu; for tests)
 	refs   atomic.Int64
 }
@@ -83,6 +84,7 @@ func (e *Engine) NewReadView(refs int) (*ReadView, error) {
 	}
 	v := &ReadView{e: e, base: it}
 	v.first = lentIter{v: v, it: it}
+	v.first.upper = v.upper[:0]
 	v.buf[0] = &v.first
 	v.free = v.buf[:1]
 	v.refs.Store(int64(max(refs, 1)))
