@@ -46,7 +46,7 @@ func (e *Engine) Read(f func(r Reader) error) error {
 // (same memtables and sstables), so they run in parallel; clones are kept
 // for later borrowers. Before lending, each read cloned the base: the
 // clone (building a merging iterator over every memtable and level) was
-// 13 % of server CPU at get c100 (docs/benchmarks.md, "Read path CPU").
+// 13–15 % of server CPU at get c100 (docs/benchmarks.md, "Read path CPU").
 //
 // It is reference counted: NewReadView(n) holds n references, and each
 // holder calls Release exactly once; the last one closes the iterators. A
