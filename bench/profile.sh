@@ -6,7 +6,8 @@
 # Output in $OUT (default bench-out/profile): <run>-cpu-n<i>.out,
 # <run>-allocs-n1.out, <run>.json (the bench result), <run>-frames.txt (raft
 # frames and messages each node sent and received per second, from /metrics
-# on BASE+20..), servers' logs. RUNS picks runs (default: put100 get100 put1 get1).
+# on BASE+20..), servers' logs. RUNS picks runs (default: put100 get100 put1 get1;
+# get100warm, after get100, profiles gets with no preload in the window).
 # Read with: go tool pprof -top bin/concord bench-out/profile/put100-cpu-n1.out
 # BIN picks the binary (default bin/concord).
 # Used for the profile section of docs/benchmarks.md. Not part of make test.
@@ -93,6 +94,9 @@ for r in $RUNS; do
 	get100) run get100 --workload get --clients 100 --conns 10 ;;
 	put1) run put1 --workload put --clients 1 ;;
 	get1) run get1 --workload get --clients 1 --preload=false ;;
-	*) echo "profile: unknown run $r (want put100 get100 put1 get1)" >&2 && exit 1 ;;
+	# get100 profiles its own preload (10,000 puts, longer than 2 s on a busy
+	# box) as much as its gets: after it, get100warm profiles gets alone.
+	get100warm) run get100warm --workload get --clients 100 --conns 10 --preload=false ;;
+	*) echo "profile: unknown run $r (want put100 get100 get100warm put1 get1)" >&2 && exit 1 ;;
 	esac
 done

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -130,5 +132,86 @@ func TestReadPointsReusesOneIterator(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadViewLendsIterators protects the point reads of a view: reads
+// one after another borrow the view's iterators instead of cloning one
+// each (no clone at all for reads in turn), reads at the same time each
+// get their own, and every read, borrowed iterator or clone, sees the
+// view's state, never a write committed after it nor the previous read's
+// key.
+func TestReadViewLendsIterators(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	fillShard(t, e.db, 7, "a")
+	const workers = 8
+	v, err := e.NewReadView(1 + workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written after the view: no read of it may see these.
+	if err := e.db.Set(keys.User(7, []byte("a-3")), []byte("later"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.Set(keys.User(7, []byte("a-new")), []byte("later"), nil); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		key   string
+		found bool
+	}{{"a-3", true}, {"a-", false}, {"a-1", true}, {"a-new", false}, {"a-3", true}, {"zz", false}, {"a-2", true}}
+	check := func(r Reader) error {
+		for _, c := range cases {
+			val, closer, err := r.Get(keys.User(7, []byte(c.key)))
+			if !c.found {
+				if !errors.Is(err, pebble.ErrNotFound) {
+					return fmt.Errorf("Get(%q) = %q, %v; want ErrNotFound", c.key, val, err)
+				}
+				continue
+			}
+			if err != nil || string(val) != "a" {
+				return fmt.Errorf("Get(%q) = %q, %v; want \"a\"", c.key, val, err)
+			}
+			if err := closer.Close(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for range 3 {
+		if err := v.Read(check); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v.Release()
+	v.mu.Lock()
+	clones := v.clones
+	v.mu.Unlock()
+	if clones != 0 {
+		t.Fatalf("%d reads in turn made %d clones, want 0 (each borrows the view's iterator)", 3*len(cases), clones)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer v.Release()
+			for range 50 {
+				if err := v.Read(check); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if v.clones > workers {
+		t.Fatalf("%d concurrent readers made %d clones, want at most one each", workers, v.clones)
 	}
 }
