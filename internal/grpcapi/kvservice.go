@@ -29,8 +29,8 @@ type KV struct {
 	b      KVBackend
 	limits Limits
 	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
-	merge  readMerger                  // forwarded read-only batches (readmerge.go)
-	wmerge writeMerger                 // forwarded write batches (writemerge.go)
+	merge  mergeQueue[*queuedOps]      // forwarded read-only batches (readmerge.go)
+	wmerge mergeQueue[*queuedOps]      // forwarded write batches (writemerge.go)
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.

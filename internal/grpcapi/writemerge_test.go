@@ -44,14 +44,7 @@ func TestForwardedWritesMerge(t *testing.T) {
 		}()
 		return ch
 	}
-	queued := func() int { // -1 until a batch is taken and in flight
-		kv1.wmerge.mu.Lock()
-		defer kv1.wmerge.mu.Unlock()
-		if q := kv1.wmerge.queues[shard]; q != nil && q.sending {
-			return len(q.waiting)
-		}
-		return -1
-	}
+	queued := func() int { return kv1.wmerge.waiting(shard) } // -1 until a batch is taken and in flight
 	check := func(name string, ch chan answer, want ...string) {
 		t.Helper()
 		a := <-ch
