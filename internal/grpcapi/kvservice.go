@@ -17,7 +17,6 @@ import (
 	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
-	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // KV implements the KV gRPC service. Mutations go through raft on the shard
@@ -31,6 +30,7 @@ type KV struct {
 	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
 	merge  mergeQueue[*queuedOps]      // forwarded read-only batches (readmerge.go)
 	wmerge mergeQueue[*queuedOps]      // forwarded write batches (writemerge.go)
+	pmerge mergeQueue[*queuedOps]      // write batches proposed here (proposemerge.go)
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
@@ -157,13 +157,15 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 				return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(req.GetHeader()), Ops: req.GetOps()})
 			})
 		}
-		// The stamp is this leader's clock: the state machine turns TTLs into
-		// absolute times from it (on the shard's clock), once, for every replica.
-		cmd := &storepb.Command{UnixNanos: time.Now().UnixNano(), Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
-			SessionId: req.GetHeader().GetSessionId(), Seq: req.GetHeader().GetSeq(), Ops: req.GetOps(),
-			MaxValueBytes: int64(s.limits.MaxValueBytes),
-		}}}
-		res, err := s.b.Propose(ctx, shard, cmd)
+		if req.GetHeader().GetSessionId() == 0 && !alone {
+			resp, err := s.proposeMerged(ctx, shard, req.GetOps())
+			if err != errSendAlone {
+				return resp, err
+			}
+			alone = true // refused whole, dropped, or no longer led here: the ordinary path
+			continue
+		}
+		res, err := s.b.Propose(ctx, shard, s.kvCommand(req.GetHeader(), req.GetOps()))
 		if err != nil && refusedBeforeLog(err) && time.Now().Before(retryUntil) && pause(ctx, leaderPoll) {
 			continue // raft did not take it (a leadership change under way): route it again
 		}

@@ -44,6 +44,12 @@ func mergeable(h *concordpb.RequestHeader) bool {
 func (s *KV) forwardMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
 	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
 	s.merge.add(shard, q, s.fitReads, func(batch []*queuedOps) { s.sendOneMerged(shard, batch) })
+	return awaitQueued(ctx, q)
+}
+
+// awaitQueued waits for q's answer, or for ctx to end. A write cut short,
+// sent or not, may still apply: its context error is ambiguous.
+func awaitQueued(ctx context.Context, q *queuedOps) (*concordpb.BatchResponse, error) {
 	select {
 	case r := <-q.done:
 		return r.resp, r.err
@@ -87,13 +93,9 @@ func (s *KV) sendOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	if err == nil && len(resp.GetResults()) != len(ops) {
 		err = status.Errorf(codes.Internal, "a merged read of %d keys answered with %d results", len(ops), len(resp.GetResults()))
 	}
-	res := resp.GetResults()
-	for _, q := range batch {
-		if err != nil {
-			q.done <- queuedResult{err: err}
-			continue
-		}
-		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: resp.GetHeader(), Results: res[:len(q.ops):len(q.ops)]}}
-		res = res[len(q.ops):]
+	if err != nil {
+		answerAll(batch, queuedResult{err: err})
+		return
 	}
+	answerParts(batch, resp.GetHeader(), resp.GetResults())
 }

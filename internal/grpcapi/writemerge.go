@@ -43,13 +43,7 @@ func writeMergeable(h *concordpb.RequestHeader) bool {
 func (s *KV) forwardWriteMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
 	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
 	s.wmerge.add(shard, q, s.fitWrites, func(batch []*queuedOps) { s.sendOneWriteMerged(shard, batch) })
-	select {
-	case r := <-q.done:
-		return r.resp, r.err
-	case <-ctx.Done():
-		// Sent or not, it may still apply: as a forward cut short.
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
+	return awaitQueued(ctx, q) // sent or not, a write cut short may still apply: as a forward cut short
 }
 
 // fitWrites returns how many of the queued writes fit in one batch,
@@ -96,9 +90,14 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 		answerAll(batch, queuedResult{err: err})
 		return
 	}
-	res := resp.GetResults()
+	answerParts(batch, resp.GetHeader(), resp.GetResults())
+}
+
+// answerParts answers each of batch with its slice of res (as many
+// results as it has ops, in batch order).
+func answerParts(batch []*queuedOps, h *concordpb.ResponseHeader, res []*concordpb.OpResult) {
 	for _, q := range batch {
-		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: resp.GetHeader(), Results: res[:len(q.ops):len(q.ops)]}}
+		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: h, Results: res[:len(q.ops):len(q.ops)]}}
 		res = res[len(q.ops):]
 	}
 }
