@@ -135,13 +135,18 @@ func (g *pending) flush() []*call {
 // chainShard returns the shard of a plan whose ops all fall in one shard;
 // false for plans over several shards, and when the node does not know the
 // shards yet.
-func (c *conn) chainShard(p *plan) (uint64, bool) {
-	if len(p.ops) == 0 {
+func (c *conn) chainShard(p *plan) (uint64, bool) { return c.oneShard(p.ops) }
+
+// oneShard returns the shard of ops when they all fall in one; false for
+// ops over several shards, none, or when the node does not know the
+// shards yet.
+func (c *conn) oneShard(ops []*concordpb.Op) (uint64, bool) {
+	if len(ops) == 0 {
 		return 0, false
 	}
 	// Called for every planned command: no grouping, no allocation.
-	shard, ok := c.s.b.ShardOf(p.ops[0].GetKey())
-	for _, op := range p.ops[1:] {
+	shard, ok := c.s.b.ShardOf(ops[0].GetKey())
+	for _, op := range ops[1:] {
 		if !ok {
 			break
 		}
@@ -163,23 +168,18 @@ func opBytes(p *plan) int {
 // chain or a read chain). If the batch is refused as a whole before
 // anything applied (bad input: one command's TTL, a limit), each command
 // runs alone instead, so that only the bad one gets the error.
-func (c *conn) execChain(cl *call) {
+func (c *conn) execChain(ctx context.Context, cl *call) {
 	calls := append([]*call{cl}, cl.chain...)
 	var ops []*concordpb.Op
 	for _, x := range calls {
 		ops = append(ops, x.plan.ops...)
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-	defer cancel()
-	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
+	res, err := c.batch(ctx, ops)
 	if err != nil && refused(err) {
 		for _, x := range calls {
-			c.execPlan(x.plan, x.out)
+			c.execPlan(ctx, x.plan, x.out)
 		}
 		return
-	}
-	if err == nil && len(r.GetResults()) != len(ops) {
-		err = replyError("ERR internal error: a batch answered with the wrong number of results")
 	}
 	if err != nil {
 		for _, x := range calls {
@@ -187,7 +187,6 @@ func (c *conn) execChain(cl *call) {
 		}
 		return
 	}
-	res := r.GetResults()
 	for _, x := range calls {
 		x.plan.render(x.out, res[:len(x.plan.ops)])
 		res = res[len(x.plan.ops):]
