@@ -112,8 +112,8 @@ func (c *conn) readPipeline() ([]*call, error) {
 }
 
 // run runs a pipeline: consecutive key commands whose keys do not conflict
-// run concurrently, consecutive writes to one shard as one batch (a write
-// chain, chain.go); any other command runs alone, after those before it.
+// run concurrently, their writes to one shard as one batch (a write chain,
+// chain.go); any other command runs alone, after those before it.
 func (c *conn) run(calls []*call) {
 	var g pending
 	for _, cl := range calls {
