@@ -34,7 +34,11 @@ type KV struct {
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
-func NewKV(b KVBackend, limits Limits) *KV { return &KV{b: b, limits: limits} }
+func NewKV(b KVBackend, limits Limits) *KV {
+	s := &KV{b: b, limits: limits}
+	s.pmerge.senders = proposeSenders
+	return s
+}
 
 // Get reads one key, at the leader unless the read may be stale.
 func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.GetResponse, error) {

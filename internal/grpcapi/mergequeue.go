@@ -13,18 +13,22 @@ import (
 // batch. The sender runs only while the shard has items, so an idle shard
 // costs no goroutine; it is started by the add that finds none running.
 type mergeQueue[T any] struct {
-	mu     sync.Mutex
-	shards map[ids.ShardID]*shardQueue[T]
+	// senders bounds the senders one shard may run at once (0: one). With
+	// one, a batch waits for the one before it to be answered; with more,
+	// up to that many are in flight, and batches merge only beyond them.
+	senders int
+	mu      sync.Mutex
+	shards  map[ids.ShardID]*shardQueue[T]
 }
 
-// shardQueue is one shard's waiting items; sending while its sender runs.
+// shardQueue is one shard's waiting items and its running senders.
 type shardQueue[T any] struct {
-	sending bool
+	sending int
 	waiting []T
 }
 
-// add queues item for shard and starts the shard's sender unless one
-// runs. The sender calls send with each batch in turn; fit says how many
+// add queues item for shard and starts a sender for the shard unless as
+// many as allowed run. The sender calls send with each batch in turn; fit says how many
 // of the waiting items (at least one) make the next batch.
 func (m *mergeQueue[T]) add(shard ids.ShardID, item T, fit func([]T) int, send func([]T)) {
 	m.mu.Lock()
@@ -37,8 +41,10 @@ func (m *mergeQueue[T]) add(shard ids.ShardID, item T, fit func([]T) int, send f
 		m.shards[shard] = q
 	}
 	q.waiting = append(q.waiting, item)
-	start := !q.sending
-	q.sending = true
+	start := q.sending < max(1, m.senders)
+	if start {
+		q.sending++
+	}
 	m.mu.Unlock()
 	if start {
 		go m.drain(q, fit, send)
@@ -50,7 +56,7 @@ func (m *mergeQueue[T]) drain(q *shardQueue[T], fit func([]T) int, send func([]T
 	for {
 		m.mu.Lock()
 		if len(q.waiting) == 0 {
-			q.sending = false
+			q.sending--
 			m.mu.Unlock()
 			return
 		}
@@ -62,13 +68,13 @@ func (m *mergeQueue[T]) drain(q *shardQueue[T], fit func([]T) int, send func([]T
 	}
 }
 
-// waiting returns how many items of shard wait while its sender runs (one
-// batch of them taken and in flight), or -1 when no sender runs: for
+// waiting returns how many items of shard wait while a sender runs (a
+// batch taken and in flight), or -1 when none runs: for
 // tests that hold a batch in flight and queue others behind it.
 func (m *mergeQueue[T]) waiting(shard ids.ShardID) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if q := m.shards[shard]; q != nil && q.sending {
+	if q := m.shards[shard]; q != nil && q.sending > 0 {
 		return len(q.waiting)
 	}
 	return -1

@@ -1,6 +1,9 @@
 package grpcapi
 
 import (
+	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/concord-kv/concord/internal/ids"
@@ -44,6 +47,40 @@ func TestMergeQueueBatchesInOrder(t *testing.T) {
 	}
 	if b := <-sent; len(b) != 3 || b[0] != 2 || b[1] != 3 || b[2] != 4 {
 		t.Fatalf("second batch %v, want [2 3 4]", b)
+	}
+	waitFor(t, func() bool { return m.waiting(shard) == -1 })
+}
+
+// TestMergeQueueSenders: with two senders allowed, an item that arrives
+// while one is in flight goes out at once on a second; those added while
+// both are in flight wait and go out together; and every sender stops
+// once the queue is empty.
+func TestMergeQueueSenders(t *testing.T) {
+	m := mergeQueue[int]{senders: 2}
+	shard := ids.ShardID(3)
+	gate := make(chan struct{})
+	sent := make(chan []int, 4)
+	var inFlight atomic.Int32
+	send := func(b []int) { inFlight.Add(1); <-gate; inFlight.Add(-1); sent <- append([]int(nil), b...) }
+	all := func(w []int) int { return len(w) }
+	m.add(shard, 1, all, send)
+	waitFor(t, func() bool { return inFlight.Load() == 1 })
+	m.add(shard, 2, all, send)
+	waitFor(t, func() bool { return inFlight.Load() == 2 }) // a second sender took it
+	for i := 3; i <= 5; i++ {
+		m.add(shard, i, all, send)
+	}
+	if n := m.waiting(shard); n != 3 {
+		t.Fatalf("%d waiting behind two senders in flight, want 3 (no third sender)", n)
+	}
+	var got [][]int
+	for range 3 {
+		gate <- struct{}{}
+		got = append(got, <-sent)
+	}
+	slices.SortFunc(got, func(a, b []int) int { return a[0] - b[0] })
+	if fmt.Sprint(got) != "[[1] [2] [3 4 5]]" {
+		t.Fatalf("batches %v, want [1], [2] and [3 4 5]", got)
 	}
 	waitFor(t, func() bool { return m.waiting(shard) == -1 })
 }

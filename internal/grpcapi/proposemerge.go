@@ -14,8 +14,8 @@ import (
 
 // Write batches without a session that this node, as the shard's leader,
 // proposes are merged too (as forwarded ones are, writemerge.go): while
-// one merged proposal of a shard is in flight, the batches that arrive
-// queue and go as the next one, one raft entry for them all. The Redis
+// proposeSenders proposals of a shard are in flight, the batches that
+// arrive queue and go as the next one, one raft entry for them all. The Redis
 // port sends a batch per connection's write chain, and with random keys
 // most chains hold one SET: pipelined SET through the leader was one raft
 // entry per command (each encoded, logged, sent, decoded and applied on
@@ -33,6 +33,13 @@ import (
 // and a dropped one is routed again. Any other error (an ambiguous outcome
 // included) is every part's answer, as it would have been had each gone
 // alone.
+
+// proposeSenders bounds the merged proposals of one shard in flight at
+// once. One alone waits a whole commit (an fsync here and on a follower)
+// before the next leaves, and pipelined SET of one hot key ran at half
+// the rate of unmerged proposals, which raft pipelines; a few in flight
+// keep the log busy while the queue behind them still merges.
+var proposeSenders = 4
 
 // proposeMerged proposes the write batch ops of shard, which this node
 // leads, with the others queued for it, and returns its own part of the

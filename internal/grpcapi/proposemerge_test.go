@@ -30,6 +30,7 @@ func TestLocalWritesMerge(t *testing.T) {
 	gate := make(chan struct{})
 	f.proposeGate, f.echo = gate, true
 	kv := NewKV(f, testLimits)
+	kv.pmerge.senders = 1 // one proposal in flight: the rest queue behind it (TestMergeQueueSenders: more)
 	put := func(k, v string) *concordpb.Op {
 		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v)}
 	}
