@@ -1,7 +1,6 @@
 package grpcapi
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -21,12 +20,7 @@ import (
 func TestLocalWritesMerge(t *testing.T) {
 	f := newFakeNode(t, 1, 4, 1)
 	shard := f.shardOfKey("k")
-	var keys []string // keys of shard
-	for i := 0; len(keys) < 4; i++ {
-		if k := fmt.Sprintf("x%d", i); f.shardOfKey(k) == shard {
-			keys = append(keys, k)
-		}
-	}
+	keys := keysOfShard(f, shard, 4)
 	gate := make(chan struct{})
 	f.proposeGate, f.echo = gate, true
 	kv := NewKV(f, testLimits)
@@ -34,31 +28,11 @@ func TestLocalWritesMerge(t *testing.T) {
 	put := func(k, v string) *concordpb.Op {
 		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v)}
 	}
-	type answer struct {
-		res []*concordpb.OpResult
-		err error
-	}
-	write := func(h *concordpb.RequestHeader, ops ...*concordpb.Op) chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			resp, err := kv.Batch(context.Background(), &concordpb.BatchRequest{Header: h, Ops: ops})
-			ch <- answer{resp.GetResults(), err}
-		}()
-		return ch
+	write := func(h *concordpb.RequestHeader, ops ...*concordpb.Op) chan batchAnswer {
+		return sendBatch(kv, h, ops...)
 	}
 	queued := func() int { return kv.pmerge.waiting(shard) } // -1 until a proposal is taken and in flight
-	check := func(name string, ch chan answer, want ...string) {
-		t.Helper()
-		a := <-ch
-		if a.err != nil || len(a.res) != len(want) {
-			t.Fatalf("%s: %v, %v; want results %v", name, a.res, a.err, want)
-		}
-		for i, k := range want {
-			if string(a.res[i].GetValue()) != k {
-				t.Fatalf("%s: result %d is for %q, want %q", name, i, a.res[i].GetValue(), k)
-			}
-		}
-	}
+	check := func(name string, ch chan batchAnswer, want ...string) { t.Helper(); checkAnswer(t, name, ch, want...) }
 	lastOps := func() []string {
 		f.mu.Lock()
 		defer f.mu.Unlock()
