@@ -2,7 +2,7 @@
 # bench/redis-ab.sh BIN TAG BASEPORT: the Redis run 6 measurement of
 # docs/benchmarks.md for one concord binary. Starts a fresh 3-node cluster
 # of BIN (16 shards, 3 replicas, fsync on; ports BASEPORT+1..3 gRPC,
-# +11..13 RESP, +21..23 HTTP, +31..33 pprof; data in /tmp/redis-ab-TAG),
+# +11..13 RESP, +21..23 HTTP, +31..33 pprof; logs in /tmp/redis-ab-TAG),
 # waits until the scheduler's start-up leader moves are over (every node
 # leads 5 or 6 shards), finds the node leading the shard of
 # redis-benchmark's one key, then runs redis-benchmark -P 16 -c 50
@@ -24,7 +24,8 @@ for i in 1 2 3; do
 		>"$DIR/n$i.log" 2>&1 &
 	PIDS+=($!)
 done
-trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
+# At exit: stop the nodes and drop their data (about 1 GB a run); the logs stay.
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"/n1 "$DIR"/n2 "$DIR"/n3' EXIT
 cpu() { local t=0 s; for p in "${PIDS[@]}"; do s=($(cut -d' ' -f14,15 /proc/$p/stat)); t=$((t + s[0] + s[1])); done; echo $t; }
 props() { for i in 1 2 3; do curl -s http://127.0.0.1:$((B+20+i))/metrics | awk '/^concord_proposal_duration_seconds_count\{outcome="ok"/ {print $2}'; done; }
 led() { redis-cli -p $((B+10+$1)) info 2>/dev/null | grep concord_shards_led | tr -dc 0-9 || true; }
