@@ -175,12 +175,12 @@ func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Comman
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.proposals = append(f.proposals, cmd)
-	if f.echo {
-		return echoResult(cmd), nil
-	}
 	if f.dropFirst > 0 {
 		f.dropFirst--
 		return nil, replica.ErrDropped
+	}
+	if f.echo {
+		return echoResult(cmd), nil
 	}
 	return f.proposeResult, f.proposeErr
 }

@@ -345,14 +345,7 @@ func TestForwardedReadsMerge(t *testing.T) {
 		}()
 		return ch
 	}
-	queued := func() int {
-		kv1.merge.mu.Lock()
-		defer kv1.merge.mu.Unlock()
-		if q := kv1.merge.queues[shard]; q != nil {
-			return len(q.waiting)
-		}
-		return -1
-	}
+	queued := func() int { return kv1.merge.waiting(shard) }
 	first := read(get("k"))
 	waitFor(t, func() bool { return queued() == 0 }) // taken, and blocked at the leader's barrier
 	later := []chan answer{read(get("k"), get(other)), read(get(other)), read(get("k"))}

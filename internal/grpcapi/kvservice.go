@@ -29,12 +29,17 @@ type KV struct {
 	b      KVBackend
 	limits Limits
 	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
-	merge  readMerger                  // forwarded read-only batches (readmerge.go)
-	wmerge writeMerger                 // forwarded write batches (writemerge.go)
+	merge  mergeQueue[*queuedOps]      // forwarded read-only batches (readmerge.go)
+	wmerge mergeQueue[*queuedOps]      // forwarded write batches (writemerge.go)
+	pmerge mergeQueue[*queuedOps]      // write batches proposed here (proposemerge.go)
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
-func NewKV(b KVBackend, limits Limits) *KV { return &KV{b: b, limits: limits} }
+func NewKV(b KVBackend, limits Limits) *KV {
+	s := &KV{b: b, limits: limits}
+	s.pmerge.senders = proposeSenders
+	return s
+}
 
 // Get reads one key, at the leader unless the read may be stale.
 func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.GetResponse, error) {
@@ -157,7 +162,15 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 				return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(req.GetHeader()), Ops: req.GetOps()})
 			})
 		}
-		res, err := s.b.Propose(ctx, shard, s.kvCommand(req))
+		if req.GetHeader().GetSessionId() == 0 && !alone {
+			resp, err := s.proposeMerged(ctx, shard, req.GetOps())
+			if err != errSendAlone {
+				return resp, err
+			}
+			alone = true // refused whole, dropped, or no longer led here: the ordinary path
+			continue
+		}
+		res, err := s.b.Propose(ctx, shard, s.kvCommand(req.GetHeader(), req.GetOps()))
 		if err != nil && refusedBeforeLog(err) && time.Now().Before(retryUntil) && pause(ctx, leaderPoll) {
 			continue // raft did not take it (a leadership change under way): route it again
 		}
@@ -175,14 +188,14 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 // (the state machine turns TTLs into absolute times from it, on the
 // shard's clock, once for every replica), in one allocation rather than
 // three (Propose only marshals it).
-func (s *KV) kvCommand(req *concordpb.BatchRequest) *storepb.Command {
+func (s *KV) kvCommand(h *concordpb.RequestHeader, ops []*concordpb.Op) *storepb.Command {
 	c := &struct {
 		cmd  storepb.Command
 		kind storepb.Command_Kv
 		kv   storepb.KVCommand
 	}{}
-	c.kv.SessionId, c.kv.Seq = req.GetHeader().GetSessionId(), req.GetHeader().GetSeq()
-	c.kv.Ops, c.kv.MaxValueBytes = req.GetOps(), int64(s.limits.MaxValueBytes)
+	c.kv.SessionId, c.kv.Seq = h.GetSessionId(), h.GetSeq()
+	c.kv.Ops, c.kv.MaxValueBytes = ops, int64(s.limits.MaxValueBytes)
 	c.kind.Kv = &c.kv
 	c.cmd.UnixNanos, c.cmd.Kind = time.Now().UnixNano(), &c.kind
 	return &c.cmd

@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"context"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,20 +21,9 @@ import (
 // that arrive from clients (hops 0) at the default consistency merge; a
 // stale or already forwarded one goes alone, as before.
 
-// readMerger holds the queue of forwarded reads of each shard.
-type readMerger struct {
-	mu     sync.Mutex
-	queues map[ids.ShardID]*readQueue
-}
-
-// readQueue is one shard's forwarded reads: sending while a merged batch
-// is in flight (its goroutine runs until the queue is empty).
-type readQueue struct {
-	sending bool
-	waiting []*queuedRead
-}
-
-type queuedRead struct {
+// queuedOps is a batch waiting in a merge queue: its ops, and where its
+// part of the merged answer goes.
+type queuedOps struct {
 	ops  []*concordpb.Op
 	done chan queuedResult // buffered: the sender never blocks
 }
@@ -54,24 +42,14 @@ func mergeable(h *concordpb.RequestHeader) bool {
 // forwardMerged forwards the read-only batch ops of shard with the others
 // queued for the shard, and returns its own part of the answer.
 func (s *KV) forwardMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
-	q := &queuedRead{ops: ops, done: make(chan queuedResult, 1)}
-	m := &s.merge
-	m.mu.Lock()
-	if m.queues == nil {
-		m.queues = map[ids.ShardID]*readQueue{}
-	}
-	rq := m.queues[shard]
-	if rq == nil {
-		rq = &readQueue{}
-		m.queues[shard] = rq
-	}
-	rq.waiting = append(rq.waiting, q)
-	start := !rq.sending
-	rq.sending = true
-	m.mu.Unlock()
-	if start {
-		go s.sendMerged(shard, rq)
-	}
+	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
+	s.merge.add(shard, q, s.fitReads, func(batch []*queuedOps) { s.sendOneMerged(shard, batch) })
+	return awaitQueued(ctx, q)
+}
+
+// awaitQueued waits for q's answer, or for ctx to end. A write cut short,
+// sent or not, may still apply: its context error is ambiguous.
+func awaitQueued(ctx context.Context, q *queuedOps) (*concordpb.BatchResponse, error) {
 	select {
 	case r := <-q.done:
 		return r.resp, r.err
@@ -80,48 +58,21 @@ func (s *KV) forwardMerged(ctx context.Context, shard ids.ShardID, ops []*concor
 	}
 }
 
-// sendMerged sends the shard's queued reads, as merged batches, until none
-// is left.
-func (s *KV) sendMerged(shard ids.ShardID, rq *readQueue) {
-	for {
-		s.merge.mu.Lock()
-		batch := takeMerged(rq, s.limits)
-		if len(batch) == 0 {
-			rq.sending = false
-			s.merge.mu.Unlock()
-			return
+// fitReads returns how many of the queued reads fit in one batch.
+func (s *KV) fitReads(waiting []*queuedOps) int {
+	return fitBatch(len(waiting), func(i int) (int, int) {
+		n := 0
+		for _, op := range waiting[i].ops {
+			n += len(op.GetKey())
 		}
-		s.merge.mu.Unlock()
-		s.sendOneMerged(shard, batch)
-	}
-}
-
-// takeMerged takes the queued reads that fit in one batch (at least one).
-func takeMerged(rq *readQueue, l Limits) []*queuedRead {
-	ops, size, n := 0, 0, 0
-	limit := l.MaxBatchBytes
-	if limit == 0 {
-		limit = DefaultMaxBatchBytes
-	}
-	for _, q := range rq.waiting {
-		qsize := 0
-		for _, op := range q.ops {
-			qsize += len(op.GetKey())
-		}
-		if n > 0 && (ops+len(q.ops) > maxBatchOps || size+qsize > limit) {
-			break
-		}
-		ops, size, n = ops+len(q.ops), size+qsize, n+1
-	}
-	batch := rq.waiting[:n:n]
-	rq.waiting = rq.waiting[n:]
-	return batch
+		return len(waiting[i].ops), n
+	}, s.limits.MaxBatchBytes)
 }
 
 // sendOneMerged forwards the reads of batch as one Batch to the node the
 // shard's linearizable reads go to now, and answers each from its slice of
 // the results (or with the error).
-func (s *KV) sendOneMerged(shard ids.ShardID, batch []*queuedRead) {
+func (s *KV) sendOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	var ops []*concordpb.Op
 	for _, q := range batch {
 		ops = append(ops, q.ops...)
@@ -142,13 +93,9 @@ func (s *KV) sendOneMerged(shard ids.ShardID, batch []*queuedRead) {
 	if err == nil && len(resp.GetResults()) != len(ops) {
 		err = status.Errorf(codes.Internal, "a merged read of %d keys answered with %d results", len(ops), len(resp.GetResults()))
 	}
-	res := resp.GetResults()
-	for _, q := range batch {
-		if err != nil {
-			q.done <- queuedResult{err: err}
-			continue
-		}
-		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: resp.GetHeader(), Results: res[:len(q.ops):len(q.ops)]}}
-		res = res[len(q.ops):]
+	if err != nil {
+		answerAll(batch, queuedResult{err: err})
+		return
 	}
+	answerParts(batch, resp.GetHeader(), resp.GetResults())
 }

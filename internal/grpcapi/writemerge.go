@@ -3,7 +3,6 @@ package grpcapi
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,16 +32,6 @@ import (
 // batch was refused as a whole, or this node leads the shard now.
 var errSendAlone = errors.New("grpcapi: send the write batch alone")
 
-type writeMerger struct {
-	mu     sync.Mutex
-	queues map[ids.ShardID]*writeQueue
-}
-
-type writeQueue struct {
-	sending bool
-	waiting []*queuedRead // ops and the answer channel, as for reads
-}
-
 // writeMergeable reports whether a write batch forwarded from here may
 // join the shard's merged forwards.
 func writeMergeable(h *concordpb.RequestHeader) bool {
@@ -52,73 +41,26 @@ func writeMergeable(h *concordpb.RequestHeader) bool {
 // forwardWriteMerged forwards the write batch ops of shard with the others
 // queued for it, and returns its own part of the answer, or errSendAlone.
 func (s *KV) forwardWriteMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
-	q := &queuedRead{ops: ops, done: make(chan queuedResult, 1)}
-	m := &s.wmerge
-	m.mu.Lock()
-	if m.queues == nil {
-		m.queues = map[ids.ShardID]*writeQueue{}
-	}
-	wq := m.queues[shard]
-	if wq == nil {
-		wq = &writeQueue{}
-		m.queues[shard] = wq
-	}
-	wq.waiting = append(wq.waiting, q)
-	start := !wq.sending
-	wq.sending = true
-	m.mu.Unlock()
-	if start {
-		go s.sendWritesMerged(shard, wq)
-	}
-	select {
-	case r := <-q.done:
-		return r.resp, r.err
-	case <-ctx.Done():
-		// Sent or not, it may still apply: as a forward cut short.
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
+	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
+	s.wmerge.add(shard, q, s.fitWrites, func(batch []*queuedOps) { s.sendOneWriteMerged(shard, batch) })
+	return awaitQueued(ctx, q) // sent or not, a write cut short may still apply: as a forward cut short
 }
 
-func (s *KV) sendWritesMerged(shard ids.ShardID, wq *writeQueue) {
-	for {
-		s.wmerge.mu.Lock()
-		batch := takeWrites(wq, s.limits)
-		if len(batch) == 0 {
-			wq.sending = false
-			s.wmerge.mu.Unlock()
-			return
-		}
-		s.wmerge.mu.Unlock()
-		s.sendOneWriteMerged(shard, batch)
-	}
-}
-
-// takeWrites takes the queued writes that fit in one batch (at least one),
+// fitWrites returns how many of the queued writes fit in one batch,
 // counting keys, values and expected values as checkBatch does.
-func takeWrites(wq *writeQueue, l Limits) []*queuedRead {
-	ops, size, n := 0, 0, 0
-	limit := l.MaxBatchBytes
-	if limit == 0 {
-		limit = DefaultMaxBatchBytes
-	}
-	for _, q := range wq.waiting {
-		qsize := 0
-		for _, op := range q.ops {
-			qsize += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
+func (s *KV) fitWrites(waiting []*queuedOps) int {
+	return fitBatch(len(waiting), func(i int) (int, int) {
+		n := 0
+		for _, op := range waiting[i].ops {
+			n += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
 		}
-		if n > 0 && (ops+len(q.ops) > maxBatchOps || size+qsize > limit) {
-			break
-		}
-		ops, size, n = ops+len(q.ops), size+qsize, n+1
-	}
-	batch := wq.waiting[:n:n]
-	wq.waiting = wq.waiting[n:]
-	return batch
+		return len(waiting[i].ops), n
+	}, s.limits.MaxBatchBytes)
 }
 
 // sendOneWriteMerged forwards the writes of batch as one Batch to the
 // shard's leader and answers each from its slice of the results.
-func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedRead) {
+func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 	leader, local := s.b.Leader(shard)
 	if local {
 		answerAll(batch, queuedResult{err: errSendAlone})
@@ -148,14 +90,19 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedRead) {
 		answerAll(batch, queuedResult{err: err})
 		return
 	}
-	res := resp.GetResults()
+	answerParts(batch, resp.GetHeader(), resp.GetResults())
+}
+
+// answerParts answers each of batch with its slice of res (as many
+// results as it has ops, in batch order).
+func answerParts(batch []*queuedOps, h *concordpb.ResponseHeader, res []*concordpb.OpResult) {
 	for _, q := range batch {
-		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: resp.GetHeader(), Results: res[:len(q.ops):len(q.ops)]}}
+		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: h, Results: res[:len(q.ops):len(q.ops)]}}
 		res = res[len(q.ops):]
 	}
 }
 
-func answerAll(batch []*queuedRead, r queuedResult) {
+func answerAll(batch []*queuedOps, r queuedResult) {
 	for _, q := range batch {
 		q.done <- r
 	}

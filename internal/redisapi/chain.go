@@ -9,16 +9,21 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 )
 
-// A write chain is a run of consecutive write commands of one pipeline
-// whose ops all fall in one shard: they go to the shard as one
-// BatchRequest, their ops in pipeline order, and each command renders its
-// reply from its own slice of the results. Without chains, writes to the
-// same key (redis-benchmark's SET without -r) each waited for their own
-// raft commit before the next could start; a chain commits them together.
+// A write chain is the write commands of a pipeline's group (commands that
+// run concurrently, see conn.run) whose ops all fall in one shard: they go
+// to the shard as one BatchRequest, their ops in pipeline order, and each
+// command renders its reply from its own slice of the results. Without
+// chains, writes to the same key (redis-benchmark's SET without -r) each
+// waited for their own raft commit before the next could start; a chain
+// commits them together. A chain need not be consecutive: with random keys
+// (-r) a pipeline's writes alternate between shards, and each was a batch
+// of its own. Writes of one key stay in order: in one chain, or, when a
+// write of the key cannot join the chain that holds it, in the next group.
 // A batch applies an op that fails (INCR of a non-number) alone, so a
 // chain answers each command as if it had run by itself; it only makes the
 // chain's writes visible together, which no client can tell from running
-// them back to back.
+// them back to back (the group's commands of other shards run
+// concurrently with them anyway).
 const (
 	maxChainCalls = 64
 	maxChainOps   = 256     // well under the KV service's 1,000 ops per batch
@@ -36,26 +41,28 @@ const (
 // state wherever in the group it runs.
 
 // pending is the group of key commands being gathered to run concurrently
-// (see conn.run). Its last call may head a write chain that later writes
-// of the same shard join; others holds the keys of the group's other calls.
-// reads are the group's read chains, by shard.
+// (see conn.run), with its write chains and read chains by shard. Every
+// key of the group is in others (the keys of calls that head no write
+// chain, true where written) or in chained (the keys a write chain writes,
+// and the chain's head).
 type pending struct {
-	group  []*call
-	others map[string]bool // key -> written, as addKeys
-	tail   *call           // heads a chain, or nil
-	shard  uint64          // the tail's shard
-	keys   map[string]bool // the tail chain's keys
-	ops    int             // the tail chain's ops
-	bytes  int             // and their keys' and values' bytes
-	reads  map[uint64]*readChain
+	group   []*call
+	others  map[string]bool  // key -> written, as addKeys
+	chained map[string]*call // key -> head of the write chain writing it
+	writes  map[uint64]*chainSize
+	reads   map[uint64]*readChain
+}
+
+// chainSize is a write chain of a pending group: its head, and the size
+// of the head's and chained calls' ops.
+type chainSize struct {
+	head       *call
+	ops, bytes int
 }
 
 // readChain is a read chain of a pending group: its head, and the size of
 // the head's and chained calls' ops.
-type readChain struct {
-	head       *call
-	ops, bytes int
-}
+type readChain = chainSize
 
 // add puts cl (planned) into the group, and returns the group that must
 // run before it when cl conflicts with it (nil if none).
@@ -64,34 +71,64 @@ func (c *conn) add(g *pending, cl *call) []*call {
 	if cl.plan.read {
 		return c.addRead(g, cl, shard, chainable)
 	}
-	if g.tail != nil && chainable && shard == g.shard && !conflicts(g.others, cl.plan) &&
-		len(g.tail.chain) < maxChainCalls-1 && g.ops+len(cl.plan.ops) <= maxChainOps && g.bytes+opBytes(cl.plan) <= maxChainBytes {
-		g.tail.chain = append(g.tail.chain, cl)
-		addKeys(g.keys, cl.plan)
-		g.ops += len(cl.plan.ops)
-		g.bytes += opBytes(cl.plan)
+	ops, bytes := len(cl.plan.ops), opBytes(cl.plan)
+	if wc := g.writes[shard]; chainable && wc != nil && fits(wc, ops, bytes) &&
+		!conflicts(g.others, cl.plan) && g.chainedOnlyBy(cl.plan, wc.head) {
+		wc.head.chain = append(wc.head.chain, cl)
+		g.chain(cl.plan, wc.head)
+		wc.ops += ops
+		wc.bytes += bytes
 		return nil
 	}
 	var before []*call
-	if g.others != nil && (conflicts(g.others, cl.plan) || conflicts(g.keys, cl.plan)) {
+	if conflicts(g.others, cl.plan) || !g.chainedOnlyBy(cl.plan, nil) {
 		before = g.flush()
 	}
-	if g.others == nil {
-		g.others = map[string]bool{}
-	}
-	for k, w := range g.keys {
-		g.others[k] = g.others[k] || w
-	}
 	g.group = append(g.group, cl)
-	g.tail, g.keys, g.ops, g.bytes = nil, nil, 0, 0
-	if chainable {
-		g.tail, g.shard, g.keys = cl, shard, map[string]bool{}
-		addKeys(g.keys, cl.plan)
-		g.ops, g.bytes = len(cl.plan.ops), opBytes(cl.plan)
-	} else {
+	if !chainable {
+		if g.others == nil {
+			g.others = map[string]bool{}
+		}
 		addKeys(g.others, cl.plan)
+		return before
 	}
+	if g.writes == nil {
+		g.writes = map[uint64]*chainSize{}
+	}
+	// A full chain of the shard keeps its keys in chained: a later write
+	// of one of them conflicts, and waits for the next group.
+	g.writes[shard] = &chainSize{head: cl, ops: ops, bytes: bytes}
+	g.chain(cl.plan, cl)
 	return before
+}
+
+// fits reports whether a call of ops ops and bytes bytes may join chain x.
+func fits(x *chainSize, ops, bytes int) bool {
+	return len(x.head.chain) < maxChainCalls-1 && x.ops+ops <= maxChainOps && x.bytes+bytes <= maxChainBytes
+}
+
+// chainedOnlyBy reports whether every key of p that a write chain of the
+// group writes is written by the chain of head (none at all for nil).
+func (g *pending) chainedOnlyBy(p *plan, head *call) bool {
+	for _, op := range p.ops {
+		if h, ok := g.chained[string(op.GetKey())]; ok && h != head {
+			return false
+		}
+	}
+	return true
+}
+
+// chain records the keys of p (a write) as written by the chain of head.
+func (g *pending) chain(p *plan, head *call) {
+	if g.chained == nil {
+		g.chained = map[string]*call{}
+	}
+	for _, op := range p.ops {
+		// A lookup of string(key) allocates nothing, an insert does.
+		if _, seen := g.chained[string(op.GetKey())]; !seen {
+			g.chained[string(op.GetKey())] = head
+		}
+	}
 }
 
 // addRead puts the read cl into the group: into the read chain of its
@@ -100,7 +137,7 @@ func (c *conn) add(g *pending, cl *call) []*call {
 // writes must see that write: the group then runs first.
 func (c *conn) addRead(g *pending, cl *call, shard uint64, chainable bool) []*call {
 	var before []*call
-	if conflicts(g.others, cl.plan) || conflicts(g.keys, cl.plan) {
+	if conflicts(g.others, cl.plan) || !g.chainedOnlyBy(cl.plan, nil) {
 		before = g.flush()
 	}
 	if g.others == nil {
@@ -108,8 +145,7 @@ func (c *conn) addRead(g *pending, cl *call, shard uint64, chainable bool) []*ca
 	}
 	addKeys(g.others, cl.plan)
 	ops, bytes := len(cl.plan.ops), opBytes(cl.plan)
-	if rc := g.reads[shard]; chainable && rc != nil && len(rc.head.chain) < maxChainCalls-1 &&
-		rc.ops+ops <= maxChainOps && rc.bytes+bytes <= maxChainBytes {
+	if rc := g.reads[shard]; chainable && rc != nil && fits(rc, ops, bytes) {
 		rc.head.chain = append(rc.head.chain, cl)
 		rc.ops += ops
 		rc.bytes += bytes
@@ -135,13 +171,18 @@ func (g *pending) flush() []*call {
 // chainShard returns the shard of a plan whose ops all fall in one shard;
 // false for plans over several shards, and when the node does not know the
 // shards yet.
-func (c *conn) chainShard(p *plan) (uint64, bool) {
-	if len(p.ops) == 0 {
+func (c *conn) chainShard(p *plan) (uint64, bool) { return c.oneShard(p.ops) }
+
+// oneShard returns the shard of ops when they all fall in one; false for
+// ops over several shards, none, or when the node does not know the
+// shards yet.
+func (c *conn) oneShard(ops []*concordpb.Op) (uint64, bool) {
+	if len(ops) == 0 {
 		return 0, false
 	}
 	// Called for every planned command: no grouping, no allocation.
-	shard, ok := c.s.b.ShardOf(p.ops[0].GetKey())
-	for _, op := range p.ops[1:] {
+	shard, ok := c.s.b.ShardOf(ops[0].GetKey())
+	for _, op := range ops[1:] {
 		if !ok {
 			break
 		}
@@ -163,23 +204,18 @@ func opBytes(p *plan) int {
 // chain or a read chain). If the batch is refused as a whole before
 // anything applied (bad input: one command's TTL, a limit), each command
 // runs alone instead, so that only the bad one gets the error.
-func (c *conn) execChain(cl *call) {
+func (c *conn) execChain(ctx context.Context, cl *call) {
 	calls := append([]*call{cl}, cl.chain...)
 	var ops []*concordpb.Op
 	for _, x := range calls {
 		ops = append(ops, x.plan.ops...)
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-	defer cancel()
-	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
+	res, err := c.batch(ctx, ops)
 	if err != nil && refused(err) {
 		for _, x := range calls {
-			c.execPlan(x.plan, x.out)
+			c.execPlan(ctx, x.plan, x.out)
 		}
 		return
-	}
-	if err == nil && len(r.GetResults()) != len(ops) {
-		err = replyError("ERR internal error: a batch answered with the wrong number of results")
 	}
 	if err != nil {
 		for _, x := range calls {
@@ -187,7 +223,6 @@ func (c *conn) execChain(cl *call) {
 		}
 		return
 	}
-	res := r.GetResults()
 	for _, x := range calls {
 		x.plan.render(x.out, res[:len(x.plan.ops)])
 		res = res[len(x.plan.ops):]

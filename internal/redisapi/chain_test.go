@@ -2,6 +2,7 @@ package redisapi
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -213,5 +214,42 @@ func TestLongMGETIsCutIntoBatches(t *testing.T) {
 	got, log := runPipeline(t, f, cmd)
 	if len(log) != 2 || strings.Count(got, "$1\r\nv\r\n") != maxChainOps+1 {
 		t.Errorf("MGET of %d keys: backend calls %d, %d values answered", maxChainOps+1, len(log), strings.Count(got, "$1\r\nv\r\n"))
+	}
+}
+
+// TestChainGathersAShardsWrites: a group's writes of one shard are one
+// batch even when writes of other shards come between them (random keys),
+// in pipeline order, each answered from its own results.
+func TestChainGathersAShardsWrites(t *testing.T) {
+	f := &fakeKV{}
+	got, log := runPipeline(t, f, "INCR a1", "SET b1 x", "INCR a2", "SET b2 y", "INCR a1")
+	if want := ":1\r\n+OK\r\n:1\r\n+OK\r\n:2\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+	if got, want := slices.Sorted(slices.Values(log)), []string{"batch a1,a2,a1", "batch b1,b2"}; !slices.Equal(got, want) {
+		t.Errorf("backend calls %q, want %q in any order", log, want)
+	}
+}
+
+// TestChainFullKeepsKeyOrder: when a shard's chain is full, the next write
+// of the shard heads a new chain, and a later write of a key the full
+// chain holds does not join the new chain (which runs concurrently with
+// the full one): it waits for the next group.
+func TestChainFullKeepsKeyOrder(t *testing.T) {
+	f := &fakeKV{}
+	var cmds []string
+	var want strings.Builder
+	for i := range maxChainCalls {
+		cmds = append(cmds, "INCR a1")
+		fmt.Fprintf(&want, ":%d\r\n", i+1)
+	}
+	cmds = append(cmds, "INCR a2", "INCR a1")
+	fmt.Fprintf(&want, ":1\r\n:%d\r\n", maxChainCalls+1)
+	got, log := runPipeline(t, f, cmds...)
+	if got != want.String() {
+		t.Errorf("replies %q, want %q", got, want.String())
+	}
+	if len(log) != 3 || strings.Count(log[0]+log[1], ",") != maxChainCalls-1 || log[2] != "batch a1" {
+		t.Errorf("backend calls %q, want the full chain and a2 (any order), then a1 alone", log)
 	}
 }

@@ -2,6 +2,7 @@ package redisapi
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -111,8 +112,8 @@ func (c *conn) readPipeline() ([]*call, error) {
 }
 
 // run runs a pipeline: consecutive key commands whose keys do not conflict
-// run concurrently, consecutive writes to one shard as one batch (a write
-// chain, chain.go); any other command runs alone, after those before it.
+// run concurrently, their writes to one shard as one batch (a write chain,
+// chain.go); any other command runs alone, after those before it.
 func (c *conn) run(calls []*call) {
 	var g pending
 	for _, cl := range calls {
@@ -185,13 +186,17 @@ func addKeys(keys map[string]bool, p *plan) {
 }
 
 // runGroup runs planned key commands (and their chains) concurrently and
-// waits for them all.
+// waits for them all. They start together, so one CommandTimeout from now
+// bounds each: one context (a timer, a registration with the server's)
+// for the group, not one per command.
 func (c *conn) runGroup(group []*call) {
 	if len(group) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+	defer cancel()
 	if len(group) == 1 {
-		c.runCall(group[0])
+		c.runCall(ctx, group[0])
 		return
 	}
 	var wg sync.WaitGroup
@@ -199,7 +204,7 @@ func (c *conn) runGroup(group []*call) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.runCall(cl)
+			c.runCall(ctx, cl)
 		}()
 	}
 	wg.Wait()
@@ -207,18 +212,18 @@ func (c *conn) runGroup(group []*call) {
 
 // runCall runs one planned call, and its chain as one batch, and reports
 // each command (a chained one with the batch's time).
-func (c *conn) runCall(cl *call) {
+func (c *conn) runCall(ctx context.Context, cl *call) {
 	start := time.Now()
 	c.noteCommand(cl.cmd)
 	for _, x := range cl.chain {
 		c.noteCommand(x.cmd)
 	}
 	if len(cl.chain) == 0 {
-		c.execPlan(cl.plan, cl.out)
+		c.execPlan(ctx, cl.plan, cl.out)
 		c.observe(cl, start)
 		return
 	}
-	c.execChain(cl)
+	c.execChain(ctx, cl)
 	c.observe(cl, start)
 	for _, x := range cl.chain {
 		c.observe(x, start)
@@ -257,7 +262,9 @@ func (c *conn) dispatch(cl *call) {
 			w.Error(err.Error())
 			return
 		}
-		c.execPlan(p, w)
+		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+		defer cancel()
+		c.execPlan(ctx, p, w)
 		return
 	}
 	cmd.run(c, cl.args, w)

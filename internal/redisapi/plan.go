@@ -25,10 +25,9 @@ type plan struct {
 	render func(w *resp.Writer, res []*concordpb.OpResult)
 }
 
-// execPlan runs p outside MULTI and writes its reply.
-func (c *conn) execPlan(p *plan, w *resp.Writer) {
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-	defer cancel()
+// execPlan runs p outside MULTI and writes its reply. ctx bounds its
+// calls: the group's (runGroup) or the command's own.
+func (c *conn) execPlan(ctx context.Context, p *plan, w *resp.Writer) {
 	if p.oneShard {
 		groups, _, err := c.byShard(p.ops)
 		if err == nil && len(groups) > 1 {
@@ -55,6 +54,11 @@ func (c *conn) execPlan(p *plan, w *resp.Writer) {
 // shard (grpcapi.KV.Batch), cut into batches of at most maxChainOps keys so
 // that an MGET of any length stays within the service's batch limits.
 func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*concordpb.OpResult, error) {
+	if _, one := c.oneShard(ops); one && (!read || len(ops) <= maxChainOps) {
+		// The common case (every single-key command): one batch, and none
+		// of the grouping's maps and slices.
+		return c.batch(ctx, ops)
+	}
 	groups, order, err := c.byShard(ops)
 	if err != nil {
 		return nil, err
@@ -76,16 +80,13 @@ func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*
 		for j, i := range idx {
 			batch[j] = ops[i]
 		}
-		r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: batch})
-		if err == nil && len(r.GetResults()) != len(batch) {
-			err = replyError("ERR internal error: a batch answered with the wrong number of results")
-		}
+		r, err := c.batch(ctx, batch)
 		if err != nil {
 			errs[pi] = err
 			return
 		}
 		for j, i := range idx {
-			res[i] = r.GetResults()[j]
+			res[i] = r[j]
 		}
 	}
 	if len(parts) == 1 {
@@ -104,6 +105,19 @@ func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*
 		}
 	}
 	return res, nil
+}
+
+// batch sends ops, all of one shard, as one BatchRequest and returns
+// their results, one per op.
+func (c *conn) batch(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
+	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
+	if err == nil && len(r.GetResults()) != len(ops) {
+		err = replyError("ERR internal error: a batch answered with the wrong number of results")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.GetResults(), nil
 }
 
 // byShard groups op indexes by the shard of their key, keeping each

@@ -1,0 +1,94 @@
+package grpcapi
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// Write batches without a session that this node, as the shard's leader,
+// proposes are merged too (as forwarded ones are, writemerge.go): while
+// proposeSenders proposals of a shard are in flight, the batches that
+// arrive queue and go as the next one, one raft entry for them all. The Redis
+// port sends a batch per connection's write chain, and with random keys
+// most chains hold one SET: pipelined SET through the leader was one raft
+// entry per command (each encoded, logged, sent, decoded and applied on
+// three nodes), and the entries, not the bytes, bounded the rate
+// (docs/benchmarks.md, Redis run 6). The merged entry applies atomically,
+// which no client can tell from its parts applying back to back; an op
+// that fails fails alone, as in any batch; parts that write the same key
+// apply in the order they arrived, and a client's next command on a key
+// leaves only after the answer to its last.
+//
+// A merged proposal refused as a whole changed nothing: by raft before it
+// reached the log (a leadership change) or by the state machine (an op it
+// alone checks, such as a TTL the shard's clock cannot place). Each part
+// then runs the ordinary path alone, so only a bad part gets the error
+// and a dropped one is routed again. Any other error (an ambiguous outcome
+// included) is every part's answer, as it would have been had each gone
+// alone.
+
+// proposeSenders bounds the merged proposals of one shard in flight at
+// once. One alone waits a whole commit (an fsync here and on a follower)
+// before the next leaves, and pipelined SET of one hot key ran at half
+// the rate of unmerged proposals, which raft pipelines; a few in flight
+// keep the log busy while the queue behind them still merges.
+var proposeSenders = 4
+
+// proposeMerged proposes the write batch ops of shard, which this node
+// leads, with the others queued for it, and returns its own part of the
+// answer, or errSendAlone.
+func (s *KV) proposeMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
+	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
+	s.pmerge.add(shard, q, s.fitWrites, func(batch []*queuedOps) { s.proposeOneMerged(shard, batch) })
+	// Proposed or not, it may still apply once the wait is cut short: the
+	// context's error is then ambiguous, as for a proposal of its own.
+	return awaitQueued(ctx, q)
+}
+
+// proposeOneMerged proposes the writes of batch as one command and
+// answers each from its slice of the results.
+func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
+	if _, local := s.b.Leader(shard); !local {
+		answerAll(batch, queuedResult{err: errSendAlone})
+		return
+	}
+	ops := batch[0].ops
+	if len(batch) > 1 {
+		ops = nil
+		for _, q := range batch {
+			ops = append(ops, q.ops...)
+		}
+	}
+	// The waiters' own deadlines end their waits; the proposal is bounded
+	// as a forwarded one is at its leader.
+	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
+	defer cancel()
+	res, err := s.b.Propose(ctx, shard, s.kvCommand(nil, ops))
+	switch {
+	case err != nil && refusedBeforeLog(err):
+		answerAll(batch, queuedResult{err: errSendAlone})
+		return
+	case err != nil:
+		answerAll(batch, queuedResult{err: toStatus(err)})
+		return
+	case codes.Code(res.GetErrorCode()) != codes.OK && len(batch) > 1:
+		answerAll(batch, queuedResult{err: errSendAlone})
+		return
+	case codes.Code(res.GetErrorCode()) != codes.OK:
+		answerAll(batch, queuedResult{err: status.Error(codes.Code(res.GetErrorCode()), res.GetErrorMessage())})
+		return
+	case len(batch) == 1:
+		// Alone, it is answered as a batch proposed alone always was.
+		batch[0].done <- queuedResult{resp: &concordpb.BatchResponse{Header: header(s.b, shard), Results: res.GetResults()}}
+		return
+	case len(res.GetResults()) != len(ops):
+		answerAll(batch, queuedResult{err: status.Errorf(codes.Internal, "a merged write of %d ops applied with %d results", len(ops), len(res.GetResults()))})
+		return
+	}
+	answerParts(batch, header(s.b, shard), res.GetResults())
+}

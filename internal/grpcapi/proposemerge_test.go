@@ -1,0 +1,132 @@
+package grpcapi
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// TestLocalWritesMerge protects the merging of write batches at the
+// shard's leader: while one proposal is in flight, the batches that arrive
+// queue and go as ONE proposal, their ops in arrival order (a later write
+// of the same key after the earlier one), each answered with its own
+// results; a merged proposal refused whole, or dropped by raft, is
+// proposed again part by part, so only a bad part fails; a batch with a
+// session never merges.
+func TestLocalWritesMerge(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	shard := f.shardOfKey("k")
+	keys := keysOfShard(f, shard, 4)
+	gate := make(chan struct{})
+	f.proposeGate, f.echo = gate, true
+	kv := NewKV(f, testLimits)
+	kv.pmerge.senders = 1 // one proposal in flight: the rest queue behind it (TestMergeQueueSenders: more)
+	put := func(k, v string) *concordpb.Op {
+		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v)}
+	}
+	write := func(h *concordpb.RequestHeader, ops ...*concordpb.Op) chan batchAnswer {
+		return sendBatch(kv, h, ops...)
+	}
+	queued := func() int { return kv.pmerge.waiting(shard) } // -1 until a proposal is taken and in flight
+	check := func(name string, ch chan batchAnswer, want ...string) { t.Helper(); checkAnswer(t, name, ch, want...) }
+	lastOps := func() []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var ks []string
+		for _, op := range f.proposals[len(f.proposals)-1].GetKv().GetOps() {
+			ks = append(ks, string(op.GetKey())+"="+string(op.GetValue()))
+		}
+		return ks
+	}
+
+	first := write(nil, put(keys[0], "1"))
+	waitFor(t, func() bool { return queued() == 0 }) // taken, and blocked in its proposal
+	a := write(nil, put(keys[1], "a"), put(keys[2], "a"))
+	waitFor(t, func() bool { return queued() == 1 })
+	b := write(nil, put(keys[0], "2")) // the same key again: after the first, in the log's order
+	waitFor(t, func() bool { return queued() == 2 })
+	c := write(nil, put(keys[3], "c"))
+	waitFor(t, func() bool { return queued() == 3 })
+	gate <- struct{}{} // the first proposal
+	check("first", first, keys[0])
+	gate <- struct{}{} // the merged one
+	check("a", a, keys[1], keys[2])
+	check("b", b, keys[0])
+	check("c", c, keys[3])
+	if n := f.proposalCount(); n != 2 {
+		t.Fatalf("%d proposals for a write and three queued behind it; want 2", n)
+	}
+	if got, want := fmt.Sprint(lastOps()), fmt.Sprint([]string{keys[1] + "=a", keys[2] + "=a", keys[0] + "=2", keys[3] + "=c"}); got != want {
+		t.Fatalf("merged proposal %s, want the parts in arrival order %s", got, want)
+	}
+
+	// A bad part: the merged proposal is refused whole (nothing applied),
+	// then each part goes alone: the good one applies, the bad one alone
+	// gets the error.
+	waitFor(t, func() bool { return queued() == -1 }) // the last phase's sender has seen its queue empty
+	first = write(nil, put(keys[0], "1"))
+	waitFor(t, func() bool { return queued() == 0 })
+	good := write(nil, put(keys[1], "g"))
+	waitFor(t, func() bool { return queued() == 1 })
+	bad := write(nil, put(keys[2], "bad"))
+	waitFor(t, func() bool { return queued() == 2 })
+	gate <- struct{}{} // the first
+	check("first", first, keys[0])
+	for range 3 { // the refused merge, then the two parts alone
+		gate <- struct{}{}
+	}
+	check("good", good, keys[1])
+	if r := <-bad; status.Code(r.err) != codes.InvalidArgument {
+		t.Fatalf("bad part: %v, %v; want InvalidArgument", r.res, r.err)
+	}
+	if n := f.proposalCount(); n != 6 {
+		t.Fatalf("%d proposals, want 6 (2 + the first, the refused merge, two parts alone)", n)
+	}
+
+	// Dropped by raft before the log: each part is routed and proposed again.
+	waitFor(t, func() bool { return queued() == -1 }) // the last phase's sender has seen its queue empty
+	first = write(nil, put(keys[0], "1"))
+	waitFor(t, func() bool { return queued() == 0 })
+	a = write(nil, put(keys[1], "a"))
+	waitFor(t, func() bool { return queued() == 1 })
+	b = write(nil, put(keys[2], "b"))
+	waitFor(t, func() bool { return queued() == 2 })
+	gate <- struct{}{}
+	check("first", first, keys[0])
+	f.mu.Lock()
+	f.dropFirst = 1 // the merged proposal, blocked at the gate until now
+	f.mu.Unlock()
+	for range 3 {
+		gate <- struct{}{}
+	}
+	check("a after a drop", a, keys[1])
+	check("b after a drop", b, keys[2])
+	if n := f.proposalCount(); n != 10 {
+		t.Fatalf("%d proposals, want 10 (6 + the first, the dropped merge, two parts alone)", n)
+	}
+
+	// A session's batch goes alone even while a merged one is in flight.
+	waitFor(t, func() bool { return queued() == -1 }) // the last phase's sender has seen its queue empty
+	first = write(nil, put(keys[0], "1"))
+	waitFor(t, func() bool { return queued() == 0 })
+	s := write(&concordpb.RequestHeader{SessionId: 9, Seq: 1}, put(keys[1], "s"))
+	p := write(nil, put(keys[2], "p"))
+	waitFor(t, func() bool { return queued() == 1 })
+	for range 3 {
+		gate <- struct{}{}
+	}
+	check("first", first, keys[0])
+	check("session", s, keys[1])
+	check("plain", p, keys[2])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, cmd := range f.proposals {
+		if cmd.GetKv().GetSessionId() != 0 && len(cmd.GetKv().GetOps()) != 1 {
+			t.Fatalf("a session's batch was merged: %v", cmd)
+		}
+	}
+}
