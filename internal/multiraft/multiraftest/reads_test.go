@@ -91,6 +91,11 @@ func TestReadReleasedBeforeItsReplicaIsRemoved(t *testing.T) {
 // read either fails cleanly (not leader, removed, no replica) or finds the
 // value, whether it reads at once or only after the replica is destroyed
 // (some read in the very loop turn that applies the removal).
+//
+// The removal starts only once every reader has been served a read: it
+// takes a few milliseconds, and on a loaded machine a reader goroutine may
+// not run at all before the replica is gone (seen: three of four readers'
+// first read was already ErrNoReplica), leaving no read to look at late.
 func TestReadsWhileTheLeaderIsRemoved(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{})
 	leader := c.WaitLeader(1)
@@ -105,10 +110,15 @@ func TestReadsWhileTheLeaderIsRemoved(t *testing.T) {
 		badErrs []error
 	)
 	stop := make(chan struct{})
-	for i := range 4 {
+	stopReaders := sync.OnceFunc(func() { close(stop) })
+	defer stopReaders() // on a failed wait too, not to leave them looping
+	const readers = 4
+	firstServed := make(chan struct{}, readers) // one send per reader, at its first served read
+	for i := range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			servedOnce := false
 			for {
 				select {
 				case <-stop:
@@ -129,6 +139,10 @@ func TestReadsWhileTheLeaderIsRemoved(t *testing.T) {
 					mu.Unlock()
 					continue
 				}
+				if !servedOnce {
+					servedOnce = true
+					firstServed <- struct{}{}
+				}
 				mu.Lock()
 				served++
 				if i%2 == 0 {
@@ -144,9 +158,14 @@ func TestReadsWhileTheLeaderIsRemoved(t *testing.T) {
 			}
 		}()
 	}
+	// A healthy leader serves reads with no tick (its round's heartbeats
+	// and answers are delivered at once), so waiting needs no ticking.
+	for range readers {
+		await(t, firstServed, "a reader's first read before the removal")
+	}
 	changed := removeLeaderReplica(c, leader)
 	c.RunUntil("the leader's replica to be destroyed", 500, func() bool { return len(changed) > 0 && gone() })
-	close(stop)
+	stopReaders()
 	wg.Wait()
 	if err := <-changed; err != nil {
 		t.Fatalf("ChangeReplicas: %v", err)
