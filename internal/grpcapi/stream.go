@@ -48,7 +48,19 @@ func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 // message back. The stream ends when the client closes its side (after
 // every call in flight is answered) or the connection goes.
 func (s *KV) Stream(stream concordpb.KV_StreamServer) error {
-	ctx := stream.Context()
+	return s.serveStream(stream.Context(), stream)
+}
+
+// callStream is what a stream of calls comes over: a gRPC KV.Stream, or a
+// framed client connection (conn.go). ctx ends when it does.
+type callStream interface {
+	Recv() (*concordpb.StreamRequest, error)
+	Send(*concordpb.StreamResponse) error
+}
+
+// serveStream serves the calls of stream until its client closes its side
+// or it fails, then answers those in flight.
+func (s *KV) serveStream(ctx context.Context, stream callStream) error {
 	replies := make(chan *concordpb.StreamReply, maxRepliesPerMessage)
 	sent := make(chan error, 1)
 	go func() { sent <- sendReplies(stream, replies) }()
@@ -69,7 +81,7 @@ func (s *KV) Stream(stream concordpb.KV_StreamServer) error {
 
 // startCalls reads the stream and starts each call it carries, until the
 // client closes its side, the stream fails or ctx ends.
-func (s *KV) startCalls(ctx context.Context, stream concordpb.KV_StreamServer, w *callWorkers) error {
+func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) error {
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -131,7 +143,7 @@ func (w *callWorkers) run(call *concordpb.StreamCall) {
 
 // sendReplies batches the replies that are ready into one message each
 // time; after a send fails it keeps draining, so no call blocks on it.
-func sendReplies(stream concordpb.KV_StreamServer, replies <-chan *concordpb.StreamReply) error {
+func sendReplies(stream callStream, replies <-chan *concordpb.StreamReply) error {
 	var failed error
 	for r := range replies {
 		batch := []*concordpb.StreamReply{r}
