@@ -23,6 +23,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// KVMagic opens a client's framed KV.Stream connection (internal/grpcapi
+// serves it, the client package dials it); it lives here so that neither
+// imports the other.
+var KVMagic = []byte("\x00concord-kv/1\n")
+
 // MaxTokenBytes bounds the token in a hello.
 const MaxTokenBytes = 4096
 

@@ -34,7 +34,7 @@ import (
 // closes it at once, and nothing of it runs.
 
 // StreamMagic opens every framed client connection (portmux routes on it).
-var StreamMagic = []byte("\x00concord-kv/1\n")
+var StreamMagic = frame.KVMagic
 
 // Timeouts of the framed client wire.
 const (
