@@ -103,6 +103,13 @@ func (cs *ConnServer) Close() {
 	cs.wg.Wait()
 }
 
+// Open is how many framed connections are being served.
+func (cs *ConnServer) Open() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.conns)
+}
+
 func (cs *ConnServer) track(c net.Conn) bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
