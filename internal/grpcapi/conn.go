@@ -56,6 +56,8 @@ type ConnServer struct {
 	auth     func(c net.Conn, token string) error
 	maxFrame int
 	log      *slog.Logger
+	// writeTimeout is connWriteTimeout; tests shorten it.
+	writeTimeout time.Duration
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -70,7 +72,7 @@ func (s *KV) NewConnServer(auth func(c net.Conn, token string) error, maxFrame i
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, conns: map[net.Conn]struct{}{}}
+	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, writeTimeout: connWriteTimeout, conns: map[net.Conn]struct{}{}}
 }
 
 // Serve serves the connections l accepts until it fails (the port closes).
@@ -148,7 +150,7 @@ func (cs *ConnServer) serveConn(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st := &connStream{c: c, fr: fr, max: cs.maxFrame, cancel: cancel}
+	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, cancel: cancel}
 	if err := cs.kv.serveStream(ctx, st); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
 		cs.log.Debug("client connection ended", "remote", c.RemoteAddr(), "err", err)
 	}
@@ -173,11 +175,12 @@ func refuse(c net.Conn, err error) {
 // connStream is a framed connection as a callStream. Recv and Send are
 // each called from one goroutine (serveStream's reader and sender).
 type connStream struct {
-	c      net.Conn
-	fr     *frame.Reader
-	max    int
-	cancel context.CancelFunc
-	buf    []byte
+	c            net.Conn
+	fr           *frame.Reader
+	max          int
+	writeTimeout time.Duration
+	cancel       context.CancelFunc
+	buf          []byte
 }
 
 // Recv reads the next request. The client never closes only its sending
@@ -194,7 +197,7 @@ func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
 	return req, nil
 }
 
-// Send writes resp as one frame, within connWriteTimeout. A failed write
+// Send writes resp as one frame, within writeTimeout. A failed write
 // closes the connection, which ends Recv too.
 func (s *connStream) Send(resp *concordpb.StreamResponse) error {
 	buf, err := frame.Append(s.buf[:0], resp)
@@ -202,7 +205,7 @@ func (s *connStream) Send(resp *concordpb.StreamResponse) error {
 		err = fmt.Errorf("%w: a reply message of %d bytes (at most %d)", frame.ErrTooLarge, len(buf)-frame.Header, s.max)
 	}
 	if err == nil {
-		_ = s.c.SetWriteDeadline(time.Now().Add(connWriteTimeout))
+		_ = s.c.SetWriteDeadline(time.Now().Add(s.writeTimeout))
 		_, err = s.c.Write(buf)
 	}
 	if cap(buf) <= keepReplyBuf {
