@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/certs"
 	"github.com/concord-kv/concord/internal/frame"
 )
 
@@ -179,5 +181,57 @@ func TestClientWireGarbage(t *testing.T) {
 	}
 	if v, found, err := good.Get(ctx, []byte("before")); err != nil || !found || string(v) != "v" {
 		t.Fatalf("after the garbage: %q %v %v", v, found, err)
+	}
+}
+
+// TestClientWireTLS: on a TLS port with a token, the framed wire runs over
+// TLS and passes with the token or, without it, with a client certificate
+// the CA signed, as gRPC does.
+func TestClientWireTLS(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := certs.Generate(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	f := func(name string) string { return filepath.Join(dir, name) }
+	n := startSolo(t, func(c *Config) {
+		c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = f(certs.NodeFile), f(certs.NodeKey), f(certs.CAFile)
+		c.AuthToken = "t"
+	})
+	for i, o := range []client.Options{
+		{TLSCAFile: f(certs.CAFile), AuthToken: "t"},
+		{TLSCAFile: f(certs.CAFile), TLSCertFile: f(certs.ClientFile), TLSKeyFile: f(certs.ClientKey)},
+	} {
+		o.Endpoints, o.Wire = []string{n.Addr()}, client.WireTCP
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := client.NewWithOptions(ctx, o)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		key := []byte(fmt.Sprintf("tls-%d", i))
+		if _, _, err := c.Put(ctx, key, []byte("v")); err != nil {
+			t.Errorf("client %d: put over the TLS framed wire: %v", i, err)
+		}
+		if v, found, err := c.Get(ctx, key); err != nil || !found || string(v) != "v" {
+			t.Errorf("client %d: get %q %v %v", i, v, found, err)
+		}
+		if n.kvConns.Open() != 1 {
+			t.Errorf("client %d: %d framed connections, want 1", i, n.kvConns.Open())
+		}
+		c.Close()
+		cancel()
+		awaitNoConns(t, n)
+	}
+}
+
+// awaitNoConns polls until n serves no framed client connection.
+func awaitNoConns(t *testing.T, n *Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n.kvConns.Open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d framed connections still open", n.kvConns.Open())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
