@@ -20,22 +20,26 @@ for _ in $(seq 100); do
   sleep 0.3
 done
 echo "servers: $pids"
+# syscalls: the servers' read and write syscalls (/proc/PID/io syscr + syscw).
+syscalls() { local t=0; for p in $pids; do t=$((t + $(awk '/^sysc[rw]:/ { s += $2 } END { print s }' "/proc/$p/io"))); done; echo $t; }
 ticks() { local t=0; for p in $pids; do read -r -a f <"/proc/$p/stat"; t=$((t + f[13] + f[14])); done; echo $t; }
 hz=$(getconf CLK_TCK)
 $bin bench --endpoints "$eps" --workload get --clients 100 --conns 10 --duration 2s >/dev/null # preload + warm up
-printf '%-5s %-4s %-5s %10s %8s %8s %8s %12s\n' round load wire ops/s p50ms p99ms errors cpu_us/op
+printf '%-5s %-4s %-5s %10s %8s %8s %8s %12s %12s\n' round load wire ops/s p50ms p99ms errors cpu_us/op syscalls/op
 for r in $(seq "$rounds"); do
   for load in get put; do
     for wire in grpc tcp; do
       t0=$(ticks)
+      s0=$(syscalls)
       out=$($bin bench --endpoints "$eps" --workload $load --clients 100 --conns 10 --duration "${secs}s" --preload=false --wire $wire -o json)
       t1=$(ticks)
+      s1=$(syscalls)
       python3 -c '
 import json,sys
 r=json.loads(sys.argv[1]); ticks=int(sys.argv[2]); hz=int(sys.argv[3])
 us=ticks*1e6/hz/max(r["ops"],1)
-print("%-5s %-4s %-5s %10.0f %8.2f %8.2f %8d %12.1f"%(sys.argv[4],sys.argv[5],sys.argv[6],r["throughput_ops_per_sec"],r["latency_ms"]["p50"],r["latency_ms"]["p99"],r["errors"],us))
-' "$out" $((t1 - t0)) "$hz" "$r" $load $wire
+print("%-5s %-4s %-5s %10.0f %8.2f %8.2f %8d %12.1f %12.2f"%(sys.argv[4],sys.argv[5],sys.argv[6],r["throughput_ops_per_sec"],r["latency_ms"]["p50"],r["latency_ms"]["p99"],r["errors"],us,int(sys.argv[7])/max(r["ops"],1)))
+' "$out" $((t1 - t0)) "$hz" "$r" $load $wire $((s1 - s0))
     done
   done
 done

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -149,6 +150,13 @@ func (m *streamMux) sendLoop() {
 		case <-m.ctx.Done():
 			m.failAll(status.Error(codes.Canceled, "concord: client closed"))
 			return
+		}
+		if m.openFn != nil {
+			// The framed wire writes each message at once, where gRPC's
+			// writer goroutine runs later and sends every message queued by
+			// then in one write: yielding first lets the callers that are
+			// ready queue their calls into this message.
+			runtime.Gosched()
 		}
 		for m.sendQueued() {
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -145,25 +146,39 @@ func (w *callWorkers) run(call *concordpb.StreamCall) {
 // time; after a send fails it keeps draining, so no call blocks on it.
 func sendReplies(stream callStream, replies <-chan *concordpb.StreamReply) error {
 	var failed error
+	_, yield := stream.(*connStream)
 	for r := range replies {
-		batch := []*concordpb.StreamReply{r}
-	more:
-		for len(batch) < maxRepliesPerMessage {
-			select {
-			case r, ok := <-replies:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
+		batch := gatherReplies(replies, []*concordpb.StreamReply{r})
+		if yield && len(batch) < maxRepliesPerMessage {
+			// A framed connection writes each message itself, at once;
+			// gRPC's writer goroutine runs later and writes every message
+			// queued by then in one syscall. Letting the workers that are
+			// ready run first gives the framed wire the same coalescing.
+			runtime.Gosched()
+			batch = gatherReplies(replies, batch)
 		}
 		if failed == nil {
 			failed = stream.Send(&concordpb.StreamResponse{Replies: batch})
 		}
 	}
 	return failed
+}
+
+// gatherReplies appends the replies ready now to batch, up to
+// maxRepliesPerMessage.
+func gatherReplies(replies <-chan *concordpb.StreamReply, batch []*concordpb.StreamReply) []*concordpb.StreamReply {
+	for len(batch) < maxRepliesPerMessage {
+		select {
+		case r, ok := <-replies:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // serveCall runs one call through the call interceptors and its unary
