@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/frame"
 )
@@ -143,4 +145,32 @@ func TestConnAuthAndClose(t *testing.T) {
 	awaitOpen(t, cs, 1)
 	cs.Close()
 	awaitOpen(t, cs, 0)
+}
+
+// FuzzConnFrames: no input makes the framed client wire's reading (its
+// hello, then StreamRequest frames under a limit) panic, or accept a frame
+// over the limit.
+func FuzzConnFrames(f *testing.F) {
+	hello, _ := frame.AppendHello(nil, StreamMagic, "t")
+	ok, _ := frame.Append(hello, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1,
+		Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: []byte("k")}}}}})
+	f.Add(ok)
+	f.Add(hello)
+	f.Add([]byte("PRI * HTTP/2.0"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const limit = 4 << 10
+		fr := frame.NewReader(bytes.NewReader(in), limit)
+		if _, err := frame.ReadHello(fr, StreamMagic); err != nil {
+			return
+		}
+		for range 100 {
+			req := &concordpb.StreamRequest{}
+			if err := fr.Next(req); err != nil {
+				return
+			}
+			if n := proto.Size(req); n > limit {
+				t.Fatalf("accepted a request of %d bytes over a %d-byte limit", n, limit)
+			}
+		}
+	})
 }
