@@ -109,6 +109,7 @@ FUZZTIME ?= 5m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRaftBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameReader$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzConnFrames$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadCommand$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each

@@ -72,6 +72,7 @@ type Client struct {
 	endpoints []string
 	opts      Options
 	dialOpts  []grpc.DialOption // TLS and token, from opts
+	wire      *wireDialer       // non-nil with Options.Wire = WireTCP
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // guarded by mu
@@ -134,6 +135,12 @@ type Options struct {
 	// syscalls per request on both sides); a node that does not serve
 	// Stream is called unary either way.
 	Unary bool
+	// Wire is what the stream of requests to a node travels on: WireGRPC
+	// (or empty, the default), a KV.Stream over gRPC; or WireTCP, the same
+	// calls over a framed TCP connection to the node's port (TLS and token
+	// as above), which spares the node HTTP/2's and gRPC's cost per
+	// message. Calls that are not KV requests stay on gRPC either way.
+	Wire string
 }
 
 // NewWithOptions is New with Options.
@@ -146,7 +153,11 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("concord: %w", err)
 	}
-	c := &Client{endpoints: endpoints, opts: opts, dialOpts: dialOpts, conns: map[string]*grpc.ClientConn{}, muxes: map[string]*streamMux{}, sessions: make(chan *session, 1024)}
+	wire, err := newWireDialer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("concord: %w", err)
+	}
+	c := &Client{endpoints: endpoints, opts: opts, dialOpts: dialOpts, wire: wire, conns: map[string]*grpc.ClientConn{}, muxes: map[string]*streamMux{}, sessions: make(chan *session, 1024)}
 	c.routes.Store(&routes{table: routing.NewTable(nil), leaders: map[uint64]uint64{}, addrs: map[uint64]string{}})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -196,6 +207,9 @@ func (c *Client) kv(addr string, conn *grpc.ClientConn) concordpb.KVClient {
 	m, ok := c.muxes[addr]
 	if !ok {
 		m = newStreamMux(conn)
+		if c.wire != nil {
+			m.openFn = c.wire.opener(addr)
+		}
 		c.muxes[addr] = m
 	}
 	return streamKV{m}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -48,7 +49,8 @@ type callResult struct {
 // streamMux multiplexes calls to one node over its current stream.
 type streamMux struct {
 	unary  concordpb.KVClient
-	ctx    context.Context // the mux's life: ends with Client.Close
+	openFn func(ctx context.Context) (callStream, error) // nil: KV.Stream over gRPC
+	ctx    context.Context                               // the mux's life: ends with Client.Close
 	cancel context.CancelFunc
 	wake   chan struct{}
 	start  sync.Once
@@ -60,9 +62,17 @@ type streamMux struct {
 	unsupported bool
 }
 
+// callStream is what calls go over: a gRPC KV.Stream, or a framed TCP
+// connection (wire.go). Send is called by the sender alone, Recv by the
+// receiver alone.
+type callStream interface {
+	Send(*concordpb.StreamRequest) error
+	Recv() (*concordpb.StreamResponse, error)
+}
+
 // streamConn is one stream and the calls sent on it awaiting replies.
 type streamConn struct {
-	s       concordpb.KV_StreamClient
+	s       callStream
 	pending map[uint64]*pendingCall // guarded by the mux's mu
 	done    bool                    // broken; guarded by the mux's mu
 }
@@ -141,6 +151,13 @@ func (m *streamMux) sendLoop() {
 			m.failAll(status.Error(codes.Canceled, "concord: client closed"))
 			return
 		}
+		if m.openFn != nil {
+			// The framed wire writes each message at once, where gRPC's
+			// writer goroutine runs later and sends every message queued by
+			// then in one write: yielding first lets the callers that are
+			// ready queue their calls into this message.
+			runtime.Gosched()
+		}
 		for m.sendQueued() {
 		}
 	}
@@ -216,7 +233,13 @@ func (m *streamMux) queued() bool {
 
 // open starts a stream and its receiver.
 func (m *streamMux) open() (*streamConn, error) {
-	s, err := m.unary.Stream(m.ctx)
+	var s callStream
+	var err error
+	if m.openFn != nil {
+		s, err = m.openFn(m.ctx)
+	} else {
+		s, err = m.unary.Stream(m.ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +258,10 @@ func (m *streamMux) receive(conn *streamConn) {
 		resp, err := conn.s.Recv()
 		if err != nil {
 			m.broken(conn, err)
+			return
+		}
+		if r := refusal(resp); r != nil {
+			m.broken(conn, r)
 			return
 		}
 		m.mu.Lock()
@@ -260,8 +287,11 @@ func (m *streamMux) broken(conn *streamConn, err error) {
 		m.cur = nil
 	}
 	fail := status.Errorf(codes.Unavailable, "concord: the request stream to the node broke (%s) after the request was sent", status.Code(err))
-	if status.Code(err) == codes.Unimplemented {
+	switch status.Code(err) {
+	case codes.Unimplemented:
 		m.unsupported, fail = true, errNoStream
+	case codes.Unauthenticated, codes.PermissionDenied: // refused before serving any call
+		fail = err
 	}
 	for id, p := range conn.pending {
 		delete(conn.pending, id)

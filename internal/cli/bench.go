@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/bench"
 )
 
@@ -22,6 +23,7 @@ type benchFlags struct {
 	output    string
 	plot      string
 	timeout   time.Duration
+	wire      string
 	sec       securityFlags
 }
 
@@ -74,6 +76,8 @@ func addBenchFlags(cmd *cobra.Command, f *benchFlags) {
 	fl.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	fl.StringVar(&f.plot, "plot", "", "also write an SVG with the latency CDF and throughput over time to this file")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the cluster to answer at start")
+	fl.StringVar(&f.wire, "wire", client.WireGRPC, "--target concord: what requests travel on, grpc (a KV.Stream) or tcp (the same\n"+
+		"stream over the framed TCP wire, docs/architecture.md)")
 	addSecurityFlags(fl, &f.sec) // --target concord only
 }
 
@@ -104,6 +108,10 @@ func (f *benchFlags) resolve(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if f.wire != client.WireGRPC && f.wire != client.WireTCP {
+		return fmt.Errorf("--wire must be %s or %s, not %q", client.WireGRPC, client.WireTCP, f.wire)
+	}
+	opts.Wire = f.wire
 	c.Concord = opts
 	for _, e := range strings.Split(f.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {

@@ -161,3 +161,22 @@ func findTLS(c net.Conn) *tls.Conn {
 		}
 	}
 }
+
+// CheckClientConn applies the rule for KV calls to a framed client
+// connection (conn.go), given the token of its hello: when Token is set,
+// the client must have presented a CA-signed certificate (TLS) or give the
+// token.
+func (a Auth) CheckClientConn(c net.Conn, token string) error {
+	if a.Token == "" {
+		return nil
+	}
+	if a.TLS {
+		if tc := findTLS(c); tc != nil && certs.Verified(tc.ConnectionState()) {
+			return nil
+		}
+	}
+	if subtle.ConstantTimeCompare([]byte(token), []byte(a.Token)) != 1 {
+		return status.Error(codes.Unauthenticated, "auth token missing or rejected: this cluster requires its --auth-token-file token")
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -48,7 +49,19 @@ func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 // message back. The stream ends when the client closes its side (after
 // every call in flight is answered) or the connection goes.
 func (s *KV) Stream(stream concordpb.KV_StreamServer) error {
-	ctx := stream.Context()
+	return s.serveStream(stream.Context(), stream)
+}
+
+// callStream is what a stream of calls comes over: a gRPC KV.Stream, or a
+// framed client connection (conn.go). ctx ends when it does.
+type callStream interface {
+	Recv() (*concordpb.StreamRequest, error)
+	Send(*concordpb.StreamResponse) error
+}
+
+// serveStream serves the calls of stream until its client closes its side
+// or it fails, then answers those in flight.
+func (s *KV) serveStream(ctx context.Context, stream callStream) error {
 	replies := make(chan *concordpb.StreamReply, maxRepliesPerMessage)
 	sent := make(chan error, 1)
 	go func() { sent <- sendReplies(stream, replies) }()
@@ -69,7 +82,7 @@ func (s *KV) Stream(stream concordpb.KV_StreamServer) error {
 
 // startCalls reads the stream and starts each call it carries, until the
 // client closes its side, the stream fails or ctx ends.
-func (s *KV) startCalls(ctx context.Context, stream concordpb.KV_StreamServer, w *callWorkers) error {
+func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) error {
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -131,27 +144,41 @@ func (w *callWorkers) run(call *concordpb.StreamCall) {
 
 // sendReplies batches the replies that are ready into one message each
 // time; after a send fails it keeps draining, so no call blocks on it.
-func sendReplies(stream concordpb.KV_StreamServer, replies <-chan *concordpb.StreamReply) error {
+func sendReplies(stream callStream, replies <-chan *concordpb.StreamReply) error {
 	var failed error
+	_, yield := stream.(*connStream)
 	for r := range replies {
-		batch := []*concordpb.StreamReply{r}
-	more:
-		for len(batch) < maxRepliesPerMessage {
-			select {
-			case r, ok := <-replies:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
+		batch := gatherReplies(replies, []*concordpb.StreamReply{r})
+		if yield && len(batch) < maxRepliesPerMessage {
+			// A framed connection writes each message itself, at once;
+			// gRPC's writer goroutine runs later and writes every message
+			// queued by then in one syscall. Letting the workers that are
+			// ready run first gives the framed wire the same coalescing.
+			runtime.Gosched()
+			batch = gatherReplies(replies, batch)
 		}
 		if failed == nil {
 			failed = stream.Send(&concordpb.StreamResponse{Replies: batch})
 		}
 	}
 	return failed
+}
+
+// gatherReplies appends the replies ready now to batch, up to
+// maxRepliesPerMessage.
+func gatherReplies(replies <-chan *concordpb.StreamReply, batch []*concordpb.StreamReply) []*concordpb.StreamReply {
+	for len(batch) < maxRepliesPerMessage {
+		select {
+		case r, ok := <-replies:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // serveCall runs one call through the call interceptors and its unary

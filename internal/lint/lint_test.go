@@ -142,6 +142,7 @@ var layerTable = []layer{
 		"internal/metrics",    // a node's Prometheus registry and instruments
 		"internal/backupfile", // the backup file format
 		"internal/certs",      // development CA and certificates; TLS configs from files
+		"internal/frame",      // the framed TCP wires' hello and frames
 	}},
 	{n: 2, pkgs: []string{
 		"internal/storepb", // persisted protos (imports concordpb)
@@ -178,7 +179,7 @@ var layerTable = []layer{
 	}},
 	{n: 8, pkgs: []string{
 		"client/...", // public Go client
-	}, only: []string{"api/...", "internal/ids", "internal/routing", "internal/dial"}},
+	}, only: []string{"api/...", "internal/ids", "internal/routing", "internal/dial", "internal/certs", "internal/frame"}},
 	{n: 9, pkgs: []string{
 		"internal/bench",        // load generator
 		"internal/localcluster", // starts a local cluster

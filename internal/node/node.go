@@ -52,6 +52,7 @@ type Node struct {
 	// redis, the Redis protocol server (on the node's port, and on
 	// --redis-addr if set).
 	kv       *grpcapi.KV
+	kvConns  *grpcapi.ConnServer // the framed client wire
 	redis    *redisapi.Server
 	redisLis net.Listener // --redis-addr's listener, nil without it
 	// metrics is what /metrics serves; httpSrv serves it on --http-addr.
@@ -202,6 +203,7 @@ func (n *Node) Start(ctx context.Context) error {
 	// node's address (the CS739 library, redis-cli -p <gRPC port>).
 	mux := portmux.New(n.lis, muxTimeout)
 	n.serveRaftConns(mux.Match(transport.Magic))
+	n.serveClientConns(mux.Match(grpcapi.StreamMagic))
 	n.redis = n.newRedis()
 	n.redis.Serve(mux.Other())
 	// --redis-addr opens with the node's port, before the node has an
@@ -281,6 +283,18 @@ func (n *Node) serveRaftConns(l net.Listener) {
 				_ = c.Close()
 			}
 		}
+	}()
+}
+
+// serveClientConns serves the framed client connections (the client's
+// opt-in TCP wire for KV.Stream) the port mux routes to l, with the KV
+// service's stream handler and the same auth and message bounds as gRPC.
+func (n *Node) serveClientConns(l net.Listener) {
+	n.kvConns = n.kv.NewConnServer(n.sec.auth.CheckClientConn, maxMsgBytes, n.log)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.kvConns.Serve(l) // ends when the mux closes, with the gRPC server
 	}()
 }
 
@@ -413,6 +427,9 @@ func (n *Node) Stop() {
 		}
 		if n.srv != nil {
 			n.srv.Stop()
+		}
+		if n.kvConns != nil {
+			n.kvConns.Close() // cancels their calls, before the host and storage go
 		}
 		if n.redis != nil {
 			// Cancels the commands in flight and waits for the

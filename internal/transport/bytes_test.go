@@ -221,10 +221,10 @@ func (f *flakyServer) serveTCP(l net.Listener) {
 		go func() {
 			defer c.Close()
 			fr := newFrameReader(c, 1<<20)
-			if _, err := readHello(fr.r); err != nil {
+			if _, err := readHello(fr); err != nil {
 				return
 			}
-			if err := fr.next(&concordpb.RaftBatch{}); err != nil {
+			if err := fr.Next(&concordpb.RaftBatch{}); err != nil {
 				return
 			}
 			f.mu.Lock()

@@ -47,14 +47,14 @@ func frames(t testing.TB, token string, batches ...*concordpb.RaftBatch) []byte 
 func TestFrameRoundTrip(t *testing.T) {
 	in := []*concordpb.RaftBatch{testBatch(t, 1, 2, 3), testBatch(t), testBatch(t, 9)}
 	fr := newFrameReader(bytes.NewReader(frames(t, "secret", in...)), 1<<20)
-	token, err := readHello(fr.r)
+	token, err := readHello(fr)
 	if err != nil || token != "secret" {
 		t.Fatalf("hello: token %q, %v; want \"secret\"", token, err)
 	}
 	var out []*concordpb.RaftBatch
 	for {
 		b := &concordpb.RaftBatch{}
-		err := fr.next(b)
+		err := fr.Next(b)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -82,11 +82,11 @@ func TestFrameLargerThanKeptBuffer(t *testing.T) {
 	}
 	in := &concordpb.RaftBatch{ClusterId: 7, Messages: []*concordpb.RaftEnvelope{{ShardId: 4, Message: data}}}
 	fr := newFrameReader(bytes.NewReader(frames(t, "", in)), 4<<20)
-	if _, err := readHello(fr.r); err != nil {
+	if _, err := readHello(fr); err != nil {
 		t.Fatal(err)
 	}
 	out := &concordpb.RaftBatch{}
-	if err := fr.next(out); err != nil {
+	if err := fr.Next(out); err != nil {
 		t.Fatal(err)
 	}
 	if !proto.Equal(in, out) {
@@ -101,10 +101,10 @@ func TestFrameTruncated(t *testing.T) {
 	hello := len(Magic) + 2
 	for _, cut := range []int{hello + 2, hello + frameHeader, hello + frameHeader + 10, len(whole) - 1} {
 		fr := newFrameReader(bytes.NewReader(whole[:cut]), 1<<20)
-		if _, err := readHello(fr.r); err != nil {
+		if _, err := readHello(fr); err != nil {
 			t.Fatal(err)
 		}
-		if err := fr.next(&concordpb.RaftBatch{}); !errors.Is(err, io.ErrUnexpectedEOF) {
+		if err := fr.Next(&concordpb.RaftBatch{}); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("cut at %d of %d bytes: %v, want io.ErrUnexpectedEOF", cut, len(whole), err)
 		}
 	}
@@ -116,14 +116,14 @@ func TestFrameOversize(t *testing.T) {
 	buf := frames(t, "")
 	buf = binary.BigEndian.AppendUint32(buf, 1<<30)
 	fr := newFrameReader(bytes.NewReader(buf), 1<<20)
-	if _, err := readHello(fr.r); err != nil {
+	if _, err := readHello(fr); err != nil {
 		t.Fatal(err)
 	}
-	if err := fr.next(&concordpb.RaftBatch{}); !errors.Is(err, errFrameTooLarge) {
+	if err := fr.Next(&concordpb.RaftBatch{}); !errors.Is(err, errFrameTooLarge) {
 		t.Fatalf("a 1 GiB frame with a 1 MiB limit: %v, want errFrameTooLarge", err)
 	}
-	if cap(fr.buf) != 0 {
-		t.Fatalf("the refused frame allocated %d bytes", cap(fr.buf))
+	if fr.Held() != 0 {
+		t.Fatalf("the refused frame allocated %d bytes", fr.Held())
 	}
 }
 
@@ -141,10 +141,10 @@ func TestFrameGarbage(t *testing.T) {
 	body := bytes.Repeat([]byte{0xff}, 64)
 	buf := binary.BigEndian.AppendUint32(frames(t, ""), uint32(len(body)))
 	fr := newFrameReader(bytes.NewReader(append(buf, body...)), 1<<20)
-	if _, err := readHello(fr.r); err != nil {
+	if _, err := readHello(fr); err != nil {
 		t.Fatal(err)
 	}
-	if err := fr.next(&concordpb.RaftBatch{}); err == nil {
+	if err := fr.Next(&concordpb.RaftBatch{}); err == nil {
 		t.Error("64 bytes of 0xff decoded as a batch")
 	}
 }
@@ -157,11 +157,11 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add([]byte("PRI * HTTP/2.0"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		fr := newFrameReader(bytes.NewReader(in), 4<<10)
-		if _, err := readHello(fr.r); err != nil {
+		if _, err := readHello(fr); err != nil {
 			return
 		}
 		for range 100 {
-			if err := fr.next(&concordpb.RaftBatch{}); err != nil {
+			if err := fr.Next(&concordpb.RaftBatch{}); err != nil {
 				return
 			}
 		}
@@ -184,8 +184,8 @@ func BenchmarkFrameRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 		r.Reset(buf)
-		fr.r.Reset(r)
-		if err := fr.next(out); err != nil {
+		fr.Reset(r)
+		if err := fr.Next(out); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -200,7 +200,7 @@ func (t *Transport) ServeConn(c net.Conn) {
 	defer t.untrack(c)
 	fr := newFrameReader(c, t.cfg.MaxFrameBytes)
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
-	token, err := readHello(fr.r)
+	token, err := readHello(fr)
 	if err != nil {
 		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
 		return
@@ -215,7 +215,7 @@ func (t *Transport) ServeConn(c net.Conn) {
 	var sender ids.NodeID
 	b := &concordpb.RaftBatch{}
 	for {
-		if err := fr.next(b); err != nil {
+		if err := fr.Next(b); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
 			}

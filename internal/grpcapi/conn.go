@@ -1,0 +1,220 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
+)
+
+// The framed client wire: KV.Stream without gRPC. A client that opts in
+// (client.Options.Wire = "tcp") opens a TCP connection (TLS when the port
+// is) to the node's port, whose mux routes it here by its magic:
+//
+//	StreamMagic | token length (uint16) | token     (internal/frame's hello)
+//	client → node: frames of one StreamRequest each
+//	node → client: frames of one StreamResponse each
+//
+// The calls and replies are those of KV.Stream, served by the same code
+// (serveStream); the wire saves, per message, HTTP/2 framing and flow
+// control and gRPC's goroutine hand-offs — a quarter of a node's CPU per
+// get (docs/benchmarks.md, "Client wire over framed TCP"). A hello the node
+// refuses is answered with one StreamResponse whose only reply has id 0
+// and the refusal's code, then the connection closes; anything malformed
+// closes it at once, and nothing of it runs.
+
+// StreamMagic opens every framed client connection (portmux routes on it).
+var StreamMagic = frame.KVMagic
+
+// Timeouts of the framed client wire.
+const (
+	// connHelloTimeout bounds a new connection's hello.
+	connHelloTimeout = 10 * time.Second
+	// connWriteTimeout bounds one write of replies: a client that reads
+	// nothing for this long loses the connection (its calls fail and it
+	// reconnects) rather than holding the node's replies.
+	connWriteTimeout = 10 * time.Second
+)
+
+// keepReplyBuf is the largest reply buffer a connection keeps between
+// writes.
+const keepReplyBuf = 1 << 20
+
+// ConnServer serves framed client connections with a KV's stream handler.
+type ConnServer struct {
+	kv       *KV
+	auth     func(c net.Conn, token string) error
+	maxFrame int
+	log      *slog.Logger
+	// writeTimeout is connWriteTimeout; tests shorten it.
+	writeTimeout time.Duration
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewConnServer serves s's calls over framed connections. auth checks a
+// connection's hello (nil: every one passes); maxFrame bounds a frame
+// either way, as gRPC's message size limits bound a message.
+func (s *KV) NewConnServer(auth func(c net.Conn, token string) error, maxFrame int, log *slog.Logger) *ConnServer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, writeTimeout: connWriteTimeout, conns: map[net.Conn]struct{}{}}
+}
+
+// Serve serves the connections l accepts until it fails (the port closes).
+func (cs *ConnServer) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		if !cs.track(c) {
+			_ = c.Close()
+			continue
+		}
+		go func() {
+			defer cs.untrack(c)
+			cs.serveConn(c)
+		}()
+	}
+}
+
+// Close closes every connection (their calls are cancelled) and waits for
+// their handlers; connections accepted after it are closed at once.
+func (cs *ConnServer) Close() {
+	cs.mu.Lock()
+	cs.closed = true
+	for c := range cs.conns {
+		_ = c.Close()
+	}
+	cs.mu.Unlock()
+	cs.wg.Wait()
+}
+
+// Open is how many framed connections are being served.
+func (cs *ConnServer) Open() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.conns)
+}
+
+func (cs *ConnServer) track(c net.Conn) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		return false
+	}
+	cs.conns[c] = struct{}{}
+	cs.wg.Add(1)
+	return true
+}
+
+func (cs *ConnServer) untrack(c net.Conn) {
+	_ = c.Close()
+	cs.mu.Lock()
+	delete(cs.conns, c)
+	cs.mu.Unlock()
+	cs.wg.Done()
+}
+
+// serveConn authenticates c's hello and serves its calls until it ends.
+func (cs *ConnServer) serveConn(c net.Conn) {
+	fr := frame.NewReader(c, cs.maxFrame)
+	_ = c.SetReadDeadline(time.Now().Add(connHelloTimeout))
+	token, err := frame.ReadHello(fr, StreamMagic)
+	if err != nil {
+		cs.log.Debug("client connection refused", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	if cs.auth != nil {
+		if err := cs.auth(c, token); err != nil {
+			cs.log.Debug("client connection refused", "remote", c.RemoteAddr(), "err", err)
+			refuse(c, err)
+			return
+		}
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, cancel: cancel}
+	if err := cs.kv.serveStream(ctx, st); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
+		cs.log.Debug("client connection ended", "remote", c.RemoteAddr(), "err", err)
+	}
+}
+
+// refuse tells the client why its hello was refused: one reply, id 0, with
+// the refusal's code, so the client fails its calls with it (an
+// Unauthenticated call is not retried) instead of seeing a broken stream.
+func refuse(c net.Conn, err error) {
+	st := status.Convert(err)
+	if st.Code() == codes.Unknown {
+		st = status.New(codes.Unauthenticated, err.Error())
+	}
+	buf, ferr := frame.Append(nil, &concordpb.StreamResponse{Replies: []*concordpb.StreamReply{{Code: uint32(st.Code()), Message: st.Message()}}})
+	if ferr != nil {
+		return
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(connWriteTimeout))
+	_, _ = c.Write(buf)
+}
+
+// connStream is a framed connection as a callStream. Recv and Send are
+// each called from one goroutine (serveStream's reader and sender).
+type connStream struct {
+	c            net.Conn
+	fr           *frame.Reader
+	max          int
+	writeTimeout time.Duration
+	cancel       context.CancelFunc
+	buf          []byte
+}
+
+// Recv reads the next request. The client never closes only its sending
+// side, so any end of the reading is the connection's: the calls in flight
+// are cancelled, as gRPC cancels a stream's context when its connection
+// goes.
+func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
+	req := &concordpb.StreamRequest{}
+	if err := s.fr.Next(req); err != nil {
+		s.cancel()
+		_ = s.c.Close()
+		return nil, err
+	}
+	return req, nil
+}
+
+// Send writes resp as one frame, within writeTimeout. A failed write
+// closes the connection, which ends Recv too.
+func (s *connStream) Send(resp *concordpb.StreamResponse) error {
+	buf, err := frame.Append(s.buf[:0], resp)
+	if err == nil && len(buf)-frame.Header > s.max {
+		err = fmt.Errorf("%w: a reply message of %d bytes (at most %d)", frame.ErrTooLarge, len(buf)-frame.Header, s.max)
+	}
+	if err == nil {
+		_ = s.c.SetWriteDeadline(time.Now().Add(s.writeTimeout))
+		_, err = s.c.Write(buf)
+	}
+	if cap(buf) <= keepReplyBuf {
+		s.buf = buf
+	} else {
+		s.buf = nil
+	}
+	if err != nil {
+		_ = s.c.Close()
+	}
+	return err
+}

@@ -1,0 +1,176 @@
+package grpcapi
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
+)
+
+// serveConns serves kv's framed wire on 127.0.0.1 and returns its server
+// and address.
+func serveConns(t *testing.T, kv *KV, auth func(net.Conn, string) error, maxFrame int) (*ConnServer, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kv.NewConnServer(auth, maxFrame, nil)
+	go func() { _ = cs.Serve(l) }()
+	t.Cleanup(func() { l.Close(); cs.Close() })
+	return cs, l.Addr().String()
+}
+
+func dialConn(t *testing.T, addr, token string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	hello, err := frame.AppendHello(nil, StreamMagic, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(hello); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// awaitOpen polls until cs serves n connections.
+func awaitOpen(t *testing.T, cs *ConnServer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for cs.Open() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections open, want %d", cs.Open(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestConnAnswersAsStream: calls over a framed connection are answered by
+// id with what the gRPC stream answers (the same code serves both).
+func TestConnAnswersAsStream(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	keys := fillShards(f, 10)
+	_, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
+	c := dialConn(t, addr, "")
+	var calls []*concordpb.StreamCall
+	for i, k := range keys {
+		calls = append(calls, &concordpb.StreamCall{Id: uint64(i + 1), Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: []byte(k)}}})
+	}
+	calls = append(calls, &concordpb.StreamCall{Id: 99}) // empty: InvalidArgument
+	b, err := frame.Append(nil, &concordpb.StreamRequest{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fr := frame.NewReader(c, 1<<20)
+	got := map[uint64]*concordpb.StreamReply{}
+	for len(got) < len(calls) {
+		resp := &concordpb.StreamResponse{}
+		if err := fr.Next(resp); err != nil {
+			t.Fatalf("after %d replies: %v", len(got), err)
+		}
+		for _, r := range resp.GetReplies() {
+			got[r.GetId()] = r
+		}
+	}
+	for i := range keys {
+		if r := got[uint64(i+1)]; r.GetCode() != 0 || !r.GetGet().GetFound() || string(r.GetGet().GetValue()) != "v" {
+			t.Errorf("get %s: %v", keys[i], r)
+		}
+	}
+	if got[99].GetCode() == 0 {
+		t.Error("an empty call was answered OK")
+	}
+}
+
+// TestConnSlowReaderIsCut: a client that sends calls and reads none of
+// the replies loses its connection once a write of replies waits past the
+// write timeout; the node does not hold the replies (and the handler's
+// calls) for ever.
+func TestConnSlowReaderIsCut(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	keys := fillShards(f, 1)
+	for _, kvs := range f.data {
+		for _, kv := range kvs {
+			kv.Value = bytes.Repeat([]byte("x"), 64<<10)
+		}
+	}
+	// Replies of at most 512 × 64 KiB per message: under the limit, so
+	// only the write timeout can end the connection.
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 64<<20)
+	cs.writeTimeout = 200 * time.Millisecond
+	c := dialConn(t, addr, "")
+	awaitOpen(t, cs, 1)
+	// 2,000 replies of 64 KiB: far more than the sockets' buffers.
+	var calls []*concordpb.StreamCall
+	for i := range 2000 {
+		calls = append(calls, &concordpb.StreamCall{Id: uint64(i + 1), Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: []byte(keys[0])}}})
+	}
+	b, err := frame.Append(nil, &concordpb.StreamRequest{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	awaitOpen(t, cs, 0) // never reading: the node gave up on the connection
+}
+
+// TestConnAuthAndClose: a refused hello gets its refusal and the
+// connection closes; Close ends every connection.
+func TestConnAuthAndClose(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	auth := Auth{Token: "t"}
+	cs, addr := serveConns(t, NewKV(f, testLimits), auth.CheckClientConn, 1<<20)
+	bad := dialConn(t, addr, "wrong")
+	_ = bad.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := &concordpb.StreamResponse{}
+	if err := frame.NewReader(bad, 1<<20).Next(resp); err != nil || len(resp.GetReplies()) != 1 || resp.GetReplies()[0].GetCode() == 0 {
+		t.Fatalf("a wrong token: %v, %v; want one refusal", resp, err)
+	}
+	dialConn(t, addr, "t")
+	awaitOpen(t, cs, 1)
+	cs.Close()
+	awaitOpen(t, cs, 0)
+}
+
+// FuzzConnFrames: no input makes the framed client wire's reading (its
+// hello, then StreamRequest frames under a limit) panic, or accept a frame
+// over the limit.
+func FuzzConnFrames(f *testing.F) {
+	hello, _ := frame.AppendHello(nil, StreamMagic, "t")
+	ok, _ := frame.Append(hello, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1,
+		Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: []byte("k")}}}}})
+	f.Add(ok)
+	f.Add(hello)
+	f.Add([]byte("PRI * HTTP/2.0"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const limit = 4 << 10
+		fr := frame.NewReader(bytes.NewReader(in), limit)
+		if _, err := frame.ReadHello(fr, StreamMagic); err != nil {
+			return
+		}
+		for range 100 {
+			req := &concordpb.StreamRequest{}
+			if err := fr.Next(req); err != nil {
+				return
+			}
+			if n := proto.Size(req); n > limit {
+				t.Fatalf("accepted a request of %d bytes over a %d-byte limit", n, limit)
+			}
+		}
+	})
+}
