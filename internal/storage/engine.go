@@ -26,10 +26,10 @@ const (
 	BlockCacheSize = 128 << 20
 	// memtableReservation is what Pebble's memtables take out of the block
 	// cache's capacity: Pebble reserves each memtable's arena in the cache
-	// (Cache.Reserve) for as long as it is allocated, and a node that has
-	// written a few hundred MiB holds two full-size ones for good (the
-	// mutable one and the last flushed one, kept for reuse), more while
-	// one flushes or an iterator pins an old one. A cache of just
+	// (Cache.Reserve) for as long as it is allocated, and once its
+	// memtables are full size a node holds two for good: the mutable one
+	// and either the one being flushed or the last flushed one, kept for
+	// reuse (more only while an iterator pins an older one). A cache of just
 	// BlockCacheSize had no room left for blocks at all: every point read
 	// re-read and decompressed its index and data blocks from the file
 	// (docs/benchmarks.md, "Block cache misses on point reads").
