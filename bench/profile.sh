@@ -6,7 +6,8 @@
 # Output in $OUT (default bench-out/profile): <run>-cpu-n<i>.out,
 # <run>-allocs-n1.out, <run>.json (the bench result), <run>-frames.txt (raft
 # frames and messages each node sent and received per second, from /metrics
-# on BASE+20..), servers' logs. RUNS picks runs (default: put100 get100 put1 get1;
+# on BASE+20..), <run>-cache.txt (each node's Pebble block cache hits and
+# misses per second over the same window), servers' logs. RUNS picks runs (default: put100 get100 put1 get1;
 # get100warm, after get100, profiles gets with no preload in the window;
 # put100tcp and get100warmtcp: the same over the client's framed TCP wire).
 # Read with: go tool pprof -top bin/concord bench-out/profile/put100-cpu-n1.out
@@ -64,6 +65,20 @@ frameRates() {
 		$1, ($7-$2)/s, ($8-$3)/s, ($7-$2) ? ($8-$3)/($7-$2) : 0, ($9-$4)/s, ($10-$5)/s, ($9-$4) ? ($10-$5)/($9-$4) : 0 }'
 }
 
+# cacheCounts: every node's block cache hits and misses, one line per node.
+cacheCounts() {
+	for i in 0 1 2; do
+		curl -s "http://127.0.0.1:$((BASE + 20 + i))/metrics" |
+			awk -v n=$((i + 1)) '/^concord_storage_block_cache_(hits|misses)_total/ { v[$1] = $2 }
+				END { printf "n%d %.0f %.0f\n", n, v["concord_storage_block_cache_hits_total"], v["concord_storage_block_cache_misses_total"] }'
+	done
+}
+
+# cacheRates BEFORE AFTER SECS: per node, block cache hits and misses per second.
+cacheRates() {
+	paste -d' ' <(echo "$1") <(echo "$2") | awk -v s="$3" '{ printf "%s block cache %.0f hits/s %.0f misses/s\n", $1, ($5-$2)/s, ($6-$3)/s }'
+}
+
 # run NAME BENCH-ARGS...: one bench run of $SECS+4 s with the profiles taken
 # over its middle $SECS s.
 run() {
@@ -73,8 +88,9 @@ run() {
 	local bench=$!
 	local waits=()
 	sleep 2
-	local before
+	local before cbefore
 	before=$(frames)
+	cbefore=$(cacheCounts)
 	for i in 0 1 2; do
 		curl -s "http://127.0.0.1:$((BASE + 10 + i))/debug/pprof/profile?seconds=$SECS" \
 			-o "$OUT/$name-cpu-n$((i + 1)).out" &
@@ -84,7 +100,8 @@ run() {
 	waits+=($!)
 	wait "${waits[@]}" # not a bare wait: the servers are children too
 	frameRates "$before" "$(frames)" "$SECS" >"$OUT/$name-frames.txt"
-	cat "$OUT/$name-frames.txt"
+	cacheRates "$cbefore" "$(cacheCounts)" "$SECS" >"$OUT/$name-cache.txt"
+	cat "$OUT/$name-frames.txt" "$OUT/$name-cache.txt"
 	wait "$bench" || { echo "profile: concord bench failed in run $name (see $OUT/$name.json)" >&2; exit 1; }
 	echo "$name: $(grep -o '"throughput_ops_per_sec": *[0-9]*' "$OUT/$name.json" | head -n 1)"
 }

@@ -135,10 +135,13 @@ var (
 	descRounds   = prometheus.NewDesc("concord_shard_read_rounds_total", "ReadIndex rounds the replica here issued since it was loaded; each serves every linearizable read queued before it.", []string{"shard"}, nil)
 	descNodes    = prometheus.NewDesc("concord_cluster_nodes", "Nodes by state, as the placement leader judges them (reported by the placement leader only).", []string{"state"}, nil)
 	descPlLeader = prometheus.NewDesc("concord_placement_leader", "1 if this node leads the placement service (shard 0).", nil, nil)
+	descBCHits   = prometheus.NewDesc("concord_storage_block_cache_hits_total", "Pebble block cache lookups that found the block, since the node's storage opened.", nil, nil)
+	descBCMisses = prometheus.NewDesc("concord_storage_block_cache_misses_total", "Pebble block cache lookups that read the block from its file, since the node's storage opened.", nil, nil)
+	descBCBytes  = prometheus.NewDesc("concord_storage_block_cache_bytes", "Bytes of sstable blocks the Pebble block cache holds.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes} {
 		ch <- d
 	}
 }
@@ -150,6 +153,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	if n.eng != nil { // set before the HTTP server starts
+		bc := n.eng.BlockCacheStats()
+		ch <- prometheus.MustNewConstMetric(descBCHits, prometheus.CounterValue, float64(bc.Hits))
+		ch <- prometheus.MustNewConstMetric(descBCMisses, prometheus.CounterValue, float64(bc.Misses))
+		ch <- prometheus.MustNewConstMetric(descBCBytes, prometheus.GaugeValue, float64(bc.Bytes))
+	}
 	if !n.isReady() {
 		return
 	}

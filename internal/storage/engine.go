@@ -16,13 +16,24 @@ import (
 const (
 	// MemTableSize is the size of each Pebble memtable.
 	MemTableSize = 64 << 20
-	// BlockCacheSize is Pebble's cache of uncompressed sstable blocks.
-	// Pebble's default, 8 MiB, is smaller than one flushed memtable of a
-	// node under a put load (its sstables hold the raft log entries next
-	// to the user data): a point read that misses the memtable then reads
-	// and decompresses its blocks again from the file on nearly every get
-	// (docs/benchmarks.md, "The memtable and the block cache").
+	// BlockCacheSize is what Pebble's cache of uncompressed sstable blocks
+	// may hold. Pebble's default, 8 MiB, is smaller than one flushed
+	// memtable of a node under a put load (its sstables hold the raft log
+	// entries next to the user data): a point read that misses the memtable
+	// then reads and decompresses its blocks again from the file on nearly
+	// every get (docs/benchmarks.md, "The memtable and the block cache").
+	// The cache Pebble is given is larger by memtableReservation (see there).
 	BlockCacheSize = 128 << 20
+	// memtableReservation is what Pebble's memtables take out of the block
+	// cache's capacity: Pebble reserves each memtable's arena in the cache
+	// (Cache.Reserve) for as long as it is allocated, and once its
+	// memtables are full size a node holds two for good: the mutable one
+	// and either the one being flushed or the last flushed one, kept for
+	// reuse (more only while an iterator pins an older one). A cache of just
+	// BlockCacheSize had no room left for blocks at all: every point read
+	// re-read and decompressed its index and data blocks from the file
+	// (docs/benchmarks.md, "Block cache misses on point reads").
+	memtableReservation = 2 * MemTableSize
 )
 
 // Engine is a node's Pebble database.
@@ -84,20 +95,23 @@ func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, 
 	if err := clearDir(fs, aux); err != nil {
 		return nil, err
 	}
-	cache := pebble.NewCache(BlockCacheSize)
-	// The DB takes its own reference; ours goes when Open returns.
-	defer cache.Unref()
 	opts := &pebble.Options{
 		// Set explicitly: an unset version means the oldest format, which
 		// lacks the excise support snapshot installation relies on.
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             quietLogger{},
 		MemTableSize:       MemTableSize,
-		Cache:              cache,
-		FS:                 fs,
+		// The blocks' share of the cache made below.
+		CacheSize: BlockCacheSize,
+		FS:        fs,
 	}
 	if tune != nil {
 		tune(opts)
+	}
+	if opts.Cache == nil {
+		opts.Cache = newBlockCache(opts.CacheSize, opts.MemTableSize)
+		// The DB takes its own reference; ours goes when Open returns.
+		defer opts.Cache.Unref()
 	}
 	// pebble.Open fills in defaults on a copy; NewSSTWriter derives its
 	// writer options from e.opts, which need them too (per-level block
@@ -111,6 +125,33 @@ func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, 
 		stopFlusher: make(chan struct{}), flusherDone: make(chan struct{})}
 	go e.flushQueuedMemtables(memtableCheckInterval)
 	return e, nil
+}
+
+// newBlockCache is a Pebble cache with room for blocks bytes of blocks
+// once the memtables of size memtable have reserved their share.
+func newBlockCache(blocks int64, memtable uint64) *pebble.Cache {
+	return pebble.NewCache(blocks + int64(memtable)*(memtableReservation/MemTableSize))
+}
+
+// CacheStats counts the block cache's lookups since the engine opened and
+// what it holds now.
+type CacheStats struct {
+	Hits, Misses int64
+	// Bytes and Blocks are what the cache holds (blocks only: memtable
+	// reservations are not counted).
+	Bytes, Blocks int64
+}
+
+// BlockCacheStats reads the block cache's counters. It reads metrics, not
+// data, so it works (zeros) once the engine is closed.
+func (e *Engine) BlockCacheStats() CacheStats {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return CacheStats{}
+	}
+	c := e.db.Metrics().BlockCache
+	return CacheStats{Hits: c.Hits, Misses: c.Misses, Bytes: c.Size, Blocks: c.Count}
 }
 
 // Pebble's memtables start at 256 KiB and double up to MemTableSize, and

@@ -108,10 +108,12 @@ func (m *serverMix) puts(b *testing.B, e *Engine, n int) {
 // BenchmarkServerMixRead is a linearizable get's Pebble read on a node
 // that has served puts: a random user key through a read view, after
 // `puts` puts filled the memtable(s) with the mix above. Random keys make
-// the memtable search cold, as on a live server.
+// the memtable search cold, as on a live server. At 200,000 puts the
+// memtables are full size and a second full-size one waits for reuse:
+// Pebble reserves both in the block cache (see memtableReservation).
 func BenchmarkServerMixRead(b *testing.B) {
 	for _, cfg := range serverMixConfigs {
-		for _, puts := range []int{0, 30_000, 100_000} {
+		for _, puts := range []int{0, 30_000, 100_000, 200_000} {
 			b.Run(fmt.Sprintf("%s/puts=%d", cfg.name, puts), func(b *testing.B) {
 				e, err := openTuned(vfsDefault(), b.TempDir(), cfg.tune)
 				if err != nil {
@@ -142,6 +144,7 @@ func BenchmarkServerMixRead(b *testing.B) {
 					sink += len(v)
 					return closer.Close()
 				}
+				before := e.db.Metrics().BlockCache
 				b.ReportAllocs()
 				b.ResetTimer()
 				for b.Loop() {
@@ -155,6 +158,8 @@ func BenchmarkServerMixRead(b *testing.B) {
 					v.Release()
 				}
 				met := e.db.Metrics()
+				b.ReportMetric(float64(met.BlockCache.Misses-before.Misses)/float64(b.N), "misses/read")
+				b.ReportMetric(float64(met.BlockCache.Hits-before.Hits)/float64(b.N), "hits/read")
 				b.ReportMetric(float64(met.MemTable.Count), "memtables")
 				b.ReportMetric(float64(met.MemTable.Size>>20), "memtable-MiB")
 				b.ReportMetric(float64(met.Levels[0].TablesCount), "L0-tables")
@@ -222,12 +227,17 @@ var serverMixConfigs = []struct {
 	pebbleFlush bool
 }{
 	{"engine", nil, false, false},
-	{"cache=8MiB+pebble-flush", tune(64<<20, 8<<20), false, true}, // the engine before issue 14's storage work
+	// The engine before issue 14's storage work: Pebble's default cache,
+	// 8 MiB shared with the memtables' reservations.
+	{"cache=8MiB+pebble-flush", sharedCache(8 << 20), false, true},
+	// The engine before its cache made room for the memtables: 128 MiB
+	// shared with them.
+	{"cache=128MiB-shared", sharedCache(128 << 20), false, false},
 	{"cache=128MiB+pebble-flush", tune(64<<20, 128<<20), false, true},
 	{"memtable=16MiB", tune(16<<20, 0), false, false},
 	{"memtable=4MiB", tune(4<<20, 0), false, false},
 	{"engine+log-apart", nil, true, false},
-	{"cache=8MiB+pebble-flush+log-apart", tune(64<<20, 8<<20), true, true},
+	{"cache=8MiB+pebble-flush+log-apart", sharedCache(8 << 20), true, true},
 }
 
 // stopFlusher stops e's flusher of queued memtables, for a benchmark of
@@ -238,11 +248,13 @@ func stopFlusher(e *Engine) {
 	e.stopFlusher = make(chan struct{}) // for Close
 }
 
+// tune sets the memtable size and, if cache > 0, the blocks' share of the
+// block cache (the engine adds the memtables' reservations to it).
 func tune(memtable uint64, cache int64) func(*pebble.Options) {
 	return func(o *pebble.Options) {
 		o.MemTableSize = memtable
 		if cache > 0 {
-			o.Cache = pebble.NewCache(cache) // leaked: a benchmark's engine; replaces the engine's
+			o.CacheSize = cache
 		}
 	}
 }
@@ -254,4 +266,12 @@ func processCPU(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// sharedCache gives the engine a block cache of size bytes in all, which
+// Pebble's memtable reservations share with the blocks.
+func sharedCache(size int64) func(*pebble.Options) {
+	return func(o *pebble.Options) {
+		o.Cache = pebble.NewCache(size) // leaked: a benchmark's engine
+	}
 }
