@@ -127,6 +127,9 @@ func (h *Host) fastRead(shard ids.ShardID) *storage.ReadView {
 			return nil
 		}
 	}
+	if h.fastReadHook != nil {
+		h.fastReadHook(shard)
+	}
 	v := h.borrowView()
 	if v == nil {
 		return nil

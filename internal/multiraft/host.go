@@ -65,6 +65,9 @@ type Host struct {
 	slots     map[ids.ShardID]*leaseSlot
 	view      atomic.Pointer[storage.ReadView]
 	viewStale bool
+	// fastReadHook, if set (tests, before any read), runs in a fast read
+	// between the checks of its lease and the borrowing of the view.
+	fastReadHook func(shard ids.ShardID)
 
 	infoMu sync.RWMutex
 	infos  map[ids.ShardID]ReplicaInfo // guarded by infoMu
