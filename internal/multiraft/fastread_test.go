@@ -18,6 +18,7 @@ import (
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
 	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 var leaseDuration = multiraft.DefaultConfig(1).LeaseDuration()
@@ -343,5 +344,170 @@ func TestFastLeaseVoidedBeforeConfChangeCommits(t *testing.T) {
 	withLease(t, c, leader, 1) // a later round grants a new lease
 	if res := read(h, 1, "k"); res.err != nil || res.val != "v" {
 		t.Fatalf("read after the change: %+v", res)
+	}
+}
+
+// keyOf returns a key of shard.
+func keyOf(t *testing.T, c *multiraftest.Cluster, shard ids.ShardID) string {
+	for i := range 10000 {
+		if k := fmt.Sprintf("key%d", i); c.ShardOf(k) == shard {
+			return k
+		}
+	}
+	t.Fatalf("no key of shard %d", shard)
+	return ""
+}
+
+// twoShardsOneLeader starts a cluster of two shards that one node leads
+// both of (shard 2's leadership moved there), and returns that node and a
+// key of each shard, written.
+func twoShardsOneLeader(t *testing.T) (c *multiraftest.Cluster, leader ids.NodeID, k1, k2 string) {
+	t.Helper()
+	c = multiraftest.New(t, multiraftest.Options{Shards: 2, Configure: func(cfg *multiraft.Config) { cfg.NoLeaderPreference = true }})
+	leader = c.WaitLeader(1)
+	if l2 := c.WaitLeader(2); l2 != leader {
+		var ended atomic.Bool
+		go func() {
+			_ = c.Node(l2).Host.TransferLeader(context.Background(), 2, 0, ids.ReplicaID(leader)) // initial replica ids are node ids
+			ended.Store(true)
+		}()
+		c.RunUntil("shard 2's leadership to move", 500, func() bool { return c.Leader(2) == leader && ended.Load() })
+	}
+	k1, k2 = keyOf(t, c, 1), keyOf(t, c, 2)
+	c.Put(k1, "v")
+	c.Put(k2, "w")
+	return c, leader, k1, k2
+}
+
+// removeReplica replaces node's replica of shard 1 (which node leads) by
+// one on a new node, in the background.
+func removeReplica(c *multiraftest.Cluster, node ids.NodeID) {
+	added := c.AddNode()
+	go func() {
+		_, _ = c.Node(node).Host.ChangeReplicas(context.Background(), 1, 0, ids.ReplicaID(node), added)
+	}()
+}
+
+// TestFastReadNeverSeesDestroyedData protects fast reads against the
+// removal of their replica, in the worst interleaving: a read checks the
+// lease, then (held by a hook) runs only after the replica was removed,
+// its data destroyed, and the shared view replaced by one without it (a
+// write of another shard, still leased). It must not read that view, which
+// would answer "not found" for a key that exists: it must fall back (and
+// fail: no replica) or read state from before the removal.
+func TestFastReadNeverSeesDestroyedData(t *testing.T) {
+	c, leader, k1, k2 := twoShardsOneLeader(t)
+	h := c.Node(leader).Host
+	withLease(t, c, leader, 1)
+	withLease(t, c, leader, 2)
+	validated, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	multiraft.SetFastReadHook(h, func(shard ids.ShardID) {
+		if shard == 1 {
+			once.Do(func() { close(validated); <-resume })
+		}
+	})
+	done := make(chan readResult, 1)
+	go func() { done <- read(h, 1, k1) }()
+	<-validated
+	removeReplica(c, leader)
+	c.RunUntil("the leader's replica of shard 1 destroyed", 500, func() bool { _, ok := h.Info(1); return !ok })
+	withLease(t, c, leader, 2)
+	c.Put(k2, "w2") // a batch that changes the engine while shard 2's lease is published: a new view
+	c.RunUntil("a view without shard 1's data", 100, func() bool {
+		v := multiraft.BorrowView(h)
+		if v == nil {
+			return false
+		}
+		defer v.Release()
+		_, found, err := get(v, 1, k1)
+		return err == nil && !found
+	})
+	close(resume)
+	res := await(t, done)
+	if res.err == nil && (!res.found || res.val != "v") {
+		t.Fatalf("a read that began while the replica led read %+v after its data was destroyed; want \"v\" or an error", res)
+	}
+	t.Logf("the read: %+v", res)
+}
+
+// TestFastReadsDuringRemoval races fast reads against the removal of
+// their replica (run it with -race): reads of an existing key, on several
+// goroutines, while the replica is removed and destroyed and writes of
+// another shard keep replacing the shared view, return the key's value or
+// an error, never "not found".
+func TestFastReadsDuringRemoval(t *testing.T) {
+	c, leader, k1, k2 := twoShardsOneLeader(t)
+	h := c.Node(leader).Host
+	withLease(t, c, leader, 1)
+	withLease(t, c, leader, 2)
+	f0 := info(t, h, 1).FastLeaseReads
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad atomic.Value
+	var served atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res := read(h, 1, k1)
+				if res.err == nil && (!res.found || res.val != "v") {
+					bad.Store(res)
+				}
+				if res.err == nil {
+					served.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = h.Propose(ctx, 2, putCommand(k2, fmt.Sprint(i)))
+			cancel()
+		}
+	}()
+	fastBefore := func() bool { i, ok := h.Info(1); return !ok || i.FastLeaseReads > f0+10 }
+	c.RunUntil("fast reads", 100, fastBefore)
+	removeReplica(c, leader)
+	c.RunUntil("the leader's replica of shard 1 destroyed", 500, func() bool { _, ok := h.Info(1); return !ok })
+	c.Tick(3) // reads and writes go on after the destruction
+	close(stop)
+	wg.Wait()
+	if res := bad.Load(); res != nil {
+		t.Fatalf("a read of an existing key returned %+v", res)
+	}
+	if served.Load() == 0 {
+		t.Fatal("no read served; the test proves nothing")
+	}
+	t.Logf("%d reads served", served.Load())
+}
+
+func putCommand(key, value string) *storepb.Command {
+	return &storepb.Command{Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: []*concordpb.Op{multiraftest.PutOp(key, value)}}}}
+}
+
+func await[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second): // a guard against a hang, not a timing
+		t.Fatal("never ended")
+		var zero T
+		return zero
 	}
 }
