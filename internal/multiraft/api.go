@@ -99,7 +99,10 @@ func (h *Host) wait(ctx context.Context, p *replica.Proposal) (*storepb.CommandR
 // round (replica.FlushReads).
 //
 // A read the local replica's published lease covers is served on the
-// caller's goroutine, without the loop (fastread.go).
+// caller's goroutine, without the loop (fastread.go), from a view that
+// holds every write acknowledged before the call and every entry of
+// earlier terms, but possibly not entries this leader committed and has
+// not yet applied (none of them is acknowledged yet): still linearizable.
 func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadView, error) {
 	if v := h.fastRead(shard); v != nil {
 		return v, nil
