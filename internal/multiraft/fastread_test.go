@@ -87,6 +87,34 @@ func withLease(t *testing.T, c *multiraftest.Cluster, node ids.NodeID, shard ids
 	c.RunUntil("a published lease", 100, func() bool { _, _, ok := multiraft.PublishedLease(h, shard); return ok })
 }
 
+// freshLease makes node's replica of shard, its leader, publish a lease
+// that fast reads may use at the clock's present time (before its renewal
+// point), without moving the clock: a read takes a round (or, late in a
+// lease, renews it), which needs no tick, and the loops are waited for.
+func freshLease(t *testing.T, c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID) {
+	t.Helper()
+	h := c.Node(node).Host
+	fresh := func() bool {
+		_, e, ok := multiraft.PublishedLease(h, shard)
+		return ok && c.Clock.Now() < e-int64(leaseDuration/2)
+	}
+	for range 100 {
+		if fresh() {
+			return
+		}
+		if res := read(h, shard, "x"); res.err != nil {
+			t.Fatalf("read on the leader: %v", res.err)
+		}
+		for _, n := range c.Nodes() { // a barrier on every loop, as the cluster's settle
+			if n.Host != nil {
+				_ = n.Host.Do(context.Background(), func() {})
+				_ = n.Host.Do(context.Background(), func() {})
+			}
+		}
+	}
+	t.Fatal("no fresh lease published")
+}
+
 // holdLoop blocks h's loop until the returned function is called.
 func holdLoop(t *testing.T, h *multiraft.Host) (release func()) {
 	hold, held := make(chan struct{}), make(chan struct{})
@@ -121,7 +149,7 @@ func TestFastLeaseReadNeedsNoLoop(t *testing.T) {
 			}
 			continue
 		}
-		withLease(t, c, leader, 1)
+		freshLease(t, c, leader, 1)
 		f0, l0 := info(t, h, 1).FastLeaseReads, info(t, h, 1).LeaseReads
 		release := holdLoop(t, h)
 		for range 3 {
@@ -139,13 +167,15 @@ func TestFastLeaseReadNeedsNoLoop(t *testing.T) {
 // TestFastReadStopsAtRenewalAndExpiry protects the fast path's use of the
 // clock: from half a lease before its expiry reads go to the loop, which
 // serves them by lease and renews it (then fast reads resume); once it ran
-// out no read is served by lease at all, only by a round.
+// out no read is served by lease at all, only by a round. Reads here need
+// no tick (a round's messages are delivered when sent), so only the test
+// moves the clock.
 func TestFastReadStopsAtRenewalAndExpiry(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{})
 	leader := c.WaitLeader(1)
 	c.Put("k", "v")
 	h := c.Node(leader).Host
-	withLease(t, c, leader, 1)
+	freshLease(t, c, leader, 1)
 	counts := func() (fast, lease, rounds uint64) {
 		i := info(t, h, 1)
 		return i.FastLeaseReads, i.LeaseReads, i.ReadRounds
@@ -153,7 +183,7 @@ func TestFastReadStopsAtRenewalAndExpiry(t *testing.T) {
 	expect := func(when string, wantFast, wantLease, wantRounds uint64) {
 		t.Helper()
 		f0, l0, r0 := counts()
-		if res := readLoop(t, c, leader, 1, "k"); res.err != nil || res.val != "v" {
+		if res := read(h, 1, "k"); res.err != nil || res.val != "v" {
 			t.Fatalf("read %s: %+v", when, res)
 		}
 		f, l, r := counts()
@@ -164,12 +194,17 @@ func TestFastReadStopsAtRenewalAndExpiry(t *testing.T) {
 	}
 	expect("early in the lease", 1, 1, 0)
 	_, e0, _ := multiraft.PublishedLease(h, 1)
-	c.Clock.Advance(leaseDuration * 6 / 10)
-	expect("late in the lease", 0, 1, 1) // by the loop, with a renewal round
+	half := int64(leaseDuration / 2)
+	c.Clock.Advance(time.Duration(e0 - half - c.Clock.Now() + int64(time.Millisecond))) // just past the renewal point
+	expect("late in the lease", 0, 1, 1)                                                // by the loop, with a renewal round
 	c.RunUntil("the renewed lease published", 100, func() bool { _, e, ok := multiraft.PublishedLease(h, 1); return ok && e > e0 })
+	_, e1, _ := multiraft.PublishedLease(h, 1)
+	if c.Clock.Now() >= e1-half {
+		t.Fatal("the renewed lease is past its renewal point already; the test proves nothing")
+	}
 	expect("in the renewed lease", 1, 1, 0)
-	c.Clock.Advance(leaseDuration + 1)
-	expect("after the lease ran out", 0, 0, 1)
+	c.Clock.Advance(time.Duration(e1 - c.Clock.Now())) // the lease runs out: now = expiry
+	expect("when the lease ran out", 0, 0, 1)
 }
 
 // interceptFrom installs f on c's network for messages node sends; f's
@@ -398,8 +433,8 @@ func removeReplica(c *multiraftest.Cluster, node ids.NodeID) {
 func TestFastReadNeverSeesDestroyedData(t *testing.T) {
 	c, leader, k1, k2 := twoShardsOneLeader(t)
 	h := c.Node(leader).Host
-	withLease(t, c, leader, 1)
 	withLease(t, c, leader, 2)
+	freshLease(t, c, leader, 1) // the read below passes the lease checks
 	validated, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	multiraft.SetFastReadHook(h, func(shard ids.ShardID) {
