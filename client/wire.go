@@ -121,8 +121,8 @@ func (d wireDialer) opener(addr string) func(ctx context.Context) (callStream, e
 			return s, nil
 		case errors.Is(err, errNoWire):
 			return nil, err
-		case status.Code(err) != codes.Unknown: // the node refused the hello
-			return nil, err
+		case status.Code(err) == codes.Unauthenticated, status.Code(err) == codes.PermissionDenied:
+			return nil, err // the node refused the hello: retrying will not help
 		}
 		// Marked unsent: no call was written to this connection.
 		return nil, status.Errorf(codes.Unavailable, "concord: Error while dialing %s over the framed wire: %v", addr, err)
