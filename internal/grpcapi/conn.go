@@ -17,9 +17,10 @@ import (
 	"github.com/concord-kv/concord/internal/frame"
 )
 
-// The framed client wire: KV.Stream without gRPC. A client that opts in
-// (client.Options.Wire = "tcp") opens a TCP connection (TLS when the port
-// is) to the node's port, whose mux routes it here by its magic:
+// The framed client wire: KV.Stream without gRPC. The Go client, by
+// default (client.Options.Wire "" or "tcp"), opens a TCP connection (TLS
+// when the port is) to the node's port, whose mux routes it here by its
+// magic:
 //
 //	StreamMagic | token length (uint16) | token     (internal/frame's hello)
 //	client → node: frames of one StreamRequest each

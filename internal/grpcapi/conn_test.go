@@ -197,6 +197,9 @@ func FuzzConnFrames(f *testing.F) {
 		Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: []byte("k")}}}}})
 	f.Add(ok)
 	f.Add(hello)
+	ping, _ := frame.Append(hello, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1 << 63,
+		Request: &concordpb.StreamCall_Ping{Ping: &concordpb.KeepalivePing{}}}}})
+	f.Add(ping)
 	f.Add([]byte("PRI * HTTP/2.0"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const limit = 4 << 10
