@@ -132,13 +132,13 @@ func (d wireDialer) opener(addr string) func(ctx context.Context) (callStream, e
 func (d wireDialer) open(ctx context.Context, addr string) (callStream, error) {
 	dctx, cancel := context.WithTimeout(ctx, wireDialTimeout)
 	defer cancel()
-	c, err := d.connect(dctx, addr)
+	c, raw, err := d.connect(dctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &framedStream{c: c, fr: frame.NewReader(c, dial.MaxMsgBytes), done: make(chan struct{})}
+	s := &framedStream{c: c, raw: raw, fr: frame.NewReader(c, dial.MaxMsgBytes), done: make(chan struct{})}
 	if err := s.handshake(dctx, d.token); err != nil {
-		_ = c.Close()
+		_ = raw.Close()
 		return nil, err
 	}
 	// The connection lives as long as the mux (ctx) and no longer than
@@ -147,12 +147,13 @@ func (d wireDialer) open(ctx context.Context, addr string) (callStream, error) {
 	return s, nil
 }
 
-// connect opens the TCP connection to addr, and TLS over it if asked.
-func (d wireDialer) connect(ctx context.Context, addr string) (net.Conn, error) {
+// connect opens the TCP connection to addr (raw), and TLS over it if
+// asked (c; raw without TLS).
+func (d wireDialer) connect(ctx context.Context, addr string) (c, raw net.Conn, err error) {
 	var nd net.Dialer
-	c, err := nd.DialContext(ctx, "tcp", addr)
+	raw, err = nd.DialContext(ctx, "tcp", addr)
 	if err != nil || d.tls == nil {
-		return c, err
+		return raw, raw, err
 	}
 	cfg := d.tls.Clone()
 	if cfg.ServerName == "" {
@@ -160,18 +161,22 @@ func (d wireDialer) connect(ctx context.Context, addr string) (net.Conn, error) 
 			cfg.ServerName = host
 		}
 	}
-	tc := tls.Client(c, cfg)
+	tc := tls.Client(raw, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		_ = c.Close()
-		return nil, err
+		_ = raw.Close()
+		return nil, nil, err
 	}
-	return tc, nil
+	return tc, raw, nil
 }
 
 // framedStream is one framed connection as a callStream.
 type framedStream struct {
-	c  net.Conn
-	fr *frame.Reader
+	c net.Conn // TLS over raw, or raw
+	// raw is what end closes: closing a TLS connection first writes its
+	// close alert, which to a stalled node would wait for the write
+	// deadline; the connection is dropped either way.
+	raw net.Conn
+	fr  *frame.Reader
 	// wmu serialises writes: the sender's calls and the keepalive's pings.
 	wmu      sync.Mutex
 	buf      []byte
@@ -187,7 +192,7 @@ type framedStream struct {
 func (s *framedStream) end() {
 	s.doneOnce.Do(func() {
 		close(s.done)
-		_ = s.c.Close()
+		_ = s.raw.Close()
 	})
 }
 
