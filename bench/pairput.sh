@@ -8,7 +8,8 @@
 # p50, p90, p99, p99.9, max in ms).
 #
 #   bench/pairput.sh WIRE ROUNDS BIN_A BIN_B     (WIRE: grpc or tcp)
-#   env: DUR (default 8s), PBASE (first port, default 29000), TMP
+#   env: DUR (default 8s), PBASE (first port, default 29000), TMP,
+#        CLIENTS and CONNS (default 1: the single-client case)
 set -u
 W=$1; R=$2; A=$3; B=$4; P=${PBASE:-29000}; T=${TMP:-/tmp}/pairput.$$
 mkdir -p "$T"
@@ -18,7 +19,7 @@ up() { # bin port
   echo $!
 }
 bench() { # bin port out
-  "$1" bench --workload put --clients 1 --duration "${DUR:-8s}" --wire "$W" \
+  "$1" bench --workload put --clients "${CLIENTS:-1}" --conns "${CONNS:-1}" --duration "${DUR:-8s}" --wire "$W" \
     --endpoints 127.0.0.1:$2,127.0.0.1:$(($2+1)),127.0.0.1:$(($2+2)) 2>&1 | grep '^update' > "$3"
 }
 for r in $(seq 1 "$R"); do
