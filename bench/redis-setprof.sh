@@ -44,6 +44,7 @@ syncs() { metric "$1" '^concord_storage_commit_duration_seconds_count\\{synced="
 syncus() { curl -s http://127.0.0.1:$((B+20+$1))/metrics | awk '/^concord_storage_commit_duration_seconds_sum\{synced="true"/ { s += $2 } END { printf "%d\n", s * 1e6 }'; }
 led() { "$RC" -p $((B+10+$1)) info 2>/dev/null | grep concord_shards_led | tr -dc 0-9 || true; }
 for _ in $(seq 1 120); do
+	for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || { echo "$TAG: a node exited; see $DIR/n*.log" >&2; exit 1; }; done
 	ok=0
 	for i in 1 2 3; do l=$(led $i); [ "${l:-0}" -ge 5 ] && ok=$((ok + 1)); done
 	[ $ok = 3 ] && break
