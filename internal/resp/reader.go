@@ -246,7 +246,7 @@ func (r *Reader) argList(n int) [][]byte {
 	}
 	start := len(r.lists)
 	r.lists = r.lists[:start+n]
-	return r.lists[start:start:start+n]
+	return r.lists[start : start : start+n]
 }
 
 // readArg reads exactly n bytes into a fresh slice the caller may keep.
