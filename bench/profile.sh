@@ -9,7 +9,10 @@
 # on BASE+20..), <run>-cache.txt (each node's Pebble block cache hits and
 # misses per second over the same window), servers' logs. RUNS picks runs (default: put100 get100 put1 get1;
 # get100warm, after get100, profiles gets with no preload in the window;
-# put100tcp and get100warmtcp: the same over the client's framed TCP wire).
+# put100tcp and get100warmtcp: the same over the client's framed TCP wire, and
+# put100grpc and get100warmgrpc over its gRPC stream; the runs without a wire
+# in their name use the client's default, the framed TCP wire since issue 14,
+# the gRPC stream before, so older profiles of them are gRPC's).
 # Read with: go tool pprof -top bin/concord bench-out/profile/put100-cpu-n1.out
 # BIN picks the binary (default bin/concord).
 # Used for the profile section of docs/benchmarks.md. Not part of make test.
@@ -115,9 +118,11 @@ for r in $RUNS; do
 	# get100 profiles its own preload (10,000 puts, longer than 2 s on a busy
 	# box) as much as its gets: after it, get100warm profiles gets alone.
 	get100warm) run get100warm --workload get --clients 100 --conns 10 --preload=false ;;
-	# The client's framed TCP wire instead of its gRPC stream (issue 14).
+	# The client's framed TCP wire (the default) and its gRPC stream, by name (issue 14).
 	put100tcp) run put100tcp --workload put --clients 100 --conns 10 --wire tcp ;;
 	get100warmtcp) run get100warmtcp --workload get --clients 100 --conns 10 --preload=false --wire tcp ;;
-	*) echo "profile: unknown run $r (want put100 get100 get100warm put1 get1 put100tcp get100warmtcp)" >&2 && exit 1 ;;
+	put100grpc) run put100grpc --workload put --clients 100 --conns 10 --wire grpc ;;
+	get100warmgrpc) run get100warmgrpc --workload get --clients 100 --conns 10 --preload=false --wire grpc ;;
+	*) echo "profile: unknown run $r (want put100 get100 get100warm put1 get1 put100tcp get100warmtcp put100grpc get100warmgrpc)" >&2 && exit 1 ;;
 	esac
 done

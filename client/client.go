@@ -72,7 +72,7 @@ type Client struct {
 	endpoints []string
 	opts      Options
 	dialOpts  []grpc.DialOption // TLS and token, from opts
-	wire      *wireDialer       // non-nil with Options.Wire = WireTCP
+	wire      *wireDialer       // nil with Options.Wire = WireGRPC, or Unary
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // guarded by mu
@@ -135,11 +135,13 @@ type Options struct {
 	// syscalls per request on both sides); a node that does not serve
 	// Stream is called unary either way.
 	Unary bool
-	// Wire is what the stream of requests to a node travels on: WireGRPC
-	// (or empty, the default), a KV.Stream over gRPC; or WireTCP, the same
-	// calls over a framed TCP connection to the node's port (TLS and token
-	// as above), which spares the node HTTP/2's and gRPC's cost per
-	// message. Calls that are not KV requests stay on gRPC either way.
+	// Wire is what the stream of requests to a node travels on: WireTCP
+	// (or empty, the default), a framed TCP connection to the node's port
+	// (TLS and token as above), which spares the node HTTP/2's and gRPC's
+	// cost per message; or WireGRPC, a KV.Stream over gRPC. The framed wire
+	// has gRPC's keepalive (dial.Keepalive) and falls back to gRPC, for a
+	// while, with a node that does not speak it (an older version). Calls
+	// that are not KV requests stay on gRPC either way.
 	Wire string
 }
 

@@ -49,7 +49,7 @@ type callResult struct {
 // streamMux multiplexes calls to one node over its current stream.
 type streamMux struct {
 	unary  concordpb.KVClient
-	openFn func(ctx context.Context) (callStream, error) // nil: KV.Stream over gRPC
+	openFn func(ctx context.Context) (callStream, error) // the framed wire's; nil: KV.Stream over gRPC
 	ctx    context.Context                               // the mux's life: ends with Client.Close
 	cancel context.CancelFunc
 	wake   chan struct{}
@@ -60,6 +60,11 @@ type streamMux struct {
 	cur         *streamConn // nil: opened by the next send
 	nextID      uint64
 	unsupported bool
+
+	// grpcUntil: until then the stream goes over gRPC, the node having
+	// answered the framed wire's hello as one that does not speak it. The
+	// sender's alone.
+	grpcUntil time.Time
 }
 
 // callStream is what calls go over: a gRPC KV.Stream, or a framed TCP
@@ -233,13 +238,7 @@ func (m *streamMux) queued() bool {
 
 // open starts a stream and its receiver.
 func (m *streamMux) open() (*streamConn, error) {
-	var s callStream
-	var err error
-	if m.openFn != nil {
-		s, err = m.openFn(m.ctx)
-	} else {
-		s, err = m.unary.Stream(m.ctx)
-	}
+	s, err := m.openStream()
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +248,21 @@ func (m *streamMux) open() (*streamConn, error) {
 	m.mu.Unlock()
 	go m.receive(conn)
 	return conn, nil
+}
+
+// openStream opens a stream over the framed wire, or over gRPC: without
+// the wire, for a node found not to speak it (for wireReprobe since), and
+// when it turns out not to.
+func (m *streamMux) openStream() (callStream, error) {
+	if m.openFn == nil || time.Now().Before(m.grpcUntil) {
+		return m.unary.Stream(m.ctx)
+	}
+	s, err := m.openFn(m.ctx)
+	if errors.Is(err, errNoWire) {
+		m.grpcUntil = time.Now().Add(wireReprobe)
+		return m.unary.Stream(m.ctx)
+	}
+	return s, err
 }
 
 // receive delivers replies until the stream ends, then fails the calls

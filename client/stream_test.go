@@ -27,6 +27,7 @@ type streamNode struct {
 	rt              *concordpb.RoutingTableResponse
 	messages, calls atomic.Int64
 	puts            atomic.Int64
+	pings           atomic.Int64
 }
 
 func (f *streamNode) RoutingTable(context.Context, *concordpb.RoutingTableRequest) (*concordpb.RoutingTableResponse, error) {
@@ -39,10 +40,19 @@ func (f *streamNode) Stream(s concordpb.KV_StreamServer) error {
 		if err != nil {
 			return nil
 		}
-		f.messages.Add(1)
-		f.calls.Add(int64(len(req.GetCalls())))
 		var replies []*concordpb.StreamReply
+		counted := false
 		for _, c := range req.GetCalls() {
+			if c.GetPing() != nil { // the framed wire's keepalive: not a call
+				f.pings.Add(1)
+				replies = append(replies, &concordpb.StreamReply{Id: c.GetId(), Response: &concordpb.StreamReply_Pong{Pong: &concordpb.KeepalivePing{}}})
+				continue
+			}
+			if !counted {
+				f.messages.Add(1)
+				counted = true
+			}
+			f.calls.Add(1)
 			if p := c.GetPut(); p != nil {
 				f.puts.Add(1)
 				if string(p.GetValue()) == "break" {

@@ -353,6 +353,7 @@ type StreamCall struct {
 	//	*StreamCall_CompareAndSwap
 	//	*StreamCall_Scan
 	//	*StreamCall_Batch
+	//	*StreamCall_Ping
 	Request       isStreamCall_Request `protobuf_oneof:"request"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -463,6 +464,15 @@ func (x *StreamCall) GetBatch() *BatchRequest {
 	return nil
 }
 
+func (x *StreamCall) GetPing() *KeepalivePing {
+	if x != nil {
+		if x, ok := x.Request.(*StreamCall_Ping); ok {
+			return x.Ping
+		}
+	}
+	return nil
+}
+
 type isStreamCall_Request interface {
 	isStreamCall_Request()
 }
@@ -491,6 +501,15 @@ type StreamCall_Batch struct {
 	Batch *BatchRequest `protobuf:"bytes,8,opt,name=batch,proto3,oneof"`
 }
 
+type StreamCall_Ping struct {
+	// A keepalive probe (the framed TCP wire's, as gRPC's PING frame):
+	// answered at once with a reply of the same id carrying pong, without
+	// running anything. A server older than it sees a call without a
+	// request and answers InvalidArgument with the same id: to the client
+	// either reply proves the server alive.
+	Ping *KeepalivePing `protobuf:"bytes,9,opt,name=ping,proto3,oneof"`
+}
+
 func (*StreamCall_Get) isStreamCall_Request() {}
 
 func (*StreamCall_Put) isStreamCall_Request() {}
@@ -503,6 +522,44 @@ func (*StreamCall_Scan) isStreamCall_Request() {}
 
 func (*StreamCall_Batch) isStreamCall_Request() {}
 
+func (*StreamCall_Ping) isStreamCall_Request() {}
+
+type KeepalivePing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepalivePing) Reset() {
+	*x = KeepalivePing{}
+	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepalivePing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepalivePing) ProtoMessage() {}
+
+func (x *KeepalivePing) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepalivePing.ProtoReflect.Descriptor instead.
+func (*KeepalivePing) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{2}
+}
+
 type StreamResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replies       []*StreamReply         `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
@@ -512,7 +569,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	mi := &file_api_concordpb_kv_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +581,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[2]
+	mi := &file_api_concordpb_kv_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +594,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{2}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StreamResponse) GetReplies() []*StreamReply {
@@ -562,6 +619,7 @@ type StreamReply struct {
 	//	*StreamReply_CompareAndSwap
 	//	*StreamReply_Scan
 	//	*StreamReply_Batch
+	//	*StreamReply_Pong
 	Response      isStreamReply_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -569,7 +627,7 @@ type StreamReply struct {
 
 func (x *StreamReply) Reset() {
 	*x = StreamReply{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[3]
+	mi := &file_api_concordpb_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +639,7 @@ func (x *StreamReply) String() string {
 func (*StreamReply) ProtoMessage() {}
 
 func (x *StreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[3]
+	mi := &file_api_concordpb_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +652,7 @@ func (x *StreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamReply.ProtoReflect.Descriptor instead.
 func (*StreamReply) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{3}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StreamReply) GetId() uint64 {
@@ -679,6 +737,15 @@ func (x *StreamReply) GetBatch() *BatchResponse {
 	return nil
 }
 
+func (x *StreamReply) GetPong() *KeepalivePing {
+	if x != nil {
+		if x, ok := x.Response.(*StreamReply_Pong); ok {
+			return x.Pong
+		}
+	}
+	return nil
+}
+
 type isStreamReply_Response interface {
 	isStreamReply_Response()
 }
@@ -707,6 +774,10 @@ type StreamReply_Batch struct {
 	Batch *BatchResponse `protobuf:"bytes,9,opt,name=batch,proto3,oneof"`
 }
 
+type StreamReply_Pong struct {
+	Pong *KeepalivePing `protobuf:"bytes,10,opt,name=pong,proto3,oneof"`
+}
+
 func (*StreamReply_Get) isStreamReply_Response() {}
 
 func (*StreamReply_Put) isStreamReply_Response() {}
@@ -718,6 +789,8 @@ func (*StreamReply_CompareAndSwap) isStreamReply_Response() {}
 func (*StreamReply_Scan) isStreamReply_Response() {}
 
 func (*StreamReply_Batch) isStreamReply_Response() {}
+
+func (*StreamReply_Pong) isStreamReply_Response() {}
 
 type RequestHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -735,7 +808,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[4]
+	mi := &file_api_concordpb_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +820,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[4]
+	mi := &file_api_concordpb_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +833,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{4}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RequestHeader) GetSessionId() uint64 {
@@ -805,7 +878,7 @@ type ResponseHeader struct {
 
 func (x *ResponseHeader) Reset() {
 	*x = ResponseHeader{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[5]
+	mi := &file_api_concordpb_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +890,7 @@ func (x *ResponseHeader) String() string {
 func (*ResponseHeader) ProtoMessage() {}
 
 func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[5]
+	mi := &file_api_concordpb_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +903,7 @@ func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseHeader.ProtoReflect.Descriptor instead.
 func (*ResponseHeader) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{5}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ResponseHeader) GetShardId() uint64 {
@@ -871,7 +944,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[6]
+	mi := &file_api_concordpb_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +956,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[6]
+	mi := &file_api_concordpb_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +969,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{6}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -923,7 +996,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[7]
+	mi := &file_api_concordpb_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1008,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[7]
+	mi := &file_api_concordpb_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1021,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{7}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -978,7 +1051,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[8]
+	mi := &file_api_concordpb_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1063,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[8]
+	mi := &file_api_concordpb_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1076,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{8}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetResponse) GetHeader() *ResponseHeader {
@@ -1052,7 +1125,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[9]
+	mi := &file_api_concordpb_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1137,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[9]
+	mi := &file_api_concordpb_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1150,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{9}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -1127,7 +1200,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[10]
+	mi := &file_api_concordpb_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1212,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[10]
+	mi := &file_api_concordpb_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1225,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{10}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PutResponse) GetHeader() *ResponseHeader {
@@ -1186,7 +1259,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[11]
+	mi := &file_api_concordpb_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1271,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[11]
+	mi := &file_api_concordpb_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1284,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{11}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -1238,7 +1311,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[12]
+	mi := &file_api_concordpb_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1323,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[12]
+	mi := &file_api_concordpb_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1336,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{12}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteResponse) GetHeader() *ResponseHeader {
@@ -1296,7 +1369,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[13]
+	mi := &file_api_concordpb_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1381,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[13]
+	mi := &file_api_concordpb_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1394,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{13}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -1379,7 +1452,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[14]
+	mi := &file_api_concordpb_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1464,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[14]
+	mi := &file_api_concordpb_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1477,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{14}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CompareAndSwapResponse) GetHeader() *ResponseHeader {
@@ -1451,7 +1524,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[15]
+	mi := &file_api_concordpb_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1536,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[15]
+	mi := &file_api_concordpb_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1549,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{15}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -1527,7 +1600,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[16]
+	mi := &file_api_concordpb_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1612,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[16]
+	mi := &file_api_concordpb_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1625,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{16}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ScanResponse) GetHeader() *ResponseHeader {
@@ -1629,7 +1702,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[17]
+	mi := &file_api_concordpb_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1714,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[17]
+	mi := &file_api_concordpb_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1727,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{17}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Op) GetType() OpType {
@@ -1796,7 +1869,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[18]
+	mi := &file_api_concordpb_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1881,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[18]
+	mi := &file_api_concordpb_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1894,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{18}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OpResult) GetOk() bool {
@@ -1884,7 +1957,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[19]
+	mi := &file_api_concordpb_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1969,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[19]
+	mi := &file_api_concordpb_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1982,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{19}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchRequest) GetHeader() *RequestHeader {
@@ -1936,7 +2009,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_api_concordpb_kv_proto_msgTypes[20]
+	mi := &file_api_concordpb_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2021,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_kv_proto_msgTypes[20]
+	mi := &file_api_concordpb_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2034,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{20}
+	return file_api_concordpb_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchResponse) GetHeader() *ResponseHeader {
@@ -1985,7 +2058,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x16api/concordpb/kv.proto\x12\n" +
 	"concord.v1\"=\n" +
 	"\rStreamRequest\x12,\n" +
-	"\x05calls\x18\x01 \x03(\v2\x16.concord.v1.StreamCallR\x05calls\"\x83\x03\n" +
+	"\x05calls\x18\x01 \x03(\v2\x16.concord.v1.StreamCallR\x05calls\"\xb4\x03\n" +
 	"\n" +
 	"StreamCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
@@ -1996,10 +2069,12 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x06delete\x18\x05 \x01(\v2\x19.concord.v1.DeleteRequestH\x00R\x06delete\x12M\n" +
 	"\x10compare_and_swap\x18\x06 \x01(\v2!.concord.v1.CompareAndSwapRequestH\x00R\x0ecompareAndSwap\x12-\n" +
 	"\x04scan\x18\a \x01(\v2\x17.concord.v1.ScanRequestH\x00R\x04scan\x120\n" +
-	"\x05batch\x18\b \x01(\v2\x18.concord.v1.BatchRequestH\x00R\x05batchB\t\n" +
-	"\arequest\"C\n" +
+	"\x05batch\x18\b \x01(\v2\x18.concord.v1.BatchRequestH\x00R\x05batch\x12/\n" +
+	"\x04ping\x18\t \x01(\v2\x19.concord.v1.KeepalivePingH\x00R\x04pingB\t\n" +
+	"\arequest\"\x0f\n" +
+	"\rKeepalivePing\"C\n" +
 	"\x0eStreamResponse\x121\n" +
-	"\areplies\x18\x01 \x03(\v2\x17.concord.v1.StreamReplyR\areplies\"\x9a\x03\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.concord.v1.StreamReplyR\areplies\"\xcb\x03\n" +
 	"\vStreamReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
@@ -2009,7 +2084,9 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x06delete\x18\x06 \x01(\v2\x1a.concord.v1.DeleteResponseH\x00R\x06delete\x12N\n" +
 	"\x10compare_and_swap\x18\a \x01(\v2\".concord.v1.CompareAndSwapResponseH\x00R\x0ecompareAndSwap\x12.\n" +
 	"\x04scan\x18\b \x01(\v2\x18.concord.v1.ScanResponseH\x00R\x04scan\x121\n" +
-	"\x05batch\x18\t \x01(\v2\x19.concord.v1.BatchResponseH\x00R\x05batchB\n" +
+	"\x05batch\x18\t \x01(\v2\x19.concord.v1.BatchResponseH\x00R\x05batch\x12/\n" +
+	"\x04pong\x18\n" +
+	" \x01(\v2\x19.concord.v1.KeepalivePingH\x00R\x04pongB\n" +
 	"\n" +
 	"\bresponse\"\x8f\x01\n" +
 	"\rRequestHeader\x12\x1d\n" +
@@ -2168,7 +2245,7 @@ func file_api_concordpb_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_api_concordpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_concordpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_concordpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_concordpb_kv_proto_goTypes = []any{
 	(Consistency)(0),               // 0: concord.v1.Consistency
 	(OpType)(0),                    // 1: concord.v1.OpType
@@ -2176,79 +2253,82 @@ var file_api_concordpb_kv_proto_goTypes = []any{
 	(OpError)(0),                   // 3: concord.v1.OpError
 	(*StreamRequest)(nil),          // 4: concord.v1.StreamRequest
 	(*StreamCall)(nil),             // 5: concord.v1.StreamCall
-	(*StreamResponse)(nil),         // 6: concord.v1.StreamResponse
-	(*StreamReply)(nil),            // 7: concord.v1.StreamReply
-	(*RequestHeader)(nil),          // 8: concord.v1.RequestHeader
-	(*ResponseHeader)(nil),         // 9: concord.v1.ResponseHeader
-	(*KeyValue)(nil),               // 10: concord.v1.KeyValue
-	(*GetRequest)(nil),             // 11: concord.v1.GetRequest
-	(*GetResponse)(nil),            // 12: concord.v1.GetResponse
-	(*PutRequest)(nil),             // 13: concord.v1.PutRequest
-	(*PutResponse)(nil),            // 14: concord.v1.PutResponse
-	(*DeleteRequest)(nil),          // 15: concord.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 16: concord.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),  // 17: concord.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil), // 18: concord.v1.CompareAndSwapResponse
-	(*ScanRequest)(nil),            // 19: concord.v1.ScanRequest
-	(*ScanResponse)(nil),           // 20: concord.v1.ScanResponse
-	(*Op)(nil),                     // 21: concord.v1.Op
-	(*OpResult)(nil),               // 22: concord.v1.OpResult
-	(*BatchRequest)(nil),           // 23: concord.v1.BatchRequest
-	(*BatchResponse)(nil),          // 24: concord.v1.BatchResponse
+	(*KeepalivePing)(nil),          // 6: concord.v1.KeepalivePing
+	(*StreamResponse)(nil),         // 7: concord.v1.StreamResponse
+	(*StreamReply)(nil),            // 8: concord.v1.StreamReply
+	(*RequestHeader)(nil),          // 9: concord.v1.RequestHeader
+	(*ResponseHeader)(nil),         // 10: concord.v1.ResponseHeader
+	(*KeyValue)(nil),               // 11: concord.v1.KeyValue
+	(*GetRequest)(nil),             // 12: concord.v1.GetRequest
+	(*GetResponse)(nil),            // 13: concord.v1.GetResponse
+	(*PutRequest)(nil),             // 14: concord.v1.PutRequest
+	(*PutResponse)(nil),            // 15: concord.v1.PutResponse
+	(*DeleteRequest)(nil),          // 16: concord.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 17: concord.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),  // 18: concord.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil), // 19: concord.v1.CompareAndSwapResponse
+	(*ScanRequest)(nil),            // 20: concord.v1.ScanRequest
+	(*ScanResponse)(nil),           // 21: concord.v1.ScanResponse
+	(*Op)(nil),                     // 22: concord.v1.Op
+	(*OpResult)(nil),               // 23: concord.v1.OpResult
+	(*BatchRequest)(nil),           // 24: concord.v1.BatchRequest
+	(*BatchResponse)(nil),          // 25: concord.v1.BatchResponse
 }
 var file_api_concordpb_kv_proto_depIdxs = []int32{
 	5,  // 0: concord.v1.StreamRequest.calls:type_name -> concord.v1.StreamCall
-	11, // 1: concord.v1.StreamCall.get:type_name -> concord.v1.GetRequest
-	13, // 2: concord.v1.StreamCall.put:type_name -> concord.v1.PutRequest
-	15, // 3: concord.v1.StreamCall.delete:type_name -> concord.v1.DeleteRequest
-	17, // 4: concord.v1.StreamCall.compare_and_swap:type_name -> concord.v1.CompareAndSwapRequest
-	19, // 5: concord.v1.StreamCall.scan:type_name -> concord.v1.ScanRequest
-	23, // 6: concord.v1.StreamCall.batch:type_name -> concord.v1.BatchRequest
-	7,  // 7: concord.v1.StreamResponse.replies:type_name -> concord.v1.StreamReply
-	12, // 8: concord.v1.StreamReply.get:type_name -> concord.v1.GetResponse
-	14, // 9: concord.v1.StreamReply.put:type_name -> concord.v1.PutResponse
-	16, // 10: concord.v1.StreamReply.delete:type_name -> concord.v1.DeleteResponse
-	18, // 11: concord.v1.StreamReply.compare_and_swap:type_name -> concord.v1.CompareAndSwapResponse
-	20, // 12: concord.v1.StreamReply.scan:type_name -> concord.v1.ScanResponse
-	24, // 13: concord.v1.StreamReply.batch:type_name -> concord.v1.BatchResponse
-	0,  // 14: concord.v1.RequestHeader.consistency:type_name -> concord.v1.Consistency
-	8,  // 15: concord.v1.GetRequest.header:type_name -> concord.v1.RequestHeader
-	9,  // 16: concord.v1.GetResponse.header:type_name -> concord.v1.ResponseHeader
-	8,  // 17: concord.v1.PutRequest.header:type_name -> concord.v1.RequestHeader
-	9,  // 18: concord.v1.PutResponse.header:type_name -> concord.v1.ResponseHeader
-	8,  // 19: concord.v1.DeleteRequest.header:type_name -> concord.v1.RequestHeader
-	9,  // 20: concord.v1.DeleteResponse.header:type_name -> concord.v1.ResponseHeader
-	8,  // 21: concord.v1.CompareAndSwapRequest.header:type_name -> concord.v1.RequestHeader
-	9,  // 22: concord.v1.CompareAndSwapResponse.header:type_name -> concord.v1.ResponseHeader
-	8,  // 23: concord.v1.ScanRequest.header:type_name -> concord.v1.RequestHeader
-	9,  // 24: concord.v1.ScanResponse.header:type_name -> concord.v1.ResponseHeader
-	10, // 25: concord.v1.ScanResponse.kvs:type_name -> concord.v1.KeyValue
-	1,  // 26: concord.v1.Op.type:type_name -> concord.v1.OpType
-	2,  // 27: concord.v1.Op.condition:type_name -> concord.v1.Condition
-	3,  // 28: concord.v1.OpResult.error:type_name -> concord.v1.OpError
-	8,  // 29: concord.v1.BatchRequest.header:type_name -> concord.v1.RequestHeader
-	21, // 30: concord.v1.BatchRequest.ops:type_name -> concord.v1.Op
-	9,  // 31: concord.v1.BatchResponse.header:type_name -> concord.v1.ResponseHeader
-	22, // 32: concord.v1.BatchResponse.results:type_name -> concord.v1.OpResult
-	11, // 33: concord.v1.KV.Get:input_type -> concord.v1.GetRequest
-	13, // 34: concord.v1.KV.Put:input_type -> concord.v1.PutRequest
-	15, // 35: concord.v1.KV.Delete:input_type -> concord.v1.DeleteRequest
-	17, // 36: concord.v1.KV.CompareAndSwap:input_type -> concord.v1.CompareAndSwapRequest
-	19, // 37: concord.v1.KV.Scan:input_type -> concord.v1.ScanRequest
-	23, // 38: concord.v1.KV.Batch:input_type -> concord.v1.BatchRequest
-	4,  // 39: concord.v1.KV.Stream:input_type -> concord.v1.StreamRequest
-	12, // 40: concord.v1.KV.Get:output_type -> concord.v1.GetResponse
-	14, // 41: concord.v1.KV.Put:output_type -> concord.v1.PutResponse
-	16, // 42: concord.v1.KV.Delete:output_type -> concord.v1.DeleteResponse
-	18, // 43: concord.v1.KV.CompareAndSwap:output_type -> concord.v1.CompareAndSwapResponse
-	20, // 44: concord.v1.KV.Scan:output_type -> concord.v1.ScanResponse
-	24, // 45: concord.v1.KV.Batch:output_type -> concord.v1.BatchResponse
-	6,  // 46: concord.v1.KV.Stream:output_type -> concord.v1.StreamResponse
-	40, // [40:47] is the sub-list for method output_type
-	33, // [33:40] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	12, // 1: concord.v1.StreamCall.get:type_name -> concord.v1.GetRequest
+	14, // 2: concord.v1.StreamCall.put:type_name -> concord.v1.PutRequest
+	16, // 3: concord.v1.StreamCall.delete:type_name -> concord.v1.DeleteRequest
+	18, // 4: concord.v1.StreamCall.compare_and_swap:type_name -> concord.v1.CompareAndSwapRequest
+	20, // 5: concord.v1.StreamCall.scan:type_name -> concord.v1.ScanRequest
+	24, // 6: concord.v1.StreamCall.batch:type_name -> concord.v1.BatchRequest
+	6,  // 7: concord.v1.StreamCall.ping:type_name -> concord.v1.KeepalivePing
+	8,  // 8: concord.v1.StreamResponse.replies:type_name -> concord.v1.StreamReply
+	13, // 9: concord.v1.StreamReply.get:type_name -> concord.v1.GetResponse
+	15, // 10: concord.v1.StreamReply.put:type_name -> concord.v1.PutResponse
+	17, // 11: concord.v1.StreamReply.delete:type_name -> concord.v1.DeleteResponse
+	19, // 12: concord.v1.StreamReply.compare_and_swap:type_name -> concord.v1.CompareAndSwapResponse
+	21, // 13: concord.v1.StreamReply.scan:type_name -> concord.v1.ScanResponse
+	25, // 14: concord.v1.StreamReply.batch:type_name -> concord.v1.BatchResponse
+	6,  // 15: concord.v1.StreamReply.pong:type_name -> concord.v1.KeepalivePing
+	0,  // 16: concord.v1.RequestHeader.consistency:type_name -> concord.v1.Consistency
+	9,  // 17: concord.v1.GetRequest.header:type_name -> concord.v1.RequestHeader
+	10, // 18: concord.v1.GetResponse.header:type_name -> concord.v1.ResponseHeader
+	9,  // 19: concord.v1.PutRequest.header:type_name -> concord.v1.RequestHeader
+	10, // 20: concord.v1.PutResponse.header:type_name -> concord.v1.ResponseHeader
+	9,  // 21: concord.v1.DeleteRequest.header:type_name -> concord.v1.RequestHeader
+	10, // 22: concord.v1.DeleteResponse.header:type_name -> concord.v1.ResponseHeader
+	9,  // 23: concord.v1.CompareAndSwapRequest.header:type_name -> concord.v1.RequestHeader
+	10, // 24: concord.v1.CompareAndSwapResponse.header:type_name -> concord.v1.ResponseHeader
+	9,  // 25: concord.v1.ScanRequest.header:type_name -> concord.v1.RequestHeader
+	10, // 26: concord.v1.ScanResponse.header:type_name -> concord.v1.ResponseHeader
+	11, // 27: concord.v1.ScanResponse.kvs:type_name -> concord.v1.KeyValue
+	1,  // 28: concord.v1.Op.type:type_name -> concord.v1.OpType
+	2,  // 29: concord.v1.Op.condition:type_name -> concord.v1.Condition
+	3,  // 30: concord.v1.OpResult.error:type_name -> concord.v1.OpError
+	9,  // 31: concord.v1.BatchRequest.header:type_name -> concord.v1.RequestHeader
+	22, // 32: concord.v1.BatchRequest.ops:type_name -> concord.v1.Op
+	10, // 33: concord.v1.BatchResponse.header:type_name -> concord.v1.ResponseHeader
+	23, // 34: concord.v1.BatchResponse.results:type_name -> concord.v1.OpResult
+	12, // 35: concord.v1.KV.Get:input_type -> concord.v1.GetRequest
+	14, // 36: concord.v1.KV.Put:input_type -> concord.v1.PutRequest
+	16, // 37: concord.v1.KV.Delete:input_type -> concord.v1.DeleteRequest
+	18, // 38: concord.v1.KV.CompareAndSwap:input_type -> concord.v1.CompareAndSwapRequest
+	20, // 39: concord.v1.KV.Scan:input_type -> concord.v1.ScanRequest
+	24, // 40: concord.v1.KV.Batch:input_type -> concord.v1.BatchRequest
+	4,  // 41: concord.v1.KV.Stream:input_type -> concord.v1.StreamRequest
+	13, // 42: concord.v1.KV.Get:output_type -> concord.v1.GetResponse
+	15, // 43: concord.v1.KV.Put:output_type -> concord.v1.PutResponse
+	17, // 44: concord.v1.KV.Delete:output_type -> concord.v1.DeleteResponse
+	19, // 45: concord.v1.KV.CompareAndSwap:output_type -> concord.v1.CompareAndSwapResponse
+	21, // 46: concord.v1.KV.Scan:output_type -> concord.v1.ScanResponse
+	25, // 47: concord.v1.KV.Batch:output_type -> concord.v1.BatchResponse
+	7,  // 48: concord.v1.KV.Stream:output_type -> concord.v1.StreamResponse
+	42, // [42:49] is the sub-list for method output_type
+	35, // [35:42] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_api_concordpb_kv_proto_init() }
@@ -2263,14 +2343,16 @@ func file_api_concordpb_kv_proto_init() {
 		(*StreamCall_CompareAndSwap)(nil),
 		(*StreamCall_Scan)(nil),
 		(*StreamCall_Batch)(nil),
+		(*StreamCall_Ping)(nil),
 	}
-	file_api_concordpb_kv_proto_msgTypes[3].OneofWrappers = []any{
+	file_api_concordpb_kv_proto_msgTypes[4].OneofWrappers = []any{
 		(*StreamReply_Get)(nil),
 		(*StreamReply_Put)(nil),
 		(*StreamReply_Delete)(nil),
 		(*StreamReply_CompareAndSwap)(nil),
 		(*StreamReply_Scan)(nil),
 		(*StreamReply_Batch)(nil),
+		(*StreamReply_Pong)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2278,7 +2360,7 @@ func file_api_concordpb_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_kv_proto_rawDesc), len(file_api_concordpb_kv_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -76,8 +76,8 @@ func addBenchFlags(cmd *cobra.Command, f *benchFlags) {
 	fl.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	fl.StringVar(&f.plot, "plot", "", "also write an SVG with the latency CDF and throughput over time to this file")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the cluster to answer at start")
-	fl.StringVar(&f.wire, "wire", client.WireGRPC, "--target concord: what requests travel on, grpc (a KV.Stream) or tcp (the same\n"+
-		"stream over the framed TCP wire, docs/architecture.md)")
+	fl.StringVar(&f.wire, "wire", client.WireTCP, "--target concord: what requests travel on, tcp (the client's framed TCP wire, with\n"+
+		"keepalive, falling back to gRPC with nodes that lack it; docs/architecture.md) or grpc (a KV.Stream)")
 	addSecurityFlags(fl, &f.sec) // --target concord only
 }
 
@@ -109,7 +109,7 @@ func (f *benchFlags) resolve(cmd *cobra.Command) error {
 		return err
 	}
 	if f.wire != client.WireGRPC && f.wire != client.WireTCP {
-		return fmt.Errorf("--wire must be %s or %s, not %q", client.WireGRPC, client.WireTCP, f.wire)
+		return fmt.Errorf("--wire must be %s or %s, not %q", client.WireTCP, client.WireGRPC, f.wire)
 	}
 	opts.Wire = f.wire
 	c.Concord = opts

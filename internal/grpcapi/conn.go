@@ -17,9 +17,10 @@ import (
 	"github.com/concord-kv/concord/internal/frame"
 )
 
-// The framed client wire: KV.Stream without gRPC. A client that opts in
-// (client.Options.Wire = "tcp") opens a TCP connection (TLS when the port
-// is) to the node's port, whose mux routes it here by its magic:
+// The framed client wire: KV.Stream without gRPC. The Go client, by
+// default (client.Options.Wire "" or "tcp"), opens a TCP connection (TLS
+// when the port is) to the node's port, whose mux routes it here by its
+// magic:
 //
 //	StreamMagic | token length (uint16) | token     (internal/frame's hello)
 //	client → node: frames of one StreamRequest each
@@ -28,7 +29,11 @@ import (
 // The calls and replies are those of KV.Stream, served by the same code
 // (serveStream); the wire saves, per message, HTTP/2 framing and flow
 // control and gRPC's goroutine hand-offs — a quarter of a node's CPU per
-// get (docs/benchmarks.md, "Client wire over framed TCP"). A hello the node
+// get (docs/benchmarks.md, "Client wire over framed TCP"). A keepalive
+// ping (a StreamCall carrying ping) is answered at once with a pong of its
+// id; the client sends one with its hello and waits for the answer before
+// any call, and after 10 s without anything received; a connection silent
+// for connIdleTimeout is closed. A hello the node
 // refuses is answered with one StreamResponse whose only reply has id 0
 // and the refusal's code, then the connection closes; anything malformed
 // closes it at once, and nothing of it runs.
@@ -44,6 +49,11 @@ const (
 	// nothing for this long loses the connection (its calls fail and it
 	// reconnects) rather than holding the node's replies.
 	connWriteTimeout = 10 * time.Second
+	// connIdleTimeout closes a connection from which nothing came for this
+	// long: a client pings after 10 s without an answer (dial.Keepalive's
+	// Time), so this one is gone (paused, unplugged) and holds the node's
+	// buffers and goroutines for nothing.
+	connIdleTimeout = time.Minute
 )
 
 // keepReplyBuf is the largest reply buffer a connection keeps between
@@ -56,8 +66,9 @@ type ConnServer struct {
 	auth     func(c net.Conn, token string) error
 	maxFrame int
 	log      *slog.Logger
-	// writeTimeout is connWriteTimeout; tests shorten it.
-	writeTimeout time.Duration
+	// writeTimeout and idleTimeout are connWriteTimeout and
+	// connIdleTimeout; tests shorten them.
+	writeTimeout, idleTimeout time.Duration
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -72,7 +83,7 @@ func (s *KV) NewConnServer(auth func(c net.Conn, token string) error, maxFrame i
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, writeTimeout: connWriteTimeout, conns: map[net.Conn]struct{}{}}
+	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, writeTimeout: connWriteTimeout, idleTimeout: connIdleTimeout, conns: map[net.Conn]struct{}{}}
 }
 
 // Serve serves the connections l accepts until it fails (the port closes).
@@ -150,7 +161,7 @@ func (cs *ConnServer) serveConn(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, cancel: cancel}
+	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, idle: cs.idleTimeout, cancel: cancel}
 	if err := cs.kv.serveStream(ctx, st); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
 		cs.log.Debug("client connection ended", "remote", c.RemoteAddr(), "err", err)
 	}
@@ -179,8 +190,13 @@ type connStream struct {
 	fr           *frame.Reader
 	max          int
 	writeTimeout time.Duration
+	idle         time.Duration
 	cancel       context.CancelFunc
 	buf          []byte
+	// refreshAt is when the read deadline (idle from when it was set) is
+	// next pushed back: not on every read, which would cost a timer update
+	// per message, but often enough that at least 7/8 of idle remains.
+	refreshAt time.Time
 }
 
 // Recv reads the next request. The client never closes only its sending
@@ -188,6 +204,10 @@ type connStream struct {
 // are cancelled, as gRPC cancels a stream's context when its connection
 // goes.
 func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
+	if now := time.Now(); now.After(s.refreshAt) {
+		_ = s.c.SetReadDeadline(now.Add(s.idle))
+		s.refreshAt = now.Add(s.idle / 8)
+	}
 	req := &concordpb.StreamRequest{}
 	if err := s.fr.Next(req); err != nil {
 		s.cancel()

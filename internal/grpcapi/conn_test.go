@@ -147,6 +147,47 @@ func TestConnAuthAndClose(t *testing.T) {
 	awaitOpen(t, cs, 0)
 }
 
+// TestConnPingAndIdle: a ping is answered with a pong of its id, a
+// connection that keeps pinging stays open, and one silent past the idle
+// timeout is closed.
+func TestConnPingAndIdle(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
+	cs.idleTimeout = 300 * time.Millisecond
+	pinging := dialConn(t, addr, "")
+	silent := dialConn(t, addr, "")
+	awaitOpen(t, cs, 2)
+	fr := frame.NewReader(pinging, 1<<20)
+	// Pings well inside the idle timeout, over several of them: the silent
+	// connection goes, the pinging one stays.
+	for i := uint64(1); cs.Open() != 1; i++ {
+		if i > 1000 {
+			t.Fatalf("%d connections open after %d pings; the silent one was kept", cs.Open(), i)
+		}
+		ping, err := frame.Append(nil, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: i << 40,
+			Request: &concordpb.StreamCall_Ping{Ping: &concordpb.KeepalivePing{}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pinging.Write(ping); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+		_ = pinging.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp := &concordpb.StreamResponse{}
+		if err := fr.Next(resp); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+		if r := resp.GetReplies(); len(r) != 1 || r[0].GetId() != i<<40 || r[0].GetCode() != 0 || r[0].GetPong() == nil {
+			t.Fatalf("ping %d answered %v, want a pong of its id", i, resp)
+		}
+		time.Sleep(20 * time.Millisecond) // the pace of the pings, not a synchronisation
+	}
+	_ = silent.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the silent connection was answered, not closed")
+	}
+}
+
 // FuzzConnFrames: no input makes the framed client wire's reading (its
 // hello, then StreamRequest frames under a limit) panic, or accept a frame
 // over the limit.
@@ -156,6 +197,9 @@ func FuzzConnFrames(f *testing.F) {
 		Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: []byte("k")}}}}})
 	f.Add(ok)
 	f.Add(hello)
+	ping, _ := frame.Append(hello, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1 << 63,
+		Request: &concordpb.StreamCall_Ping{Ping: &concordpb.KeepalivePing{}}}}})
+	f.Add(ping)
 	f.Add([]byte("PRI * HTTP/2.0"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const limit = 4 << 10

@@ -89,6 +89,12 @@ func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) 
 			return err
 		}
 		for _, call := range req.GetCalls() {
+			if call.GetPing() != nil {
+				if err := w.pong(call); err != nil {
+					return err
+				}
+				continue
+			}
 			select {
 			case w.slots <- struct{}{}:
 			case <-ctx.Done():
@@ -131,6 +137,18 @@ func (w *callWorkers) start(call *concordpb.StreamCall) {
 	w.n++
 	w.calls.Add(1)
 	go w.run(call)
+}
+
+// pong answers a keepalive ping at once, from the reader: it runs nothing
+// and takes no slot, so it says that the connection and the node are alive
+// however busy the calls are (the framed wire's keepalive, client/wire.go).
+func (w *callWorkers) pong(call *concordpb.StreamCall) error {
+	select {
+	case w.replies <- &concordpb.StreamReply{Id: call.GetId(), Response: &concordpb.StreamReply_Pong{Pong: &concordpb.KeepalivePing{}}}:
+		return nil
+	case <-w.ctx.Done():
+		return w.ctx.Err()
+	}
 }
 
 // run serves call, then each call handed to it, until work is closed.

@@ -66,10 +66,7 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 		answerAll(batch, queuedResult{err: errSendAlone})
 		return
 	}
-	var ops []*concordpb.Op
-	for _, q := range batch {
-		ops = append(ops, q.ops...)
-	}
+	ops := mergedOps(batch)
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
 	defer cancel()
 	var resp *concordpb.BatchResponse

@@ -276,3 +276,63 @@ func TestEvictedSessionDeduplicatesInBatch(t *testing.T) {
 	}
 	f.value("k", []byte("v2"))
 }
+
+// TestMergedSetsOneRecordEach protects the write path of a merged batch of
+// pipelined SETs (one command of many blind PUTs, some of one key, among
+// other ops): each op gets its own right result (the blind PUTs share one
+// empty result, which must not leak into the others), each PUT is one
+// record in the batch and nothing more than the shard clock is added, and
+// the last PUT of a key wins.
+func TestMergedSetsOneRecordEach(t *testing.T) {
+	f := newFixture(t)
+	ops := []*concordpb.Op{put("hot", "0")}
+	for i := 1; i < 40; i++ {
+		ops = append(ops, put("hot", fmt.Sprint(i)), put(fmt.Sprintf("k%d", i), "v"))
+	}
+	ops = append(ops, incrOp("n", 5), putPrev("hot", "last"), put("k1", "again"))
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	res, err := f.sm.Apply(b, wholeRange, kvCmd(0, 0, at(time.Second), ops...))
+	if err != nil || res.GetErrorCode() != 0 {
+		t.Fatalf("apply: %v %v", res, err)
+	}
+	if err := f.sm.Flush(b); err != nil {
+		t.Fatal(err)
+	}
+	rs := res.GetResults()
+	if len(rs) != len(ops) {
+		t.Fatalf("%d results for %d ops", len(rs), len(ops))
+	}
+	empty := &concordpb.OpResult{}
+	for i, r := range rs[:len(ops)-3] {
+		if !proto.Equal(r, empty) {
+			t.Fatalf("blind PUT %d: result %v, want empty", i, r)
+		}
+	}
+	if r := rs[len(ops)-3]; r.GetIntValue() != 5 {
+		t.Fatalf("INCR after the PUTs: %v, want 5", r)
+	}
+	if r := rs[len(ops)-2]; !r.GetOk() || string(r.GetValue()) != "39" {
+		t.Fatalf("PUT with the previous value after the PUTs: %v, want ok and 39", r)
+	}
+	if !proto.Equal(rs[len(ops)-1], empty) || !proto.Equal(rs[0], empty) {
+		t.Fatalf("the shared empty result changed: first %v, last %v", rs[0], rs[len(ops)-1])
+	}
+	writes := writesPerKey(t, b)
+	total := 0
+	for _, n := range writes {
+		total += n
+	}
+	// One record per op (the INCR writes one too), plus the shard clock.
+	if want := len(ops) + 1; total != want || writes[string(keys.Clock(shard))] != 1 {
+		t.Fatalf("%d records in the batch, want %d (one per op and the clock): %v", total, want, writes)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"hot": "last", "k1": "again", "k39": "v"} {
+		if v, _, found, err := Get(f.db, shard, []byte(k), at(time.Second)/int64(time.Millisecond)); err != nil || !found || string(v) != want {
+			t.Fatalf("%s = %q (found %v, %v), want the last PUT's %q", k, v, found, err, want)
+		}
+	}
+}

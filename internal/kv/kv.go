@@ -129,21 +129,23 @@ func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescripto
 	}
 	one := &oneOpResult{}
 	res := &one.res
-	if len(ops) > 0 {
+	switch {
+	case len(ops) == 1:
 		res.Results = one.results[:0]
+	case len(ops) > 1:
+		res.Results = make([]*concordpb.OpResult, 0, len(ops))
 	}
 	skip := 0 // ops still to skip
-	for i, op := range ops {
+	for _, op := range ops {
 		if skip > 0 {
 			skip--
 			res.Results = append(res.Results, &concordpb.OpResult{Skipped: true})
 			continue
 		}
-		var blank *concordpb.OpResult // the block's, for the first op
-		if i == 0 {
-			blank = &one.op
-		}
-		r, err := sm.applyOp(b, e, op, blank)
+		// Every blind PUT's result is the same empty one, and nothing
+		// changes a result once applied: the command's blind PUTs share
+		// one (a merged batch of pipelined SETs is hundreds of them).
+		r, err := sm.applyOp(b, e, op, &one.op)
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +163,7 @@ func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescripto
 type oneOpResult struct {
 	res     storepb.CommandResult
 	results [1]*concordpb.OpResult
-	op      concordpb.OpResult // a blind PUT's (empty) result
+	op      concordpb.OpResult // the blind PUTs' (empty) result, shared
 }
 
 // checkOps refuses a command with an op outside the shard's hash range or

@@ -103,8 +103,9 @@ func blind(op *concordpb.Op) bool {
 		op.GetCondition() == concordpb.Condition_CONDITION_NONE
 }
 
-// applyOp applies op; a blind PUT's result is blank when the caller has
-// one (oneOpResult), else a new one.
+// applyOp applies op; a blind PUT's result is blank (empty, and shared by
+// every blind PUT of the command: the caller must not change it) when the
+// caller has one (oneOpResult), else a new one.
 func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op, blank *concordpb.OpResult) (*concordpb.OpResult, error) {
 	if blind(op) {
 		if blank == nil {

@@ -89,6 +89,10 @@ type Config struct {
 	// clock (CLOCK_BOOTTIME on Linux: see monotonic). Tests pass a manual one, which must never run slower than
 	// ticks arrive (one TickInterval per tick at least).
 	Clock func() int64
+	// YieldToSenders is how the loop lets the transport's senders run
+	// after it queued a leader's appends and before its own fsync (see
+	// Host.yieldToSenders); nil means runtime.Gosched. Tests record it.
+	YieldToSenders func()
 	// Ticks is where the loop's ticks come from; nil means a time.Ticker of
 	// TickInterval. Tests pass a manual source to drive a Host tick by tick.
 	Ticks TickSource

@@ -15,7 +15,9 @@
 //     one exception: a leader's appends and heartbeats leave before the
 //     fsync (unless the Ready changes its term or vote), so the leader's
 //     write overlaps its followers' (Raft thesis §10.2.1); it counts itself
-//     towards a commit only once its own write is durable.
+//     towards a commit only once its own write is durable. The loop yields
+//     once between flushing them and its fsync, so that the senders write
+//     them before the fsync starts (yieldToSenders).
 //
 // Client goroutines never touch a replica: they enqueue work with Propose,
 // ReadIndex or ChangeReplicas and wait on a channel. Readers of replica state

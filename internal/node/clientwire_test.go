@@ -81,6 +81,21 @@ func TestClientWireMatchesGRPC(t *testing.T) {
 	t.Logf("%q", viaTCP)
 }
 
+// TestClientDefaultWireIsTCP: a client given no wire sends its calls over
+// the framed TCP wire, with the node's token, and is answered as over gRPC.
+func TestClientDefaultWireIsTCP(t *testing.T) {
+	const token = "s3cret"
+	n := startSolo(t, func(c *Config) { c.AuthToken = token })
+	viaGRPC := wireOps(t, wireClient(t, n, client.WireGRPC, token), "g/")
+	viaDefault := wireOps(t, wireClient(t, n, "", token), "d/")
+	if fmt.Sprint(viaGRPC) != fmt.Sprint(viaDefault) {
+		t.Fatalf("answers differ:\ngRPC    %q\ndefault %q", viaGRPC, viaDefault)
+	}
+	if open := n.kvConns.Open(); open != 1 {
+		t.Fatalf("%d framed connections open after the default client's calls, want 1", open)
+	}
+}
+
 // rawWire opens a framed client connection to n and writes b after the
 // hello with token.
 func rawWire(t *testing.T, n *Node, token string, b []byte) net.Conn {

@@ -287,7 +287,7 @@ func (n *Node) serveRaftConns(l net.Listener) {
 }
 
 // serveClientConns serves the framed client connections (the client's
-// opt-in TCP wire for KV.Stream) the port mux routes to l, with the KV
+// default TCP wire for KV.Stream) the port mux routes to l, with the KV
 // service's stream handler and the same auth and message bounds as gRPC.
 func (n *Node) serveClientConns(l net.Listener) {
 	n.kvConns = n.kv.NewConnServer(n.sec.auth.CheckClientConn, maxMsgBytes, n.log)

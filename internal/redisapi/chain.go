@@ -205,8 +205,12 @@ func opBytes(p *plan) int {
 // anything applied (bad input: one command's TTL, a limit), each command
 // runs alone instead, so that only the bad one gets the error.
 func (c *conn) execChain(ctx context.Context, cl *call) {
-	calls := append([]*call{cl}, cl.chain...)
-	var ops []*concordpb.Op
+	calls := append(append(make([]*call, 0, 1+len(cl.chain)), cl), cl.chain...)
+	n := 0
+	for _, x := range calls {
+		n += len(x.plan.ops)
+	}
+	ops := make([]*concordpb.Op, 0, n)
 	for _, x := range calls {
 		ops = append(ops, x.plan.ops...)
 	}
@@ -224,7 +228,7 @@ func (c *conn) execChain(ctx context.Context, cl *call) {
 		return
 	}
 	for _, x := range calls {
-		x.plan.render(x.out, res[:len(x.plan.ops)])
+		x.plan.answer(x.out, res[:len(x.plan.ops)])
 		res = res[len(x.plan.ops):]
 	}
 }

@@ -61,7 +61,7 @@ func cmdSession(c *conn, a [][]byte, w *resp.Writer) {
 		w.Error(fromStatus(err, true).Error())
 		return
 	}
-	p.render(w, r.GetResults())
+	p.answer(w, r.GetResults())
 }
 
 func slicesContains(ss []string, s string) bool {

@@ -36,6 +36,7 @@ type conn struct {
 	consistency concordpb.Consistency
 	multi       *multiState // non-nil between MULTI and EXEC/DISCARD
 	quit        bool        // close after the replies are written
+	calls       []*call     // the last pipeline's, emptied: reused by the next
 
 	mu      sync.Mutex
 	name    string // guarded by mu
@@ -57,6 +58,9 @@ type call struct {
 	chain []*call
 	out   *resp.Writer // &w, or nil: no reply
 	w     resp.Writer
+	// reply is w's first buffer: a short reply ("+OK", ":1", an error
+	// code) allocates nothing.
+	reply [24]byte
 }
 
 // serve reads pipelines and answers them until the client leaves, breaks
@@ -75,6 +79,8 @@ func (c *conn) serve() {
 		if err := c.writeReplies(calls); err != nil {
 			return
 		}
+		clear(calls) // answered: let them go
+		c.calls = calls[:0]
 		if readErr != nil {
 			if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, net.ErrClosed) && pe == nil {
 				c.s.cfg.Logger.Debug("redis connection read failed", "client", c.id, "err", readErr)
@@ -88,7 +94,7 @@ func (c *conn) serve() {
 // command already buffered, within maxPipeline and maxPipelineBytes. It
 // returns what it read and the error that ended the stream, if any.
 func (c *conn) readPipeline() ([]*call, error) {
-	var calls []*call
+	calls := c.calls[:0]
 	var block []call // calls are allocated 16 at a time
 	size := 0
 	for len(calls) < maxPipeline && size < maxPipelineBytes {
@@ -117,7 +123,7 @@ func (c *conn) readPipeline() ([]*call, error) {
 func (c *conn) run(calls []*call) {
 	var g pending
 	for _, cl := range calls {
-		cl.w = *resp.NewWriter(c.proto) // a value: no allocation per command
+		cl.w.Init(c.proto, cl.reply[:]) // no allocation per command
 		cl.out = &cl.w
 		if c.quit {
 			cl.out = nil // nothing after QUIT is answered

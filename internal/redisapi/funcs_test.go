@@ -86,7 +86,7 @@ func TestSetPlans(t *testing.T) {
 		t.Errorf("SET NX GET PX 1500 planned %v", op)
 	}
 	w := resp.NewWriter(2)
-	p.render(w, []*concordpb.OpResult{{Ok: false, Exists: true, Value: []byte("old")}})
+	p.answer(w, []*concordpb.OpResult{{Ok: false, Exists: true, Value: []byte("old")}})
 	if got := string(w.Bytes()); got != "$3\r\nold\r\n" {
 		t.Errorf("SET NX GET on a present key rendered %q", got)
 	}

@@ -114,7 +114,7 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 	res := r.GetResults()
 	w.Array(len(m.plans))
 	for _, p := range m.plans {
-		p.render(w, res[:len(p.ops)])
+		p.answer(w, res[:len(p.ops)])
 		res = res[len(p.ops):]
 	}
 }

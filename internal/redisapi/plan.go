@@ -23,6 +23,22 @@ type plan struct {
 	oneShard bool
 	// render writes the reply from the results, one per op, in order.
 	render func(w *resp.Writer, res []*concordpb.OpResult)
+	// one, set instead of render for a one-op write (writePlan), writes the
+	// reply from the op's result when the op did not fail.
+	one func(w *resp.Writer, r *concordpb.OpResult)
+}
+
+// answer writes p's reply from res, the results of its ops in order.
+func (p *plan) answer(w *resp.Writer, res []*concordpb.OpResult) {
+	if p.one == nil {
+		p.render(w, res)
+		return
+	}
+	if e := opError(res[0].GetError()); e != "" {
+		w.Error(e)
+		return
+	}
+	p.one(w, res[0])
 }
 
 // execPlan runs p outside MULTI and writes its reply. ctx bounds its
@@ -43,7 +59,7 @@ func (c *conn) execPlan(ctx context.Context, p *plan, w *resp.Writer) {
 		w.Error(fromStatus(err, !p.read).Error())
 		return
 	}
-	p.render(w, res)
+	p.answer(w, res)
 }
 
 // batches applies ops as one BatchRequest per shard, concurrently: atomic

@@ -37,14 +37,25 @@ func readPlan(keys [][]byte, render func(w *resp.Writer, res []*concordpb.OpResu
 	return p
 }
 
+// writePlan is the plan of a one-op write; render answers from the op's
+// result unless the op failed (plan.answer). The plan and its ops slice are
+// one allocation, and no closure wraps render.
 func writePlan(op *concordpb.Op, render func(w *resp.Writer, r *concordpb.OpResult)) *plan {
-	return &plan{ops: []*concordpb.Op{op}, render: func(w *resp.Writer, res []*concordpb.OpResult) {
-		if e := opError(res[0].GetError()); e != "" {
-			w.Error(e)
-			return
-		}
-		render(w, res[0])
-	}}
+	one := &struct {
+		p   plan
+		ops [1]*concordpb.Op
+	}{}
+	one.ops[0] = op
+	one.p = plan{ops: one.ops[:], one: render}
+	return &one.p
+}
+
+// setPlan is a SET's plan, its op and the op's slice in one allocation:
+// every pipelined SET makes one.
+type setPlan struct {
+	p   plan
+	ops [1]*concordpb.Op
+	op  concordpb.Op
 }
 
 // opError is the Redis error text of an op's failure, "" if none.
@@ -175,6 +186,13 @@ func putOp(k, v []byte, e expiry, cond concordpb.Condition, returnPrev bool) *co
 // One PUT: a condition, the previous value (GET) and the expiry are all
 // decided by the shard's state machine, atomically.
 func planSet(_ *conn, a [][]byte) (*plan, error) {
+	if len(a) == 3 { // SET key value: a blind PUT answered OK, no closure
+		sp := &setPlan{}
+		sp.op.Type, sp.op.Key, sp.op.Value = concordpb.OpType_OP_PUT, a[1], a[2]
+		sp.ops[0] = &sp.op
+		sp.p = plan{ops: sp.ops[:], one: replyOK}
+		return &sp.p, nil
+	}
 	o, err := parseSetOptions(a[3:])
 	if err != nil {
 		return nil, err

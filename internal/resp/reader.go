@@ -58,6 +58,7 @@ type Reader struct {
 	limits Limits
 	hdr    [headerLineMax + 2]byte // the header line being parsed
 	arena  []byte                  // small arguments are carved from it
+	lists  [][]byte                // short argument lists are carved from it
 }
 
 // NewReader reads commands from r within limits (zero fields: DefaultLimits).
@@ -169,7 +170,7 @@ func (r *Reader) readMultibulk() ([][]byte, int, error) {
 	}
 	// Grow the slice as arguments arrive, not from the declared count: a
 	// client may declare a million arguments and send two.
-	args := make([][]byte, 0, min(count, 64))
+	args := r.argList(int(min(count, 64)))
 	total := 0
 	for range count {
 		arg, m, err := r.readBulk()
@@ -224,6 +225,29 @@ const (
 	maxArenaArg = 512
 	arenaSize   = 16 << 10
 )
+
+// Argument lists of at most maxListArgs (SET k v, GET k: nearly all
+// commands) are carved from a shared array of listArenaSize slots, as
+// small arguments are from the byte arena: capped, so that appending to
+// one cannot overwrite the next.
+const (
+	maxListArgs   = 8
+	listArenaSize = 512
+)
+
+// argList returns an empty list with room for n arguments, which the
+// caller may keep.
+func (r *Reader) argList(n int) [][]byte {
+	if n > maxListArgs {
+		return make([][]byte, 0, n)
+	}
+	if cap(r.lists)-len(r.lists) < n {
+		r.lists = make([][]byte, 0, listArenaSize)
+	}
+	start := len(r.lists)
+	r.lists = r.lists[:start+n]
+	return r.lists[start : start : start+n]
+}
 
 // readArg reads exactly n bytes into a fresh slice the caller may keep.
 func (r *Reader) readArg(n int) ([]byte, error) {

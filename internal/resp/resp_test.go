@@ -192,3 +192,65 @@ func TestErrorCode(t *testing.T) {
 		}
 	}
 }
+
+// TestArgListsAreTheirOwn protects the argument list arena: the lists of
+// many commands read in a row (more than one arena's worth) are carved
+// from shared arrays, so each must keep its own arguments, and appending to
+// one (as a caller may) must not overwrite the next command's.
+func TestArgListsAreTheirOwn(t *testing.T) {
+	var in strings.Builder
+	const n = listArenaSize // commands of 3 arguments: several arenas
+	for i := range n {
+		k := strings.Repeat("k", i%7+1)
+		in.WriteString("*3\r\n$3\r\nSET\r\n$" + string(rune('0'+len(k))) + "\r\n" + k + "\r\n$1\r\n" + string(rune('a'+i%26)) + "\r\n")
+	}
+	r := NewReader(strings.NewReader(in.String()), Limits{})
+	var all [][][]byte
+	for {
+		a, _, err := r.ReadCommand()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, a)
+	}
+	if len(all) != n {
+		t.Fatalf("read %d commands, want %d", len(all), n)
+	}
+	for i := range all {
+		all[i] = append(all[i], []byte("extra")) // must not reach all[i+1]
+	}
+	for i, a := range all {
+		want := args("SET", strings.Repeat("k", i%7+1), string(rune('a'+i%26)), "extra")
+		if !reflect.DeepEqual(a, want) {
+			t.Fatalf("command %d: %q, want %q", i, a, want)
+		}
+	}
+}
+
+// TestWriterInit protects a writer started on a caller's small buffer: the
+// replies land there while they fit, and one that does not fit moves to
+// memory of its own with nothing lost; Reset starts it again.
+func TestWriterInit(t *testing.T) {
+	var small [8]byte
+	var w Writer
+	w.Init(2, small[:])
+	w.SimpleString("OK")
+	if got := string(w.Bytes()); got != "+OK\r\n" || &w.Bytes()[0] != &small[0] {
+		t.Fatalf("got %q (in the buffer given: %v), want +OK in it", got, &w.Bytes()[0] == &small[0])
+	}
+	w.Bulk([]byte("a longer value"))
+	if got, want := string(w.Bytes()), "+OK\r\n$14\r\na longer value\r\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if string(small[:5]) != "+OK\r\n" {
+		t.Fatalf("the buffer given was changed past the first reply: %q", small[:])
+	}
+	w.Init(3, small[:])
+	w.Null()
+	if got := string(w.Bytes()); got != "_\r\n" || w.Proto() != 3 {
+		t.Fatalf("after Init: %q, proto %d", got, w.Proto())
+	}
+}

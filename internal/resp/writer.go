@@ -19,6 +19,11 @@ type Writer struct {
 // NewWriter returns a writer for protocol version proto (2 or 3).
 func NewWriter(proto int) *Writer { return &Writer{proto: proto} }
 
+// Init makes w an empty writer for protocol version proto that writes into
+// buf's spare capacity first: a caller that keeps a small array beside
+// each reply ("+OK", ":1") allocates none for it.
+func (w *Writer) Init(proto int, buf []byte) { *w = Writer{buf: buf[:0], proto: proto} }
+
 // Proto is the writer's protocol version.
 func (w *Writer) Proto() int { return w.proto }
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# bench/redis-setprof.sh BIN TAG BASEPORT [via]: the Redis run 8 measurement
+# of docs/benchmarks.md (issue 12, pipelined SET) for one concord binary.
+# Starts a fresh 3-node cluster of BIN (16 shards, 3 replicas, fsync on;
+# ports BASEPORT+1..3 gRPC, +11..13 RESP, +21..23 HTTP, +31..33 pprof; logs
+# and profiles in /tmp/redis-setprof-TAG), waits until the scheduler's
+# start-up leader moves are over (every node leads 5 or 6 shards), warms
+# with 20,000 pipelined SETs, finds the node leading the shard of
+# redis-benchmark's one key (the one whose proposal count grows under
+# unpipelined SETs), then runs
+#   redis-benchmark -t set -n ${N:-300000} -c 50 -d 256 -P 16 --csv
+# through that node (via=leader, the default) or another (via=nonleader)
+# while it takes a 10 s CPU profile of every node and an allocation profile
+# (delta) of the Redis node (PROFILE=0 skips them).
+# Prints the result, the servers' CPU per SET (utime+stime of the three
+# processes from /proc/PID/stat, fields 14+15, around the run), each node's
+# CPU, proposals (raft entries it proposed), loop turns (storage commits)
+# and fsyncs (synced commits) per second of the run, and the SETs per entry.
+set -euo pipefail
+BIN=$1 TAG=$2 B=$3 VIA=${4:-leader}
+N=${N:-300000}
+PROFILE=${PROFILE:-1}
+RB=${RB:-redis-benchmark}
+RC=${RC:-redis-cli}
+DIR=/tmp/redis-setprof-$TAG
+rm -rf "$DIR" && mkdir -p "$DIR"
+PEERS="127.0.0.1:$((B+1)),127.0.0.1:$((B+2)),127.0.0.1:$((B+3))"
+PIDS=()
+for i in 1 2 3; do
+	"$BIN" server --addr 127.0.0.1:$((B+i)) --peers "$PEERS" --data-dir "$DIR/n$i" \
+		--redis-addr 127.0.0.1:$((B+10+i)) --http-addr 127.0.0.1:$((B+20+i)) --pprof-addr 127.0.0.1:$((B+30+i)) \
+		>"$DIR/n$i.log" 2>&1 &
+	PIDS+=($!)
+done
+# At exit: stop the nodes and drop their data; logs and profiles stay.
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"/n1 "$DIR"/n2 "$DIR"/n3' EXIT
+cpu1() { local s; s=($(cut -d' ' -f14,15 /proc/$1/stat)); echo $((s[0] + s[1])); }
+# metric NODE REGEX: the sum of the samples matching REGEX on NODE's /metrics.
+metric() { curl -s http://127.0.0.1:$((B+20+$1))/metrics | awk -v re="$2" '$0 ~ re { s += $2 } END { printf "%d\n", s }'; }
+props() { metric "$1" '^concord_proposal_duration_seconds_count'; }
+turns() { metric "$1" '^concord_storage_commit_duration_seconds_count'; }
+syncs() { metric "$1" '^concord_storage_commit_duration_seconds_count\\{synced="true"'; }
+# syncus NODE: the synced commits' summed time on NODE, in µs.
+syncus() { curl -s http://127.0.0.1:$((B+20+$1))/metrics | awk '/^concord_storage_commit_duration_seconds_sum\{synced="true"/ { s += $2 } END { printf "%d\n", s * 1e6 }'; }
+led() { "$RC" -p $((B+10+$1)) info 2>/dev/null | grep concord_shards_led | tr -dc 0-9 || true; }
+for _ in $(seq 1 120); do
+	for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || { echo "$TAG: a node exited; see $DIR/n*.log" >&2; exit 1; }; done
+	ok=0
+	for i in 1 2 3; do l=$(led $i); [ "${l:-0}" -ge 5 ] && ok=$((ok + 1)); done
+	[ $ok = 3 ] && break
+	sleep 1
+done
+sleep 3
+"$RB" -p $((B+11)) -t set -n 20000 -c 50 -d 256 -P 16 -q >/dev/null 2>&1 # warm-up
+a=($(props 1) $(props 2) $(props 3))
+"$RB" -p $((B+11)) -t set -n 5000 -c 10 -d 256 -P 1 -q >/dev/null 2>&1 # which node proposes the one key's SETs
+b=($(props 1) $(props 2) $(props 3))
+L=1 best=0
+for i in 0 1 2; do d=$((b[i] - a[i])); if [ $d -gt $best ]; then best=$d L=$((i + 1)); fi; done
+P=$L
+[ "$VIA" = leader ] || P=$((L % 3 + 1))
+hz=$(getconf CLK_TCK)
+declare -A c0 c1 p0 p1 t0 t1 s0 s1 u0 u1
+for i in 1 2 3; do c0[$i]=$(cpu1 ${PIDS[$((i-1))]}); p0[$i]=$(props $i); t0[$i]=$(turns $i); s0[$i]=$(syncs $i); u0[$i]=$(syncus $i); done
+start=$(date +%s.%N)
+"$RB" -p $((B+10+P)) -t set -n "$N" -c 50 -d 256 -P 16 --csv >"$DIR/rb.csv" 2>&1 &
+RBPID=$!
+CURLS=()
+if [ "$PROFILE" = 1 ]; then
+	sleep 0.3
+	for i in 1 2 3; do curl -s -o "$DIR/cpu-n$i.out" "http://127.0.0.1:$((B+30+i))/debug/pprof/profile?seconds=10" & CURLS+=($!); done
+	curl -s -o "$DIR/allocs-n$P.out" "http://127.0.0.1:$((B+30+P))/debug/pprof/allocs?seconds=10" & CURLS+=($!)
+fi
+wait $RBPID
+end=$(date +%s.%N)
+for i in 1 2 3; do c1[$i]=$(cpu1 ${PIDS[$((i-1))]}); p1[$i]=$(props $i); t1[$i]=$(turns $i); s1[$i]=$(syncs $i); u1[$i]=$(syncus $i); done
+for p in "${CURLS[@]}"; do wait "$p"; done # the profiles
+secs=$(echo "$end - $start" | bc -l)
+tot=0
+for i in 1 2 3; do tot=$((tot + c1[$i] - c0[$i])); done
+echo "$TAG via=$VIA leader=n$L redis-node=n$P load=$(cut -d' ' -f1 /proc/loadavg) $(tail -1 "$DIR/rb.csv") cpu_us_per_set=$(echo "$tot * 1000000 / $hz / $N" | bc -l | xargs printf %.2f)"
+for i in 1 2 3; do
+	dp=$((p1[$i] - p0[$i]))
+	printf '%s n%d cpu=%.2fs proposals=%d (%.1f SETs/entry) turns/s=%.0f fsyncs/s=%.0f (synced commit %.0f µs)\n' "$TAG" $i \
+		"$(echo "(${c1[$i]} - ${c0[$i]}) / $hz" | bc -l)" $dp "$(echo "if ($dp > 0) $N / $dp else 0" | bc -l)" \
+		"$(echo "(${t1[$i]} - ${t0[$i]}) / $secs" | bc -l)" "$(echo "(${s1[$i]} - ${s0[$i]}) / $secs" | bc -l)" \
+		"$(echo "if (${s1[$i]} > ${s0[$i]}) (${u1[$i]} - ${u0[$i]}) / (${s1[$i]} - ${s0[$i]}) else 0" | bc -l)"
+done
+echo "$TAG run took ${secs}s; profiles in $DIR"
