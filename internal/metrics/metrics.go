@@ -79,7 +79,7 @@ func New() *Node {
 	// leases save (issue 14 step 2).
 	m.reads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "concord_linearizable_reads_total",
-		Help: "Linearizable reads served by leaders on this node, by path: lease (no ReadIndex round) or round (released by a ReadIndex round).",
+		Help: "Linearizable reads served by leaders on this node, by path: lease (by the host loop, no ReadIndex round), lease_fast (by lease, off the host loop) or round (released by a ReadIndex round).",
 	}, []string{"path"})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.commits, m.proposals, m.leaderChanges, m.snapshotBytes, m.raftFrames, m.raftMessages, m.reads)
@@ -130,10 +130,12 @@ func (m *Node) LeaderChange() {
 	}
 }
 
-// Reads records linearizable reads served by lease and by ReadIndex round.
-func (m *Node) Reads(byLease, byRound uint64) {
+// Reads records linearizable reads served by lease (by the host loop, or
+// off it by the request's goroutine) and by ReadIndex round.
+func (m *Node) Reads(byLease, byLeaseFast, byRound uint64) {
 	if m != nil {
 		m.reads.WithLabelValues("lease").Add(float64(byLease))
+		m.reads.WithLabelValues("lease_fast").Add(float64(byLeaseFast))
 		m.reads.WithLabelValues("round").Add(float64(byRound))
 	}
 }

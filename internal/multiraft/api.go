@@ -40,8 +40,10 @@ type ReplicaInfo struct {
 	// was loaded; each serves every linearizable read queued before it.
 	ReadRounds uint64
 	// LeaseReads counts the linearizable reads this replica served by
-	// lease, with no round (replica/lease.go).
+	// lease, with no round (replica/lease.go), FastLeaseReads included.
 	LeaseReads uint64
+	// FastLeaseReads counts those served off the loop (fastread.go).
+	FastLeaseReads uint64
 }
 
 // Do runs f on the loop goroutine, where it may touch replicas, and waits.
@@ -95,7 +97,16 @@ func (h *Host) wait(ctx context.Context, p *replica.Proposal) (*storepb.CommandR
 // removed and its data destroyed meanwhile. The caller must Release it.
 // Reads that reach the loop in the same turn share one raft ReadIndex
 // round (replica.FlushReads).
+//
+// A read the local replica's published lease covers is served on the
+// caller's goroutine, without the loop (fastread.go), from a view that
+// holds every write acknowledged before the call and every entry of
+// earlier terms, but possibly not entries this leader committed and has
+// not yet applied (none of them is acknowledged yet): still linearizable.
 func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadView, error) {
+	if v := h.fastRead(shard); v != nil {
+		return v, nil
+	}
 	rd := &replica.Read{Done: make(chan error, 1)}
 	if err := h.enqueue(func(in *inbox) { in.reads = append(in.reads, shardRead{shard, rd}) }); err != nil {
 		return nil, err
@@ -196,9 +207,17 @@ func (h *Host) ReportUnreachable(node ids.NodeID) {
 // Info returns the published state of the replica of shard on this node.
 func (h *Host) Info(shard ids.ShardID) (ReplicaInfo, bool) {
 	h.infoMu.RLock()
-	defer h.infoMu.RUnlock()
 	i, ok := h.infos[shard]
-	return i, ok
+	h.infoMu.RUnlock()
+	return h.withFastReads(i), ok
+}
+
+// withFastReads adds the fast reads of i's replica, counted outside the
+// loop, to i.
+func (h *Host) withFastReads(i ReplicaInfo) ReplicaInfo {
+	i.FastLeaseReads = h.fastReads(i.Shard)
+	i.LeaseReads += i.FastLeaseReads
+	return i
 }
 
 // DescGeneration changes whenever a published descriptor does (a replica
@@ -212,7 +231,7 @@ func (h *Host) Infos() []ReplicaInfo {
 	defer h.infoMu.RUnlock()
 	out := make([]ReplicaInfo, 0, len(h.infos))
 	for _, i := range h.infos {
-		out = append(out, i)
+		out = append(out, h.withFastReads(i))
 	}
 	return out
 }

@@ -134,9 +134,10 @@ type Observer interface {
 	Commit(synced bool, d time.Duration)
 	// LeaderChange: a replica here became, or stopped being, leader.
 	LeaderChange()
-	// Reads: linearizable reads were served, byLease with no ReadIndex
-	// round, byRound released by an answered round.
-	Reads(byLease, byRound uint64)
+	// Reads: linearizable reads were served, byLease by the loop with no
+	// ReadIndex round, byLeaseFast by lease off the loop (fastread.go),
+	// byRound released by an answered round.
+	Reads(byLease, byLeaseFast, byRound uint64)
 }
 
 // DefaultConfig returns the production settings.

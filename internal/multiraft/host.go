@@ -57,6 +57,18 @@ type Host struct {
 	// is gone (gone.go), by shard.
 	campaigns map[ids.ShardID]pendingCampaign
 
+	// Lease reads off the loop (fastread.go): leases maps a shard to its
+	// replica's *leaseSlot, for readers; slots is the same, for the loop;
+	// view is the engine view fast reads borrow, and viewStale says the
+	// engine changed since it was taken (loop-owned).
+	leases    sync.Map
+	slots     map[ids.ShardID]*leaseSlot
+	view      atomic.Pointer[storage.ReadView]
+	viewStale bool
+	// fastReadHook, if set (tests, before any read), runs in a fast read
+	// between the checks of its lease and the borrowing of the view.
+	fastReadHook func(shard ids.ShardID)
+
 	infoMu sync.RWMutex
 	infos  map[ids.ShardID]ReplicaInfo // guarded by infoMu
 	// descGen counts changes to the published descriptors (a replica
@@ -91,6 +103,7 @@ func New(cfg Config, eng *storage.Engine, t Transport, newSM NewStateMachine) *H
 		replicas:  map[ids.ShardID]*replica.Replica{},
 		dirty:     map[ids.ShardID]*replica.Replica{},
 		campaigns: map[ids.ShardID]pendingCampaign{},
+		slots:     map[ids.ShardID]*leaseSlot{},
 		infos:     map[ids.ShardID]ReplicaInfo{},
 		snaps:     outgoingSnapshots{m: map[uint64]*outSnap{}},
 		idBase:    idBase,

@@ -65,6 +65,7 @@ func (h *Host) loadReplica(shard ids.ShardID, id ids.ReplicaID) (*replica.Replic
 		return nil, err
 	}
 	h.replicas[shard] = r
+	h.newLeaseSlot(shard)
 	h.publish(r)
 	return r, nil
 }
@@ -90,6 +91,8 @@ func (h *Host) createReplica(in inMsg) (*replica.Replica, error) {
 // published after reading has read its data (node's LocalGet).
 func (h *Host) destroyReplica(r *replica.Replica) {
 	shard := r.Shard()
+	h.dropLeaseSlot(shard) // before the data goes (fastread.go)
+	h.engineChanged()
 	r.Destroy()
 	delete(h.replicas, shard)
 	delete(h.dirty, shard)

@@ -41,6 +41,7 @@ type shardRead struct {
 // run is the loop. It is the only goroutine that touches a replica.
 func (h *Host) run() {
 	defer close(h.doneC)
+	defer h.releaseView() // first: no view may outlive the loop
 	ticks := h.cfg.Ticks
 	if ticks == nil {
 		ticks = realTicker{time.NewTicker(h.cfg.TickInterval)}
@@ -101,6 +102,7 @@ func (h *Host) tick() {
 	}
 	h.runCampaigns()
 	h.runPolicies()
+	h.reportAllFastReads()
 }
 
 // drain takes the inbox and feeds it to the replicas.
@@ -158,7 +160,7 @@ func (h *Host) drain() {
 func (h *Host) noteReads(r *replica.Replica) bool {
 	byLease, byRound := r.TakeReadCounts()
 	if h.cfg.Observer != nil && byLease+byRound > 0 {
-		h.cfg.Observer.Reads(byLease, byRound)
+		h.cfg.Observer.Reads(byLease, 0, byRound)
 	}
 	return byLease > 0
 }
@@ -224,6 +226,8 @@ func (h *Host) handleReady() {
 		}
 		rd := r.Ready()
 		if !raft.IsEmptySnap(rd.Snapshot) {
+			h.voidLease(shard) // before the shard's data is replaced (fastread.go)
+			h.engineChanged()
 			if err := r.InstallSnapshot(rd); err != nil {
 				h.fatal(err)
 			}
@@ -236,6 +240,9 @@ func (h *Host) handleReady() {
 		}
 		mustSync = mustSync || rd.MustSync
 		early, late := r.Messages(rd)
+		// Before anything of this Ready leaves: a step-down, transfer,
+		// membership change or removal voids the published lease.
+		h.checkLease(r)
 		h.send(r, early) // a leader's appends overlap its own fsync
 		sentEarly = sentEarly || len(early) > 0
 		cycles = append(cycles, cycle{r, rd, late})
@@ -251,10 +258,16 @@ func (h *Host) handleReady() {
 	if mutant.Enabled && mutant.On(mutant.AckBeforeFsync) {
 		mustSync = false
 	}
+	if !b.Empty() {
+		h.engineChanged()
+	}
 	start := time.Now()
 	if err := storage.Commit(b, mustSync); err != nil {
 		h.fatal(err)
 	}
+	// Before any reply of this turn: fast lease reads see every write
+	// acknowledged from now on (fastread.go).
+	h.refreshView()
 	if h.cfg.Observer != nil {
 		h.cfg.Observer.Commit(mustSync, time.Since(start))
 	}
@@ -360,4 +373,5 @@ func (h *Host) publish(r *replica.Replica) {
 	if h.cfg.OnLeaderKnown != nil && info.LeaderReplica != 0 && (!known || was.LeaderReplica != info.LeaderReplica) {
 		h.cfg.OnLeaderKnown(r.Shard())
 	}
+	h.publishLease(r)
 }

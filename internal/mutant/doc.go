@@ -41,7 +41,8 @@ const (
 	SnapshotDropsEntry Name = "snapshot-drops-entry"
 	// LeaseIgnoresExpiry: a leader serves reads by lease after its lease
 	// ran out on the monotonic clock, as long as it still leads the term it
-	// got the lease in (replica.leaseValid).
+	// got the lease in (replica.leaseValid), and off the loop while it
+	// publishes one (multiraft fastRead).
 	LeaseIgnoresExpiry Name = "lease-ignores-expiry"
 )
 

@@ -93,6 +93,27 @@ func (r *Replica) leaseValid(now int64, st raft.BasicStatus) bool {
 	return now < r.leaseExpiry
 }
 
+// LeaseHeld reports the lease this replica may serve reads by as raft's
+// leader, without looking at time (this package reads no clock): its term
+// and expiry on the host's monotonic clock, with ok false when there is
+// none (not leading, a lease of an earlier term, dropped by a membership
+// change, barred by a leader transfer, a transfer under way, removed,
+// leases off). caughtUp reports whether everything raft has committed is
+// applied. multiraft publishes the lease for reads served off its loop
+// (multiraft/fastread.go) and voids what it published as soon as ok turns
+// false, before this replica's next messages leave.
+func (r *Replica) LeaseHeld() (term uint64, expiry int64, ok, caughtUp bool) {
+	st := r.rn.BasicStatus()
+	caughtUp = r.applied == st.GetCommit()
+	if r.cfg.LeaseDuration <= 0 || r.removed || st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
+		return 0, 0, false, caughtUp
+	}
+	if r.leaseTerm != st.GetTerm() || r.leaseBarredTerm == st.GetTerm() {
+		return 0, 0, false, caughtUp
+	}
+	return st.GetTerm(), r.leaseExpiry, true, caughtUp
+}
+
 // grantLease extends the lease from a round raft answered, issued at
 // issuedAt in term.
 func (r *Replica) grantLease(term uint64, issuedAt int64) {

@@ -102,6 +102,24 @@ func (v *ReadView) Read(f func(r Reader) error) error {
 	return f(viewReader{v})
 }
 
+// TryRetain takes one more reference to v, for a holder that found v
+// published somewhere another goroutine may replace it and release its
+// reference (multiraft's lease-read view): it reports false, taking
+// nothing, once the last reference is gone (the view is closed, or being
+// closed), and the caller must find the view that replaced it. A count
+// never rises from zero again, so a closed view is never used.
+func (v *ReadView) TryRetain() bool {
+	for {
+		n := v.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if v.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // Release gives up one reference; the last one closes the iterators (every
 // read has given its iterator back by then: it held a reference). A view
 // released after the engine closed needs nothing released.

@@ -215,3 +215,55 @@ func TestReadViewLendsIterators(t *testing.T) {
 		t.Fatalf("%d concurrent readers made %d clones, want at most one each", workers, v.clones)
 	}
 }
+
+// TestTryRetainNeverRevivesAView protects the lease-read view's lending
+// (multiraft/fastread.go): TryRetain takes a reference while one is held,
+// and none once the last was released, so no reader uses a closed view;
+// under -race, retains racing the last release never reach a closed one.
+func TestTryRetainNeverRevivesAView(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	fillShard(t, e.db, 7, "a")
+	v, err := e.NewReadView(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.TryRetain() {
+		t.Fatal("TryRetain on a held view failed")
+	}
+	v.Release()
+	v.Release() // the last reference: the view closes
+	if v.TryRetain() {
+		t.Fatal("TryRetain revived a released view")
+	}
+	v, err = e.NewReadView(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				if !v.TryRetain() {
+					return
+				}
+				if err := v.Read(func(r Reader) error {
+					_, closer, err := r.Get(keys.User(7, []byte("a-1")))
+					if err == nil {
+						_ = closer.Close()
+					}
+					return err
+				}); err != nil {
+					t.Errorf("read of a retained view: %v", err)
+				}
+				v.Release()
+			}
+		}()
+	}
+	v.Release() // the publisher's reference, while readers retain and release
+	wg.Wait()
+	if v.TryRetain() {
+		t.Fatal("TryRetain revived a released view")
+	}
+}

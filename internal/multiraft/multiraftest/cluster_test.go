@@ -80,19 +80,24 @@ func TestFollowerRefuses(t *testing.T) {
 }
 
 // readAsync runs a ReadIndex on node in the background and returns once
-// the read is in the loop's inbox.
+// the read is in the loop's inbox, or was served off the loop by lease.
 func readAsync(c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID) chan error {
 	done := make(chan error, 1)
 	h := c.Node(node).Host
 	ctx := newEnqueuedCtx()
+	ended := make(chan struct{})
 	go func() {
+		defer close(ended)
 		v, err := h.ReadIndex(ctx, shard)
 		if v != nil {
 			v.Release()
 		}
 		done <- err
 	}()
-	<-ctx.enqueued
+	select {
+	case <-ctx.enqueued:
+	case <-ended:
+	}
 	return done
 }
 

@@ -211,11 +211,14 @@ func (c *enqueuedCtx) Done() <-chan struct{} {
 }
 
 // readKey runs a linearizable read of key (shard 1) on h in the background
-// and returns once the read is in the loop's inbox.
+// and returns once the read is in the loop's inbox, or was served off the
+// loop by lease (multiraft/fastread.go).
 func readKey(t *testing.T, h *multiraft.Host, key string) chan readResult {
 	done := make(chan readResult, 1)
 	ctx := newEnqueuedCtx()
+	ended := make(chan struct{})
 	go func() {
+		defer close(ended)
 		v, err := h.ReadIndex(ctx, 1)
 		if err != nil {
 			done <- readResult{err: err}
@@ -225,7 +228,10 @@ func readKey(t *testing.T, h *multiraft.Host, key string) chan readResult {
 		v.Release() // before the result: a test may end, and close the engine, once it has it
 		done <- readResult{val: val, found: found}
 	}()
-	<-ctx.enqueued
+	select {
+	case <-ctx.enqueued:
+	case <-ended:
+	}
 	return done
 }
 

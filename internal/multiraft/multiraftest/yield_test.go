@@ -48,7 +48,7 @@ func (o syncObserver) Commit(synced bool, _ time.Duration) {
 	}
 }
 func (syncObserver) LeaderChange()        {}
-func (syncObserver) Reads(uint64, uint64) {}
+func (syncObserver) Reads(uint64, uint64, uint64) {}
 
 // TestLeaderYieldsToSendersBeforeItsFsync protects a put's latency: a
 // leader's appends to its followers, which may leave before its own fsync,
