@@ -47,7 +47,7 @@ func (o syncObserver) Commit(synced bool, _ time.Duration) {
 		o.log.add(o.node, "sync")
 	}
 }
-func (syncObserver) LeaderChange()        {}
+func (syncObserver) LeaderChange()                {}
 func (syncObserver) Reads(uint64, uint64, uint64) {}
 
 // TestLeaderYieldsToSendersBeforeItsFsync protects a put's latency: a
