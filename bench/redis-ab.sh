@@ -16,16 +16,7 @@ set -euo pipefail
 BIN=$1 TAG=$2 B=$3
 DIR=/tmp/redis-ab-$TAG
 rm -rf "$DIR" && mkdir -p "$DIR"
-PEERS="127.0.0.1:$((B+1)),127.0.0.1:$((B+2)),127.0.0.1:$((B+3))"
-PIDS=()
-for i in 1 2 3; do
-	"$BIN" server --addr 127.0.0.1:$((B+i)) --peers "$PEERS" --data-dir "$DIR/n$i" \
-		--redis-addr 127.0.0.1:$((B+10+i)) --http-addr 127.0.0.1:$((B+20+i)) --pprof-addr 127.0.0.1:$((B+30+i)) \
-		>"$DIR/n$i.log" 2>&1 &
-	PIDS+=($!)
-done
-# At exit: stop the nodes and drop their data (about 1 GB a run); the logs stay.
-trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"/n1 "$DIR"/n2 "$DIR"/n3' EXIT
+. "$(dirname "$0")/rcluster.sh" # PEERS, PIDS; the nodes stop at exit
 cpu() { local t=0 s; for p in "${PIDS[@]}"; do s=($(cut -d' ' -f14,15 /proc/$p/stat)); t=$((t + s[0] + s[1])); done; echo $t; }
 props() { for i in 1 2 3; do curl -s http://127.0.0.1:$((B+20+i))/metrics | awk '/^concord_proposal_duration_seconds_count\{outcome="ok"/ {print $2}'; done; }
 led() { redis-cli -p $((B+10+$1)) info 2>/dev/null | grep concord_shards_led | tr -dc 0-9 || true; }

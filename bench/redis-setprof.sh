@@ -24,16 +24,7 @@ RB=${RB:-redis-benchmark}
 RC=${RC:-redis-cli}
 DIR=/tmp/redis-setprof-$TAG
 rm -rf "$DIR" && mkdir -p "$DIR"
-PEERS="127.0.0.1:$((B+1)),127.0.0.1:$((B+2)),127.0.0.1:$((B+3))"
-PIDS=()
-for i in 1 2 3; do
-	"$BIN" server --addr 127.0.0.1:$((B+i)) --peers "$PEERS" --data-dir "$DIR/n$i" \
-		--redis-addr 127.0.0.1:$((B+10+i)) --http-addr 127.0.0.1:$((B+20+i)) --pprof-addr 127.0.0.1:$((B+30+i)) \
-		>"$DIR/n$i.log" 2>&1 &
-	PIDS+=($!)
-done
-# At exit: stop the nodes and drop their data; logs and profiles stay.
-trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"/n1 "$DIR"/n2 "$DIR"/n3' EXIT
+. "$(dirname "$0")/rcluster.sh" # PEERS, PIDS; the nodes stop at exit
 cpu1() { local s; s=($(cut -d' ' -f14,15 /proc/$1/stat)); echo $((s[0] + s[1])); }
 # metric NODE REGEX: the sum of the samples matching REGEX on NODE's /metrics.
 metric() { curl -s http://127.0.0.1:$((B+20+$1))/metrics | awk -v re="$2" '$0 ~ re { s += $2 } END { printf "%d\n", s }'; }

@@ -1,0 +1,14 @@
+# Sourced by bench/redis-ab.sh and bench/redis-setprof.sh: starts a 3-node
+# cluster of "$BIN" server processes under "$DIR" on ports from $B (node i:
+# raft/gRPC B+i, Redis B+10+i, HTTP B+20+i, pprof B+30+i), fills PIDS, and
+# at exit stops the nodes and drops their data (about 1 GB a run); the logs
+# (and anything else in "$DIR") stay.
+PEERS="127.0.0.1:$((B+1)),127.0.0.1:$((B+2)),127.0.0.1:$((B+3))"
+PIDS=()
+for i in 1 2 3; do
+	"$BIN" server --addr 127.0.0.1:$((B+i)) --peers "$PEERS" --data-dir "$DIR/n$i" \
+		--redis-addr 127.0.0.1:$((B+10+i)) --http-addr 127.0.0.1:$((B+20+i)) --pprof-addr 127.0.0.1:$((B+30+i)) \
+		>"$DIR/n$i.log" 2>&1 &
+	PIDS+=($!)
+done
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"/n1 "$DIR"/n2 "$DIR"/n3' EXIT
