@@ -163,6 +163,8 @@ func (n *Node) probePeers(ctx context.Context, peers []string, hash uint64, init
 // probe asks the peer at addr about the initial id, on a connection of its
 // own: a pooled one that failed while the peer was not yet listening would
 // answer from gRPC's reconnect backoff (up to a second) instead of trying.
+// It is the only sender of Probe, and only a node without an identity
+// calls it: heardFreshPeer relies on that.
 func (n *Node) probe(ctx context.Context, addr string, hash uint64, initialID ids.NodeID) (*concordpb.ProbeResponse, error) {
 	conn, err := dial.Dial(addr, n.conns.opts...)
 	if err != nil {
