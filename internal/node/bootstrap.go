@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/routing"
@@ -51,10 +53,24 @@ func (n *Node) loadLocal() error {
 // decides between bootstrapping the cluster in --peers and joining it.
 //
 // A fresh node may take its initial id (its position in the sorted peer
-// list) only if that id never had live raft state: it asks every peer, and
-// bootstraps only when all answered and none has received traffic from that
-// id. Otherwise the id's votes and acknowledgements may be remembered by
-// others while this node forgot them, so it joins under a new id instead.
+// list) only if that id never had live raft state: it bootstraps only once
+// every peer is known to have no record of traffic from that id, and joins
+// under a new id as soon as one peer has such a record. Otherwise the id's
+// votes and acknowledgements may be remembered by others while this node
+// forgot them.
+//
+// Each peer must vouch, not a quorum: an earlier life of the id may have
+// voted and acknowledged with one peer only (a quorum of 3 is 2), and only
+// that peer knows. But a peer's word need not be fresh (bootEvidence): seen
+// is never unlearnt, and an earlier life of the id ended before this
+// process could listen at its address, so "p has not seen the id" said at
+// any moment since this process started stays true. Two things say it:
+// p's answer to this node's probe, and p's own probe to this node (only a
+// node without an identity probes, and such a node has seen no one). So a
+// node whose peers bootstrapped after probing it bootstraps too, even if
+// they are gone before its own probes reach them: every node of the
+// initial cluster started with its replicas, and the cluster has the quorum
+// it was built with.
 func (n *Node) establishIdentity(ctx context.Context) error {
 	if id := n.ident.Load(); id != nil {
 		if self := n.book.get(ids.NodeID(id.GetNodeId())); self.GetState() == concordpb.NodeState_NODE_REMOVED {
@@ -93,15 +109,16 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		case decideJoin:
 			return n.join(ctx, []string{via})
 		}
-		if attempt%10 == 0 {
-			n.log.Info("waiting for every peer to answer before bootstrapping", "peers", peers)
+		if attempt%25 == 0 {
+			n.log.Info("waiting for every peer to answer before bootstrapping", "peers", peers, "unheard", n.boot.missing(peers, n.cfg.Addr))
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-n.stopC:
 			return fmt.Errorf("node stopped while waiting for peers")
-		case <-time.After(500 * time.Millisecond):
+		case <-n.boot.more: // a peer's probe may have completed the evidence
+		case <-time.After(probeInterval):
 		}
 	}
 }
@@ -114,9 +131,16 @@ const (
 	decideJoin
 )
 
-// probePeers asks every other peer about its state and decides.
+// probeInterval is how long a fresh node waits between rounds of probes:
+// short, since peers that heard from it may bootstrap, elect and serve
+// within a few hundred milliseconds.
+const probeInterval = 200 * time.Millisecond
+
+// probePeers asks every other peer about its state and decides: join
+// through a peer that has seen the initial id (or belongs to another
+// cluster); bootstrap once every peer has vouched for the id, in this
+// round or before (bootEvidence).
 func (n *Node) probePeers(ctx context.Context, peers []string, hash uint64, initialID ids.NodeID) (decision, string) {
-	answered := 0
 	for _, p := range peers {
 		if p == n.cfg.Addr {
 			continue
@@ -125,22 +149,28 @@ func (n *Node) probePeers(ctx context.Context, peers []string, hash uint64, init
 		if err != nil {
 			continue
 		}
-		answered++
 		if resp.GetInitialized() && (resp.GetSeenInitialNode() || resp.GetPeersHash() != hash) {
 			return decideJoin, p
 		}
+		n.boot.add(p)
 	}
-	if answered == len(peers)-1 {
+	if len(n.boot.missing(peers, n.cfg.Addr)) == 0 {
 		return decideBootstrap, ""
 	}
 	return decideWait, ""
 }
 
+// probe asks the peer at addr about the initial id, on a connection of its
+// own: a pooled one that failed while the peer was not yet listening would
+// answer from gRPC's reconnect backoff (up to a second) instead of trying.
+// It is the only sender of Probe, and only a node without an identity
+// calls it: heardFreshPeer relies on that.
 func (n *Node) probe(ctx context.Context, addr string, hash uint64, initialID ids.NodeID) (*concordpb.ProbeResponse, error) {
-	conn, err := n.conns.get(addr)
+	conn, err := dial.Dial(addr, n.conns.opts...)
 	if err != nil {
 		return nil, err
 	}
+	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	return concordpb.NewClusterClient(conn).Probe(ctx, &concordpb.ProbeRequest{
@@ -148,10 +178,51 @@ func (n *Node) probe(ctx context.Context, addr string, hash uint64, initialID id
 	})
 }
 
+// bootEvidence is the set of peers a fresh node knows, since it started,
+// to have no record of its initial id (establishIdentity says why that
+// knowledge does not go stale). It lives in memory: a restarted fresh node
+// asks again.
+type bootEvidence struct {
+	mu    sync.Mutex
+	clear map[string]bool // guarded by mu
+	more  chan struct{}   // signalled (buffer of one) when clear grows
+}
+
+func newBootEvidence() bootEvidence {
+	return bootEvidence{clear: map[string]bool{}, more: make(chan struct{}, 1)}
+}
+
+func (e *bootEvidence) add(addr string) {
+	e.mu.Lock()
+	grew := !e.clear[addr]
+	e.clear[addr] = true
+	e.mu.Unlock()
+	if grew {
+		select {
+		case e.more <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// missing returns the peers other than self not yet known clear.
+func (e *bootEvidence) missing(peers []string, self string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, p := range peers {
+		if p != self && !e.clear[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // answerProbe tells a fresh node whether its initial id is still unused.
 func (n *Node) answerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse {
 	id := n.ident.Load()
 	if id == nil {
+		n.heardFreshPeer(req)
 		return &concordpb.ProbeResponse{}
 	}
 	seen := n.seen.has(ids.NodeID(req.GetInitialNodeId()))
@@ -165,6 +236,19 @@ func (n *Node) answerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse
 		Initialized: true, ClusterId: id.GetClusterId(), PeersHash: id.GetPeersHash(),
 		SeenInitialNode: seen, NodeId: id.GetNodeId(),
 	}
+}
+
+// heardFreshPeer records, while this node has no identity, that the peer
+// probing it has none either, and so has seen no node: the peer vouches
+// for this node's initial id as its answer would (establishIdentity). Only
+// a peer of this node's --peers list, given the same list, counts.
+func (n *Node) heardFreshPeer(req *concordpb.ProbeRequest) {
+	peers := sortedPeers(n.cfg.Peers)
+	from := req.GetFromAddress()
+	if from == n.cfg.Addr || !slices.Contains(peers, from) || req.GetPeersHash() != peersHash(peers) {
+		return
+	}
+	n.boot.add(from)
 }
 
 // bootstrap writes the initial state of the cluster in peers: every node

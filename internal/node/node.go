@@ -68,6 +68,7 @@ type Node struct {
 
 	book      addressBook
 	seen      seenSet
+	boot      bootEvidence // while fresh: the peers that vouched for its initial id
 	conns     connPool
 	placement placementState
 	steps     stepCounts // scheduler steps executed, per kind
@@ -173,6 +174,7 @@ func New(cfg Config) (*Node, error) {
 	n.placement.kick, n.placement.report = make(chan struct{}, 1), make(chan struct{}, 1)
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
 	n.seen.m = map[ids.NodeID]*seenEntry{}
+	n.boot = newBootEvidence()
 	n.conns.m = map[string]*grpc.ClientConn{}
 	n.conns.opts = append([]grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}, sec.peerDial...)
 	n.cluster = grpcapi.NewCluster(n.backend())

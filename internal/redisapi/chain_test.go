@@ -67,12 +67,17 @@ func (f *fakeKV) Batch(_ context.Context, r *concordpb.BatchRequest) (*concordpb
 func (f *fakeKV) Scan(context.Context, *concordpb.ScanRequest) (*concordpb.ScanResponse, error) {
 	return &concordpb.ScanResponse{}, nil
 }
-func (f *fakeKV) ShardOf(key []byte) (uint64, bool) { return uint64(key[0]), true }
-func (f *fakeKV) Info() NodeInfo                    { return NodeInfo{} }
-func (f *fakeKV) Members() []string                 { return nil }
-func (f *fakeKV) Die(bool)                          {}
-func (f *fakeKV) Partition([]string) []ids.NodeID   { return nil }
-func (f *fakeKV) Heal()                             {}
+func (f *fakeKV) ShardOf(key []byte) (uint64, bool) {
+	if len(key) == 0 {
+		return 0, true
+	}
+	return uint64(key[0]), true
+}
+func (f *fakeKV) Info() NodeInfo                  { return NodeInfo{} }
+func (f *fakeKV) Members() []string               { return nil }
+func (f *fakeKV) Die(bool)                        {}
+func (f *fakeKV) Partition([]string) []ids.NodeID { return nil }
+func (f *fakeKV) Heal()                           {}
 
 // runPipeline runs the commands as one pipeline on a fresh connection and
 // returns the replies, in order, as one string, and the backend's log.
@@ -83,6 +88,12 @@ func runPipeline(t *testing.T, f *fakeKV, cmds ...string) (string, []string) {
 	}
 	s := New(f, Config{})
 	defer s.Close(time.Second)
+	return pipelineOn(s, cmds...), f.log
+}
+
+// pipelineOn runs the commands as one pipeline on a fresh connection of s
+// and returns the replies, in order, as one string.
+func pipelineOn(s *Server, cmds ...string) string {
 	c := newConn(s, nil, 1)
 	var calls []*call
 	for _, cmd := range cmds {
@@ -97,7 +108,7 @@ func runPipeline(t *testing.T, f *fakeKV, cmds ...string) (string, []string) {
 	for _, cl := range calls {
 		b.Write(cl.out.Bytes())
 	}
-	return b.String(), f.log
+	return b.String()
 }
 
 func TestChainSameKeyWritesOneBatch(t *testing.T) {

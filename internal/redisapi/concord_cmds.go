@@ -41,7 +41,9 @@ func cmdSession(c *conn, a [][]byte, w *resp.Writer) {
 		w.Error(err.Error())
 		return
 	}
-	groups, _, err := c.byShard(p.ops)
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+	defer cancel()
+	groups, _, err := c.byShard(ctx, p.ops)
 	if err == nil && len(groups) > 1 {
 		err = errCrossSlot
 	}
@@ -49,8 +51,6 @@ func cmdSession(c *conn, a [][]byte, w *resp.Writer) {
 		w.Error(err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-	defer cancel()
 	h := c.header()
 	h.SessionId, h.Seq = sid, seq
 	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: h, Ops: p.ops})

@@ -24,6 +24,9 @@ const (
 )
 
 func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.ScanResponse, error) {
+	if _, ok := c.shardOf(ctx, start); !ok { // a starting node: wait as key commands do
+		return nil, errNoShards
+	}
 	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit)})
 	if err != nil {
 		return nil, fromStatus(err, false)

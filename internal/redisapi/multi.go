@@ -92,7 +92,9 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Array(0)
 		return
 	}
-	groups, _, err := c.byShard(ops)
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+	defer cancel()
+	groups, _, err := c.byShard(ctx, ops)
 	if err != nil {
 		w.Error(err.Error())
 		return
@@ -101,8 +103,6 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Error(string(errCrossSlot))
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-	defer cancel()
 	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
 	if err == nil && len(r.GetResults()) != len(ops) {
 		err = replyError("ERR internal error: a batch answered with the wrong number of results")

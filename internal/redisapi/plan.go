@@ -3,6 +3,7 @@ package redisapi
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/resp"
@@ -45,7 +46,7 @@ func (p *plan) answer(w *resp.Writer, res []*concordpb.OpResult) {
 // calls: the group's (runGroup) or the command's own.
 func (c *conn) execPlan(ctx context.Context, p *plan, w *resp.Writer) {
 	if p.oneShard {
-		groups, _, err := c.byShard(p.ops)
+		groups, _, err := c.byShard(ctx, p.ops)
 		if err == nil && len(groups) > 1 {
 			err = errCrossSlot
 		}
@@ -75,7 +76,7 @@ func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*
 		// of the grouping's maps and slices.
 		return c.batch(ctx, ops)
 	}
-	groups, order, err := c.byShard(ops)
+	groups, order, err := c.byShard(ctx, ops)
 	if err != nil {
 		return nil, err
 	}
@@ -137,14 +138,15 @@ func (c *conn) batch(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpR
 }
 
 // byShard groups op indexes by the shard of their key, keeping each
-// shard's ops in order; order lists the shards in first appearance.
-func (c *conn) byShard(ops []*concordpb.Op) (map[uint64][]int, []uint64, error) {
+// shard's ops in order; order lists the shards in first appearance. A node
+// that does not know the shards yet is waited for (shardOf).
+func (c *conn) byShard(ctx context.Context, ops []*concordpb.Op) (map[uint64][]int, []uint64, error) {
 	groups := map[uint64][]int{}
 	var order []uint64
 	for i, op := range ops {
-		shard, ok := c.s.b.ShardOf(op.GetKey())
+		shard, ok := c.shardOf(ctx, op.GetKey())
 		if !ok {
-			return nil, nil, replyError("UNAVAILABLE this node does not know the shards yet")
+			return nil, nil, errNoShards
 		}
 		if _, seen := groups[shard]; !seen {
 			order = append(order, shard)
@@ -156,4 +158,45 @@ func (c *conn) byShard(ops []*concordpb.Op) (map[uint64][]int, []uint64, error) 
 
 func (c *conn) header() *concordpb.RequestHeader {
 	return &concordpb.RequestHeader{Consistency: c.consistency}
+}
+
+// errNoShards answers a command that needs the shard table when the node
+// still does not know it after Config.ShardWait.
+const errNoShards = replyError("UNAVAILABLE this node does not know the shards yet")
+
+// shardPoll is how often shardOf looks again at the node's shard table.
+const shardPoll = 10 * time.Millisecond
+
+// shardOf is Backend.ShardOf that waits while the node does not know the
+// shards yet: it is starting (waiting for its peers, bootstrapping,
+// joining) or has not heard its first routes. Redis clients do not retry,
+// and the nodes of a cluster start a moment apart, so a command sent to
+// the last node just after the first answered would otherwise fail. The
+// wait is bounded by Config.ShardWait and ctx (the command's timeout; the
+// server's Close ends it). It polls, since the table fills from several
+// places (bootstrap, join, heartbeat answers); a node that knows its
+// shards pays one lookup, as before.
+func (c *conn) shardOf(ctx context.Context, key []byte) (uint64, bool) {
+	if shard, ok := c.s.b.ShardOf(key); ok {
+		return shard, true
+	}
+	if c.s.cfg.ShardWait <= 0 {
+		return 0, false
+	}
+	deadline := time.NewTimer(c.s.cfg.ShardWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(shardPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-deadline.C:
+			return c.s.b.ShardOf(key)
+		case <-tick.C:
+		}
+		if shard, ok := c.s.b.ShardOf(key); ok {
+			return shard, true
+		}
+	}
 }

@@ -86,6 +86,10 @@ type Config struct {
 	// CommandTimeout bounds one command's calls to the KV service.
 	// Default 10 s.
 	CommandTimeout time.Duration
+	// ShardWait bounds how long a command that needs the shard table
+	// waits for a starting node to know it (within CommandTimeout), before
+	// it answers UNAVAILABLE. Default 5 s; negative: no wait.
+	ShardWait time.Duration
 	// KeysLimit bounds the keys KEYS may return. Default 10,000.
 	KeysLimit int
 	Logger    *slog.Logger
@@ -114,6 +118,9 @@ func (c *Config) fill() {
 	}
 	if c.CommandTimeout <= 0 {
 		c.CommandTimeout = 10 * time.Second
+	}
+	if c.ShardWait == 0 {
+		c.ShardWait = 5 * time.Second
 	}
 	if c.KeysLimit <= 0 {
 		c.KeysLimit = 10000

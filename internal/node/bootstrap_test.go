@@ -1,0 +1,123 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
+)
+
+// freeAddrs returns n loopback addresses nothing listens on.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return out
+}
+
+// TestBootstrapAfterPeersProbedAndVanished protects the start of a
+// cluster whose nodes came up a moment apart (the hardening acceptance
+// check): node 2's own probes failed while its peers were not yet
+// listening; they then probed node 2, bootstrapped with its answer, served,
+// and one of them died before node 2 probed again. Node 2 must bootstrap
+// under its initial id anyway (the cluster needs its replicas for a
+// quorum), on the strength of the probes it received: a node that probes
+// has no identity and has seen no node.
+func TestBootstrapAfterPeersProbedAndVanished(t *testing.T) {
+	peers := sortedPeers(freeAddrs(t, 3))
+	self := peers[1] // initial id 2; nothing will ever listen at peers[0] and peers[2]
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Peers, cfg.DataDir = self, peers, t.TempDir()
+	cfg.Shards = 1
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	started := make(chan error, 1)
+	go func() { started <- n.Start(context.Background()) }()
+
+	conn, err := dial.Dial(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hash := peersHash(peers)
+	for i, from := range []string{peers[0], peers[2]} {
+		probeUntilAnswered(t, conn, &concordpb.ProbeRequest{FromAddress: from, PeersHash: hash, InitialNodeId: uint64(2*i + 1)})
+	}
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("node 2 still waits for peers that probed it and bootstrapped, then vanished")
+	}
+	if n.ID() != 2 {
+		t.Fatalf("node started as %d, want its initial id 2", n.ID())
+	}
+}
+
+// probeUntilAnswered sends req until the node (still starting) answers it.
+func probeUntilAnswered(t *testing.T, conn *grpc.ClientConn, req *concordpb.ProbeRequest) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := concordpb.NewClusterClient(conn).Probe(ctx, req)
+		cancel()
+		if err == nil {
+			if resp.GetInitialized() {
+				t.Fatalf("a node still waiting for its peers answered %v", resp)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe never answered: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polls until the node listens
+	}
+}
+
+// TestProbesThatDoNotVouch protects the bootstrap rule from probes that
+// say nothing about this node's cluster: from an address outside --peers,
+// from the node's own address, or from a node given another peer list.
+func TestProbesThatDoNotVouch(t *testing.T) {
+	peers := sortedPeers([]string{"10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"})
+	n := &Node{cfg: Config{Addr: peers[1], Peers: peers}, boot: newBootEvidence()}
+	hash := peersHash(peers)
+	for _, req := range []*concordpb.ProbeRequest{
+		{FromAddress: "10.0.0.9:7001", PeersHash: hash},
+		{FromAddress: peers[1], PeersHash: hash},
+		{FromAddress: peers[0], PeersHash: hash + 1},
+	} {
+		n.heardFreshPeer(req)
+	}
+	if got := n.boot.missing(peers, peers[1]); !slices.Equal(got, []string{peers[0], peers[2]}) {
+		t.Fatalf("peers still to vouch: %v, want both others", got)
+	}
+	n.heardFreshPeer(&concordpb.ProbeRequest{FromAddress: peers[2], PeersHash: hash})
+	if got := n.boot.missing(peers, peers[1]); !slices.Equal(got, []string{peers[0]}) {
+		t.Fatalf("peers still to vouch after a good probe from %s: %v", peers[2], got)
+	}
+}
