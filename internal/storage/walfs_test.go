@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,8 @@ func walValue(tag string, i int) []byte {
 // TestWALCrashChild is the writer process of the crash tests; it does
 // nothing unless started by runWALChild. It writes batches 0..N-1, each
 // synced, reporting each once its commit returned, then batch N, synced but
-// reported only as "tail", then waits to be killed.
+// reported only as "tail", then waits to be killed (it exits by itself when
+// its stdin closes, so that it does not outlive a parent that died).
 func TestWALCrashChild(t *testing.T) {
 	dir, tag := os.Getenv(walChildDirEnv), os.Getenv(walChildTagEnv)
 	if dir == "" {
@@ -73,7 +75,8 @@ func TestWALCrashChild(t *testing.T) {
 	m := e.db.Metrics()
 	fmt.Printf("metrics: %d memtables of %d bytes, %d WAL files, %d flushes\n", m.MemTable.Count, m.MemTable.Size, m.WAL.Files, m.Flush.Count)
 	fmt.Println("tail")
-	select {} // killed here
+	_, _ = io.Copy(io.Discard, os.Stdin) // killed here
+	os.Exit(0)
 }
 
 // runWALChild runs the crash child on dataDir, SIGKILLs it once it has
@@ -86,6 +89,11 @@ func runWALChild(t *testing.T, dataDir, tag string) int {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWALCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), walChildDirEnv+"="+dataDir, walChildTagEnv+"="+tag)
 	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe() // held open until the kill
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
