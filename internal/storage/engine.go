@@ -103,7 +103,9 @@ func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, 
 		MemTableSize:       MemTableSize,
 		// The blocks' share of the cache made below.
 		CacheSize: BlockCacheSize,
-		FS:        fs,
+		// WAL files preallocated with their size set, so that a synced
+		// commit's fdatasync need not journal a new size (walfs.go).
+		FS: withSizedWALs(fs),
 	}
 	if tune != nil {
 		tune(opts)
