@@ -25,7 +25,7 @@ import (
 // could carry: the shard stopped taking writes.
 func TestOversizedBatchRefused(t *testing.T) {
 	f := newFakeNode(t, 1, 1, 1)
-	f.proposeResult.Results = make([]*concordpb.OpResult, 8)
+	f.echo = true                                                     // a result per proposed op (same-key PUTs are absorbed)
 	kv := NewKV(f, Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20}) // the node's defaults
 	ctx := context.Background()
 	batch := func(n int) *concordpb.BatchRequest {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -32,6 +33,8 @@ type KV struct {
 	merge  mergeQueue[*queuedOps]      // forwarded read-only batches (readmerge.go)
 	wmerge mergeQueue[*queuedOps]      // forwarded write batches (writemerge.go)
 	pmerge mergeQueue[*queuedOps]      // write batches proposed here (proposemerge.go)
+	// absorbed counts writes left out of merged proposals (kv.Absorb).
+	absorbed atomic.Uint64
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 )
 
 // Write batches without a session that this node, as the shard's leader,
@@ -61,11 +62,15 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	if len(batch) > 1 {
 		ops = mergedOps(batch)
 	}
+	// Writes a later blind PUT of the same key overwrites unobserved are
+	// left out of the command (kv.Absorb: the rule and why it is safe);
+	// each still gets the result it would have had.
+	kept, dropped := kv.Absorb(ops)
 	// The waiters' own deadlines end their waits; the proposal is bounded
 	// as a forwarded one is at its leader.
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
 	defer cancel()
-	res, err := s.b.Propose(ctx, shard, s.kvCommand(nil, ops))
+	res, err := s.b.Propose(ctx, shard, s.kvCommand(nil, kept))
 	switch {
 	case err != nil && refusedBeforeLog(err):
 		answerAll(batch, queuedResult{err: errSendAlone})
@@ -73,22 +78,36 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	case err != nil:
 		answerAll(batch, queuedResult{err: toStatus(err)})
 		return
-	case codes.Code(res.GetErrorCode()) != codes.OK && len(batch) > 1:
+	case codes.Code(res.GetErrorCode()) != codes.OK && (len(batch) > 1 || dropped != nil):
+		// Refused whole, nothing applied: each part alone, unabsorbed, so
+		// that the error (which names an op by position) is its own.
 		answerAll(batch, queuedResult{err: errSendAlone})
 		return
 	case codes.Code(res.GetErrorCode()) != codes.OK:
 		answerAll(batch, queuedResult{err: status.Error(codes.Code(res.GetErrorCode()), res.GetErrorMessage())})
 		return
+	}
+	results := res.GetResults()
+	if dropped != nil {
+		s.absorbed.Add(uint64(len(ops) - len(kept)))
+		results = kv.Expand(results, dropped) // nil if the counts do not match
+	}
+	switch {
+	case len(results) != len(ops):
+		answerAll(batch, queuedResult{err: status.Errorf(codes.Internal, "a merged write of %d ops (%d proposed) applied with %d results",
+			len(ops), len(kept), len(res.GetResults()))})
 	case len(batch) == 1:
 		// Alone, it is answered as a batch proposed alone always was.
-		batch[0].done <- queuedResult{resp: &concordpb.BatchResponse{Header: header(s.b, shard), Results: res.GetResults()}}
-		return
-	case len(res.GetResults()) != len(ops):
-		answerAll(batch, queuedResult{err: status.Errorf(codes.Internal, "a merged write of %d ops applied with %d results", len(ops), len(res.GetResults()))})
-		return
+		batch[0].done <- queuedResult{resp: &concordpb.BatchResponse{Header: header(s.b, shard), Results: results}}
+	default:
+		answerParts(batch, header(s.b, shard), results)
 	}
-	answerParts(batch, header(s.b, shard), res.GetResults())
 }
+
+// WritesAbsorbed is the number of writes this node, leading their shard,
+// left out of merged proposals because a later blind PUT of the same key
+// in the same command overwrote them unobserved (kv.Absorb).
+func (s *KV) WritesAbsorbed() uint64 { return s.absorbed.Load() }
 
 // mergedOps is the ops of batch's items in order, in one allocation (a
 // merged batch of pipelined SETs holds hundreds).

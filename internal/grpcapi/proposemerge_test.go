@@ -130,3 +130,64 @@ func TestLocalWritesMerge(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalWritesAbsorbed protects write absorption at the leader
+// (kv.Absorb in proposeOneMerged): in a merged proposal, PUTs a later PUT
+// of the same key overwrites are left out of the command, each part still
+// gets one result per op (the dropped ones the blank result of a blind
+// PUT), the node counts them; and an absorbed command refused whole is
+// proposed again unabsorbed, so the error is the one the parts would get.
+func TestLocalWritesAbsorbed(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	shard := f.shardOfKey("k")
+	keys := keysOfShard(f, shard, 2)
+	gate := make(chan struct{})
+	f.proposeGate, f.echo = gate, true
+	kv := NewKV(f, testLimits)
+	kv.pmerge.senders = 1
+	put := func(k, v string) *concordpb.Op {
+		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v)}
+	}
+	queued := func() int { return kv.pmerge.waiting(shard) }
+	proposed := func(i int) []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var ks []string
+		for _, op := range f.proposals[i].GetKv().GetOps() {
+			ks = append(ks, string(op.GetKey())+"="+string(op.GetValue()))
+		}
+		return ks
+	}
+	first := sendBatch(kv, nil, put(keys[0], "1"))
+	waitFor(t, func() bool { return queued() == 0 })
+	a := sendBatch(kv, nil, put(keys[0], "a1"), put(keys[1], "x"), put(keys[0], "a2"))
+	waitFor(t, func() bool { return queued() == 1 })
+	b := sendBatch(kv, nil, put(keys[0], "b"))
+	waitFor(t, func() bool { return queued() == 2 })
+	gate <- struct{}{}
+	checkAnswer(t, "first", first, keys[0])
+	gate <- struct{}{}
+	checkAnswer(t, "a", a, "", keys[1], "") // the dropped PUTs' results are blank
+	checkAnswer(t, "b", b, keys[0])
+	if got, want := fmt.Sprint(proposed(1)), fmt.Sprint([]string{keys[1] + "=x", keys[0] + "=b"}); got != want {
+		t.Fatalf("merged proposal %s, want %s (both earlier PUTs of %s absorbed)", got, want, keys[0])
+	}
+	if n := kv.WritesAbsorbed(); n != 2 {
+		t.Fatalf("WritesAbsorbed = %d, want 2", n)
+	}
+
+	// Refused whole once absorbed: proposed again as it came.
+	waitFor(t, func() bool { return queued() == -1 })
+	bad := sendBatch(kv, nil, put(keys[0], "v"), put(keys[0], "bad"))
+	gate <- struct{}{} // absorbed: [bad], refused
+	gate <- struct{}{} // alone, unabsorbed: refused
+	if r := <-bad; status.Code(r.err) != codes.InvalidArgument {
+		t.Fatalf("refused batch: %v, %v; want InvalidArgument", r.res, r.err)
+	}
+	if got, want := fmt.Sprint(proposed(2), proposed(3)), fmt.Sprint([]string{keys[0] + "=bad"}, []string{keys[0] + "=v", keys[0] + "=bad"}); got != want {
+		t.Fatalf("proposals %s, want %s", got, want)
+	}
+	if n := kv.WritesAbsorbed(); n != 2 {
+		t.Fatalf("WritesAbsorbed = %d after a refused command, want still 2", n)
+	}
+}

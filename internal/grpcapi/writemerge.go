@@ -9,6 +9,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 )
 
 // Write batches that this node forwards to a shard's leader are merged as
@@ -67,27 +68,38 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 		return
 	}
 	ops := mergedOps(batch)
+	// Absorbed here already (kv.Absorb), as the leader would: fewer bytes
+	// to send, and the leader finds nothing more to drop.
+	kept, dropped := kv.Absorb(ops)
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
 	defer cancel()
 	var resp *concordpb.BatchResponse
 	c, err := kvClientFor(s.b, leader, 0, shard)
 	if err == nil {
 		resp, err = forward(ctx, leader, func(ctx context.Context) (*concordpb.BatchResponse, error) {
-			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(&concordpb.RequestHeader{}), Ops: ops})
+			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(&concordpb.RequestHeader{}), Ops: kept})
 		})
 	}
-	if err != nil && len(batch) > 1 && refusedWhole(err) {
+	if err != nil && (len(batch) > 1 || dropped != nil) && refusedWhole(err) {
 		answerAll(batch, queuedResult{err: errSendAlone})
 		return
 	}
-	if err == nil && len(resp.GetResults()) != len(ops) {
-		err = status.Errorf(codes.Internal, "a merged write of %d ops answered with %d results", len(ops), len(resp.GetResults()))
+	var results []*concordpb.OpResult
+	if err == nil {
+		results = resp.GetResults()
+		if dropped != nil && len(results) == len(kept) {
+			s.absorbed.Add(uint64(len(ops) - len(kept)))
+			results = kv.Expand(results, dropped)
+		}
+		if len(results) != len(ops) {
+			err = status.Errorf(codes.Internal, "a merged write of %d ops (%d sent) answered with %d results", len(ops), len(kept), len(resp.GetResults()))
+		}
 	}
 	if err != nil {
 		answerAll(batch, queuedResult{err: err})
 		return
 	}
-	answerParts(batch, resp.GetHeader(), resp.GetResults())
+	answerParts(batch, resp.GetHeader(), results)
 }
 
 // answerParts answers each of batch with its slice of res (as many

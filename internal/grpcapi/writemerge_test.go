@@ -119,3 +119,45 @@ func checkAnswer(t *testing.T, name string, ch chan batchAnswer, want ...string)
 		}
 	}
 }
+
+// TestForwardedWritesAbsorbed protects absorption at a forwarding node
+// (sendOneWriteMerged): a PUT a later PUT of the same key overwrites is
+// not forwarded, its result is the blank one, the node counts it; a
+// forwarded batch refused whole once absorbed is sent again as it came, so
+// the error is the batch's own.
+func TestForwardedWritesAbsorbed(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	shard := f2.shardOfKey("k")
+	keys := keysOfShard(f2, shard, 2)
+	f2.echo = true
+	serve(t, f2, f1)
+	kv1 := NewKV(f1, testLimits)
+	put := func(k, v string) *concordpb.Op {
+		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(v)}
+	}
+	proposed := func() []string {
+		f2.mu.Lock()
+		defer f2.mu.Unlock()
+		var ks []string
+		for _, op := range f2.proposals[len(f2.proposals)-1].GetKv().GetOps() {
+			ks = append(ks, string(op.GetKey())+"="+string(op.GetValue()))
+		}
+		return ks
+	}
+	checkAnswer(t, "absorbed", sendBatch(kv1, nil, put(keys[0], "1"), put(keys[1], "x"), put(keys[0], "2")), "", keys[1], keys[0])
+	if got, want := fmt.Sprint(proposed()), fmt.Sprint([]string{keys[1] + "=x", keys[0] + "=2"}); got != want {
+		t.Fatalf("the leader proposed %s, want %s", got, want)
+	}
+	if n := kv1.WritesAbsorbed(); n != 1 {
+		t.Fatalf("forwarder's WritesAbsorbed = %d, want 1", n)
+	}
+	if r := <-sendBatch(kv1, nil, put(keys[0], "v"), put(keys[0], "bad")); status.Code(r.err) != codes.InvalidArgument {
+		t.Fatalf("refused batch: %v, %v; want InvalidArgument", r.res, r.err)
+	}
+	if got, want := fmt.Sprint(proposed()), fmt.Sprint([]string{keys[0] + "=v", keys[0] + "=bad"}); got != want {
+		t.Fatalf("last proposal %s, want the batch as it came %s", got, want)
+	}
+	if n := kv1.WritesAbsorbed(); n != 1 {
+		t.Fatalf("WritesAbsorbed = %d after a refused batch, want still 1", n)
+	}
+}

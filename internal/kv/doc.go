@@ -17,6 +17,10 @@
 // without a single point read. The session and clock records are written
 // once per batch, by Flush after the batch's last command (deferred.go).
 //
+// Absorb (absorb.go) is for whoever builds a command: it leaves out the
+// writes a later blind PUT of the same key in the command overwrites
+// unobserved, with the argument for why no one can tell.
+//
 // Apply is deterministic: it reads only the batch it writes into and the
 // command itself (including the proposer's timestamp, which moves the
 // shard's clock by a bounded step: see MaxClockStep), never a clock or the

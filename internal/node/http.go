@@ -138,10 +138,11 @@ var (
 	descBCHits   = prometheus.NewDesc("concord_storage_block_cache_hits_total", "Pebble block cache lookups that found the block, since the node's storage opened.", nil, nil)
 	descBCMisses = prometheus.NewDesc("concord_storage_block_cache_misses_total", "Pebble block cache lookups that read the block from its file, since the node's storage opened.", nil, nil)
 	descBCBytes  = prometheus.NewDesc("concord_storage_block_cache_bytes", "Bytes of sstable blocks the Pebble block cache holds.", nil, nil)
+	descAbsorbed = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descAbsorbed} {
 		ch <- d
 	}
 }
@@ -158,6 +159,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBCHits, prometheus.CounterValue, float64(bc.Hits))
 		ch <- prometheus.MustNewConstMetric(descBCMisses, prometheus.CounterValue, float64(bc.Misses))
 		ch <- prometheus.MustNewConstMetric(descBCBytes, prometheus.GaugeValue, float64(bc.Bytes))
+	}
+	if n.kv != nil { // set before the HTTP server starts
+		ch <- prometheus.MustNewConstMetric(descAbsorbed, prometheus.CounterValue, float64(n.kv.WritesAbsorbed()))
 	}
 	if !n.isReady() {
 		return

@@ -26,6 +26,7 @@ type fakeKV struct {
 	counters    map[string]int64
 	refuseMulti bool
 	fail        error
+	failKey     string // a batch holding this key fails Unavailable
 }
 
 func (f *fakeKV) Get(_ context.Context, r *concordpb.GetRequest) (*concordpb.GetResponse, error) {
@@ -45,6 +46,9 @@ func (f *fakeKV) Batch(_ context.Context, r *concordpb.BatchRequest) (*concordpb
 	f.log = append(f.log, "batch "+strings.Join(keys, ","))
 	if f.fail != nil {
 		return nil, f.fail
+	}
+	if f.failKey != "" && slices.Contains(keys, f.failKey) {
+		return nil, status.Error(codes.Unavailable, "shard down")
 	}
 	if f.refuseMulti && len(r.GetOps()) > 1 {
 		return nil, status.Error(codes.InvalidArgument, "refused")
@@ -262,5 +266,34 @@ func TestChainFullKeepsKeyOrder(t *testing.T) {
 	}
 	if len(log) != 3 || strings.Count(log[0]+log[1], ",") != maxChainCalls-1 || log[2] != "batch a1" {
 		t.Errorf("backend calls %q, want the full chain and a2 (any order), then a1 alone", log)
+	}
+}
+
+// TestSplitWritesJoinShardChains protects the splitting of writes over
+// several shards (splitWrite): an MSET or DEL over keys of several shards
+// goes as one part per shard, each in its shard's write chain with the
+// pipeline's other writes of that shard (one batch per shard, not one per
+// command and shard), keys in pipeline order; each command gets one reply,
+// in order, from all its parts; a command within one shard is not split.
+func TestSplitWritesJoinShardChains(t *testing.T) {
+	f := &fakeKV{}
+	got, log := runPipeline(t, f, "MSET a1 x b1 y a2 z", "SET a3 w", "SET b2 v", "DEL a1 b1 c1", "MSET c2 x c3 y")
+	if want := "+OK\r\n+OK\r\n+OK\r\n:3\r\n+OK\r\n"; got != want {
+		t.Errorf("replies %q, want %q", got, want)
+	}
+	log = slices.Sorted(slices.Values(log)) // the shards' batches run concurrently
+	if want := []string{"batch a1,a2,a3,a1", "batch b1,b2,b1", "batch c1,c2,c3"}; strings.Join(log, "|") != strings.Join(want, "|") {
+		t.Errorf("backend calls %q, want %q", log, want)
+	}
+}
+
+// TestSplitWriteFailsWhole: a split command whose part fails answers that
+// error, once, in its place; the pipeline's other commands are unharmed.
+func TestSplitWriteFailsWhole(t *testing.T) {
+	f := &fakeKV{failKey: "b1"}
+	got, _ := runPipeline(t, f, "SET a0 x", "MSET a1 x b1 y c1 z", "SET c2 w")
+	replies := strings.SplitAfter(got, "\r\n")
+	if len(replies) != 4 || replies[0] != "+OK\r\n" || !strings.HasPrefix(replies[1], "-") || replies[2] != "+OK\r\n" {
+		t.Errorf("replies %q, want +OK, an error, +OK", got)
 	}
 }

@@ -56,6 +56,9 @@ type call struct {
 	// chain: later writes of the pipeline that run in this call's batch
 	// (chain.go).
 	chain []*call
+	// split: set on a part of a command split by shard (chain.go); the
+	// part's reply is the command's, written by partDone.
+	split *splitCall
 	out   *resp.Writer // &w, or nil: no reply
 	w     resp.Writer
 	// reply is w's first buffer: a short reply ("+OK", ":1", an error
@@ -131,6 +134,12 @@ func (c *conn) run(calls []*call) {
 		}
 		if p := c.planConcurrent(cl); p != nil {
 			cl.plan = p
+			if parts := c.splitWrite(cl); parts != nil {
+				for _, part := range parts { // cl is answered by its last part (partDone)
+					c.runGroup(c.add(&g, part))
+				}
+				continue
+			}
 			c.runGroup(c.add(&g, cl))
 			continue
 		}
@@ -144,7 +153,7 @@ func (c *conn) run(calls []*call) {
 
 // observe reports one answered command to Config.Observe.
 func (c *conn) observe(cl *call, start time.Time) {
-	if c.s.cfg.Observe == nil || cl.out == nil {
+	if c.s.cfg.Observe == nil || cl.out == nil || cl.split != nil { // a part: its command is observed once, by partDone
 		return
 	}
 	name := "unknown"
@@ -227,12 +236,23 @@ func (c *conn) runCall(ctx context.Context, cl *call) {
 	if len(cl.chain) == 0 {
 		c.execPlan(ctx, cl.plan, cl.out)
 		c.observe(cl, start)
+		if cl.split != nil {
+			c.partDone(cl)
+		}
 		return
 	}
 	c.execChain(ctx, cl)
 	c.observe(cl, start)
 	for _, x := range cl.chain {
 		c.observe(x, start)
+	}
+	if cl.split != nil {
+		c.partDone(cl)
+	}
+	for _, x := range cl.chain {
+		if x.split != nil {
+			c.partDone(x)
+		}
 	}
 }
 
