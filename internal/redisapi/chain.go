@@ -279,7 +279,14 @@ func (c *conn) splitWrite(cl *call) []*call {
 	if _, one := c.oneShard(p.ops); one {
 		return nil
 	}
-	groups, order, err := c.byShard(p.ops)
+	// The connection's reader must not wait for a starting node's shard
+	// table: while it is unknown, the command takes the unsplit path,
+	// which waits (shardOf). Once known it stays known, so byShard below
+	// finds every key's shard at once.
+	if _, known := c.s.b.ShardOf(p.ops[0].GetKey()); !known {
+		return nil
+	}
+	groups, order, err := c.byShard(context.Background(), p.ops)
 	if err != nil || len(order) < 2 {
 		return nil
 	}
