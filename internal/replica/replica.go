@@ -233,6 +233,9 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 	if err := r.loadState(); err != nil {
 		return nil, err
 	}
+	// The stored commit index may lag what this replica applied (it is
+	// not written when only it changed: RaftLog.SetHardState).
+	l.CommitAtLeast(r.applied)
 	l.SetSnapshotFunc(cfg.Snapshot)
 	if l.HardState().GetTerm() > storage.InitialTerm {
 		// It may have acknowledged a leader's heartbeat before it was
