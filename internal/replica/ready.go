@@ -205,7 +205,10 @@ func (r *Replica) Apply(b *pebble.Batch, rd raft.Ready) error {
 	if err := r.sm.Flush(b, as); err != nil {
 		return fmt.Errorf("replica: shard %d: flush applied state: %w", r.cfg.Shard, err)
 	}
-	return storage.SetProto(b, keys.Applied(uint64(r.cfg.Shard)), as)
+	if r.appliedKey == nil {
+		r.appliedKey = keys.Applied(uint64(r.cfg.Shard))
+	}
+	return storage.SetProtoReusing(b, r.appliedKey, as, &r.appliedBuf)
 }
 
 func (r *Replica) applyEntry(b *pebble.Batch, e *pb.Entry) error {

@@ -159,9 +159,10 @@ type Replica struct {
 	// desc, applied and appliedTerm are the state as of the last applied entry.
 	desc                 *concordpb.ShardDescriptor
 	applied, appliedTerm uint64
-	// appliedRec is the applied-state record Apply writes, reused (SetProto
-	// marshals it before Apply returns).
-	appliedRec storepb.AppliedState
+	// appliedRec is the applied-state record Apply writes, appliedKey its
+	// key and appliedBuf its encoding, all reused from batch to batch.
+	appliedRec             storepb.AppliedState
+	appliedKey, appliedBuf []byte
 	// nodes maps replica ids of this shard to the nodes that host them.
 	nodes map[ids.ReplicaID]ids.NodeID
 

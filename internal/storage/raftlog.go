@@ -27,7 +27,11 @@ type RaftLog struct {
 
 	// hardState is raft's hard state as of the last Ready; stored is the
 	// one on disk, which lags it in the commit index only (SetHardState).
-	hardState, stored *pb.HardState
+	// Both are updated in place (no allocation per Ready).
+	hardState, stored hardStateBlock
+	// hsKey and hsBuf: the hard state's key, and the buffer it is
+	// marshalled into, kept for every write.
+	hsKey, hsBuf []byte
 	// Invariant: truncIndex <= lastIndex. The log holds (truncIndex, lastIndex].
 	truncIndex, truncTerm uint64
 	lastIndex, lastTerm   uint64
@@ -50,15 +54,17 @@ var _ raft.Storage = (*RaftLog)(nil)
 // (created to receive a snapshot) has an empty log at index 0.
 func LoadRaftLog(db *pebble.DB, id ids.ShardID) (*RaftLog, error) {
 	shard := uint64(id)
-	l := &RaftLog{db: db, shard: shard, hardState: &pb.HardState{}, cache: entryCache{maxBytes: entryCacheBytes}}
-	if _, err := GetProto(db, keys.HardState(shard), l.hardState); err != nil {
+	l := &RaftLog{db: db, shard: shard, hsKey: keys.HardState(shard), cache: entryCache{maxBytes: entryCacheBytes}}
+	var hs pb.HardState
+	if _, err := GetProto(db, l.hsKey, &hs); err != nil {
 		return nil, err
 	}
+	l.hardState.set(&hs)
+	l.stored.set(&hs)
 	var ts storepb.TruncatedState
 	if _, err := GetProto(db, keys.Truncated(shard), &ts); err != nil {
 		return nil, err
 	}
-	l.stored = proto.Clone(l.hardState).(*pb.HardState)
 	l.truncIndex, l.truncTerm = ts.GetIndex(), ts.GetTerm()
 	l.lastIndex, l.lastTerm = l.truncIndex, l.truncTerm
 	it, err := db.NewIter(&pebble.IterOptions{
@@ -85,7 +91,7 @@ func (l *RaftLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	if _, err := GetProto(l.db, keys.ConfState(l.shard), cs); err != nil {
 		return nil, nil, err
 	}
-	return proto.Clone(l.hardState).(*pb.HardState), cs, nil
+	return l.hardState.clone(), cs, nil
 }
 
 // Entries implements raft.Storage: entries in [lo, hi), at least one if any,
@@ -174,16 +180,37 @@ func (l *RaftLog) Snapshot() (*pb.Snapshot, error) {
 
 // HardState returns the hard state of the last Ready (SetHardState), which
 // is on disk but for, perhaps, its commit index.
-func (l *RaftLog) HardState() *pb.HardState { return l.hardState }
+// It is the log's own: read it, never keep it across a Ready.
+func (l *RaftLog) HardState() *pb.HardState { return l.hardState.message() }
+
+// hardStateBlock is a hard state and the values its optional fields point
+// to, so that one can be set without allocating.
+type hardStateBlock struct {
+	m                  pb.HardState
+	term, vote, commit uint64
+}
+
+func (b *hardStateBlock) set(hs *pb.HardState) {
+	b.term, b.vote, b.commit = hs.GetTerm(), hs.GetVote(), hs.GetCommit()
+}
+
+// message returns the block as a HardState whose fields are all set (an
+// unset field reads as 0, which is all raft and this package look at).
+func (b *hardStateBlock) message() *pb.HardState {
+	b.m.Term, b.m.Vote, b.m.Commit = &b.term, &b.vote, &b.commit
+	return &b.m
+}
+
+func (b *hardStateBlock) clone() *pb.HardState {
+	return &pb.HardState{Term: new(b.term), Vote: new(b.vote), Commit: new(b.commit)}
+}
 
 // CommitAtLeast raises the hard state's commit index to applied, an index
 // the caller has applied and so knows committed. A replica calls it when it
 // loads, before raft reads InitialState: the stored commit index may lag
 // the applied one (SetHardState), and raft requires applied <= commit.
 func (l *RaftLog) CommitAtLeast(applied uint64) {
-	if applied > l.hardState.GetCommit() {
-		l.hardState.Commit = new(applied)
-	}
+	l.hardState.commit = max(l.hardState.commit, applied)
 }
 
 // Truncated returns the index and term of the last entry removed from the log.
@@ -231,14 +258,14 @@ func (l *RaftLog) Append(b *pebble.Batch, ents []*pb.Entry) error {
 // the commit index, so this saves one record per replica per turn
 // (docs/benchmarks.md, "Per-shard cost of a loop turn").
 func (l *RaftLog) SetHardState(b *pebble.Batch, hs *pb.HardState) error {
-	l.hardState = proto.Clone(hs).(*pb.HardState)
-	if hs.GetTerm() == l.stored.GetTerm() && hs.GetVote() == l.stored.GetVote() && hs.GetCommit() >= l.stored.GetCommit() {
+	l.hardState.set(hs)
+	if hs.GetTerm() == l.stored.term && hs.GetVote() == l.stored.vote && hs.GetCommit() >= l.stored.commit {
 		return nil
 	}
-	if err := SetProto(b, keys.HardState(l.shard), hs); err != nil {
+	if err := SetProtoReusing(b, l.hsKey, hs, &l.hsBuf); err != nil {
 		return err
 	}
-	l.stored = proto.Clone(hs).(*pb.HardState)
+	l.stored.set(hs)
 	return nil
 }
 
@@ -271,8 +298,8 @@ func (l *RaftLog) Truncate(b *pebble.Batch, index uint64) error {
 func (l *RaftLog) ResetToSnapshot(index, term uint64, hs *pb.HardState) {
 	l.truncIndex, l.truncTerm = index, term
 	l.lastIndex, l.lastTerm = index, term
-	l.hardState = proto.Clone(hs).(*pb.HardState)
-	l.stored = proto.Clone(hs).(*pb.HardState) // installed with the snapshot
+	l.hardState.set(hs)
+	l.stored.set(hs) // installed with the snapshot
 	l.cache.clear()
 }
 

@@ -397,7 +397,7 @@ func TestSetEntryWritesEncodedEntry(t *testing.T) {
 // every replica: 32 entries of 300 bytes (a put's command) per batch.
 func BenchmarkRaftLogAppend(b *testing.B) {
 	e := openEngine(b, b.TempDir())
-	l := &RaftLog{db: e.db, shard: 5, hardState: &pb.HardState{}, cache: entryCache{maxBytes: entryCacheBytes}}
+	l := &RaftLog{db: e.db, shard: 5, cache: entryCache{maxBytes: entryCacheBytes}}
 	next := uint64(1)
 	batch := e.db.NewBatch()
 	b.ReportAllocs()
