@@ -7,14 +7,17 @@
 # <run>-allocs-n1.out, <run>.json (the bench result), <run>-frames.txt (raft
 # frames and messages each node sent and received per second, from /metrics
 # on BASE+20..), <run>-cache.txt (each node's Pebble block cache hits and
-# misses per second over the same window), servers' logs. RUNS picks runs (default: put100 get100 put1 get1;
+# misses per second over the same window), <run>-turns.txt (each node's
+# loop turns (storage commits), Ready cycles and batch records per second),
+# servers' logs. RUNS picks runs (default: put100 get100 put1 get1;
 # get100warm, after get100, profiles gets with no preload in the window;
 # put100tcp and get100warmtcp: the same over the client's framed TCP wire, and
 # put100grpc and get100warmgrpc over its gRPC stream; the runs without a wire
 # in their name use the client's default, the framed TCP wire since issue 14,
 # the gRPC stream before, so older profiles of them are gRPC's).
 # Read with: go tool pprof -top bin/concord bench-out/profile/put100-cpu-n1.out
-# BIN picks the binary (default bin/concord).
+# BIN picks the binary (default bin/concord). SHARDS sets the servers'
+# --shards (default: the server's default, 16), for comparing per-shard cost.
 # Used for the profile section of docs/benchmarks.md. Not part of make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +26,9 @@ SECS=${SECS:-15}
 OUT=${OUT:-bench-out/profile}
 RUNS=${RUNS:-put100 get100 put1 get1}
 BIN=${BIN:-$PWD/bin/concord}
+SHARDS=${SHARDS:-}
+SHARDFLAG=()
+[ -z "$SHARDS" ] || SHARDFLAG=(--shards "$SHARDS")
 [ -x "$BIN" ] || { echo "profile: $BIN missing: run make build first" >&2; exit 1; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d)
@@ -37,7 +43,7 @@ trap cleanup EXIT
 PEERS=127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))
 for i in 0 1 2; do
 	"$BIN" server --addr 127.0.0.1:$((BASE + i)) --data-dir "$DATA/n$i" --peers "$PEERS" \
-		--pprof-addr 127.0.0.1:$((BASE + 10 + i)) --http-addr 127.0.0.1:$((BASE + 20 + i)) --log-level warn >"$OUT/server-n$((i + 1)).log" 2>&1 &
+		--pprof-addr 127.0.0.1:$((BASE + 10 + i)) --http-addr 127.0.0.1:$((BASE + 20 + i)) --log-level warn "${SHARDFLAG[@]}" >"$OUT/server-n$((i + 1)).log" 2>&1 &
 	PIDS+=($!)
 done
 # Wait until every shard takes writes (the preload of the first run would
@@ -82,6 +88,23 @@ cacheRates() {
 	paste -d' ' <(echo "$1") <(echo "$2") | awk -v s="$3" '{ printf "%s block cache %.0f hits/s %.0f misses/s\n", $1, ($5-$2)/s, ($6-$3)/s }'
 }
 
+# turnCounts: every node's storage commits (loop turns), Ready cycles and
+# committed records, one line per node.
+turnCounts() {
+	for i in 0 1 2; do
+		curl -s "http://127.0.0.1:$((BASE + 20 + i))/metrics" |
+			awk -v n=$((i + 1)) '/^concord_storage_commit_duration_seconds_count/ { c += $2 }
+				/^concord_raft_readies_total/ { r = $2 } /^concord_storage_records_total/ { k = $2 }
+				END { printf "n%d %.0f %.0f %.0f\n", n, c, r, k }'
+	done
+}
+
+# turnRates BEFORE AFTER SECS: per node, turns, Readies and records per second.
+turnRates() {
+	paste -d' ' <(echo "$1") <(echo "$2") | awk -v s="$3" '{ printf "%s %.0f turns/s %.0f readies/s %.0f records/s (%.1f readies, %.1f records per turn)\n",
+		$1, ($6-$2)/s, ($7-$3)/s, ($8-$4)/s, ($6-$2) ? ($7-$3)/($6-$2) : 0, ($6-$2) ? ($8-$4)/($6-$2) : 0 }'
+}
+
 # run NAME BENCH-ARGS...: one bench run of $SECS+4 s with the profiles taken
 # over its middle $SECS s.
 run() {
@@ -91,9 +114,10 @@ run() {
 	local bench=$!
 	local waits=()
 	sleep 2
-	local before cbefore
+	local before cbefore tbefore
 	before=$(frames)
 	cbefore=$(cacheCounts)
+	tbefore=$(turnCounts)
 	for i in 0 1 2; do
 		curl -s "http://127.0.0.1:$((BASE + 10 + i))/debug/pprof/profile?seconds=$SECS" \
 			-o "$OUT/$name-cpu-n$((i + 1)).out" &
@@ -104,7 +128,8 @@ run() {
 	wait "${waits[@]}" # not a bare wait: the servers are children too
 	frameRates "$before" "$(frames)" "$SECS" >"$OUT/$name-frames.txt"
 	cacheRates "$cbefore" "$(cacheCounts)" "$SECS" >"$OUT/$name-cache.txt"
-	cat "$OUT/$name-frames.txt" "$OUT/$name-cache.txt"
+	turnRates "$tbefore" "$(turnCounts)" "$SECS" >"$OUT/$name-turns.txt"
+	cat "$OUT/$name-frames.txt" "$OUT/$name-cache.txt" "$OUT/$name-turns.txt"
 	wait "$bench" || { echo "profile: concord bench failed in run $name (see $OUT/$name.json)" >&2; exit 1; }
 	echo "$name: $(grep -o '"throughput_ops_per_sec": *[0-9]*' "$OUT/$name.json" | head -n 1)"
 }

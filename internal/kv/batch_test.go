@@ -68,11 +68,11 @@ func TestBatchWritesSessionsAndClockOnce(t *testing.T) {
 	if codes.Code(res[5].GetErrorCode()) != codes.FailedPrecondition {
 		t.Fatalf("seq 1 after seq 2 in the same batch: %v, want FailedPrecondition", res[5])
 	}
-	if err := f.sm.Flush(b); err != nil {
+	if err := flushApplied(f.sm, b); err != nil {
 		t.Fatal(err)
 	}
 	writes := writesPerKey(t, b)
-	for _, k := range [][]byte{keys.Session(shard, 7), keys.Session(shard, 8), keys.Session(shard, 9), keys.Clock(shard)} {
+	for _, k := range [][]byte{keys.Session(shard, 7), keys.Session(shard, 8), keys.Session(shard, 9), keys.Applied(shard)} {
 		if writes[string(k)] != 1 {
 			t.Fatalf("%d writes of %x in the batch, want 1 (all: %v)", writes[string(k)], k, writes)
 		}
@@ -236,14 +236,14 @@ func TestApplyIntoNewBatchBeforeFlushRefused(t *testing.T) {
 	if _, err := f.sm.Apply(b2, wholeRange, kvCmd(1, 2, at(0), put("a", "2"))); err == nil {
 		t.Fatal("Apply into a second batch before Flush of the first succeeded")
 	}
-	if err := f.sm.Flush(b2); err == nil {
+	if err := flushApplied(f.sm, b2); err == nil {
 		t.Fatal("Flush of a batch that was not applied into succeeded")
 	}
-	if err := f.sm.Flush(b1); err != nil {
+	if err := flushApplied(f.sm, b1); err != nil {
 		t.Fatal(err)
 	}
-	if w := writesPerKey(t, b1); w[string(keys.Session(shard, 1))] != 1 || w[string(keys.Clock(shard))] != 1 {
-		t.Fatalf("first batch after Flush: %v, want its session and clock records", w)
+	if w := writesPerKey(t, b1); w[string(keys.Session(shard, 1))] != 1 || w[string(keys.Applied(shard))] != 1 {
+		t.Fatalf("first batch after Flush: %v, want its session record and the applied state (with the clock)", w)
 	}
 }
 
@@ -268,7 +268,7 @@ func TestEvictedSessionDeduplicatesInBatch(t *testing.T) {
 	if !proto.Equal(retry, first) {
 		t.Fatalf("retry after eviction in the same batch answered %v, first answer %v", retry, first)
 	}
-	if err := f.sm.Flush(b); err != nil {
+	if err := flushApplied(f.sm, b); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
@@ -281,7 +281,8 @@ func TestEvictedSessionDeduplicatesInBatch(t *testing.T) {
 // pipelined SETs (one command of many blind PUTs, some of one key, among
 // other ops): each op gets its own right result (the blind PUTs share one
 // empty result, which must not leak into the others), each PUT is one
-// record in the batch and nothing more than the shard clock is added, and
+// record in the batch and nothing more than the applied-state record (which
+// holds the shard clock) is added, and
 // the last PUT of a key wins.
 func TestMergedSetsOneRecordEach(t *testing.T) {
 	f := newFixture(t)
@@ -296,7 +297,7 @@ func TestMergedSetsOneRecordEach(t *testing.T) {
 	if err != nil || res.GetErrorCode() != 0 {
 		t.Fatalf("apply: %v %v", res, err)
 	}
-	if err := f.sm.Flush(b); err != nil {
+	if err := flushApplied(f.sm, b); err != nil {
 		t.Fatal(err)
 	}
 	rs := res.GetResults()
@@ -323,9 +324,10 @@ func TestMergedSetsOneRecordEach(t *testing.T) {
 	for _, n := range writes {
 		total += n
 	}
-	// One record per op (the INCR writes one too), plus the shard clock.
-	if want := len(ops) + 1; total != want || writes[string(keys.Clock(shard))] != 1 {
-		t.Fatalf("%d records in the batch, want %d (one per op and the clock): %v", total, want, writes)
+	// One record per op (the INCR writes one too), plus the applied state
+	// that holds the clock.
+	if want := len(ops) + 1; total != want || writes[string(keys.Applied(shard))] != 1 {
+		t.Fatalf("%d records in the batch, want %d (one per op and the applied state): %v", total, want, writes)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)

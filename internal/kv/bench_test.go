@@ -58,7 +58,7 @@ func benchDB(b *testing.B) *pebble.DB {
 				b.Fatal(err)
 			}
 		}
-		if err := sm.Flush(batch); err != nil {
+		if err := flushApplied(sm, batch); err != nil {
 			b.Fatal(err)
 		}
 		if err := batch.Commit(pebble.NoSync); err != nil {
@@ -99,7 +99,7 @@ func benchApply(b *testing.B, perBatch int, op func(key, value []byte) *concordp
 			b.Fatalf("apply: %v %v", res, err)
 		}
 		if (i+1)%perBatch == 0 || i == len(cmds)-1 {
-			if err := sm.Flush(batch); err != nil {
+			if err := flushApplied(sm, batch); err != nil {
 				b.Fatal(err)
 			}
 			writes += int(batch.Count())

@@ -7,6 +7,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // MaxCachedSessions bounds the session cache of one shard's state machine.
@@ -22,7 +24,8 @@ const MaxCachedSessions = 1 << 16
 // (the at-most-once check) and the shard's clock. Both are caches of the
 // records in the shard's state span, never a second truth: the records are
 // written into the same batch as the data of the commands that change them
-// (once per batch, by Flush: deferred.go), so durability and snapshots are
+// (once per batch, by Flush: deferred.go; the clock goes into the
+// applied-state record the replica writes), so durability and snapshots are
 // unchanged, and a cache entry is set only together with such a write (or
 // from a read of the record). Everything that changes those records behind
 // the state machine's back must drop the caches: installing a raft snapshot
@@ -63,30 +66,45 @@ func (sm *StateMachine) cacheSession(session, seq uint64) {
 	sm.sessions[session] = seq
 }
 
-// shardClock is the cached shard clock record (keys.Clock): the highest
-// stamp applied and the clock. loaded: the record was read (or written)
-// since the state machine started or last dropped its caches; found: it
-// exists.
+// shardClock is the cached shard clock: the highest stamp applied and the
+// clock. loaded: it was read (or written) since the state machine started
+// or last dropped its caches; found: the shard has a clock (a stamped
+// command was applied); legacy: it was read from the record under
+// keys.Clock, where the clock lived before it moved into the applied-state
+// record (Flush deletes that record once it has written the clock there).
 type shardClock struct {
-	loaded, found bool
-	high, now     int64
+	loaded, found, legacy bool
+	high, now             int64
 }
 
-// loadClock returns the shard's clock record, reading it from b only the
-// first time.
+// loadClock returns the shard's clock, reading it from b only the first
+// time: from the applied-state record (keys.Applied, written by the replica
+// with what Flush put in it), or, in state written before the clock moved
+// there (an older data dir, or a snapshot an older node sent), from the
+// legacy clock record.
 func (sm *StateMachine) loadClock(b pebble.Reader) (shardClock, error) {
 	if sm.clock.loaded {
 		return sm.clock, nil
+	}
+	var as storepb.AppliedState
+	if _, err := storage.GetProto(b, keys.Applied(sm.shard), &as); err != nil {
+		return shardClock{}, fmt.Errorf("kv: shard %d applied state: %w", sm.shard, err)
+	}
+	c := shardClock{loaded: true}
+	if rec := as.GetClock(); rec != nil {
+		c.found, c.high, c.now = true, rec.GetHigh(), rec.GetNow()
+		sm.clock = c
+		return c, nil
 	}
 	v, found, err := get(b, keys.Clock(sm.shard))
 	if err != nil {
 		return shardClock{}, err
 	}
-	c := shardClock{loaded: true, found: found}
 	if found {
 		if len(v) != 16 {
 			return shardClock{}, fmt.Errorf("kv: shard %d clock record of %d bytes", sm.shard, len(v))
 		}
+		c.found, c.legacy = true, true
 		c.high, c.now = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
 	}
 	sm.clock = c

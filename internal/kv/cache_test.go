@@ -2,6 +2,7 @@ package kv
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func (f *fixture) applyErr(cmd *storepb.Command) error {
 	b := f.db.NewIndexedBatch()
 	defer b.Close()
 	_, err := f.sm.Apply(b, wholeRange, cmd)
-	if ferr := f.sm.Flush(b); ferr != nil {
+	if ferr := flushApplied(f.sm, b); ferr != nil {
 		f.t.Fatalf("Flush: %v", ferr)
 	}
 	return err
@@ -48,7 +49,8 @@ func TestBlindPutReadsNothing(t *testing.T) {
 	f.corrupt(keyOf("k"))
 	f.corrupt(keyOf("j"))
 	f.corrupt(keys.Session(shard, 9))
-	f.corrupt(keys.Clock(shard))
+	f.corrupt(keys.Applied(shard)) // where the clock lives
+	f.corrupt(keys.Clock(shard))   // where it lived
 	if err := f.applyErr(kvCmd(0, 0, at(2*time.Second), putPrev("j", "v"))); err == nil {
 		t.Fatal("a PUT with return_prev of a corrupted key applied: the corruption proves nothing")
 	}
@@ -92,17 +94,29 @@ func TestPutWithoutReturnPrevHidesPrevious(t *testing.T) {
 	f.value("k", []byte("v4"))
 }
 
-// writeSession stores a session record and the shard clock directly, as a
-// raft snapshot installed under the state machine would.
-func (f *fixture) installState(session uint64, rec *storepb.SessionRecord, clock int64, k, v string) {
+// installState stores a session record, the shard clock and a value
+// directly, as a raft snapshot installed under the state machine would: in
+// the applied-state record, or, legacy, as a node from before the clock
+// moved there sent it (its applied state without a clock, the clock in
+// its own record).
+func (f *fixture) installState(session uint64, rec *storepb.SessionRecord, clock int64, k, v string, legacy bool) {
 	f.t.Helper()
 	b := f.db.NewBatch()
 	defer b.Close()
 	if err := storage.SetProto(b, keys.Session(shard, session), rec); err != nil {
 		f.t.Fatal(err)
 	}
-	c := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(clock)), uint64(clock))
-	if err := b.Set(keys.Clock(shard), c, nil); err != nil {
+	as := &storepb.AppliedState{Index: 50, Term: 2, Clock: &storepb.ShardClock{High: clock, Now: clock}}
+	if legacy {
+		as.Clock = nil
+		c := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(clock)), uint64(clock))
+		if err := b.Set(keys.Clock(shard), c, nil); err != nil {
+			f.t.Fatal(err)
+		}
+	} else if err := b.Delete(keys.Clock(shard), nil); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := storage.SetProto(b, keys.Applied(shard), as); err != nil {
 		f.t.Fatal(err)
 	}
 	if err := b.Set(keyOf(k), encodeValue([]byte(v), 0), nil); err != nil {
@@ -119,19 +133,56 @@ func (f *fixture) installState(session uint64, rec *storepb.SessionRecord, clock
 // After SnapshotInstalled, a retry of seq 7 is answered from the snapshot's
 // record and applies nothing, and a TTL is placed on the snapshot's clock.
 // With the caches kept, seq 7 would look new (7 > 5) and apply a second
-// time, and the TTL would be placed an hour early.
+// time, and the TTL would be placed an hour early. Both for a snapshot with
+// the clock in its applied state and for one from an older node, with the
+// clock in its legacy record.
 func TestSnapshotInstallDropsCaches(t *testing.T) {
-	f := newFixture(t)
-	f.kv(9, 5, at(0), put("k", "v5"))
-	fromSnap := &storepb.CommandResult{Results: []*concordpb.OpResult{{Ok: true, Value: []byte("as first answered")}}}
-	f.installState(9, &storepb.SessionRecord{Seq: 7, Result: fromSnap, LastActiveUnixNanos: at(time.Hour)}, at(time.Hour), "k", "v7")
-	f.sm.SnapshotInstalled()
-	if res := f.kv(9, 7, at(time.Second), putPrev("k", "applied twice")); !proto.Equal(res, fromSnap) {
-		t.Fatalf("retry of seq 7 after the snapshot answered %v, want the snapshot's record %v", res, fromSnap)
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
+			f := newFixture(t)
+			f.kv(9, 5, at(0), put("k", "v5"))
+			fromSnap := &storepb.CommandResult{Results: []*concordpb.OpResult{{Ok: true, Value: []byte("as first answered")}}}
+			f.installState(9, &storepb.SessionRecord{Seq: 7, Result: fromSnap, LastActiveUnixNanos: at(time.Hour)}, at(time.Hour), "k", "v7", legacy)
+			f.sm.SnapshotInstalled()
+			if res := f.kv(9, 7, at(time.Second), putPrev("k", "applied twice")); !proto.Equal(res, fromSnap) {
+				t.Fatalf("retry of seq 7 after the snapshot answered %v, want the snapshot's record %v", res, fromSnap)
+			}
+			f.value("k", []byte("v7"))
+			f.kv(9, 8, at(time.Second), putTTL("t", "v", time.Second))
+			f.state(time.Hour, "t", []byte("v"), t0+3_600_000+1_000)
+		})
 	}
-	f.value("k", []byte("v7"))
-	f.kv(9, 8, at(time.Second), putTTL("t", "v", time.Second))
-	f.state(time.Hour, "t", []byte("v"), t0+3_600_000+1_000)
+}
+
+// TestLegacyClockMovesIntoAppliedState protects data written before the
+// clock moved into the applied-state record (a data dir of an older
+// version, or a snapshot from an older node): the state machine reads the
+// legacy clock record, and the first batch after it writes the clock into
+// the applied state and deletes the legacy record, so the clock lives in
+// one place from then on; a state machine started on the result (a
+// restart) has the same clock. Without the fallback the clock would
+// restart at the next stamp, an hour later here, and the TTL would end an
+// hour late.
+func TestLegacyClockMovesIntoAppliedState(t *testing.T) {
+	f := newFixture(t)
+	f.installState(1, &storepb.SessionRecord{Seq: 1}, at(time.Hour), "k", "v", true)
+	// A stamp far ahead of the clock's highest one moves it one step only.
+	f.kv(0, 0, at(3*time.Hour), putTTL("t", "v", time.Second))
+	want := t0 + 3_600_000 + MaxClockStep/int64(time.Millisecond) + 1_000
+	f.state(time.Hour+time.Duration(MaxClockStep), "t", []byte("v"), want)
+	if _, found, err := get(f.db, keys.Clock(shard)); err != nil || found {
+		t.Fatalf("legacy clock record after the first batch: found %v, %v; want it deleted", found, err)
+	}
+	var as storepb.AppliedState
+	if _, err := storage.GetProto(f.db, keys.Applied(shard), &as); err != nil {
+		t.Fatal(err)
+	}
+	if c := as.GetClock(); c.GetHigh() != at(3*time.Hour) || c.GetNow() != at(time.Hour)+MaxClockStep {
+		t.Fatalf("applied state's clock %v, want high %d now %d", c, at(3*time.Hour), at(time.Hour)+MaxClockStep)
+	}
+	restarted := &fixture{t: t, db: f.db, sm: New(shard)}
+	restarted.kv(0, 0, at(3*time.Hour), putTTL("t2", "v", time.Second)) // not later than high: the clock stays
+	restarted.state(time.Hour+time.Duration(MaxClockStep), "t2", []byte("v"), want)
 }
 
 // TestEvictedSessionStillDeduplicates protects the cache bound: a session

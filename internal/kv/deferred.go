@@ -11,14 +11,15 @@ import (
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
-// The session records and the shard clock record change with every
-// command, but only their last value in a batch survives its commit: the
-// raft loop commits one Pebble batch per turn, atomically, and nothing reads
-// the committed state between two of its commands. So Apply keeps them here
-// and Flush writes each touched session's record and the clock once per
-// batch (two skiplist nodes per batch instead of two per command, and one
-// marshal each). The committed state after every batch is byte for byte
-// what writing them per command gave, and a crash can only lose whole
+// The session records and the shard clock change with every command, but
+// only their last value in a batch survives its commit: the raft loop
+// commits one Pebble batch per turn, atomically, and nothing reads the
+// committed state between two of its commands. So Apply keeps them here and
+// Flush writes each touched session's record once per batch, and hands the
+// clock to the replica, which writes it in the applied-state record it
+// writes once per batch anyway (one skiplist node per batch for the clock
+// and the applied index together). The committed state after every batch
+// is what per-command writes gave, and a crash can only lose whole
 // batches, so every state a restart can find is one the per-command writes
 // could have left.
 //
@@ -33,8 +34,8 @@ type deferred struct {
 	b        *pebble.Batch // nil: nothing deferred
 	sessions map[uint64]session
 	order    []uint64 // session ids in first-touched order: the writes are deterministic
-	clock    bool     // sm.clock changed
 	rec      storepb.SessionRecord
+	clock    storepb.ShardClock // what Flush hands the replica (no allocation a batch)
 	// buf and key are reused for every record written (Set copies);
 	// sessionPrefix starts every session key of the shard.
 	buf, key, sessionPrefix []byte
@@ -75,29 +76,38 @@ func (sm *StateMachine) deferSession(id uint64, s session) {
 }
 
 // Flush writes into b what the commands applied into it since the last
-// Flush deferred: each touched session's record and the shard clock. The
-// replica calls it once per batch, after the batch's last command and
-// before the applied index; nothing may be committed without it.
-func (sm *StateMachine) Flush(b *pebble.Batch) error {
+// Flush deferred (each touched session's record), and puts the shard clock
+// into as, the applied-state record the replica writes into b next. The
+// replica calls it once per batch that applies entries, after the batch's
+// last command; nothing may be committed without it. The clock goes into
+// every applied-state record, changed or not, since each replaces the last:
+// as.Clock may point into the state machine until the next Flush.
+func (sm *StateMachine) Flush(b *pebble.Batch, as *storepb.AppliedState) error {
 	d := &sm.deferred
-	if d.b == nil {
-		return nil
-	}
-	if d.b != b {
+	if d.b != nil && d.b != b {
 		return fmt.Errorf("kv: shard %d: Flush of another batch than the one applied into", sm.shard)
 	}
 	if err := sm.flushSessions(); err != nil {
 		return err
 	}
-	if d.clock {
-		rec := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(d.buf[:0], uint64(sm.clock.high)), uint64(sm.clock.now))
-		if err := b.Set(keys.Clock(sm.shard), rec, nil); err != nil {
-			return err
-		}
-		d.clock = false
-	}
 	d.b = nil
 	sm.op = store{k: sm.op.k[:0]} // holds nothing of the batch past it
+	c, err := sm.loadClock(b)
+	if err != nil {
+		return err
+	}
+	as.Clock = nil
+	if !c.found {
+		return nil
+	}
+	d.clock.High, d.clock.Now = c.high, c.now
+	as.Clock = &d.clock
+	if c.legacy { // the clock now lives in as: the old record goes, once
+		if err := b.Delete(keys.Clock(sm.shard), nil); err != nil {
+			return err
+		}
+		sm.clock.legacy = false
+	}
 	return nil
 }
 

@@ -38,8 +38,8 @@ func New(shard uint64) *StateMachine { return &StateMachine{shard: shard} }
 
 // Apply applies cmd into b, an indexed batch (so reads see the writes of
 // earlier commands in the same batch). desc is the shard's descriptor as of
-// this entry; keys outside its hash range are refused. The session and
-// clock records are written by Flush, once per batch, which must follow
+// this entry; keys outside its hash range are refused. The session records
+// and the clock are written by Flush, once per batch, which must follow
 // the batch's last Apply.
 func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	if err := sm.begin(b); err != nil {
@@ -206,7 +206,8 @@ const MaxClockStep = int64(90 * time.Second)
 
 // advanceClock moves the shard's clock for a command stamped stamp (0: not
 // stamped, the clock stays) and returns the clock's new value. The clock is
-// kept in the shard's state span (written by Flush), so snapshots carry it.
+// kept in the shard's state span (in the applied-state record, through
+// Flush), so snapshots carry it.
 func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error) {
 	c, err := sm.loadClock(b)
 	if err != nil {
@@ -221,7 +222,7 @@ func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error
 		c.now += min(stamp-c.high, MaxClockStep)
 	}
 	c.high, c.found = stamp, true
-	sm.clock, sm.deferred.clock = c, true // written by Flush
+	sm.clock = c // handed to the replica by Flush
 	return c.now, nil
 }
 

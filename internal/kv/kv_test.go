@@ -13,6 +13,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -59,13 +60,23 @@ func (f *fixture) applyBatch(desc *concordpb.ShardDescriptor, cmds ...*storepb.C
 		}
 		out = append(out, res)
 	}
-	if err := f.sm.Flush(b); err != nil {
+	if err := flushApplied(f.sm, b); err != nil {
 		f.t.Fatalf("Flush: %v", err)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		f.t.Fatal(err)
 	}
 	return out
+}
+
+// flushApplied ends a batch as the replica does: Flush, then the
+// applied-state record, with the shard clock Flush put in it, into b.
+func flushApplied(sm *StateMachine, b *pebble.Batch) error {
+	var as storepb.AppliedState
+	if err := sm.Flush(b, &as); err != nil {
+		return err
+	}
+	return storage.SetProto(b, keys.Applied(sm.shard), &as)
 }
 
 // kv applies ops as one KV command of session/seq at time now.
@@ -191,7 +202,8 @@ func TestCompareAndSwap(t *testing.T) {
 }
 
 // TestUnknownCommand protects the state machine from commands of other
-// shards' kinds: an InvalidArgument result and no write.
+// shards' kinds: an InvalidArgument result and no write (but the
+// applied-state record the replica writes after every batch).
 func TestUnknownCommand(t *testing.T) {
 	f := newFixture(t)
 	res := f.apply(wholeRange, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: "x"}}})
@@ -199,8 +211,12 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("AddNode on a KV shard: %v, want InvalidArgument", res)
 	}
 	lo, hi := keys.ShardSpan(shard)
-	if n := count(t, f.db, lo, hi); n != 0 {
-		t.Fatalf("refused command wrote %d keys", n)
+	if n := count(t, f.db, lo, hi); n != 1 {
+		t.Fatalf("refused command wrote %d keys besides the applied state", n-1)
+	}
+	var as storepb.AppliedState
+	if found, err := storage.GetProto(f.db, keys.Applied(shard), &as); err != nil || !found || as.GetClock() != nil {
+		t.Fatalf("applied state %v (found %v, %v), want one without a clock: nothing stamped was applied", &as, found, err)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 func scanKeys(t *testing.T, r pebble.Reader, start, end string, limit int) []string {
@@ -54,7 +56,7 @@ func seed(t *testing.T, db *pebble.DB, ks ...string) {
 		}
 	}
 	_ = b.Set(keys.Session(shard, 1), []byte("session"), nil)
-	_ = b.Set(keys.Applied(shard), []byte("applied"), nil)
+	_ = storage.SetProto(b, keys.Applied(shard), &storepb.AppliedState{Index: 1, Term: 1}) // a state record, never a user key
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,8 @@ type Node struct {
 	reg           *prometheus.Registry
 	requests      *prometheus.HistogramVec
 	commits       *prometheus.HistogramVec
+	readies       prometheus.Counter
+	records       prometheus.Counter
 	proposals     *prometheus.HistogramVec
 	leaderChanges prometheus.Counter
 	snapshotBytes *prometheus.CounterVec
@@ -52,6 +54,16 @@ func New() *Node {
 		Help:    "One raft loop turn's storage commit (log entries, hard state and applied state in one Pebble batch); synced=\"true\" includes the fsync.",
 		Buckets: latencyBuckets,
 	}, []string{"synced"})
+	// Ready cycles and records per commit, against puts, give what a loop
+	// turn's per-replica overhead costs (hard state, applied state).
+	m.readies = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "concord_raft_readies_total",
+		Help: "Ready cycles (one replica's Ready persisted, applied and advanced) handled by the raft loop.",
+	})
+	m.records = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "concord_storage_records_total",
+		Help: "Records (sets and deletes: memtable inserts) in the raft loop's storage commits.",
+	})
 	m.proposals = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "concord_proposal_duration_seconds",
 		Help:    "Proposals from handing them to the raft host to their outcome (committed and applied, or failed), by outcome.",
@@ -82,7 +94,7 @@ func New() *Node {
 		Help: "Linearizable reads served by leaders on this node, by path: lease (by the host loop, no ReadIndex round), lease_fast (by lease, off the host loop) or round (released by a ReadIndex round).",
 	}, []string{"path"})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.commits, m.proposals, m.leaderChanges, m.snapshotBytes, m.raftFrames, m.raftMessages, m.reads)
+		m.requests, m.commits, m.readies, m.records, m.proposals, m.leaderChanges, m.snapshotBytes, m.raftFrames, m.raftMessages, m.reads)
 	return m
 }
 
@@ -105,10 +117,13 @@ func (m *Node) Request(protocol, op, code string, d time.Duration) {
 	}
 }
 
-// Commit records one storage commit of the raft loop.
-func (m *Node) Commit(synced bool, d time.Duration) {
+// Commit records one storage commit of the raft loop: its duration, the
+// Ready cycles of its turn and the records of its batch.
+func (m *Node) Commit(synced bool, d time.Duration, readies, records int) {
 	if m != nil {
 		m.commits.WithLabelValues(strconv.FormatBool(synced)).Observe(d.Seconds())
+		m.readies.Add(float64(readies))
+		m.records.Add(float64(records))
 	}
 }
 

@@ -130,8 +130,11 @@ type Config struct {
 // loop goroutine and must return at once.
 type Observer interface {
 	// Commit: one loop turn's storage commit took d; synced says whether
-	// it included an fsync.
-	Commit(synced bool, d time.Duration)
+	// it included an fsync. The turn handled readies Ready cycles and its
+	// batch held records records (memtable inserts): per put, these two
+	// say what a turn's per-replica overhead costs (docs/benchmarks.md,
+	// "Per-shard cost of a loop turn").
+	Commit(synced bool, d time.Duration, readies, records int)
 	// LeaderChange: a replica here became, or stopped being, leader.
 	LeaderChange()
 	// Reads: linearizable reads were served, byLease by the loop with no

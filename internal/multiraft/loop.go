@@ -261,6 +261,7 @@ func (h *Host) handleReady() {
 	if !b.Empty() {
 		h.engineChanged()
 	}
+	records := int(b.Count())
 	start := time.Now()
 	if err := storage.Commit(b, mustSync); err != nil {
 		h.fatal(err)
@@ -269,7 +270,7 @@ func (h *Host) handleReady() {
 	// acknowledged from now on (fastread.go).
 	h.refreshView()
 	if h.cfg.Observer != nil {
-		h.cfg.Observer.Commit(mustSync, time.Since(start))
+		h.cfg.Observer.Commit(mustSync, time.Since(start), len(cycles), records)
 	}
 	b.Close()
 	for _, c := range cycles {

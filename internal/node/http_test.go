@@ -132,6 +132,14 @@ func TestHTTPFrontDoor(t *testing.T) {
 	if got := metricValue(t, m, `concord_storage_commit_duration_seconds_count{synced="true"}`); got < 3 {
 		t.Errorf("synced commits = %v, want at least one per put", got)
 	}
+	// Each put is at least one Ready and three records (its log entry,
+	// value and session record) on this one node.
+	if got := metricValue(t, m, "concord_raft_readies_total"); got < 3 {
+		t.Errorf("Ready cycles = %v, want at least one per put", got)
+	}
+	if got := metricValue(t, m, "concord_storage_records_total"); got < 9 {
+		t.Errorf("committed records = %v, want at least three per put", got)
+	}
 	// One node: the meta shard and the one user shard, both led here.
 	for series, want := range map[string]float64{
 		"concord_replicas": 2, "concord_leaders": 2, "concord_ready": 1, "concord_placement_leader": 1,

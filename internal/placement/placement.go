@@ -31,7 +31,7 @@ func New() *StateMachine { return &StateMachine{} }
 func (sm *StateMachine) SnapshotInstalled() {}
 
 // Flush is a no-op: Apply writes everything into the batch itself.
-func (sm *StateMachine) Flush(*pebble.Batch) error { return nil }
+func (sm *StateMachine) Flush(*pebble.Batch, *storepb.AppliedState) error { return nil }
 
 // Apply applies cmd into b (an indexed batch).
 func (sm *StateMachine) Apply(b *pebble.Batch, _ *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error) {

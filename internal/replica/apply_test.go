@@ -10,6 +10,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -47,9 +48,9 @@ func (s *solo) outcome(p *Proposal, inspect func(*pebble.Batch)) Outcome {
 
 // TestApplyWritesStateOncePerBatch protects the replica's half of the
 // once-per-batch session and clock records: entries of one session and of
-// another applied in one Ready leave one session record per session, one
-// clock record and one applied index in the loop's batch (Flush called,
-// before the applied index); and a replica loaded from the engine after
+// another applied in one Ready leave one session record per session and
+// one applied-state record, holding the shard clock, in the loop's batch
+// (Flush called, before the applied index is written); and a replica loaded from the engine after
 // that (a restart: a fresh state machine) answers a retry of the last seq
 // with its first result and applies nothing.
 func TestApplyWritesStateOncePerBatch(t *testing.T) {
@@ -82,10 +83,17 @@ func TestApplyWritesStateOncePerBatch(t *testing.T) {
 			return // not the batch that applies them
 		}
 		applied = true
-		for _, k := range [][]byte{keys.Session(soloShard, 7), keys.Session(soloShard, 8), keys.Clock(soloShard), keys.Applied(soloShard)} {
+		for _, k := range [][]byte{keys.Session(soloShard, 7), keys.Session(soloShard, 8), keys.Applied(soloShard)} {
 			if n[string(k)] != 1 {
 				t.Fatalf("%d writes of %x in the batch applying the four entries, want 1", n[string(k)], k)
 			}
+		}
+		if n[string(keys.Clock(soloShard))] != 0 {
+			t.Fatalf("%d writes of the legacy clock record, want none: the clock is in the applied state", n[string(keys.Clock(soloShard))])
+		}
+		var as storepb.AppliedState
+		if _, err := storage.GetProto(b, keys.Applied(soloShard), &as); err != nil || as.GetClock() == nil {
+			t.Fatalf("applied state %v (%v): want the shard clock in it", &as, err)
 		}
 	})
 	if !applied {

@@ -181,8 +181,9 @@ func (r *Replica) Persist(b *pebble.Batch, rd raft.Ready) error {
 }
 
 // Apply applies rd's committed entries, then what the state machine
-// deferred for them (Flush) and the applied index, into b: once per batch,
-// however many entries it holds.
+// deferred for them (Flush) and the applied-state record (the applied index
+// and what Flush put in it), into b: once per batch, however many entries
+// it holds.
 func (r *Replica) Apply(b *pebble.Batch, rd raft.Ready) error {
 	if len(rd.CommittedEntries) == 0 {
 		return nil
@@ -199,10 +200,15 @@ func (r *Replica) Apply(b *pebble.Batch, rd raft.Ready) error {
 		}
 		r.applied, r.appliedTerm = e.GetIndex(), e.GetTerm()
 	}
-	if err := r.sm.Flush(b); err != nil {
+	as := &r.appliedRec
+	as.Index, as.Term = r.applied, r.appliedTerm
+	if err := r.sm.Flush(b, as); err != nil {
 		return fmt.Errorf("replica: shard %d: flush applied state: %w", r.cfg.Shard, err)
 	}
-	return storage.SetProto(b, keys.Applied(uint64(r.cfg.Shard)), &storepb.AppliedState{Index: r.applied, Term: r.appliedTerm})
+	if r.appliedKey == nil {
+		r.appliedKey = keys.Applied(uint64(r.cfg.Shard))
+	}
+	return storage.SetProtoReusing(b, r.appliedKey, as, &r.appliedBuf)
 }
 
 func (r *Replica) applyEntry(b *pebble.Batch, e *pb.Entry) error {

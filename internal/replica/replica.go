@@ -26,10 +26,14 @@ import (
 // state span on every command (kv caches session sequence numbers and the
 // shard clock), as long as it also writes it into b. It may defer writes
 // that later commands of the same batch would overwrite (kv writes each
-// session's record and the clock once per batch) until Flush, which the
-// replica calls once per Apply, after the last entry and before the applied
-// index, into the same batch: what a batch commits is then what per-command
-// writes would have committed.
+// session's record once per batch) until Flush, which the replica calls
+// once per Apply, after the last entry and before the applied index, into
+// the same batch: what a batch commits is then what per-command writes
+// would have committed. Flush may also fill in its own fields of the
+// applied-state record (kv: the shard clock), which the replica writes into
+// b right after it, so that state that changes with every batch costs no
+// record of its own; it must fill them in every time, since each record
+// replaces the last.
 // SnapshotInstalled is called after a raft snapshot replaced the shard's
 // state span, before any later entry is applied: whatever it kept in memory
 // about that state is stale and must be dropped.
@@ -38,7 +42,7 @@ import (
 // entry's data (storepb.CommandDecoder): Apply must not keep it or its ops.
 type StateMachine interface {
 	Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error)
-	Flush(b *pebble.Batch) error
+	Flush(b *pebble.Batch, as *storepb.AppliedState) error
 	SnapshotInstalled()
 }
 
@@ -155,6 +159,10 @@ type Replica struct {
 	// desc, applied and appliedTerm are the state as of the last applied entry.
 	desc                 *concordpb.ShardDescriptor
 	applied, appliedTerm uint64
+	// appliedRec is the applied-state record Apply writes, appliedKey its
+	// key and appliedBuf its encoding, all reused from batch to batch.
+	appliedRec             storepb.AppliedState
+	appliedKey, appliedBuf []byte
 	// nodes maps replica ids of this shard to the nodes that host them.
 	nodes map[ids.ReplicaID]ids.NodeID
 
@@ -226,6 +234,9 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 	if err := r.loadState(); err != nil {
 		return nil, err
 	}
+	// The stored commit index may lag what this replica applied (it is
+	// not written when only it changed: RaftLog.SetHardState).
+	l.CommitAtLeast(r.applied)
 	l.SetSnapshotFunc(cfg.Snapshot)
 	if l.HardState().GetTerm() > storage.InitialTerm {
 		// It may have acknowledged a leader's heartbeat before it was

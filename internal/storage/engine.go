@@ -233,6 +233,18 @@ func SetProto(w pebble.Writer, key []byte, m proto.Message) error {
 	return w.Set(key, v, nil)
 }
 
+// SetProtoReusing is SetProto marshalling into *buf, which it keeps for
+// the next call (w.Set copies): for records written once per loop turn
+// per replica, where a fresh buffer each time is an allocation per Ready.
+func SetProtoReusing(w pebble.Writer, key []byte, m proto.Message, buf *[]byte) error {
+	v, err := proto.MarshalOptions{}.MarshalAppend((*buf)[:0], m)
+	if err != nil {
+		return err
+	}
+	*buf = v
+	return w.Set(key, v, nil)
+}
+
 func clearDir(fs vfs.FS, dir string) error {
 	names, err := fs.List(dir)
 	if err != nil {

@@ -59,6 +59,72 @@ func TestRaftLogInitialState(t *testing.T) {
 	}
 }
 
+// TestHardStateCommitOnlyNotWritten protects the saving and the safety of
+// lazily stored commit indexes: a hard state that moves only the commit
+// index is recorded (HardState) but not written; one that changes the term
+// or the vote is written, whatever its commit index. After a reload the
+// stored commit index comes back, and CommitAtLeast raises it to an
+// applied index (never lowers it), as a replica does before raft reads it.
+func TestHardStateCommitOnlyNotWritten(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir)
+	l := loadLog(t, e.db, 3)
+	hs := func(term, vote, commit uint64) *pb.HardState {
+		return &pb.HardState{Term: new(term), Vote: new(vote), Commit: new(commit)}
+	}
+	set := func(h *pb.HardState) (records uint32) {
+		t.Helper()
+		b := e.db.NewBatch()
+		defer b.Close()
+		if err := l.SetHardState(b, h); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(l.HardState(), h) {
+			t.Fatalf("HardState() = %v after setting %v", l.HardState(), h)
+		}
+		return b.Count()
+	}
+	for _, step := range []struct {
+		hs    *pb.HardState
+		write bool
+	}{
+		{hs(2, 1, 5), true},   // the first: the stored one is empty
+		{hs(2, 1, 6), false},  // commit only
+		{hs(2, 1, 9), false},  // commit only
+		{hs(3, 0, 9), true},   // a new term
+		{hs(3, 2, 10), true},  // a vote (and commit)
+		{hs(3, 2, 12), false}, // commit only
+	} {
+		if n := set(step.hs); (n == 1) != step.write {
+			t.Fatalf("setting %v wrote %d records, want written %v", step.hs, n, step.write)
+		}
+	}
+	e = reopen(t, e, dir)
+	l = loadLog(t, e.db, 3)
+	if got, _, _ := l.InitialState(); !proto.Equal(got, hs(3, 2, 10)) {
+		t.Fatalf("reloaded hard state %v, want the last written %v", got, hs(3, 2, 10))
+	}
+	l.CommitAtLeast(8)
+	if got, _, _ := l.InitialState(); got.GetCommit() != 10 {
+		t.Fatalf("CommitAtLeast(8) over commit 10 gave %d", got.GetCommit())
+	}
+	l.CommitAtLeast(12)
+	if got, _, _ := l.InitialState(); !proto.Equal(got, hs(3, 2, 12)) {
+		t.Fatalf("CommitAtLeast(12) gave %v, want %v", got, hs(3, 2, 12))
+	}
+	// The raised commit index is not on disk either: the next commit-only
+	// change is still not written, a term change is.
+	if n := set(hs(3, 2, 13)); n != 0 {
+		t.Fatalf("commit-only change after CommitAtLeast wrote %d records", n)
+	}
+	if n := set(hs(4, 0, 13)); n != 1 {
+		t.Fatalf("term change wrote %d records, want 1", n)
+	}
+}
+
 // TestRaftLogEntriesRange protects Entries' [lo, hi) contract and its
 // ErrCompacted and out-of-range errors.
 func TestRaftLogEntriesRange(t *testing.T) {
@@ -331,7 +397,7 @@ func TestSetEntryWritesEncodedEntry(t *testing.T) {
 // every replica: 32 entries of 300 bytes (a put's command) per batch.
 func BenchmarkRaftLogAppend(b *testing.B) {
 	e := openEngine(b, b.TempDir())
-	l := &RaftLog{db: e.db, shard: 5, hardState: &pb.HardState{}, cache: entryCache{maxBytes: entryCacheBytes}}
+	l := &RaftLog{db: e.db, shard: 5, cache: entryCache{maxBytes: entryCacheBytes}}
 	next := uint64(1)
 	batch := e.db.NewBatch()
 	b.ReportAllocs()

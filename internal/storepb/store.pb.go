@@ -663,9 +663,16 @@ func (x *ConfChangeContext) GetAdded() []*concordpb.ReplicaDescriptor {
 
 // AppliedState is written with every applied batch.
 type AppliedState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// clock is the shard clock of a user shard (package kv), kept in this
+	// record because both change with every applied batch: one record a
+	// batch instead of two (docs/benchmarks.md, "Per-shard cost of a loop
+	// turn"). Absent: no stamped command applied yet, or a record written
+	// before the clock moved here, whose clock is the legacy record under
+	// keys.Clock.
+	Clock         *ShardClock `protobuf:"bytes,3,opt,name=clock,proto3" json:"clock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -714,6 +721,67 @@ func (x *AppliedState) GetTerm() uint64 {
 	return 0
 }
 
+func (x *AppliedState) GetClock() *ShardClock {
+	if x != nil {
+		return x.Clock
+	}
+	return nil
+}
+
+// ShardClock is a shard's clock: the highest command stamp applied (Unix
+// nanoseconds of the proposers' clocks) and the clock's value.
+type ShardClock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	High          int64                  `protobuf:"varint,1,opt,name=high,proto3" json:"high,omitempty"`
+	Now           int64                  `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardClock) Reset() {
+	*x = ShardClock{}
+	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardClock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardClock) ProtoMessage() {}
+
+func (x *ShardClock) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardClock.ProtoReflect.Descriptor instead.
+func (*ShardClock) Descriptor() ([]byte, []int) {
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ShardClock) GetHigh() int64 {
+	if x != nil {
+		return x.High
+	}
+	return 0
+}
+
+func (x *ShardClock) GetNow() int64 {
+	if x != nil {
+		return x.Now
+	}
+	return 0
+}
+
 // TruncatedState is the last log entry removed from the Raft log.
 type TruncatedState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -725,7 +793,7 @@ type TruncatedState struct {
 
 func (x *TruncatedState) Reset() {
 	*x = TruncatedState{}
-	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	mi := &file_internal_storepb_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +805,7 @@ func (x *TruncatedState) String() string {
 func (*TruncatedState) ProtoMessage() {}
 
 func (x *TruncatedState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	mi := &file_internal_storepb_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +818,7 @@ func (x *TruncatedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncatedState.ProtoReflect.Descriptor instead.
 func (*TruncatedState) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{10}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TruncatedState) GetIndex() uint64 {
@@ -779,7 +847,7 @@ type NodeIdent struct {
 
 func (x *NodeIdent) Reset() {
 	*x = NodeIdent{}
-	mi := &file_internal_storepb_store_proto_msgTypes[11]
+	mi := &file_internal_storepb_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +859,7 @@ func (x *NodeIdent) String() string {
 func (*NodeIdent) ProtoMessage() {}
 
 func (x *NodeIdent) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[11]
+	mi := &file_internal_storepb_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +872,7 @@ func (x *NodeIdent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdent.ProtoReflect.Descriptor instead.
 func (*NodeIdent) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{11}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeIdent) GetClusterId() uint64 {
@@ -838,7 +906,7 @@ type MetaCounters struct {
 
 func (x *MetaCounters) Reset() {
 	*x = MetaCounters{}
-	mi := &file_internal_storepb_store_proto_msgTypes[12]
+	mi := &file_internal_storepb_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +918,7 @@ func (x *MetaCounters) String() string {
 func (*MetaCounters) ProtoMessage() {}
 
 func (x *MetaCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[12]
+	mi := &file_internal_storepb_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +931,7 @@ func (x *MetaCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaCounters.ProtoReflect.Descriptor instead.
 func (*MetaCounters) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{12}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MetaCounters) GetNextNodeId() uint64 {
@@ -920,10 +988,15 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x11ConfChangeContext\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\x04R\tcommandId\x123\n" +
-	"\x05added\x18\x02 \x03(\v2\x1d.concord.v1.ReplicaDescriptorR\x05added\"8\n" +
+	"\x05added\x18\x02 \x03(\v2\x1d.concord.v1.ReplicaDescriptorR\x05added\"l\n" +
 	"\fAppliedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term\":\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x122\n" +
+	"\x05clock\x18\x03 \x01(\v2\x1c.concord.store.v1.ShardClockR\x05clock\"2\n" +
+	"\n" +
+	"ShardClock\x12\x12\n" +
+	"\x04high\x18\x01 \x01(\x03R\x04high\x12\x10\n" +
+	"\x03now\x18\x02 \x01(\x03R\x03now\":\n" +
 	"\x0eTruncatedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"b\n" +
@@ -949,7 +1022,7 @@ func file_internal_storepb_store_proto_rawDescGZIP() []byte {
 	return file_internal_storepb_store_proto_rawDescData
 }
 
-var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_internal_storepb_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: concord.store.v1.Command
 	(*KVCommand)(nil),                   // 1: concord.store.v1.KVCommand
@@ -961,15 +1034,16 @@ var file_internal_storepb_store_proto_goTypes = []any{
 	(*SessionRecord)(nil),               // 7: concord.store.v1.SessionRecord
 	(*ConfChangeContext)(nil),           // 8: concord.store.v1.ConfChangeContext
 	(*AppliedState)(nil),                // 9: concord.store.v1.AppliedState
-	(*TruncatedState)(nil),              // 10: concord.store.v1.TruncatedState
-	(*NodeIdent)(nil),                   // 11: concord.store.v1.NodeIdent
-	(*MetaCounters)(nil),                // 12: concord.store.v1.MetaCounters
-	(*concordpb.Op)(nil),                // 13: concord.v1.Op
-	(concordpb.NodeState)(0),            // 14: concord.v1.NodeState
-	(*concordpb.ShardDescriptor)(nil),   // 15: concord.v1.ShardDescriptor
-	(*concordpb.OpResult)(nil),          // 16: concord.v1.OpResult
-	(*concordpb.NodeDescriptor)(nil),    // 17: concord.v1.NodeDescriptor
-	(*concordpb.ReplicaDescriptor)(nil), // 18: concord.v1.ReplicaDescriptor
+	(*ShardClock)(nil),                  // 10: concord.store.v1.ShardClock
+	(*TruncatedState)(nil),              // 11: concord.store.v1.TruncatedState
+	(*NodeIdent)(nil),                   // 12: concord.store.v1.NodeIdent
+	(*MetaCounters)(nil),                // 13: concord.store.v1.MetaCounters
+	(*concordpb.Op)(nil),                // 14: concord.v1.Op
+	(concordpb.NodeState)(0),            // 15: concord.v1.NodeState
+	(*concordpb.ShardDescriptor)(nil),   // 16: concord.v1.ShardDescriptor
+	(*concordpb.OpResult)(nil),          // 17: concord.v1.OpResult
+	(*concordpb.NodeDescriptor)(nil),    // 18: concord.v1.NodeDescriptor
+	(*concordpb.ReplicaDescriptor)(nil), // 19: concord.v1.ReplicaDescriptor
 }
 var file_internal_storepb_store_proto_depIdxs = []int32{
 	1,  // 0: concord.store.v1.Command.kv:type_name -> concord.store.v1.KVCommand
@@ -977,18 +1051,19 @@ var file_internal_storepb_store_proto_depIdxs = []int32{
 	3,  // 2: concord.store.v1.Command.add_node:type_name -> concord.store.v1.AddNode
 	5,  // 3: concord.store.v1.Command.update_descriptor:type_name -> concord.store.v1.UpdateDescriptor
 	4,  // 4: concord.store.v1.Command.mark_node:type_name -> concord.store.v1.MarkNode
-	13, // 5: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
-	14, // 6: concord.store.v1.MarkNode.state:type_name -> concord.v1.NodeState
-	15, // 7: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
-	16, // 8: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
-	17, // 9: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
+	14, // 5: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
+	15, // 6: concord.store.v1.MarkNode.state:type_name -> concord.v1.NodeState
+	16, // 7: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
+	17, // 8: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
+	18, // 9: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
 	6,  // 10: concord.store.v1.SessionRecord.result:type_name -> concord.store.v1.CommandResult
-	18, // 11: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	19, // 11: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
+	10, // 12: concord.store.v1.AppliedState.clock:type_name -> concord.store.v1.ShardClock
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_internal_storepb_store_proto_init() }
@@ -1009,7 +1084,7 @@ func file_internal_storepb_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_storepb_store_proto_rawDesc), len(file_internal_storepb_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -42,7 +42,7 @@ type syncObserver struct {
 	log  *turnLog
 }
 
-func (o syncObserver) Commit(synced bool, _ time.Duration) {
+func (o syncObserver) Commit(synced bool, _ time.Duration, _, _ int) {
 	if synced {
 		o.log.add(o.node, "sync")
 	}
