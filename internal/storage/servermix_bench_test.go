@@ -132,6 +132,9 @@ func BenchmarkServerMixRead(b *testing.B) {
 					defer logEng.Close()
 				}
 				m := newServerMix(b, e, logEng, 16, 10_000)
+				if cfg.logKeep > 0 {
+					m.keep, m.trunc = cfg.logKeep, cfg.logKeep
+				}
 				for range puts / 15 {
 					m.puts(b, e, 15)
 				}
