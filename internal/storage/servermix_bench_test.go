@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"golang.org/x/sys/unix"
@@ -131,6 +132,9 @@ func BenchmarkServerMixRead(b *testing.B) {
 					defer logEng.Close()
 				}
 				m := newServerMix(b, e, logEng, 16, 10_000)
+				if cfg.logKeep > 0 {
+					m.keep, m.trunc = cfg.logKeep, cfg.logKeep
+				}
 				for range puts / 15 {
 					m.puts(b, e, 15)
 				}
@@ -202,6 +206,9 @@ func BenchmarkServerMixWrite(b *testing.B) {
 				defer logEng.Close()
 			}
 			m := newServerMix(b, e, logEng, 16, 10_000)
+			if cfg.logKeep > 0 {
+				m.keep, m.trunc = cfg.logKeep, cfg.logKeep
+			}
 			waitQuiet(b, e)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -225,19 +232,39 @@ var serverMixConfigs = []struct {
 	// pebbleFlush leaves flushing to Pebble alone (the engine before its
 	// flusher of queued memtables).
 	pebbleFlush bool
+	// logKeep, when set, replaces the host's log retention (keep 5,000
+	// applied entries, truncate once 5,000 more piled up) with logKeep
+	// for both.
+	logKeep uint64
 }{
-	{"engine", nil, false, false},
+	{"engine", nil, false, false, 0},
 	// The engine before issue 14's storage work: Pebble's default cache,
 	// 8 MiB shared with the memtables' reservations.
-	{"cache=8MiB+pebble-flush", sharedCache(8 << 20), false, true},
+	{"cache=8MiB+pebble-flush", sharedCache(8 << 20), false, true, 0},
 	// The engine before its cache made room for the memtables: 128 MiB
 	// shared with them.
-	{"cache=128MiB-shared", sharedCache(128 << 20), false, false},
-	{"cache=128MiB+pebble-flush", tune(64<<20, 128<<20), false, true},
-	{"memtable=16MiB", tune(16<<20, 0), false, false},
-	{"memtable=4MiB", tune(4<<20, 0), false, false},
-	{"engine+log-apart", nil, true, false},
-	{"cache=8MiB+pebble-flush+log-apart", sharedCache(8 << 20), true, true},
+	{"cache=128MiB-shared", sharedCache(128 << 20), false, false, 0},
+	{"cache=128MiB+pebble-flush", tune(64<<20, 128<<20), false, true, 0},
+	{"memtable=32MiB", tune(32<<20, 0), false, false, 0},
+	{"memtable=16MiB", tune(16<<20, 0), false, false, 0},
+	{"memtable=8MiB", tune(8<<20, 0), false, false, 0},
+	// L0 compacted later (Pebble's default: at 4 sublevels): more of the
+	// raft log entries a flush wrote meet their truncation in one compaction.
+	{"l0-threshold=8", func(o *pebble.Options) { o.L0CompactionThreshold = 8 }, false, false, 0},
+	// L0 tables uncompressed: most of what is flushed (log entries) is
+	// deleted again soon after.
+	{"l0-uncompressed", func(o *pebble.Options) {
+		o.Levels[0].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+		for i := 1; i < len(o.Levels); i++ { // they would inherit L0's
+			o.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.SnappyCompression }
+		}
+	}, false, false, 0},
+	// Raft log entries truncated while most are still in the memtable:
+	// the flush drops what a range deletion in the same memtable covers.
+	{"raft-log-keep=1000", nil, false, false, 1000},
+	{"memtable=4MiB", tune(4<<20, 0), false, false, 0},
+	{"engine+log-apart", nil, true, false, 0},
+	{"cache=8MiB+pebble-flush+log-apart", sharedCache(8 << 20), true, true, 0},
 }
 
 // stopFlusher stops e's flusher of queued memtables, for a benchmark of
