@@ -215,11 +215,11 @@ func (m *streamMux) sendQueued() bool {
 	if m.fromNode != nil {
 		req.FromNodeId = m.fromNode()
 	}
-	_ = conn.s.Send(req)
-	if m.sent != nil {
+	if m.sent != nil { // before the send, so a caller answered has been counted
 		_, framed := conn.s.(*framedStream)
 		m.sent(framed, len(msgs))
 	}
+	_ = conn.s.Send(req)
 	return m.queued()
 }
 

@@ -38,8 +38,9 @@ func serveWire(t *testing.T, f *fakeNode, grpcOnly bool, peers ...*fakeNode) (*K
 		go func() { _ = srv.Serve(lis) }()
 	} else {
 		mux := portmux.New(lis, 10*time.Second)
+		wire := mux.Match(StreamMagic) // before Serve
 		cs = kv.NewConnServer(nil, 1<<20, nil)
-		go func() { _ = cs.Serve(mux.Match(StreamMagic)) }()
+		go func() { _ = cs.Serve(wire) }()
 		go func() { _ = srv.Serve(mux.GRPC()) }()
 		go func() { _ = mux.Serve() }()
 		t.Cleanup(func() { mux.Close(); cs.Close() })
