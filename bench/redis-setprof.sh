@@ -9,6 +9,8 @@
 # redis-benchmark's one key (the one whose proposal count grows under
 # unpipelined SETs), then runs
 #   redis-benchmark -t set -n ${N:-300000} -c 50 -d 256 -P 16 --csv
+# (with R set, -r $R as well: random keys, so about two thirds of the SETs
+# land in shards the Redis node does not lead and are forwarded)
 # through that node (via=leader, the default) or another (via=nonleader)
 # while it takes a 10 s CPU profile of every node and an allocation profile
 # (delta) of the Redis node (PROFILE=0 skips them).
@@ -19,6 +21,7 @@
 set -euo pipefail
 BIN=$1 TAG=$2 B=$3 VIA=${4:-leader}
 N=${N:-300000}
+R=${R:-}
 PROFILE=${PROFILE:-1}
 RB=${RB:-redis-benchmark}
 RC=${RC:-redis-cli}
@@ -54,7 +57,7 @@ hz=$(getconf CLK_TCK)
 declare -A c0 c1 p0 p1 t0 t1 s0 s1 u0 u1
 for i in 1 2 3; do c0[$i]=$(cpu1 ${PIDS[$((i-1))]}); p0[$i]=$(props $i); t0[$i]=$(turns $i); s0[$i]=$(syncs $i); u0[$i]=$(syncus $i); done
 start=$(date +%s.%N)
-"$RB" -p $((B+10+P)) -t set -n "$N" -c 50 -d 256 -P 16 --csv >"$DIR/rb.csv" 2>&1 &
+"$RB" -p $((B+10+P)) -t set -n "$N" -c 50 -d 256 -P 16 ${R:+-r "$R"} --csv >"$DIR/rb.csv" 2>&1 &
 RBPID=$!
 CURLS=()
 if [ "$PROFILE" = 1 ]; then
@@ -69,7 +72,7 @@ for p in "${CURLS[@]}"; do wait "$p"; done # the profiles
 secs=$(echo "$end - $start" | bc -l)
 tot=0
 for i in 1 2 3; do tot=$((tot + c1[$i] - c0[$i])); done
-echo "$TAG via=$VIA leader=n$L redis-node=n$P load=$(cut -d' ' -f1 /proc/loadavg) $(tail -1 "$DIR/rb.csv") cpu_us_per_set=$(echo "$tot * 1000000 / $hz / $N" | bc -l | xargs printf %.2f)"
+echo "$TAG via=$VIA r=${R:-none} leader=n$L redis-node=n$P load=$(cut -d' ' -f1 /proc/loadavg) $(tail -1 "$DIR/rb.csv") cpu_us_per_set=$(echo "$tot * 1000000 / $hz / $N" | bc -l | xargs printf %.2f)"
 for i in 1 2 3; do
 	dp=$((p1[$i] - p0[$i]))
 	printf '%s n%d cpu=%.2fs proposals=%d (%.1f SETs/entry) turns/s=%.0f fsyncs/s=%.0f (synced commit %.0f µs)\n' "$TAG" $i \

@@ -65,6 +65,10 @@ type streamMux struct {
 	// answered the framed wire's hello as one that does not speak it. The
 	// sender's alone.
 	grpcUntil time.Time
+
+	// fromNode and sent are PeerWire's (nil for clients).
+	fromNode func() uint64
+	sent     func(framed bool, calls int)
 }
 
 // callStream is what calls go over: a gRPC KV.Stream, or a framed TCP
@@ -207,7 +211,15 @@ func (m *streamMux) sendQueued() bool {
 	m.mu.Unlock()
 	// A failed Send means the stream broke; Recv, in the receiver, gets
 	// the reason and fails every call sent on it.
-	_ = conn.s.Send(&concordpb.StreamRequest{Calls: msgs})
+	req := &concordpb.StreamRequest{Calls: msgs}
+	if m.fromNode != nil {
+		req.FromNodeId = m.fromNode()
+	}
+	if m.sent != nil { // before the send, so a caller answered has been counted
+		_, framed := conn.s.(*framedStream)
+		m.sent(framed, len(msgs))
+	}
+	_ = conn.s.Send(req)
 	return m.queued()
 }
 

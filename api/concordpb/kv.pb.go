@@ -296,8 +296,12 @@ func (OpError) EnumDescriptor() ([]byte, []int) {
 }
 
 type StreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Calls         []*StreamCall          `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Calls []*StreamCall          `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Set by a node forwarding calls to another (0 from clients): the
+	// forwarding node's id, so that a node a fault-injected partition cuts
+	// off from it refuses them, as it refuses the node's unary calls.
+	FromNodeId    uint64 `protobuf:"varint,2,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +341,13 @@ func (x *StreamRequest) GetCalls() []*StreamCall {
 		return x.Calls
 	}
 	return nil
+}
+
+func (x *StreamRequest) GetFromNodeId() uint64 {
+	if x != nil {
+		return x.FromNodeId
+	}
+	return 0
 }
 
 type StreamCall struct {
@@ -2056,9 +2067,11 @@ var File_api_concordpb_kv_proto protoreflect.FileDescriptor
 const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\n" +
 	"\x16api/concordpb/kv.proto\x12\n" +
-	"concord.v1\"=\n" +
+	"concord.v1\"_\n" +
 	"\rStreamRequest\x12,\n" +
-	"\x05calls\x18\x01 \x03(\v2\x16.concord.v1.StreamCallR\x05calls\"\xb4\x03\n" +
+	"\x05calls\x18\x01 \x03(\v2\x16.concord.v1.StreamCallR\x05calls\x12 \n" +
+	"\ffrom_node_id\x18\x02 \x01(\x04R\n" +
+	"fromNodeId\"\xb4\x03\n" +
 	"\n" +
 	"StreamCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +

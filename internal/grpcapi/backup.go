@@ -99,13 +99,9 @@ func streamView(self ids.NodeID, shard ids.ShardID, view ShardView, stream grpc.
 // takes, bounded by the caller's.
 func (s *Backup) relay(ctx context.Context, req *concordpb.BackupShardRequest, leader ids.NodeID, stream grpc.ServerStreamingServer[concordpb.BackupShardChunk]) error {
 	shard := ids.ShardID(req.GetShardId())
-	if _, err := kvClientFor(s.kv.b, leader, req.GetHops(), shard); err != nil {
-		return err // the same checks as a KV forward: hops, partition, address
-	}
-	addr, _ := s.kv.b.Resolve(leader)
-	conn, err := s.kv.b.Conn(addr)
+	_, conn, err := peerConnFor(s.kv.b, leader, req.GetHops(), shard) // the same checks as a KV forward: hops, partition, address
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "connect to node %d at %s: %v", leader, addr, err)
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -5,7 +5,9 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,6 +44,7 @@ type fakeNode struct {
 	readIndexErr  error
 	readGate      chan struct{} // when set, each read barrier waits for a value from it
 	proposeGate   chan struct{} // when set, each proposal waits for a value from it
+	proposing     atomic.Int32  // proposals that have arrived (counted before proposeGate)
 	// echo, when set, answers a proposal with one result per op (the op's
 	// key as its value), or refuses it whole (InvalidArgument) if a value is
 	// "bad", as the state machine refuses a batch with a bad op.
@@ -56,6 +59,9 @@ type fakeNode struct {
 	died       []bool                      // guarded by mu: Die calls
 	partitions [][]string                  // guarded by mu: Partition calls
 	heals      int                         // guarded by mu
+	// proposeLeft is how long the last proposal's context had left when
+	// it arrived; 0: no deadline. Guarded by mu.
+	proposeLeft time.Duration
 }
 
 // newFakeNode returns node id of a cluster with the meta shard and shards
@@ -168,12 +174,17 @@ func (f *fakeNode) HasReplica(shard ids.ShardID) bool {
 	return false
 }
 
-func (f *fakeNode) Propose(_ context.Context, _ ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
+func (f *fakeNode) Propose(ctx context.Context, _ ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
+	f.proposing.Add(1)
 	if f.proposeGate != nil {
 		<-f.proposeGate
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.proposeLeft = 0
+	if dl, ok := ctx.Deadline(); ok {
+		f.proposeLeft = time.Until(dl)
+	}
 	f.proposals = append(f.proposals, cmd)
 	if f.dropFirst > 0 {
 		f.dropFirst--

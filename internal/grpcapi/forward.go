@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -47,27 +48,41 @@ func forward[T any](ctx context.Context, node ids.NodeID, call func(context.Cont
 	return resp, err
 }
 
-// kvClientFor returns a KV client for node, or Unavailable if this request
-// may not be forwarded further.
-func kvClientFor(r Router, node ids.NodeID, hops uint32, shard ids.ShardID) (concordpb.KVClient, error) {
+// kvClientFor returns a KV client for node: its request stream with
+// WithPeerWire (peerwire.go), else unary gRPC calls; or Unavailable if this
+// request may not be forwarded further.
+func (s *KV) kvClientFor(node ids.NodeID, hops uint32, shard ids.ShardID) (concordpb.KVClient, error) {
+	addr, conn, err := peerConnFor(s.b, node, hops, shard)
+	if err != nil {
+		return nil, err
+	}
+	if s.peers != nil {
+		return s.peers.get(addr, conn), nil
+	}
+	return concordpb.NewKVClient(conn), nil
+}
+
+// peerConnFor returns node's address and gRPC connection, or Unavailable
+// if this request may not be forwarded further.
+func peerConnFor(r Router, node ids.NodeID, hops uint32, shard ids.ShardID) (string, grpc.ClientConnInterface, error) {
 	if node == 0 {
-		return nil, status.Errorf(codes.Unavailable, "shard %d: no leader known yet (election in progress?)", shard)
+		return "", nil, status.Errorf(codes.Unavailable, "shard %d: no leader known yet (election in progress?)", shard)
 	}
 	if hops >= maxHops {
-		return nil, status.Errorf(codes.Unavailable, "shard %d: not the leader here, and the request was already forwarded %d times", shard, hops)
+		return "", nil, status.Errorf(codes.Unavailable, "shard %d: not the leader here, and the request was already forwarded %d times", shard, hops)
 	}
 	if r.Blocked(node) {
-		return nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d is cut off by a partition (fault injection)", shard, node)
+		return "", nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d is cut off by a partition (fault injection)", shard, node)
 	}
 	addr, ok := r.Resolve(node)
 	if !ok {
-		return nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d has no known address", shard, node)
+		return "", nil, status.Errorf(codes.Unavailable, "shard %d: leader node %d has no known address", shard, node)
 	}
 	conn, err := r.Conn(addr)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "connect to node %d at %s: %v", node, addr, err)
+		return "", nil, status.Errorf(codes.Unavailable, "connect to node %d at %s: %v", node, addr, err)
 	}
-	return concordpb.NewKVClient(conn), nil
+	return addr, conn, nil
 }
 
 // ClusterClientFor returns a Cluster client for node and the context to call

@@ -35,6 +35,9 @@ type KV struct {
 	pmerge mergeQueue[*queuedOps]      // write batches proposed here (proposemerge.go)
 	// absorbed counts writes left out of merged proposals (kv.Absorb).
 	absorbed atomic.Uint64
+	// peers are the request streams forwards take (peerwire.go); nil:
+	// unary gRPC calls.
+	peers *peerPool
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
@@ -78,7 +81,7 @@ func (s *KV) getOnce(ctx context.Context, req *concordpb.GetRequest, shard ids.S
 		return &concordpb.GetResponse{Header: header(s.b, shard), Found: found, Value: v, ExpireAtUnixMs: at}, nil
 	}
 	target := s.readTarget(req.GetHeader(), shard)
-	c, err := kvClientFor(s.b, target, req.GetHeader().GetHops(), shard)
+	c, err := s.kvClientFor(target, req.GetHeader().GetHops(), shard)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +160,7 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 				alone = true // refused merged, or this node leads now: the ordinary path
 				continue
 			}
-			c, err := kvClientFor(s.b, leader, req.GetHeader().GetHops(), shard)
+			c, err := s.kvClientFor(leader, req.GetHeader().GetHops(), shard)
 			if err != nil {
 				return nil, err
 			}
@@ -253,7 +256,7 @@ func (s *KV) readBatchOnce(ctx context.Context, req *concordpb.BatchRequest, sha
 		return s.forwardMerged(ctx, shard, req.GetOps())
 	}
 	target := s.readTarget(h, shard)
-	c, err := kvClientFor(s.b, target, h.GetHops(), shard)
+	c, err := s.kvClientFor(target, h.GetHops(), shard)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +403,7 @@ func (s *KV) scanShardOnce(ctx context.Context, req *concordpb.ScanRequest, shar
 		return kvs, toStatus(err)
 	}
 	target := s.readTarget(req.GetHeader(), shard)
-	c, err := kvClientFor(s.b, target, req.GetHeader().GetHops(), shard)
+	c, err := s.kvClientFor(target, req.GetHeader().GetHops(), shard)
 	if err != nil {
 		return nil, err
 	}

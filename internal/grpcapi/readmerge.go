@@ -84,7 +84,7 @@ func (s *KV) sendOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	h := &concordpb.RequestHeader{}
 	target := s.readTarget(h, shard)
 	var resp *concordpb.BatchResponse
-	c, err := kvClientFor(s.b, target, 0, shard)
+	c, err := s.kvClientFor(target, 0, shard)
 	if err == nil {
 		resp, err = forward(ctx, target, func(ctx context.Context) (*concordpb.BatchResponse, error) {
 			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(h), Ops: ops})

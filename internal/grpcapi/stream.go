@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // Stream limits. A stream's calls run concurrently, at most
@@ -88,9 +89,16 @@ func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) 
 		if err != nil {
 			return err
 		}
+		cut := s.partitionedFrom(req)
 		for _, call := range req.GetCalls() {
 			if call.GetPing() != nil {
 				if err := w.pong(call); err != nil {
+					return err
+				}
+				continue
+			}
+			if cut != nil {
+				if err := w.refuse(call, cut); err != nil {
 					return err
 				}
 				continue
@@ -145,6 +153,28 @@ func (w *callWorkers) start(call *concordpb.StreamCall) {
 func (w *callWorkers) pong(call *concordpb.StreamCall) error {
 	select {
 	case w.replies <- &concordpb.StreamReply{Id: call.GetId(), Response: &concordpb.StreamReply_Pong{Pong: &concordpb.KeepalivePing{}}}:
+		return nil
+	case <-w.ctx.Done():
+		return w.ctx.Err()
+	}
+}
+
+// partitionedFrom returns the refusal of a message forwarded by a node
+// that a fault-injected partition cuts this node off from, as
+// DropPartitioned refuses that node's unary calls; nil otherwise.
+func (s *KV) partitionedFrom(req *concordpb.StreamRequest) error {
+	from := ids.NodeID(req.GetFromNodeId())
+	if from == 0 || !s.b.Blocked(from) {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "partitioned from node %d (fault injection)", from)
+}
+
+// refuse answers call with err, from the reader, running nothing.
+func (w *callWorkers) refuse(call *concordpb.StreamCall, err error) error {
+	st := status.Convert(err)
+	select {
+	case w.replies <- &concordpb.StreamReply{Id: call.GetId(), Code: uint32(st.Code()), Message: st.Message()}:
 		return nil
 	case <-w.ctx.Done():
 		return w.ctx.Err()

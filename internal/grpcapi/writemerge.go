@@ -74,7 +74,7 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
 	defer cancel()
 	var resp *concordpb.BatchResponse
-	c, err := kvClientFor(s.b, leader, 0, shard)
+	c, err := s.kvClientFor(leader, 0, shard)
 	if err == nil {
 		resp, err = forward(ctx, leader, func(ctx context.Context) (*concordpb.BatchResponse, error) {
 			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(&concordpb.RequestHeader{}), Ops: kept})

@@ -138,11 +138,12 @@ var (
 	descBCHits   = prometheus.NewDesc("concord_storage_block_cache_hits_total", "Pebble block cache lookups that found the block, since the node's storage opened.", nil, nil)
 	descBCMisses = prometheus.NewDesc("concord_storage_block_cache_misses_total", "Pebble block cache lookups that read the block from its file, since the node's storage opened.", nil, nil)
 	descBCBytes  = prometheus.NewDesc("concord_storage_block_cache_bytes", "Bytes of sstable blocks the Pebble block cache holds.", nil, nil)
+	descFwdCalls = prometheus.NewDesc("concord_forwarded_calls_total", "KV calls this node forwarded to other nodes on their request streams, by what the stream travelled on: wire=\"tcp\" the framed TCP wire, wire=\"grpc\" KV.Stream over gRPC (a node that does not speak the wire).", []string{"wire"}, nil)
 	descAbsorbed = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descAbsorbed} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descAbsorbed, descFwdCalls} {
 		ch <- d
 	}
 }
@@ -162,6 +163,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if n.kv != nil { // set before the HTTP server starts
 		ch <- prometheus.MustNewConstMetric(descAbsorbed, prometheus.CounterValue, float64(n.kv.WritesAbsorbed()))
+		framed, grpc := n.kv.ForwardedCalls()
+		ch <- prometheus.MustNewConstMetric(descFwdCalls, prometheus.CounterValue, float64(framed), "tcp")
+		ch <- prometheus.MustNewConstMetric(descFwdCalls, prometheus.CounterValue, float64(grpc), "grpc")
 	}
 	if !n.isReady() {
 		return

@@ -69,6 +69,11 @@ func TestTLSCluster(t *testing.T) {
 	for i := range c.N() {
 		waitStaleHasAll(t, c, i, want, 30*time.Second)
 	}
+	// Node 0 forwarded to the other shards' leaders over the framed wire,
+	// under mutual TLS, never falling back to gRPC.
+	if framed, grpc := forwardedCalls(t, c, 0); framed == 0 || grpc != 0 {
+		t.Fatalf("node 0 forwarded %d calls over the framed wire and %d over gRPC; want some and none", framed, grpc)
+	}
 
 	// (a) A plaintext client is refused, by the Go client and the CLI.
 	if _, err := newClientWithin(client.Options{Endpoints: c.Endpoints()}); err == nil {
@@ -387,4 +392,29 @@ func TestAuthToken(t *testing.T) {
 	if out, err := cliAt(t, c.Addr(2), "get", "auth-04"); err == nil || !strings.Contains(err.Error(), "auth token") {
 		t.Fatalf("CLI get without the token: %q, %v; want a refusal naming the auth token", out, err)
 	}
+}
+
+// forwardedCalls reads node i's concord_forwarded_calls_total over its
+// HTTP(S) port: the calls it forwarded over the framed wire and over gRPC.
+func forwardedCalls(t *testing.T, c *testcluster.Cluster, i int) (framed, grpc int) {
+	t.Helper()
+	resp, err := c.HTTPClient().Get(c.HTTPURL(i, "/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, `concord_forwarded_calls_total{wire="tcp"} %g`, &v); err == nil {
+			framed = int(v)
+		}
+		if _, err := fmt.Sscanf(line, `concord_forwarded_calls_total{wire="grpc"} %g`, &v); err == nil {
+			grpc = int(v)
+		}
+	}
+	return framed, grpc
 }

@@ -1,0 +1,96 @@
+package grpcapi
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/client"
+)
+
+// Forwarding over the framed wire: with WithPeerWire, the KV calls this
+// node forwards to another (a merged write batch, a merged read, a Get or
+// Scan it cannot serve) travel on the client's request stream to that node
+// (client.PeerKV): the framed TCP wire, many calls to a message, falling
+// back to KV.Stream over gRPC for a node that does not speak the wire, and
+// to unary calls for one without Stream. The forwards' rules stay those of
+// forward.go: the hop count, the deadline of their own, and Unavailable
+// (outcome unknown for a write) when the node forwarded to does not answer
+// or the connection breaks after the call was sent. Without WithPeerWire
+// (the fake nodes of this package's tests) forwards are unary gRPC calls.
+
+// peerPool keeps one client.PeerKV per peer address.
+type peerPool struct {
+	wire client.PeerWire
+	mu   sync.Mutex
+	m    map[string]*client.PeerKV // guarded by mu
+	// closed: ClosePeers ran (the node stops); forwards after it are
+	// unary calls on the connections, which the node closes too.
+	closed bool // guarded by mu
+	// wire and grpc count the calls sent over the framed wire and over
+	// gRPC's stream.
+	framed, grpc atomic.Uint64
+}
+
+// WithPeerWire makes the node forward KV calls over the framed wire as w
+// says; the node must ClosePeers when it stops.
+func (s *KV) WithPeerWire(w client.PeerWire) *KV {
+	p := &peerPool{m: map[string]*client.PeerKV{}}
+	w.Sent = p.count
+	p.wire = w
+	s.peers = p
+	return s
+}
+
+func (p *peerPool) count(framed bool, calls int) {
+	if framed {
+		p.framed.Add(uint64(calls))
+	} else {
+		p.grpc.Add(uint64(calls))
+	}
+}
+
+// get returns addr's PeerKV, made over conn (addr's pooled gRPC connection)
+// on first use.
+func (p *peerPool) get(addr string, conn grpc.ClientConnInterface) concordpb.KVClient {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return concordpb.NewKVClient(conn)
+	}
+	k, ok := p.m[addr]
+	if !ok {
+		k = client.NewPeerKV(conn, addr, p.wire)
+		p.m[addr] = k
+	}
+	return k
+}
+
+// ClosePeers closes the framed connections to peers (their calls in flight
+// fail); later forwards open new ones.
+func (s *KV) ClosePeers() {
+	if s.peers == nil {
+		return
+	}
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	s.peers.closed = true
+	for a, k := range s.peers.m {
+		k.Close()
+		delete(s.peers.m, a)
+	}
+}
+
+// ForwardedCalls returns how many KV calls this node has sent to other
+// nodes on their request streams: over the framed wire, and over gRPC's
+// KV.Stream (a node that does not speak the wire). Forwards without
+// WithPeerWire, or as unary calls to a node without Stream, count in
+// neither.
+func (s *KV) ForwardedCalls() (framed, grpc uint64) {
+	if s.peers == nil {
+		return 0, 0
+	}
+	return s.peers.framed.Load(), s.peers.grpc.Load()
+}
