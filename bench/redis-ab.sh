@@ -19,13 +19,7 @@ rm -rf "$DIR" && mkdir -p "$DIR"
 . "$(dirname "$0")/rcluster.sh" # PEERS, PIDS; the nodes stop at exit
 cpu() { local t=0 s; for p in "${PIDS[@]}"; do s=($(cut -d' ' -f14,15 /proc/$p/stat)); t=$((t + s[0] + s[1])); done; echo $t; }
 props() { for i in 1 2 3; do curl -s http://127.0.0.1:$((B+20+i))/metrics | awk '/^concord_proposal_duration_seconds_count\{outcome="ok"/ {print $2}'; done; }
-led() { redis-cli -p $((B+10+$1)) info 2>/dev/null | grep concord_shards_led | tr -dc 0-9 || true; }
-for _ in $(seq 1 120); do
-	ok=0
-	for i in 1 2 3; do l=$(led $i); [ "${l:-0}" -ge 5 ] && ok=$((ok + 1)); done
-	[ $ok = 3 ] && break
-	sleep 1
-done
+wait_balanced
 sleep 3
 redis-benchmark -p $((B+11)) -t set -n 20000 -c 50 -d 256 -P 16 -r 100000 -q >/dev/null 2>&1 # warm-up
 a=($(props))

@@ -14,13 +14,7 @@ DIR=/tmp/redis-msetprof-$TAG
 rm -rf "$DIR" && mkdir -p "$DIR"
 . "$(dirname "$0")/rcluster.sh" # PEERS, PIDS; the nodes stop at exit
 cpu1() { local s; s=($(cut -d' ' -f14,15 /proc/$1/stat)); echo $((s[0] + s[1])); }
-led() { redis-cli -p $((B+10+$1)) info 2>/dev/null | grep concord_shards_led | tr -dc 0-9 || true; }
-for _ in $(seq 1 120); do
-	ok=0
-	for i in 1 2 3; do l=$(led $i); [ "${l:-0}" -ge 5 ] && ok=$((ok + 1)); done
-	[ $ok = 3 ] && break
-	sleep 1
-done
+wait_balanced
 redis-benchmark -p $((B+11)) -t set -n 20000 -c 50 -d 256 -P 16 -r 100000 -q >/dev/null 2>&1
 c0=0; for p in "${PIDS[@]}"; do c0=$((c0 + $(cpu1 $p))); done
 redis-benchmark -p $((B+11)) -t mset -n "$N" -c 50 -d 256 -P 16 -r "$R" --csv >"$DIR/rb.csv" 2>&1 &

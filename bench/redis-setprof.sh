@@ -36,14 +36,7 @@ turns() { metric "$1" '^concord_storage_commit_duration_seconds_count'; }
 syncs() { metric "$1" '^concord_storage_commit_duration_seconds_count\\{synced="true"'; }
 # syncus NODE: the synced commits' summed time on NODE, in µs.
 syncus() { curl -s http://127.0.0.1:$((B+20+$1))/metrics | awk '/^concord_storage_commit_duration_seconds_sum\{synced="true"/ { s += $2 } END { printf "%d\n", s * 1e6 }'; }
-led() { "$RC" -p $((B+10+$1)) info 2>/dev/null | grep concord_shards_led | tr -dc 0-9 || true; }
-for _ in $(seq 1 120); do
-	for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || { echo "$TAG: a node exited; see $DIR/n*.log" >&2; exit 1; }; done
-	ok=0
-	for i in 1 2 3; do l=$(led $i); [ "${l:-0}" -ge 5 ] && ok=$((ok + 1)); done
-	[ $ok = 3 ] && break
-	sleep 1
-done
+wait_balanced
 sleep 3
 "$RB" -p $((B+11)) -t set -n 20000 -c 50 -d 256 -P 16 -q >/dev/null 2>&1 # warm-up
 a=($(props 1) $(props 2) $(props 3))
