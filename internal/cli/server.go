@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
+	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/node"
 )
 
@@ -111,6 +114,7 @@ func readToken(path string) (string, error) {
 
 // runServer runs a node until SIGINT or SIGTERM.
 func runServer(cfg node.Config) error {
+	cfg.PeerDialer = peerKV
 	n, err := node.New(cfg)
 	if err != nil {
 		return err
@@ -161,4 +165,10 @@ func servePprof(addr string, logger *slog.Logger) {
 			logger.Error("pprof server stopped", "addr", addr, "err", err)
 		}
 	}()
+}
+
+// peerKV is the node's PeerDialer: forwards to peers travel on the public
+// client's request stream (the framed wire, gRPC as the fallback).
+func peerKV(conn grpc.ClientConnInterface, addr string, w grpcapi.PeerWire) grpcapi.PeerKV {
+	return client.NewPeerKV(conn, addr, client.PeerWire{TLS: w.TLS, Token: w.Token, FromNode: w.FromNode, Sent: w.Sent})
 }

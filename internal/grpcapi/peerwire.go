@@ -1,13 +1,13 @@
 package grpcapi
 
 import (
+	"crypto/tls"
 	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 
 	"github.com/concord-kv/concord/api/concordpb"
-	"github.com/concord-kv/concord/client"
 )
 
 // Forwarding over the framed wire: with WithPeerWire, the KV calls this
@@ -20,12 +20,44 @@ import (
 // (outcome unknown for a write) when the node forwarded to does not answer
 // or the connection breaks after the call was sent. Without WithPeerWire
 // (the fake nodes of this package's tests) forwards are unary gRPC calls.
+//
+// The wire's client lives in the public client package, a higher layer
+// than this one (internal/lint's layer table), so it comes in as a
+// PeerDialer: the CLI, which may import both, gives node.Config one that
+// calls client.NewPeerKV.
 
-// peerPool keeps one client.PeerKV per peer address.
+// PeerKV is a KV client of one peer whose calls travel on its request
+// stream (client.PeerKV). Close ends its connection.
+type PeerKV interface {
+	concordpb.KVClient
+	Close()
+}
+
+// PeerWire is how a node reaches its peers' framed wire.
+type PeerWire struct {
+	// TLS is the client TLS config of the node's peer connections (nil:
+	// plaintext); Token the cluster's auth token ("": none).
+	TLS   *tls.Config
+	Token string
+	// FromNode returns the forwarding node's id, stamped on every message
+	// for partitions (fault injection).
+	FromNode func() uint64
+	// Sent is told of every message of calls sent: how many calls, and
+	// whether over the framed wire (else over gRPC's stream). WithPeerWire
+	// sets it.
+	Sent func(framed bool, calls int)
+}
+
+// PeerDialer returns the PeerKV of the node at addr as w says, with conn
+// (a gRPC connection to it) as the fallback and for unary calls.
+type PeerDialer func(conn grpc.ClientConnInterface, addr string, w PeerWire) PeerKV
+
+// peerPool keeps one PeerKV per peer address.
 type peerPool struct {
-	wire client.PeerWire
+	dial PeerDialer
+	wire PeerWire
 	mu   sync.Mutex
-	m    map[string]*client.PeerKV // guarded by mu
+	m    map[string]PeerKV // guarded by mu
 	// closed: ClosePeers ran (the node stops); forwards after it are
 	// unary calls on the connections, which the node closes too.
 	closed bool // guarded by mu
@@ -34,10 +66,10 @@ type peerPool struct {
 	framed, grpc atomic.Uint64
 }
 
-// WithPeerWire makes the node forward KV calls over the framed wire as w
-// says; the node must ClosePeers when it stops.
-func (s *KV) WithPeerWire(w client.PeerWire) *KV {
-	p := &peerPool{m: map[string]*client.PeerKV{}}
+// WithPeerWire makes the node forward KV calls over the framed wire, on
+// the PeerKVs d makes as w says; the node must ClosePeers when it stops.
+func (s *KV) WithPeerWire(d PeerDialer, w PeerWire) *KV {
+	p := &peerPool{dial: d, m: map[string]PeerKV{}}
 	w.Sent = p.count
 	p.wire = w
 	s.peers = p
@@ -62,7 +94,7 @@ func (p *peerPool) get(addr string, conn grpc.ClientConnInterface) concordpb.KVC
 	}
 	k, ok := p.m[addr]
 	if !ok {
-		k = client.NewPeerKV(conn, addr, p.wire)
+		k = p.dial(conn, addr, p.wire)
 		p.m[addr] = k
 	}
 	return k

@@ -17,6 +17,11 @@ import (
 	"github.com/concord-kv/concord/internal/portmux"
 )
 
+// clientPeerKV is the PeerDialer a node gets from the CLI.
+func clientPeerKV(conn grpc.ClientConnInterface, addr string, w PeerWire) PeerKV {
+	return client.NewPeerKV(conn, addr, client.PeerWire{TLS: w.TLS, Token: w.Token, FromNode: w.FromNode, Sent: w.Sent})
+}
+
 // serveWire starts f's services on 127.0.0.1 as a node's port serves
 // them: gRPC, and the framed wire unless grpcOnly (a node that does not
 // speak it). f forwards over the framed wire (WithPeerWire, stamped with
@@ -29,7 +34,7 @@ func serveWire(t *testing.T, f *fakeNode, grpcOnly bool, peers ...*fakeNode) (*K
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := NewKV(f, testLimits).WithPeerWire(client.PeerWire{FromNode: func() uint64 { return uint64(f.id) }})
+	kv := NewKV(f, testLimits).WithPeerWire(clientPeerKV, PeerWire{FromNode: func() uint64 { return uint64(f.id) }})
 	t.Cleanup(kv.ClosePeers)
 	srv := grpc.NewServer(grpc.UnaryInterceptor(DropPartitioned(f.Blocked)))
 	concordpb.RegisterKVServer(srv, kv)

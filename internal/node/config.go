@@ -64,6 +64,11 @@ type Config struct {
 	// RedisOutputBufferLimit bounds the replies one Redis connection holds
 	// for one pipeline (0: redisapi's default, 64 MiB).
 	RedisOutputBufferLimit int
+	// PeerDialer, when set, makes the node forward KV calls to peers over
+	// their framed wire (grpcapi.WithPeerWire); the CLI sets it to the
+	// public client's (client.NewPeerKV), which this layer may not import.
+	// Nil: forwards are unary gRPC calls.
+	PeerDialer grpcapi.PeerDialer
 	// AuthToken, when set, is required from clients: as gRPC metadata
 	// "authorization: Bearer TOKEN" (a caller with a CA-signed certificate
 	// needs none), with AUTH (or HELLO AUTH) before any other Redis command,

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/concord-kv/concord/api/concordpb"
-	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/expiry"
 	"github.com/concord-kv/concord/internal/grpcapi"
@@ -253,11 +252,13 @@ func (n *Node) newServer() *grpc.Server {
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	// Stream calls get the per-call accounting the unary chain gives.
-	n.kv = grpcapi.NewKV(b, limits).WithCallInterceptors(n.trackUnary, n.observeUnary).
+	n.kv = grpcapi.NewKV(b, limits).WithCallInterceptors(n.trackUnary, n.observeUnary)
+	if n.cfg.PeerDialer != nil {
 		// Forwards to peers travel as the client's calls do: on the framed
 		// wire, with the peer dial's TLS and token, stamped with this node's
 		// id for partitions (grpcapi/peerwire.go).
-		WithPeerWire(client.PeerWire{TLS: n.sec.peerTLS, Token: n.cfg.AuthToken, FromNode: func() uint64 { return uint64(n.ID()) }})
+		n.kv.WithPeerWire(n.cfg.PeerDialer, grpcapi.PeerWire{TLS: n.sec.peerTLS, Token: n.cfg.AuthToken, FromNode: func() uint64 { return uint64(n.ID()) }})
+	}
 	concordpb.RegisterKVServer(srv, n.kv)
 	concordpb.RegisterClusterServer(srv, n.cluster)
 	concordpb.RegisterBackupServer(srv, grpcapi.NewBackup(n.kv))
