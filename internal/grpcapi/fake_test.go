@@ -373,12 +373,19 @@ func serve(t *testing.T, f *fakeNode, peers ...*fakeNode) *grpc.ClientConn {
 	concordpb.RegisterRaftTransportServer(srv, NewRaftTransport(f))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
+	return announce(t, f, lis.Addr().String(), peers)
+}
+
+// announce puts f's address addr into f's and peers' address books and
+// returns a gRPC connection to it, closed when the test ends.
+func announce(t *testing.T, f *fakeNode, addr string, peers []*fakeNode) *grpc.ClientConn {
+	t.Helper()
 	for _, p := range append(peers, f) {
 		p.mu.Lock()
-		p.addrs[f.id] = lis.Addr().String()
+		p.addrs[f.id] = addr
 		p.mu.Unlock()
 	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -51,17 +50,7 @@ func serveWire(t *testing.T, f *fakeNode, grpcOnly bool, peers ...*fakeNode) (*K
 		t.Cleanup(func() { mux.Close(); cs.Close() })
 	}
 	t.Cleanup(srv.Stop)
-	for _, p := range append(peers, f) {
-		p.mu.Lock()
-		p.addrs[f.id] = lis.Addr().String()
-		p.mu.Unlock()
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return kv, cs, concordpb.NewKVClient(conn)
+	return kv, cs, concordpb.NewKVClient(announce(t, f, lis.Addr().String(), peers))
 }
 
 // forwardEach sends c (node 1, which leads nothing) a write with a
