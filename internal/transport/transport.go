@@ -745,3 +745,7 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 	}
 	return w.Finish()
 }
+
+func (t *Transport) newPeer(node ids.NodeID, addr string) *peer {
+	return &peer{node: node, addr: addr, control: newLane("control"), bulk: newLane("bulk"), stopC: make(chan struct{})}
+}
