@@ -51,14 +51,12 @@ func typicalAppResp() *pb.Message {
 func benchSend(b *testing.B, m *pb.Message, l func(*peer) *lane) {
 	tr, p := benchTransport()
 	conn := discardConn{}
-	var buf []byte
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
 		tr.Send(2, ids.ShardID(i%16+1), m)
 		if i%16 == 15 {
-			var err error
-			if buf, _, err = tr.writeQueue(conn, p, l(p), buf[:0]); err != nil {
+			if _, err := tr.writeQueue(conn, p, l(p)); err != nil {
 				b.Fatal(err)
 			}
 		}
