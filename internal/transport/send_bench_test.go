@@ -19,12 +19,19 @@ func (discardConn) SetWriteDeadline(time.Time) error { return nil }
 
 // benchTransport returns a transport with a peer (node 2) whose lanes no
 // goroutine drains: the benchmark drains them itself with writeQueue.
-func benchTransport() (*Transport, *peer) {
+func benchTransport() (*Transport, *peer) { return queueOnly(Config{}) }
+
+// queueOnly returns a transport configured by cfg (as node 1 of cluster
+// 7) with a peer, node 2, whose lanes no goroutine drains.
+func queueOnly(cfg Config) (*Transport, *peer) {
 	const addr = "127.0.0.1:1"
-	tr := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	cfg.ClusterID, cfg.NodeID = 7, 1
+	cfg.Resolve = func(n ids.NodeID) (string, bool) { return addr, n == 2 }
+	tr := New(cfg, nil)
 	tr.SetReceiver(&recorder{})
 	p := tr.newPeer(2, addr)
 	tr.peers[2] = p
+	tr.publishPeers()
 	return tr, p
 }
 
