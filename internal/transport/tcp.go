@@ -31,9 +31,10 @@ const (
 	dialTimeout = 5 * time.Second
 	// helloTimeout bounds a new connection's TLS handshake and hello.
 	helloTimeout = 10 * time.Second
-	// writeTimeout bounds one write: a peer that takes no bytes for this
-	// long (stopped, or its host gone) costs the connection; what was queued
-	// is dropped and raft retransmits over the next one.
+	// writeTimeout bounds one write (Transport.writeWait, which tests
+	// shorten): a peer that takes no bytes for this long (stopped, or its
+	// host gone) costs the connection; what was queued is dropped and raft
+	// retransmits over the next one.
 	writeTimeout = 30 * time.Second
 )
 
@@ -56,7 +57,7 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := writeAll(conn, hello); err != nil {
+	if err := t.writeAll(conn, hello); err != nil {
 		return false, err
 	}
 	for {
@@ -125,7 +126,7 @@ func (t *Transport) writeQueue(conn net.Conn, p *peer, l *lane) (wrote bool, err
 		}
 		for b := q.buf; len(b) > 0; {
 			n := min(len(b), writeChunk)
-			if err := writeAll(conn, b[:n]); err != nil {
+			if err := t.writeAll(conn, b[:n]); err != nil {
 				return wrote, err
 			}
 			b, wrote = b[n:], true
@@ -138,8 +139,8 @@ func (t *Transport) writeQueue(conn net.Conn, p *peer, l *lane) (wrote bool, err
 	return wrote, nil
 }
 
-func writeAll(conn net.Conn, b []byte) error {
-	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+func (t *Transport) writeAll(conn net.Conn, b []byte) error {
+	_ = conn.SetWriteDeadline(time.Now().Add(t.writeWait))
 	_, err := conn.Write(b) // a net.Conn writes all of b or fails
 	return err
 }

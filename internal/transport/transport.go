@@ -155,6 +155,9 @@ type Transport struct {
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
+	// writeWait bounds one write of a framed connection (writeTimeout;
+	// tests shorten it). Set before the first Send.
+	writeWait time.Duration
 
 	// ctx ends with Stop: deliveries from framed connections wait on it.
 	ctx    context.Context
@@ -196,7 +199,7 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
-		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After,
+		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
 		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
 }
 
