@@ -74,6 +74,14 @@ func (s *Cluster) RemoveNode(ctx context.Context, req *concordpb.RemoveNodeReque
 	retryUntil := time.Now().Add(leaderWait)
 	for {
 		if leader, local := s.b.Leader(routing.MetaShard); !local {
+			// A request forwarded as far as it may go was sent here as
+			// the leader's: the leadership is moving (a transfer just
+			// ended, and this node has not yet seen itself lead, or the
+			// sender's view lags). Wait for it to settle rather than
+			// refuse at once.
+			if incomingHops(ctx) >= maxHops && time.Now().Before(retryUntil) && pause(ctx, leaderPoll) {
+				continue
+			}
 			node := s.placementLeaderHint(leader)
 			return forward(ctx, node, func(ctx context.Context) (*concordpb.RemoveNodeResponse, error) {
 				c, fctx, err := ClusterClientFor(ctx, s.b, node)

@@ -3,10 +3,12 @@ package grpcapi
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -411,5 +413,25 @@ func TestRemoveNodeRetriesADroppedMark(t *testing.T) {
 	_, err = c.RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: 4})
 	if err == nil || f.removals != 5 {
 		t.Fatalf("ambiguous mark: %v after %d marks, want an error after exactly one more", err, f.removals)
+	}
+}
+
+// TestRemoveNodeAtTheHopLimitWaitsForTheLeader protects node removal across
+// the end of a meta-shard leadership transfer: a removal forwarded as far
+// as it may go reaches a node that does not yet see itself lead; it waits
+// for the leadership to settle (here the node leads after a few looks)
+// instead of refusing.
+func TestRemoveNodeAtTheHopLimitWaitsForTheLeader(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 0)
+	f.electing = &election{calls: 3, leader: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(hopsKey, strconv.Itoa(maxHops)))
+	resp, err := NewCluster(f).RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: 4})
+	if err != nil || resp.GetNode().GetState() != concordpb.NodeState_NODE_LEAVING {
+		t.Fatalf("removal at the hop limit while the leader settles: %v, %v; want it leaving", resp, err)
+	}
+	if f.removals != 1 {
+		t.Fatalf("%d marks proposed, want 1", f.removals)
 	}
 }
