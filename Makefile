@@ -102,7 +102,9 @@ robustness: build
 # Fuzzes the two parsers at trust boundaries, FUZZTIME (default 5m) each:
 # the raft port (FuzzRaftBatch in internal/transport: random and mutated
 # peer batches against a real host) and the RESP command reader
-# (FuzzReadCommand in internal/resp). A failing input is kept in the
+# (FuzzReadCommand in internal/resp), and the sender's hand-written raft
+# message encoder against both decoders (FuzzEncodeThenDecode in
+# internal/multiraft). A failing input is kept in the
 # package's testdata/fuzz/<target>/. make test runs only their seed
 # corpora, as ordinary test cases.
 FUZZTIME ?= 5m
@@ -111,6 +113,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameReader$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzConnFrames$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadCommand$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
+	$(GO) test -run '^$$' -fuzz '^FuzzEncodeThenDecode$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/multiraft/
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each
 # planted bug (internal/mutant) with the robustness suite, one after another,

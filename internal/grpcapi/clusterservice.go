@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -65,21 +66,40 @@ func (s *Cluster) RemoveNode(ctx context.Context, req *concordpb.RemoveNodeReque
 	if req.GetNodeId() == 0 {
 		return nil, invalid("remove node needs a node id")
 	}
-	if leader, local := s.b.Leader(routing.MetaShard); !local {
-		node := s.placementLeaderHint(leader)
-		return forward(ctx, node, func(ctx context.Context) (*concordpb.RemoveNodeResponse, error) {
-			c, fctx, err := ClusterClientFor(ctx, s.b, node)
-			if err != nil {
-				return nil, err
+	// Like a write (KV.Batch), the mark is proposed again, routed afresh,
+	// when raft dropped it: it never reached the log, so nothing applied.
+	// The scheduler moves the meta shard's leadership about on its own
+	// (balancing leaders onto a node that just came up, say), and raft
+	// drops every proposal while a transfer is under way.
+	retryUntil := time.Now().Add(leaderWait)
+	for {
+		if leader, local := s.b.Leader(routing.MetaShard); !local {
+			// A request forwarded as far as it may go was sent here as
+			// the leader's: the leadership is moving (a transfer just
+			// ended, and this node has not yet seen itself lead, or the
+			// sender's view lags). Wait for it to settle rather than
+			// refuse at once.
+			if incomingHops(ctx) >= maxHops && time.Now().Before(retryUntil) && pause(ctx, leaderPoll) {
+				continue
 			}
-			return c.RemoveNode(fctx, req)
-		})
+			node := s.placementLeaderHint(leader)
+			return forward(ctx, node, func(ctx context.Context) (*concordpb.RemoveNodeResponse, error) {
+				c, fctx, err := ClusterClientFor(ctx, s.b, node)
+				if err != nil {
+					return nil, err
+				}
+				return c.RemoveNode(fctx, req)
+			})
+		}
+		d, err := s.b.RemoveNode(ctx, ids.NodeID(req.GetNodeId()))
+		if err != nil && refusedBeforeLog(err) && time.Now().Before(retryUntil) && pause(ctx, leaderPoll) {
+			continue
+		}
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &concordpb.RemoveNodeResponse{Node: d}, nil
 	}
-	d, err := s.b.RemoveNode(ctx, ids.NodeID(req.GetNodeId()))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &concordpb.RemoveNodeResponse{Node: d}, nil
 }
 
 // Heartbeat takes a node's report to the placement leader.

@@ -59,6 +59,7 @@ type fakeNode struct {
 	died       []bool                      // guarded by mu: Die calls
 	partitions [][]string                  // guarded by mu: Partition calls
 	heals      int                         // guarded by mu
+	removals   int                         // guarded by mu: RemoveNode calls
 	// proposeLeft is how long the last proposal's context had left when
 	// it arrived; 0: no deadline. Guarded by mu.
 	proposeLeft time.Duration
@@ -304,7 +305,19 @@ func (f *fakeNode) AddressRejoining(addr string) {
 	f.rejoining = append(f.rejoining, addr)
 }
 
+// RemoveNode proposes to the meta shard, as the node's does: dropFirst
+// and proposeErr apply to it too.
 func (f *fakeNode) RemoveNode(_ context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removals++
+	if f.dropFirst > 0 {
+		f.dropFirst--
+		return nil, replica.ErrDropped
+	}
+	if f.proposeErr != nil {
+		return nil, f.proposeErr
+	}
 	return &concordpb.NodeDescriptor{NodeId: uint64(node), State: concordpb.NodeState_NODE_LEAVING}, nil
 }
 

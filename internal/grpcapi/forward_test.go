@@ -3,10 +3,12 @@ package grpcapi
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -386,5 +388,50 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 10 s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRemoveNodeRetriesADroppedMark protects `concord node remove` across a
+// leadership transfer of the meta shard (the scheduler balances leaders
+// onto a node that just came up): a mark raft dropped never reached the
+// log, so it is proposed again instead of failing the command; an error
+// that may hide an applied mark is returned as it is.
+func TestRemoveNodeRetriesADroppedMark(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	c := NewCluster(f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f.dropFirst = 3
+	resp, err := c.RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: 4})
+	if err != nil || resp.GetNode().GetState() != concordpb.NodeState_NODE_LEAVING {
+		t.Fatalf("removal whose first 3 marks raft dropped: %v, %v; want it retried and leaving", resp, err)
+	}
+	if f.removals != 4 {
+		t.Fatalf("%d marks proposed, want 4 (3 dropped, then the one that applied)", f.removals)
+	}
+	f.proposeErr = replica.ErrAmbiguous
+	_, err = c.RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: 4})
+	if err == nil || f.removals != 5 {
+		t.Fatalf("ambiguous mark: %v after %d marks, want an error after exactly one more", err, f.removals)
+	}
+}
+
+// TestRemoveNodeAtTheHopLimitWaitsForTheLeader protects node removal across
+// the end of a meta-shard leadership transfer: a removal forwarded as far
+// as it may go reaches a node that does not yet see itself lead; it waits
+// for the leadership to settle (here the node leads after a few looks)
+// instead of refusing.
+func TestRemoveNodeAtTheHopLimitWaitsForTheLeader(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 0)
+	f.electing = &election{calls: 3, leader: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(hopsKey, strconv.Itoa(maxHops)))
+	resp, err := NewCluster(f).RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: 4})
+	if err != nil || resp.GetNode().GetState() != concordpb.NodeState_NODE_LEAVING {
+		t.Fatalf("removal at the hop limit while the leader settles: %v, %v; want it leaving", resp, err)
+	}
+	if f.removals != 1 {
+		t.Fatalf("%d marks proposed, want 1", f.removals)
 	}
 }

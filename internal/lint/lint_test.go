@@ -143,6 +143,7 @@ var layerTable = []layer{
 		"internal/backupfile", // the backup file format
 		"internal/certs",      // development CA and certificates; TLS configs from files
 		"internal/frame",      // the framed TCP wires' hello and frames
+		"internal/raftwire",   // hand-written encoding of raft messages
 	}},
 	{n: 2, pkgs: []string{
 		"internal/storepb", // persisted protos (imports concordpb)

@@ -124,7 +124,7 @@ func TestQueueBoundedInBytes(t *testing.T) {
 	}
 	close(p.stopC) // keep the senders from draining the queues
 	a.Send(2, 1, appendOf(2<<20))
-	if got := len(p.bulk.take(maxBatch, 1<<30)); got != 1 {
+	if got := p.bulk.take().msgs; got != 1 {
 		t.Fatalf("a 2 MiB message into an empty 1 MiB queue: %d queued, want 1 (it must go alone, not never)", got)
 	}
 	for range 10 {
@@ -132,7 +132,7 @@ func TestQueueBoundedInBytes(t *testing.T) {
 	}
 	a.Send(2, 1, heartbeat(2))
 	p.bulk.mu.Lock()
-	n, queued := len(p.bulk.pending), p.bulk.bytes
+	n, queued := p.bulk.q.msgs, p.bulk.q.bytes
 	p.bulk.mu.Unlock()
 	if queued > 1<<20 || n >= 10 {
 		t.Errorf("bulk queue holds %d messages, %d bytes; the limit is %d bytes", n, queued, 1<<20)

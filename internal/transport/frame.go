@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/frame"
 )
 
@@ -12,6 +11,8 @@ import (
 //
 //	magic (16 bytes) | token length (uint16, big-endian) | token
 //	then frames:     length (uint32, big-endian) | RaftBatch (protobuf)
+//
+// A sender's lane builds its frames as it queues messages (lane.go).
 //
 // The sender speaks first and only; the receiver never writes (it closes the
 // connection on any error, and the sender reconnects). The magic lets the
@@ -54,6 +55,3 @@ func readHello(r io.Reader) (string, error) {
 	}
 	return token, nil
 }
-
-// appendFrame appends b as one frame.
-func appendFrame(buf []byte, b *concordpb.RaftBatch) ([]byte, error) { return frame.Append(buf, b) }

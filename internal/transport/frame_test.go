@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
 )
 
 func testBatch(t testing.TB, shards ...uint64) *concordpb.RaftBatch {
@@ -190,3 +191,7 @@ func BenchmarkFrameRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// appendFrame appends b as one frame, as proto marshals it: what the
+// lanes' hand-built frames must read back like.
+func appendFrame(buf []byte, b *concordpb.RaftBatch) ([]byte, error) { return frame.Append(buf, b) }

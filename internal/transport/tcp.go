@@ -31,9 +31,10 @@ const (
 	dialTimeout = 5 * time.Second
 	// helloTimeout bounds a new connection's TLS handshake and hello.
 	helloTimeout = 10 * time.Second
-	// writeTimeout bounds one write: a peer that takes no bytes for this
-	// long (stopped, or its host gone) costs the connection; what was queued
-	// is dropped and raft retransmits over the next one.
+	// writeTimeout bounds one write (Transport.writeWait, which tests
+	// shorten): a peer that takes no bytes for this long (stopped, or its
+	// host gone) costs the connection; what was queued is dropped and raft
+	// retransmits over the next one.
 	writeTimeout = 30 * time.Second
 )
 
@@ -52,11 +53,11 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 	}
 	deadC, release := t.watch(p, conn)
 	defer release()
-	buf, err := appendHello(nil, t.cfg.Token)
+	hello, err := appendHello(nil, t.cfg.Token)
 	if err != nil {
 		return false, err
 	}
-	if err := writeAll(conn, buf); err != nil {
+	if err := t.writeAll(conn, hello); err != nil {
 		return false, err
 	}
 	for {
@@ -69,14 +70,10 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 		case <-p.stopC:
 			return sent, errPeerClosed
 		}
-		var wrote bool
-		buf, wrote, err = t.writeQueue(conn, p, l, buf[:0])
+		wrote, err := t.writeQueue(conn, p, l)
 		sent = sent || wrote
 		if err != nil {
 			return sent, err
-		}
-		if cap(buf) > keepFrameBuf {
-			buf = nil // a rare large frame: do not hold its buffer
 		}
 	}
 }
@@ -118,46 +115,32 @@ func (t *Transport) watch(p *peer, conn net.Conn) (deadC <-chan struct{}, releas
 	return dead, func() { close(closed); <-dead }
 }
 
-// writeQueue writes everything queued on l as frames, gathered into writes
-// of about writeChunk bytes; it returns buf for reuse, and whether it wrote.
-func (t *Transport) writeQueue(conn net.Conn, p *peer, l *lane, buf []byte) ([]byte, bool, error) {
-	var counts []int // messages per frame in buf, counted once written
-	wrote := false
-	flush := func() error {
-		if len(buf) == 0 {
-			return nil
-		}
-		if err := writeAll(conn, buf); err != nil {
-			return err
-		}
-		for _, n := range counts {
-			t.countFrame(true, n)
-		}
-		buf, counts, wrote = buf[:0], counts[:0], true
-		return nil
-	}
-	for msgs := l.take(maxBatch, t.cfg.MaxBatchBytes); len(msgs) > 0; msgs = l.take(maxBatch, t.cfg.MaxBatchBytes) {
+// writeQueue writes everything queued on l: the queue is its frames
+// (lane.go), written as they are, in writes of at most writeChunk bytes
+// (each gets its own deadline). It says whether it wrote.
+func (t *Transport) writeQueue(conn net.Conn, p *peer, l *lane) (wrote bool, err error) {
+	for q := l.take(); q.msgs > 0; q = l.take() {
 		if t.isBlocked(p.node) {
+			l.recycle(q)
 			continue // drop
 		}
-		batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: uint64(t.cfg.NodeID), ToNodeId: uint64(p.node), Messages: msgs}
-		var err error
-		if buf, err = appendFrame(buf, batch); err != nil {
-			return buf, wrote, err
-		}
-		counts = append(counts, len(msgs))
-		if len(buf) >= writeChunk {
-			if err := flush(); err != nil {
-				return buf, wrote, err
+		for b := q.buf; len(b) > 0; {
+			n := min(len(b), writeChunk)
+			if err := t.writeAll(conn, b[:n]); err != nil {
+				return wrote, err
 			}
+			b, wrote = b[n:], true
 		}
+		for _, n := range q.counts {
+			t.countFrame(true, n)
+		}
+		l.recycle(q)
 	}
-	err := flush()
-	return buf, wrote, err
+	return wrote, nil
 }
 
-func writeAll(conn net.Conn, b []byte) error {
-	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+func (t *Transport) writeAll(conn net.Conn, b []byte) error {
+	_ = conn.SetWriteDeadline(time.Now().Add(t.writeWait))
 	_, err := conn.Write(b) // a net.Conn writes all of b or fails
 	return err
 }

@@ -55,6 +55,7 @@ import (
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/mutant"
+	"github.com/concord-kv/concord/internal/raftwire"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 )
@@ -142,6 +143,9 @@ type Transport struct {
 
 	mu    sync.Mutex
 	peers map[ids.NodeID]*peer // guarded by mu
+	// peerView is a copy of peers, replaced whenever peers changes: Send
+	// reads it without taking mu.
+	peerView atomic.Pointer[map[ids.NodeID]*peer]
 
 	stopC chan struct{}
 	wg    sync.WaitGroup
@@ -151,6 +155,9 @@ type Transport struct {
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
+	// writeWait bounds one write of a framed connection (writeTimeout;
+	// tests shorten it). Set before the first Send.
+	writeWait time.Duration
 
 	// ctx ends with Stop: deliveries from framed connections wait on it.
 	ctx    context.Context
@@ -192,7 +199,7 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
-		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After,
+		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
 		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
 }
 
@@ -276,68 +283,19 @@ type peer struct {
 	stopC chan struct{}
 }
 
-// lane is one of a peer's queues, drained by its own goroutine into its own
-// stream.
-type lane struct {
-	name string
-
-	mu      sync.Mutex
-	pending []*concordpb.RaftEnvelope // guarded by mu: queued, not yet handed to the stream
-	bytes   int                       // guarded by mu: envelopeBytes of pending
-
-	// wakeC tells the lane's goroutine that pending has messages.
-	wakeC chan struct{}
-}
-
-func newLane(name string) *lane { return &lane{name: name, wakeC: make(chan struct{}, 1)} }
-
-func (l *lane) wake() {
-	select {
-	case l.wakeC <- struct{}{}:
-	default:
-	}
-}
-
-// take removes and returns the head of the queue: at most maxMsgs messages
-// and maxBytes bytes, but at least one message if any is queued.
-func (l *lane) take(maxMsgs, maxBytes int) []*concordpb.RaftEnvelope {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, size := 0, 0
-	for n < len(l.pending) && n < maxMsgs {
-		b := envelopeBytes(l.pending[n])
-		if n > 0 && size+b > maxBytes {
-			break
-		}
-		size += b
-		n++
-	}
-	msgs := l.pending[:n:n]
-	l.pending = l.pending[n:]
-	l.bytes -= size
-	if len(l.pending) == 0 {
-		l.pending, l.bytes = nil, 0
-	}
-	return msgs
-}
-
-// drop empties the queue.
-func (l *lane) drop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pending, l.bytes = nil, 0
-}
-
-func (l *lane) hasPending() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.pending) > 0
-}
-
+// peer returns the sender side of node, made on its first message and
+// remade when the node's address changed. The common case reads a
+// published copy of the peers map without taking t.mu: Send runs once per
+// message on the loop goroutine.
 func (t *Transport) peer(node ids.NodeID) (*peer, error) {
 	addr, ok := t.cfg.Resolve(node)
 	if !ok {
 		return nil, fmt.Errorf("transport: no address for node %d", node)
+	}
+	if m := t.peerView.Load(); m != nil {
+		if p := (*m)[node]; p != nil && p.addr == addr {
+			return p, nil
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -351,17 +309,36 @@ func (t *Transport) peer(node ids.NodeID) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{node: node, addr: addr, conn: conn, control: newLane("control"), bulk: newLane("bulk"), stopC: make(chan struct{})}
+	p := t.newPeer(node, addr)
+	p.conn = conn
 	t.peers[node] = p
+	t.publishPeers()
 	t.wg.Add(2)
 	go t.runLane(p, p.control)
 	go t.runLane(p, p.bulk)
 	return p, nil
 }
 
+// publishPeers publishes a copy of t.peers for peer's lock-free reads; t.mu
+// is held.
+func (t *Transport) publishPeers() {
+	m := make(map[ids.NodeID]*peer, len(t.peers))
+	for n, p := range t.peers {
+		m[n] = p
+	}
+	t.peerView.Store(&m)
+}
+
+func (t *Transport) newPeer(node ids.NodeID, addr string) *peer {
+	h := t.batchHeader(uint64(node))
+	return &peer{node: node, addr: addr, control: t.newLane("control", h), bulk: t.newLane("bulk", h), stopC: make(chan struct{})}
+}
+
 // Send implements multiraft.Transport: it queues m for toNode on the lane of
 // its type. The message leaves at the next Flush, so that everything one loop
-// iteration sends to a peer goes out in one batch per lane.
+// iteration sends to a peer goes out in one batch per lane. m is encoded
+// before Send returns (raftwire, straight into the lane's frames; proto
+// for the rare message raftwire leaves to it): the caller may reuse it.
 func (t *Transport) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 	if t.isBlocked(toNode) {
 		return
@@ -371,25 +348,20 @@ func (t *Transport) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 		t.recv.ReportUnreachable(toNode)
 		return
 	}
-	data, err := proto.Marshal(m)
-	if err != nil {
-		t.log.Error("marshal raft message", "err", err)
-		return
+	o := outMsg{shard: uint64(shard), m: m}
+	var fast bool
+	if o.size, fast = raftwire.Size(m); !fast {
+		if o.data, err = proto.Marshal(m); err != nil {
+			t.log.Error("marshal raft message", "err", err)
+			return
+		}
+		o.size = len(o.data)
 	}
 	l := p.bulk
 	if isControl(m.GetType()) {
 		l = p.control
 	}
-	env := &concordpb.RaftEnvelope{ShardId: uint64(shard), Message: data}
-	size := envelopeBytes(env)
-	l.mu.Lock()
-	full := len(l.pending) >= t.cfg.QueueLen || (len(l.pending) > 0 && l.bytes+size > t.cfg.QueueBytes)
-	if !full {
-		l.pending = append(l.pending, env)
-		l.bytes += size
-	}
-	n, queued := len(l.pending), l.bytes
-	l.mu.Unlock()
+	full, n, queued := l.push(o, t.cfg.QueueLen, t.cfg.QueueBytes, t.cfg.MaxBatchBytes)
 	switch {
 	case full:
 		t.recv.ReportUnreachable(toNode) // the peer is not keeping up; raft retransmits
@@ -467,16 +439,29 @@ func (t *Transport) stream(p *peer, l *lane) (sent bool, err error) {
 		case <-p.stopC:
 			return sent, errPeerClosed
 		}
-		for msgs := l.take(maxBatch, t.cfg.MaxBatchBytes); len(msgs) > 0; msgs = l.take(maxBatch, t.cfg.MaxBatchBytes) {
+		for q := l.take(); q.msgs > 0; q = l.take() {
 			if t.isBlocked(p.node) {
+				l.recycle(q)
 				continue // drop
 			}
-			batch := &concordpb.RaftBatch{ClusterId: t.cfg.ClusterID, FromNodeId: uint64(t.cfg.NodeID), ToNodeId: uint64(p.node), Messages: msgs}
-			if err := s.Send(batch); err != nil {
+			// The legacy wire: each queued frame, decoded, is a batch for
+			// the stream (proto.Unmarshal copies the bytes out of q).
+			err := q.frames(func(data []byte, msgs int) error {
+				batch := &concordpb.RaftBatch{}
+				if err := proto.Unmarshal(data, batch); err != nil {
+					return fmt.Errorf("transport: a queued frame does not decode: %w", err)
+				}
+				if err := s.Send(batch); err != nil {
+					return err
+				}
+				t.countFrame(true, msgs)
+				sent = true
+				return nil
+			})
+			l.recycle(q)
+			if err != nil {
 				return sent, err
 			}
-			t.countFrame(true, len(msgs))
-			sent = true
 		}
 	}
 }
