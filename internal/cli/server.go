@@ -88,13 +88,15 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM CA certificate: peers (raft, forwarding) must present a certificate it signed; client certificates are checked against it")
 	f.BoolVar(&cfg.EnableFaultInjection, "enable-fault-injection", false, "serve the Admin fault API (die, partition, heal); test clusters only")
 	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "raft tick; elections time out after 10 ticks")
-	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "applied raft entries each replica keeps for slow followers")
-	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "entries beyond the kept ones that trigger a log truncation")
+	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "most applied raft entries a replica keeps for followers that lag (further behind: snapshot)")
+	f.Uint64Var(&cfg.LogTailEntries, "raft-log-tail-entries", cfg.LogTailEntries, "entries a leader keeps below its slowest follower's position")
+	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "fewest entries a log truncation removes")
 	f.IntVar(&cfg.RedisOutputBufferLimit, "redis-output-buffer-limit", 0, "bytes of replies one Redis connection may hold for one pipeline (0: 64 MiB)")
 	_ = f.MarkHidden("redis-output-buffer-limit")
 	_ = f.MarkHidden("tick-interval")
 	_ = f.MarkHidden("raft-log-keep-entries")
 	_ = f.MarkHidden("raft-log-truncate-entries")
+	_ = f.MarkHidden("raft-log-tail-entries")
 	return cmd
 }
 

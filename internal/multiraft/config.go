@@ -42,10 +42,14 @@ type Config struct {
 	// before the replica forgets it as ambiguous; its caller has given up
 	// long before (default 60 s).
 	PendingTimeout time.Duration
-	// LogKeepEntries is how many applied entries a replica keeps in its log
-	// for slow followers; LogTruncateEntries is how many more it lets pile up
-	// before truncating back down to LogKeepEntries.
-	LogKeepEntries, LogTruncateEntries uint64
+	// Raft log truncation (replica/logtrunc.go): a leader truncates its log
+	// up to what its slowest follower has (its Match), less LogTailEntries
+	// (default 100), and its followers truncate where it did; but no
+	// replica keeps more than LogKeepEntries applied entries (default
+	// 5,000): a follower further behind catches up by snapshot. A replica
+	// truncates only once LogTruncateEntries entries (default 100) can go,
+	// so that an idle shard is not truncated entry by entry.
+	LogKeepEntries, LogTailEntries, LogTruncateEntries uint64
 	// Raft flow control, per shard. Bytes are raft's count of entry data.
 	// They bound what the transport is asked to carry, which must stay
 	// under its limits (transport.Config.QueueBytes, 64 MiB per peer lane;
@@ -156,7 +160,8 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 		StrayCheckInterval:       10 * time.Second,
 		PendingTimeout:           60 * time.Second,
 		LogKeepEntries:           5000,
-		LogTruncateEntries:       5000,
+		LogTailEntries:           100,
+		LogTruncateEntries:       100,
 		MaxSizePerMsgBytes:       1 << 20,
 		MaxInflightMsgs:          256,
 		MaxUncommittedBytes:      64 << 20,
@@ -171,7 +176,8 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 }
 
 // withDefaults returns c with every zero field set to its default. (A zero
-// LogKeepEntries or LogTruncateEntries is taken as unset too.)
+// LogKeepEntries, LogTailEntries or LogTruncateEntries is taken as unset
+// too.)
 func (c Config) withDefaults() Config {
 	d := DefaultConfig(c.NodeID)
 	for _, f := range []struct{ v, d *time.Duration }{
@@ -195,7 +201,7 @@ func (c Config) withDefaults() Config {
 		c.MaxInboxBytes = d.MaxInboxBytes
 	}
 	for _, f := range []struct{ v, d *uint64 }{
-		{&c.LogKeepEntries, &d.LogKeepEntries}, {&c.LogTruncateEntries, &d.LogTruncateEntries},
+		{&c.LogKeepEntries, &d.LogKeepEntries}, {&c.LogTailEntries, &d.LogTailEntries}, {&c.LogTruncateEntries, &d.LogTruncateEntries},
 		{&c.MaxSizePerMsgBytes, &d.MaxSizePerMsgBytes}, {&c.MaxUncommittedBytes, &d.MaxUncommittedBytes},
 		{&c.MaxInflightBytes, &d.MaxInflightBytes}, {&c.MaxCommittedBytesPerReady, &d.MaxCommittedBytesPerReady},
 	} {

@@ -74,17 +74,22 @@ func (h *Host) preferLeaders() {
 	}
 }
 
-// truncateLogs drops applied entries beyond what slow followers may need.
+// truncateLogs drops the applied entries no follower needs any more
+// (Replica.TruncationTarget), once at least LogTruncateEntries can go: one
+// range deletion and one record per shard, every LogTruncationInterval,
+// often enough that under load most entries are deleted while still in
+// Pebble's memtable, whose flush then drops them instead of writing them
+// to L0 for a compaction to drop (docs/benchmarks.md, "Leader-aware log
+// truncation").
 func (h *Host) truncateLogs() {
 	b := h.eng.NewBatch()
 	defer b.Close()
 	for _, r := range h.replicas {
-		first, _ := r.RaftLog().FirstIndex()
-		applied := r.Applied()
-		if applied < first || applied-first < h.cfg.LogKeepEntries+h.cfg.LogTruncateEntries {
+		target := r.TruncationTarget(h.cfg.LogKeepEntries, h.cfg.LogTailEntries)
+		if trunc, _ := r.RaftLog().Truncated(); target < trunc+h.cfg.LogTruncateEntries {
 			continue
 		}
-		if err := r.RaftLog().Truncate(b, applied-h.cfg.LogKeepEntries); err != nil {
+		if err := r.RaftLog().Truncate(b, target); err != nil {
 			h.fatal(err)
 		}
 	}

@@ -43,10 +43,12 @@ type Config struct {
 	SessionTTL time.Duration
 	// TickInterval is the raft tick; elections time out after 10 ticks.
 	TickInterval time.Duration
-	// LogKeepEntries and LogTruncateEntries control raft log truncation: a
-	// replica keeps LogKeepEntries applied entries and truncates once
-	// LogTruncateEntries more have piled up.
-	LogKeepEntries, LogTruncateEntries uint64
+	// LogKeepEntries, LogTailEntries and LogTruncateEntries control raft
+	// log truncation (multiraft.Config): a leader keeps what its slowest
+	// follower lacks plus LogTailEntries, its followers truncate where it
+	// does, no replica keeps more than LogKeepEntries applied entries, and
+	// a truncation removes at least LogTruncateEntries.
+	LogKeepEntries, LogTailEntries, LogTruncateEntries uint64
 	// HeartbeatInterval is how often the node reports to the placement leader.
 	HeartbeatInterval time.Duration
 	// RepairInterval is how often the placement leader runs a scheduler
@@ -115,7 +117,8 @@ func DefaultConfig() Config {
 		SessionTTL:         time.Hour,
 		TickInterval:       100 * time.Millisecond,
 		LogKeepEntries:     5000,
-		LogTruncateEntries: 5000,
+		LogTailEntries:     100,
+		LogTruncateEntries: 100,
 		HeartbeatInterval:  time.Second,
 		RepairInterval:     500 * time.Millisecond,
 		SnapshotRateMiB:    64,
@@ -170,6 +173,9 @@ func (c *Config) validate() error {
 	}
 	if c.LogTruncateEntries == 0 {
 		c.LogTruncateEntries = d.LogTruncateEntries
+	}
+	if c.LogTailEntries == 0 {
+		c.LogTailEntries = d.LogTailEntries
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

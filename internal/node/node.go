@@ -328,7 +328,7 @@ func (n *Node) startRaft() error {
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval
 	hc.LeaseReads = n.cfg.LeaseReads
-	hc.LogKeepEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTruncateEntries
+	hc.LogKeepEntries, hc.LogTailEntries, hc.LogTruncateEntries = n.cfg.LogKeepEntries, n.cfg.LogTailEntries, n.cfg.LogTruncateEntries
 	hc.Logger = n.log
 	hc.Placement = n.placementOf
 	hc.Observer = n.metrics

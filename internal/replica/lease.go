@@ -193,7 +193,8 @@ func (r *Replica) dropVote(m *pb.Message) bool {
 
 // noteHeard records when a message of the current term from the leader
 // raft follows was stepped (after the step, so a heartbeat that made it
-// the leader counts). Only the kinds a leader sends its followers are
+// the leader counts). A heartbeat's truncation index is recorded too
+// (logtrunc.go). Only the kinds a leader sends its followers are
 // looked at, to spare the status on every response a leader receives.
 func (r *Replica) noteHeard(m *pb.Message, now int64) {
 	switch m.GetType() {
@@ -204,6 +205,7 @@ func (r *Replica) noteHeard(m *pb.Message, now int64) {
 	st := r.rn.BasicStatus()
 	if st.Lead != 0 && m.GetFrom() == st.Lead && m.GetTerm() == st.GetTerm() {
 		r.heardLead, r.heardTerm, r.heardAt = ids.ReplicaID(st.Lead), st.GetTerm(), now
+		r.noteTruncation(m, st.GetTerm())
 	}
 }
 

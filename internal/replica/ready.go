@@ -351,6 +351,7 @@ func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 			r.rn.ReportUnreachable(m.GetTo())
 			continue
 		}
+		r.stampTruncation(m)
 		ob := Outbound{ToNode: node, Msg: m}
 		if !r.voteChanged && (m.GetType() == pb.MsgApp || m.GetType() == pb.MsgHeartbeat) {
 			early = append(early, ob)

@@ -194,6 +194,11 @@ type Replica struct {
 	heardLead ids.ReplicaID
 	heardTerm uint64
 	heardAt   int64
+	// Log truncation (logtrunc.go): truncTo is what this replica, as
+	// leader, last judged its followers no longer need, which it stamps on
+	// its heartbeats; leaderTruncTo is what the leader of leaderTruncTerm
+	// last stamped on one, as a follower.
+	truncTo, leaderTruncTo, leaderTruncTerm uint64
 	// completions are outcomes decided in Apply, delivered in Advance after
 	// the batch holding them is durable.
 	completions []completion

@@ -271,6 +271,13 @@ func (l *RaftLog) SetHardState(b *pebble.Batch, hs *pb.HardState) error {
 
 // Truncate removes entries up to and including index from the log. The
 // caller guarantees index is applied; entries above stay for slow followers.
+//
+// The range deletion starts after the previous truncation, not at 0:
+// nothing at or below truncIndex is stored (each truncation deleted up to
+// it, in the batch that recorded it; a snapshot excises the shard's whole
+// span), and disjoint tombstones are cheaper for Pebble than nested ones,
+// which it fragments into stacks of every tombstone covering each piece
+// (truncation runs every second on every shard).
 func (l *RaftLog) Truncate(b *pebble.Batch, index uint64) error {
 	if index <= l.truncIndex {
 		return nil
@@ -282,7 +289,7 @@ func (l *RaftLog) Truncate(b *pebble.Batch, index uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := b.DeleteRange(keys.LogEntry(l.shard, 0), keys.LogEntry(l.shard, index+1), nil); err != nil {
+	if err := b.DeleteRange(keys.LogEntry(l.shard, l.truncIndex+1), keys.LogEntry(l.shard, index+1), nil); err != nil {
 		return err
 	}
 	if err := SetProto(b, keys.Truncated(l.shard), &storepb.TruncatedState{Index: index, Term: term}); err != nil {
