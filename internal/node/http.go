@@ -138,12 +138,15 @@ var (
 	descBCHits   = prometheus.NewDesc("concord_storage_block_cache_hits_total", "Pebble block cache lookups that found the block, since the node's storage opened.", nil, nil)
 	descBCMisses = prometheus.NewDesc("concord_storage_block_cache_misses_total", "Pebble block cache lookups that read the block from its file, since the node's storage opened.", nil, nil)
 	descBCBytes  = prometheus.NewDesc("concord_storage_block_cache_bytes", "Bytes of sstable blocks the Pebble block cache holds.", nil, nil)
+	descFlushed  = prometheus.NewDesc("concord_storage_flushed_bytes_total", "Bytes Pebble wrote flushing memtables to L0, since the node's storage opened.", nil, nil)
+	descCompact  = prometheus.NewDesc("concord_storage_compacted_bytes_total", "Bytes Pebble wrote compacting sstables, since the node's storage opened.", nil, nil)
+	descFlushes  = prometheus.NewDesc("concord_storage_flushes_total", "Pebble memtable flushes, since the node's storage opened.", nil, nil)
 	descFwdCalls = prometheus.NewDesc("concord_forwarded_calls_total", "KV calls this node forwarded to other nodes on their request streams, by what the stream travelled on: wire=\"tcp\" the framed TCP wire, wire=\"grpc\" KV.Stream over gRPC (a node that does not speak the wire).", []string{"wire"}, nil)
 	descAbsorbed = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descAbsorbed, descFwdCalls} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descFwdCalls} {
 		ch <- d
 	}
 }
@@ -160,6 +163,10 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBCHits, prometheus.CounterValue, float64(bc.Hits))
 		ch <- prometheus.MustNewConstMetric(descBCMisses, prometheus.CounterValue, float64(bc.Misses))
 		ch <- prometheus.MustNewConstMetric(descBCBytes, prometheus.GaugeValue, float64(bc.Bytes))
+		ws := n.eng.WriteStats()
+		ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.CounterValue, float64(ws.FlushedBytes))
+		ch <- prometheus.MustNewConstMetric(descCompact, prometheus.CounterValue, float64(ws.CompactedBytes))
+		ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(ws.Flushes))
 	}
 	if n.kv != nil { // set before the HTTP server starts
 		ch <- prometheus.MustNewConstMetric(descAbsorbed, prometheus.CounterValue, float64(n.kv.WritesAbsorbed()))

@@ -156,6 +156,32 @@ func (e *Engine) BlockCacheStats() CacheStats {
 	return CacheStats{Hits: c.Hits, Misses: c.Misses, Bytes: c.Size, Blocks: c.Count}
 }
 
+// WriteStats are what Pebble wrote to sstables since the engine opened:
+// bytes flushed from memtables to L0 and bytes written by compactions.
+// Against the bytes committed they show what entries that outlive a
+// memtable cost (docs/benchmarks.md, "Leader-aware log truncation").
+type WriteStats struct {
+	Flushes, Compactions         int64
+	FlushedBytes, CompactedBytes uint64
+}
+
+// WriteStats reads Pebble's flush and compaction counters (zeros once the
+// engine is closed).
+func (e *Engine) WriteStats() WriteStats {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return WriteStats{}
+	}
+	m := e.db.Metrics()
+	w := WriteStats{Flushes: m.Flush.Count, Compactions: m.Compact.Count}
+	for _, l := range m.Levels {
+		w.FlushedBytes += l.TableBytesFlushed + l.BlobBytesFlushed
+		w.CompactedBytes += l.TableBytesCompacted + l.BlobBytesCompacted
+	}
+	return w
+}
+
 // Pebble's memtables start at 256 KiB and double up to MemTableSize, and
 // it flushes immutable ones only once they add up to half of MemTableSize:
 // a node that has written less than ~64 MiB since it opened holds up to
