@@ -8,7 +8,8 @@
 # variables reach the servers (e.g. CONCORD_RAFT_LOG_KEEP_ENTRIES=1000).
 # METRICS=1 also serves /metrics on ports PORT+50.. and prints, summed over
 # the three nodes and per op of the measured run, the records committed and
-# the bytes Pebble flushed and compacted (and the flushes).
+# the bytes Pebble flushed and compacted (and the flushes), and the raft
+# entries each shard applied per second. DUR sets the duration (default 8s).
 # Used in docs/benchmarks.md ("Per-shard cost of a loop turn", "Where we
 # stand against the targets (issue 14, 2026-11-27)", "Leader-aware log
 # truncation"). Not part of make test.
@@ -16,6 +17,8 @@ set -u
 S=$1 W=$2 C=$3 P=$4
 BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/bin/concord}
 M=${METRICS:-0}
+DS=${DUR:-8s}
+DS=${DS%s} # seconds, for the per-second figures
 HP=0
 [ "$M" = 1 ] && HP=$((P + 50))
 D=$(mktemp -d)
@@ -35,15 +38,18 @@ scrape() {
 import sys
 names = ["concord_storage_records_total", "concord_storage_flushed_bytes_total", "concord_storage_compacted_bytes_total", "concord_storage_flushes_total"]
 tot = dict.fromkeys(names, 0.0)
+applied = 0.0
 for line in sys.stdin:
     f = line.split()
     if len(f) == 2 and f[0] in tot:
         tot[f[0]] += float(f[1])
-print(" ".join(str(int(tot[n])) for n in names))'
+    elif len(f) == 2 and f[0].startswith("concord_shard_applied_index{"):
+        applied += float(f[1])
+print(" ".join(str(int(tot[n])) for n in names), int(applied))'
 }
 [ "$M" = 1 ] && m0=$(scrape)
 c0=$(cpu)
-out=$("$BIN" bench --endpoints "$EP" --workload "$W" --clients "$C" --conns 10 --keys 10000 --value-size 256 --duration 8s -o json 2>/dev/null)
+out=$("$BIN" bench --endpoints "$EP" --workload "$W" --clients "$C" --conns 10 --keys 10000 --value-size 256 --duration "${DUR:-8s}" -o json 2>/dev/null)
 c1=$(cpu)
 [ "$M" = 1 ] && m1=$(scrape)
 read -r ops rate p50 < <(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["ops"], round(d["throughput_ops_per_sec"]), d["latency_ms"]["p50"])')
@@ -53,6 +59,6 @@ if [ "$M" = 1 ]; then
 	line="$line $(python3 -c "
 a, b, ops = [int(x) for x in '$m0'.split()], [int(x) for x in '$m1'.split()], $ops
 d = [y - x for x, y in zip(a, b)]
-print(f'records_per_op={d[0] / ops:.2f} flushed_B_per_op={d[1] / ops:.0f} compacted_B_per_op={d[2] / ops:.0f} flushes={d[3]}')")"
+print(f'records_per_op={d[0] / ops:.2f} flushed_B_per_op={d[1] / ops:.0f} compacted_B_per_op={d[2] / ops:.0f} flushes={d[3]} entries_per_s_per_shard={d[4] / 3 / $S / $DS:.0f}')")"
 fi
 echo "$line"

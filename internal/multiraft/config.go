@@ -32,7 +32,9 @@ type Config struct {
 	// (default 10 s; see collectStrays).
 	StrayCheckInterval time.Duration
 	// LogTruncationInterval is how often logs are checked for truncation and
-	// unsent snapshot handles for expiry (default 1 s).
+	// unsent snapshot handles for expiry (default 200 ms: under load, an
+	// entry truncated within a second or so is usually still in Pebble's
+	// memtable, whose flush then drops it; see policy.truncateLogs).
 	LogTruncationInterval time.Duration
 	// SnapshotHandleTTL is how long a snapshot raft built but never sent
 	// keeps its storage.Snapshot (which pins memtables and sstables) and its
@@ -155,7 +157,7 @@ func DefaultConfig(nodeID ids.NodeID) Config {
 		ElectionTicks:            10,
 		HeartbeatTicks:           1,
 		LeaderPreferenceInterval: 5 * time.Second,
-		LogTruncationInterval:    time.Second,
+		LogTruncationInterval:    200 * time.Millisecond,
 		SnapshotHandleTTL:        time.Minute,
 		StrayCheckInterval:       10 * time.Second,
 		PendingTimeout:           60 * time.Second,

@@ -10,11 +10,11 @@ import (
 // TestDefaultPolicyTicks protects the production cadence, which was
 // written in ticks before it was written as durations: at the default
 // 100 ms tick, leader preference runs every 50 ticks, log truncation and
-// snapshot expiry every 10, unsent snapshots live 600 ticks, and pending
+// snapshot expiry every 2, unsent snapshots live 600 ticks, and pending
 // work times out after 600; strays are checked every 100.
 func TestDefaultPolicyTicks(t *testing.T) {
 	p := newPolicy(DefaultConfig(1))
-	want := policy{leaderPreferenceTicks: 50, logTruncationTicks: 10, snapshotTTLTicks: 600, pendingTimeoutTicks: 600, strayCheckTicks: 100}
+	want := policy{leaderPreferenceTicks: 50, logTruncationTicks: 2, snapshotTTLTicks: 600, pendingTimeoutTicks: 600, strayCheckTicks: 100}
 	if p != want {
 		t.Fatalf("default policy %+v, want %+v", p, want)
 	}

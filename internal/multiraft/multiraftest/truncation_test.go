@@ -84,7 +84,7 @@ func TestDownFollowerHoldsLogOnlyToCap(t *testing.T) {
 	for i := range 40 {
 		c.Put(fmt.Sprintf("k%d", i), "v")
 	}
-	c.Tick(30) // three truncation rounds
+	c.Tick(30) // many truncation rounds
 	a := applied(t, c, leader)
 	if got := truncated(t, c, leader); got != a-keep {
 		t.Fatalf("leader log truncated to %d with applied %d and a follower stuck at %d: want the cap, %d", got, a, frozen, a-keep)
@@ -118,7 +118,7 @@ func TestLaggingFollowerCatchesUpFromLog(t *testing.T) {
 	for i := range 50 {
 		c.Put(fmt.Sprintf("k%d", i), "v")
 	}
-	c.Tick(30) // three truncation rounds
+	c.Tick(30) // many truncation rounds
 	for _, n := range all {
 		if got := truncated(t, c, n); got > frozen {
 			t.Fatalf("node %d truncated its log to %d, past %d, which a cut-off follower still lacks", n, got, frozen)
