@@ -1,10 +1,12 @@
 package multiraftest_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
@@ -133,4 +135,44 @@ func TestLaggingFollowerCatchesUpFromLog(t *testing.T) {
 	c.RunUntil("every replica to truncate its log to the tail after the catch-up", 100, func() bool {
 		return truncatedToTail(t, c, all...)
 	})
+}
+
+// TestNewLeaderCatchesUpLaggingFollowerFromLog protects the followers'
+// half: a follower truncates only where its leader did, so when it becomes
+// leader while another follower lags (within the cap), it still holds the
+// entries that follower lacks and catches it up from its log, with no
+// snapshot. A follower that truncated to its own applied index, as a
+// leader with every follower caught up does, would have to send one.
+func TestNewLeaderCatchesUpLaggingFollowerFromLog(t *testing.T) {
+	opts := truncConfig(1000)
+	configure := opts.Configure
+	opts.Configure = func(cfg *multiraft.Config) { configure(cfg); cfg.NoLeaderPreference = true }
+	c := multiraftest.New(t, opts)
+	leader := c.WaitLeader(1)
+	lagging, next := others(leader, 3)[0], others(leader, 3)[1]
+	all := []ids.NodeID{1, 2, 3}
+	c.Put("first", "v")
+	c.WaitValue("first", "v", all...)
+	c.RunUntil("every replica to truncate its log to the tail", 100, func() bool {
+		return truncatedToTail(t, c, all...)
+	})
+	c.Cut(lagging)
+	for i := range 50 {
+		c.Put(fmt.Sprintf("k%d", i), "v")
+	}
+	c.Tick(30) // many truncation rounds
+	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(next))
+	}); err != nil {
+		t.Fatalf("TransferLeader: %v", err)
+	}
+	if got := c.WaitLeader(1); got != next {
+		t.Fatalf("leader is node %d, want %d", got, next)
+	}
+	snaps := countSnapshots(c)
+	c.Heal(lagging)
+	c.WaitValue("k49", "v", all...)
+	if n := snaps.Load(); n != 0 {
+		t.Fatalf("the new leader sent %d snapshot(s) to a follower within the cap: it had truncated past it as a follower", n)
+	}
 }
