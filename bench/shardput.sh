@@ -9,7 +9,7 @@
 # METRICS=1 also serves /metrics on ports PORT+50.. and prints, summed over
 # the three nodes and per op of the measured run, the records committed and
 # the bytes Pebble flushed and compacted (and the flushes), and the raft
-# entries each shard applied per second. DUR sets the duration (default 8s).
+# entries each shard applied per second, and the snapshot bytes sent. DUR sets the duration (default 8s).
 # Used in docs/benchmarks.md ("Per-shard cost of a loop turn", "Where we
 # stand against the targets (issue 14, 2026-11-27)", "Leader-aware log
 # truncation"). Not part of make test.
@@ -38,14 +38,16 @@ scrape() {
 import sys
 names = ["concord_storage_records_total", "concord_storage_flushed_bytes_total", "concord_storage_compacted_bytes_total", "concord_storage_flushes_total"]
 tot = dict.fromkeys(names, 0.0)
-applied = 0.0
+applied = snap = 0.0
 for line in sys.stdin:
     f = line.split()
     if len(f) == 2 and f[0] in tot:
         tot[f[0]] += float(f[1])
     elif len(f) == 2 and f[0].startswith("concord_shard_applied_index{"):
         applied += float(f[1])
-print(" ".join(str(int(tot[n])) for n in names), int(applied))'
+    elif len(f) == 2 and f[0].startswith("concord_snapshot_bytes_total{") and "sent" in f[0]:
+        snap += float(f[1])
+print(" ".join(str(int(tot[n])) for n in names), int(applied), int(snap))'
 }
 [ "$M" = 1 ] && m0=$(scrape)
 c0=$(cpu)
@@ -59,6 +61,6 @@ if [ "$M" = 1 ]; then
 	line="$line $(python3 -c "
 a, b, ops = [int(x) for x in '$m0'.split()], [int(x) for x in '$m1'.split()], $ops
 d = [y - x for x, y in zip(a, b)]
-print(f'records_per_op={d[0] / ops:.2f} flushed_B_per_op={d[1] / ops:.0f} compacted_B_per_op={d[2] / ops:.0f} flushes={d[3]} entries_per_s_per_shard={d[4] / 3 / $S / $DS:.0f}')")"
+print(f'records_per_op={d[0] / ops:.2f} flushed_B_per_op={d[1] / ops:.0f} compacted_B_per_op={d[2] / ops:.0f} flushes={d[3]} entries_per_s_per_shard={d[4] / 3 / $S / $DS:.0f} snapshot_bytes_sent={d[5]}')")"
 fi
 echo "$line"

@@ -33,6 +33,9 @@ type ReplicaInfo struct {
 	LeaderNode      ids.NodeID
 	Term            uint64
 	Commit, Applied uint64
+	// Truncated is the index the replica's raft log was truncated to: it
+	// holds the entries after it (replica/logtrunc.go).
+	Truncated uint64
 	// Transferee is the replica a leadership transfer this leader started
 	// is handing over to; 0 if none.
 	Transferee ids.ReplicaID

@@ -354,12 +354,13 @@ func (h *Host) sendSnapshot(r *replica.Replica, ob replica.Outbound) {
 // publish records r's state for readers outside the loop.
 func (h *Host) publish(r *replica.Replica) {
 	st := r.Status()
+	trunc, _ := r.RaftLog().Truncated()
 	info := ReplicaInfo{
 		Shard: r.Shard(), ReplicaID: r.ID(), Desc: r.Descriptor(),
 		IsLeader: r.IsLeader(), LeaderReplica: ids.ReplicaID(st.Lead), LeaderNode: r.LeaderNode(),
 		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: r.Applied(),
 		Transferee: ids.ReplicaID(st.LeadTransferee), ReadRounds: r.ReadRounds(),
-		LeaseReads: r.LeaseReads(),
+		LeaseReads: r.LeaseReads(), Truncated: trunc,
 	}
 	h.infoMu.Lock()
 	was, known := h.infos[r.Shard()]

@@ -130,6 +130,7 @@ var (
 	descReady    = prometheus.NewDesc("concord_ready", "1 if the node is ready (as /readyz), else 0.", nil, nil)
 	descLag      = prometheus.NewDesc("concord_shard_apply_lag_entries", "Committed entries a replica here has not applied yet.", []string{"shard"}, nil)
 	descApplied  = prometheus.NewDesc("concord_shard_applied_index", "The applied index of a replica here.", []string{"shard"}, nil)
+	descLogKept  = prometheus.NewDesc("concord_shard_raft_log_applied_entries", "Applied entries a replica here still holds in its raft log (what it keeps for followers that lag; see leader-aware log truncation).", []string{"shard"}, nil)
 	descTerm     = prometheus.NewDesc("concord_shard_term", "The raft term of a replica here.", []string{"shard"}, nil)
 	descIsLeader = prometheus.NewDesc("concord_shard_is_leader", "1 if the replica here leads its shard.", []string{"shard"}, nil)
 	descRounds   = prometheus.NewDesc("concord_shard_read_rounds_total", "ReadIndex rounds the replica here issued since it was loaded; each serves every linearizable read queued before it.", []string{"shard"}, nil)
@@ -146,7 +147,7 @@ var (
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descFwdCalls} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descFwdCalls} {
 		ch <- d
 	}
 }
@@ -191,6 +192,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(info.Commit-min(info.Commit, info.Applied)), shard)
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(info.Applied), shard)
+		ch <- prometheus.MustNewConstMetric(descLogKept, prometheus.GaugeValue, float64(info.Applied-min(info.Applied, info.Truncated)), shard)
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(info.Term), shard)
 		ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, isLeader, shard)
 		ch <- prometheus.MustNewConstMetric(descRounds, prometheus.CounterValue, float64(info.ReadRounds), shard)

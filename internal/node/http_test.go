@@ -153,6 +153,9 @@ func TestHTTPFrontDoor(t *testing.T) {
 	if metricValue(t, m, `concord_shard_applied_index{shard="1"}`) < 3 {
 		t.Error("shard 1's applied index does not count the puts")
 	}
+	if metricValue(t, m, `concord_shard_raft_log_applied_entries{shard="1"}`) < 3 {
+		t.Error("shard 1's raft log does not hold the puts (a fresh log is truncated only past 100 entries)")
+	}
 	// Storage's block cache, flush and compaction counters and the absorbed
 	// writes are there (a
 	// fresh node's data is all in its memtable, and these puts overwrite
