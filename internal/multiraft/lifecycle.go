@@ -51,6 +51,7 @@ func (h *Host) replicaConfig(shard ids.ShardID, id ids.ReplicaID) replica.Config
 		MaxSizePerMsgBytes: h.cfg.MaxSizePerMsgBytes, MaxInflightMsgs: h.cfg.MaxInflightMsgs,
 		MaxInflightBytes: h.cfg.MaxInflightBytes, MaxCommittedBytesPerReady: h.cfg.MaxCommittedBytesPerReady,
 		MaxUncommittedBytes: h.cfg.MaxUncommittedBytes,
+		LogKeepEntries:      h.cfg.LogKeepEntries, LogTailEntries: h.cfg.LogTailEntries,
 		PendingTimeoutTicks: h.policy.pendingTimeoutTicks,
 		ReadCtxBase:         h.idBase,
 		LeaseDuration:       int64(h.cfg.LeaseDuration()),

@@ -85,7 +85,7 @@ func (h *Host) truncateLogs() {
 	b := h.eng.NewBatch()
 	defer b.Close()
 	for _, r := range h.replicas {
-		target := r.TruncationTarget(h.cfg.LogKeepEntries, h.cfg.LogTailEntries)
+		target := r.TruncationTarget()
 		if trunc, _ := r.RaftLog().Truncated(); target < trunc+h.cfg.LogTruncateEntries {
 			continue
 		}

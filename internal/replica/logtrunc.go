@@ -24,10 +24,10 @@ import (
 //
 // A follower does not know the others' progress, yet its log matters if
 // it becomes leader while another follower lags. So it truncates no
-// further than its leader did: the leader stamps the index it truncates to
-// on its heartbeats (Index, a field raft leaves unset on heartbeats and
-// ignores on receipt), and the follower takes the lower of that and its
-// own applied index. With no word from the current term's leader (a
+// further than its leader may: the leader stamps the index it may truncate
+// to on its heartbeats (Index, a field raft leaves unset on heartbeats and
+// ignores on receipt), and the follower, at its next truncation pass,
+// takes the lower of the latest stamp and its own applied index. With no word from the current term's leader (a
 // leader that has not judged yet, or a build that does not stamp), it
 // keeps the cap, as every replica did before. The followers' logs thus
 // start where the leader's does, as they do in CockroachDB and TiKV, where
@@ -36,21 +36,26 @@ import (
 
 // TruncationTarget returns the index up to which this replica's log may be
 // truncated now: never past the applied index, never keeping more than
-// keep applied entries, and on a leader keeping tail entries below the
-// slowest follower's Match. A leader remembers it for its heartbeats.
-func (r *Replica) TruncationTarget(keep, tail uint64) uint64 {
-	applied := r.applied
-	floor := applied - min(applied, keep) // the cap: keep at most keep entries
+// Config.LogKeepEntries applied entries, and on a leader keeping
+// Config.LogTailEntries entries below the slowest follower's Match.
+func (r *Replica) TruncationTarget() uint64 {
 	if r.isLeader {
-		need := min(applied, r.followersNeed())
-		r.truncTo = max(floor, need-min(need, tail))
-		return r.truncTo
+		return r.leaderTarget()
 	}
-	r.truncTo = 0
 	if r.leaderTruncTerm != r.rn.BasicStatus().GetTerm() {
-		return floor
+		return r.capFloor()
 	}
-	return max(floor, min(applied, r.leaderTruncTo))
+	return max(r.capFloor(), min(r.applied, r.leaderTruncTo))
+}
+
+// capFloor is the lowest truncation index the cap allows: the log keeps at
+// most LogKeepEntries applied entries.
+func (r *Replica) capFloor() uint64 { return r.applied - min(r.applied, r.cfg.LogKeepEntries) }
+
+// leaderTarget is a leader's truncation index.
+func (r *Replica) leaderTarget() uint64 {
+	need := min(r.applied, r.followersNeed())
+	return max(r.capFloor(), need-min(need, r.cfg.LogTailEntries))
 }
 
 // followersNeed is the lowest index a follower of this leader has not
@@ -72,11 +77,27 @@ func (r *Replica) followersNeed() uint64 {
 	return need
 }
 
-// stampTruncation puts the leader's truncation index on a heartbeat
-// (see above).
-func (r *Replica) stampTruncation(m *pb.Message) {
-	if r.isLeader && r.truncTo > 0 && m.GetType() == pb.MsgHeartbeat {
-		m.Index = new(r.truncTo)
+// stampTruncations puts the leader's truncation index on the heartbeats
+// among msgs (see above), computed afresh: a follower then truncates, at
+// its next truncation pass, to within a heartbeat of where its leader
+// could, instead of where the leader's own last pass got to (which would
+// keep its entries up to one pass longer, and more of them past a
+// memtable flush). Once per Ready with heartbeats: once a tick at most.
+func (r *Replica) stampTruncations(msgs []*pb.Message) {
+	if !r.isLeader {
+		return
+	}
+	var idx *uint64
+	for _, m := range msgs {
+		if m.GetType() != pb.MsgHeartbeat {
+			continue
+		}
+		if idx == nil {
+			idx = new(r.leaderTarget())
+		}
+		if *idx > 0 {
+			m.Index = idx
+		}
 	}
 }
 

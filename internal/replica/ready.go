@@ -345,13 +345,13 @@ type Outbound struct {
 // A MsgTimeoutNow among them ends lease reads for the term (lease.go).
 func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 	r.noteTransfers(rd)
+	r.stampTruncations(rd.Messages)
 	for _, m := range rd.Messages {
 		node, ok := r.nodes[ids.ReplicaID(m.GetTo())]
 		if !ok {
 			r.rn.ReportUnreachable(m.GetTo())
 			continue
 		}
-		r.stampTruncation(m)
 		ob := Outbound{ToNode: node, Msg: m}
 		if !r.voteChanged && (m.GetType() == pb.MsgApp || m.GetType() == pb.MsgHeartbeat) {
 			early = append(early, ob)

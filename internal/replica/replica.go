@@ -77,6 +77,9 @@ type Config struct {
 	// clock, an answered ReadIndex round lets the leader serve reads with
 	// no round (lease.go); 0 turns lease reads off.
 	LeaseDuration int64
+	// LogKeepEntries caps the applied entries the replica's raft log keeps;
+	// a leader keeps LogTailEntries below its slowest follower (logtrunc.go).
+	LogKeepEntries, LogTailEntries uint64
 	// Snapshot builds the snapshot raft asks for (see multiraft).
 	Snapshot func() (*pb.Snapshot, error)
 	Logger   *slog.Logger
@@ -194,11 +197,10 @@ type Replica struct {
 	heardLead ids.ReplicaID
 	heardTerm uint64
 	heardAt   int64
-	// Log truncation (logtrunc.go): truncTo is what this replica, as
-	// leader, last judged its followers no longer need, which it stamps on
-	// its heartbeats; leaderTruncTo is what the leader of leaderTruncTerm
-	// last stamped on one, as a follower.
-	truncTo, leaderTruncTo, leaderTruncTerm uint64
+	// Log truncation (logtrunc.go): leaderTruncTo is the truncation index
+	// the leader of leaderTruncTerm last stamped on a heartbeat to this
+	// replica, as a follower.
+	leaderTruncTo, leaderTruncTerm uint64
 	// completions are outcomes decided in Apply, delivered in Advance after
 	// the batch holding them is durable.
 	completions []completion
