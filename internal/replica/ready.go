@@ -346,7 +346,10 @@ type Outbound struct {
 func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 	r.noteTransfers(rd)
 	r.stampTruncations(rd.Messages)
-	for _, m := range rd.Messages {
+	for i, m := range rd.Messages {
+		if supersededAppend(rd.Messages, i) {
+			continue
+		}
 		node, ok := r.nodes[ids.ReplicaID(m.GetTo())]
 		if !ok {
 			r.rn.ReportUnreachable(m.GetTo())
@@ -472,4 +475,29 @@ func (r *Replica) TransferAway() bool {
 	r.barLeaseForTransfer()
 	r.rn.TransferLeader(best)
 	return true
+}
+
+// supersededAppend reports whether msgs[i] is an append without entries that
+// a later append of the same Ready to the same peer, in the same term, makes
+// redundant. Raft sends such an empty MsgApp only to carry the commit index
+// (bcastAppend once an ack moves it); under load the same turn's proposals
+// then append to the same peer with a commit index as high, so the empty
+// one would cost a message each way and tell the follower nothing. Dropping
+// it is what raft already tolerates of any message: the later append's
+// commit (min of its commit and its last entry) is at least the empty one's
+// (min of a lower commit and a lower prev index), an empty append adds
+// nothing to the leader's inflight window, and if the later append is
+// rejected raft probes again as it would have after a loss.
+func supersededAppend(msgs []*pb.Message, i int) bool {
+	m := msgs[i]
+	if m.GetType() != pb.MsgApp || len(m.GetEntries()) > 0 {
+		return false
+	}
+	for _, later := range msgs[i+1:] {
+		if later.GetType() == pb.MsgApp && later.GetTo() == m.GetTo() && later.GetTerm() == m.GetTerm() &&
+			later.GetCommit() >= m.GetCommit() && later.GetIndex() >= m.GetIndex() {
+			return true
+		}
+	}
+	return false
 }
