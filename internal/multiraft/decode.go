@@ -9,6 +9,7 @@ import (
 // decodeMessage decodes a raft message a peer sent, as proto.Unmarshal
 // does into a fresh pb.Message, but an append, heartbeat, vote or
 // acknowledgement — nearly all peer traffic — in at most four allocations
+// (two for an append of up to smallAppend entries)
 // instead of one per field and five per entry (raftpb's optional fields are
 // pointers): the message's scalars live in one block, its entries and
 // theirs in another, and entry data and context alias one copy of data
@@ -40,6 +41,17 @@ type messageBlock struct {
 	reject                                                bool
 }
 
+// smallAppend is the most entries an appendBlock holds.
+const smallAppend = 4
+
+// appendBlock holds a message of at most smallAppend entries, its entries
+// and the entries' pointers.
+type appendBlock struct {
+	messageBlock
+	ents [smallAppend]entryBlock
+	ptrs [smallAppend]*pb.Entry
+}
+
 // entryBlock holds an entry and the values its optional fields point to.
 type entryBlock struct {
 	e           pb.Entry
@@ -58,9 +70,20 @@ func decodeMessageFast(data []byte) (*pb.Message, bool) {
 		// allocation for the message.
 		data = append([]byte(nil), data...)
 	}
-	blk := &messageBlock{}
+	var blk *messageBlock
 	var ents []entryBlock
-	if n > 0 {
+	switch {
+	case n == 0:
+		blk = &messageBlock{}
+	case n <= smallAppend:
+		// An append of a few entries, as a loop turn at many shards sends
+		// them (1–2 entries a shard): message, entries and their pointers
+		// in one allocation.
+		a := &appendBlock{}
+		blk, ents = &a.messageBlock, a.ents[:n]
+		blk.m.Entries = a.ptrs[:0:n]
+	default:
+		blk = &messageBlock{}
 		ents = make([]entryBlock, n)
 		blk.m.Entries = make([]*pb.Entry, 0, n)
 	}

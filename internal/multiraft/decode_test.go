@@ -1,6 +1,7 @@
 package multiraft
 
 import (
+	"fmt"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -28,6 +29,8 @@ func messageCases(t testing.TB) [][]byte {
 	msgs := []*pb.Message{
 		app,
 		appMessage(0, 0),
+		appMessage(1, 10),
+		appMessage(smallAppend+2, 10), // more than an appendBlock holds
 		{Type: pb.MsgAppResp.Enum(), To: new(uint64(1)), From: new(uint64(3)), Term: new(uint64(5)), Index: new(uint64(120)),
 			Reject: new(true), RejectHint: new(uint64(7)), LogTerm: new(uint64(4))},
 		{Type: pb.MsgHeartbeat.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(5)), Commit: new(uint64(0)),
@@ -92,14 +95,18 @@ func TestDecodeMessageMatchesUnmarshal(t *testing.T) {
 
 // TestDecodeAppendAllocations protects the point of decodeMessage: an
 // append of eight entries decodes in four allocations (its own copy of the
-// bytes, message block, entry blocks, entry pointers), an acknowledgement
-// in one (nothing of it aliases the bytes, so no copy).
+// bytes, message block, entry blocks, entry pointers), one of up to
+// smallAppend entries in two (the copy, one block for the rest), an
+// acknowledgement in one (nothing of it aliases the bytes, so no copy).
 func TestDecodeAppendAllocations(t *testing.T) {
 	for _, c := range []struct {
 		m    *pb.Message
 		want float64
 	}{
 		{appMessage(8, 300), 4},
+		{appMessage(2, 300), 2},
+		{appMessage(smallAppend, 300), 2},
+		{appMessage(smallAppend+1, 300), 4},
 		{&pb.Message{Type: pb.MsgAppResp.Enum(), To: new(uint64(1)), From: new(uint64(2)), Term: new(uint64(5)), Index: new(uint64(9))}, 1},
 	} {
 		data, err := proto.Marshal(c.m)
@@ -126,10 +133,16 @@ func FuzzDecodeMessage(f *testing.F) {
 }
 
 // BenchmarkDecodeMessage is the decode of each raft message a peer sends
-// (Host.Deliver): an append of eight 300-byte entries, with
+// (Host.Deliver): an append of eight and one of two 300-byte entries, with
 // proto.Unmarshal (as before) and with decodeMessage.
 func BenchmarkDecodeMessage(b *testing.B) {
-	data, err := proto.Marshal(appMessage(8, 300))
+	for _, n := range []int{8, 2} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) { benchmarkDecodeMessage(b, n) })
+	}
+}
+
+func benchmarkDecodeMessage(b *testing.B, n int) {
+	data, err := proto.Marshal(appMessage(n, 300))
 	if err != nil {
 		b.Fatal(err)
 	}
