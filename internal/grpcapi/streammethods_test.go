@@ -15,8 +15,8 @@ import (
 // TestStreamCallsRunEveryMethodThroughInterceptors protects the handlers
 // serveCall builds once per method: every kind of call reaches its own
 // unary method, through every call interceptor, the first outermost, under
-// that method's full name, with its own request, and gets a reply of its
-// kind. It fails if a method is wired to another's handler or name, an
+// that method's full name, and gets a reply of its kind; a put's own
+// request reaches Put (a key over the limit is refused). It fails if a method is wired to another's handler or name, an
 // interceptor is skipped or runs in the wrong order, or the reply's
 // response (a put's comes with its reply in one allocation) is wrong.
 func TestStreamCallsRunEveryMethodThroughInterceptors(t *testing.T) {
