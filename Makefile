@@ -104,7 +104,9 @@ robustness: build
 # peer batches against a real host) and the RESP command reader
 # (FuzzReadCommand in internal/resp), and the sender's hand-written raft
 # message encoder against both decoders (FuzzEncodeThenDecode in
-# internal/multiraft). A failing input is kept in the
+# internal/multiraft), and the receive side's hand decoders of raft frames
+# (FuzzDecodeBatch) and client put messages (FuzzDecodeRequest) against
+# proto.Unmarshal. A failing input is kept in the
 # package's testdata/fuzz/<target>/. make test runs only their seed
 # corpora, as ordinary test cases.
 FUZZTIME ?= 5m
@@ -114,6 +116,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzConnFrames$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadCommand$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
 	$(GO) test -run '^$$' -fuzz '^FuzzEncodeThenDecode$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/multiraft/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each
 # planted bug (internal/mutant) with the robustness suite, one after another,

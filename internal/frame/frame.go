@@ -115,15 +115,7 @@ func (f *Reader) Held() int { return cap(f.buf) }
 // Next reads one frame into m (reset first). A frame cut short is
 // io.ErrUnexpectedEOF; a clean end between frames is io.EOF.
 func (f *Reader) Next(m proto.Message) error {
-	var head [Header]byte
-	if _, err := io.ReadFull(f.r, head[:]); err != nil {
-		return err
-	}
-	n := int(binary.BigEndian.Uint32(head[:]))
-	if n > f.max {
-		return fmt.Errorf("%w: %d bytes (at most %d)", ErrTooLarge, n, f.max)
-	}
-	data, err := f.read(n)
+	data, err := f.NextBytes()
 	if err != nil {
 		return err
 	}
@@ -134,6 +126,21 @@ func (f *Reader) Next(m proto.Message) error {
 		return fmt.Errorf("bad frame: %w", err)
 	}
 	return nil
+}
+
+// NextBytes reads one frame and returns its payload, undecoded, for a
+// caller that decodes it by hand (the raft receive path). The bytes are
+// the reader's buffer: valid only until the next call. Errors as Next's.
+func (f *Reader) NextBytes() ([]byte, error) {
+	var head [Header]byte
+	if _, err := io.ReadFull(f.r, head[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(head[:]))
+	if n > f.max {
+		return nil, fmt.Errorf("%w: %d bytes (at most %d)", ErrTooLarge, n, f.max)
+	}
+	return f.read(n)
 }
 
 // read returns the next n bytes, in f.buf when they fit.

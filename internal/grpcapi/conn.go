@@ -208,8 +208,12 @@ func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
 		_ = s.c.SetReadDeadline(now.Add(s.idle))
 		s.refreshAt = now.Add(s.idle / 8)
 	}
-	req := &concordpb.StreamRequest{}
-	if err := s.fr.Next(req); err != nil {
+	data, err := s.fr.NextBytes()
+	var req *concordpb.StreamRequest
+	if err == nil {
+		req, err = decodeRequest(data) // copies data: the calls outlive the frame buffer
+	}
+	if err != nil {
 		s.cancel()
 		_ = s.c.Close()
 		return nil, err

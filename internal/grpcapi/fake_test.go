@@ -67,7 +67,7 @@ type fakeNode struct {
 
 // newFakeNode returns node id of a cluster with the meta shard and shards
 // user shards, every shard led by leader, and ready.
-func newFakeNode(t *testing.T, id ids.NodeID, shards int, leader ids.NodeID) *fakeNode {
+func newFakeNode(t testing.TB, id ids.NodeID, shards int, leader ids.NodeID) *fakeNode {
 	f := &fakeNode{id: id, readyC: make(chan struct{}), descs: map[ids.ShardID]*concordpb.ShardDescriptor{},
 		leaders: map[ids.ShardID]ids.NodeID{}, addrs: map[ids.NodeID]string{}, blocked: map[ids.NodeID]bool{},
 		data: map[ids.ShardID][]*concordpb.KeyValue{}, conns: map[string]*grpc.ClientConn{},

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -29,10 +28,15 @@ type KV struct {
 	concordpb.UnimplementedKVServer
 	b      KVBackend
 	limits Limits
-	callIC grpc.UnaryServerInterceptor // around each Stream call; nil: none
-	merge  mergeQueue[*queuedOps]      // forwarded read-only batches (readmerge.go)
-	wmerge mergeQueue[*queuedOps]      // forwarded write batches (writemerge.go)
-	pmerge mergeQueue[*queuedOps]      // write batches proposed here (proposemerge.go)
+	// methods are the stream calls' methods with the call interceptors
+	// around them (WithCallInterceptors; nil: none set, and plain, built
+	// on first use, serves).
+	methods   *[numMethods]streamMethod
+	plain     *[numMethods]streamMethod
+	plainOnce sync.Once
+	merge     mergeQueue[*queuedOps] // forwarded read-only batches (readmerge.go)
+	wmerge    mergeQueue[*queuedOps] // forwarded write batches (writemerge.go)
+	pmerge    mergeQueue[*queuedOps] // write batches proposed here (proposemerge.go)
 	// absorbed counts writes left out of merged proposals (kv.Absorb).
 	absorbed atomic.Uint64
 	// peers are the request streams forwards take (peerwire.go); nil:

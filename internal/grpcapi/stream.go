@@ -30,19 +30,57 @@ const (
 // the server's unary interceptors run around a unary call (tracking,
 // metrics), so a request is accounted the same way on either path.
 func (s *KV) WithCallInterceptors(ics ...grpc.UnaryServerInterceptor) *KV {
-	s.callIC = chainUnary(ics)
+	s.methods = s.streamMethods(ics)
 	return s
 }
 
-// chainUnary composes interceptors, the first outermost.
-func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		for i := len(ics) - 1; i >= 0; i-- {
-			ic, next := ics[i], h
+// The unary methods a stream call may name, as indexes into KV.methods.
+const (
+	methodGet = iota
+	methodPut
+	methodDelete
+	methodCompareAndSwap
+	methodScan
+	methodBatch
+	numMethods
+)
+
+// streamMethod is a unary method as a stream call runs it: its info and
+// its handler with the call interceptors around it, built once, so a call
+// allocates neither (a UnaryServerInfo, a closure per interceptor and one
+// for the handler were five allocations per put).
+type streamMethod struct {
+	info *grpc.UnaryServerInfo
+	run  grpc.UnaryHandler
+}
+
+// streamMethods builds every method's streamMethod with ics around it, the
+// first outermost, as a unary call's interceptors run.
+func (s *KV) streamMethods(ics []grpc.UnaryServerInterceptor) *[numMethods]streamMethod {
+	base := [numMethods]struct {
+		name string
+		h    grpc.UnaryHandler
+	}{
+		methodGet:    {"Get", func(ctx context.Context, req any) (any, error) { return s.Get(ctx, req.(*concordpb.GetRequest)) }},
+		methodPut:    {"Put", func(ctx context.Context, req any) (any, error) { return s.Put(ctx, req.(*concordpb.PutRequest)) }},
+		methodDelete: {"Delete", func(ctx context.Context, req any) (any, error) { return s.Delete(ctx, req.(*concordpb.DeleteRequest)) }},
+		methodCompareAndSwap: {"CompareAndSwap", func(ctx context.Context, req any) (any, error) {
+			return s.CompareAndSwap(ctx, req.(*concordpb.CompareAndSwapRequest))
+		}},
+		methodScan:  {"Scan", func(ctx context.Context, req any) (any, error) { return s.Scan(ctx, req.(*concordpb.ScanRequest)) }},
+		methodBatch: {"Batch", func(ctx context.Context, req any) (any, error) { return s.Batch(ctx, req.(*concordpb.BatchRequest)) }},
+	}
+	var out [numMethods]streamMethod
+	for i, m := range base {
+		info := &grpc.UnaryServerInfo{Server: s, FullMethod: kvMethod + m.name}
+		h := m.h
+		for j := len(ics) - 1; j >= 0; j-- {
+			ic, next := ics[j], h
 			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
 		}
-		return h(ctx, req)
+		out[i] = streamMethod{info: info, run: h}
 	}
+	return &out
 }
 
 // Stream serves many calls per message: each call runs as its unary
@@ -238,66 +276,73 @@ func (s *KV) serveCall(ctx context.Context, call *concordpb.StreamCall) *concord
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	method, req, h := s.callHandler(call)
-	reply := &concordpb.StreamReply{Id: call.GetId()}
-	if h == nil {
-		reply.Code, reply.Message = uint32(codes.InvalidArgument), "stream call carries no request"
-		return reply
+	method, req := callRequest(call)
+	if method < 0 {
+		return &concordpb.StreamReply{Id: call.GetId(), Code: uint32(codes.InvalidArgument), Message: "stream call carries no request"}
 	}
-	var resp any
-	var err error
-	if s.callIC != nil {
-		resp, err = s.callIC(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
-	} else {
-		resp, err = h(ctx, req)
+	methods := s.methods
+	if methods == nil {
+		methods = s.plainMethods()
 	}
+	resp, err := methods[method].run(ctx, req)
 	if err != nil {
 		st := status.Convert(err)
-		reply.Code, reply.Message = uint32(st.Code()), st.Message()
-		return reply
+		return &concordpb.StreamReply{Id: call.GetId(), Code: uint32(st.Code()), Message: st.Message()}
 	}
-	setResponse(reply, resp)
-	return reply
+	return newReply(call.GetId(), resp)
 }
 
-// callHandler returns the unary method a call names, as its full gRPC
-// method name, its request and a handler; h is nil for an empty call.
-func (s *KV) callHandler(call *concordpb.StreamCall) (method string, req any, h grpc.UnaryHandler) {
+// plainMethods returns the methods without interceptors, built once.
+func (s *KV) plainMethods() *[numMethods]streamMethod {
+	s.plainOnce.Do(func() { s.plain = s.streamMethods(nil) })
+	return s.plain
+}
+
+// callRequest returns the method a call names, as an index into
+// KV.methods, and its request; -1 for an empty call.
+func callRequest(call *concordpb.StreamCall) (int, any) {
 	switch r := call.GetRequest().(type) {
 	case *concordpb.StreamCall_Get:
-		return kvMethod + "Get", r.Get, func(ctx context.Context, _ any) (any, error) { return s.Get(ctx, r.Get) }
+		return methodGet, r.Get
 	case *concordpb.StreamCall_Put:
-		return kvMethod + "Put", r.Put, func(ctx context.Context, _ any) (any, error) { return s.Put(ctx, r.Put) }
+		return methodPut, r.Put
 	case *concordpb.StreamCall_Delete:
-		return kvMethod + "Delete", r.Delete, func(ctx context.Context, _ any) (any, error) { return s.Delete(ctx, r.Delete) }
+		return methodDelete, r.Delete
 	case *concordpb.StreamCall_CompareAndSwap:
-		return kvMethod + "CompareAndSwap", r.CompareAndSwap, func(ctx context.Context, _ any) (any, error) {
-			return s.CompareAndSwap(ctx, r.CompareAndSwap)
-		}
+		return methodCompareAndSwap, r.CompareAndSwap
 	case *concordpb.StreamCall_Scan:
-		return kvMethod + "Scan", r.Scan, func(ctx context.Context, _ any) (any, error) { return s.Scan(ctx, r.Scan) }
+		return methodScan, r.Scan
 	case *concordpb.StreamCall_Batch:
-		return kvMethod + "Batch", r.Batch, func(ctx context.Context, _ any) (any, error) { return s.Batch(ctx, r.Batch) }
+		return methodBatch, r.Batch
 	}
-	return "", nil, nil
+	return -1, nil
 }
 
 // kvMethod prefixes the KV service's full method names.
 const kvMethod = "/concord.v1.KV/"
 
-func setResponse(reply *concordpb.StreamReply, resp any) {
+// newReply is the reply of call id carrying resp. A put's reply and its
+// oneof wrapper come in one allocation.
+func newReply(id uint64, resp any) *concordpb.StreamReply {
 	switch r := resp.(type) {
-	case *concordpb.GetResponse:
-		reply.Response = &concordpb.StreamReply_Get{Get: r}
 	case *concordpb.PutResponse:
-		reply.Response = &concordpb.StreamReply_Put{Put: r}
+		b := &struct {
+			reply concordpb.StreamReply
+			put   concordpb.StreamReply_Put
+		}{}
+		b.put.Put = r
+		b.reply.Id, b.reply.Response = id, &b.put
+		return &b.reply
+	case *concordpb.GetResponse:
+		return &concordpb.StreamReply{Id: id, Response: &concordpb.StreamReply_Get{Get: r}}
 	case *concordpb.DeleteResponse:
-		reply.Response = &concordpb.StreamReply_Delete{Delete: r}
+		return &concordpb.StreamReply{Id: id, Response: &concordpb.StreamReply_Delete{Delete: r}}
 	case *concordpb.CompareAndSwapResponse:
-		reply.Response = &concordpb.StreamReply_CompareAndSwap{CompareAndSwap: r}
+		return &concordpb.StreamReply{Id: id, Response: &concordpb.StreamReply_CompareAndSwap{CompareAndSwap: r}}
 	case *concordpb.ScanResponse:
-		reply.Response = &concordpb.StreamReply_Scan{Scan: r}
+		return &concordpb.StreamReply{Id: id, Response: &concordpb.StreamReply_Scan{Scan: r}}
 	case *concordpb.BatchResponse:
-		reply.Response = &concordpb.StreamReply_Batch{Batch: r}
+		return &concordpb.StreamReply{Id: id, Response: &concordpb.StreamReply_Batch{Batch: r}}
 	}
+	return &concordpb.StreamReply{Id: id}
 }

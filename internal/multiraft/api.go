@@ -129,8 +129,9 @@ func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadV
 	}
 }
 
-// Deliver queues messages a peer node sent; their entries keep referring
-// to the envelopes' message bytes, which the caller must not reuse. A batch that carries entries
+// Deliver queues messages a peer node sent. It keeps nothing of envs (the
+// decoded messages copy what they need), so the caller may reuse the
+// envelopes and their bytes once it returns. A batch that carries entries
 // waits while the inbox is full (Config.MaxInboxBytes), until the loop
 // takes it, the host stops or ctx (the receiving stream's) ends.
 func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error {
@@ -138,7 +139,7 @@ func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concord
 	var size int64
 	bulk := false
 	for _, env := range envs {
-		m, err := decodeMessage(env.GetMessage()) // m's entries alias the envelope's bytes
+		m, err := decodeMessage(env.GetMessage()) // a copy: env is the caller's to reuse
 		if err != nil {
 			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
 		}

@@ -8,12 +8,15 @@ import (
 
 // decodeMessage decodes a raft message a peer sent, as proto.Unmarshal
 // does into a fresh pb.Message, but an append, heartbeat, vote or
-// acknowledgement — nearly all peer traffic — in at most three allocations
+// acknowledgement — nearly all peer traffic — in at most four allocations
+// (two for an append of up to smallAppend entries)
 // instead of one per field and five per entry (raftpb's optional fields are
 // pointers): the message's scalars live in one block, its entries and
-// theirs in another, and entry data and context alias data, which the
-// caller must not change afterwards (a RaftEnvelope's message is its own:
-// proto.Unmarshal copied it out of the frame).
+// theirs in another, and entry data and context alias one copy of data
+// (none is made for a message without either: acknowledgements and
+// heartbeats allocate only their block). The result never aliases data,
+// which the caller may reuse: the framed wire decodes envelopes in place
+// in its receive buffer (internal/transport, batchDecoder).
 //
 // Anything else (a snapshot, responses, a field it does not know, an enum
 // value raftpb does not define, bytes that do not parse) goes to
@@ -38,6 +41,17 @@ type messageBlock struct {
 	reject                                                bool
 }
 
+// smallAppend is the most entries an appendBlock holds.
+const smallAppend = 4
+
+// appendBlock holds a message of at most smallAppend entries, its entries
+// and the entries' pointers.
+type appendBlock struct {
+	messageBlock
+	ents [smallAppend]entryBlock
+	ptrs [smallAppend]*pb.Entry
+}
+
 // entryBlock holds an entry and the values its optional fields point to.
 type entryBlock struct {
 	e           pb.Entry
@@ -46,13 +60,30 @@ type entryBlock struct {
 }
 
 func decodeMessageFast(data []byte) (*pb.Message, bool) {
-	n, ok := countEntries(data)
+	n, aliased, ok := countEntries(data)
 	if !ok {
 		return nil, false
 	}
-	blk := &messageBlock{}
+	if aliased {
+		// The caller may reuse data (the framed wire's receive buffer):
+		// the entries' data and the context keep a copy of their own, one
+		// allocation for the message.
+		data = append([]byte(nil), data...)
+	}
+	var blk *messageBlock
 	var ents []entryBlock
-	if n > 0 {
+	switch {
+	case n == 0:
+		blk = &messageBlock{}
+	case n <= smallAppend:
+		// An append of a few entries, as a loop turn at many shards sends
+		// them (1–2 entries a shard): message, entries and their pointers
+		// in one allocation.
+		a := &appendBlock{}
+		blk, ents = &a.messageBlock, a.ents[:n]
+		blk.m.Entries = a.ptrs[:0:n]
+	default:
+		blk = &messageBlock{}
 		ents = make([]entryBlock, n)
 		blk.m.Entries = make([]*pb.Entry, 0, n)
 	}
@@ -94,26 +125,29 @@ func decodeMessageFast(data []byte) (*pb.Message, bool) {
 	return &blk.m, true
 }
 
-// countEntries counts the entries field's occurrences in a message; false
-// if it does not parse.
-func countEntries(data []byte) (int, bool) {
-	n := 0
+// countEntries counts the entries field's occurrences in a message and
+// says whether its decoded form would alias data (entries or a context);
+// false if it does not parse.
+func countEntries(data []byte) (n int, aliased, ok bool) {
 	for len(data) > 0 {
 		num, typ, l := protowire.ConsumeTag(data)
 		if l < 0 {
-			return 0, false
+			return 0, false, false
 		}
 		data = data[l:]
 		l = protowire.ConsumeFieldValue(num, typ, data)
 		if l < 0 {
-			return 0, false
+			return 0, false, false
 		}
 		data = data[l:]
-		if num == 7 && typ == protowire.BytesType {
-			n++
+		if typ == protowire.BytesType && (num == 7 || num == 12) {
+			aliased = true
+			if num == 7 {
+				n++
+			}
 		}
 	}
-	return n, true
+	return n, aliased, true
 }
 
 // set sets the message's varint field num to v; false for a field it does

@@ -8,7 +8,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 )
 
@@ -196,12 +195,20 @@ func (t *Transport) ServeConn(c net.Conn) {
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	var sender ids.NodeID
-	b := &concordpb.RaftBatch{}
+	var dec batchDecoder
 	for {
-		if err := fr.Next(b); err != nil {
+		data, err := fr.NextBytes()
+		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
 			}
+			return
+		}
+		// b aliases data, which the next frame overwrites: receive's
+		// Deliver copies what it keeps.
+		b, err := dec.decode(data)
+		if err != nil {
+			t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
 			return
 		}
 		if err := t.receive(t.ctx, &sender, b); err != nil {

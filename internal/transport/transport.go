@@ -62,8 +62,8 @@ import (
 
 // Receiver is where incoming raft traffic goes (the multiraft host).
 type Receiver interface {
-	// Deliver may keep references to the envelopes' message bytes (the
-	// host's decoded entries alias them): the transport must not reuse them.
+	// Deliver must copy what it keeps of envs: the framed wire reuses the
+	// envelopes and the bytes their messages alias once it returns.
 	Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concordpb.RaftEnvelope) error
 	// DeliverSnapshot takes ownership of snap: it stages it or discards it.
 	DeliverSnapshot(ctx context.Context, fromNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.StagedSnapshot) error

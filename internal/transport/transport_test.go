@@ -28,10 +28,16 @@ type recorder struct {
 	unreachable map[ids.NodeID]int
 }
 
+// Deliver keeps copies: the framed wire reuses envs and their bytes once
+// it returns (Receiver.Deliver).
 func (r *recorder) Deliver(_ context.Context, _ ids.NodeID, envs []*concordpb.RaftEnvelope) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.batches = append(r.batches, envs)
+	kept := make([]*concordpb.RaftEnvelope, len(envs))
+	for i, e := range envs {
+		kept[i] = proto.Clone(e).(*concordpb.RaftEnvelope)
+	}
+	r.batches = append(r.batches, kept)
 	return nil
 }
 
