@@ -132,7 +132,7 @@ func (c *conn) join(head, x *call) {
 		}
 		if n := len(c.slots); cap(c.slots)-n >= chainSlots {
 			c.slots = c.slots[:n+chainSlots]
-			head.chain = c.slots[n:n:n+chainSlots]
+			head.chain = c.slots[n : n : n+chainSlots]
 		}
 	}
 	head.chain = append(head.chain, x)
