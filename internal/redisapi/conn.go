@@ -189,14 +189,37 @@ func (c *conn) run(calls []*call) {
 
 // observe reports one answered command to Config.Observe.
 func (c *conn) observe(cl *call, start time.Time) {
+	if c.s.cfg.Observe == nil || cl.out == nil || cl.split != nil {
+		return
+	}
+	c.observeTook(cl, time.Since(start))
+}
+
+// observeTook reports one answered command that took d to Config.Observe
+// (through ObserveOK's observer of its command, if it succeeded).
+func (c *conn) observeTook(cl *call, d time.Duration) {
 	if c.s.cfg.Observe == nil || cl.out == nil || cl.split != nil { // a part: its command is observed once, by partDone
+		return
+	}
+	code := cl.out.ErrorCode()
+	if code == "" && cl.cmd != nil && c.s.cfg.ObserveOK != nil {
+		c.s.okObserver(cl.cmd)(d)
 		return
 	}
 	name := "unknown"
 	if cl.cmd != nil {
 		name = cl.cmd.name
 	}
-	c.s.cfg.Observe(name, cl.out.ErrorCode(), time.Since(start))
+	c.s.cfg.Observe(name, code, d)
+}
+
+// okObserver is Config.ObserveOK of cmd, asked once per command.
+func (s *Server) okObserver(cmd *command) func(time.Duration) {
+	if o, ok := s.okObs.Load(cmd); ok {
+		return o.(func(time.Duration))
+	}
+	o, _ := s.okObs.LoadOrStore(cmd, s.cfg.ObserveOK(cmd.name))
+	return o.(func(time.Duration))
 }
 
 // planConcurrent returns the plan of cl if it is a key command that may run
@@ -276,9 +299,10 @@ func (c *conn) runCall(ctx context.Context, cl *call) {
 	}
 	c.noteCommand(cl.chain[len(cl.chain)-1].cmd) // the chain's last: once, not per command
 	c.execChain(ctx, cl)
-	c.observe(cl, start)
+	d := time.Since(start) // the chain's commands took the batch's time
+	c.observeTook(cl, d)
 	for _, x := range cl.chain {
-		c.observe(x, start)
+		c.observeTook(x, d)
 	}
 	if cl.split != nil {
 		c.partDone(cl)

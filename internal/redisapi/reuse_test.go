@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -102,5 +103,48 @@ func TestPipelinesReuseConnMemory(t *testing.T) {
 	}
 	if got := strings.Join(f.log, "|"); !strings.Contains(got, "batch k,kk,k") || !strings.Contains(got, "batch b1,b1") {
 		t.Errorf("third pipeline's chains not in the backend's log %q", got)
+	}
+}
+
+// TestObserveEveryCommandOnce: each answered command is reported once,
+// a success through its command's ObserveOK observer (asked once per
+// command), anything else through Observe with its error code; a split
+// MSET once, as one command.
+func TestObserveEveryCommandOnce(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]int{}
+	asked := map[string]int{}
+	cfg := Config{
+		Observe: func(cmd, code string, _ time.Duration) {
+			mu.Lock()
+			got[cmd+" "+code]++
+			mu.Unlock()
+		},
+		ObserveOK: func(cmd string) func(time.Duration) {
+			mu.Lock()
+			asked[cmd]++
+			mu.Unlock()
+			return func(time.Duration) {
+				mu.Lock()
+				got[cmd+" OK"]++
+				mu.Unlock()
+			}
+		},
+	}
+	s := New(&fakeKV{counters: map[string]int64{}}, cfg)
+	defer s.Close(time.Second)
+	sc := &scriptConn{pipes: []string{
+		encode("SET k 1", "SET k 2", "SET k 3", "INCR x", "GET k", "NOSUCH", "MSET a 1 b 2"),
+		encode("SET k 4", "INCR x", "GET"),
+	}}
+	newConn(s, sc, 1).serve()
+	want := map[string]int{"set OK": 4, "incr OK": 2, "get OK": 1, "unknown ERR": 1, "mset OK": 1, "get ERR": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("observed %v, want %v", got, want)
+	}
+	for cmd, n := range asked {
+		if n != 1 {
+			t.Errorf("ObserveOK asked %d times for %s, want once", n, cmd)
+		}
 	}
 }
