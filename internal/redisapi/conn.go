@@ -45,6 +45,8 @@ type conn struct {
 	blocks [][]call
 	pend   pending
 	slots  []*call
+	// setPlans is the block SET plans are carved from (newSetPlan).
+	setPlans []setPlan
 	// last is the last command looked up, by the name it was sent as: a
 	// pipeline repeats one name, and a map lookup of it cost 2 % of a Redis
 	// node under pipelined SET.
