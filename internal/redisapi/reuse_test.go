@@ -1,6 +1,7 @@
 package redisapi
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
 )
 
 // scriptConn is a client that sends each of its pipelines once the
@@ -147,4 +150,73 @@ func TestObserveEveryCommandOnce(t *testing.T) {
 			t.Errorf("ObserveOK asked %d times for %s, want once", n, cmd)
 		}
 	}
+}
+
+// ctxKV answers every batch at once, and records each batch's context,
+// when it arrived, and when the pipeline it belongs to was read.
+type ctxKV struct {
+	answerKV
+	sc    *slowScript
+	mu    sync.Mutex
+	ctxs  []context.Context
+	times []time.Time // arrival
+	reads []time.Time // its pipeline's read
+}
+
+func (k *ctxKV) Batch(ctx context.Context, r *concordpb.BatchRequest) (*concordpb.BatchResponse, error) {
+	now := time.Now()
+	k.mu.Lock()
+	k.ctxs, k.times = append(k.ctxs, ctx), append(k.times, now)
+	k.reads = append(k.reads, k.sc.reads[len(k.sc.reads)-1]) // the connection reads no further until this group ends
+	k.mu.Unlock()
+	return k.answerKV.Batch(ctx, r)
+}
+
+// TestGroupContextBoundsEachGroup: every group of key commands runs under
+// a deadline at least CommandTimeout less its hundredth after its pipeline
+// was read, and at most CommandTimeout after the group's batch left,
+// however the connection reuses contexts; and no context outlives the
+// connection.
+func TestGroupContextBoundsEachGroup(t *testing.T) {
+	const timeout = time.Second
+	sc := &slowScript{pause: time.Millisecond}
+	k := &ctxKV{sc: sc}
+	s := New(k, Config{CommandTimeout: timeout})
+	defer s.Close(time.Second)
+	for range 50 {
+		sc.pipes = append(sc.pipes, encode("SET a 1", "SET b 2")) // two shards: two batches at once
+	}
+	newConn(s, sc, 1).serve()
+	if len(k.ctxs) != 100 {
+		t.Fatalf("%d batches, want 100", len(k.ctxs))
+	}
+	distinct := map[context.Context]bool{}
+	for i, ctx := range k.ctxs {
+		distinct[ctx] = true
+		dl, ok := ctx.Deadline()
+		if !ok || dl.Sub(k.times[i]) > timeout || dl.Sub(k.reads[i]) < timeout-timeout/100 {
+			t.Errorf("batch %d: deadline %v after its batch left, %v after its pipeline was read (ok %v); want at most %v, at least %v",
+				i, dl.Sub(k.times[i]), dl.Sub(k.reads[i]), ok, timeout, timeout-timeout/100)
+		}
+		if ctx.Err() == nil {
+			t.Errorf("batch %d: context still live after the connection ended", i)
+		}
+	}
+	if len(distinct) < 2 { // 50 pipelines at least 1 ms apart span more than one 10 ms window
+		t.Errorf("%d distinct contexts, want a new one after the reuse window", len(distinct))
+	}
+}
+
+// slowScript is a scriptConn that waits pause before each pipeline and
+// records when it was read.
+type slowScript struct {
+	scriptConn
+	pause time.Duration
+	reads []time.Time
+}
+
+func (s *slowScript) Read(b []byte) (int, error) {
+	time.Sleep(s.pause) // lets time pass between pipelines; nothing waits on it
+	s.reads = append(s.reads, time.Now())
+	return s.scriptConn.Read(b)
 }
