@@ -117,6 +117,17 @@ func (m *Node) Request(protocol, op, code string, d time.Duration) {
 	}
 }
 
+// RequestObserver returns what Request does for protocol, op and code,
+// bound to them: a caller that records many requests of one kind looks
+// the series up once, not per request.
+func (m *Node) RequestObserver(protocol, op, code string) func(time.Duration) {
+	if m == nil {
+		return func(time.Duration) {}
+	}
+	o := m.requests.WithLabelValues(protocol, op, code)
+	return func(d time.Duration) { o.Observe(d.Seconds()) }
+}
+
 // Commit records one storage commit of the raft loop: its duration, the
 // Ready cycles of its turn and the records of its batch.
 func (m *Node) Commit(synced bool, d time.Duration, readies, records int) {

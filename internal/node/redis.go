@@ -77,6 +77,7 @@ func (n *Node) newRedis() *redisapi.Server {
 		Observe: func(cmd, errCode string, d time.Duration) {
 			n.metrics.Request("resp", cmd, cmp.Or(errCode, "OK"), d)
 		},
+		ObserveOK: func(cmd string) func(time.Duration) { return n.metrics.RequestObserver("resp", cmd, "OK") },
 	})
 }
 

@@ -37,6 +37,29 @@ type conn struct {
 	multi       *multiState // non-nil between MULTI and EXEC/DISCARD
 	quit        bool        // close after the replies are written
 	calls       []*call     // the last pipeline's, emptied: reused by the next
+	// Per-pipeline memory reused by the next pipeline once the replies are
+	// written (nothing refers to a call, a group or a chain after that):
+	// the call blocks readPipeline fills, the pending group's maps, and
+	// the slots chains are carved from. A pipelined SET allocated ~2.5
+	// objects of its own for these besides its plan.
+	blocks [][]call
+	pend   pending
+	slots  []*call
+	// setPlans is the block SET plans are carved from (newSetPlan).
+	setPlans []setPlan
+	// The context of the last group of key commands and until when it
+	// serves new groups (groupCtx).
+	gctx      context.Context
+	gcancel   context.CancelFunc
+	gctxUntil time.Time
+	// last is the last command looked up, by the name it was sent as: a
+	// pipeline repeats one name, and a map lookup of it cost 2 % of a Redis
+	// node under pipelined SET.
+	last struct {
+		name [16]byte
+		n    int
+		cmd  *command
+	}
 
 	mu      sync.Mutex
 	name    string // guarded by mu
@@ -70,7 +93,9 @@ type call struct {
 // the protocol, or the server closes.
 func (c *conn) serve() {
 	defer c.nc.Close()
+	defer c.endGroupCtx()
 	for !c.quit {
+		c.slots = c.slots[:0]
 		calls, readErr := c.readPipeline()
 		c.run(calls)
 		var pe *resp.ProtocolError
@@ -98,7 +123,8 @@ func (c *conn) serve() {
 // returns what it read and the error that ended the stream, if any.
 func (c *conn) readPipeline() ([]*call, error) {
 	calls := c.calls[:0]
-	var block []call // calls are allocated 16 at a time
+	var block []call // calls come 16 at a time: reused blocks first
+	used := 0
 	size := 0
 	for len(calls) < maxPipeline && size < maxPipelineBytes {
 		if len(calls) > 0 && c.r.Buffered() == 0 {
@@ -111,7 +137,8 @@ func (c *conn) readPipeline() ([]*call, error) {
 		size += n
 		if len(args) > 0 {
 			if len(block) == cap(block) {
-				block = make([]call, 0, 16)
+				block = c.callBlock(used)
+				used++
 			}
 			block = append(block, call{args: args})
 			calls = append(calls, &block[len(block)-1])
@@ -120,11 +147,28 @@ func (c *conn) readPipeline() ([]*call, error) {
 	return calls, nil
 }
 
+// maxReusedBlocks bounds the call blocks a connection keeps between
+// pipelines (64 calls, ~9 KiB): a rare long pipeline allocates the rest.
+const maxReusedBlocks = 4
+
+// callBlock returns the i-th empty block of 16 calls of this pipeline: a
+// block kept from an earlier pipeline while there are some.
+func (c *conn) callBlock(i int) []call {
+	if i < len(c.blocks) {
+		return c.blocks[i][:0]
+	}
+	b := make([]call, 0, 16)
+	if i < maxReusedBlocks {
+		c.blocks = append(c.blocks, b)
+	}
+	return b
+}
+
 // run runs a pipeline: consecutive key commands whose keys do not conflict
 // run concurrently, their writes to one shard as one batch (a write chain,
 // chain.go); any other command runs alone, after those before it.
 func (c *conn) run(calls []*call) {
-	var g pending
+	g := &c.pend
 	for _, cl := range calls {
 		cl.w.Init(c.proto, cl.reply[:]) // no allocation per command
 		cl.out = &cl.w
@@ -136,11 +180,11 @@ func (c *conn) run(calls []*call) {
 			cl.plan = p
 			if parts := c.splitWrite(cl); parts != nil {
 				for _, part := range parts { // cl is answered by its last part (partDone)
-					c.runGroup(c.add(&g, part))
+					c.runGroup(c.add(g, part))
 				}
 				continue
 			}
-			c.runGroup(c.add(&g, cl))
+			c.runGroup(c.add(g, cl))
 			continue
 		}
 		c.runGroup(g.flush())
@@ -153,14 +197,37 @@ func (c *conn) run(calls []*call) {
 
 // observe reports one answered command to Config.Observe.
 func (c *conn) observe(cl *call, start time.Time) {
+	if c.s.cfg.Observe == nil || cl.out == nil || cl.split != nil {
+		return
+	}
+	c.observeTook(cl, time.Since(start))
+}
+
+// observeTook reports one answered command that took d to Config.Observe
+// (through ObserveOK's observer of its command, if it succeeded).
+func (c *conn) observeTook(cl *call, d time.Duration) {
 	if c.s.cfg.Observe == nil || cl.out == nil || cl.split != nil { // a part: its command is observed once, by partDone
+		return
+	}
+	code := cl.out.ErrorCode()
+	if code == "" && cl.cmd != nil && c.s.cfg.ObserveOK != nil {
+		c.s.okObserver(cl.cmd)(d)
 		return
 	}
 	name := "unknown"
 	if cl.cmd != nil {
 		name = cl.cmd.name
 	}
-	c.s.cfg.Observe(name, cl.out.ErrorCode(), time.Since(start))
+	c.s.cfg.Observe(name, code, d)
+}
+
+// okObserver is Config.ObserveOK of cmd, asked once per command.
+func (s *Server) okObserver(cmd *command) func(time.Duration) {
+	if o, ok := s.okObs.Load(cmd); ok {
+		return o.(func(time.Duration))
+	}
+	o, _ := s.okObs.LoadOrStore(cmd, s.cfg.ObserveOK(cmd.name))
+	return o.(func(time.Duration))
 }
 
 // planConcurrent returns the plan of cl if it is a key command that may run
@@ -168,7 +235,7 @@ func (c *conn) observe(cl *call, start time.Time) {
 // with valid arguments. Anything else (including a planning error, which
 // dispatch then answers) returns nil.
 func (c *conn) planConcurrent(cl *call) *plan {
-	cl.cmd = lookup(cl.args[0])
+	cl.cmd = c.lookup(cl.args[0])
 	if cl.cmd == nil || cl.cmd.plan == nil || c.multi != nil || !c.authed || !cl.cmd.arityOK(len(cl.args)) {
 		return nil
 	}
@@ -201,15 +268,13 @@ func addKeys(keys map[string]bool, p *plan) {
 }
 
 // runGroup runs planned key commands (and their chains) concurrently and
-// waits for them all. They start together, so one CommandTimeout from now
-// bounds each: one context (a timer, a registration with the server's)
-// for the group, not one per command.
+// waits for them all. They start together, so one context bounds them
+// all (groupCtx).
 func (c *conn) runGroup(group []*call) {
 	if len(group) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-	defer cancel()
+	ctx := c.groupCtx()
 	if len(group) == 1 {
 		c.runCall(ctx, group[0])
 		return
@@ -225,15 +290,44 @@ func (c *conn) runGroup(group []*call) {
 	wg.Wait()
 }
 
+// groupCtx returns the context that bounds a group starting now: its
+// deadline is at most CommandTimeout and at least CommandTimeout less
+// groupCtxReuse from now. One context (a cancelCtx, a timer, a
+// registration with the server's) per group was 3 % of a Redis node's CPU
+// under pipelined SET, one group per pipeline; a connection now reuses its
+// last group's context for the groups that start within groupCtxReuse of
+// it (~20 pipelines of redis-benchmark -P 16), and cancels it when it makes
+// the next or the connection ends. Groups run one after another, so no
+// group still runs under a context this cancels.
+func (c *conn) groupCtx() context.Context {
+	now := time.Now()
+	if c.gctx != nil && now.Before(c.gctxUntil) {
+		return c.gctx
+	}
+	c.endGroupCtx()
+	c.gctx, c.gcancel = context.WithDeadline(c.s.ctx, now.Add(c.s.cfg.CommandTimeout))
+	c.gctxUntil = now.Add(min(groupCtxReuse, c.s.cfg.CommandTimeout/100))
+	return c.gctx
+}
+
+// groupCtxReuse bounds how long a group context serves later groups (and
+// CommandTimeout/100: what a group may lose of its timeout).
+const groupCtxReuse = 100 * time.Millisecond
+
+// endGroupCtx cancels the connection's group context, if any.
+func (c *conn) endGroupCtx() {
+	if c.gcancel != nil {
+		c.gcancel()
+		c.gctx, c.gcancel = nil, nil
+	}
+}
+
 // runCall runs one planned call, and its chain as one batch, and reports
 // each command (a chained one with the batch's time).
 func (c *conn) runCall(ctx context.Context, cl *call) {
 	start := time.Now()
-	c.noteCommand(cl.cmd)
-	for _, x := range cl.chain {
-		c.noteCommand(x.cmd)
-	}
 	if len(cl.chain) == 0 {
+		c.noteCommand(cl.cmd)
 		c.execPlan(ctx, cl.plan, cl.out)
 		c.observe(cl, start)
 		if cl.split != nil {
@@ -241,10 +335,12 @@ func (c *conn) runCall(ctx context.Context, cl *call) {
 		}
 		return
 	}
+	c.noteCommand(cl.chain[len(cl.chain)-1].cmd) // the chain's last: once, not per command
 	c.execChain(ctx, cl)
-	c.observe(cl, start)
+	d := time.Since(start) // the chain's commands took the batch's time
+	c.observeTook(cl, d)
 	for _, x := range cl.chain {
-		c.observe(x, start)
+		c.observeTook(x, d)
 	}
 	if cl.split != nil {
 		c.partDone(cl)
@@ -261,7 +357,7 @@ func (c *conn) runCall(ctx context.Context, cl *call) {
 func (c *conn) dispatch(cl *call) {
 	w := cl.out
 	if cl.cmd == nil {
-		cl.cmd = lookup(cl.args[0])
+		cl.cmd = c.lookup(cl.args[0])
 	}
 	cmd := cl.cmd
 	switch {
@@ -294,6 +390,21 @@ func (c *conn) dispatch(cl *call) {
 		return
 	}
 	cmd.run(c, cl.args, w)
+}
+
+// lookup is lookup with the connection's one-entry cache: the same name,
+// byte for byte, is the same command.
+func (c *conn) lookup(name []byte) *command {
+	l := &c.last
+	if l.cmd != nil && len(name) == l.n && string(name) == string(l.name[:l.n]) {
+		return l.cmd
+	}
+	cmd := lookup(name)
+	if cmd != nil && len(name) <= len(l.name) {
+		l.n = copy(l.name[:], name)
+		l.cmd = cmd
+	}
+	return cmd
 }
 
 func (c *conn) noteCommand(cmd *command) {

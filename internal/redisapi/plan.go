@@ -127,7 +127,14 @@ func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*
 // batch sends ops, all of one shard, as one BatchRequest and returns
 // their results, one per op.
 func (c *conn) batch(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpResult, error) {
-	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
+	// The request and its header in one allocation (one batch per chain).
+	req := &struct {
+		r concordpb.BatchRequest
+		h concordpb.RequestHeader
+	}{}
+	req.h.Consistency = c.consistency
+	req.r.Header, req.r.Ops = &req.h, ops
+	r, err := c.s.b.Batch(ctx, &req.r)
 	if err == nil && len(r.GetResults()) != len(ops) {
 		err = replyError("ERR internal error: a batch answered with the wrong number of results")
 	}

@@ -98,6 +98,12 @@ type Config struct {
 	// error reply ("" on success) and how long it took (the node's
 	// metrics).
 	Observe func(cmd, errCode string, d time.Duration)
+	// ObserveOK, when set with Observe, returns what Observe does for
+	// cmd's successful replies, bound to cmd: the server asks once per
+	// command and calls it for each success. Observe looked up the
+	// metric's series by its labels for every command, 2-3 % of a Redis
+	// node's CPU under pipelined SET.
+	ObserveOK func(cmd string) func(d time.Duration)
 }
 
 func (c *Config) fill() {
@@ -137,6 +143,7 @@ type Server struct {
 	limits  resp.Limits
 	started time.Time
 	cursors cursorTable
+	okObs   sync.Map // *command -> Config.ObserveOK(its name)
 
 	ctx    context.Context // canceled by Close: ends the commands in flight
 	cancel context.CancelFunc

@@ -58,6 +58,26 @@ type setPlan struct {
 	op  concordpb.Op
 }
 
+// setPlanBlock is how many SET plans a connection allocates at once.
+const setPlanBlock = 16
+
+// newSetPlan returns an empty SET plan carved from the connection's
+// current block of them (nil c: one of its own). One allocation of 16
+// plans instead of 16 (planSet's mallocs were 3 % of a Redis node's CPU
+// under pipelined SET). A block is never reused: it lives while any of
+// its plans does (a batch cut short by its context may hold the ops).
+// Only the connection's goroutine plans, so no lock.
+func (c *conn) newSetPlan() *setPlan {
+	if c == nil {
+		return &setPlan{}
+	}
+	if len(c.setPlans) == cap(c.setPlans) {
+		c.setPlans = make([]setPlan, 0, setPlanBlock)
+	}
+	c.setPlans = c.setPlans[:len(c.setPlans)+1]
+	return &c.setPlans[len(c.setPlans)-1]
+}
+
 // opError is the Redis error text of an op's failure, "" if none.
 func opError(e concordpb.OpError) string {
 	switch e {
@@ -185,9 +205,9 @@ func putOp(k, v []byte, e expiry, cond concordpb.Condition, returnPrev bool) *co
 // planSet: SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL].
 // One PUT: a condition, the previous value (GET) and the expiry are all
 // decided by the shard's state machine, atomically.
-func planSet(_ *conn, a [][]byte) (*plan, error) {
+func planSet(c *conn, a [][]byte) (*plan, error) {
 	if len(a) == 3 { // SET key value: a blind PUT answered OK, no closure
-		sp := &setPlan{}
+		sp := c.newSetPlan()
 		sp.op.Type, sp.op.Key, sp.op.Value = concordpb.OpType_OP_PUT, a[1], a[2]
 		sp.ops[0] = &sp.op
 		sp.p = plan{ops: sp.ops[:], one: replyOK}

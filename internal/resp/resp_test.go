@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func args(ss ...string) [][]byte {
@@ -254,3 +256,65 @@ func TestWriterInit(t *testing.T) {
 		t.Fatalf("after Init: %q, proto %d", got, w.Proto())
 	}
 }
+
+// TestHeaderPathsAgree: a header line found whole in the buffer (the fast
+// path) and one read byte by byte (iotest.OneByteReader: the slow path)
+// parse to the same commands and the same errors, lengths included.
+func TestHeaderPathsAgree(t *testing.T) {
+	for _, in := range []string{
+		"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nabc\r\n",
+		"*1\r\n$+4\r\nPING\r\n",                // a sign, as strconv accepts
+		"*1\r\n$-4\r\nPING\r\n",                // negative: refused
+		"*1\r\n$0004\r\nPING\r\n",              // leading zeros
+		"*1\r\n$4x\r\nPING\r\n",                // junk after the digits
+		"*1\r\n$999999999999999999\r\n",        // 18 digits: over the limit
+		"*1\r\n$9223372036854775808\r\n",       // 19 digits, past int64
+		"*1\r\n$\r\n",                          // no digits
+		"*1\r\n$4\n",                           // LF without CR
+		"*1\r\n$4\rx\r\nPING\r\n",              // a CR inside the line
+		"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n", // a truncated second command
+		"*" + strings.Repeat("9", 70) + "\r\n", // a header over its limit
+	} {
+		whole := readAll(NewReader(strings.NewReader(in), Limits{}))
+		bytewise := readAll(NewReader(iotest.OneByteReader(strings.NewReader(in)), Limits{}))
+		if whole != bytewise {
+			t.Errorf("%q: read whole %s, byte by byte %s", in, whole, bytewise)
+		}
+	}
+}
+
+// readAll reads commands until an error and describes what it read.
+func readAll(r *Reader) string {
+	var b strings.Builder
+	for {
+		a, n, err := r.ReadCommand()
+		fmt.Fprintf(&b, "%q/%d ", a, n)
+		if err != nil {
+			fmt.Fprintf(&b, "err=%v", err)
+			return b.String()
+		}
+	}
+}
+
+// BenchmarkReadSetPipeline parses redis-benchmark's pipelined SET (-d 256
+// -P 16), one pipeline per op: what a Redis node parses per read.
+func BenchmarkReadSetPipeline(b *testing.B) {
+	cmd := "*3\r\n$3\r\nSET\r\n$16\r\nkey:__rand_int__\r\n$256\r\n" + strings.Repeat("x", 256) + "\r\n"
+	pipe := []byte(strings.Repeat(cmd, 16))
+	src := &repeatReader{data: pipe}
+	r := NewReader(src, Limits{})
+	b.SetBytes(int64(len(pipe)))
+	b.ReportAllocs()
+	for b.Loop() {
+		for range 16 {
+			if _, _, err := r.ReadCommand(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// repeatReader returns data again and again, one copy per Read.
+type repeatReader struct{ data []byte }
+
+func (r *repeatReader) Read(p []byte) (int, error) { return copy(p, r.data), nil }
