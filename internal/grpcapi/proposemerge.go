@@ -37,8 +37,12 @@ import (
 // once. One alone waits a whole commit (an fsync here and on a follower)
 // before the next leaves, and pipelined SET of one hot key ran at half
 // the rate of unmerged proposals, which raft pipelines; a few in flight
-// keep the log busy while the queue behind them still merges.
-var proposeSenders = 4
+// keep the log busy while the queue behind them still merges. Two beat
+// four: through the leader of redis-benchmark's one key, SET -P 16 ran at
+// 257–262k/s with two against 214–229k/s with four (the queue behind two
+// merges about twice as many SETs into each entry), and random-key SET was
+// level (docs/benchmarks.md, Redis run 13).
+var proposeSenders = 2
 
 // proposeMerged proposes the write batch ops of shard, which this node
 // leads, with the others queued for it, and returns its own part of the
