@@ -27,9 +27,10 @@ import (
 // further than its leader may: the leader stamps the index it may truncate
 // to on its heartbeats (Index, a field raft leaves unset on heartbeats and
 // ignores on receipt), and the follower, at its next truncation pass,
-// takes the lower of the latest stamp and its own applied index. With no word from the current term's leader (a
-// leader that has not judged yet, or a build that does not stamp), it
-// keeps the cap, as every replica did before. The followers' logs thus
+// takes the lower of the latest stamp and its own applied index. With no
+// word from the current term's leader (a leader that has not judged yet,
+// or a build that does not stamp), it keeps the cap, as every replica did
+// before. The followers' logs thus
 // start where the leader's does, as they do in CockroachDB and TiKV, where
 // the leader proposes the truncation through raft; a heartbeat field
 // costs nothing on the log.
