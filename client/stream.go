@@ -37,8 +37,9 @@ var errNoStream = errors.New("concord: node does not serve KV.Stream")
 var errNotSent = status.Error(codes.Unavailable, "concord: the request was not sent: "+notSentMark)
 
 type pendingCall struct {
-	msg *concordpb.StreamCall
-	res chan callResult // buffered: the deliverer never blocks
+	msg   *concordpb.StreamCall
+	res   chan callResult // buffered: the deliverer never blocks
+	timer *time.Timer     // the call's deadline; stopped while unused
 }
 
 type callResult struct {
@@ -93,15 +94,21 @@ func newStreamMux(conn grpc.ClientConnInterface) *streamMux {
 
 func (m *streamMux) close() { m.cancel() }
 
-// do sends one call and waits for its reply, or for ctx to end.
+// do sends one call and waits for its reply, for ctx to end, or for ctx's
+// deadline: it arms a timer of its own for that, so that the client's
+// attemptCtx, whose Done does not close at its deadline, needs none.
 func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concordpb.StreamReply, error) {
+	p := getPending()
 	if dl, ok := ctx.Deadline(); ok {
-		msg.TimeoutMs = uint32(max(time.Until(dl).Milliseconds(), 1))
+		left := time.Until(dl)
+		msg.TimeoutMs = uint32(max(left.Milliseconds(), 1))
+		p.timer.Reset(left)
 	}
-	p := &pendingCall{msg: msg, res: make(chan callResult, 1)}
+	p.msg = msg
 	m.mu.Lock()
 	if m.unsupported {
 		m.mu.Unlock()
+		putPending(p)
 		return nil, errNoStream
 	}
 	m.nextID++
@@ -113,8 +120,10 @@ func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concord
 	case m.wake <- struct{}{}:
 	default:
 	}
+	var err error
 	select {
-	case r := <-p.res:
+	case r := <-p.res: // delivered once out of the queue and the pending set
+		putPending(p)
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -123,31 +132,73 @@ func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concord
 		}
 		return r.reply, nil
 	case <-ctx.Done():
-		if m.forget(p) {
-			return nil, errNotSent
-		}
-		return nil, status.FromContextError(ctx.Err()).Err()
+		err = ctx.Err()
+	case <-p.timer.C:
+		err = context.DeadlineExceeded
 	case <-m.ctx.Done():
-		return nil, status.Error(codes.Canceled, "concord: client closed")
+		err = errClientClosed
 	}
+	unsent, found := m.forget(p)
+	if found {
+		putPending(p)
+	} else {
+		p.timer.Stop()
+	}
+	switch {
+	case err == errClientClosed:
+		return nil, err
+	case unsent:
+		return nil, errNotSent
+	}
+	return nil, status.FromContextError(err).Err()
+}
+
+var errClientClosed = status.Error(codes.Canceled, "concord: client closed")
+
+// pendingPool recycles pendingCalls, with their channel and timer: a
+// call that allocated both took a good part of a loaded client's
+// allocations per op.
+var pendingPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &pendingCall{res: make(chan callResult, 1), timer: t}
+}}
+
+func getPending() *pendingCall { return pendingPool.Get().(*pendingCall) }
+
+// putPending recycles p once no one else holds it: it was answered (a
+// deliverer takes a call out of the queue or the pending set, under the
+// mux's lock, before it delivers, and never touches it after), or forget
+// found it in one of them. Its channel is then empty.
+func putPending(p *pendingCall) {
+	p.timer.Stop()
+	p.msg = nil
+	pendingPool.Put(p)
 }
 
 // forget drops a call whose caller gave up (its reply, if any, is
 // dropped). It reports whether the call was still queued, so certainly
-// never sent; once the sender has taken it, it may have been.
-func (m *streamMux) forget(p *pendingCall) (unsent bool) {
+// never sent (once the sender has taken it, it may have been), and
+// whether it was found queued or awaiting its reply: then no one holds p
+// any more, and it may be recycled. A call the sender holds between the
+// queue and the pending set is not: the sender may still file it there
+// and deliver to it.
+func (m *streamMux) forget(p *pendingCall) (unsent, found bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, q := range m.queue {
 		if q == p {
 			m.queue = append(m.queue[:i], m.queue[i+1:]...)
-			return true
+			return true, true
 		}
 	}
 	if m.cur != nil {
-		delete(m.cur.pending, p.msg.GetId())
+		if q, ok := m.cur.pending[p.msg.GetId()]; ok && q == p {
+			delete(m.cur.pending, p.msg.GetId())
+			return false, true
+		}
 	}
-	return false
+	return false, false
 }
 
 // sendLoop writes what is queued, one message per wake-up (calls queued
@@ -350,6 +401,8 @@ var _ concordpb.KVClient = streamKV{}
 func (k streamKV) Get(ctx context.Context, in *concordpb.GetRequest, opts ...grpc.CallOption) (*concordpb.GetResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Get{Get: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Get(ctx, in, opts...)
 	}
 	return r.GetGet(), err
@@ -358,6 +411,8 @@ func (k streamKV) Get(ctx context.Context, in *concordpb.GetRequest, opts ...grp
 func (k streamKV) Put(ctx context.Context, in *concordpb.PutRequest, opts ...grpc.CallOption) (*concordpb.PutResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Put{Put: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Put(ctx, in, opts...)
 	}
 	return r.GetPut(), err
@@ -366,6 +421,8 @@ func (k streamKV) Put(ctx context.Context, in *concordpb.PutRequest, opts ...grp
 func (k streamKV) Delete(ctx context.Context, in *concordpb.DeleteRequest, opts ...grpc.CallOption) (*concordpb.DeleteResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Delete{Delete: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Delete(ctx, in, opts...)
 	}
 	return r.GetDelete(), err
@@ -374,6 +431,8 @@ func (k streamKV) Delete(ctx context.Context, in *concordpb.DeleteRequest, opts 
 func (k streamKV) CompareAndSwap(ctx context.Context, in *concordpb.CompareAndSwapRequest, opts ...grpc.CallOption) (*concordpb.CompareAndSwapResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_CompareAndSwap{CompareAndSwap: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.CompareAndSwap(ctx, in, opts...)
 	}
 	return r.GetCompareAndSwap(), err
@@ -382,6 +441,8 @@ func (k streamKV) CompareAndSwap(ctx context.Context, in *concordpb.CompareAndSw
 func (k streamKV) Scan(ctx context.Context, in *concordpb.ScanRequest, opts ...grpc.CallOption) (*concordpb.ScanResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Scan{Scan: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Scan(ctx, in, opts...)
 	}
 	return r.GetScan(), err
@@ -390,6 +451,8 @@ func (k streamKV) Scan(ctx context.Context, in *concordpb.ScanRequest, opts ...g
 func (k streamKV) Batch(ctx context.Context, in *concordpb.BatchRequest, opts ...grpc.CallOption) (*concordpb.BatchResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Batch{Batch: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Batch(ctx, in, opts...)
 	}
 	return r.GetBatch(), err
