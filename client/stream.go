@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -278,7 +277,7 @@ func (m *streamMux) sendQueued() bool {
 func (m *streamMux) takeBatch() []*pendingCall {
 	n, size := 0, 0
 	for n < len(m.queue) {
-		s := proto.Size(m.queue[n].msg)
+		s := callSize(m.queue[n].msg)
 		if n > 0 && size+s > maxStreamBatchBytes {
 			break
 		}
