@@ -411,7 +411,8 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 		deadline = time.Now().Add(DefaultTimeout)
 	}
 	per := c.attemptTimeout(time.Until(deadline))
-	h := &concordpb.RequestHeader{Consistency: consistency}
+	st := &callState{h: concordpb.RequestHeader{Consistency: consistency}, actx: attemptCtx{Context: ctx}}
+	h, actx := &st.h, &st.actx
 	if mutation {
 		s := c.takeSession()
 		defer c.putSession(s)
@@ -429,7 +430,6 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 	if viaEndpoints && len(c.endpoints) > 1 {
 		firstEndpoint = mrand.IntN(len(c.endpoints))
 	}
-	actx := &attemptCtx{Context: ctx}
 	for attempt := 0; ; attempt++ {
 		addr, _ := c.target(key, attempt, avoid)
 		if viaEndpoints && (c.opts.ThroughEndpoints || attempt < len(c.endpoints)) {
@@ -473,6 +473,12 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 			}
 		}
 	}
+}
+
+// callState is what a call allocates, in one allocation.
+type callState struct {
+	h    concordpb.RequestHeader
+	actx attemptCtx
 }
 
 // attempt makes one attempt on kv, bounded by a's deadline. A request

@@ -212,10 +212,11 @@ func messageFieldSize(num protowire.Number, n int) int {
 
 // decodeResponse decodes a StreamResponse as proto.Unmarshal does into a
 // fresh message. A response whose replies are all gets and puts (with at
-// most an error code and message) takes four allocations and one per
-// distinct leader address: its bytes, the response, one block per reply
-// holding its StreamReply, oneof wrapper, response and header, and the
-// reply pointers; get values and previous values alias the copy of data.
+// most an error code and message) takes three allocations (one for a lone
+// reply): the response, one block per reply holding its StreamReply,
+// oneof wrapper, response and header, and the reply pointers; and one per
+// value (a get's, a put's previous one: copied out of data, which the
+// caller reuses) and per leader address not seen lately.
 // Anything else (another kind of reply, a field it does not know, a
 // message field given twice, which proto would merge, bytes that do not
 // parse) goes to proto.Unmarshal. addrs interns leader addresses: it is
@@ -254,13 +255,23 @@ func decodeFast(data []byte, addrs *addrCache) (*concordpb.StreamResponse, bool)
 		}
 		rest = rest[l:]
 	}
-	resp := &concordpb.StreamResponse{}
 	if n == 0 {
-		return resp, true
+		return &concordpb.StreamResponse{}, true
 	}
-	data = append([]byte(nil), data...) // values alias it; the caller reuses its buffer
-	blocks := make([]replyBlock, n)
-	resp.Replies = make([]*concordpb.StreamReply, n)
+	var resp *concordpb.StreamResponse
+	var blocks []replyBlock
+	if n == 1 { // a lone reply (a client with one call in flight): one allocation
+		one := &struct {
+			resp  concordpb.StreamResponse
+			ptr   [1]*concordpb.StreamReply
+			block [1]replyBlock
+		}{}
+		resp, blocks = &one.resp, one.block[:]
+		resp.Replies = one.ptr[:]
+	} else {
+		resp, blocks = &concordpb.StreamResponse{}, make([]replyBlock, n)
+		resp.Replies = make([]*concordpb.StreamReply, n)
+	}
 	for i := range blocks {
 		_, _, l := protowire.ConsumeTag(data)
 		v, m := protowire.ConsumeBytes(data[l:])
@@ -361,7 +372,7 @@ func (b *replyBlock) decodeResponse(num protowire.Number, data []byte, addrs *ad
 				return false
 			}
 			data = data[m:]
-			*value = v[:len(v):len(v)]
+			*value = append([]byte{}, v...) // the caller reuses data
 		case num == fGetExpire && typ == protowire.VarintType && expire != nil:
 			v, m := protowire.ConsumeVarint(data)
 			if m < 0 {

@@ -94,7 +94,7 @@ func serveLean(c net.Conn, header []byte) {
 		return
 	}
 	value := make([]byte, 256)
-	var out []byte
+	var out, scratch []byte
 	for {
 		data, err := fr.NextBytes()
 		if err != nil {
@@ -114,7 +114,7 @@ func serveLean(c net.Conn, header []byte) {
 			}
 			call, n := protowire.ConsumeBytes(data)
 			data = data[n:]
-			out = appendLeanReply(out, call, header, value)
+			out, scratch = appendLeanReply(out, scratch[:0], call, header, value)
 		}
 		binary.BigEndian.PutUint32(out, uint32(len(out)-frame.Header))
 		if _, err := c.Write(out); err != nil {
@@ -123,8 +123,9 @@ func serveLean(c net.Conn, header []byte) {
 	}
 }
 
-// appendLeanReply appends the StreamResponse field of the reply to call.
-func appendLeanReply(out, call, header, value []byte) []byte {
+// appendLeanReply appends the StreamResponse field of the reply to call,
+// building the response in resp (returned for reuse).
+func appendLeanReply(out, resp, call, header, value []byte) ([]byte, []byte) {
 	var id uint64
 	kind := protowire.Number(0)
 	for len(call) > 0 {
@@ -141,8 +142,7 @@ func appendLeanReply(out, call, header, value []byte) []byte {
 		}
 		call = call[n:]
 	}
-	var resp []byte // the response message, within the reply
-	if kind != 9 {  // every response but a pong has the header first
+	if kind != 9 { // every response but a pong has the header first
 		resp = protowire.AppendTag(resp, 1, protowire.BytesType)
 		resp = protowire.AppendBytes(resp, header)
 	}
@@ -160,7 +160,7 @@ func appendLeanReply(out, call, header, value []byte) []byte {
 	// The reply's response field number is the call's request number + 1
 	// (get 3 → 4, put 4 → 5, ..., ping 9 → pong 10).
 	out = protowire.AppendTag(out, kind+1, protowire.BytesType)
-	return protowire.AppendBytes(out, resp)
+	return protowire.AppendBytes(out, resp), resp
 }
 
 // cpuTime is this process's user and system CPU time so far.
@@ -229,4 +229,42 @@ func BenchmarkWireGet(b *testing.B) {
 		_, _, err := c.Get(ctx, key)
 		return err
 	})
+}
+
+// TestHotPathAllocations pins the allocations of a lone Put and Get over
+// the framed wire, the fake node's none: a blind put allocates its request,
+// its call, its call state (header and attempt), its response with its
+// reply block, and the closure state of Put; a get one more for its value.
+// A change that adds one per call to the hot path fails here.
+func TestHotPathAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	c := startLeanNode(t)
+	ctx := context.Background()
+	key, value := []byte("k000000000000042"), make([]byte, 256)
+	if _, _, err := c.Put(ctx, key, value); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		max  float64
+		op   func() error
+	}{
+		{"put", 6, func() error { _, _, err := c.Put(ctx, key, value); return err }},
+		{"get", 8, func() error { _, _, err := c.Get(ctx, key); return err }},
+	} {
+		var err error
+		n := testing.AllocsPerRun(200, func() {
+			if e := tc.op(); e != nil {
+				err = e
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > tc.max {
+			t.Errorf("%s: %.1f allocations per call, want at most %.0f", tc.name, n, tc.max)
+		}
+	}
 }

@@ -57,6 +57,8 @@ type streamMux struct {
 
 	mu          sync.Mutex
 	queue       []*pendingCall
+	spare       []*pendingCall // an empty array for the queue (recycleBatch)
+	lent        bool           // the sender's batch is a whole former queue array
 	cur         *streamConn // nil: opened by the next send
 	nextID      uint64
 	unsupported bool
@@ -65,6 +67,9 @@ type streamMux struct {
 	// answered the framed wire's hello as one that does not speak it. The
 	// sender's alone.
 	grpcUntil time.Time
+
+	// req is the sender's message, reused on the framed wire.
+	req concordpb.StreamRequest
 
 	// fromNode and sent are PeerWire's (nil for clients).
 	fromNode func() uint64
@@ -247,26 +252,40 @@ func (m *streamMux) sendQueued() bool {
 			return m.queued()
 		}
 	}
-	msgs := make([]*concordpb.StreamCall, len(batch))
+	// The framed wire encodes the request before Send returns: its
+	// message and call list are the sender's, reused. gRPC's may hold a
+	// message after SendMsg (stats handlers): a fresh one each time.
+	_, framed := conn.s.(*framedStream)
+	req := &m.req
+	if !framed {
+		req = &concordpb.StreamRequest{}
+	}
+	msgs := req.Calls[:0]
 	m.mu.Lock()
 	if conn.done { // broke before these were sent: they go on the next stream
 		m.queue = append(batch, m.queue...)
 		m.mu.Unlock()
 		return true
 	}
-	for i, p := range batch {
+	for _, p := range batch {
 		conn.pending[p.msg.GetId()] = p
-		msgs[i] = p.msg
+		msgs = append(msgs, p.msg)
 	}
+	m.recycleBatch(batch)
 	m.mu.Unlock()
 	// A failed Send means the stream broke; Recv, in the receiver, gets
 	// the reason and fails every call sent on it.
-	req := &concordpb.StreamRequest{Calls: msgs}
+	req.Calls = msgs
+	if framed {
+		defer func() {
+			clear(req.Calls) // drop the calls for the collector
+			req.Calls, req.FromNodeId = req.Calls[:0], 0
+		}()
+	}
 	if m.fromNode != nil {
 		req.FromNodeId = m.fromNode()
 	}
 	if m.sent != nil { // before the send, so a caller answered has been counted
-		_, framed := conn.s.(*framedStream)
 		m.sent(framed, len(msgs))
 	}
 	_ = conn.s.Send(req)
@@ -284,13 +303,31 @@ func (m *streamMux) takeBatch() []*pendingCall {
 		size += s
 		n++
 	}
-	batch := m.queue[:n:n]
-	m.queue = m.queue[n:]
-	if len(m.queue) == 0 {
-		m.queue = nil
+	if n == len(m.queue) { // all of it: the spare array takes new calls
+		batch := m.queue
+		m.queue, m.spare = m.spare[:0], nil
+		m.lent = true
+		return batch
 	}
+	batch := m.queue[:n:n] // shares the queue's array: not recycled
+	m.queue = m.queue[n:]
+	m.lent = false
 	return batch
 }
+
+// recycleBatch keeps the array of a batch that took the whole queue as the
+// next spare, so that a queue refilled after each message costs no
+// allocation. Called with mu held, once the sender is done with batch.
+func (m *streamMux) recycleBatch(batch []*pendingCall) {
+	if !m.lent || m.spare != nil || cap(batch) > maxSpareQueue {
+		return
+	}
+	clear(batch)
+	m.spare, m.lent = batch[:0], false
+}
+
+// maxSpareQueue bounds the spare queue array kept (calls).
+const maxSpareQueue = 4096
 
 func (m *streamMux) queued() bool {
 	m.mu.Lock()
@@ -391,6 +428,17 @@ func (m *streamMux) failAll(err error) {
 	}
 }
 
+// getCall and putCall are a call and its oneof wrapper in one allocation.
+type getCall struct {
+	call concordpb.StreamCall
+	w    concordpb.StreamCall_Get
+}
+
+type putCall struct {
+	call concordpb.StreamCall
+	w    concordpb.StreamCall_Put
+}
+
 // streamKV is a concordpb.KVClient whose calls travel on a streamMux,
 // falling back to unary calls on a node without Stream.
 type streamKV struct{ m *streamMux }
@@ -398,7 +446,9 @@ type streamKV struct{ m *streamMux }
 var _ concordpb.KVClient = streamKV{}
 
 func (k streamKV) Get(ctx context.Context, in *concordpb.GetRequest, opts ...grpc.CallOption) (*concordpb.GetResponse, error) {
-	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Get{Get: in}})
+	c := &getCall{w: concordpb.StreamCall_Get{Get: in}}
+	c.call.Request = &c.w
+	r, err := k.m.do(ctx, &c.call)
 	if errors.Is(err, errNoStream) {
 		ctx, cancel := bounded(ctx)
 		defer cancel()
@@ -408,7 +458,9 @@ func (k streamKV) Get(ctx context.Context, in *concordpb.GetRequest, opts ...grp
 }
 
 func (k streamKV) Put(ctx context.Context, in *concordpb.PutRequest, opts ...grpc.CallOption) (*concordpb.PutResponse, error) {
-	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Put{Put: in}})
+	c := &putCall{w: concordpb.StreamCall_Put{Put: in}}
+	c.call.Request = &c.w
+	r, err := k.m.do(ctx, &c.call)
 	if errors.Is(err, errNoStream) {
 		ctx, cancel := bounded(ctx)
 		defer cancel()
