@@ -59,7 +59,7 @@ type streamMux struct {
 	queue       []*pendingCall
 	spare       []*pendingCall // an empty array for the queue (recycleBatch)
 	lent        bool           // the sender's batch is a whole former queue array
-	cur         *streamConn // nil: opened by the next send
+	cur         *streamConn    // nil: opened by the next send
 	nextID      uint64
 	unsupported bool
 
