@@ -176,7 +176,7 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 			c.Close()
 			return nil, err
 		}
-		if werr := sleep(ctx, backoff(attempt)); werr != nil {
+		if werr := sleep(ctx, backoff(attempt), deadlineOf(ctx)); werr != nil {
 			c.Close()
 			return nil, err
 		}
@@ -338,6 +338,12 @@ func (c *Client) attemptTimeout(total time.Duration) time.Duration {
 	return min(max(total/3, MinAttemptTimeout), MaxAttemptTimeout)
 }
 
+// deadlineOf is ctx's deadline, which it must have.
+func deadlineOf(ctx context.Context) time.Time {
+	dl, _ := ctx.Deadline()
+	return dl
+}
+
 // attemptContext bounds one attempt by per (none if per is negative).
 func attemptContext(ctx context.Context, per time.Duration) (context.Context, context.CancelFunc) {
 	if per < 0 {
@@ -397,14 +403,16 @@ func (c *Client) putSession(s *session) {
 // applied, else with a plain error (every attempt was refused or never sent).
 func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistency concordpb.Consistency,
 	do func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error)) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
-		defer cancel()
+	// The call's deadline is a time, not a context of its own: a context
+	// with a timer per call (and another per attempt) took a tenth of a
+	// loaded client's CPU (docs/benchmarks.md, "A leaner load generator").
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(DefaultTimeout)
 	}
-	deadline, _ := ctx.Deadline()
 	per := c.attemptTimeout(time.Until(deadline))
-	h := &concordpb.RequestHeader{Consistency: consistency}
+	st := &callState{h: concordpb.RequestHeader{Consistency: consistency}, actx: attemptCtx{Context: ctx}}
+	h, actx := &st.h, &st.actx
 	if mutation {
 		s := c.takeSession()
 		defer c.putSession(s)
@@ -413,12 +421,15 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 	}
 	uncertain := false // some attempt may have applied the mutation
 	var lastErr error
-	avoid := map[string]bool{} // nodes that failed this call without refusing
+	var avoid map[string]bool // nodes that failed this call without refusing
 	// A stale read reads the replica of the node that receives it: ask the
 	// nodes this client was given, not the leader, so that a client of one
 	// node (`concord get --stale --endpoints X`) reads X's replica.
 	viaEndpoints := c.opts.ThroughEndpoints || !mutation && consistency == concordpb.Consistency_STALE
-	firstEndpoint := mrand.IntN(len(c.endpoints))
+	firstEndpoint := 0
+	if viaEndpoints && len(c.endpoints) > 1 {
+		firstEndpoint = mrand.IntN(len(c.endpoints))
+	}
 	for attempt := 0; ; attempt++ {
 		addr, _ := c.target(key, attempt, avoid)
 		if viaEndpoints && (c.opts.ThroughEndpoints || attempt < len(c.endpoints)) {
@@ -428,9 +439,11 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 		if err != nil {
 			return fmt.Errorf("concord: connect to %s: %w", addr, err)
 		}
-		actx, cancel := attemptContext(ctx, per)
-		rh, err := do(actx, c.kv(addr, conn), h)
-		cancel()
+		actx.deadline = deadline
+		if per >= 0 {
+			actx.deadline = minTime(deadline, time.Now().Add(per))
+		}
+		rh, err := c.attempt(actx, c.kv(addr, conn), h, do)
 		if err == nil {
 			c.learn(rh)
 			return nil
@@ -440,6 +453,9 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 		timedOut := code == codes.DeadlineExceeded || code == codes.Canceled
 		switch {
 		case timedOut, code == codes.Unavailable && !isRefusal(err) && !notSent(err):
+			if avoid == nil {
+				avoid = map[string]bool{}
+			}
 			avoid[addr] = true // stalled, or its connection broke: try another node
 		case !retryable(code):
 			return err
@@ -447,16 +463,81 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 		if mutation && !isRefusal(err) && !notSent(err) {
 			uncertain = true
 		}
-		if ctx.Err() != nil {
-			return c.failed(ctx.Err(), lastErr, mutation && uncertain)
+		if err := callErr(ctx, deadline); err != nil {
+			return c.failed(err, lastErr, mutation && uncertain)
 		}
 		c.maybeRefresh()
 		if !timedOut { // a timed-out attempt has waited long enough
-			if werr := sleep(ctx, backoff(attempt)); werr != nil {
+			if werr := sleep(ctx, backoff(attempt), deadline); werr != nil {
 				return c.failed(werr, lastErr, mutation && uncertain)
 			}
 		}
 	}
+}
+
+// callState is what a call allocates, in one allocation.
+type callState struct {
+	h    concordpb.RequestHeader
+	actx attemptCtx
+}
+
+// attempt makes one attempt on kv, bounded by a's deadline. A request
+// stream's wait arms one timer for it (streamMux.do); any other kv gets a
+// context that ends at the deadline.
+func (c *Client) attempt(a *attemptCtx, kv concordpb.KVClient, h *concordpb.RequestHeader,
+	do func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error)) (*concordpb.ResponseHeader, error) {
+	if _, ok := kv.(streamKV); ok {
+		return do(a, kv, h)
+	}
+	ctx, cancel := a.bounded()
+	defer cancel()
+	return do(ctx, kv, h)
+}
+
+// attemptCtx is a call's context during one attempt: the caller's, with
+// the attempt's deadline. Its Done is the caller's, which does not close
+// at the deadline: it is only for streamMux.do, which waits for the
+// deadline itself, and what does not is given bounded() instead.
+type attemptCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (a *attemptCtx) Deadline() (time.Time, bool) { return a.deadline, true }
+
+func (a *attemptCtx) Err() error { return callErr(a.Context, a.deadline) }
+
+// bounded is a real context that ends at a's deadline.
+func (a *attemptCtx) bounded() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(a.Context, a.deadline)
+}
+
+// bounded returns ctx as a context that ends at its deadline: an
+// attemptCtx becomes a real one (cancel must be called); any other is
+// returned as it is.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a, ok := ctx.(*attemptCtx); ok {
+		return a.bounded()
+	}
+	return ctx, func() {}
+}
+
+// callErr is ctx's error, or DeadlineExceeded once deadline has passed.
+func callErr(ctx context.Context, deadline time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // failed is the error of a call that ran out of time (ctxErr) after lastErr.
@@ -510,13 +591,19 @@ func backoff(attempt int) time.Duration {
 	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
+// sleep waits for d, or until ctx ends or deadline passes (then it returns
+// why).
+func sleep(ctx context.Context, d time.Duration, deadline time.Time) error {
+	left := time.Until(deadline)
+	t := time.NewTimer(min(d, left))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
+		if d >= left {
+			return context.DeadlineExceeded
+		}
 		return nil
 	}
 }

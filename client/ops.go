@@ -86,8 +86,13 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 	for _, o := range opts {
 		o(req)
 	}
+	// One request for every attempt: each is encoded (or sent) before the
+	// attempt returns, and carries the same header.
 	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
-		resp, err := kv.Put(ctx, &concordpb.PutRequest{Header: h, Key: key, Value: value, TtlMs: req.GetTtlMs(), ReturnPrev: req.GetReturnPrev()})
+		if req.Header != h { // set once: gRPC may read a sent message late
+			req.Header = h
+		}
+		resp, err := kv.Put(ctx, req)
 		prev, existed = resp.GetPrevValue(), resp.GetPrevExists()
 		return resp.GetHeader(), err
 	})

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -37,8 +36,9 @@ var errNoStream = errors.New("concord: node does not serve KV.Stream")
 var errNotSent = status.Error(codes.Unavailable, "concord: the request was not sent: "+notSentMark)
 
 type pendingCall struct {
-	msg *concordpb.StreamCall
-	res chan callResult // buffered: the deliverer never blocks
+	msg   *concordpb.StreamCall
+	res   chan callResult // buffered: the deliverer never blocks
+	timer *time.Timer     // the call's deadline; stopped while unused
 }
 
 type callResult struct {
@@ -57,7 +57,9 @@ type streamMux struct {
 
 	mu          sync.Mutex
 	queue       []*pendingCall
-	cur         *streamConn // nil: opened by the next send
+	spare       []*pendingCall // an empty array for the queue (recycleBatch)
+	lent        bool           // the sender's batch is a whole former queue array
+	cur         *streamConn    // nil: opened by the next send
 	nextID      uint64
 	unsupported bool
 
@@ -65,6 +67,9 @@ type streamMux struct {
 	// answered the framed wire's hello as one that does not speak it. The
 	// sender's alone.
 	grpcUntil time.Time
+
+	// req is the sender's message, reused on the framed wire.
+	req concordpb.StreamRequest
 
 	// fromNode and sent are PeerWire's (nil for clients).
 	fromNode func() uint64
@@ -93,15 +98,21 @@ func newStreamMux(conn grpc.ClientConnInterface) *streamMux {
 
 func (m *streamMux) close() { m.cancel() }
 
-// do sends one call and waits for its reply, or for ctx to end.
+// do sends one call and waits for its reply, for ctx to end, or for ctx's
+// deadline: it arms a timer of its own for that, so that the client's
+// attemptCtx, whose Done does not close at its deadline, needs none.
 func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concordpb.StreamReply, error) {
+	p := getPending()
 	if dl, ok := ctx.Deadline(); ok {
-		msg.TimeoutMs = uint32(max(time.Until(dl).Milliseconds(), 1))
+		left := time.Until(dl)
+		msg.TimeoutMs = uint32(max(left.Milliseconds(), 1))
+		p.timer.Reset(left)
 	}
-	p := &pendingCall{msg: msg, res: make(chan callResult, 1)}
+	p.msg = msg
 	m.mu.Lock()
 	if m.unsupported {
 		m.mu.Unlock()
+		putPending(p)
 		return nil, errNoStream
 	}
 	m.nextID++
@@ -113,8 +124,10 @@ func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concord
 	case m.wake <- struct{}{}:
 	default:
 	}
+	var err error
 	select {
-	case r := <-p.res:
+	case r := <-p.res: // delivered once out of the queue and the pending set
+		putPending(p)
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -123,31 +136,73 @@ func (m *streamMux) do(ctx context.Context, msg *concordpb.StreamCall) (*concord
 		}
 		return r.reply, nil
 	case <-ctx.Done():
-		if m.forget(p) {
-			return nil, errNotSent
-		}
-		return nil, status.FromContextError(ctx.Err()).Err()
+		err = ctx.Err()
+	case <-p.timer.C:
+		err = context.DeadlineExceeded
 	case <-m.ctx.Done():
-		return nil, status.Error(codes.Canceled, "concord: client closed")
+		err = errClientClosed
 	}
+	unsent, found := m.forget(p)
+	if found {
+		putPending(p)
+	} else {
+		p.timer.Stop()
+	}
+	switch {
+	case err == errClientClosed:
+		return nil, err
+	case unsent:
+		return nil, errNotSent
+	}
+	return nil, status.FromContextError(err).Err()
+}
+
+var errClientClosed = status.Error(codes.Canceled, "concord: client closed")
+
+// pendingPool recycles pendingCalls, with their channel and timer: a
+// call that allocated both took a good part of a loaded client's
+// allocations per op.
+var pendingPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &pendingCall{res: make(chan callResult, 1), timer: t}
+}}
+
+func getPending() *pendingCall { return pendingPool.Get().(*pendingCall) }
+
+// putPending recycles p once no one else holds it: it was answered (a
+// deliverer takes a call out of the queue or the pending set, under the
+// mux's lock, before it delivers, and never touches it after), or forget
+// found it in one of them. Its channel is then empty.
+func putPending(p *pendingCall) {
+	p.timer.Stop()
+	p.msg = nil
+	pendingPool.Put(p)
 }
 
 // forget drops a call whose caller gave up (its reply, if any, is
 // dropped). It reports whether the call was still queued, so certainly
-// never sent; once the sender has taken it, it may have been.
-func (m *streamMux) forget(p *pendingCall) (unsent bool) {
+// never sent (once the sender has taken it, it may have been), and
+// whether it was found queued or awaiting its reply: then no one holds p
+// any more, and it may be recycled. A call the sender holds between the
+// queue and the pending set is not: the sender may still file it there
+// and deliver to it.
+func (m *streamMux) forget(p *pendingCall) (unsent, found bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, q := range m.queue {
 		if q == p {
 			m.queue = append(m.queue[:i], m.queue[i+1:]...)
-			return true
+			return true, true
 		}
 	}
 	if m.cur != nil {
-		delete(m.cur.pending, p.msg.GetId())
+		if q, ok := m.cur.pending[p.msg.GetId()]; ok && q == p {
+			delete(m.cur.pending, p.msg.GetId())
+			return false, true
+		}
 	}
-	return false
+	return false, false
 }
 
 // sendLoop writes what is queued, one message per wake-up (calls queued
@@ -197,26 +252,40 @@ func (m *streamMux) sendQueued() bool {
 			return m.queued()
 		}
 	}
-	msgs := make([]*concordpb.StreamCall, len(batch))
+	// The framed wire encodes the request before Send returns: its
+	// message and call list are the sender's, reused. gRPC's may hold a
+	// message after SendMsg (stats handlers): a fresh one each time.
+	_, framed := conn.s.(*framedStream)
+	req := &m.req
+	if !framed {
+		req = &concordpb.StreamRequest{}
+	}
+	msgs := req.Calls[:0]
 	m.mu.Lock()
 	if conn.done { // broke before these were sent: they go on the next stream
 		m.queue = append(batch, m.queue...)
 		m.mu.Unlock()
 		return true
 	}
-	for i, p := range batch {
+	for _, p := range batch {
 		conn.pending[p.msg.GetId()] = p
-		msgs[i] = p.msg
+		msgs = append(msgs, p.msg)
 	}
+	m.recycleBatch(batch)
 	m.mu.Unlock()
 	// A failed Send means the stream broke; Recv, in the receiver, gets
 	// the reason and fails every call sent on it.
-	req := &concordpb.StreamRequest{Calls: msgs}
+	req.Calls = msgs
+	if framed {
+		defer func() {
+			clear(req.Calls) // drop the calls for the collector
+			req.Calls, req.FromNodeId = req.Calls[:0], 0
+		}()
+	}
 	if m.fromNode != nil {
 		req.FromNodeId = m.fromNode()
 	}
 	if m.sent != nil { // before the send, so a caller answered has been counted
-		_, framed := conn.s.(*framedStream)
 		m.sent(framed, len(msgs))
 	}
 	_ = conn.s.Send(req)
@@ -227,20 +296,38 @@ func (m *streamMux) sendQueued() bool {
 func (m *streamMux) takeBatch() []*pendingCall {
 	n, size := 0, 0
 	for n < len(m.queue) {
-		s := proto.Size(m.queue[n].msg)
+		s := callSize(m.queue[n].msg)
 		if n > 0 && size+s > maxStreamBatchBytes {
 			break
 		}
 		size += s
 		n++
 	}
-	batch := m.queue[:n:n]
-	m.queue = m.queue[n:]
-	if len(m.queue) == 0 {
-		m.queue = nil
+	if n == len(m.queue) { // all of it: the spare array takes new calls
+		batch := m.queue
+		m.queue, m.spare = m.spare[:0], nil
+		m.lent = true
+		return batch
 	}
+	batch := m.queue[:n:n] // shares the queue's array: not recycled
+	m.queue = m.queue[n:]
+	m.lent = false
 	return batch
 }
+
+// recycleBatch keeps the array of a batch that took the whole queue as the
+// next spare, so that a queue refilled after each message costs no
+// allocation. Called with mu held, once the sender is done with batch.
+func (m *streamMux) recycleBatch(batch []*pendingCall) {
+	if !m.lent || m.spare != nil || cap(batch) > maxSpareQueue {
+		return
+	}
+	clear(batch)
+	m.spare, m.lent = batch[:0], false
+}
+
+// maxSpareQueue bounds the spare queue array kept (calls).
+const maxSpareQueue = 4096
 
 func (m *streamMux) queued() bool {
 	m.mu.Lock()
@@ -341,6 +428,17 @@ func (m *streamMux) failAll(err error) {
 	}
 }
 
+// getCall and putCall are a call and its oneof wrapper in one allocation.
+type getCall struct {
+	call concordpb.StreamCall
+	w    concordpb.StreamCall_Get
+}
+
+type putCall struct {
+	call concordpb.StreamCall
+	w    concordpb.StreamCall_Put
+}
+
 // streamKV is a concordpb.KVClient whose calls travel on a streamMux,
 // falling back to unary calls on a node without Stream.
 type streamKV struct{ m *streamMux }
@@ -348,16 +446,24 @@ type streamKV struct{ m *streamMux }
 var _ concordpb.KVClient = streamKV{}
 
 func (k streamKV) Get(ctx context.Context, in *concordpb.GetRequest, opts ...grpc.CallOption) (*concordpb.GetResponse, error) {
-	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Get{Get: in}})
+	c := &getCall{w: concordpb.StreamCall_Get{Get: in}}
+	c.call.Request = &c.w
+	r, err := k.m.do(ctx, &c.call)
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Get(ctx, in, opts...)
 	}
 	return r.GetGet(), err
 }
 
 func (k streamKV) Put(ctx context.Context, in *concordpb.PutRequest, opts ...grpc.CallOption) (*concordpb.PutResponse, error) {
-	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Put{Put: in}})
+	c := &putCall{w: concordpb.StreamCall_Put{Put: in}}
+	c.call.Request = &c.w
+	r, err := k.m.do(ctx, &c.call)
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Put(ctx, in, opts...)
 	}
 	return r.GetPut(), err
@@ -366,6 +472,8 @@ func (k streamKV) Put(ctx context.Context, in *concordpb.PutRequest, opts ...grp
 func (k streamKV) Delete(ctx context.Context, in *concordpb.DeleteRequest, opts ...grpc.CallOption) (*concordpb.DeleteResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Delete{Delete: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Delete(ctx, in, opts...)
 	}
 	return r.GetDelete(), err
@@ -374,6 +482,8 @@ func (k streamKV) Delete(ctx context.Context, in *concordpb.DeleteRequest, opts 
 func (k streamKV) CompareAndSwap(ctx context.Context, in *concordpb.CompareAndSwapRequest, opts ...grpc.CallOption) (*concordpb.CompareAndSwapResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_CompareAndSwap{CompareAndSwap: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.CompareAndSwap(ctx, in, opts...)
 	}
 	return r.GetCompareAndSwap(), err
@@ -382,6 +492,8 @@ func (k streamKV) CompareAndSwap(ctx context.Context, in *concordpb.CompareAndSw
 func (k streamKV) Scan(ctx context.Context, in *concordpb.ScanRequest, opts ...grpc.CallOption) (*concordpb.ScanResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Scan{Scan: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Scan(ctx, in, opts...)
 	}
 	return r.GetScan(), err
@@ -390,6 +502,8 @@ func (k streamKV) Scan(ctx context.Context, in *concordpb.ScanRequest, opts ...g
 func (k streamKV) Batch(ctx context.Context, in *concordpb.BatchRequest, opts ...grpc.CallOption) (*concordpb.BatchResponse, error) {
 	r, err := k.m.do(ctx, &concordpb.StreamCall{Request: &concordpb.StreamCall_Batch{Batch: in}})
 	if errors.Is(err, errNoStream) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
 		return k.m.unary.Batch(ctx, in, opts...)
 	}
 	return r.GetBatch(), err

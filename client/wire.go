@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -57,6 +58,9 @@ const (
 	// wireWriteTimeout bounds one write: a node that takes no bytes for
 	// this long costs the connection (its calls fail as a broken stream's).
 	wireWriteTimeout = 10 * time.Second
+	// wireWriteSlack is how much longer than wireWriteTimeout a write may
+	// wait: the deadline is moved once per wireWriteSlack, not per write.
+	wireWriteSlack = time.Second
 	// wireReprobe is how long a node found not to speak the framed wire is
 	// called over gRPC before a new stream to it tries the wire again (it
 	// may have been upgraded): one probe per node per period, not per call.
@@ -178,13 +182,15 @@ type framedStream struct {
 	raw net.Conn
 	fr  *frame.Reader
 	// wmu serialises writes: the sender's calls and the keepalive's pings.
-	wmu      sync.Mutex
-	buf      []byte
-	lastRecv atomic.Int64           // when a frame last arrived, in Unix nanoseconds
-	pings    uint64                 // pings sent; the keepalive's alone
-	why      atomic.Pointer[string] // why the keepalive closed the connection
-	done     chan struct{}
-	doneOnce sync.Once
+	wmu           sync.Mutex
+	buf           []byte
+	writeDeadline time.Time              // the connection's, for writes; wmu's
+	addrs         addrCache              // the receiver's
+	lastRecv      atomic.Int64           // when a frame last arrived, in Unix nanoseconds
+	pings         uint64                 // pings sent; the keepalive's alone
+	why           atomic.Pointer[string] // why the keepalive closed the connection
+	done          chan struct{}
+	doneOnce      sync.Once
 }
 
 // end closes the connection, once: Recv then fails, and the receiver fails
@@ -317,6 +323,7 @@ func (s *framedStream) ping(timeout time.Duration) error {
 		return err
 	}
 	_ = s.c.SetWriteDeadline(time.Now().Add(timeout))
+	s.writeDeadline = time.Time{} // the next Send sets its own
 	_, err = s.c.Write(buf)
 	return err
 }
@@ -332,9 +339,11 @@ func (s *framedStream) fail(why string) {
 func (s *framedStream) Send(req *concordpb.StreamRequest) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	buf, err := frame.Append(s.buf[:0], req)
+	buf := append(s.buf[:0], 0, 0, 0, 0)
+	buf, err := appendRequest(buf, req)
 	if err == nil {
-		_ = s.c.SetWriteDeadline(time.Now().Add(wireWriteTimeout))
+		binary.BigEndian.PutUint32(buf, uint32(len(buf)-frame.Header))
+		s.extendWriteDeadline()
 		_, err = s.c.Write(buf)
 	}
 	if cap(buf) <= keepWireBuf {
@@ -348,9 +357,26 @@ func (s *framedStream) Send(req *concordpb.StreamRequest) error {
 	return err
 }
 
+// extendWriteDeadline keeps the write deadline between wireWriteTimeout
+// and wireWriteTimeout+wireWriteSlack away: moving it on every write, a
+// timer update in the runtime, cost more than the write's bookkeeping.
+// Called with wmu held.
+func (s *framedStream) extendWriteDeadline() {
+	now := time.Now()
+	if s.writeDeadline.Sub(now) >= wireWriteTimeout {
+		return
+	}
+	s.writeDeadline = now.Add(wireWriteTimeout + wireWriteSlack)
+	_ = s.c.SetWriteDeadline(s.writeDeadline)
+}
+
 func (s *framedStream) Recv() (*concordpb.StreamResponse, error) {
-	resp := &concordpb.StreamResponse{}
-	if err := s.fr.Next(resp); err != nil {
+	data, err := s.fr.NextBytes()
+	var resp *concordpb.StreamResponse
+	if err == nil {
+		resp, err = decodeResponse(data, &s.addrs)
+	}
+	if err != nil {
 		s.end()
 		if why := s.why.Load(); why != nil {
 			return nil, status.Error(codes.Unavailable, "framed connection: "+*why)

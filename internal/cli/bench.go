@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,9 @@ type benchFlags struct {
 	timeout   time.Duration
 	wire      string
 	sec       securityFlags
+	// cpuProfile, when set, is where the measured phase's CPU profile of
+	// the load generator itself goes (hidden: for tuning the client).
+	cpuProfile string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -79,6 +83,8 @@ func addBenchFlags(cmd *cobra.Command, f *benchFlags) {
 	fl.StringVar(&f.wire, "wire", client.WireTCP, "--target concord: what requests travel on, tcp (the client's framed TCP wire, with\n"+
 		"keepalive, falling back to gRPC with nodes that lack it; docs/architecture.md) or grpc (a KV.Stream)")
 	addSecurityFlags(fl, &f.sec) // --target concord only
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile of the run (preload included) to this file")
+	_ = fl.MarkHidden("cpuprofile")
 }
 
 // resolve applies the flag interactions cobra cannot express: --read-ratio
@@ -133,7 +139,14 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 			t.Close()
 		}
 	}()
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
 	res, err := bench.Run(ctx, f.cfg, targets, progressWriter())
+	if perr := stopProfile(); err == nil && perr != nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
@@ -176,6 +189,26 @@ func progressWriter() io.Writer {
 		return nil
 	}
 	return os.Stderr
+}
+
+// startCPUProfile profiles this process's CPU into path until the returned
+// function is called; with no path it does nothing.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 func writePlot(path string, res *bench.Result) error {

@@ -1,0 +1,194 @@
+package client
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// randBytes is nil, empty or n random bytes.
+func randBytes(rng *rand.Rand) []byte {
+	switch rng.IntN(4) {
+	case 0:
+		return nil
+	case 1:
+		return []byte{}
+	}
+	b := make([]byte, rng.IntN(300))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// randUint is 0, small, or any uint64.
+func randUint(rng *rand.Rand) uint64 {
+	switch rng.IntN(3) {
+	case 0:
+		return 0
+	case 1:
+		return uint64(rng.IntN(300))
+	}
+	return rng.Uint64()
+}
+
+func randRequestHeader(rng *rand.Rand) *concordpb.RequestHeader {
+	if rng.IntN(4) == 0 {
+		return nil
+	}
+	return &concordpb.RequestHeader{SessionId: randUint(rng), Seq: randUint(rng),
+		Consistency: concordpb.Consistency(rng.IntN(2)), Hops: uint32(randUint(rng))}
+}
+
+// randCall is a put, a get, another kind of call, or a call of a put or
+// get oneof holding nil.
+func randCall(rng *rand.Rand) *concordpb.StreamCall {
+	c := &concordpb.StreamCall{Id: randUint(rng), TimeoutMs: uint32(randUint(rng))}
+	switch rng.IntN(6) {
+	case 0, 1:
+		c.Request = &concordpb.StreamCall_Put{Put: &concordpb.PutRequest{Header: randRequestHeader(rng), Key: randBytes(rng),
+			Value: randBytes(rng), TtlMs: int64(randUint(rng)) - int64(rng.IntN(2)), ReturnPrev: rng.IntN(2) == 0}}
+	case 2, 3:
+		c.Request = &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Header: randRequestHeader(rng), Key: randBytes(rng)}}
+	case 4:
+		c.Request = &concordpb.StreamCall_Delete{Delete: &concordpb.DeleteRequest{Header: randRequestHeader(rng), Key: randBytes(rng)}}
+	default:
+		c.Request = &concordpb.StreamCall_Ping{Ping: &concordpb.KeepalivePing{}}
+	}
+	return c
+}
+
+// TestAppendRequestMatchesProto: the hand encoder writes proto.Marshal's
+// bytes, and callSize is proto.Size, for puts, gets and the calls it
+// leaves to proto.
+func TestAppendRequestMatchesProto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		req := &concordpb.StreamRequest{FromNodeId: randUint(rng)}
+		for range rng.IntN(4) {
+			req.Calls = append(req.Calls, randCall(rng))
+		}
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendRequest([]byte("head"), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[4:], want) {
+			t.Fatalf("request %d: %v\nhand  %x\nproto %x", i, req, got[4:], want)
+		}
+		for _, c := range req.GetCalls() {
+			if callSize(c) != proto.Size(c) {
+				t.Fatalf("callSize %d, proto.Size %d of %v", callSize(c), proto.Size(c), c)
+			}
+		}
+	}
+}
+
+func randResponseHeader(rng *rand.Rand) *concordpb.ResponseHeader {
+	if rng.IntN(4) == 0 {
+		return nil
+	}
+	addrs := []string{"", "127.0.0.1:7001", "127.0.0.1:7002", "[::1]:7003"}
+	return &concordpb.ResponseHeader{ShardId: randUint(rng), ServedByNodeId: randUint(rng),
+		LeaderNodeId: randUint(rng), LeaderAddress: addrs[rng.IntN(len(addrs))]}
+}
+
+func randReply(rng *rand.Rand) *concordpb.StreamReply {
+	r := &concordpb.StreamReply{Id: randUint(rng)}
+	if rng.IntN(5) == 0 {
+		r.Code, r.Message = uint32(1+rng.IntN(16)), "concord: not the leader"
+	}
+	switch rng.IntN(6) {
+	case 0, 1:
+		r.Response = &concordpb.StreamReply_Put{Put: &concordpb.PutResponse{Header: randResponseHeader(rng),
+			PrevExists: rng.IntN(2) == 0, PrevValue: randBytes(rng)}}
+	case 2, 3:
+		r.Response = &concordpb.StreamReply_Get{Get: &concordpb.GetResponse{Header: randResponseHeader(rng),
+			Found: rng.IntN(2) == 0, Value: randBytes(rng), ExpireAtUnixMs: int64(randUint(rng))}}
+	case 4:
+		r.Response = &concordpb.StreamReply_Pong{Pong: &concordpb.KeepalivePing{}}
+	}
+	return r
+}
+
+// TestDecodeResponseMatchesProto: decodeResponse gives what proto.Unmarshal
+// gives, for well-formed responses (the fast path or proto's) and for the
+// cases it must leave to proto: a field given twice, an unknown field, a
+// truncated message, a string that is not UTF-8.
+func TestDecodeResponseMatchesProto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var addrs addrCache
+	check := func(i int, data []byte) {
+		t.Helper()
+		want := &concordpb.StreamResponse{}
+		werr := proto.Unmarshal(data, want)
+		buf := append([]byte(nil), data...)
+		got, gerr := decodeResponse(buf, &addrs)
+		if (werr != nil) != (gerr != nil) {
+			t.Fatalf("case %d: proto error %v, decodeResponse error %v", i, werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		for j := range buf { // nothing decoded may alias the caller's buffer
+			buf[j] = 0xff
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("case %d:\ngot  %v\nwant %v", i, got, want)
+		}
+	}
+	for i := range 3000 {
+		resp := &concordpb.StreamResponse{}
+		for range rng.IntN(4) {
+			resp.Replies = append(resp.Replies, randReply(rng))
+		}
+		data, err := proto.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(i, data)
+		if len(data) == 0 {
+			continue
+		}
+		// Damaged and doubled forms: proto decides.
+		check(i, data[:rng.IntN(len(data))])
+		check(i, append(append([]byte(nil), data...), data...))
+		unknown := protowire.AppendTag(append([]byte(nil), data...), 7, protowire.VarintType)
+		check(i, protowire.AppendVarint(unknown, 1))
+		bad := append([]byte(nil), data...)
+		bad[rng.IntN(len(bad))] ^= byte(1 + rng.IntN(255))
+		check(i, bad)
+	}
+	// A leader address that is not UTF-8 fails as proto fails it.
+	h, _ := proto.Marshal(&concordpb.ResponseHeader{ShardId: 1})
+	h = protowire.AppendTag(h, fRHAddress, protowire.BytesType)
+	h = protowire.AppendBytes(h, []byte{0xff, 0xfe})
+	put := protowire.AppendBytes(protowire.AppendTag(nil, fRespHeader, protowire.BytesType), h)
+	reply := protowire.AppendBytes(protowire.AppendTag(nil, fReplyPut, protowire.BytesType), put)
+	check(-1, protowire.AppendBytes(protowire.AppendTag(nil, fStreamResponseReplies, protowire.BytesType), reply))
+}
+
+// TestAddrCacheInterns: a leader address seen before is the same string,
+// not a new one.
+func TestAddrCacheInterns(t *testing.T) {
+	var c addrCache
+	a := c.intern([]byte("127.0.0.1:7001"))
+	b := c.intern([]byte("127.0.0.1:7001"))
+	if a != "127.0.0.1:7001" || b != a {
+		t.Fatalf("intern gave %q, %q", a, b)
+	}
+	if n := testing.AllocsPerRun(100, func() { c.intern([]byte("127.0.0.1:7001")) }); n != 0 {
+		t.Fatalf("interning a known address allocated %v times", n)
+	}
+	if got := c.intern([]byte("127.0.0.1:7002")); got != "127.0.0.1:7002" {
+		t.Fatalf("intern gave %q", got)
+	}
+}
