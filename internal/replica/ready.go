@@ -343,11 +343,17 @@ type Outbound struct {
 // state this node has not yet persisted.
 //
 // A MsgTimeoutNow among them ends lease reads for the term (lease.go).
+//
+// A commit-only append is left out when a later append of rd covers it
+// (supersededAppend), and a leader sends none to a follower it replicates
+// to: the next append or heartbeat tells it the commit index
+// (commitonly.go).
 func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 	r.noteTransfers(rd)
 	r.stampTruncations(rd.Messages)
+	skipper := commitSkipper{r: r}
 	for i, m := range rd.Messages {
-		if supersededAppend(rd.Messages, i) {
+		if supersededAppend(rd.Messages, i) || skipper.skip(m) {
 			continue
 		}
 		node, ok := r.nodes[ids.ReplicaID(m.GetTo())]
@@ -362,6 +368,7 @@ func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 			late = append(late, ob)
 		}
 	}
+	clear(r.hbResp) // raft answered them in this Ready, if at all
 	return early, late
 }
 

@@ -212,6 +212,11 @@ type Replica struct {
 	// of its messages may leave before it is durable.
 	voteChanged bool
 	ticks       uint64
+	// hbResp marks the peers whose heartbeat response raft stepped since
+	// the last Ready's messages, and replicating the peers raft replicates
+	// to, read for one Ready (commitonly.go).
+	hbResp      map[uint64]bool
+	replicating map[uint64]bool
 	// staged maps snapshot index to the data received for it.
 	staged map[uint64]*storage.StagedSnapshot
 	// stagedAt is the tick at which each staged snapshot arrived.
@@ -397,6 +402,7 @@ func (r *Replica) Step(fromNode ids.NodeID, m *pb.Message, now int64) error {
 	}
 	err := r.rn.Step(m)
 	r.noteHeard(m, now)
+	r.heardHeartbeat(m)
 	return err
 }
 
