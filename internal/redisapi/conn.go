@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -47,6 +48,14 @@ type conn struct {
 	slots  []*call
 	// setPlans is the block SET plans are carved from (newSetPlan).
 	setPlans []setPlan
+	// held is set when a command of the current pipeline may leave its
+	// memory (arguments, SET plans) in use past its answer: it ran alone
+	// (dispatch: MULTI queues its arguments, a command may keep them), or
+	// a batch of it failed (a batch cut short by its context may still be
+	// queued, forwarded or proposed, holding its ops). Otherwise every
+	// batch was answered, and nothing refers to the pipeline's arguments
+	// or plans once its replies are written: endPipeline reuses them.
+	held atomic.Bool
 	// The context of the last group of key commands and until when it
 	// serves new groups (groupCtx).
 	gctx      context.Context
@@ -94,28 +103,68 @@ type call struct {
 func (c *conn) serve() {
 	defer c.nc.Close()
 	defer c.endGroupCtx()
-	for !c.quit {
-		c.slots = c.slots[:0]
-		calls, readErr := c.readPipeline()
-		c.run(calls)
-		var pe *resp.ProtocolError
-		if errors.As(readErr, &pe) {
-			w := resp.NewWriter(c.proto)
-			w.Error("ERR " + pe.Error())
-			calls = append(calls, &call{out: w})
-		}
-		if err := c.writeReplies(calls); err != nil {
-			return
-		}
-		clear(calls) // answered: let them go
-		c.calls = calls[:0]
-		if readErr != nil {
-			if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, net.ErrClosed) && pe == nil {
-				c.s.cfg.Logger.Debug("redis connection read failed", "client", c.id, "err", readErr)
-			}
-			return
-		}
+	for !c.quit && c.servePipeline() {
 	}
+}
+
+// servePipeline reads one pipeline, runs it and writes its replies; false
+// when the connection is to end.
+func (c *conn) servePipeline() bool {
+	c.slots = c.slots[:0]
+	calls, readErr := c.readPipeline()
+	c.calls = calls // its length sizes the SET plans' block (newSetPlan)
+	c.run(calls)
+	pe := protocolError(readErr)
+	if pe != nil {
+		w := resp.NewWriter(c.proto)
+		w.Error("ERR " + pe.Error())
+		calls = append(calls, &call{out: w})
+	}
+	if err := c.writeReplies(calls); err != nil {
+		return false
+	}
+	clear(calls) // answered: let them go
+	c.calls = calls[:0]
+	c.endPipeline()
+	if readErr != nil {
+		if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, net.ErrClosed) && pe == nil {
+			c.s.cfg.Logger.Debug("redis connection read failed", "client", c.id, "err", readErr)
+		}
+		return false
+	}
+	return true
+}
+
+// protocolError returns err as a *resp.ProtocolError, or nil. A function
+// of its own, called only on an error: errors.As makes its target escape,
+// an allocation per pipeline where serve declared it.
+func protocolError(err error) *resp.ProtocolError {
+	if err == nil {
+		return nil
+	}
+	var pe *resp.ProtocolError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// endPipeline lets the next pipeline reuse this one's arguments and SET
+// plans when none of them can be in use (held), and leaves them to their
+// holders otherwise. Called once the pipeline is answered: every group has
+// ended, so every batch of it has returned. A batch that returned without
+// an error was answered, and its ops were done with: the KV service
+// answers a forwarded batch once the leader has answered, which it does
+// after the request was read whole, and a proposed one once the entry
+// (encoded from the ops when proposed) was applied.
+func (c *conn) endPipeline() {
+	if c.held.Swap(false) {
+		c.r.DropArgs()
+		c.setPlans = nil
+		return
+	}
+	c.r.ReuseArgs()
+	c.setPlans = c.setPlans[:0]
 }
 
 // readPipeline reads one command, waiting for it, then every further
@@ -258,12 +307,12 @@ func conflicts(keys map[string]bool, p *plan) bool {
 
 func addKeys(keys map[string]bool, p *plan) {
 	for _, op := range p.ops {
-		// A lookup of string(key) allocates nothing, an insert does: only
-		// what changes is inserted (a hot key is read again and again).
+		// A lookup of string(key) allocates nothing; an insert aliases the
+		// key (keyString): only what changes is inserted.
 		if written, seen := keys[string(op.GetKey())]; seen && (written || p.read) {
 			continue
 		}
-		keys[string(op.GetKey())] = !p.read
+		keys[keyString(op.GetKey())] = !p.read
 	}
 }
 
@@ -355,6 +404,7 @@ func (c *conn) runCall(ctx context.Context, cl *call) {
 // dispatch runs one command alone: checks its name, arity and the
 // connection's authentication, queues it inside MULTI, or runs it.
 func (c *conn) dispatch(cl *call) {
+	c.held.Store(true) // a command alone may keep its arguments (MULTI queues them)
 	w := cl.out
 	if cl.cmd == nil {
 		cl.cmd = c.lookup(cl.args[0])

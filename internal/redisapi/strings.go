@@ -61,21 +61,29 @@ type setPlan struct {
 // setPlanBlock is how many SET plans a connection allocates at once.
 const setPlanBlock = 16
 
+// maxSetPlanBlock bounds the SET plans a connection allocates at once
+// (and keeps between pipelines: ~15 KiB).
+const maxSetPlanBlock = 64
+
 // newSetPlan returns an empty SET plan carved from the connection's
 // current block of them (nil c: one of its own). One allocation of 16
 // plans instead of 16 (planSet's mallocs were 3 % of a Redis node's CPU
-// under pipelined SET). A block is never reused: it lives while any of
-// its plans does (a batch cut short by its context may hold the ops).
+// under pipelined SET), or of as many as the pipeline has calls, up to
+// maxSetPlanBlock. A block is reused by the next pipeline only when none of
+// its plans can be in use (conn.endPipeline); otherwise it lives while any
+// of its plans does (a batch cut short by its context may hold the ops).
 // Only the connection's goroutine plans, so no lock.
 func (c *conn) newSetPlan() *setPlan {
 	if c == nil {
 		return &setPlan{}
 	}
 	if len(c.setPlans) == cap(c.setPlans) {
-		c.setPlans = make([]setPlan, 0, setPlanBlock)
+		c.setPlans = make([]setPlan, 0, min(max(setPlanBlock, len(c.calls)), maxSetPlanBlock))
 	}
 	c.setPlans = c.setPlans[:len(c.setPlans)+1]
-	return &c.setPlans[len(c.setPlans)-1]
+	sp := &c.setPlans[len(c.setPlans)-1]
+	*sp = setPlan{} // a reused block holds the last pipeline's
+	return sp
 }
 
 // opError is the Redis error text of an op's failure, "" if none.

@@ -318,3 +318,43 @@ func BenchmarkReadSetPipeline(b *testing.B) {
 type repeatReader struct{ data []byte }
 
 func (r *repeatReader) Read(p []byte) (int, error) { return copy(p, r.data), nil }
+
+// TestReuseArgs: after ReuseArgs the next commands' arguments and lists
+// are read into the memory of those before (a pipeline of SETs then
+// allocates nothing); after DropArgs into fresh memory, leaving the
+// earlier ones intact.
+func TestReuseArgs(t *testing.T) {
+	cmd := func(v string) string { return fmt.Sprintf("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n%s\r\n", len(v), v) }
+	src := &repeatReader{data: []byte(cmd("aaaa"))}
+	r := NewReader(src, Limits{})
+	first, _, err := r.ReadCommand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ReuseArgs()
+	src.data = []byte(cmd("bbbb"))
+	again, _, _ := r.ReadCommand()
+	if &again[2][0] != &first[2][0] || &again[0] != &first[0] || string(first[2]) != "bbbb" {
+		t.Errorf("after ReuseArgs: a value at %p (first at %p), list at %p (%p), first value now %q; want the same memory",
+			&again[2][0], &first[2][0], &again[0], &first[0], first[2])
+	}
+	r.DropArgs()
+	src.data = []byte(cmd("cccc"))
+	fresh, _, _ := r.ReadCommand()
+	if &fresh[2][0] == &again[2][0] || &fresh[0] == &again[0] || string(again[2]) != "bbbb" || string(fresh[2]) != "cccc" {
+		t.Errorf("after DropArgs: the earlier value %q at %p, the new %q at %p; want the earlier intact, the new elsewhere",
+			again[2], &again[2][0], fresh[2], &fresh[2][0])
+	}
+	pipe := strings.Repeat("*3\r\n$3\r\nSET\r\n$16\r\nkey:__rand_int__\r\n$256\r\n"+strings.Repeat("x", 256)+"\r\n", 16)
+	src.data = []byte(pipe)
+	if n := testing.AllocsPerRun(100, func() {
+		for range 16 {
+			if _, _, err := r.ReadCommand(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.ReuseArgs()
+	}); n != 0 {
+		t.Errorf("%.1f allocations per pipeline of 16 SETs with ReuseArgs, want 0", n)
+	}
+}
