@@ -149,3 +149,62 @@ func TestQueuedMultiKeepsItsArguments(t *testing.T) {
 		t.Errorf("the backend saw %s,\nwant %s", got, strings.Join(want, " "))
 	}
 }
+
+// deadlineConn is a scriptConn that records its write deadline and, at
+// each write, how long that deadline left from when the pipeline was read
+// (before it), and from the write itself (after).
+type deadlineConn struct {
+	scriptConn
+	deadline    time.Time
+	sets        int
+	pause       time.Duration
+	readAt      time.Time
+	fromRead    []time.Duration
+	fromWriting []time.Duration
+}
+
+func (d *deadlineConn) SetWriteDeadline(t time.Time) error { d.deadline, d.sets = t, d.sets+1; return nil }
+
+func (d *deadlineConn) Read(b []byte) (int, error) {
+	time.Sleep(d.pause) // lets time pass between pipelines; nothing waits on it
+	d.readAt = time.Now()
+	return d.scriptConn.Read(b)
+}
+
+func (d *deadlineConn) Write(b []byte) (int, error) {
+	d.fromRead = append(d.fromRead, d.deadline.Sub(d.readAt))
+	d.fromWriting = append(d.fromWriting, time.Until(d.deadline))
+	return d.scriptConn.Write(b)
+}
+
+// TestWriteDeadlineBoundsEachPipeline: every pipeline's replies are written
+// under a deadline at least WriteTimeout less its hundredth after the
+// pipeline was read, and at most WriteTimeout after the write; pipelines
+// that follow each other within that hundredth share one deadline instead
+// of setting one each, and those further apart set one each.
+func TestWriteDeadlineBoundsEachPipeline(t *testing.T) {
+	for _, timeout := range []time.Duration{time.Hour, 100 * time.Millisecond} {
+		s := New(&fakeKV{counters: map[string]int64{}}, Config{WriteTimeout: timeout})
+		dc := &deadlineConn{}
+		if timeout < time.Second {
+			dc.pause = 2 * timeout / 100
+		}
+		for range 50 {
+			dc.pipes = append(dc.pipes, encode("INCR k", "PING"))
+		}
+		newConn(s, dc, 1).serve()
+		s.Close(time.Second)
+		if len(dc.fromRead) != 50 {
+			t.Fatalf("%d writes for 50 pipelines", len(dc.fromRead))
+		}
+		for i := range dc.fromRead {
+			if dc.fromRead[i] < timeout-timeout/100 || dc.fromWriting[i] > timeout {
+				t.Errorf("timeout %v: pipeline %d written under a deadline %v after its read, %v after its write; want at least %v, at most %v",
+					timeout, i, dc.fromRead[i], dc.fromWriting[i], timeout-timeout/100, timeout)
+			}
+		}
+		if want := map[bool]int{true: 1, false: 50}[dc.pause == 0]; dc.sets != want {
+			t.Errorf("timeout %v: 50 pipelines %v apart set %d deadlines, want %d", timeout, dc.pause, dc.sets, want)
+		}
+	}
+}
