@@ -46,10 +46,11 @@ type conn struct {
 	blocks [][]call
 	pend   pending
 	slots  []*call
-	// setPlans is the block SET plans are carved from (newSetPlan).
-	setPlans []setPlan
+	// onePlans is the block one-op plans (a SET's, a GET's) are carved
+	// from (newOnePlan).
+	onePlans []onePlan
 	// held is set when a command of the current pipeline may leave its
-	// memory (arguments, SET plans) in use past its answer: it ran alone
+	// memory (arguments, one-op plans) in use past its answer: it ran alone
 	// (dispatch: MULTI queues its arguments, a command may keep them), or
 	// a batch of it failed (a batch cut short by its context may still be
 	// queued, forwarded or proposed, holding its ops). Otherwise every
@@ -114,7 +115,7 @@ func (c *conn) serve() {
 func (c *conn) servePipeline() bool {
 	c.slots = c.slots[:0]
 	calls, readErr := c.readPipeline()
-	c.calls = calls // its length sizes the SET plans' block (newSetPlan)
+	c.calls = calls // its length sizes the one-op plans' block (newOnePlan)
 	c.run(calls)
 	pe := protocolError(readErr)
 	if pe != nil {
@@ -151,7 +152,7 @@ func protocolError(err error) *resp.ProtocolError {
 	return nil
 }
 
-// endPipeline lets the next pipeline reuse this one's arguments and SET
+// endPipeline lets the next pipeline reuse this one's arguments and one-op
 // plans when none of them can be in use (held), and leaves them to their
 // holders otherwise. Called once the pipeline is answered: every group has
 // ended, so every batch of it has returned. A batch that returned without
@@ -162,11 +163,11 @@ func protocolError(err error) *resp.ProtocolError {
 func (c *conn) endPipeline() {
 	if c.held.Swap(false) {
 		c.r.DropArgs()
-		c.setPlans = nil
+		c.onePlans = nil
 		return
 	}
 	c.r.ReuseArgs()
-	c.setPlans = c.setPlans[:0]
+	c.onePlans = c.onePlans[:0]
 }
 
 // readPipeline reads one command, waiting for it, then every further
