@@ -31,8 +31,8 @@ func setPipeline() string {
 func TestPipelinesReuseTheirMemory(t *testing.T) {
 	for _, c := range []struct {
 		name, pipeline, reply string
-		backend           float64 // answerKV's: the results, their pointers, the response, a value per GET
-		bytes             uint64
+		backend               float64 // answerKV's: the results, their pointers, the response, a value per GET
+		bytes                 uint64
 	}{
 		{"SET", setPipeline(), "+OK\r\n", 3, 4 << 10},
 		{"GET", strings.Repeat("*2\r\n$3\r\nGET\r\n$16\r\nkey:__rand_int__\r\n", 16), "$1\r\nv\r\n", 3 + 16, 4 << 10},
@@ -173,7 +173,10 @@ type deadlineConn struct {
 	fromWriting []time.Duration
 }
 
-func (d *deadlineConn) SetWriteDeadline(t time.Time) error { d.deadline, d.sets = t, d.sets+1; return nil }
+func (d *deadlineConn) SetWriteDeadline(t time.Time) error {
+	d.deadline, d.sets = t, d.sets+1
+	return nil
+}
 
 func (d *deadlineConn) Read(b []byte) (int, error) {
 	time.Sleep(d.pause) // lets time pass between pipelines; nothing waits on it
