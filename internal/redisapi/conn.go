@@ -331,14 +331,18 @@ func (c *conn) runGroup(group []*call) {
 		c.runCall(ctx, group[0])
 		return
 	}
+	// The connection's goroutine runs the first call itself: one
+	// goroutine fewer to start and wake per group (with random keys, a
+	// pipeline's group has a chain per shard it touches).
 	var wg sync.WaitGroup
-	for _, cl := range group {
+	for _, cl := range group[1:] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c.runCall(ctx, cl)
 		}()
 	}
+	c.runCall(ctx, group[0])
 	wg.Wait()
 }
 
