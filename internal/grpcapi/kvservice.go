@@ -47,6 +47,9 @@ type KV struct {
 // NewKV returns the KV service of b, refusing keys and values over limits.
 func NewKV(b KVBackend, limits Limits) *KV {
 	s := &KV{b: b, limits: limits}
+	s.merge.fit, s.merge.send = s.fitReads, s.sendOneMerged
+	s.wmerge.fit, s.wmerge.send = s.fitWrites, s.sendOneWriteMerged
+	s.pmerge.fit, s.pmerge.send = s.fitWrites, s.proposeOneMerged
 	s.pmerge.senders = proposeSenders
 	return s
 }

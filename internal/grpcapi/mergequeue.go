@@ -17,8 +17,14 @@ type mergeQueue[T any] struct {
 	// one, a batch waits for the one before it to be answered; with more,
 	// up to that many are in flight, and batches merge only beyond them.
 	senders int
-	mu      sync.Mutex
-	shards  map[ids.ShardID]*shardQueue[T]
+	// fit says how many of the waiting items (at least one) make the next
+	// batch; send sends one batch of a shard. Fixed when the queue is
+	// made, so that an add allocates no closures (two per add were 5 % of
+	// the objects a Redis node forwarding pipelined SETs allocated).
+	fit    func([]T) int
+	send   func(ids.ShardID, []T)
+	mu     sync.Mutex
+	shards map[ids.ShardID]*shardQueue[T]
 }
 
 // shardQueue is one shard's waiting items and its running senders.
@@ -28,9 +34,8 @@ type shardQueue[T any] struct {
 }
 
 // add queues item for shard and starts a sender for the shard unless as
-// many as allowed run. The sender calls send with each batch in turn; fit says how many
-// of the waiting items (at least one) make the next batch.
-func (m *mergeQueue[T]) add(shard ids.ShardID, item T, fit func([]T) int, send func([]T)) {
+// many as allowed run. The sender calls m.send with each batch in turn.
+func (m *mergeQueue[T]) add(shard ids.ShardID, item T) {
 	m.mu.Lock()
 	if m.shards == nil {
 		m.shards = map[ids.ShardID]*shardQueue[T]{}
@@ -47,12 +52,12 @@ func (m *mergeQueue[T]) add(shard ids.ShardID, item T, fit func([]T) int, send f
 	}
 	m.mu.Unlock()
 	if start {
-		go m.drain(q, fit, send)
+		go m.drain(shard, q)
 	}
 }
 
 // drain sends q's items, batch by batch, until none is left.
-func (m *mergeQueue[T]) drain(q *shardQueue[T], fit func([]T) int, send func([]T)) {
+func (m *mergeQueue[T]) drain(shard ids.ShardID, q *shardQueue[T]) {
 	for {
 		m.mu.Lock()
 		if len(q.waiting) == 0 {
@@ -60,11 +65,11 @@ func (m *mergeQueue[T]) drain(q *shardQueue[T], fit func([]T) int, send func([]T
 			m.mu.Unlock()
 			return
 		}
-		n := max(1, min(fit(q.waiting), len(q.waiting)))
+		n := max(1, min(m.fit(q.waiting), len(q.waiting)))
 		batch := q.waiting[:n:n]
 		q.waiting = q.waiting[n:]
 		m.mu.Unlock()
-		send(batch)
+		m.send(shard, batch)
 	}
 }
 

@@ -29,16 +29,16 @@ func TestFitBatch(t *testing.T) {
 // out together as the next batch, in the order they were added, and the
 // sender stops once the queue is empty.
 func TestMergeQueueBatchesInOrder(t *testing.T) {
-	var m mergeQueue[int]
 	shard := ids.ShardID(7)
 	gate := make(chan struct{})
 	sent := make(chan []int, 4)
-	send := func(b []int) { <-gate; sent <- append([]int(nil), b...) }
+	send := func(_ ids.ShardID, b []int) { <-gate; sent <- append([]int(nil), b...) }
 	all := func(w []int) int { return len(w) }
-	m.add(shard, 1, all, send)
+	m := mergeQueue[int]{fit: all, send: send}
+	m.add(shard, 1)
 	waitFor(t, func() bool { return m.waiting(shard) == 0 }) // 1 taken, held at the gate
 	for i := 2; i <= 4; i++ {
-		m.add(shard, i, all, send)
+		m.add(shard, i)
 	}
 	gate <- struct{}{}
 	gate <- struct{}{}
@@ -56,19 +56,24 @@ func TestMergeQueueBatchesInOrder(t *testing.T) {
 // both are in flight wait and go out together; and every sender stops
 // once the queue is empty.
 func TestMergeQueueSenders(t *testing.T) {
-	m := mergeQueue[int]{senders: 2}
 	shard := ids.ShardID(3)
 	gate := make(chan struct{})
 	sent := make(chan []int, 4)
 	var inFlight atomic.Int32
-	send := func(b []int) { inFlight.Add(1); <-gate; inFlight.Add(-1); sent <- append([]int(nil), b...) }
+	send := func(_ ids.ShardID, b []int) {
+		inFlight.Add(1)
+		<-gate
+		inFlight.Add(-1)
+		sent <- append([]int(nil), b...)
+	}
 	all := func(w []int) int { return len(w) }
-	m.add(shard, 1, all, send)
+	m := mergeQueue[int]{senders: 2, fit: all, send: send}
+	m.add(shard, 1)
 	waitFor(t, func() bool { return inFlight.Load() == 1 })
-	m.add(shard, 2, all, send)
+	m.add(shard, 2)
 	waitFor(t, func() bool { return inFlight.Load() == 2 }) // a second sender took it
 	for i := 3; i <= 5; i++ {
-		m.add(shard, i, all, send)
+		m.add(shard, i)
 	}
 	if n := m.waiting(shard); n != 3 {
 		t.Fatalf("%d waiting behind two senders in flight, want 3 (no third sender)", n)

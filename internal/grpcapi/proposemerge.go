@@ -49,7 +49,7 @@ var proposeSenders = 2
 // answer, or errSendAlone.
 func (s *KV) proposeMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
 	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
-	s.pmerge.add(shard, q, s.fitWrites, func(batch []*queuedOps) { s.proposeOneMerged(shard, batch) })
+	s.pmerge.add(shard, q)
 	// Proposed or not, it may still apply once the wait is cut short: the
 	// context's error is then ambiguous, as for a proposal of its own.
 	return awaitQueued(ctx, q)
@@ -102,7 +102,7 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 			len(ops), len(kept), len(res.GetResults()))})
 	case len(batch) == 1:
 		// Alone, it is answered as a batch proposed alone always was.
-		batch[0].done <- queuedResult{resp: &concordpb.BatchResponse{Header: header(s.b, shard), Results: results}}
+		batch[0].answer(header(s.b, shard), results)
 	default:
 		answerParts(batch, header(s.b, shard), results)
 	}

@@ -26,6 +26,10 @@ import (
 type queuedOps struct {
 	ops  []*concordpb.Op
 	done chan queuedResult // buffered: the sender never blocks
+	// resp is the item's answer when it succeeds (answerParts): part of
+	// the item's allocation, not one more per item. The item is never
+	// reused, so the waiter may keep it.
+	resp concordpb.BatchResponse
 }
 
 type queuedResult struct {
@@ -43,7 +47,7 @@ func mergeable(h *concordpb.RequestHeader) bool {
 // queued for the shard, and returns its own part of the answer.
 func (s *KV) forwardMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
 	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
-	s.merge.add(shard, q, s.fitReads, func(batch []*queuedOps) { s.sendOneMerged(shard, batch) })
+	s.merge.add(shard, q)
 	return awaitQueued(ctx, q)
 }
 

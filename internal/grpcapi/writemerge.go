@@ -43,7 +43,7 @@ func writeMergeable(h *concordpb.RequestHeader) bool {
 // queued for it, and returns its own part of the answer, or errSendAlone.
 func (s *KV) forwardWriteMerged(ctx context.Context, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
 	q := &queuedOps{ops: ops, done: make(chan queuedResult, 1)}
-	s.wmerge.add(shard, q, s.fitWrites, func(batch []*queuedOps) { s.sendOneWriteMerged(shard, batch) })
+	s.wmerge.add(shard, q)
 	return awaitQueued(ctx, q) // sent or not, a write cut short may still apply: as a forward cut short
 }
 
@@ -106,9 +106,16 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 // results as it has ops, in batch order).
 func answerParts(batch []*queuedOps, h *concordpb.ResponseHeader, res []*concordpb.OpResult) {
 	for _, q := range batch {
-		q.done <- queuedResult{resp: &concordpb.BatchResponse{Header: h, Results: res[:len(q.ops):len(q.ops)]}}
-		res = res[len(q.ops):]
+		n := len(q.ops)
+		q.answer(h, res[:n:n])
+		res = res[n:]
 	}
+}
+
+// answer answers q with its results, in its own response.
+func (q *queuedOps) answer(h *concordpb.ResponseHeader, res []*concordpb.OpResult) {
+	q.resp.Header, q.resp.Results = h, res
+	q.done <- queuedResult{resp: &q.resp}
 }
 
 func answerAll(batch []*queuedOps, r queuedResult) {

@@ -61,6 +61,9 @@ func TestAbsorbRules(t *testing.T) {
 		"malformed put kept":       {[]*concordpb.Op{malformed, put("a", "2")}, nil},
 		"chain over a kept ttl":    {[]*concordpb.Op{put("a", "1"), pTTL("a", "2", 1000), put("a", "3")}, []int{0}},
 		"any CHECK: nothing":       {[]*concordpb.Op{put("a", "1"), put("a", "2"), check}, nil},
+		"runs of keys":             {[]*concordpb.Op{put("a", "1"), put("a", "2"), put("b", "1"), put("b", "2"), put("a", "3")}, []int{0, 1, 2}},
+		"a run read inside":        {[]*concordpb.Op{put("a", "1"), put("a", "2"), getOp("a"), put("a", "3")}, []int{0}},
+		"a run after other keys":   {[]*concordpb.Op{put("b", "1"), put("a", "1"), put("a", "2"), put("b", "2")}, []int{0, 1}},
 		"binary keys are compared": {[]*concordpb.Op{put("a\x00", "1"), put("a", "2"), put("a\x00", "3")}, []int{0}},
 	} {
 		kept, dropped := Absorb(c.ops)
@@ -79,6 +82,23 @@ func TestAbsorbRules(t *testing.T) {
 		if dropped == nil && len(kept) > 0 && &kept[0] != &c.ops[0] {
 			t.Errorf("%s: nothing dropped, but the ops were copied", name)
 		}
+	}
+}
+
+// TestAbsorbOneKeyAllocations: the ops of one key (a hot key's merged
+// SETs) are absorbed without a map: the kept ops and the dropped flags are
+// all it allocates.
+func TestAbsorbOneKeyAllocations(t *testing.T) {
+	ops := make([]*concordpb.Op, 256)
+	for i := range ops {
+		ops[i] = put("key:__rand_int__", "v")
+	}
+	var kept []*concordpb.Op
+	if n := testing.AllocsPerRun(50, func() { kept, _ = Absorb(ops) }); n > 2 {
+		t.Errorf("%.0f allocations to absorb 256 PUTs of one key, want at most 2", n)
+	}
+	if len(kept) != 1 || kept[0] != ops[255] {
+		t.Errorf("kept %d ops, want the last alone", len(kept))
 	}
 }
 

@@ -28,10 +28,10 @@ type env struct {
 // nothing, should one reach it.
 func CheckOp(op *concordpb.Op) error {
 	t := op.GetType()
-	if _, ok := concordpb.OpType_name[int32(t)]; !ok {
+	if !known(opTypes, int32(t)) {
 		return fmt.Errorf("unknown type %d", t)
 	}
-	if _, ok := concordpb.Condition_name[int32(op.GetCondition())]; !ok {
+	if !known(conditions, int32(op.GetCondition())) {
 		return fmt.Errorf("unknown condition %d", op.GetCondition())
 	}
 	timed := op.GetTtlMs() != 0 || op.GetExpireAtUnixMs() != 0
@@ -67,6 +67,30 @@ func CheckOp(op *concordpb.Op) error {
 	}
 	return nil
 }
+
+// opTypes and conditions flag the enum values concordpb defines, indexed
+// by value: CheckOp looked each op's type and condition up in the
+// generated name maps, two map lookups per op on every node (at the front
+// door, in absorption and at apply), 4 % of a Redis node under pipelined
+// SET.
+var (
+	opTypes    = enumValues(concordpb.OpType_name)
+	conditions = enumValues(concordpb.Condition_name)
+)
+
+func enumValues(names map[int32]string) []bool {
+	var ok []bool
+	for v := range names {
+		if v >= 0 && v < 1024 { // proto enums here are small; anything else is unknown
+			ok = append(ok, make([]bool, max(0, int(v)+1-len(ok)))...)
+			ok[v] = true
+		}
+	}
+	return ok
+}
+
+// known reports whether v is flagged in values.
+func known(values []bool, v int32) bool { return v >= 0 && int(v) < len(values) && values[v] }
 
 // CheckSkips reports why the ops of one batch do not fit together, nil if
 // they do: a CHECK may skip only ops of its own batch.

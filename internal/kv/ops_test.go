@@ -2,6 +2,7 @@ package kv
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -510,5 +511,28 @@ func TestMalformedCheckAppliesNothing(t *testing.T) {
 			t.Errorf("%s: %v, want InvalidArgument", name, res)
 		}
 		f.state(0, "a", nil, 0)
+	}
+}
+
+// TestCheckOpKnowsTheEnums: CheckOp calls a type or condition unknown
+// exactly when concordpb does not define it (its flags are built from the
+// generated name maps).
+func TestCheckOpKnowsTheEnums(t *testing.T) {
+	for v := int32(-3); v < 300; v++ {
+		_, typeOK := concordpb.OpType_name[v]
+		err := CheckOp(&concordpb.Op{Type: concordpb.OpType(v)})
+		if unknown := err != nil && strings.HasPrefix(err.Error(), "unknown type"); unknown == typeOK {
+			t.Errorf("type %d: CheckOp says %v; defined: %v", v, err, typeOK)
+		}
+		_, condOK := concordpb.Condition_name[v]
+		err = CheckOp(&concordpb.Op{Type: concordpb.OpType_OP_PUT, Condition: concordpb.Condition(v)})
+		if unknown := err != nil && strings.HasPrefix(err.Error(), "unknown condition"); unknown == condOK {
+			t.Errorf("condition %d: CheckOp says %v; defined: %v", v, err, condOK)
+		}
+	}
+	for _, v := range []int32{math.MinInt32, math.MaxInt32} {
+		if CheckOp(&concordpb.Op{Type: concordpb.OpType(v)}) == nil || CheckOp(&concordpb.Op{Condition: concordpb.Condition(v)}) == nil {
+			t.Errorf("enum value %d passed CheckOp", v)
+		}
 	}
 }

@@ -65,6 +65,7 @@ type Node struct {
 	host      *multiraft.Host      // set once, when ident is
 	transport *transport.Transport // set once, when ident is
 	ready     chan struct{}        // closed when host and transport are set
+	readyNow  atomic.Bool          // set just before ready is closed: isReady, per Redis command, without a channel
 
 	book      addressBook
 	seen      seenSet
@@ -349,6 +350,7 @@ func (n *Node) startRaft() error {
 	// A node the placement service marks gone stops leading here at once
 	// (multiraft's LeaderGone), not an election timeout later.
 	n.book.setGone(n.host.LeaderGone)
+	n.readyNow.Store(true)
 	close(n.ready)
 	return nil
 }

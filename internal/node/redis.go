@@ -59,14 +59,11 @@ func (b redisBackend) Info() redisapi.NodeInfo {
 	return info
 }
 
-func (n *Node) isReady() bool {
-	select {
-	case <-n.ready:
-		return true
-	default:
-		return false
-	}
-}
+// isReady reports whether host and transport are set (ready is closed or
+// about to be). An atomic load: the Redis server asks for every key it
+// routes, and a non-blocking receive from ready was 1 % of a Redis node
+// under pipelined SET.
+func (n *Node) isReady() bool { return n.readyNow.Load() }
 
 // newRedis returns the Redis protocol server of the node's KV service.
 func (n *Node) newRedis() *redisapi.Server {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,6 +56,7 @@ const (
 // grown (they were ~2.5 objects per pipelined SET).
 type pending struct {
 	group   []*call
+	spare   []*call          // the group flush returned last, run by now: the next group's slice
 	others  map[string]bool  // key -> written, as addKeys
 	chained map[string]*call // key -> head of the write chain writing it
 	writes  map[uint64]*chainSize
@@ -160,9 +162,8 @@ func (g *pending) chain(p *plan, head *call) {
 		g.chained = map[string]*call{}
 	}
 	for _, op := range p.ops {
-		// A lookup of string(key) allocates nothing, an insert does.
 		if _, seen := g.chained[string(op.GetKey())]; !seen {
-			g.chained[string(op.GetKey())] = head
+			g.chained[keyString(op.GetKey())] = head
 		}
 	}
 }
@@ -198,11 +199,14 @@ func (c *conn) addRead(g *pending, cl *call, shard uint64, chainable bool) []*ca
 }
 
 // flush returns the gathered group and starts an empty one. The group's
-// slice is its own (the caller runs it while the next one gathers); the
-// maps and sizes are emptied for reuse.
+// slice is its own until the next flush (the caller runs it while the next
+// one starts gathering: add appends to the next group before its caller
+// runs the one flushed; the caller has run it by the next flush, so its
+// slice then serves again); the maps and sizes are emptied for reuse.
 func (g *pending) flush() []*call {
 	group := g.group
-	g.group = nil
+	clear(g.spare) // drop the calls it pointed to
+	g.group, g.spare = g.spare[:0], group
 	clear(g.others)
 	clear(g.chained)
 	clear(g.writes)
@@ -383,3 +387,10 @@ func (c *conn) partDone(x *call) {
 	cl.plan.answer(cl.out, sp.res)
 	c.observe(cl, sp.start)
 }
+
+// keyString is key as a map key of a pending group without a copy (an
+// insert of string(key) allocated one per group under pipelined SET). The
+// bytes are a command's argument, never changed, and they outlive the map's
+// entry: flush clears the maps at the group's end, and the arguments are
+// reused (resp.Reader.ReuseArgs) only after the pipeline is answered.
+func keyString(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }

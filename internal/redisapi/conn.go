@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -45,13 +46,24 @@ type conn struct {
 	blocks [][]call
 	pend   pending
 	slots  []*call
-	// setPlans is the block SET plans are carved from (newSetPlan).
-	setPlans []setPlan
+	// onePlans is the block one-op plans (a SET's, a GET's) are carved
+	// from (newOnePlan).
+	onePlans []onePlan
+	// held is set when a command of the current pipeline may leave its
+	// memory (arguments, one-op plans) in use past its answer: it ran alone
+	// (dispatch: MULTI queues its arguments, a command may keep them), or
+	// a batch of it failed (a batch cut short by its context may still be
+	// queued, forwarded or proposed, holding its ops). Otherwise every
+	// batch was answered, and nothing refers to the pipeline's arguments
+	// or plans once its replies are written: endPipeline reuses them.
+	held atomic.Bool
 	// The context of the last group of key commands and until when it
 	// serves new groups (groupCtx).
 	gctx      context.Context
 	gcancel   context.CancelFunc
 	gctxUntil time.Time
+	// wdlSet is when the write deadline was last set (writeDeadline).
+	wdlSet time.Time
 	// last is the last command looked up, by the name it was sent as: a
 	// pipeline repeats one name, and a map lookup of it cost 2 % of a Redis
 	// node under pipelined SET.
@@ -94,28 +106,68 @@ type call struct {
 func (c *conn) serve() {
 	defer c.nc.Close()
 	defer c.endGroupCtx()
-	for !c.quit {
-		c.slots = c.slots[:0]
-		calls, readErr := c.readPipeline()
-		c.run(calls)
-		var pe *resp.ProtocolError
-		if errors.As(readErr, &pe) {
-			w := resp.NewWriter(c.proto)
-			w.Error("ERR " + pe.Error())
-			calls = append(calls, &call{out: w})
-		}
-		if err := c.writeReplies(calls); err != nil {
-			return
-		}
-		clear(calls) // answered: let them go
-		c.calls = calls[:0]
-		if readErr != nil {
-			if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, net.ErrClosed) && pe == nil {
-				c.s.cfg.Logger.Debug("redis connection read failed", "client", c.id, "err", readErr)
-			}
-			return
-		}
+	for !c.quit && c.servePipeline() {
 	}
+}
+
+// servePipeline reads one pipeline, runs it and writes its replies; false
+// when the connection is to end.
+func (c *conn) servePipeline() bool {
+	c.slots = c.slots[:0]
+	calls, readErr := c.readPipeline()
+	c.calls = calls // its length sizes the one-op plans' block (newOnePlan)
+	c.run(calls)
+	pe := protocolError(readErr)
+	if pe != nil {
+		w := resp.NewWriter(c.proto)
+		w.Error("ERR " + pe.Error())
+		calls = append(calls, &call{out: w})
+	}
+	if err := c.writeReplies(calls); err != nil {
+		return false
+	}
+	clear(calls) // answered: let them go
+	c.calls = calls[:0]
+	c.endPipeline()
+	if readErr != nil {
+		if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, net.ErrClosed) && pe == nil {
+			c.s.cfg.Logger.Debug("redis connection read failed", "client", c.id, "err", readErr)
+		}
+		return false
+	}
+	return true
+}
+
+// protocolError returns err as a *resp.ProtocolError, or nil. A function
+// of its own, called only on an error: errors.As makes its target escape,
+// an allocation per pipeline where serve declared it.
+func protocolError(err error) *resp.ProtocolError {
+	if err == nil {
+		return nil
+	}
+	var pe *resp.ProtocolError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// endPipeline lets the next pipeline reuse this one's arguments and one-op
+// plans when none of them can be in use (held), and leaves them to their
+// holders otherwise. Called once the pipeline is answered: every group has
+// ended, so every batch of it has returned. A batch that returned without
+// an error was answered, and its ops were done with: the KV service
+// answers a forwarded batch once the leader has answered, which it does
+// after the request was read whole, and a proposed one once the entry
+// (encoded from the ops when proposed) was applied.
+func (c *conn) endPipeline() {
+	if c.held.Swap(false) {
+		c.r.DropArgs()
+		c.onePlans = nil
+		return
+	}
+	c.r.ReuseArgs()
+	c.onePlans = c.onePlans[:0]
 }
 
 // readPipeline reads one command, waiting for it, then every further
@@ -258,12 +310,12 @@ func conflicts(keys map[string]bool, p *plan) bool {
 
 func addKeys(keys map[string]bool, p *plan) {
 	for _, op := range p.ops {
-		// A lookup of string(key) allocates nothing, an insert does: only
-		// what changes is inserted (a hot key is read again and again).
+		// A lookup of string(key) allocates nothing; an insert aliases the
+		// key (keyString): only what changes is inserted.
 		if written, seen := keys[string(op.GetKey())]; seen && (written || p.read) {
 			continue
 		}
-		keys[string(op.GetKey())] = !p.read
+		keys[keyString(op.GetKey())] = !p.read
 	}
 }
 
@@ -279,14 +331,18 @@ func (c *conn) runGroup(group []*call) {
 		c.runCall(ctx, group[0])
 		return
 	}
+	// The connection's goroutine runs the first call itself: one
+	// goroutine fewer to start and wake per group (with random keys, a
+	// pipeline's group has a chain per shard it touches).
 	var wg sync.WaitGroup
-	for _, cl := range group {
+	for _, cl := range group[1:] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c.runCall(ctx, cl)
 		}()
 	}
+	c.runCall(ctx, group[0])
 	wg.Wait()
 }
 
@@ -355,6 +411,7 @@ func (c *conn) runCall(ctx context.Context, cl *call) {
 // dispatch runs one command alone: checks its name, arity and the
 // connection's authentication, queues it inside MULTI, or runs it.
 func (c *conn) dispatch(cl *call) {
+	c.held.Store(true) // a command alone may keep its arguments (MULTI queues them)
 	w := cl.out
 	if cl.cmd == nil {
 		cl.cmd = c.lookup(cl.args[0])
@@ -441,6 +498,20 @@ func printable(s []byte, max int) string {
 	return string(out)
 }
 
+// writeDeadline gives the replies about to be written at least
+// WriteTimeout less its hundredth: the deadline set last is moved only
+// once that much of it has passed. Setting it for every pipeline (a lock
+// and a runtime timer moved, one per pipeline) was 1 % of a Redis node
+// under pipelined SET.
+func (c *conn) writeDeadline() {
+	now := time.Now()
+	if now.Sub(c.wdlSet) < c.s.cfg.WriteTimeout/100 {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(now.Add(c.s.cfg.WriteTimeout))
+	c.wdlSet = now
+}
+
 // writeReplies writes the replies in request order and flushes. A client
 // whose replies exceed the output buffer limit, or that does not read them
 // within WriteTimeout, is disconnected.
@@ -456,7 +527,10 @@ func (c *conn) writeReplies(calls []*call) error {
 			"bytes", total, "limit", c.s.cfg.OutputBufferLimit)
 		return errors.New("output buffer limit")
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	if total == 0 {
+		return nil // nothing to write (the stream ended; the bufio.Writer is always flushed)
+	}
+	c.writeDeadline()
 	for _, cl := range calls {
 		if cl.out == nil {
 			continue

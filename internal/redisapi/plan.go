@@ -139,6 +139,9 @@ func (c *conn) batch(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpR
 		err = replyError("ERR internal error: a batch answered with the wrong number of results")
 	}
 	if err != nil {
+		// Cut short, or failed where it may still be queued or in flight:
+		// its ops and their arguments must outlive the pipeline.
+		c.held.Store(true)
 		return nil, err
 	}
 	return r.GetResults(), nil

@@ -16,15 +16,12 @@ import (
 
 func opGet(k []byte) *concordpb.Op { return &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: k} }
 
-func readPlan(keys [][]byte, render func(w *resp.Writer, res []*concordpb.OpResult)) *plan {
+// readPlan is the plan of a read of keys. One key (GET, STRLEN, TTL...):
+// the plan, its op and the op's slice are one of the connection's one-op
+// plans (newOnePlan), since every pipelined read makes one.
+func readPlan(c *conn, keys [][]byte, render func(w *resp.Writer, res []*concordpb.OpResult)) *plan {
 	if len(keys) == 1 {
-		// GET, STRLEN, TTL...: the plan, its op and the op's slice in one
-		// allocation, since every pipelined read makes one.
-		one := &struct {
-			p   plan
-			ops [1]*concordpb.Op
-			op  concordpb.Op
-		}{}
+		one := c.newOnePlan()
 		one.op.Type, one.op.Key = concordpb.OpType_OP_GET, keys[0]
 		one.ops[0] = &one.op
 		one.p = plan{ops: one.ops[:], read: true, render: render}
@@ -50,32 +47,41 @@ func writePlan(op *concordpb.Op, render func(w *resp.Writer, r *concordpb.OpResu
 	return &one.p
 }
 
-// setPlan is a SET's plan, its op and the op's slice in one allocation:
-// every pipelined SET makes one.
-type setPlan struct {
+// onePlan is a plan of one op built here (a plain SET, a one-key read),
+// its op and the op's slice in one: every pipelined SET or GET makes one.
+type onePlan struct {
 	p   plan
 	ops [1]*concordpb.Op
 	op  concordpb.Op
 }
 
-// setPlanBlock is how many SET plans a connection allocates at once.
-const setPlanBlock = 16
+// onePlanBlock is how many one-op plans a connection allocates at once,
+// at least.
+const onePlanBlock = 16
 
-// newSetPlan returns an empty SET plan carved from the connection's
+// maxOnePlanBlock bounds the one-op plans a connection allocates at once
+// (and keeps between pipelines: ~15 KiB).
+const maxOnePlanBlock = 64
+
+// newOnePlan returns an empty one-op plan carved from the connection's
 // current block of them (nil c: one of its own). One allocation of 16
 // plans instead of 16 (planSet's mallocs were 3 % of a Redis node's CPU
-// under pipelined SET). A block is never reused: it lives while any of
-// its plans does (a batch cut short by its context may hold the ops).
+// under pipelined SET), or of as many as the pipeline has calls, up to
+// maxOnePlanBlock. A block is reused by the next pipeline only when none of
+// its plans can be in use (conn.endPipeline); otherwise it lives while any
+// of its plans does (a batch cut short by its context may hold the ops).
 // Only the connection's goroutine plans, so no lock.
-func (c *conn) newSetPlan() *setPlan {
+func (c *conn) newOnePlan() *onePlan {
 	if c == nil {
-		return &setPlan{}
+		return &onePlan{}
 	}
-	if len(c.setPlans) == cap(c.setPlans) {
-		c.setPlans = make([]setPlan, 0, setPlanBlock)
+	if len(c.onePlans) == cap(c.onePlans) {
+		c.onePlans = make([]onePlan, 0, min(max(onePlanBlock, len(c.calls)), maxOnePlanBlock))
 	}
-	c.setPlans = c.setPlans[:len(c.setPlans)+1]
-	return &c.setPlans[len(c.setPlans)-1]
+	c.onePlans = c.onePlans[:len(c.onePlans)+1]
+	one := &c.onePlans[len(c.onePlans)-1]
+	*one = onePlan{} // a reused block holds the last pipeline's
+	return one
 }
 
 // opError is the Redis error text of an op's failure, "" if none.
@@ -125,8 +131,8 @@ func parseFloat(b []byte) (float64, error) {
 	return f, nil
 }
 
-func planGet(_ *conn, a [][]byte) (*plan, error) {
-	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+func planGet(c *conn, a [][]byte) (*plan, error) {
+	return readPlan(c, a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
 		bulkOrNull(w, res[0].GetOk(), res[0].GetValue())
 	}), nil
 }
@@ -207,7 +213,7 @@ func putOp(k, v []byte, e expiry, cond concordpb.Condition, returnPrev bool) *co
 // decided by the shard's state machine, atomically.
 func planSet(c *conn, a [][]byte) (*plan, error) {
 	if len(a) == 3 { // SET key value: a blind PUT answered OK, no closure
-		sp := c.newSetPlan()
+		sp := c.newOnePlan()
 		sp.op.Type, sp.op.Key, sp.op.Value = concordpb.OpType_OP_PUT, a[1], a[2]
 		sp.ops[0] = &sp.op
 		sp.p = plan{ops: sp.ops[:], one: replyOK}
@@ -303,8 +309,8 @@ func planDel(_ *conn, a [][]byte) (*plan, error) {
 	return p, nil
 }
 
-func planExists(_ *conn, a [][]byte) (*plan, error) {
-	return readPlan(a[1:], func(w *resp.Writer, res []*concordpb.OpResult) {
+func planExists(c *conn, a [][]byte) (*plan, error) {
+	return readPlan(c, a[1:], func(w *resp.Writer, res []*concordpb.OpResult) {
 		n := int64(0)
 		for _, r := range res {
 			n += b2i(r.GetOk())
@@ -314,8 +320,8 @@ func planExists(_ *conn, a [][]byte) (*plan, error) {
 }
 
 // planType: every Concord value is a string.
-func planType(_ *conn, a [][]byte) (*plan, error) {
-	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+func planType(c *conn, a [][]byte) (*plan, error) {
+	return readPlan(c, a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
 		if res[0].GetOk() {
 			w.SimpleString("string")
 		} else {
@@ -324,8 +330,8 @@ func planType(_ *conn, a [][]byte) (*plan, error) {
 	}), nil
 }
 
-func planMGet(_ *conn, a [][]byte) (*plan, error) {
-	return readPlan(a[1:], func(w *resp.Writer, res []*concordpb.OpResult) {
+func planMGet(c *conn, a [][]byte) (*plan, error) {
+	return readPlan(c, a[1:], func(w *resp.Writer, res []*concordpb.OpResult) {
 		w.Array(len(res))
 		for _, r := range res {
 			bulkOrNull(w, r.GetOk(), r.GetValue())
@@ -417,14 +423,14 @@ func planAppend(_ *conn, a [][]byte) (*plan, error) {
 	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Int(r.GetIntValue()) }), nil
 }
 
-func planStrlen(_ *conn, a [][]byte) (*plan, error) {
-	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+func planStrlen(c *conn, a [][]byte) (*plan, error) {
+	return readPlan(c, a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
 		w.Int(int64(len(res[0].GetValue())))
 	}), nil
 }
 
 // planGetRange: GETRANGE key start end, with Redis's negative indexes.
-func planGetRange(_ *conn, a [][]byte) (*plan, error) {
+func planGetRange(c *conn, a [][]byte) (*plan, error) {
 	start, err := parseInt(a[2])
 	if err != nil {
 		return nil, err
@@ -433,7 +439,7 @@ func planGetRange(_ *conn, a [][]byte) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+	return readPlan(c, a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
 		w.Bulk(substr(res[0].GetValue(), start, end))
 	}), nil
 }
@@ -538,8 +544,8 @@ const (
 )
 
 func planTTL(kind int) func(*conn, [][]byte) (*plan, error) {
-	return func(_ *conn, a [][]byte) (*plan, error) {
-		return readPlan(a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+	return func(c *conn, a [][]byte) (*plan, error) {
+		return readPlan(c, a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
 			w.Int(ttlReply(kind, res[0], time.Now().UnixMilli()))
 		}), nil
 	}

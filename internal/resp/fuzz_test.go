@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // FuzzReadCommand feeds arbitrary bytes to the command reader: it must
@@ -98,4 +100,47 @@ func TestArgumentsStayValid(t *testing.T) {
 			t.Fatalf("command %d reads %q after later reads", i, a)
 		}
 	}
+}
+
+// FuzzReadPathsAgree: a stream read from a buffer that holds it whole
+// (bufferedMultibulk's fast path, wherever a command fits the buffer) and
+// read byte by byte (iotest.OneByteReader: the general path only) gives
+// the same commands, byte counts and errors, under tight limits.
+func FuzzReadPathsAgree(f *testing.F) {
+	for _, s := range readPathCases {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		limits := Limits{MaxBulkBytes: 600, MaxArgs: 6, MaxInlineBytes: 256, MaxCommandBytes: 1000}
+		whole := readAll(NewReader(bytes.NewReader(in), limits))
+		bytewise := readAll(NewReader(iotest.OneByteReader(bytes.NewReader(in)), limits))
+		if whole != bytewise {
+			t.Fatalf("%q: read whole %s, byte by byte %s", in, whole, bytewise)
+		}
+	})
+}
+
+// readPathCases are streams at the edges of bufferedMultibulk's rules.
+var readPathCases = []string{
+	"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nabc\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+	"*1\r\n$0\r\n\r\n",        // an empty argument
+	"*1\r\n$+4\r\nPING\r\n",   // a sign, as strconv accepts
+	"*+1\r\n$4\r\nPING\r\n",   // a signed count
+	"*1\r\n$0004\r\nPING\r\n", // leading zeros
+	"*1\r\n$4\r\nPINGxx",      // data not followed by CRLF
+	"*1\r\n$4\r\nPING\rx",     // CR without LF after the data
+	"*2\r\n$1\r\na\r\n:1\r\n", // not a bulk
+	"*2\r\n$1\r\na\r\n",       // an argument missing
+	"*6\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n", // MaxArgs
+	"*7\r\n$1\r\na\r\n", // over MaxArgs
+	"*1\r\n$601\r\n" + strings.Repeat("x", 601) + "\r\n",                                                              // over MaxBulkBytes
+	"*1\r\n$600\r\n" + strings.Repeat("x", 600) + "\r\n",                                                              // MaxBulkBytes, past the arena's rule
+	"*2\r\n$510\r\n" + strings.Repeat("x", 510) + "\r\n$511\r\n" + strings.Repeat("y", 511) + "\r\n",                  // the arena's edge; over MaxCommandBytes
+	"*2\r\n$500\r\n" + strings.Repeat("x", 500) + "\r\n$501\r\n" + strings.Repeat("y", 501) + "\r\n",                  // one byte over MaxCommandBytes
+	"*2\r\n$500\r\n" + strings.Repeat("x", 500) + "\r\n$500\r\n" + strings.Repeat("y", 500) + "\r\n*1\r\n$1\r\nz\r\n", // MaxCommandBytes exactly
+	"*1\r\n$" + strings.Repeat("0", 70) + "4\r\nPING\r\n",                                                             // a header over its limit
+	"*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n",
+	"*1\r\n$-1\r\n",
+	"*1\r\n$4\nPING\r\n",                              // LF without CR
+	"*1\r\n$4\r\nPING\r\nSET a b\r\n*1\r\n$4\r\nPING", // inline between, a truncated last
 }

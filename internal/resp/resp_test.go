@@ -114,6 +114,8 @@ func TestWriter(t *testing.T) {
 	}{
 		{"simple", func(w *Writer) { w.SimpleString("OK") }, "+OK\r\n", "+OK\r\n"},
 		{"error strips CRLF", func(w *Writer) { w.Error("ERR a\r\nb") }, "-ERR a  b\r\n", "-ERR a  b\r\n"},
+		{"error strips a lone CR", func(w *Writer) { w.Error("ERR a\rb") }, "-ERR a b\r\n", "-ERR a b\r\n"},
+		{"simple strips a lone LF", func(w *Writer) { w.SimpleString("a\nb") }, "+a b\r\n", "+a b\r\n"},
 		{"int", func(w *Writer) { w.Int(-42) }, ":-42\r\n", ":-42\r\n"},
 		{"bulk", func(w *Writer) { w.Bulk([]byte("a\r\nb")) }, "$4\r\na\r\nb\r\n", "$4\r\na\r\nb\r\n"},
 		{"null", func(w *Writer) { w.Null() }, "$-1\r\n", "_\r\n"},
@@ -297,7 +299,9 @@ func readAll(r *Reader) string {
 }
 
 // BenchmarkReadSetPipeline parses redis-benchmark's pipelined SET (-d 256
-// -P 16), one pipeline per op: what a Redis node parses per read.
+// -P 16), one pipeline per op: what a Redis node parses per read. Each
+// pipeline's arguments are reused by the next (ReuseArgs), as the server
+// does once a pipeline is answered.
 func BenchmarkReadSetPipeline(b *testing.B) {
 	cmd := "*3\r\n$3\r\nSET\r\n$16\r\nkey:__rand_int__\r\n$256\r\n" + strings.Repeat("x", 256) + "\r\n"
 	pipe := []byte(strings.Repeat(cmd, 16))
@@ -311,6 +315,7 @@ func BenchmarkReadSetPipeline(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		r.ReuseArgs()
 	}
 }
 
@@ -318,3 +323,43 @@ func BenchmarkReadSetPipeline(b *testing.B) {
 type repeatReader struct{ data []byte }
 
 func (r *repeatReader) Read(p []byte) (int, error) { return copy(p, r.data), nil }
+
+// TestReuseArgs: after ReuseArgs the next commands' arguments and lists
+// are read into the memory of those before (a pipeline of SETs then
+// allocates nothing); after DropArgs into fresh memory, leaving the
+// earlier ones intact.
+func TestReuseArgs(t *testing.T) {
+	cmd := func(v string) string { return fmt.Sprintf("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n%s\r\n", len(v), v) }
+	src := &repeatReader{data: []byte(cmd("aaaa"))}
+	r := NewReader(src, Limits{})
+	first, _, err := r.ReadCommand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ReuseArgs()
+	src.data = []byte(cmd("bbbb"))
+	again, _, _ := r.ReadCommand()
+	if &again[2][0] != &first[2][0] || &again[0] != &first[0] || string(first[2]) != "bbbb" {
+		t.Errorf("after ReuseArgs: a value at %p (first at %p), list at %p (%p), first value now %q; want the same memory",
+			&again[2][0], &first[2][0], &again[0], &first[0], first[2])
+	}
+	r.DropArgs()
+	src.data = []byte(cmd("cccc"))
+	fresh, _, _ := r.ReadCommand()
+	if &fresh[2][0] == &again[2][0] || &fresh[0] == &again[0] || string(again[2]) != "bbbb" || string(fresh[2]) != "cccc" {
+		t.Errorf("after DropArgs: the earlier value %q at %p, the new %q at %p; want the earlier intact, the new elsewhere",
+			again[2], &again[2][0], fresh[2], &fresh[2][0])
+	}
+	pipe := strings.Repeat("*3\r\n$3\r\nSET\r\n$16\r\nkey:__rand_int__\r\n$256\r\n"+strings.Repeat("x", 256)+"\r\n", 16)
+	src.data = []byte(pipe)
+	if n := testing.AllocsPerRun(100, func() {
+		for range 16 {
+			if _, _, err := r.ReadCommand(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.ReuseArgs()
+	}); n != 0 {
+		t.Errorf("%.1f allocations per pipeline of 16 SETs with ReuseArgs, want 0", n)
+	}
+}
