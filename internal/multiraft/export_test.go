@@ -26,3 +26,6 @@ func SetFastReadHook(h *Host, f func(shard ids.ShardID)) { h.fastReadHook = f }
 // BorrowView returns the view fast reads of h borrow now (nil: none), with
 // a reference for the caller.
 func BorrowView(h *Host) *storage.ReadView { return h.borrowView() }
+
+// ViewsTaken is the number of views fast reads of h have taken.
+func ViewsTaken(h *Host) uint64 { return h.viewsTaken.Load() }

@@ -19,9 +19,12 @@ import (
 //     behind an atomic pointer in its leaseSlot, stored only while the
 //     replica holds a usable lease (replica.LeaseHeld) and has applied
 //     everything committed (caughtUp), and voided (nil) as described below;
-//   - for the whole engine, one storage.ReadView (h.view), taken after a
-//     batch commit and before any reply of that turn leaves, and replaced
-//     whenever the engine changed.
+//   - for the whole engine, one storage.ReadView (h.view): the loop
+//     withdraws it after every batch commit that changed the engine,
+//     before any reply of that turn leaves, and the first fast read after
+//     that takes a new one. Views are taken and withdrawn under viewMu, so
+//     a view taken before a withdrawal is never published after it. Under
+//     writes alone no view is taken at all.
 //
 // The read takes the snapshot, reads the host clock itself, requires
 // now < renewAt (which is before expiry), borrows a reference to the
@@ -34,10 +37,10 @@ import (
 //
 //   - It includes every write acknowledged before it began. This leader
 //     acknowledges a write only in Advance, after the batch applying it
-//     was committed to Pebble and after handleReady replaced the view by
-//     one taken after that commit (publishLeases runs before any Advance of
-//     the turn). The read loads the view after it began, so it gets that
-//     view or a later one. Writes committed by earlier leaders are covered
+//     was committed to Pebble and after handleReady withdrew the view
+//     taken before that commit (refreshView runs before any Advance of the
+//     turn). The read loads the view after it began, so it finds one taken
+//     after that withdrawal, or none and takes one itself. Writes committed by earlier leaders are covered
 //     because a snapshot is stored only while applied == commit, and a
 //     lease exists only once a round of this term was answered, which
 //     means this leader committed an entry of its term, after every
@@ -46,11 +49,12 @@ import (
 //     now < expiry (the same check, on the same clock, as the loop's).
 //   - It includes nothing a write invoked after it ended: the view was
 //     taken before the read loaded it.
-//   - Reads are monotonic: views replace one another in engine order, and
-//     a view the loop hands a read (serveByLease, serveReads) is taken
-//     after the latest batch commit, when h.view has already been
-//     replaced by one of the same state; a later fast read loads that one
-//     or a newer one.
+//   - Reads are monotonic: views replace one another in engine order (each
+//     is taken after the withdrawal of the one before), and a view the
+//     loop hands a read (serveByLease, serveReads) is taken after the
+//     latest batch commit, when any view of an older state has already
+//     been withdrawn; a later fast read loads or takes one at least as
+//     new.
 //
 // The loop's lease read releases a read at raft's commit index at now,
 // waiting for apply if needed; the fast read instead reads a view at an
@@ -75,7 +79,7 @@ import (
 //   - A read that validated a snapshot and then lost the race to a void
 //     sees the slot changed after taking its view and falls back; if the
 //     slot is unchanged, the void had not happened when the view was
-//     loaded, so the view predates any excise or snapshot and its state
+//     loaded (or taken), so the view predates any excise or snapshot and its state
 //     is one this leader's lease covered. Views are open iterators, which
 //     keep seeing excised data (storage.ReadView).
 //
@@ -143,19 +147,31 @@ func (h *Host) fastRead(shard ids.ShardID) *storage.ReadView {
 }
 
 // borrowView returns the current shared view with a reference for the
-// caller, or nil if none is published.
+// caller, taking one if none is published (the engine changed since the
+// last was taken), or nil if none can be taken.
 func (h *Host) borrowView() *storage.ReadView {
-	for {
-		v := h.view.Load()
-		if v == nil {
-			return nil
-		}
-		if v.TryRetain() {
-			return v
-		}
-		// Released after the loop replaced it: the next load finds the
-		// replacement (the loop swaps before it releases).
+	if v := h.view.Load(); v != nil && v.TryRetain() {
+		return v
 	}
+	// None, or released after the loop withdrew it: take one, under viewMu
+	// so that the loop's withdrawal after its next commit cannot be
+	// overtaken by a view taken before that commit.
+	h.viewMu.Lock()
+	defer h.viewMu.Unlock()
+	if h.viewClosed {
+		return nil
+	}
+	if v := h.view.Load(); v != nil && v.TryRetain() {
+		return v // another read took one meanwhile
+	}
+	v, err := h.eng.NewReadView(2) // one reference published, one the caller's
+	if err != nil {
+		h.log.Debug("lease-read view not taken; the read goes through the loop", "err", err)
+		return nil
+	}
+	h.viewsTaken.Add(1)
+	h.view.Store(v)
+	return v
 }
 
 // newLeaseSlot makes the slot of a replica being loaded, when leases are on.
@@ -206,8 +222,8 @@ func (h *Host) checkLease(r *replica.Replica) {
 }
 
 // publishLease stores r's lease for fast reads, or voids it if r holds
-// none. A new snapshot needs everything committed to be applied and the
-// shared view to be current; until then the published one (if any) stays.
+// none. A new snapshot needs everything committed to be applied; until
+// then the published one (if any) stays.
 func (h *Host) publishLease(r *replica.Replica) {
 	slot := h.slots[r.Shard()]
 	if slot == nil {
@@ -223,55 +239,37 @@ func (h *Host) publishLease(r *replica.Replica) {
 		return
 	case cur != nil && cur.term == term && cur.expiry == expiry:
 		return // unchanged: in-flight reads that validated it stay valid
-	case !caughtUp || !h.freshView():
+	case !caughtUp:
 		return
 	}
 	slot.cur.Store(&leaseSnap{term: term, expiry: expiry, renewAt: expiry - int64(h.cfg.LeaseDuration())/2})
 }
 
-// freshView makes h.view a view of the engine as it is now, if the engine
-// changed since it was taken, and reports whether one is published. On an
-// error no view is published (fast reads go the loop's way).
-func (h *Host) freshView() bool {
-	if !h.viewStale && h.view.Load() != nil {
-		return true
-	}
-	v, err := h.eng.NewReadView(1)
-	if err != nil {
-		h.log.Warn("lease-read view not taken; reads go through the loop", "err", err)
-		v = nil
-	}
-	h.replaceView(v)
-	h.viewStale = v == nil
-	return v != nil
-}
-
-// replaceView publishes v (nil: none) and releases the view it replaces.
-func (h *Host) replaceView(v *storage.ReadView) {
-	if old := h.view.Swap(v); old != nil {
+// dropView withdraws the published view (the next fast read takes a new
+// one) and releases the loop's reference to it.
+func (h *Host) dropView() {
+	h.viewMu.Lock()
+	old := h.view.Swap(nil)
+	h.viewMu.Unlock()
+	if old != nil {
 		old.Release()
 	}
 }
 
-// engineChanged records that the engine no longer matches h.view: the
-// next publication takes a new view.
+// engineChanged records that the engine no longer matches h.view.
 func (h *Host) engineChanged() { h.viewStale = true }
 
 // refreshView runs after a batch commit, before any reply of the turn
-// leaves: if the engine changed, the published view is replaced by one
-// taken now while some lease is published, and released otherwise (it
-// would only pin memtables; the next publication takes one).
+// leaves: if the engine changed, the published view is withdrawn, so that
+// every fast read from now on takes or finds one taken after the commit.
+// A turn takes no view itself: under writes alone no view is ever taken
+// (taking one per turn was 6 % of a follower's CPU under pipelined SET).
 func (h *Host) refreshView() {
 	if !h.viewStale {
 		return
 	}
-	for _, slot := range h.slots {
-		if slot.cur.Load() != nil {
-			h.freshView()
-			return
-		}
-	}
-	h.replaceView(nil)
+	h.viewStale = false
+	h.dropView()
 }
 
 // releaseView withdraws every published lease and the view, when the loop
@@ -280,7 +278,10 @@ func (h *Host) releaseView() {
 	for _, slot := range h.slots {
 		slot.cur.Store(nil)
 	}
-	h.replaceView(nil)
+	h.viewMu.Lock()
+	h.viewClosed = true // no read takes one after the loop: the engine may close
+	h.viewMu.Unlock()
+	h.dropView()
 }
 
 // reportFastReads tells the Observer the fast reads of slot not yet told.

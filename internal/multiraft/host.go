@@ -59,12 +59,17 @@ type Host struct {
 
 	// Lease reads off the loop (fastread.go): leases maps a shard to its
 	// replica's *leaseSlot, for readers; slots is the same, for the loop;
-	// view is the engine view fast reads borrow, and viewStale says the
-	// engine changed since it was taken (loop-owned).
-	leases    sync.Map
-	slots     map[ids.ShardID]*leaseSlot
-	view      atomic.Pointer[storage.ReadView]
-	viewStale bool
+	// view is the engine view fast reads borrow (nil: the next read takes
+	// one), taken and withdrawn under viewMu, and viewStale says the
+	// engine changed since the last withdrawal (loop-owned). viewClosed:
+	// the loop ended, no view may be taken. viewsTaken counts views taken.
+	leases     sync.Map
+	slots      map[ids.ShardID]*leaseSlot
+	view       atomic.Pointer[storage.ReadView]
+	viewMu     sync.Mutex
+	viewClosed bool
+	viewStale  bool
+	viewsTaken atomic.Uint64
 	// fastReadHook, if set (tests, before any read), runs in a fast read
 	// between the checks of its lease and the borrowing of the view.
 	fastReadHook func(shard ids.ShardID)
