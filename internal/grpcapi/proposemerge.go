@@ -34,15 +34,21 @@ import (
 // alone.
 
 // proposeSenders bounds the merged proposals of one shard in flight at
-// once. One alone waits a whole commit (an fsync here and on a follower)
-// before the next leaves, and pipelined SET of one hot key ran at half
-// the rate of unmerged proposals, which raft pipelines; a few in flight
-// keep the log busy while the queue behind them still merges. Two beat
-// four: through the leader of redis-benchmark's one key, SET -P 16 ran at
-// 257–262k/s with two against 214–229k/s with four (the queue behind two
-// merges about twice as many SETs into each entry), and random-key SET was
-// level (docs/benchmarks.md, Redis run 13).
-var proposeSenders = 2
+// once. With one, the batches that arrive while a proposal is in flight
+// wait for its outcome and then go together as the next entry: group
+// commit, as the forwarding side (writemerge.go) does. A second sender
+// overlaps two entries, so each carries about half as many writes, and
+// every entry costs a fixed amount on all three nodes (an fsync each, the
+// appends and acks, a loop turn or two: ~1.2 ms of CPU in all on the
+// 2-core box) whatever it holds. Where CPU is the limit, as on that box
+// under pipelined load, fewer and larger entries win: through the leader of
+// redis-benchmark's one key, SET -P 16 ran 279-346k/s with one against
+// 191-284k/s with two, in each of five alternating rounds, at 3.7-4.5
+// against 4.7-6.9 µs of the servers' CPU per SET and a lower p50 (~300
+// against ~195 SETs per entry); random-key and unpipelined SET were level
+// (docs/benchmarks.md, Redis run 20). Earlier, with dearer entries, two
+// had beaten four (run 13).
+var proposeSenders = 1
 
 // proposeMerged proposes the write batch ops of shard, which this node
 // leads, with the others queued for it, and returns its own part of the
