@@ -42,6 +42,9 @@ type result struct {
 	P99       float64 `json:"p99_ms"`
 	ServerCPU float64 `json:"server_cpu_us_per_request"`
 	Errors    string  `json:"errors,omitempty"` // what redis-benchmark -e printed, if anything
+	// Via: for Concord's one-key rows, whether node 1 led the key's shard
+	// after the row ("leader") or forwarded to another node ("forwarded").
+	Via string `json:"via,omitempty"`
 }
 
 // current is the running system, stopped on Ctrl-C.
@@ -168,8 +171,9 @@ func runSystem(o options, name string) ([]result, error) {
 			if err != nil {
 				return out, err
 			}
-			logf("%s %s -P %d: %.0f requests/s, p50 %.3f ms, server CPU %.1f µs/request%s",
-				s.Name, r.Test, p, r.RPS, r.P50, r.ServerCPU, errNote(r.Errors))
+			r.Via = viaOf(o, s, t)
+			logf("%s %s -P %d: %.0f requests/s, p50 %.3f ms, server CPU %.1f µs/request%s%s",
+				s.Name, r.Test, p, r.RPS, r.P50, r.ServerCPU, errNote(r.Errors), viaNote(r.Via))
 			out = append(out, r)
 		}
 	}

@@ -53,3 +53,30 @@ func TestTableRatiosAndGoal(t *testing.T) {
 		t.Errorf("goal without redis-everysec: %q", g)
 	}
 }
+
+// TestLeaderVia protects the table's (via leader)/(forwarded) marks: the
+// shard is found by its inclusive hash range, its leader by node id, and
+// node 1 by its address; an unknown leader or node says nothing.
+func TestLeaderVia(t *testing.T) {
+	shards := []shardRange{{0, 99, 2}, {100, 199, 1}, {200, 299, 0}}
+	nodes := []nodeAddr{{1, "127.0.0.1:1"}, {2, "127.0.0.1:2"}}
+	for _, c := range []struct {
+		h    uint64
+		want string
+	}{{0, "forwarded"}, {99, "forwarded"}, {100, "leader"}, {199, "leader"}, {250, ""}, {300, ""}} {
+		if got := leaderVia(c.h, shards, nodes, "127.0.0.1:1"); got != c.want {
+			t.Errorf("hash %d: %q, want %q", c.h, got, c.want)
+		}
+	}
+	if got := leaderVia(150, shards, nodes[1:], "127.0.0.1:1"); got != "" {
+		t.Errorf("leader not among the nodes: %q, want none", got)
+	}
+	if oneKey("incr") != "counter:__rand_int__" || oneKey("mset") != "key:__rand_int__" {
+		t.Error("oneKey: not redis-benchmark's keys")
+	}
+	o := options{tests: []string{"set"}, pipelines: []int{16}, systems: []string{"concord"}}
+	table := formatTable([]result{{System: "concord", Test: "SET", Pipeline: 16, RPS: 600, Via: "forwarded"}}, o, runInfo{})
+	if !strings.Contains(table, "| concord (forwarded) | SET | 16 | 600 |") {
+		t.Errorf("table lacks the via mark:\n%s", table)
+	}
+}
