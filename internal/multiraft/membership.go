@@ -128,7 +128,12 @@ func (h *Host) changeConf(ctx context.Context, shard ids.ShardID, epoch uint64, 
 	id := h.nextID()
 	done := make(chan replica.Outcome, 1)
 	var perr error
-	err := h.Do(ctx, func() {
+	// Not abandoned when ctx ends: f may propose once queued, so the caller
+	// waits for it (one loop turn) to learn whether it did. Otherwise a
+	// promotion cancelled here returned ctx's error while f went on to
+	// check, and a learner that caught up just then was still promoted
+	// (PromoteLearner promises ErrNotCaughtUp and nothing proposed).
+	err := h.Do(context.WithoutCancel(ctx), func() {
 		r, err := h.leaderReplica(shard, epoch)
 		if err != nil {
 			perr = err
@@ -195,7 +200,12 @@ func (h *Host) leaderReplica(shard ids.ShardID, epoch uint64) (*replica.Replica,
 // shard's leader; a target that already leads is success.
 func (h *Host) TransferLeader(ctx context.Context, shard ids.ShardID, epoch uint64, target ids.ReplicaID) error {
 	var perr error
-	err := h.Do(ctx, func() {
+	// Not abandoned when ctx ends: f may propose once queued, so the caller
+	// waits for it (one loop turn) to learn whether it did. Otherwise a
+	// promotion cancelled here returned ctx's error while f went on to
+	// check, and a learner that caught up just then was still promoted
+	// (PromoteLearner promises ErrNotCaughtUp and nothing proposed).
+	err := h.Do(context.WithoutCancel(ctx), func() {
 		r, err := h.leaderReplica(shard, epoch)
 		if err != nil {
 			perr = err

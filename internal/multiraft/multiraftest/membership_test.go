@@ -212,6 +212,41 @@ func TestPromoteLearner(t *testing.T) {
 	c.Put("healed", "v")
 }
 
+// TestPromoteCancelledWhileQueued protects PromoteLearner's promise that a
+// promotion whose context ends before the learner caught up reports
+// ErrNotCaughtUp and proposed nothing, also when the context ends while
+// its check waits for the loop: the check still runs once queued, so the
+// caller must wait for it rather than return the bare context error (which
+// made TestPromoteWaitsForCatchUp flaky under load).
+func TestPromoteCancelledWhileQueued(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	n4 := c.AddNode()
+	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.Cut(n4)
+	putAll(c, "missed-", 5)
+	h := c.Node(leader).Host
+	hold, held := make(chan struct{}), make(chan struct{})
+	go func() { _ = h.Do(context.Background(), func() { close(held); <-hold }) }()
+	<-held // the loop is busy: the promotion's check queues behind this turn
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { _, err := h.PromoteLearner(ctx, 1, 0, 4); done <- err }()
+	close(hold)
+	c.RunUntil("the cancelled promotion", 100, func() bool { return len(done) > 0 })
+	if err := <-done; !errors.Is(err, multiraft.ErrNotCaughtUp) {
+		t.Fatalf("promotion cancelled while its check was queued: %v, want ErrNotCaughtUp", err)
+	}
+	if role, _ := roleOf(descOf(c, leader), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
+		t.Fatalf("a refused promotion changed replica 4 to %v", role)
+	}
+}
+
 // TestPromoteWaitsForCatchUp protects the promotion's catch-up check: the
 // leader promotes a learner only once its own raft progress shows that the
 // learner persisted everything committed when the promotion was asked for.
