@@ -212,6 +212,22 @@ func TestPromoteLearner(t *testing.T) {
 	c.Put("healed", "v")
 }
 
+// laggingLearner makes a cluster whose shard 1 has a learner (replica 4,
+// on node n4) added and then cut off behind the writes missed.
+func laggingLearner(t *testing.T) (c *multiraftest.Cluster, leader, n4 ids.NodeID, missed []string) {
+	t.Helper()
+	c = multiraftest.New(t, multiraftest.Options{})
+	leader = c.WaitLeader(1)
+	n4 = c.AddNode()
+	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.Cut(n4)
+	return c, leader, n4, putAll(c, "missed-", 5)
+}
+
 // TestPromoteCancelledWhileQueued protects PromoteLearner's promise that a
 // promotion whose context ends before the learner caught up reports
 // ErrNotCaughtUp and proposed nothing, also when the context ends while
@@ -219,16 +235,7 @@ func TestPromoteLearner(t *testing.T) {
 // caller must wait for it rather than return the bare context error (which
 // made TestPromoteWaitsForCatchUp flaky under load).
 func TestPromoteCancelledWhileQueued(t *testing.T) {
-	c := multiraftest.New(t, multiraftest.Options{})
-	leader := c.WaitLeader(1)
-	n4 := c.AddNode()
-	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
-	}); err != nil {
-		t.Fatalf("AddLearner: %v", err)
-	}
-	c.Cut(n4)
-	putAll(c, "missed-", 5)
+	c, leader, _, _ := laggingLearner(t)
 	h := c.Node(leader).Host
 	hold, held := make(chan struct{}), make(chan struct{})
 	go func() { _ = h.Do(context.Background(), func() { close(held); <-hold }) }()
@@ -255,16 +262,7 @@ func TestPromoteCancelledWhileQueued(t *testing.T) {
 // descriptor unchanged); once healed, the same call, made without waiting
 // for the learner first, promotes it, and it holds the writes it missed.
 func TestPromoteWaitsForCatchUp(t *testing.T) {
-	c := multiraftest.New(t, multiraftest.Options{})
-	leader := c.WaitLeader(1)
-	n4 := c.AddNode()
-	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
-	}); err != nil {
-		t.Fatalf("AddLearner: %v", err)
-	}
-	c.Cut(n4)
-	missed := putAll(c, "missed-", 5)
+	c, leader, n4, missed := laggingLearner(t)
 	h := c.Node(leader).Host
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
