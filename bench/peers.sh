@@ -41,7 +41,11 @@ if [ -z "$ONLY" ] && [ ! -x "$PEERS_BIN/benchmark" ]; then
 	echo "peers: building etcd's benchmark tool $ETCD_BENCH_VERSION..."
 	wrapper "$BUILD/etcdbench" go.etcd.io/etcd/v3@$ETCD_BENCH_VERSION go.etcd.io/etcd/v3/tools/benchmark "$PEERS_BIN/benchmark"
 fi
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+# sys_which finds the system's own binary: PATH without PEERS_BIN, where the
+# links made below would otherwise be found and pointed at themselves.
+SYS_PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$PEERS_BIN" | paste -sd: -)
+sys_which() { (PATH=$SYS_PATH && command -v "$1"); }
+if ! sys_which redis-server >/dev/null || ! sys_which redis-benchmark >/dev/null; then
 	echo "peers: installing redis-server and redis-tools with apt..."
 	SUDO=
 	[ "$(id -u)" = 0 ] || SUDO=sudo
@@ -49,7 +53,7 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
 fi
 for b in redis-server redis-benchmark; do
-	ln -sf "$(command -v $b)" "$PEERS_BIN/$b"
+	ln -sf "$(sys_which $b)" "$PEERS_BIN/$b"
 done
 [ -n "$ONLY" ] || "$PEERS_BIN/etcd" --version | head -1
 "$PEERS_BIN/redis-server" --version

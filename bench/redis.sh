@@ -12,7 +12,9 @@
 # of redis-benchmark hits one key, and Concord runs a pipeline's commands on
 # one key in order, one after another); REDIS_BENCH_SYSTEMS picks systems
 # (default concord,redis-everysec,redis-always); REDIS_BENCH_P the -P list
-# (default 1,16).
+# (default 1,16); REDIS_BENCH_WARMUP=false measures each system cold (by
+# default each first runs every test once, unmeasured, and Concord waits
+# for its start-up leader balancing: bench/redisbench/warmup.go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./bench/peers.sh redis
@@ -21,4 +23,5 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 exec go run ./bench/redisbench -out "$OUT" -concord bin/concord -peers .cache/peers/bin \
 	-n "${REDIS_BENCH_N:-200000}" -c "${REDIS_BENCH_C:-50}" -d "${REDIS_BENCH_D:-256}" \
 	-r "${REDIS_BENCH_R:-0}" -tests "${REDIS_BENCH_TESTS:-set,get,incr,mset}" \
-	-systems "${REDIS_BENCH_SYSTEMS:-concord,redis-everysec,redis-always}" -pipelines "${REDIS_BENCH_P:-1,16}"
+	-systems "${REDIS_BENCH_SYSTEMS:-concord,redis-everysec,redis-always}" -pipelines "${REDIS_BENCH_P:-1,16}" \
+	-warmup="${REDIS_BENCH_WARMUP:-true}"

@@ -27,6 +27,7 @@ import (
 type options struct {
 	concord, peers, out string
 	n, c, d, r          int
+	warmup              bool
 	tests, systems      []string
 	pipelines           []int
 }
@@ -105,6 +106,7 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.c, "c", 50, "redis-benchmark -c: connections")
 	flag.IntVar(&o.d, "d", 256, "redis-benchmark -d: value size in bytes")
 	flag.IntVar(&o.r, "r", 0, "redis-benchmark -r: random keys among this many (0: one key per test, as redis-benchmark's default)")
+	flag.BoolVar(&o.warmup, "warmup", true, "before a system's measured rows, wait for Concord's start-up leader balancing and run every test once at the largest -P, unmeasured")
 	flag.StringVar(&tests, "tests", "set,get,incr,mset", "redis-benchmark tests, each run on its own")
 	flag.StringVar(&pipelines, "pipelines", "1,16", "redis-benchmark -P values")
 	flag.StringVar(&systemList, "systems", "concord,redis-everysec,redis-always", "systems to run, in order")
@@ -164,6 +166,11 @@ func runSystem(o options, name string) ([]result, error) {
 	}
 	setCurrent(s)
 	defer func() { s.Stop(); setCurrent(nil) }()
+	if o.warmup {
+		if err := warmUp(o, s); err != nil {
+			return nil, err
+		}
+	}
 	var out []result
 	for _, p := range o.pipelines {
 		for _, t := range o.tests {

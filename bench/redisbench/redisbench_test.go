@@ -80,3 +80,30 @@ func TestLeaderVia(t *testing.T) {
 		t.Errorf("table lacks the via mark:\n%s", table)
 	}
 }
+
+// TestBalanced checks the warm-up's wait for the start-up leader moves:
+// done only when every node leads a share within one of every other's.
+func TestBalanced(t *testing.T) {
+	lead := func(ls ...uint64) []shardRange {
+		var s []shardRange
+		for _, l := range ls {
+			s = append(s, shardRange{Leader: l})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name   string
+		shards []shardRange
+		want   bool
+	}{
+		{"6-5-5", lead(1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3), true},
+		{"fresh: one node leads most", lead(1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), false},
+		{"a node leads none", lead(1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2), false},
+		{"a shard without a leader", lead(1, 1, 1, 1, 1, 0, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3), false},
+		{"no shards", nil, false},
+	} {
+		if got, desc := balanced(c.shards, 3); got != c.want {
+			t.Errorf("%s: balanced = %v (%s), want %v", c.name, got, desc, c.want)
+		}
+	}
+}

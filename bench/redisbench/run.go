@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/concord-kv/concord/bench/internal/systems"
@@ -26,12 +25,7 @@ func benchmarkTool(peers string) string {
 // elsewhere must apply), reading the servers' CPU time just before and
 // after it.
 func runTest(o options, s *systems.System, test string, p int) (result, error) {
-	host, port, _ := strings.Cut(s.RedisAddrs[0], ":")
-	args := []string{"-h", host, "-p", port, "-t", test, "-n", strconv.Itoa(o.n), "-c", strconv.Itoa(o.c),
-		"-d", strconv.Itoa(o.d), "-P", strconv.Itoa(p), "-e", "--csv"}
-	if o.r > 0 {
-		args = append(args, "-r", strconv.Itoa(o.r))
-	}
+	args := benchArgs(o, s, test, p)
 	cmd := exec.Command(benchmarkTool(o.peers), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

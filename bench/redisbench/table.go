@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -50,6 +51,9 @@ func formatTable(rs []result, o options, run runInfo) string {
 	}
 	fmt.Fprintf(&b, "`redis-benchmark -t X -n %d -c %d -d %d -P P%s --csv`, one invocation per test and -P, against %s; load average (1, 5, 15 min) %s at the start, %s at the end; %v in all.\n\n",
 		o.n, o.c, o.d, rflag, strings.Join(o.systems, ", "), run.loadBefore, run.loadAfter, run.took.Round(time.Second))
+	if o.warmup {
+		fmt.Fprintf(&b, "Each system first ran every test once at -P %d, unmeasured, and Concord first waited until its start-up leader balancing was done, so the rows measure warm systems.\n\n", slices.Max(o.pipelines))
+	}
 	b.WriteString("| system | test | -P | requests/s | p50 ms | server CPU µs/op | vs redis-everysec (rps) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
 	for _, p := range o.pipelines {
