@@ -338,3 +338,52 @@ func TestMergedSetsOneRecordEach(t *testing.T) {
 		}
 	}
 }
+
+// TestReadModifyWritesOfAKeyOncePerBatch protects the deferred user
+// records (deferred.go): a batch of INCRs of one counter, an APPEND and a
+// DELETE-then-INCR of others, each op seeing the ones before it, leaves
+// one write per user key in the batch, and the committed values are the
+// last ops'. Before, every op wrote a version of its key into the batch
+// (a memtable insert at commit) and read the last one back through it.
+func TestReadModifyWritesOfAKeyOncePerBatch(t *testing.T) {
+	f := newFixture(t)
+	f.kv(0, 0, at(0), put("gone", "9"))
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	incr := func(k string) *concordpb.Op {
+		return &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: []byte(k), IntDelta: 1}
+	}
+	var cmds []*storepb.Command
+	for range 100 {
+		cmds = append(cmds, kvCmd(0, 0, at(time.Second), incr("counter")))
+	}
+	cmds = append(cmds,
+		kvCmd(0, 0, at(time.Second), &concordpb.Op{Type: concordpb.OpType_OP_APPEND, Key: []byte("log"), Value: []byte("a")}),
+		kvCmd(0, 0, at(time.Second), &concordpb.Op{Type: concordpb.OpType_OP_APPEND, Key: []byte("log"), Value: []byte("b")}),
+		kvCmd(0, 0, at(time.Second), &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: []byte("gone")}),
+		kvCmd(0, 0, at(time.Second), incr("gone")))
+	for i, cmd := range cmds {
+		r, err := f.sm.Apply(b, wholeRange, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 100 && r.GetResults()[0].GetIntValue() != int64(i+1) {
+			t.Fatalf("INCR %d answered %v, want %d", i+1, r, i+1)
+		}
+	}
+	if err := flushApplied(f.sm, b); err != nil {
+		t.Fatal(err)
+	}
+	writes := writesPerKey(t, b)
+	for _, k := range []string{"counter", "log", "gone"} {
+		if n := writes[string(keys.User(shard, []byte(k)))]; n != 1 {
+			t.Fatalf("%d writes of %q in the batch, want 1 (all: %v)", n, k, writes)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	f.value("counter", []byte("100"))
+	f.value("log", []byte("ab"))
+	f.value("gone", []byte("1")) // deleted, then INCR from nothing
+}

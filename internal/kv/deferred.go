@@ -27,6 +27,18 @@ import (
 // contents: every read of a session or the clock looks here first
 // (sessionSeq, retryResult, loadClock via sm.clock), and the one reader of
 // the records themselves, expireSessions, flushes the sessions first.
+//
+// The same holds for a user key that ops which read it (INCR, APPEND, a
+// conditional PUT, DELETE, EXPIRE, ...) write: its record waits here and
+// Flush writes it once per batch. A pipeline of INCRs of one counter is a
+// few hundred such ops in one entry, and each wrote a new version into the
+// batch (a memtable insert at commit, on every replica) and read the last
+// one back through the batch's and the engine's iterators; together over
+// 40 % of a follower's CPU (docs/benchmarks.md, "Read-modify-writes of one
+// key"). Every read of a user key during apply (store.load) looks here
+// first. A blind PUT, which reads nothing, still writes straight into the
+// batch and drops the key's deferred record, which it overwrites; a later
+// op of the batch then reads the blind PUT's record from the batch.
 
 // deferred is what Apply changed in the state span of batch b and Flush has
 // not yet written.
@@ -39,6 +51,12 @@ type deferred struct {
 	// buf and key are reused for every record written (Set copies);
 	// sessionPrefix starts every session key of the shard.
 	buf, key, sessionPrefix []byte
+	// values are the user keys' records written by ops that read them:
+	// valueList in first-touched order (a key a blind PUT overwrote is
+	// marked dropped, and listed again if written after), values the index
+	// of each key's live entry by storage key.
+	values    map[string]int
+	valueList []deferredValue
 }
 
 // session is a session's record as its last command in the batch left it.
@@ -46,6 +64,16 @@ type session struct {
 	seq    uint64
 	result *storepb.CommandResult
 	active int64 // LastActiveUnixNanos
+}
+
+// deferredValue is a user key's record as the last op of the batch that
+// read it left it: stored false for deleted. Its value is its own, never
+// changed once set (a result may alias it).
+type deferredValue struct {
+	k       string // the storage key
+	rec     record
+	stored  bool
+	dropped bool // a blind PUT overwrote it in the batch
 }
 
 // begin checks that b is the batch the deferred writes belong to, or
@@ -75,6 +103,62 @@ func (sm *StateMachine) deferSession(id uint64, s session) {
 	d.sessions[id] = s
 }
 
+// deferValue records k's record in the current batch (rec's value is
+// copied: it may alias the command, or a buffer the next op reuses).
+func (d *deferred) deferValue(k []byte, rec record, stored bool) {
+	rec.value = append([]byte(nil), rec.value...)
+	if i, ok := d.values[string(k)]; ok {
+		d.valueList[i].rec, d.valueList[i].stored = rec, stored
+		return
+	}
+	if d.values == nil {
+		d.values = make(map[string]int)
+	}
+	ks := string(k)
+	d.values[ks] = len(d.valueList)
+	d.valueList = append(d.valueList, deferredValue{k: ks, rec: rec, stored: stored})
+}
+
+// deferredValue returns k's deferred record, if the batch has one.
+func (d *deferred) deferredValue(k []byte) (deferredValue, bool) {
+	if i, ok := d.values[string(k)]; ok {
+		return d.valueList[i], true
+	}
+	return deferredValue{}, false
+}
+
+// dropValue forgets k's deferred record: a blind PUT overwrote it in the
+// batch.
+func (d *deferred) dropValue(k []byte) {
+	if i, ok := d.values[string(k)]; ok {
+		d.valueList[i].dropped = true
+		delete(d.values, d.valueList[i].k)
+	}
+}
+
+// flushValues writes the deferred user records into the current batch.
+func (d *deferred) flushValues() error {
+	for i := range d.valueList {
+		v := &d.valueList[i]
+		if v.dropped {
+			continue
+		}
+		var err error
+		if v.stored {
+			err = setValue(d.b, []byte(v.k), v.rec.value, v.rec.expireAt)
+		} else {
+			err = d.b.Delete([]byte(v.k), nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	clear(d.values)
+	clear(d.valueList) // holds no value past the batch
+	d.valueList = d.valueList[:0]
+	return nil
+}
+
 // Flush writes into b what the commands applied into it since the last
 // Flush deferred (each touched session's record), and puts the shard clock
 // into as, the applied-state record the replica writes into b next. The
@@ -88,6 +172,9 @@ func (sm *StateMachine) Flush(b *pebble.Batch, as *storepb.AppliedState) error {
 		return fmt.Errorf("kv: shard %d: Flush of another batch than the one applied into", sm.shard)
 	}
 	if err := sm.flushSessions(); err != nil {
+		return err
+	}
+	if err := d.flushValues(); err != nil {
 		return err
 	}
 	d.b = nil

@@ -234,6 +234,7 @@ func hidePrev(r *concordpb.OpResult, op *concordpb.Op) {
 // DELETE_EXPIRED, finding the key's expiry different, removes it. A PUT
 // whose expiry is not in the future deletes the key, as put does.
 func (e env) blindPut(s *store, op *concordpb.Op) error {
+	s.d.dropValue(s.k)    // overwritten: the batch holds the key's record now
 	at, _ := e.expiry(op) // checked in checkOps
 	if at != 0 && !live(at, e.nowMs) {
 		return s.b.Delete(s.k, nil)

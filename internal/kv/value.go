@@ -90,6 +90,7 @@ func readRecord(r pebble.Reader, k []byte) (record, bool, error) {
 // and whether it is readable on the shard's clock.
 type store struct {
 	b      *pebble.Batch
+	d      *deferred // the batch's deferred records (deferred.go)
 	shard  uint64
 	key    []byte // the user key
 	k      []byte // its storage key
@@ -107,14 +108,20 @@ func (sm *StateMachine) unread(b *pebble.Batch, key []byte) *store {
 		sm.userPrefix = keys.User(sm.shard, nil)
 	}
 	k := append(append(sm.op.k[:0], sm.userPrefix...), key...)
-	sm.op = store{b: b, shard: sm.shard, key: key, k: k}
+	sm.op = store{b: b, d: &sm.deferred, shard: sm.shard, key: key, k: k}
 	return &sm.op
 }
 
+// load is key's store with its record: the batch's deferred one if an
+// earlier op of the batch wrote it (deferred.go), else what b holds.
 func (sm *StateMachine) load(b *pebble.Batch, key []byte, nowMs int64) (*store, error) {
 	s := sm.unread(b, key)
 	var err error
-	s.raw, s.stored, err = readRecord(b, s.k)
+	if v, ok := s.d.deferredValue(s.k); ok {
+		s.raw, s.stored = v.rec, v.stored
+	} else {
+		s.raw, s.stored, err = readRecord(b, s.k)
+	}
 	s.exists = s.stored && live(s.raw.expireAt, nowMs)
 	return s, err
 }
@@ -139,10 +146,8 @@ func (s *store) set(value []byte, expireAt int64) error {
 			return err
 		}
 	}
-	if err := setValue(s.b, s.k, value, expireAt); err != nil {
-		return err
-	}
 	s.raw, s.stored, s.exists = record{value: value, expireAt: expireAt}, true, true
+	s.d.deferValue(s.k, s.raw, true) // written by Flush
 	return nil
 }
 
@@ -157,5 +162,6 @@ func (s *store) delete() error {
 		}
 	}
 	s.raw, s.stored, s.exists = record{}, false, false
-	return s.b.Delete(s.k, nil)
+	s.d.deferValue(s.k, record{}, false) // deleted by Flush
+	return nil
 }
