@@ -8,7 +8,8 @@
 # with 20,000 pipelined SETs, finds the node leading the shard of
 # redis-benchmark's one key (the one whose proposal count grows under
 # unpipelined SETs), then runs
-#   redis-benchmark -t set -n ${N:-300000} -c ${C:-50} -d 256 -P 16 --csv
+#   redis-benchmark -t ${T:-set} -n ${N:-300000} -c ${C:-50} -d 256 -P 16 --csv
+# (T picks another redis-benchmark test, e.g. incr; "SETs" below are then its commands.)
 # (with R set, -r $R as well: random keys, so about two thirds of the SETs
 # land in shards the Redis node does not lead and are forwarded)
 # through that node (via=leader, the default) or another (via=nonleader)
@@ -40,9 +41,9 @@ syncs() { metric "$1" '^concord_storage_commit_duration_seconds_count\\{synced="
 syncus() { curl -s http://127.0.0.1:$((B+20+$1))/metrics | awk '/^concord_storage_commit_duration_seconds_sum\{synced="true"/ { s += $2 } END { printf "%d\n", s * 1e6 }'; }
 wait_balanced
 sleep 3
-"$RB" -p $((B+11)) -t set -n 20000 -c 50 -d 256 -P 16 -q >/dev/null 2>&1 # warm-up
+"$RB" -p $((B+11)) -t "${T:-set}" -n 20000 -c 50 -d 256 -P 16 -q >/dev/null 2>&1 # warm-up
 a=($(props 1) $(props 2) $(props 3))
-"$RB" -p $((B+11)) -t set -n 5000 -c 10 -d 256 -P 1 -q >/dev/null 2>&1 # which node proposes the one key's SETs
+"$RB" -p $((B+11)) -t "${T:-set}" -n 5000 -c 10 -d 256 -P 1 -q >/dev/null 2>&1 # which node proposes the one key's SETs
 b=($(props 1) $(props 2) $(props 3))
 L=1 best=0
 for i in 0 1 2; do d=$((b[i] - a[i])); if [ $d -gt $best ]; then best=$d L=$((i + 1)); fi; done
@@ -53,7 +54,7 @@ declare -A c0 c1 p0 p1 t0 t1 s0 s1 u0 u1 r0 r1 w0 w1
 for i in 1 2 3; do read -r r0[$i] w0[$i] < <(sysc ${PIDS[$((i-1))]}); done
 for i in 1 2 3; do c0[$i]=$(cpu1 ${PIDS[$((i-1))]}); p0[$i]=$(props $i); t0[$i]=$(turns $i); s0[$i]=$(syncs $i); u0[$i]=$(syncus $i); done
 start=$(date +%s.%N)
-"$RB" -p $((B+10+P)) -t set -n "$N" -c "${C:-50}" -d 256 -P 16 ${R:+-r "$R"} --csv >"$DIR/rb.csv" 2>&1 &
+"$RB" -p $((B+10+P)) -t "${T:-set}" -n "$N" -c "${C:-50}" -d 256 -P 16 ${R:+-r "$R"} --csv >"$DIR/rb.csv" 2>&1 &
 RBPID=$!
 CURLS=()
 if [ "$PROFILE" = 1 ]; then
