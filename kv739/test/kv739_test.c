@@ -216,14 +216,18 @@ static void others_of(char *s, char **out)
 	out[n] = NULL;
 }
 
-/* wait_restarted waits until server s, asked to die, has gone down and come
- * back: it answers a fault command (a partition that lets it reach every
- * other server, which changes nothing once healed) again. A get would not
- * tell: the library also uses the members it learned. The dying process
- * may answer for a moment (a clean death drains first); the supervisor
- * keeps a dead node down for 500 ms before restarting it, so polling every
- * 50 ms sees it down. */
-static void wait_restarted(char *s)
+/* wait_down waits until server s, asked to die, has gone down: it no longer
+ * answers a fault command (a partition that lets it reach every other
+ * server, which changes nothing once healed). A get would not tell: the
+ * library also uses the members it learned. The dying process may answer
+ * for a moment (a clean death drains first); the supervisor keeps a dead
+ * node down for 500 ms before restarting it, so polling every 50 ms right
+ * after the die sees it down. Anything slower between the die and the
+ * first poll could miss the whole outage: a put while a server is dead
+ * waits out an election when that server led its shard, which took longer
+ * than 500 ms under make test's load. wait_up then waits until it answers
+ * again. */
+static void wait_down(char *s)
 {
 	char *others[3];
 	others_of(s, others);
@@ -234,6 +238,13 @@ static void wait_restarted(char *s)
 			usleep(50 * 1000);
 	}
 	CHECK(rc != 0, "server %s never went down", s);
+}
+
+static void wait_up(char *s)
+{
+	char *others[3];
+	others_of(s, others);
+	int rc = -1;
 	for (int i = 0; i < 600 && rc != 0; i++) {
 		rc = kv739_partition(s, others);
 		if (rc != 0)
@@ -255,11 +266,13 @@ static void faults(void)
 	CHECK(kv739_partition(s1, others) == 0, "heal s1");
 
 	CHECK(kv739_die(s3, 0) == 0, "unclean die of s3");
+	wait_down(s3);
 	CHECK(kv739_put(key("s3-dead"), "x", old) == 1, "put while s3 is dead");
-	wait_restarted(s3);
+	wait_up(s3);
 	CHECK(kv739_die(s2, 1) == 0, "clean die of s2");
+	wait_down(s2);
 	CHECK(kv739_put(key("s2-dead"), "x", old) == 1, "put while s2 is dead");
-	wait_restarted(s2);
+	wait_up(s2);
 
 	/* Every server restarts; what was acknowledged is still there. */
 	CHECK(kv739_put(key("durable"), "kept", old) == 1, "put before every server dies");
