@@ -16,10 +16,10 @@ import (
 // just elected its leaders still moves a third of them for balance in its
 // first seconds, and every fresh Pebble engine starts with 256 KiB
 // memtables that double up to their 64 MiB size. The first 0.7 s row
-// measured that (docs/benchmarks.md, Redis run 24). So, unless -warmup=false,
-// each system first waits for its leaders to settle (Concord) and runs every
-// test once at the largest -P, unmeasured, before its measured rows; every
-// system gets the same warm-up.
+// measured that (docs/benchmarks.md, "Redis protocol vs redis-server"). So,
+// unless -warmup=false, each system first waits for its leaders to settle
+// (Concord) and runs every test once at the largest -P, unmeasured, before
+// its measured rows; every system gets the same warm-up.
 
 // warmUp readies s for its measured rows (see above).
 func warmUp(o options, s *systems.System) error {
