@@ -27,7 +27,7 @@ import (
 type options struct {
 	concord, peers, out string
 	n, c, d, r          int
-	warmup              bool
+	warmup, bothPaths   bool
 	tests, systems      []string
 	pipelines           []int
 }
@@ -107,6 +107,7 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.d, "d", 256, "redis-benchmark -d: value size in bytes")
 	flag.IntVar(&o.r, "r", 0, "redis-benchmark -r: random keys among this many (0: one key per test, as redis-benchmark's default)")
 	flag.BoolVar(&o.warmup, "warmup", true, "before a system's measured rows, wait for Concord's start-up leader balancing and run every test once at the largest -P, unmeasured")
+	flag.BoolVar(&o.bothPaths, "both-paths", true, "run Concord's one-key tests (no -r) twice: through the key's leader and through a node that forwards to it")
 	flag.StringVar(&tests, "tests", "set,get,incr,mset", "redis-benchmark tests, each run on its own")
 	flag.StringVar(&pipelines, "pipelines", "1,16", "redis-benchmark -P values")
 	flag.StringVar(&systemList, "systems", "concord,redis-everysec,redis-always", "systems to run, in order")
@@ -174,14 +175,27 @@ func runSystem(o options, name string) ([]result, error) {
 	var out []result
 	for _, p := range o.pipelines {
 		for _, t := range o.tests {
-			r, err := runTest(o, s, t, p)
-			if err != nil {
-				return out, err
+			both := o.bothPaths && s.Target == "concord" && o.r == 0
+			ps := []path{{redisAddr: s.RedisAddrs[0]}}
+			if both {
+				if got := paths(o, s, t); got != nil {
+					ps = got
+				}
 			}
-			r.Via = viaOf(o, s, t)
-			logf("%s %s -P %d: %.0f requests/s, p50 %.3f ms, server CPU %.1f µs/request%s%s",
-				s.Name, r.Test, p, r.RPS, r.P50, r.ServerCPU, errNote(r.Errors), viaNote(r.Via))
-			out = append(out, r)
+			for _, pa := range ps {
+				r, err := runTest(o, s, pa.redisAddr, pa.via, t, p)
+				if err != nil {
+					return out, err
+				}
+				if pa.via == "" {
+					r.Via = viaOf(o, s, t)
+				} else {
+					r.Via = confirmPath(o, s, t, pa)
+				}
+				logf("%s %s -P %d: %.0f requests/s, p50 %.3f ms, server CPU %.1f µs/request%s%s",
+					s.Name, r.Test, p, r.RPS, r.P50, r.ServerCPU, errNote(r.Errors), viaNote(r.Via))
+				out = append(out, r)
+			}
 		}
 	}
 	return out, nil

@@ -107,3 +107,37 @@ func TestBalanced(t *testing.T) {
 		}
 	}
 }
+
+// TestBothPaths protects the two Concord rows of a one-key test: the
+// leader's address and another node's are found by the shard's hash range
+// and the nodes' addresses (node 1 as the other when it does not lead),
+// nothing when the leader is unknown, and the goal line judges each row.
+func TestBothPaths(t *testing.T) {
+	shards := []shardRange{{0, 99, 2}, {100, 199, 1}, {200, 299, 0}}
+	nodes := []nodeAddr{{1, "a:1"}, {2, "b:1"}, {3, "c:1"}}
+	endpoints := []string{"a:1", "b:1", "c:1"}
+	for _, c := range []struct {
+		h             uint64
+		leader, other int
+		ok            bool
+	}{{50, 1, 0, true}, {150, 0, 1, true}, {250, 0, 0, false}, {400, 0, 0, false}} {
+		l, o, ok := leaderAndOther(c.h, shards, nodes, endpoints)
+		if l != c.leader || o != c.other || ok != c.ok {
+			t.Errorf("hash %d: leader %d, other %d, ok %v; want %d, %d, %v", c.h, l, o, ok, c.leader, c.other, c.ok)
+		}
+	}
+	if _, _, ok := leaderAndOther(50, shards, nodes, []string{"a:1", "c:1"}); ok {
+		t.Error("a leader outside the endpoints was found")
+	}
+	g := goal([]result{
+		{System: "concord", Test: "SET", Pipeline: 16, RPS: 600, Via: "leader"},
+		{System: "concord", Test: "SET", Pipeline: 16, RPS: 400, Via: "forwarded"},
+		{System: "redis-everysec", Test: "SET", Pipeline: 16, RPS: 1000},
+	})
+	for _, want := range []string{"met through the key's leader (SET -P 16: Concord 600 requests/s, 60.0 %",
+		"; not met through a node that forwards to it (SET -P 16: Concord 400 requests/s, 40.0 %"} {
+		if !strings.Contains(g, want) {
+			t.Errorf("goal %q lacks %q", g, want)
+		}
+	}
+}

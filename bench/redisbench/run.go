@@ -20,12 +20,12 @@ func benchmarkTool(peers string) string {
 	return "redis-benchmark"
 }
 
-// runTest runs one redis-benchmark test with one -P against s's first
-// Redis address (Concord's node 1, which forwards what its shards' leaders
-// elsewhere must apply), reading the servers' CPU time just before and
-// after it.
-func runTest(o options, s *systems.System, test string, p int) (result, error) {
-	args := benchArgs(o, s, test, p)
+// runTest runs one redis-benchmark test with one -P against the Redis
+// address addr of s (node 1's unless a path of via.go says otherwise),
+// reading the servers' CPU time just before and after it; via names the
+// path in the raw output's file name.
+func runTest(o options, s *systems.System, addr, via, test string, p int) (result, error) {
+	args := benchArgs(o, addr, test, p)
 	cmd := exec.Command(benchmarkTool(o.peers), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -33,7 +33,11 @@ func runTest(o options, s *systems.System, test string, p int) (result, error) {
 	err := cmd.Run()
 	cpu := srv.Stop()
 	raw := fmt.Sprintf("# %s %s\n%s%s", cmd.Path, strings.Join(args, " "), stdout.String(), stderr.String())
-	_ = os.WriteFile(filepath.Join(o.out, fmt.Sprintf("%s-%s-P%d.txt", s.Name, test, p)), []byte(raw), 0o644)
+	name := fmt.Sprintf("%s-%s-P%d", s.Name, test, p)
+	if via != "" {
+		name += "-" + via
+	}
+	_ = os.WriteFile(filepath.Join(o.out, name+".txt"), []byte(raw), 0o644)
 	if err != nil {
 		return result{}, fmt.Errorf("redis-benchmark %s: %v: %s", strings.Join(args, " "), err, lastLines(stdout.String()+stderr.String()))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"slices"
 
 	"github.com/concord-kv/concord/bench/internal/systems"
 	"github.com/concord-kv/concord/internal/routing"
@@ -45,12 +46,87 @@ func viaOf(o options, s *systems.System, test string) string {
 	if s.Target != "concord" || o.r > 0 || len(s.Endpoints) == 0 {
 		return ""
 	}
-	var shards []shardRange
-	var nodes []nodeAddr
-	if cliJSON(o.concord, s.Endpoints[0], &shards, "shard", "list") != nil || cliJSON(o.concord, s.Endpoints[0], &nodes, "node", "list") != nil {
+	shards, nodes, err := clusterView(o, s)
+	if err != nil {
 		return ""
 	}
 	return leaderVia(routing.Hash([]byte(oneKey(test))), shards, nodes, s.Endpoints[0])
+}
+
+// clusterView is what `concord shard list` and `concord node list` say.
+func clusterView(o options, s *systems.System) ([]shardRange, []nodeAddr, error) {
+	var shards []shardRange
+	var nodes []nodeAddr
+	if err := cliJSON(o.concord, s.Endpoints[0], &shards, "shard", "list"); err != nil {
+		return nil, nil, err
+	}
+	if err := cliJSON(o.concord, s.Endpoints[0], &nodes, "node", "list"); err != nil {
+		return nil, nil, err
+	}
+	return shards, nodes, nil
+}
+
+// A path is where a Concord row's redis-benchmark connects: since the one
+// key's leader serves it faster than a node that forwards to the leader,
+// and which node leads is the luck of start-up balancing, each one-key test
+// runs both ways (unless -both-paths=false) and the table has a row for each.
+type path struct {
+	via       string // "leader" or "forwarded"; "" for node 1, unmarked
+	redisAddr string
+}
+
+// paths returns the two paths of test's one key, the leader's first, or
+// nil when the cluster could not say who leads it.
+func paths(o options, s *systems.System, test string) []path {
+	shards, nodes, err := clusterView(o, s)
+	if err != nil {
+		return nil
+	}
+	leader, other, ok := leaderAndOther(routing.Hash([]byte(oneKey(test))), shards, nodes, s.Endpoints)
+	if !ok || len(s.RedisAddrs) != len(s.Endpoints) {
+		return nil
+	}
+	return []path{{"leader", s.RedisAddrs[leader]}, {"forwarded", s.RedisAddrs[other]}}
+}
+
+// confirmPath is the via mark of a row run on pa: pa's own, if the key's
+// leader is still where it was (a row is marked only for the path it
+// measured), else "".
+func confirmPath(o options, s *systems.System, test string, pa path) string {
+	now := paths(o, s, test)
+	if now == nil {
+		return ""
+	}
+	if leads := now[0].redisAddr == pa.redisAddr; leads == (pa.via == "leader") {
+		return pa.via
+	}
+	logf("%s %s: the key's leader moved during the row; it is left unmarked", s.Name, test)
+	return ""
+}
+
+// leaderAndOther finds, among endpoints (the nodes' addresses, in the order
+// of the system's Redis addresses), the node leading the shard whose range
+// holds h and another node: node 1 when it does not lead, else the next.
+func leaderAndOther(h uint64, shards []shardRange, nodes []nodeAddr, endpoints []string) (leader, other int, ok bool) {
+	var addr string
+	for _, s := range shards {
+		if h < s.StartHash || h > s.EndHash || s.Leader == 0 {
+			continue
+		}
+		for _, n := range nodes {
+			if n.ID == s.Leader {
+				addr = n.Addr
+			}
+		}
+	}
+	leader = slices.Index(endpoints, addr)
+	if addr == "" || leader < 0 || len(endpoints) < 2 {
+		return 0, 0, false
+	}
+	if leader == 0 {
+		return 0, 1, true
+	}
+	return leader, 0, true
 }
 
 // leaderVia is viaOf's decision: the shard whose range (both ends

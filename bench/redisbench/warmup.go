@@ -30,7 +30,7 @@ func warmUp(o options, s *systems.System) error {
 	}
 	p := slices.Max(o.pipelines)
 	for _, t := range o.tests {
-		args := benchArgs(o, s, t, p)
+		args := benchArgs(o, s.RedisAddrs[0], t, p)
 		cmd := exec.Command(benchmarkTool(o.peers), args...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -87,9 +87,9 @@ func balanced(shards []shardRange, nodes int) (bool, string) {
 }
 
 // benchArgs is the redis-benchmark command line of one test at one -P
-// against s's first Redis address.
-func benchArgs(o options, s *systems.System, test string, p int) []string {
-	host, port, _ := strings.Cut(s.RedisAddrs[0], ":")
+// against the Redis address addr.
+func benchArgs(o options, addr, test string, p int) []string {
+	host, port, _ := strings.Cut(addr, ":")
 	args := []string{"-h", host, "-p", port, "-t", test, "-n", strconv.Itoa(o.n), "-c", strconv.Itoa(o.c),
 		"-d", strconv.Itoa(o.d), "-P", strconv.Itoa(p), "-e", "--csv"}
 	if o.r > 0 {
