@@ -13,7 +13,7 @@ import (
 )
 
 // A fresh system is not the system a user runs: a Concord cluster that has
-// just elected its leaders still moves a third of them for balance in its
+// just elected its leaders still moves some of them for balance in its
 // first seconds, and every fresh Pebble engine starts with 256 KiB
 // memtables that double up to their 64 MiB size. The first 0.7 s row
 // measured that (docs/benchmarks.md, "Redis protocol vs redis-server"). So,
