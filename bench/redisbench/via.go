@@ -108,17 +108,7 @@ func confirmPath(o options, s *systems.System, test string, pa path) string {
 // of the system's Redis addresses), the node leading the shard whose range
 // holds h and another node: node 1 when it does not lead, else the next.
 func leaderAndOther(h uint64, shards []shardRange, nodes []nodeAddr, endpoints []string) (leader, other int, ok bool) {
-	var addr string
-	for _, s := range shards {
-		if h < s.StartHash || h > s.EndHash || s.Leader == 0 {
-			continue
-		}
-		for _, n := range nodes {
-			if n.ID == s.Leader {
-				addr = n.Addr
-			}
-		}
-	}
+	addr := leaderAddr(h, shards, nodes)
 	leader = slices.Index(endpoints, addr)
 	if addr == "" || leader < 0 || len(endpoints) < 2 {
 		return 0, 0, false
@@ -129,20 +119,28 @@ func leaderAndOther(h uint64, shards []shardRange, nodes []nodeAddr, endpoints [
 	return leader, 0, true
 }
 
-// leaderVia is viaOf's decision: the shard whose range (both ends
-// included, as routing.Table's) holds h, its leader's address, and whether
-// that is node1's.
+// leaderVia is viaOf's decision: whether the leader of h's shard is node1.
 func leaderVia(h uint64, shards []shardRange, nodes []nodeAddr, node1 string) string {
+	switch addr := leaderAddr(h, shards, nodes); {
+	case addr == "":
+		return ""
+	case addr == node1:
+		return "leader"
+	default:
+		return "forwarded"
+	}
+}
+
+// leaderAddr is the address of the node leading the shard whose range
+// (both ends included, as routing.Table's) holds h, or "" if unknown.
+func leaderAddr(h uint64, shards []shardRange, nodes []nodeAddr) string {
 	for _, s := range shards {
 		if h < s.StartHash || h > s.EndHash || s.Leader == 0 {
 			continue
 		}
 		for _, n := range nodes {
 			if n.ID == s.Leader {
-				if n.Addr == node1 {
-					return "leader"
-				}
-				return "forwarded"
+				return n.Addr
 			}
 		}
 	}
