@@ -45,8 +45,8 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 	return b
 }
 
-// randomRequest is a request of up to 10 calls, mostly puts with every
-// field set or not (extreme values included), sometimes a get or a ping.
+// randomRequest is a request of up to 10 calls, mostly puts and gets with
+// every field set or not (extreme values included), sometimes a ping.
 func randomRequest(rng *rand.Rand) *concordpb.StreamRequest {
 	req := &concordpb.StreamRequest{}
 	if rng.IntN(3) == 0 {
@@ -55,8 +55,12 @@ func randomRequest(rng *rand.Rand) *concordpb.StreamRequest {
 	for range rng.IntN(11) {
 		c := &concordpb.StreamCall{Id: rng.Uint64(), TimeoutMs: rng.Uint32N(3) * rng.Uint32()}
 		switch rng.IntN(8) {
-		case 0:
-			c.Request = &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: randomBytes(rng, 20)}}
+		case 0, 2:
+			g := &concordpb.GetRequest{Key: randomBytes(rng, 20)}
+			if rng.IntN(2) == 0 {
+				g.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency(rng.Int32N(5) - 1), Hops: rng.Uint32N(4)}
+			}
+			c.Request = &concordpb.StreamCall_Get{Get: g}
 		case 1:
 			c.Request = &concordpb.StreamCall_Ping{Ping: &concordpb.KeepalivePing{}}
 		default:
@@ -104,6 +108,18 @@ func TestDecodeRequestMatchesProto(t *testing.T) {
 			protowire.AppendVarint(tag(protowire.AppendBytes(tag(nil, 4, protowire.BytesType), put), 1, protowire.VarintType), 1<<40), // id again
 			protowire.AppendVarint(tag(nil, 1, protowire.VarintType), 3),                                                              // no request
 			protowire.AppendBytes(tag(protowire.AppendBytes(tag(nil, 4, protowire.BytesType), put), 2, protowire.BytesType), nil),     // timeout as bytes
+			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), put),                                                              // a get of key k
+			protowire.AppendBytes(protowire.AppendBytes(tag(nil, 3, protowire.BytesType), put), // get twice: merged
+				protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendBytes(tag(nil, 1, protowire.BytesType), hdr))),
+			protowire.AppendBytes(protowire.AppendBytes(tag(nil, 3, protowire.BytesType), put), // get, then put: the put wins
+				protowire.AppendBytes(tag(nil, 4, protowire.BytesType), put)),
+			protowire.AppendBytes(tag(protowire.AppendBytes(tag(protowire.AppendBytes(tag(nil, 4, protowire.BytesType), // put, get, put: a fresh put wins
+				protowire.AppendBytes(tag(put, 3, protowire.BytesType), []byte("v"))), 3, protowire.BytesType), put), 4, protowire.BytesType), put),
+			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendVarint(tag(put, 9, protowire.VarintType), 1)), // unknown field
+			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendBytes(tag(put, 3, protowire.BytesType), nil)), // a value in a get
+			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendBytes(tag(put, 1, protowire.BytesType), // header twice: merged
+				protowire.AppendBytes(tag(hdr, 1, protowire.BytesType), hdr))),
+			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendVarint(tag(nil, 2, protowire.VarintType), 0)), // key as varint
 		} {
 			checkDecodeRequest(t, protowire.AppendBytes(tag(data, 1, protowire.BytesType), call))
 		}
@@ -145,8 +161,8 @@ func putFrame(tb testing.TB) []byte {
 }
 
 // TestDecodeRequestAllocations protects the point of the decoder: a
-// message of ten puts in four allocations (its bytes, the request, the
-// calls' blocks, their pointers), proto.Unmarshal's 66.
+// message of ten puts, or of ten gets, in four allocations (its bytes, the
+// request, the calls' blocks, their pointers), proto.Unmarshal's 66.
 func TestDecodeRequestAllocations(t *testing.T) {
 	data := putFrame(t)
 	if got := testing.AllocsPerRun(100, func() {
@@ -155,6 +171,22 @@ func TestDecodeRequestAllocations(t *testing.T) {
 		}
 	}); got != 4 {
 		t.Fatalf("%v allocations for ten puts, want 4", got)
+	}
+	req := &concordpb.StreamRequest{}
+	for i := range 10 {
+		req.Calls = append(req.Calls, &concordpb.StreamCall{Id: uint64(i + 1), TimeoutMs: 5000,
+			Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: make([]byte, 16)}}})
+	}
+	gets, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testing.AllocsPerRun(100, func() {
+		if _, err := decodeRequest(gets); err != nil {
+			t.Fatal(err)
+		}
+	}); got != 4 {
+		t.Fatalf("%v allocations for ten gets, want 4", got)
 	}
 }
 

@@ -107,8 +107,9 @@ func (s *KV) serveStream(ctx context.Context, stream callStream) error {
 
 	slots := make(chan struct{}, maxStreamInFlight)
 	var calls sync.WaitGroup
-	w := &callWorkers{s: s, ctx: ctx, slots: slots, calls: &calls, replies: replies, work: make(chan *concordpb.StreamCall)}
+	w := &callWorkers{s: s, ctx: ctx, slots: slots, calls: &calls, replies: replies, work: make(chan streamWork)}
 	recvErr := s.startCalls(ctx, stream, w)
+	w.deadlines.close()
 	close(w.work) // idle workers end; busy ones end after their call
 	calls.Wait()
 	close(replies)
@@ -163,26 +164,35 @@ type callWorkers struct {
 	slots   chan struct{} // one per call in flight; the caller takes it
 	calls   *sync.WaitGroup
 	replies chan<- *concordpb.StreamReply
-	work    chan *concordpb.StreamCall // unbuffered: only idle workers take from it
-	n       int                        // workers started; touched only by startCalls
+	work    chan streamWork // unbuffered: only idle workers take from it
+	n       int             // workers started; touched only by startCalls
+	// deadlines gives each call its context; touched only by startCalls.
+	deadlines callDeadlines
+}
+
+// streamWork is a call handed to a worker, with its deadline's context.
+type streamWork struct {
+	call     *concordpb.StreamCall
+	deadline *sharedDeadline
 }
 
 // start runs call, the caller holding a slot for it, on an idle worker or a
 // new one; once every allowed worker exists it waits for one to be idle
 // (soon: a slot was free, so at least one has finished its call).
 func (w *callWorkers) start(call *concordpb.StreamCall) {
+	c := streamWork{call: call, deadline: w.deadlines.forCall(w.ctx, call, time.Now())}
 	select {
-	case w.work <- call:
+	case w.work <- c:
 		return
 	default:
 	}
 	if w.n >= maxStreamInFlight {
-		w.work <- call
+		w.work <- c
 		return
 	}
 	w.n++
 	w.calls.Add(1)
-	go w.run(call)
+	go w.run(c)
 }
 
 // pong answers a keepalive ping at once, from the reader: it runs nothing
@@ -219,11 +229,13 @@ func (w *callWorkers) refuse(call *concordpb.StreamCall, err error) error {
 	}
 }
 
-// run serves call, then each call handed to it, until work is closed.
-func (w *callWorkers) run(call *concordpb.StreamCall) {
+// run serves c, then each call handed to it, until work is closed.
+func (w *callWorkers) run(c streamWork) {
 	defer w.calls.Done()
-	for ok := true; ok; call, ok = <-w.work {
-		w.replies <- w.s.serveCall(w.ctx, call)
+	for ok := true; ok; c, ok = <-w.work {
+		r := w.s.serveCall(c.deadline.ctx, c.call)
+		c.deadline.release()
+		w.replies <- r
 		<-w.slots
 	}
 }
@@ -268,14 +280,9 @@ func gatherReplies(replies <-chan *concordpb.StreamReply, batch []*concordpb.Str
 }
 
 // serveCall runs one call through the call interceptors and its unary
-// method, and turns the outcome into a reply.
+// method, and turns the outcome into a reply. ctx carries the call's
+// deadline (callDeadlines).
 func (s *KV) serveCall(ctx context.Context, call *concordpb.StreamCall) *concordpb.StreamReply {
-	timeout := defaultCallTimeout
-	if ms := call.GetTimeoutMs(); ms > 0 {
-		timeout = time.Duration(ms) * time.Millisecond
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	method, req := callRequest(call)
 	if method < 0 {
 		return &concordpb.StreamReply{Id: call.GetId(), Code: uint32(codes.InvalidArgument), Message: "stream call carries no request"}

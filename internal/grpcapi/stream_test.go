@@ -7,10 +7,12 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -116,7 +118,7 @@ func TestStreamCallWorkersAreReused(t *testing.T) {
 	replies := make(chan *concordpb.StreamReply, 64)
 	var calls sync.WaitGroup
 	w := &callWorkers{s: &KV{}, ctx: context.Background(), slots: make(chan struct{}, maxStreamInFlight),
-		calls: &calls, replies: replies, work: make(chan *concordpb.StreamCall)}
+		calls: &calls, replies: replies, work: make(chan streamWork)}
 	for i := uint64(1); i <= 50; i++ {
 		w.slots <- struct{}{}
 		w.start(&concordpb.StreamCall{Id: i}) // no request: answered at once with InvalidArgument
@@ -135,6 +137,73 @@ func TestStreamCallWorkersAreReused(t *testing.T) {
 	if w.n > 25 {
 		t.Fatalf("50 calls one after another started %d workers, want them reused", w.n)
 	}
+	w.deadlines.close()
 	close(w.work)
 	calls.Wait() // every worker ends once work is closed
+}
+
+// TestStreamCallsEndAtTheirTimeout protects a stream call's deadline: a
+// call that waits for its context ends with DeadlineExceeded at its
+// timeout_ms, at most the sharing grain sooner, and calls of one message
+// share contexts without changing that. It fails if calls ran without a
+// deadline, or if sharing cut one short by more than the grain.
+func TestStreamCallsEndAtTheirTimeout(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	var mu sync.Mutex
+	deadlines := map[uint64]time.Time{}
+	kv := NewKV(f, testLimits).WithCallInterceptors(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			return nil, status.Error(codes.Internal, "the call has no deadline")
+		}
+		mu.Lock()
+		deadlines[uint64(len(deadlines))] = dl
+		mu.Unlock()
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	})
+	conn := serveKV(t, kv)
+	stream, err := concordpb.NewKVClient(conn).Stream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []*concordpb.StreamCall
+	for i := range 20 {
+		calls = append(calls, &concordpb.StreamCall{Id: uint64(i + 1), TimeoutMs: uint32(30 + 20*(i%2)),
+			Request: &concordpb.StreamCall_Get{Get: &concordpb.GetRequest{Key: []byte("k")}}})
+	}
+	sent := time.Now()
+	if err := stream.Send(&concordpb.StreamRequest{Calls: calls}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		for _, r := range resp.GetReplies() {
+			n++
+			want := time.Duration(30+20*((r.GetId()-1)%2)) * time.Millisecond
+			if c := codes.Code(r.GetCode()); c != codes.DeadlineExceeded {
+				t.Fatalf("call %d answered %v, want DeadlineExceeded", r.GetId(), c)
+			}
+			if took := time.Since(sent); took < want-deadlineGrain(want) {
+				t.Fatalf("call %d of timeout %v answered after %v", r.GetId(), want, took)
+			}
+		}
+	}
+	if n != len(calls) {
+		t.Fatalf("%d replies for %d calls", n, len(calls))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, dl := range deadlines {
+		if dl.Before(sent.Add(30*time.Millisecond - deadlineGrain(30*time.Millisecond))) {
+			t.Fatalf("a call's deadline %v is before its timeout (sent %v)", dl, sent)
+		}
+	}
 }
