@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -221,10 +222,13 @@ func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
 	return req, nil
 }
 
-// Send writes resp as one frame, within writeTimeout. A failed write
+// Send writes resp as one frame (appendResponse), within writeTimeout. A failed write
 // closes the connection, which ends Recv too.
 func (s *connStream) Send(resp *concordpb.StreamResponse) error {
-	buf, err := frame.Append(s.buf[:0], resp)
+	buf, err := appendResponse(append(s.buf[:0], make([]byte, frame.Header)...), resp)
+	if err == nil {
+		binary.BigEndian.PutUint32(buf, uint32(len(buf)-frame.Header))
+	}
 	if err == nil && len(buf)-frame.Header > s.max {
 		err = fmt.Errorf("%w: a reply message of %d bytes (at most %d)", frame.ErrTooLarge, len(buf)-frame.Header, s.max)
 	}
