@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
 )
@@ -107,6 +108,11 @@ func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, 
 		// commit's fdatasync need not journal a new size (walfs.go).
 		FS: withSizedWALs(fs),
 	}
+	// Bloom filters in every level's tables (L0's setting is every
+	// level's default): a point read seeks with its key as the prefix
+	// (viewReader.Get), so a table whose filter rules the key out is
+	// skipped without searching its index and data blocks.
+	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	if tune != nil {
 		tune(opts)
 	}
