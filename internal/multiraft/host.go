@@ -76,6 +76,10 @@ type Host struct {
 
 	infoMu sync.RWMutex
 	infos  map[ids.ShardID]ReplicaInfo // guarded by infoMu
+	// leaders holds what Leader answers: each replica's leader fields of
+	// infos, in an immutable map replaced (under infoMu) when one changes,
+	// so that routing a request reads them without a lock.
+	leaders atomic.Pointer[map[ids.ShardID]leaderState]
 	// descGen counts changes to the published descriptors (a replica
 	// added or removed, a descriptor replaced), so that readers can cache
 	// what they derive from them (the node's routing table).

@@ -100,6 +100,7 @@ func (h *Host) destroyReplica(r *replica.Replica) {
 	h.infoMu.Lock()
 	delete(h.infos, shard)
 	h.descGen.Add(1)
+	h.publishLeaders()
 	h.infoMu.Unlock()
 	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
 		h.fatal(err)

@@ -368,6 +368,9 @@ func (h *Host) publish(r *replica.Replica) {
 	if !known || was.Desc != info.Desc { // descriptors are replaced, never edited in place
 		h.descGen.Add(1)
 	}
+	if !known || was.IsLeader != info.IsLeader || was.LeaderNode != info.LeaderNode {
+		h.publishLeaders()
+	}
 	h.infoMu.Unlock()
 	if h.cfg.Observer != nil && known && was.IsLeader != info.IsLeader {
 		h.cfg.Observer.LeaderChange()

@@ -67,12 +67,12 @@ func (n *Node) buildDescriptors(routes *[]*concordpb.ShardRoute) map[ids.ShardID
 // leaderOf returns the node leading shard as far as this node knows
 // (0 if unknown) and whether that is this node.
 func (n *Node) leaderOf(shard ids.ShardID) (leader ids.NodeID, local bool) {
-	if info, ok := n.host.Info(shard); ok {
-		if info.IsLeader {
+	if isLeader, leader, ok := n.host.Leader(shard); ok {
+		if isLeader {
 			return n.ID(), true
 		}
-		if info.LeaderNode != 0 {
-			return info.LeaderNode, false
+		if leader != 0 {
+			return leader, false
 		}
 	}
 	if routes := n.routes.Load(); routes != nil {

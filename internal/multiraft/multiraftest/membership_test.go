@@ -623,3 +623,54 @@ func TestDescGenerationMoves(t *testing.T) {
 		return true
 	})
 }
+
+// TestLeaderAnswersAsInfo protects Host.Leader, the lock-free leader lookup
+// that routes every request: on every node it agrees with Info's IsLeader
+// and LeaderNode after the first election, after a leadership transfer,
+// and after a replica is removed (ok false there). It fails if the map it
+// reads is not replaced when a leader changes or a replica goes.
+func TestLeaderAnswersAsInfo(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 4, Configure: func(cfg *multiraft.Config) { cfg.NoLeaderPreference = true }})
+	agree := func(what string) {
+		t.Helper()
+		c.RunUntil(what, 300, func() bool {
+			for _, n := range c.Nodes() {
+				i, ok := n.Host.Info(1)
+				isLeader, node, ok2 := n.Host.Leader(1)
+				if ok != ok2 || i.IsLeader != isLeader || i.LeaderNode != node {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	leader := c.WaitLeader(1)
+	agree("Leader to agree with Info after the election")
+	if _, node, _ := c.Node(others(leader, 4)[0]).Host.Leader(1); node != leader {
+		t.Fatalf("a follower's Leader names node %d, want %d", node, leader)
+	}
+	c.Put("k", "v")
+	c.WaitValue("k", "v") // every replica caught up: the transfer's condition
+	target := others(leader, 4)[0]
+	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
+	}); err != nil {
+		t.Fatalf("TransferLeader: %v", err)
+	}
+	c.RunUntil("the transferee to lead", 300, func() bool {
+		isLeader, _, _ := c.Node(target).Host.Leader(1)
+		return isLeader
+	})
+	agree("Leader to agree with Info after the transfer")
+	removed := others(target, 4)[0]
+	if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(target).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed))
+	}); err != nil {
+		t.Fatalf("RemoveReplica: %v", err)
+	}
+	c.RunUntil("the removed replica to be gone from Leader", 300, func() bool {
+		_, _, ok := c.Node(removed).Host.Leader(1)
+		return !ok
+	})
+	agree("Leader to agree with Info after the removal")
+}
