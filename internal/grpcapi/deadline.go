@@ -19,19 +19,18 @@ func deadlineGrain(timeout time.Duration) time.Duration {
 // timeout (timeout_ms, else defaultCallTimeout). A context with a deadline
 // per call (an allocation, a timer, an entry in the stream context's
 // children, and their removal) cost about a microsecond, 9 % of a
-// linearizable get's server CPU (docs/benchmarks.md, "Shared call
-// deadlines"); so calls of one timeout whose deadlines fall within the
-// grain after the first of them share its context. A call thus ends at
-// most the grain before its timeout, never after it: a forward's deadline
-// stays within its caller's, and the caller hears DeadlineExceeded before
-// it gives up itself. A shared context is cancelled as soon as its last
-// call is done, as each call's own was, so no timer outlives its calls.
+// linearizable get's server CPU (docs/benchmarks.md, "Fixed costs of a
+// read"); so a call shares a context whose deadline falls within the grain
+// before its own. A call thus ends at most the grain before its timeout,
+// never after it: a forward's deadline stays within its caller's, and the
+// caller hears DeadlineExceeded before it gives up itself. A shared
+// context is cancelled as soon as its last call is done, as each call's
+// own was, so no timer outlives its calls.
 //
-// The reader keeps a context for each of the last few timeouts its calls
-// carried (a stream may carry calls of a few: a client's own, and the
-// shorter remainders of the calls it forwards), and a call shares its
-// timeout's context if it falls within that context's grain. Only the
-// reader calls forCall and close; the workers release their calls'.
+// The reader keeps the last few contexts it made (a stream may carry calls
+// of a few timeouts: a client's own, and the shorter remainders of the
+// calls it forwards), replacing the one handed out least recently. Only
+// the reader calls forCall and close; the workers release their calls'.
 type callDeadlines struct {
 	cur  [sharedDeadlines]*sharedDeadline // the contexts the next calls may share
 	used [sharedDeadlines]uint64          // when each was last handed out, in calls
@@ -46,8 +45,6 @@ type sharedDeadline struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	at     time.Time // ctx's deadline
-	// timeout is the timeout of the calls that share it.
-	timeout time.Duration
 	// refs counts the calls holding it, plus one while it is the reader's
 	// current one; the release that takes it to zero cancels ctx.
 	refs atomic.Int32
@@ -66,43 +63,27 @@ func callTimeout(call *concordpb.StreamCall) time.Duration {
 func (d *callDeadlines) forCall(parent context.Context, call *concordpb.StreamCall, now time.Time) *sharedDeadline {
 	timeout := callTimeout(call)
 	due := now.Add(timeout)
+	grain := deadlineGrain(timeout)
 	d.n++
-	slot := d.slotFor(timeout)
-	if c := d.cur[slot]; c != nil {
-		if c.timeout == timeout && !due.Before(c.at) && due.Sub(c.at) <= deadlineGrain(timeout) {
+	lru := 0
+	for i, c := range d.cur {
+		if c != nil && !c.at.After(due) && due.Sub(c.at) <= grain {
 			c.refs.Add(1)
-			d.used[slot] = d.n
+			d.used[i] = d.n
 			return c
 		}
+		if d.used[i] < d.used[lru] {
+			lru = i // an empty slot was never used: 0
+		}
+	}
+	if c := d.cur[lru]; c != nil {
 		c.release() // the reader's hold: no call will share it any more
 	}
 	ctx, cancel := context.WithDeadline(parent, due)
-	c := &sharedDeadline{ctx: ctx, cancel: cancel, at: due, timeout: timeout}
+	c := &sharedDeadline{ctx: ctx, cancel: cancel, at: due}
 	c.refs.Store(2) // the reader's and this call's
-	d.cur[slot], d.used[slot] = c, d.n
+	d.cur[lru], d.used[lru] = c, d.n
 	return c
-}
-
-// slotFor is the slot of timeout's context: the one that has it, else an
-// empty one, else the one handed out least recently.
-func (d *callDeadlines) slotFor(timeout time.Duration) int {
-	free, lru := -1, 0
-	for i, c := range d.cur {
-		switch {
-		case c == nil:
-			if free < 0 {
-				free = i
-			}
-		case c.timeout == timeout:
-			return i
-		case d.used[i] < d.used[lru]:
-			lru = i
-		}
-	}
-	if free >= 0 {
-		return free
-	}
-	return lru
 }
 
 // close drops the reader's holds: no call will share them any more.

@@ -24,14 +24,14 @@ func checkDeadline(t *testing.T, d *sharedDeadline, now time.Time, timeoutMs uin
 func timedCall(ms uint32) *concordpb.StreamCall { return &concordpb.StreamCall{TimeoutMs: ms} }
 
 // TestCallDeadlinesShareAndRelease protects the stream's shared call
-// deadlines: calls of one timeout due within the grain share a context, a
-// call due later or of another timeout gets its own, no call's context ends
-// after its timeout or more than the grain before it, and a context is cancelled once its last call
-// released it and the reader let it go (replaced by a newer one of its
-// timeout, evicted by other timeouts, or at the stream's end), not before.
-// It fails if sharing stretched a deadline or cut it short past the grain,
-// or if a context outlived its calls (a timer per call left running) or
-// ended under one.
+// deadlines: a call shares a context whose deadline falls within its grain
+// before its own, never a later one nor one too early, so no call's
+// context ends after its timeout or more than the grain before it; and a
+// context is cancelled once its last call released it and the reader let
+// it go (evicted as the one handed out least recently, or at the stream's
+// end), not before. It fails if sharing stretched a deadline or cut it
+// short past the grain, or if a context outlived its calls (a timer per
+// call left running) or ended under one.
 func TestCallDeadlinesShareAndRelease(t *testing.T) {
 	var d callDeadlines
 	bg := context.Background()
@@ -49,44 +49,45 @@ func TestCallDeadlinesShareAndRelease(t *testing.T) {
 		t.Fatal("a call due 3 ms after the first shares its context: past the grain")
 	}
 	checkDeadline(t, c, at(3), 1000)
-	a.release()
-	if a.ctx.Err() != nil {
-		t.Fatal("a replaced context cancelled while a call still holds it")
-	}
-	b.release()
-	if a.ctx.Err() != context.Canceled {
-		t.Fatalf("replaced context after its calls: err %v, want Canceled", a.ctx.Err())
-	}
 	short := d.forCall(bg, timedCall(10), at(3))
-	if short == c {
-		t.Fatal("a call of another timeout shares a context")
+	if short == c || short == a {
+		t.Fatal("a call due far sooner shares a later context")
 	}
 	checkDeadline(t, short, at(3), 10)
-	if again := d.forCall(bg, timedCall(10), at(3.5)); again != short {
-		t.Fatal("a call within a kept context's grain got another")
-	} else {
-		again.release()
+	a.release()
+	b.release()
+	if a.ctx.Err() != nil {
+		t.Fatal("context cancelled while the reader may still share it")
 	}
-	// Two more timeouts fill the slots; a third evicts the context handed
-	// out least recently: c's, still held by its call.
+	again := d.forCall(bg, timedCall(1000), at(1.5))
+	if again != a {
+		t.Fatal("a call due within a kept context's grain got another")
+	}
+	again.release()
+	// Three more timeouts: the second and third evict the contexts handed
+	// out least recently, c's and short's, each still held by its call.
 	x := d.forCall(bg, timedCall(2000), at(4))
 	y := d.forCall(bg, timedCall(3000), at(4))
 	z := d.forCall(bg, timedCall(4000), at(4))
-	if c.ctx.Err() != nil {
-		t.Fatal("an evicted context cancelled under its call")
-	}
-	c.release()
-	if c.ctx.Err() != context.Canceled {
-		t.Fatalf("evicted context after its call: err %v, want Canceled", c.ctx.Err())
-	}
-	for _, h := range []*sharedDeadline{short, x, y, z} {
+	for _, h := range []*sharedDeadline{c, short} {
+		if h.ctx.Err() != nil {
+			t.Fatal("an evicted context cancelled under its call")
+		}
 		h.release()
+		if h.ctx.Err() != context.Canceled {
+			t.Fatalf("evicted context after its call: err %v, want Canceled", h.ctx.Err())
+		}
+	}
+	for _, h := range []*sharedDeadline{x, y, z} {
+		h.release()
+	}
+	for _, h := range []*sharedDeadline{a, x, y, z} {
 		if h.ctx.Err() != nil {
 			t.Fatal("a kept context cancelled before the stream ended")
 		}
 	}
 	d.close()
-	for _, h := range []*sharedDeadline{short, x, y, z} {
+	for _, h := range []*sharedDeadline{a, x, y, z} {
 		if h.ctx.Err() != context.Canceled {
 			t.Fatalf("after close: err %v, want Canceled", h.ctx.Err())
 		}

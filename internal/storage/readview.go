@@ -190,7 +190,7 @@ var _ pebble.Reader = viewReader{}
 // the closer gives the iterator back. It seeks with the key as the prefix,
 // so that tables whose bloom filter rules the key out are skipped (a
 // merging seek searched every level's index and data blocks: a third of a
-// get's read cost, docs/benchmarks.md "Bloom filters for point reads").
+// get's read cost, docs/benchmarks.md "Fixed costs of a read").
 func (r viewReader) Get(key []byte) ([]byte, io.Closer, error) {
 	l, err := r.v.borrow(key)
 	if err != nil {
