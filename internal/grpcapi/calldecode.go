@@ -158,38 +158,19 @@ func (b *fastCall) decode(data []byte) bool {
 }
 
 // decodeGet decodes a GetRequest into b.get.
-func (b *fastCall) decodeGet(data []byte) bool {
-	g := &b.get
-	seen := false
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 || typ != protowire.BytesType {
-			return false
-		}
-		data = data[l:]
-		v, l := protowire.ConsumeBytes(data)
-		if l < 0 {
-			return false
-		}
-		data = data[l:]
-		switch {
-		case num == 1 && !seen:
-			if !decodeHeader(&b.hdr, v) {
-				return false
-			}
-			g.Header, seen = &b.hdr, true
-		case num == 2:
-			g.Key = bytesField(v)
-		default:
-			return false
-		}
-	}
-	return true
-}
+func (b *fastCall) decodeGet(data []byte) bool { return b.decodeFields(data, false) }
 
 // decodePut decodes a PutRequest into b.put.
-func (b *fastCall) decodePut(data []byte) bool {
-	p := &b.put
+func (b *fastCall) decodePut(data []byte) bool { return b.decodeFields(data, true) }
+
+// decodeFields decodes a PutRequest (put) or a GetRequest into b: both
+// have a header (1) and a key (2); a put also a value (3), a TTL (4) and
+// return_prev (5).
+func (b *fastCall) decodeFields(data []byte, put bool) bool {
+	header, key := &b.get.Header, &b.get.Key
+	if put {
+		header, key = &b.put.Header, &b.put.Key
+	}
 	seen := false
 	for len(data) > 0 {
 		num, typ, l := protowire.ConsumeTag(data)
@@ -208,17 +189,17 @@ func (b *fastCall) decodePut(data []byte) bool {
 				if !decodeHeader(&b.hdr, v) {
 					return false
 				}
-				p.Header, seen = &b.hdr, true
+				*header, seen = &b.hdr, true
 			case num == 2:
-				p.Key = bytesField(v)
-			case num == 3:
-				p.Value = bytesField(v)
+				*key = bytesField(v)
+			case num == 3 && put:
+				b.put.Value = bytesField(v)
 			default:
 				return false
 			}
 			continue
 		}
-		if typ != protowire.VarintType {
+		if typ != protowire.VarintType || !put {
 			return false
 		}
 		v, l := protowire.ConsumeVarint(data)
@@ -228,9 +209,9 @@ func (b *fastCall) decodePut(data []byte) bool {
 		data = data[l:]
 		switch num {
 		case 4:
-			p.TtlMs = int64(v)
+			b.put.TtlMs = int64(v)
 		case 5:
-			p.ReturnPrev = protowire.DecodeBool(v)
+			b.put.ReturnPrev = protowire.DecodeBool(v)
 		default:
 			return false
 		}

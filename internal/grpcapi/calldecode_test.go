@@ -117,6 +117,7 @@ func TestDecodeRequestMatchesProto(t *testing.T) {
 				protowire.AppendBytes(tag(put, 3, protowire.BytesType), []byte("v"))), 3, protowire.BytesType), put), 4, protowire.BytesType), put),
 			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendVarint(tag(put, 9, protowire.VarintType), 1)), // unknown field
 			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendBytes(tag(put, 3, protowire.BytesType), nil)), // a value in a get
+			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendVarint(tag(put, 4, protowire.VarintType), 5)), // a TTL in a get
 			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendBytes(tag(put, 1, protowire.BytesType), // header twice: merged
 				protowire.AppendBytes(tag(hdr, 1, protowire.BytesType), hdr))),
 			protowire.AppendBytes(tag(nil, 3, protowire.BytesType), protowire.AppendVarint(tag(nil, 2, protowire.VarintType), 0)), // key as varint
