@@ -19,9 +19,9 @@ import (
 func appendResponse(buf []byte, resp *concordpb.StreamResponse) ([]byte, error) {
 	for _, r := range resp.GetReplies() {
 		buf = protowire.AppendTag(buf, 1, protowire.BytesType)
-		if n, ok := replySize(r); ok {
+		if n, body, ok := replySize(r); ok {
 			buf = protowire.AppendVarint(buf, uint64(n))
-			buf = appendReply(buf, r)
+			buf = appendReply(buf, r, body)
 			continue
 		}
 		buf = protowire.AppendVarint(buf, uint64(proto.Size(r)))
@@ -61,35 +61,33 @@ func sizeBool(v bool) int {
 // encoded by hand.
 func known(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) == 0 }
 
-// replySize is r's encoded size, if r is encoded by hand.
-func replySize(r *concordpb.StreamReply) (int, bool) {
+// replySize is r's encoded size, and that of its get or put response's
+// own encoding (body), if r is encoded by hand.
+func replySize(r *concordpb.StreamReply) (n, body int, ok bool) {
 	if !known(r) || !utf8.ValidString(r.GetMessage()) {
-		return 0, false
+		return 0, 0, false
 	}
-	n := sizeVarint(r.GetId()) + sizeVarint(uint64(r.GetCode())) + sizeBytes(len(r.GetMessage()))
 	switch w := r.GetResponse().(type) {
 	case nil:
 	case *concordpb.StreamReply_Get:
-		g, ok := getSize(w.Get)
-		if !ok {
-			return 0, false
+		if body, ok = getSize(w.Get); !ok {
+			return 0, 0, false
 		}
-		n += sizeMessage(g)
+		n = sizeMessage(body)
 	case *concordpb.StreamReply_Put:
-		p, ok := putSize(w.Put)
-		if !ok {
-			return 0, false
+		if body, ok = putSize(w.Put); !ok {
+			return 0, 0, false
 		}
-		n += sizeMessage(p)
+		n = sizeMessage(body)
 	case *concordpb.StreamReply_Pong:
 		if w.Pong == nil || !known(w.Pong) {
-			return 0, false
+			return 0, 0, false
 		}
-		n += sizeMessage(0)
+		n = sizeMessage(0)
 	default:
-		return 0, false
+		return 0, 0, false
 	}
-	return n, true
+	return n + sizeVarint(r.GetId()) + sizeVarint(uint64(r.GetCode())) + sizeBytes(len(r.GetMessage())), body, true
 }
 
 // headerSize is the size of h's field in its response (0 when nil).
@@ -109,6 +107,8 @@ func headerBody(h *concordpb.ResponseHeader) int {
 		sizeVarint(h.GetLeaderNodeId()) + sizeBytes(len(h.GetLeaderAddress()))
 }
 
+// getSize and putSize are the size of a response's own encoding, if it is
+// encoded by hand.
 func getSize(g *concordpb.GetResponse) (int, bool) {
 	if g == nil || !known(g) {
 		return 0, false
@@ -140,6 +140,13 @@ func appendBytes(buf []byte, num protowire.Number, b []byte) []byte {
 	return protowire.AppendBytes(protowire.AppendTag(buf, num, protowire.BytesType), b)
 }
 
+func appendString(buf []byte, num protowire.Number, v string) []byte {
+	if v == "" {
+		return buf
+	}
+	return protowire.AppendString(protowire.AppendTag(buf, num, protowire.BytesType), v)
+}
+
 func appendBool(buf []byte, num protowire.Number, v bool) []byte {
 	if !v {
 		return buf
@@ -151,24 +158,23 @@ func appendMessageHead(buf []byte, num protowire.Number, size int) []byte {
 	return protowire.AppendVarint(protowire.AppendTag(buf, num, protowire.BytesType), uint64(size))
 }
 
-// appendReply appends r, which replySize accepted.
-func appendReply(buf []byte, r *concordpb.StreamReply) []byte {
+// appendReply appends r, which replySize accepted with its response's
+// body size.
+func appendReply(buf []byte, r *concordpb.StreamReply, body int) []byte {
 	buf = appendVarint(buf, 1, r.GetId())
 	buf = appendVarint(buf, 2, uint64(r.GetCode()))
-	buf = appendBytes(buf, 3, []byte(r.GetMessage()))
+	buf = appendString(buf, 3, r.GetMessage())
 	switch w := r.GetResponse().(type) {
 	case *concordpb.StreamReply_Get:
 		g := w.Get
-		n, _ := getSize(g)
-		buf = appendMessageHead(buf, 4, n)
+		buf = appendMessageHead(buf, 4, body)
 		buf = appendHeader(buf, g.GetHeader())
 		buf = appendBool(buf, 2, g.GetFound())
 		buf = appendBytes(buf, 3, g.GetValue())
 		buf = appendVarint(buf, 4, uint64(g.GetExpireAtUnixMs()))
 	case *concordpb.StreamReply_Put:
 		p := w.Put
-		n, _ := putSize(p)
-		buf = appendMessageHead(buf, 5, n)
+		buf = appendMessageHead(buf, 5, body)
 		buf = appendHeader(buf, p.GetHeader())
 		buf = appendBool(buf, 2, p.GetPrevExists())
 		buf = appendBytes(buf, 3, p.GetPrevValue())
@@ -186,5 +192,5 @@ func appendHeader(buf []byte, h *concordpb.ResponseHeader) []byte {
 	buf = appendVarint(buf, 1, h.GetShardId())
 	buf = appendVarint(buf, 2, h.GetServedByNodeId())
 	buf = appendVarint(buf, 3, h.GetLeaderNodeId())
-	return appendBytes(buf, 4, []byte(h.GetLeaderAddress()))
+	return appendString(buf, 4, h.GetLeaderAddress())
 }
