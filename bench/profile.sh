@@ -11,6 +11,7 @@
 # loop turns (storage commits), Ready cycles and batch records per second),
 # servers' logs. RUNS picks runs (default: put100 get100 put1 get1;
 # get100warm, after get100, profiles gets with no preload in the window;
+# ycsba100 and ycsbc100: YCSB A and C at 100 clients, C without a preload;
 # put100tcp and get100warmtcp: the same over the client's framed TCP wire, and
 # put100grpc and get100warmgrpc over its gRPC stream; the runs without a wire
 # in their name use the client's default, the framed TCP wire since issue 14,
@@ -148,6 +149,10 @@ for r in $RUNS; do
 	get100warmtcp) run get100warmtcp --workload get --clients 100 --conns 10 --preload=false --wire tcp ;;
 	put100grpc) run put100grpc --workload put --clients 100 --conns 10 --wire grpc ;;
 	get100warmgrpc) run get100warmgrpc --workload get --clients 100 --conns 10 --preload=false --wire grpc ;;
-	*) echo "profile: unknown run $r (want put100 get100 get100warm put1 get1 put100tcp get100warmtcp put100grpc get100warmgrpc)" >&2 && exit 1 ;;
+	# YCSB A and C as bench-compare runs them; ycsbc100 after ycsba100
+	# profiles reads that follow writes (the memtable full of updates).
+	ycsba100) run ycsba100 --workload a --clients 100 --conns 10 ;;
+	ycsbc100) run ycsbc100 --workload c --clients 100 --conns 10 --preload=false ;;
+	*) echo "profile: unknown run $r (want put100 get100 get100warm put1 get1 put100tcp get100warmtcp put100grpc get100warmgrpc ycsba100 ycsbc100)" >&2 && exit 1 ;;
 	esac
 done
