@@ -19,8 +19,9 @@ import (
 // append to a follower it replicates to (replica/commitonly.go), so while
 // puts run without a tick it sends no empty MsgApp at all; the followers
 // learn the commit index from the appends that follow and, for the last
-// puts, from the next heartbeat: one tick later every replica has applied
-// the leader's commit index.
+// puts, from the next heartbeat that follows the leader's receipt of their
+// acknowledgement: at most two ticks later every replica has applied the
+// leader's commit index.
 func TestFollowersLearnTheCommitFromTheNextHeartbeat(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{Nodes: 3, Shards: 1})
 	shard := ids.ShardID(1)
@@ -59,26 +60,43 @@ func TestFollowersLearnTheCommitFromTheNextHeartbeat(t *testing.T) {
 	}
 	mu.Unlock()
 	info, _ := c.Node(leader).Host.Info(shard)
+	// A heartbeat carries the commit index only up to what the follower has
+	// acknowledged (raft caps it at the follower's match), and the one tick
+	// may come before the leader has handled the last acknowledgement of a
+	// follower outside the quorum of the last put (it failed so once: node 3
+	// applied 103 of 107 and waited for the next heartbeat). So: one tick,
+	// and a second only if a replica is still behind after a real-time wait;
+	// no third. Under make test's load a follower's apply can be a loop turn
+	// away after the tick's settling: wait in real time, as awaitAll does.
 	c.Tick(1)
-	// No further tick: the heartbeat alone must bring every replica to the
-	// commit index. Tick settles the cluster, but settling gives up after
-	// a bound, and under make test's load a follower's apply could still
-	// be a loop turn away (it failed once so, applied 104 of 107): wait in
-	// real time, as awaitAll does.
+	if !allApplied(c, shard, info.Commit, 2*time.Second) {
+		c.Tick(1)
+		if !allApplied(c, shard, info.Commit, 30*time.Second) {
+			for _, n := range c.Nodes() {
+				i, _ := n.Host.Info(shard)
+				t.Errorf("node %d applied %d two heartbeats after the leader committed %d", n.ID, i.Applied, info.Commit)
+			}
+		}
+	}
+	c.Net.Intercept(nil)
+}
+
+// allApplied reports whether every node's replica of shard applies index
+// within wait (real time).
+func allApplied(c *multiraftest.Cluster, shard ids.ShardID, index uint64, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
 	for _, n := range c.Nodes() {
-		deadline := time.Now().Add(30 * time.Second)
 		for {
-			i, ok := n.Host.Info(shard)
-			if ok && i.Applied >= info.Commit {
+			if i, ok := n.Host.Info(shard); ok && i.Applied >= index {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("node %d applied %d one heartbeat after the leader committed %d", n.ID, i.Applied, info.Commit)
+				return false
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	c.Net.Intercept(nil)
+	return true
 }
 
 // awaitAll waits for every call's outcome without ticking, and fails the
