@@ -14,8 +14,9 @@
 // stalls (paused, black-holed) costs one attempt, not the whole deadline: the
 // next attempt goes to another node within the same call.
 //
-// Mutations are at-most-once: each carries a session id and sequence number,
-// and a retry reuses them, so a shard that already applied the request
+// Mutations are at-most-once: each carries a session id and sequence number
+// (blind writes share one windowed session: window.go), and a retry reuses
+// them, so a shard that already applied the request
 // answers with the first result instead of applying it again. When the
 // deadline passes and the client cannot know whether a mutation applied, it
 // returns an error wrapping ErrAmbiguous. It says so only when some attempt
@@ -82,6 +83,9 @@ type Client struct {
 	refreshing atomic.Bool
 
 	sessions chan *session
+	// win is the windowed session of blind writes (window.go).
+	winMu sync.Mutex
+	win   *winSession
 }
 
 // routes is an immutable snapshot of the routing table.
@@ -401,7 +405,7 @@ func (c *Client) putSession(s *session) {
 // mutation may have applied and tries another node. When the deadline passes
 // the call fails; for a mutation with ErrAmbiguous if some attempt may have
 // applied, else with a plain error (every attempt was refused or never sent).
-func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistency concordpb.Consistency,
+func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistency concordpb.Consistency,
 	do func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error)) error {
 	// The call's deadline is a time, not a context of its own: a context
 	// with a timer per call (and another per attempt) took a tenth of a
@@ -413,11 +417,17 @@ func (c *Client) call(ctx context.Context, key []byte, mutation bool, consistenc
 	per := c.attemptTimeout(time.Until(deadline))
 	st := &callState{h: concordpb.RequestHeader{Consistency: consistency}, actx: attemptCtx{Context: ctx}}
 	h, actx := &st.h, &st.actx
-	if mutation {
+	mutation := kind != read
+	switch kind {
+	case mutate:
 		s := c.takeSession()
 		defer c.putSession(s)
 		s.seq++
 		h.SessionId, h.Seq = s.id, s.seq
+	case blindWrite:
+		w, seq, floor := c.takeWindowed()
+		defer c.doneWindowed(w, seq)
+		h.SessionId, h.Seq, h.SessionFloor = w.id, seq, floor
 	}
 	uncertain := false // some attempt may have applied the mutation
 	var lastErr error

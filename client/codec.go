@@ -33,6 +33,7 @@ const (
 	fHeaderSeq         = 2
 	fHeaderConsistency = 3
 	fHeaderHops        = 4
+	fHeaderFloor       = 5
 
 	fReqHeader     = 1 // GetRequest, PutRequest
 	fReqKey        = 2
@@ -157,7 +158,8 @@ func headerSize(h *concordpb.RequestHeader) int {
 
 func headerBodySize(h *concordpb.RequestHeader) int {
 	return varintFieldSize(fHeaderSession, h.GetSessionId()) + varintFieldSize(fHeaderSeq, h.GetSeq()) +
-		varintFieldSize(fHeaderConsistency, uint64(h.GetConsistency())) + varintFieldSize(fHeaderHops, uint64(h.GetHops()))
+		varintFieldSize(fHeaderConsistency, uint64(h.GetConsistency())) + varintFieldSize(fHeaderHops, uint64(h.GetHops())) +
+		varintFieldSize(fHeaderFloor, h.GetSessionFloor())
 }
 
 func appendHeader(b []byte, h *concordpb.RequestHeader) []byte {
@@ -169,7 +171,8 @@ func appendHeader(b []byte, h *concordpb.RequestHeader) []byte {
 	b = appendVarintField(b, fHeaderSession, h.GetSessionId())
 	b = appendVarintField(b, fHeaderSeq, h.GetSeq())
 	b = appendVarintField(b, fHeaderConsistency, uint64(h.GetConsistency()))
-	return appendVarintField(b, fHeaderHops, uint64(h.GetHops()))
+	b = appendVarintField(b, fHeaderHops, uint64(h.GetHops()))
+	return appendVarintField(b, fHeaderFloor, h.GetSessionFloor())
 }
 
 // The fields below are proto3's: a zero value is left out.

@@ -42,7 +42,7 @@ func randRequestHeader(rng *rand.Rand) *concordpb.RequestHeader {
 		return nil
 	}
 	return &concordpb.RequestHeader{SessionId: randUint(rng), Seq: randUint(rng),
-		Consistency: concordpb.Consistency(rng.IntN(2)), Hops: uint32(randUint(rng))}
+		Consistency: concordpb.Consistency(rng.IntN(2)), Hops: uint32(randUint(rng)), SessionFloor: randUint(rng)}
 }
 
 // randCall is a put, a get, another kind of call, or a call of a put or

@@ -43,7 +43,7 @@ func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (value
 // time: never). A key whose expiry has passed, by the clock of the node that
 // serves the read, does not exist.
 func (c *Client) GetWithExpiry(ctx context.Context, key []byte, opts ...ReadOption) (value []byte, expireAt time.Time, found bool, err error) {
-	err = c.call(ctx, key, false, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	err = c.call(ctx, key, read, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err := kv.Get(ctx, &concordpb.GetRequest{Header: h, Key: key})
 		value, found = resp.GetValue(), resp.GetFound()
 		if ms := resp.GetExpireAtUnixMs(); ms != 0 {
@@ -86,9 +86,13 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 	for _, o := range opts {
 		o(req)
 	}
+	kind := blindWrite // a result of a few bytes: the windowed session
+	if req.ReturnPrev {
+		kind = mutate
+	}
 	// One request for every attempt: each is encoded (or sent) before the
 	// attempt returns, and carries the same header.
-	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	err = c.call(ctx, key, kind, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		if req.Header != h { // set once: gRPC may read a sent message late
 			req.Header = h
 		}
@@ -101,7 +105,7 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 
 // Delete removes key and reports whether it existed.
 func (c *Client) Delete(ctx context.Context, key []byte) (existed bool, err error) {
-	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	err = c.call(ctx, key, blindWrite, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err := kv.Delete(ctx, &concordpb.DeleteRequest{Header: h, Key: key})
 		existed = resp.GetExisted()
 		return resp.GetHeader(), err
@@ -129,7 +133,7 @@ type CASResult struct {
 
 // CompareAndSwap applies cas to key atomically.
 func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res CASResult, err error) {
-	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	err = c.call(ctx, key, mutate, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err := kv.CompareAndSwap(ctx, &concordpb.CompareAndSwapRequest{Header: h, Key: key,
 			Expected: cas.Expected, ExpectAbsent: cas.ExpectAbsent, Value: cas.Value, Delete: cas.Delete})
 		res = CASResult{Swapped: resp.GetSucceeded(), CurrentExists: resp.GetCurrentExists(), CurrentValue: resp.GetCurrentValue()}
@@ -144,7 +148,7 @@ func (c *Client) Batch(ctx context.Context, ops []*concordpb.Op) (results []*con
 	if len(ops) > 0 {
 		key = ops[0].GetKey()
 	}
-	err = c.call(ctx, key, true, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	err = c.call(ctx, key, mutate, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err := kv.Batch(ctx, &concordpb.BatchRequest{Header: h, Ops: ops})
 		results = resp.GetResults()
 		return resp.GetHeader(), err
@@ -186,7 +190,7 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, limit int, opts ..
 
 // ScanPage returns one page of a scan, as the server sends it.
 func (c *Client) ScanPage(ctx context.Context, start, end []byte, limit uint32, opts ...ReadOption) (resp *concordpb.ScanResponse, err error) {
-	err = c.call(ctx, start, false, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	err = c.call(ctx, start, read, readConsistency(opts), func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err = kv.Scan(ctx, &concordpb.ScanRequest{Header: h, Start: start, End: end, Limit: limit})
 		return nil, err
 	})

@@ -812,7 +812,14 @@ type RequestHeader struct {
 	Seq         uint64      `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	Consistency Consistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=concord.v1.Consistency" json:"consistency,omitempty"`
 	// hops counts node-to-node forwards; a node refuses to forward past a limit.
-	Hops          uint32 `protobuf:"varint,4,opt,name=hops,proto3" json:"hops,omitempty"`
+	Hops uint32 `protobuf:"varint,4,opt,name=hops,proto3" json:"hops,omitempty"`
+	// session_floor, when not 0, makes the session windowed: the client may
+	// have several requests of it in flight at once, each with its own seq,
+	// and it has an answer for every seq below session_floor (which is never
+	// above this request's seq). A shard then remembers the result of every
+	// seq from the floor up, answers a retry of any of them with the first
+	// result, and refuses a seq below the floor (already answered).
+	SessionFloor  uint64 `protobuf:"varint,5,opt,name=session_floor,json=sessionFloor,proto3" json:"session_floor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -871,6 +878,13 @@ func (x *RequestHeader) GetConsistency() Consistency {
 func (x *RequestHeader) GetHops() uint32 {
 	if x != nil {
 		return x.Hops
+	}
+	return 0
+}
+
+func (x *RequestHeader) GetSessionFloor() uint64 {
+	if x != nil {
+		return x.SessionFloor
 	}
 	return 0
 }
@@ -2101,13 +2115,14 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x04pong\x18\n" +
 	" \x01(\v2\x19.concord.v1.KeepalivePingH\x00R\x04pongB\n" +
 	"\n" +
-	"\bresponse\"\x8f\x01\n" +
+	"\bresponse\"\xb4\x01\n" +
 	"\rRequestHeader\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x129\n" +
 	"\vconsistency\x18\x03 \x01(\x0e2\x17.concord.v1.ConsistencyR\vconsistency\x12\x12\n" +
-	"\x04hops\x18\x04 \x01(\rR\x04hops\"\xa3\x01\n" +
+	"\x04hops\x18\x04 \x01(\rR\x04hops\x12#\n" +
+	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\"\xa3\x01\n" +
 	"\x0eResponseHeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12)\n" +
 	"\x11served_by_node_id\x18\x02 \x01(\x04R\x0eservedByNodeId\x12$\n" +

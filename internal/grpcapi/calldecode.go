@@ -242,6 +242,8 @@ func decodeHeader(h *concordpb.RequestHeader, data []byte) bool {
 			h.Consistency = c // proto3 enums are open: any value is kept
 		case 4:
 			h.Hops = uint32(v)
+		case 5:
+			h.SessionFloor = v
 		default:
 			return false
 		}

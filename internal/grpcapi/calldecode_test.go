@@ -68,7 +68,7 @@ func randomRequest(rng *rand.Rand) *concordpb.StreamRequest {
 				TtlMs: int64(rng.Uint64()) >> rng.IntN(64), ReturnPrev: rng.IntN(2) == 0}
 			if rng.IntN(4) > 0 {
 				p.Header = &concordpb.RequestHeader{SessionId: rng.Uint64(), Seq: rng.Uint64N(1000),
-					Consistency: concordpb.Consistency(rng.Int32N(5) - 1), Hops: rng.Uint32N(4)}
+					Consistency: concordpb.Consistency(rng.Int32N(5) - 1), Hops: rng.Uint32N(4), SessionFloor: rng.Uint64N(2) * rng.Uint64N(1000)}
 			}
 			c.Request = &concordpb.StreamCall_Put{Put: p}
 		}

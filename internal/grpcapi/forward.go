@@ -124,5 +124,5 @@ func incomingHops(ctx context.Context) uint32 {
 
 // forwardedHeader is the header of a KV request forwarded one hop further.
 func forwardedHeader(h *concordpb.RequestHeader) *concordpb.RequestHeader {
-	return &concordpb.RequestHeader{SessionId: h.GetSessionId(), Seq: h.GetSeq(), Consistency: h.GetConsistency(), Hops: h.GetHops() + 1}
+	return &concordpb.RequestHeader{SessionId: h.GetSessionId(), Seq: h.GetSeq(), SessionFloor: h.GetSessionFloor(), Consistency: h.GetConsistency(), Hops: h.GetHops() + 1}
 }

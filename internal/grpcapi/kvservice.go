@@ -207,7 +207,7 @@ func (s *KV) kvCommand(h *concordpb.RequestHeader, ops []*concordpb.Op) *storepb
 		kind storepb.Command_Kv
 		kv   storepb.KVCommand
 	}{}
-	c.kv.SessionId, c.kv.Seq = h.GetSessionId(), h.GetSeq()
+	c.kv.SessionId, c.kv.Seq, c.kv.SessionFloor = h.GetSessionId(), h.GetSeq(), h.GetSessionFloor()
 	c.kv.Ops, c.kv.MaxValueBytes = ops, int64(s.limits.MaxValueBytes)
 	c.kind.Kv = &c.kv
 	c.cmd.UnixNanos, c.cmd.Kind = time.Now().UnixNano(), &c.kind

@@ -63,6 +63,10 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 		return 0, invalid("batch has %d operations; the limit is %d", len(ops), maxBatchOps)
 	case h.GetSessionId() != 0 && h.GetSeq() == 0:
 		return 0, invalid("a request with a session must carry a positive sequence number")
+	case h.GetSessionFloor() != 0 && h.GetSessionId() == 0:
+		return 0, invalid("a session floor needs a session")
+	case h.GetSessionFloor() > h.GetSeq():
+		return 0, invalid("session floor %d is above the request's sequence number %d", h.GetSessionFloor(), h.GetSeq())
 	}
 	var shard ids.ShardID
 	size := 0

@@ -166,7 +166,10 @@ func randomSessionCmd(rng *rand.Rand, seqs map[uint64]uint64, stamp int64) *stor
 	if rng.Intn(15) == 0 {
 		return expire(stamp, stamp-int64(rng.Intn(3))*int64(time.Second))
 	}
-	s := uint64(rng.Intn(4)) // 0: no session
+	s := uint64(rng.Intn(6)) // 0: no session; 4 and 5: windowed
+	if s >= 4 {
+		return randomWindowedCmd(rng, s, seqs, stamp)
+	}
 	seq := seqs[s] + 1
 	switch rng.Intn(6) {
 	case 0:
@@ -181,6 +184,26 @@ func randomSessionCmd(rng *rand.Rand, seqs map[uint64]uint64, stamp int64) *stor
 	}
 	return &storepb.Command{UnixNanos: stamp, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
 		SessionId: s, Seq: seq, Ops: ops, MaxValueBytes: 16}}}
+}
+
+// randomWindowedCmd is a command of windowed session s: mostly a new seq,
+// sometimes a retry of one near or below the floor; the floor (seqs[s<<32])
+// moves up now and then, never past a new seq.
+func randomWindowedCmd(rng *rand.Rand, s uint64, seqs map[uint64]uint64, stamp int64) *storepb.Command {
+	next, floor := seqs[s]+1, max(seqs[s<<32], 1)
+	seq := next
+	if rng.Intn(4) == 0 && next > 3 {
+		seq = next - 1 - uint64(rng.Intn(int(min(next-1, 8)))) // a retry or a stale duplicate
+	} else {
+		seqs[s] = next
+	}
+	if rng.Intn(3) == 0 {
+		floor = max(floor, seq-uint64(rng.Intn(int(min(seq, 4)))))
+	}
+	f := min(floor, seq) // a client's floor is never above the seq it sends
+	seqs[s<<32] = max(seqs[s<<32], f)
+	return &storepb.Command{UnixNanos: stamp, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
+		SessionId: s, Seq: seq, SessionFloor: f, Ops: []*concordpb.Op{randomOp(rng)}, MaxValueBytes: 16}}}
 }
 
 // TestBatchesMatchPerCommandWrites protects "the same results" of writing

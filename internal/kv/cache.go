@@ -119,6 +119,7 @@ func (sm *StateMachine) loadClock(b pebble.Reader) (shardClock, error) {
 // were anything, it would describe the replaced state too.
 func (sm *StateMachine) SnapshotInstalled() {
 	sm.sessions = nil
+	sm.windows = nil
 	sm.clock = shardClock{}
 	sm.deferred = deferred{}
 }

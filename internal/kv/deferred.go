@@ -45,7 +45,8 @@ import (
 type deferred struct {
 	b        *pebble.Batch // nil: nothing deferred
 	sessions map[uint64]session
-	order    []uint64 // session ids in first-touched order: the writes are deterministic
+	order    []uint64    // session ids in first-touched order: the writes are deterministic
+	windows  []windowRef // the windowed sessions changed, in first-touched order
 	rec      storepb.SessionRecord
 	clock    storepb.ShardClock // what Flush hands the replica (no allocation a batch)
 	// buf and key are reused for every record written (Set copies);
@@ -172,6 +173,9 @@ func (sm *StateMachine) Flush(b *pebble.Batch, as *storepb.AppliedState) error {
 		return fmt.Errorf("kv: shard %d: Flush of another batch than the one applied into", sm.shard)
 	}
 	if err := sm.flushSessions(); err != nil {
+		return err
+	}
+	if err := sm.flushWindows(); err != nil {
 		return err
 	}
 	if err := d.flushValues(); err != nil {

@@ -3,7 +3,8 @@
 // the Redis protocol (INCR, INCR_FLOAT, APPEND, SET_RANGE, GET_DELETE,
 // EXPIRE) and the sweep's DELETE_EXPIRED (alone or as an atomic batch: one
 // Raft entry, so each is atomic per key), and keeps the client sessions that
-// make every mutation at-most-once.
+// make every mutation at-most-once: one request at a time, or windowed
+// (window.go: many in flight, one record per batch).
 //
 // Keys may carry an expiry (value.go: an envelope around the stored value,
 // plus an index ordered by time for the sweep). The time a key expires is

@@ -21,8 +21,10 @@ import (
 type StateMachine struct {
 	shard uint64
 	// sessions caches the last seq applied per session id, clock the shard
-	// clock record: see cache.go.
+	// clock record: see cache.go. windows caches windowed sessions: see
+	// window.go.
 	sessions map[uint64]uint64
+	windows  map[uint64]*window
 	clock    shardClock
 	// deferred holds the session and clock records of the batch being
 	// applied, written once by Flush: see deferred.go.
@@ -71,6 +73,10 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 }
 
 func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor, now int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
+	e := env{nowMs: now / int64(time.Millisecond), maxValue: c.GetMaxValueBytes()}
+	if c.GetSessionId() != 0 && c.GetSessionFloor() != 0 {
+		return sm.applyWindowed(b, desc, e, now, c)
+	}
 	if id := c.GetSessionId(); id != 0 {
 		last, found, err := sm.sessionSeq(b, id)
 		if err != nil {
@@ -84,7 +90,6 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 				"session %x: sequence %d is older than %d, already applied", id, c.GetSeq(), last), nil
 		}
 	}
-	e := env{nowMs: now / int64(time.Millisecond), maxValue: c.GetMaxValueBytes()}
 	res, err := sm.applyOps(b, desc, e, c.GetOps())
 	if err != nil {
 		return nil, err
@@ -233,6 +238,9 @@ func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
 	if err := sm.flushSessions(); err != nil {
 		return err
 	}
+	if err := sm.flushWindows(); err != nil {
+		return err
+	}
 	lo, hi := keys.SessionSpan(sm.shard)
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
@@ -257,6 +265,7 @@ func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
 			return err
 		}
 		delete(sm.sessions, keys.SessionOf(sm.shard, k))
+		delete(sm.windows, keys.SessionOf(sm.shard, k))
 	}
 	return nil
 }

@@ -126,6 +126,8 @@ func (d *CommandDecoder) decodeKVCommand(data []byte) bool {
 			d.kv.Seq = v
 		case 4:
 			d.kv.MaxValueBytes = int64(v)
+		case 5:
+			d.kv.SessionFloor = v
 		default:
 			return false
 		}

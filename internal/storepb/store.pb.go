@@ -189,6 +189,9 @@ type KVCommand struct {
 	// OP_ERROR_TOO_LARGE. It travels in the command so every replica applies
 	// the same rule whatever its own flag says. 0: no limit.
 	MaxValueBytes int64 `protobuf:"varint,4,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
+	// The request's session_floor: not 0 for a windowed session
+	// (RequestHeader.session_floor).
+	SessionFloor  uint64 `protobuf:"varint,5,opt,name=session_floor,json=sessionFloor,proto3" json:"session_floor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +250,13 @@ func (x *KVCommand) GetOps() []*concordpb.Op {
 func (x *KVCommand) GetMaxValueBytes() int64 {
 	if x != nil {
 		return x.MaxValueBytes
+	}
+	return 0
+}
+
+func (x *KVCommand) GetSessionFloor() uint64 {
+	if x != nil {
+		return x.SessionFloor
 	}
 	return 0
 }
@@ -547,11 +557,16 @@ func (x *CommandResult) GetNodes() []*concordpb.NodeDescriptor {
 }
 
 // SessionRecord is a shard's memory of one client session.
+// A session that sends one request at a time keeps its last seq and result
+// (floor 0); a windowed one keeps its floor and the result of each seq from
+// the floor up that this shard applied (window, in the order applied).
 type SessionRecord struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Seq                 uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Result              *CommandResult         `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
 	LastActiveUnixNanos int64                  `protobuf:"varint,3,opt,name=last_active_unix_nanos,json=lastActiveUnixNanos,proto3" json:"last_active_unix_nanos,omitempty"`
+	Floor               uint64                 `protobuf:"varint,4,opt,name=floor,proto3" json:"floor,omitempty"`
+	Window              []*SessionResult       `protobuf:"bytes,5,rep,name=window,proto3" json:"window,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -607,6 +622,73 @@ func (x *SessionRecord) GetLastActiveUnixNanos() int64 {
 	return 0
 }
 
+func (x *SessionRecord) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
+func (x *SessionRecord) GetWindow() []*SessionResult {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+// SessionResult is one command's result in a windowed session's record.
+type SessionResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Result        *CommandResult         `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResult) Reset() {
+	*x = SessionResult{}
+	mi := &file_internal_storepb_store_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResult) ProtoMessage() {}
+
+func (x *SessionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_storepb_store_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResult.ProtoReflect.Descriptor instead.
+func (*SessionResult) Descriptor() ([]byte, []int) {
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SessionResult) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SessionResult) GetResult() *CommandResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 // ConfChangeContext rides in a ConfChangeV2 entry's context: the nodes of the
 // replicas it adds.
 type ConfChangeContext struct {
@@ -619,7 +701,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_internal_storepb_store_proto_msgTypes[8]
+	mi := &file_internal_storepb_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +713,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[8]
+	mi := &file_internal_storepb_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +726,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{8}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConfChangeContext) GetCommandId() uint64 {
@@ -679,7 +761,7 @@ type AppliedState struct {
 
 func (x *AppliedState) Reset() {
 	*x = AppliedState{}
-	mi := &file_internal_storepb_store_proto_msgTypes[9]
+	mi := &file_internal_storepb_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +773,7 @@ func (x *AppliedState) String() string {
 func (*AppliedState) ProtoMessage() {}
 
 func (x *AppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[9]
+	mi := &file_internal_storepb_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +786,7 @@ func (x *AppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedState.ProtoReflect.Descriptor instead.
 func (*AppliedState) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{9}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AppliedState) GetIndex() uint64 {
@@ -740,7 +822,7 @@ type ShardClock struct {
 
 func (x *ShardClock) Reset() {
 	*x = ShardClock{}
-	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	mi := &file_internal_storepb_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +834,7 @@ func (x *ShardClock) String() string {
 func (*ShardClock) ProtoMessage() {}
 
 func (x *ShardClock) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[10]
+	mi := &file_internal_storepb_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +847,7 @@ func (x *ShardClock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardClock.ProtoReflect.Descriptor instead.
 func (*ShardClock) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{10}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShardClock) GetHigh() int64 {
@@ -793,7 +875,7 @@ type TruncatedState struct {
 
 func (x *TruncatedState) Reset() {
 	*x = TruncatedState{}
-	mi := &file_internal_storepb_store_proto_msgTypes[11]
+	mi := &file_internal_storepb_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +887,7 @@ func (x *TruncatedState) String() string {
 func (*TruncatedState) ProtoMessage() {}
 
 func (x *TruncatedState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[11]
+	mi := &file_internal_storepb_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +900,7 @@ func (x *TruncatedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncatedState.ProtoReflect.Descriptor instead.
 func (*TruncatedState) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{11}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TruncatedState) GetIndex() uint64 {
@@ -847,7 +929,7 @@ type NodeIdent struct {
 
 func (x *NodeIdent) Reset() {
 	*x = NodeIdent{}
-	mi := &file_internal_storepb_store_proto_msgTypes[12]
+	mi := &file_internal_storepb_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +941,7 @@ func (x *NodeIdent) String() string {
 func (*NodeIdent) ProtoMessage() {}
 
 func (x *NodeIdent) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[12]
+	mi := &file_internal_storepb_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +954,7 @@ func (x *NodeIdent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdent.ProtoReflect.Descriptor instead.
 func (*NodeIdent) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{12}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeIdent) GetClusterId() uint64 {
@@ -906,7 +988,7 @@ type MetaCounters struct {
 
 func (x *MetaCounters) Reset() {
 	*x = MetaCounters{}
-	mi := &file_internal_storepb_store_proto_msgTypes[13]
+	mi := &file_internal_storepb_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1000,7 @@ func (x *MetaCounters) String() string {
 func (*MetaCounters) ProtoMessage() {}
 
 func (x *MetaCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[13]
+	mi := &file_internal_storepb_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1013,7 @@ func (x *MetaCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaCounters.ProtoReflect.Descriptor instead.
 func (*MetaCounters) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{13}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MetaCounters) GetNextNodeId() uint64 {
@@ -955,13 +1037,14 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\badd_node\x18\x05 \x01(\v2\x19.concord.store.v1.AddNodeH\x00R\aaddNode\x12Q\n" +
 	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptor\x129\n" +
 	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNodeB\x06\n" +
-	"\x04kind\"\x86\x01\n" +
+	"\x04kind\"\xab\x01\n" +
 	"\tKVCommand\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
 	"\x03ops\x18\x03 \x03(\v2\x0e.concord.v1.OpR\x03ops\x12&\n" +
-	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\"E\n" +
+	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\x12#\n" +
+	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\"E\n" +
 	"\x0eExpireSessions\x123\n" +
 	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"B\n" +
 	"\aAddNode\x12\x18\n" +
@@ -980,11 +1063,16 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"error_code\x18\x02 \x01(\rR\terrorCode\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\x04R\x06nodeId\x120\n" +
-	"\x05nodes\x18\x05 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\"\x8f\x01\n" +
+	"\x05nodes\x18\x05 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\"\xde\x01\n" +
 	"\rSessionRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x127\n" +
 	"\x06result\x18\x02 \x01(\v2\x1f.concord.store.v1.CommandResultR\x06result\x123\n" +
-	"\x16last_active_unix_nanos\x18\x03 \x01(\x03R\x13lastActiveUnixNanos\"g\n" +
+	"\x16last_active_unix_nanos\x18\x03 \x01(\x03R\x13lastActiveUnixNanos\x12\x14\n" +
+	"\x05floor\x18\x04 \x01(\x04R\x05floor\x127\n" +
+	"\x06window\x18\x05 \x03(\v2\x1f.concord.store.v1.SessionResultR\x06window\"Z\n" +
+	"\rSessionResult\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x127\n" +
+	"\x06result\x18\x02 \x01(\v2\x1f.concord.store.v1.CommandResultR\x06result\"g\n" +
 	"\x11ConfChangeContext\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\x04R\tcommandId\x123\n" +
@@ -1022,7 +1110,7 @@ func file_internal_storepb_store_proto_rawDescGZIP() []byte {
 	return file_internal_storepb_store_proto_rawDescData
 }
 
-var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_internal_storepb_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: concord.store.v1.Command
 	(*KVCommand)(nil),                   // 1: concord.store.v1.KVCommand
@@ -1032,18 +1120,19 @@ var file_internal_storepb_store_proto_goTypes = []any{
 	(*UpdateDescriptor)(nil),            // 5: concord.store.v1.UpdateDescriptor
 	(*CommandResult)(nil),               // 6: concord.store.v1.CommandResult
 	(*SessionRecord)(nil),               // 7: concord.store.v1.SessionRecord
-	(*ConfChangeContext)(nil),           // 8: concord.store.v1.ConfChangeContext
-	(*AppliedState)(nil),                // 9: concord.store.v1.AppliedState
-	(*ShardClock)(nil),                  // 10: concord.store.v1.ShardClock
-	(*TruncatedState)(nil),              // 11: concord.store.v1.TruncatedState
-	(*NodeIdent)(nil),                   // 12: concord.store.v1.NodeIdent
-	(*MetaCounters)(nil),                // 13: concord.store.v1.MetaCounters
-	(*concordpb.Op)(nil),                // 14: concord.v1.Op
-	(concordpb.NodeState)(0),            // 15: concord.v1.NodeState
-	(*concordpb.ShardDescriptor)(nil),   // 16: concord.v1.ShardDescriptor
-	(*concordpb.OpResult)(nil),          // 17: concord.v1.OpResult
-	(*concordpb.NodeDescriptor)(nil),    // 18: concord.v1.NodeDescriptor
-	(*concordpb.ReplicaDescriptor)(nil), // 19: concord.v1.ReplicaDescriptor
+	(*SessionResult)(nil),               // 8: concord.store.v1.SessionResult
+	(*ConfChangeContext)(nil),           // 9: concord.store.v1.ConfChangeContext
+	(*AppliedState)(nil),                // 10: concord.store.v1.AppliedState
+	(*ShardClock)(nil),                  // 11: concord.store.v1.ShardClock
+	(*TruncatedState)(nil),              // 12: concord.store.v1.TruncatedState
+	(*NodeIdent)(nil),                   // 13: concord.store.v1.NodeIdent
+	(*MetaCounters)(nil),                // 14: concord.store.v1.MetaCounters
+	(*concordpb.Op)(nil),                // 15: concord.v1.Op
+	(concordpb.NodeState)(0),            // 16: concord.v1.NodeState
+	(*concordpb.ShardDescriptor)(nil),   // 17: concord.v1.ShardDescriptor
+	(*concordpb.OpResult)(nil),          // 18: concord.v1.OpResult
+	(*concordpb.NodeDescriptor)(nil),    // 19: concord.v1.NodeDescriptor
+	(*concordpb.ReplicaDescriptor)(nil), // 20: concord.v1.ReplicaDescriptor
 }
 var file_internal_storepb_store_proto_depIdxs = []int32{
 	1,  // 0: concord.store.v1.Command.kv:type_name -> concord.store.v1.KVCommand
@@ -1051,19 +1140,21 @@ var file_internal_storepb_store_proto_depIdxs = []int32{
 	3,  // 2: concord.store.v1.Command.add_node:type_name -> concord.store.v1.AddNode
 	5,  // 3: concord.store.v1.Command.update_descriptor:type_name -> concord.store.v1.UpdateDescriptor
 	4,  // 4: concord.store.v1.Command.mark_node:type_name -> concord.store.v1.MarkNode
-	14, // 5: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
-	15, // 6: concord.store.v1.MarkNode.state:type_name -> concord.v1.NodeState
-	16, // 7: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
-	17, // 8: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
-	18, // 9: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
+	15, // 5: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
+	16, // 6: concord.store.v1.MarkNode.state:type_name -> concord.v1.NodeState
+	17, // 7: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
+	18, // 8: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
+	19, // 9: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
 	6,  // 10: concord.store.v1.SessionRecord.result:type_name -> concord.store.v1.CommandResult
-	19, // 11: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
-	10, // 12: concord.store.v1.AppliedState.clock:type_name -> concord.store.v1.ShardClock
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	8,  // 11: concord.store.v1.SessionRecord.window:type_name -> concord.store.v1.SessionResult
+	6,  // 12: concord.store.v1.SessionResult.result:type_name -> concord.store.v1.CommandResult
+	20, // 13: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
+	11, // 14: concord.store.v1.AppliedState.clock:type_name -> concord.store.v1.ShardClock
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_internal_storepb_store_proto_init() }
@@ -1084,7 +1175,7 @@ func file_internal_storepb_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_storepb_store_proto_rawDesc), len(file_internal_storepb_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

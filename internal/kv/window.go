@@ -1,0 +1,303 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/mutant"
+	"github.com/concord-kv/concord/internal/storepb"
+)
+
+// Windowed sessions (the Raft dissertation's §6.3). A session that sends one
+// request at a time keeps one result per shard, and a client with many
+// requests in flight then needs as many sessions: at 1,000 concurrent puts
+// a shard wrote a record of its own for each put, 15-25 % of a put's CPU
+// (docs/benchmarks.md, "Windowed sessions"). A windowed session is shared
+// by all of a client's concurrent requests: each carries its own seq and
+// the session's floor, the lowest seq the client has no answer for yet.
+// The shard keeps the result of every seq from the floor up that it
+// applied, answers a retry of one of them with its first result, and
+// refuses a seq below the floor: the client has its answer, so that is a
+// stale duplicate. Its record is written once per batch however many of the
+// session's commands the batch applied.
+//
+// Results live in the cache as their encoded bytes (they outlive the batch,
+// and a result may alias buffers that do not), so writing the record is a
+// concatenation.
+
+// MaxSessionWindow bounds the results a windowed session keeps on one
+// shard, and MaxSessionWindowBytes their encoded size: a command that finds
+// its session's window at either bound is refused (ResourceExhausted) and
+// applies nothing, until the client's floor frees room. The Go client
+// starts a new session long before (client.maxWindow).
+const (
+	MaxSessionWindow      = 1024
+	MaxSessionWindowBytes = 1 << 20
+)
+
+// MaxCachedWindows bounds the windowed sessions a shard's state machine
+// keeps decoded in memory (each up to MaxSessionWindowBytes, usually a few
+// hundred bytes); past it an arbitrary one is dropped and read again from
+// its record when next used.
+const MaxCachedWindows = 4096
+
+// window is a windowed session's state on one shard: its record, decoded.
+type window struct {
+	floor   uint64
+	active  int64 // LastActiveUnixNanos
+	entries []windowEntry
+	bytes   int // the results' encoded size
+	dirty   bool
+}
+
+type windowEntry struct {
+	seq    uint64
+	result []byte // an encoded storepb.CommandResult
+}
+
+// find returns seq's encoded result, if the window holds it.
+func (w *window) find(seq uint64) ([]byte, bool) {
+	for i := len(w.entries) - 1; i >= 0; i-- { // retries are of recent seqs
+		if w.entries[i].seq == seq {
+			return w.entries[i].result, true
+		}
+	}
+	return nil, false
+}
+
+// raise moves the floor up to floor (never down) and forgets the results
+// below it.
+func (w *window) raise(floor uint64) {
+	if floor <= w.floor {
+		return
+	}
+	w.floor = floor
+	kept := w.entries[:0]
+	for _, e := range w.entries {
+		if e.seq >= floor {
+			kept = append(kept, e)
+		} else {
+			w.bytes -= len(e.result)
+		}
+	}
+	clear(w.entries[len(kept):])
+	w.entries = kept
+}
+
+// applyWindowed applies c, a command of a windowed session.
+func (sm *StateMachine) applyWindowed(b *pebble.Batch, desc *concordpb.ShardDescriptor, e env, now int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
+	id, seq, floor := c.GetSessionId(), c.GetSeq(), c.GetSessionFloor()
+	if floor > seq {
+		return errResult(codes.InvalidArgument, "session %x: floor %d is above sequence %d", id, floor, seq), nil
+	}
+	w, err := sm.loadWindow(b, id)
+	if err != nil {
+		return nil, err
+	}
+	if floor > w.floor { // first: the results below it are not needed, answered or not
+		w.raise(floor)
+		sm.touch(id, w)
+	}
+	if seq < w.floor {
+		return errResult(codes.FailedPrecondition,
+			"session %x: sequence %d is below the session's floor %d, already answered", id, seq, w.floor), nil
+	}
+	if enc, ok := w.find(seq); ok && !(mutant.Enabled && mutant.On(mutant.NoSessionDedup)) {
+		res := &storepb.CommandResult{} // a retry: answer as the first time
+		if err := proto.Unmarshal(enc, res); err != nil {
+			return nil, fmt.Errorf("kv: shard %d: session %x: result of %d: %w", sm.shard, id, seq, err)
+		}
+		return res, nil
+	}
+	if len(w.entries) >= MaxSessionWindow || w.bytes >= MaxSessionWindowBytes {
+		return errResult(codes.ResourceExhausted,
+			"session %x: %d results (%d bytes) above the floor %d: the window is full", id, len(w.entries), w.bytes, w.floor), nil
+	}
+	res, err := sm.applyOps(b, desc, e, c.GetOps())
+	if err != nil {
+		return nil, err
+	}
+	enc, err := proto.MarshalOptions{}.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	w.entries = append(w.entries, windowEntry{seq: seq, result: enc})
+	w.bytes += len(enc)
+	w.active = now
+	sm.touch(id, w)
+	return res, nil
+}
+
+// touch notes that the batch changed session id's window w: Flush writes
+// its record.
+func (sm *StateMachine) touch(id uint64, w *window) {
+	if !w.dirty {
+		w.dirty = true
+		sm.deferred.windows = append(sm.deferred.windows, windowRef{id, w})
+	}
+}
+
+// loadWindow returns session id's window: cached, or read from its record
+// in b (a new, empty one if it has none).
+func (sm *StateMachine) loadWindow(b pebble.Reader, id uint64) (*window, error) {
+	if w, ok := sm.windows[id]; ok {
+		return w, nil
+	}
+	w := &window{}
+	v, found, err := get(b, keys.Session(sm.shard, id))
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		if err := w.decode(v); err != nil {
+			return nil, fmt.Errorf("kv: shard %d: session %x: %w", sm.shard, id, err)
+		}
+	}
+	if sm.windows == nil {
+		sm.windows = make(map[uint64]*window)
+	}
+	if len(sm.windows) >= MaxCachedWindows {
+		for s, old := range sm.windows { // an arbitrary one the batch has not changed:
+			if !old.dirty { // b does not hold a changed one's state yet
+				delete(sm.windows, s)
+				break
+			}
+		}
+	}
+	sm.windows[id] = w
+	return w, nil
+}
+
+// decode reads a SessionRecord into w. A record of a one-at-a-time session
+// (floor 0) becomes a window holding its one result.
+func (w *window) decode(v []byte) error {
+	var rec struct {
+		seq    uint64
+		result []byte
+	}
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		v = v[n:]
+		var x uint64
+		var raw []byte
+		switch typ {
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(v)
+		case protowire.BytesType:
+			raw, n = protowire.ConsumeBytes(v)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, v)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		v = v[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			rec.seq = x
+		case num == 2 && typ == protowire.BytesType:
+			rec.result = raw
+		case num == 3 && typ == protowire.VarintType:
+			w.active = int64(x)
+		case num == 4 && typ == protowire.VarintType:
+			w.floor = x
+		case num == 5 && typ == protowire.BytesType:
+			e, err := decodeWindowEntry(raw)
+			if err != nil {
+				return err
+			}
+			w.entries = append(w.entries, e)
+			w.bytes += len(e.result)
+		}
+	}
+	if rec.seq != 0 {
+		e := windowEntry{seq: rec.seq, result: rec.result}
+		w.entries = append(w.entries, e)
+		w.bytes += len(e.result)
+	}
+	return nil
+}
+
+func decodeWindowEntry(v []byte) (windowEntry, error) {
+	var e windowEntry
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		v = v[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			e.seq, n = protowire.ConsumeVarint(v)
+		case num == 2 && typ == protowire.BytesType:
+			var raw []byte
+			raw, n = protowire.ConsumeBytes(v)
+			e.result = raw // v is get's copy
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, v)
+		}
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		v = v[n:]
+	}
+	return e, nil
+}
+
+// appendRecord appends w's SessionRecord (fields 3, 4 and 5) to buf.
+func (w *window) appendRecord(buf []byte) []byte {
+	buf = protowire.AppendTag(buf, 3, protowire.VarintType)
+	buf = protowire.AppendVarint(buf, uint64(w.active))
+	buf = protowire.AppendTag(buf, 4, protowire.VarintType)
+	buf = protowire.AppendVarint(buf, w.floor)
+	for _, e := range w.entries {
+		buf = protowire.AppendTag(buf, 5, protowire.BytesType)
+		n := protowire.SizeTag(1) + protowire.SizeVarint(e.seq)
+		if len(e.result) > 0 {
+			n += protowire.SizeTag(2) + protowire.SizeBytes(len(e.result))
+		}
+		buf = protowire.AppendVarint(buf, uint64(n))
+		buf = protowire.AppendTag(buf, 1, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, e.seq)
+		if len(e.result) > 0 {
+			buf = protowire.AppendTag(buf, 2, protowire.BytesType)
+			buf = protowire.AppendBytes(buf, e.result)
+		}
+	}
+	return buf
+}
+
+// windowRef is a window Flush writes: the batch changed it.
+type windowRef struct {
+	id uint64
+	w  *window
+}
+
+// flushWindows writes the records of the windows the batch changed.
+func (sm *StateMachine) flushWindows() error {
+	d := &sm.deferred
+	for _, r := range d.windows {
+		r.w.dirty = false
+		if d.sessionPrefix == nil {
+			d.sessionPrefix, _ = keys.SessionSpan(sm.shard)
+		}
+		d.buf = r.w.appendRecord(d.buf[:0])
+		d.key = binary.BigEndian.AppendUint64(append(d.key[:0], d.sessionPrefix...), r.id) // keys.Session
+		if err := d.b.Set(d.key, d.buf, nil); err != nil {
+			return err
+		}
+	}
+	clear(d.windows)
+	d.windows = d.windows[:0]
+	return nil
+}
