@@ -202,13 +202,18 @@ func TestAmbiguousOnlyIfAnAttemptMayHaveApplied(t *testing.T) {
 	if err := put(c); !errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("stalled leader, refusing follower: %v; want ErrAmbiguous", err)
 	}
-	_, _, c = twoNodes(t, refuse, refuse, opts)
+	// Refusing nodes answer at once, but under make test's -race load an
+	// answer once took longer than 500 ms: that attempt timed out, and a
+	// timed-out attempt may have applied (ambiguous, rightly). Only a stall
+	// of 2 s can do that here.
+	refusing := Options{AttemptTimeout: 2 * time.Second}
+	_, _, c = twoNodes(t, refuse, refuse, refusing)
 	if err := put(c); err == nil || errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("every attempt refused: %v; want a plain error", err)
 	}
 
 	// A leader whose port is closed: no attempt can reach it.
-	_, _, c = twoNodes(t, answer, refuse, opts)
+	_, _, c = twoNodes(t, answer, refuse, refusing)
 	dead := listen(t)
 	deadAddr := dead.Addr().String()
 	dead.Close()
