@@ -124,12 +124,9 @@ func (sm *StateMachine) applyWindowed(b *pebble.Batch, desc *concordpb.ShardDesc
 	if err != nil {
 		return nil, err
 	}
-	enc, err := proto.MarshalOptions{}.Marshal(res)
-	if err != nil {
+	if err := w.add(seq, res); err != nil {
 		return nil, err
 	}
-	w.entries = append(w.entries, windowEntry{seq: seq, result: enc})
-	w.bytes += len(enc)
 	w.active = now
 	sm.touch(id, w)
 	return res, nil
@@ -176,82 +173,34 @@ func (sm *StateMachine) loadWindow(b pebble.Reader, id uint64) (*window, error) 
 }
 
 // decode reads a SessionRecord into w. A record of a one-at-a-time session
-// (floor 0) becomes a window holding its one result.
+// (floor 0) becomes a window holding its one result. (A cold path: a
+// session's first command on this shard since a start or an eviction.)
 func (w *window) decode(v []byte) error {
-	var rec struct {
-		seq    uint64
-		result []byte
+	var rec storepb.SessionRecord
+	if err := proto.Unmarshal(v, &rec); err != nil {
+		return err
 	}
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		v = v[n:]
-		var x uint64
-		var raw []byte
-		switch typ {
-		case protowire.VarintType:
-			x, n = protowire.ConsumeVarint(v)
-		case protowire.BytesType:
-			raw, n = protowire.ConsumeBytes(v)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, v)
-		}
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		v = v[n:]
-		switch {
-		case num == 1 && typ == protowire.VarintType:
-			rec.seq = x
-		case num == 2 && typ == protowire.BytesType:
-			rec.result = raw
-		case num == 3 && typ == protowire.VarintType:
-			w.active = int64(x)
-		case num == 4 && typ == protowire.VarintType:
-			w.floor = x
-		case num == 5 && typ == protowire.BytesType:
-			e, err := decodeWindowEntry(raw)
-			if err != nil {
-				return err
-			}
-			w.entries = append(w.entries, e)
-			w.bytes += len(e.result)
+	w.floor, w.active = rec.GetFloor(), rec.GetLastActiveUnixNanos()
+	for _, e := range rec.GetWindow() {
+		if err := w.add(e.GetSeq(), e.GetResult()); err != nil {
+			return err
 		}
 	}
-	if rec.seq != 0 {
-		e := windowEntry{seq: rec.seq, result: rec.result}
-		w.entries = append(w.entries, e)
-		w.bytes += len(e.result)
+	if rec.GetSeq() != 0 {
+		return w.add(rec.GetSeq(), rec.GetResult())
 	}
 	return nil
 }
 
-func decodeWindowEntry(v []byte) (windowEntry, error) {
-	var e windowEntry
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 {
-			return e, protowire.ParseError(n)
-		}
-		v = v[n:]
-		switch {
-		case num == 1 && typ == protowire.VarintType:
-			e.seq, n = protowire.ConsumeVarint(v)
-		case num == 2 && typ == protowire.BytesType:
-			var raw []byte
-			raw, n = protowire.ConsumeBytes(v)
-			e.result = raw // v is get's copy
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, v)
-		}
-		if n < 0 {
-			return e, protowire.ParseError(n)
-		}
-		v = v[n:]
+// add records res as seq's result.
+func (w *window) add(seq uint64, res *storepb.CommandResult) error {
+	enc, err := proto.MarshalOptions{}.Marshal(res)
+	if err != nil {
+		return err
 	}
-	return e, nil
+	w.entries = append(w.entries, windowEntry{seq: seq, result: enc})
+	w.bytes += len(enc)
+	return nil
 }
 
 // appendRecord appends w's SessionRecord (fields 3, 4 and 5) to buf.
