@@ -137,10 +137,13 @@ robustness-mutants:
 # `concord bench --target`, put/get rows cross-checked with etcd's benchmark
 # and redis-benchmark. bench/peers.sh builds or installs the peers when
 # missing. Prints one table; logs and per-run JSON in bench-out/compare.
-# QUICK=1: 2 s runs and fewer rows, for a smoke test.
+# QUICK=1: 2 s runs and fewer rows, for a smoke test. ROUNDS=N: N rounds,
+# the systems' order reversed in every other one, and a table of each row's
+# medians (ratios: the median of the rounds' own), for a box whose speed
+# drifts within minutes (docs/benchmarks.md, "Machine and noise").
 bench-compare: build
 	./bench/peers.sh
-	$(GO) run ./bench/compare -out bench-out/compare $(if $(QUICK),-quick)
+	$(GO) run ./bench/compare -out bench-out/compare $(if $(QUICK),-quick) $(if $(ROUNDS),-rounds $(ROUNDS))
 
 # redis-benchmark -t set,get,incr,mset -n 200000 -c 50 -d 256, with -P 1
 # and -P 16, one test per invocation, against a local 3-node cluster's

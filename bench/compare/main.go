@@ -27,6 +27,9 @@ type options struct {
 	keys                int
 	systems             []string
 	quick               bool
+	// rounds repeats the whole run, the systems in the given order in odd
+	// rounds and reversed in even ones (-rounds).
+	rounds int
 	// only, when set, holds the ids of the workloads to run (-workloads).
 	only map[string]bool
 }
@@ -67,6 +70,7 @@ type row struct {
 	ServerCPU float64 `json:"server_cpu_ms_per_kop"`
 	LoadCPU   float64 `json:"loadgen_cpu_ms_per_kop"`
 	Note      string  `json:"note,omitempty"`
+	Round     int     `json:"round,omitempty"` // with -rounds > 1
 }
 
 // current is the running system, stopped on Ctrl-C.
@@ -88,7 +92,11 @@ func main() {
 	flag.StringVar(&systemList, "systems", "etcd,redis-everysec,redis-always,concord", "systems to run, in order")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 s runs, no 1000-client or YCSB C rows")
 	flag.StringVar(&workloadList, "workloads", "", "workloads to run, by id (put-c1,put-c100,put-c1000,get-c1,get-c100,ycsb-a,ycsb-c); empty runs all, in that order")
+	flag.IntVar(&o.rounds, "rounds", 1, "repeat the run, alternating the systems' order, and add a table of each row's medians (ratios: the median of each round's)")
 	flag.Parse()
+	if o.rounds < 1 {
+		fatal(fmt.Errorf("-rounds must be at least 1, got %d", o.rounds))
+	}
 	o.systems = strings.Split(systemList, ",")
 	only, err := parseWorkloads(workloadList)
 	if err != nil {
@@ -113,15 +121,22 @@ func main() {
 	}()
 	start := time.Now()
 	var rows []row
-	for _, name := range o.systems {
-		rs, err := runSystem(o, name)
+	var table string
+	for round := 1; round <= o.rounds; round++ {
+		rs := runRound(o, round)
 		rows = append(rows, rs...)
-		if err != nil {
-			fatal(fmt.Errorf("%s: %w", name, err))
+		t := formatTable(rs, o, time.Since(start))
+		if o.rounds > 1 {
+			t = fmt.Sprintf("\n### Round %d of %d (systems: %s)\n", round, o.rounds, strings.Join(roundOrder(o.systems, round), ", ")) + t
 		}
+		fmt.Print(t)
+		table += t
 	}
-	table := formatTable(rows, o, time.Since(start))
-	fmt.Print(table)
+	if o.rounds > 1 {
+		s := formatMedians(rows, o.rounds)
+		fmt.Print(s)
+		table = s + table
+	}
 	if err := os.WriteFile(filepath.Join(o.out, "compare.md"), []byte(table), 0o644); err != nil {
 		fatal(err)
 	}
@@ -129,6 +144,33 @@ func main() {
 	if err := os.WriteFile(filepath.Join(o.out, "compare.json"), js, 0o644); err != nil {
 		fatal(err)
 	}
+}
+
+// runRound runs every system once, in the round's order (roundOrder), and
+// returns their rows in the systems' given order, marked with the round
+// when there are several (their files then go to round-N under -out).
+func runRound(o options, round int) []row {
+	ro := o
+	if o.rounds > 1 {
+		ro.out = filepath.Join(o.out, fmt.Sprintf("round-%d", round))
+		if err := os.MkdirAll(ro.out, 0o755); err != nil {
+			fatal(err)
+		}
+	}
+	var rows []row
+	for _, name := range roundOrder(o.systems, round) {
+		got, err := runSystem(ro, name)
+		rows = append(rows, got...)
+		if err != nil {
+			fatal(fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if o.rounds > 1 {
+		for i := range rows {
+			rows[i].Round = round
+		}
+	}
+	return inSystemOrder(rows, o.systems)
 }
 
 // parseWorkloads reads -workloads: a comma-separated list of workload ids.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 )
@@ -52,4 +53,95 @@ func sameTool(tool string) string {
 		return tool
 	}
 	return "native"
+}
+
+// roundOrder is the systems' order in a round: as given in odd rounds,
+// reversed in even ones, so that a machine getting slower or faster over
+// the run favours no system across a pair of rounds.
+func roundOrder(systems []string, round int) []string {
+	if round%2 == 1 {
+		return systems
+	}
+	out := make([]string, len(systems))
+	for i, s := range systems {
+		out[len(systems)-1-i] = s
+	}
+	return out
+}
+
+// inSystemOrder sorts a round's rows by the systems' given order, keeping
+// each system's rows in the order they ran.
+func inSystemOrder(rows []row, systems []string) []row {
+	rank := map[string]int{}
+	for i, s := range systems {
+		rank[s] = i
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rank[rows[i].System] < rank[rows[j].System] })
+	return rows
+}
+
+// formatMedians renders one line per system, workload and tool with the
+// median over the rounds of its throughput, p50, server CPU per op, and
+// of its ratios to etcd: each round's ratio is taken between rows of that
+// round, the closest in time, and the median of those is shown.
+func formatMedians(rows []row, rounds int) string {
+	type key struct{ system, workload, tool string }
+	etcd := map[string]row{} // round|workload|tool class
+	for _, r := range rows {
+		if r.System == "etcd" {
+			etcd[fmt.Sprint(r.Round, "|", r.Workload, "|", sameTool(r.Tool))] = r
+		}
+	}
+	var order []key
+	vals := map[key]*[5][]float64{} // ops, p50, cpu, ratio, cpu ratio
+	for _, r := range rows {
+		k := key{r.System, r.Workload, r.Tool}
+		v, ok := vals[k]
+		if !ok {
+			v = &[5][]float64{}
+			vals[k] = v
+			order = append(order, k)
+		}
+		v[0] = append(v[0], r.OpsPerSec)
+		v[1] = append(v[1], r.P50)
+		v[2] = append(v[2], r.ServerCPU)
+		if e, ok := etcd[fmt.Sprint(r.Round, "|", r.Workload, "|", sameTool(r.Tool))]; ok && e.OpsPerSec > 0 {
+			v[3] = append(v[3], r.OpsPerSec/e.OpsPerSec)
+			if e.ServerCPU > 0 && r.ServerCPU > 0 {
+				v[4] = append(v[4], r.ServerCPU/e.ServerCPU)
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Medians of %d rounds\n\n", rounds)
+	b.WriteString("| system | workload | tool | rounds | ops/s | p50 ms | server CPU ms/1k ops | vs etcd | CPU vs etcd | vs etcd, each round |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, k := range order {
+		v := vals[k]
+		each := make([]string, len(v[3]))
+		for i, x := range v[3] {
+			each[i] = fmt.Sprintf("%.2f×", x)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.0f | %.2f | %.0f | %s | %s | %s |\n", k.system, k.workload, k.tool,
+			len(v[0]), median(v[0]), median(v[1]), median(v[2]), ratioText(v[3]), ratioText(v[4]), strings.Join(each, " "))
+	}
+	return b.String()
+}
+
+func ratioText(xs []float64) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", median(xs))
+}
+
+// median of xs (not empty); the mean of the middle two for an even count.
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
