@@ -44,9 +44,15 @@ func (sm *StateMachine) sessionSeq(b pebble.Reader, session uint64) (seq uint64,
 	if seq, ok := sm.sessions[session]; ok {
 		return seq, true, nil
 	}
+	if _, ok := sm.windows[session]; ok {
+		return 0, false, errSessionMode
+	}
 	rec, found, err := sm.readSession(b, session)
 	if err != nil || !found {
 		return 0, false, err
+	}
+	if rec.GetFloor() != 0 {
+		return 0, false, errSessionMode
 	}
 	sm.cacheSession(session, rec.GetSeq())
 	return rec.GetSeq(), true, nil

@@ -202,6 +202,16 @@ func (sm *StateMachine) Flush(b *pebble.Batch, as *storepb.AppliedState) error {
 	return nil
 }
 
+// sessionKey is keys.Session(shard, id) in d.key, without an allocation
+// (Set copies it).
+func (d *deferred) sessionKey(shard, id uint64) []byte {
+	if d.sessionPrefix == nil {
+		d.sessionPrefix, _ = keys.SessionSpan(shard)
+	}
+	d.key = binary.BigEndian.AppendUint64(append(d.key[:0], d.sessionPrefix...), id)
+	return d.key
+}
+
 // flushSessions writes the deferred session records into the current batch.
 func (sm *StateMachine) flushSessions() error {
 	d := &sm.deferred
@@ -214,11 +224,7 @@ func (sm *StateMachine) flushSessions() error {
 		if err != nil {
 			return err
 		}
-		if d.sessionPrefix == nil {
-			d.sessionPrefix, _ = keys.SessionSpan(sm.shard)
-		}
-		d.key = binary.BigEndian.AppendUint64(append(d.key[:0], d.sessionPrefix...), id) // keys.Session
-		if err := d.b.Set(d.key, d.buf, nil); err != nil {
+		if err := d.b.Set(d.sessionKey(sm.shard, id), d.buf, nil); err != nil {
 			return err
 		}
 	}

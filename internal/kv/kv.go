@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,6 +80,9 @@ func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor
 	}
 	if id := c.GetSessionId(); id != 0 {
 		last, found, err := sm.sessionSeq(b, id)
+		if errors.Is(err, errSessionMode) {
+			return errResult(codes.FailedPrecondition, "session %x is windowed: a request of it must carry its floor", id), nil
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -1,7 +1,7 @@
 package kv
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -31,6 +31,12 @@ import (
 // Results live in the cache as their encoded bytes (they outlive the batch,
 // and a result may alias buffers that do not), so writing the record is a
 // concatenation.
+
+// errSessionMode: a command's session is of the other kind (windowed, or
+// one request at a time) than its record. A session never changes kind:
+// each kind keeps its own cache, and only the record may decide a result,
+// so that replicas whose caches differ still agree.
+var errSessionMode = errors.New("kv: the session is of the other kind")
 
 // MaxSessionWindow bounds the results a windowed session keeps on one
 // shard, and MaxSessionWindowBytes their encoded size: a command that finds
@@ -98,6 +104,9 @@ func (sm *StateMachine) applyWindowed(b *pebble.Batch, desc *concordpb.ShardDesc
 		return errResult(codes.InvalidArgument, "session %x: floor %d is above sequence %d", id, floor, seq), nil
 	}
 	w, err := sm.loadWindow(b, id)
+	if errors.Is(err, errSessionMode) {
+		return errResult(codes.FailedPrecondition, "session %x sends one request at a time: a request of it carries no floor", id), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +156,12 @@ func (sm *StateMachine) loadWindow(b pebble.Reader, id uint64) (*window, error) 
 	if w, ok := sm.windows[id]; ok {
 		return w, nil
 	}
+	if _, ok := sm.deferred.sessions[id]; ok {
+		return nil, errSessionMode
+	}
+	if _, ok := sm.sessions[id]; ok {
+		return nil, errSessionMode
+	}
 	w := &window{}
 	v, found, err := get(b, keys.Session(sm.shard, id))
 	if err != nil {
@@ -154,6 +169,9 @@ func (sm *StateMachine) loadWindow(b pebble.Reader, id uint64) (*window, error) 
 	}
 	if found {
 		if err := w.decode(v); err != nil {
+			if errors.Is(err, errSessionMode) {
+				return nil, err
+			}
 			return nil, fmt.Errorf("kv: shard %d: session %x: %w", sm.shard, id, err)
 		}
 	}
@@ -172,22 +190,22 @@ func (sm *StateMachine) loadWindow(b pebble.Reader, id uint64) (*window, error) 
 	return w, nil
 }
 
-// decode reads a SessionRecord into w. A record of a one-at-a-time session
-// (floor 0) becomes a window holding its one result. (A cold path: a
+// decode reads a windowed session's SessionRecord into w; a record of a
+// one-at-a-time session (floor 0) is errSessionMode. (A cold path: a
 // session's first command on this shard since a start or an eviction.)
 func (w *window) decode(v []byte) error {
 	var rec storepb.SessionRecord
 	if err := proto.Unmarshal(v, &rec); err != nil {
 		return err
 	}
+	if rec.GetFloor() == 0 {
+		return errSessionMode
+	}
 	w.floor, w.active = rec.GetFloor(), rec.GetLastActiveUnixNanos()
 	for _, e := range rec.GetWindow() {
 		if err := w.add(e.GetSeq(), e.GetResult()); err != nil {
 			return err
 		}
-	}
-	if rec.GetSeq() != 0 {
-		return w.add(rec.GetSeq(), rec.GetResult())
 	}
 	return nil
 }
@@ -237,12 +255,8 @@ func (sm *StateMachine) flushWindows() error {
 	d := &sm.deferred
 	for _, r := range d.windows {
 		r.w.dirty = false
-		if d.sessionPrefix == nil {
-			d.sessionPrefix, _ = keys.SessionSpan(sm.shard)
-		}
 		d.buf = r.w.appendRecord(d.buf[:0])
-		d.key = binary.BigEndian.AppendUint64(append(d.key[:0], d.sessionPrefix...), r.id) // keys.Session
-		if err := d.b.Set(d.key, d.buf, nil); err != nil {
+		if err := d.b.Set(d.sessionKey(sm.shard, r.id), d.buf, nil); err != nil {
 			return err
 		}
 	}

@@ -278,3 +278,39 @@ func contains(s []uint64, x uint64) bool {
 	}
 	return false
 }
+
+// TestSessionKindsDoNotMix protects determinism: a session is windowed or
+// one-at-a-time for good, decided by its record, so a command of the
+// other kind is refused and writes nothing, whether the state machine has
+// the session cached (in the batch that wrote it, or later) or reads its
+// record cold, as a restarted replica does. Were the kind left to the
+// caches, replicas with different caches could answer differently.
+func TestSessionKindsDoNotMix(t *testing.T) {
+	f := newFixture(t)
+	f.kv(1, 1, 1, put("a", "1")) // session 1: one at a time
+	f.win(2, 1, 1, 1, put("b", "1"))
+	check := func(f *fixture, when string) {
+		t.Helper()
+		for _, res := range []*storepb.CommandResult{
+			f.win(1, 2, 1, 2, put("a", "windowed")),
+			f.kv(2, 2, 2, put("b", "alone")),
+		} {
+			if codes.Code(res.GetErrorCode()) != codes.FailedPrecondition || len(res.GetResults()) != 0 {
+				t.Fatalf("%s: a command of the other kind: %v, want FailedPrecondition", when, res)
+			}
+		}
+		f.value("a", []byte("1"))
+		f.value("b", []byte("1"))
+	}
+	check(f, "cached")
+	check(&fixture{t: t, db: f.db, sm: New(shard)}, "after a restart")
+	// In one batch: the second command finds the first's deferred record.
+	res := f.applyBatch(wholeRange, kvCmd(3, 1, 3, put("c", "1")), winCmd(3, 2, 1, 3, put("c", "2")),
+		winCmd(4, 1, 1, 3, put("d", "1")), kvCmd(4, 2, 3, put("d", "2")))
+	if res[0].GetErrorCode() != 0 || res[2].GetErrorCode() != 0 ||
+		codes.Code(res[1].GetErrorCode()) != codes.FailedPrecondition || codes.Code(res[3].GetErrorCode()) != codes.FailedPrecondition {
+		t.Fatalf("kinds mixed in one batch: %v", res)
+	}
+	f.value("c", []byte("1"))
+	f.value("d", []byte("1"))
+}
