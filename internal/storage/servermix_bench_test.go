@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
@@ -32,6 +33,9 @@ type serverMix struct {
 	// logEng, when set, takes the raft log and hard state (a separate raft
 	// engine); else they share the data engine.
 	logEng *Engine
+	// walOnly: the log entries and hard state go to the WAL alone
+	// (serverMixConfigs' logWALOnly).
+	walOnly bool
 }
 
 func newServerMix(b *testing.B, e, logEng *Engine, shards, userKeys int) *serverMix {
@@ -84,12 +88,19 @@ func (m *serverMix) puts(b *testing.B, e *Engine, n int) {
 		_ = batch.Set(keys.Session(uint64(s+1), uint64(m.rng.IntN(100))), make([]byte, 20), nil)
 		_ = batch.Set(keys.Clock(uint64(s+1)), make([]byte, 16), nil)
 	}
-	if err := l.Append(lb, ents); err != nil {
-		b.Fatal(err)
-	}
-	_ = SetProto(lb, keys.HardState(uint64(s+1)), &pb.HardState{Term: new(uint64(1)), Commit: new(m.next[s] - 1)})
+	hs := &pb.HardState{Term: new(uint64(1)), Commit: new(m.next[s] - 1)}
 	_ = batch.Set(keys.Applied(uint64(s+1)), make([]byte, 12), nil)
-	if first, _ := l.FirstIndex(); m.next[s]-first > m.keep+m.trunc {
+	if m.walOnly {
+		for _, ent := range ents {
+			_ = lb.LogData(mustMarshal(b, ent), nil)
+		}
+		_ = lb.LogData(mustMarshal(b, hs), nil)
+	} else if err := l.Append(lb, ents); err != nil {
+		b.Fatal(err)
+	} else {
+		_ = SetProto(lb, keys.HardState(uint64(s+1)), hs)
+	}
+	if first, _ := l.FirstIndex(); !m.walOnly && m.next[s]-first > m.keep+m.trunc {
 		if err := l.Truncate(lb, m.next[s]-1-m.keep); err != nil {
 			b.Fatal(err)
 		}
@@ -209,6 +220,7 @@ func BenchmarkServerMixWrite(b *testing.B) {
 			if cfg.logKeep > 0 {
 				m.keep, m.trunc = cfg.logKeep, cfg.logKeep
 			}
+			m.walOnly = cfg.logWALOnly
 			waitQuiet(b, e)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -236,21 +248,26 @@ var serverMixConfigs = []struct {
 	// applied entries, truncate once 5,000 more piled up) with logKeep
 	// for both.
 	logKeep uint64
+	// logWALOnly writes the raft log entries and hard state into the WAL
+	// alone (Batch.LogData: synced as before, never in a memtable, never
+	// flushed or compacted): the bound on what a raft log of its own, as
+	// etcd's WAL keeps it, could save a put in the data engine.
+	logWALOnly bool
 }{
-	{"engine", nil, false, false, 0},
+	{"engine", nil, false, false, 0, false},
 	// The engine before issue 14's storage work: Pebble's default cache,
 	// 8 MiB shared with the memtables' reservations.
-	{"cache=8MiB+pebble-flush", sharedCache(8 << 20), false, true, 0},
+	{"cache=8MiB+pebble-flush", sharedCache(8 << 20), false, true, 0, false},
 	// The engine before its cache made room for the memtables: 128 MiB
 	// shared with them.
-	{"cache=128MiB-shared", sharedCache(128 << 20), false, false, 0},
-	{"cache=128MiB+pebble-flush", tune(64<<20, 128<<20), false, true, 0},
-	{"memtable=32MiB", tune(32<<20, 0), false, false, 0},
-	{"memtable=16MiB", tune(16<<20, 0), false, false, 0},
-	{"memtable=8MiB", tune(8<<20, 0), false, false, 0},
+	{"cache=128MiB-shared", sharedCache(128 << 20), false, false, 0, false},
+	{"cache=128MiB+pebble-flush", tune(64<<20, 128<<20), false, true, 0, false},
+	{"memtable=32MiB", tune(32<<20, 0), false, false, 0, false},
+	{"memtable=16MiB", tune(16<<20, 0), false, false, 0, false},
+	{"memtable=8MiB", tune(8<<20, 0), false, false, 0, false},
 	// L0 compacted later (Pebble's default: at 4 sublevels): more of the
 	// raft log entries a flush wrote meet their truncation in one compaction.
-	{"l0-threshold=8", func(o *pebble.Options) { o.L0CompactionThreshold = 8 }, false, false, 0},
+	{"l0-threshold=8", func(o *pebble.Options) { o.L0CompactionThreshold = 8 }, false, false, 0, false},
 	// L0 tables uncompressed: most of what is flushed (log entries) is
 	// deleted again soon after.
 	{"l0-uncompressed", func(o *pebble.Options) {
@@ -258,13 +275,14 @@ var serverMixConfigs = []struct {
 		for i := 1; i < len(o.Levels); i++ { // they would inherit L0's
 			o.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.SnappyCompression }
 		}
-	}, false, false, 0},
+	}, false, false, 0, false},
 	// Raft log entries truncated while most are still in the memtable:
 	// the flush drops what a range deletion in the same memtable covers.
-	{"raft-log-keep=1000", nil, false, false, 1000},
-	{"memtable=4MiB", tune(4<<20, 0), false, false, 0},
-	{"engine+log-apart", nil, true, false, 0},
-	{"cache=8MiB+pebble-flush+log-apart", sharedCache(8 << 20), true, true, 0},
+	{"raft-log-keep=1000", nil, false, false, 1000, false},
+	{"memtable=4MiB", tune(4<<20, 0), false, false, 0, false},
+	{"engine+log-apart", nil, true, false, 0, false},
+	{"cache=8MiB+pebble-flush+log-apart", sharedCache(8 << 20), true, true, 0, false},
+	{"engine+log-wal-only", nil, false, false, 0, true},
 }
 
 // stopFlusher stops e's flusher of queued memtables, for a benchmark of
@@ -284,6 +302,14 @@ func tune(memtable uint64, cache int64) func(*pebble.Options) {
 			o.CacheSize = cache
 		}
 	}
+}
+
+func mustMarshal(b *testing.B, m proto.Message) []byte {
+	v, err := proto.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
 }
 
 // processCPU is the process's user and system CPU time in ns.
