@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"math"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -11,7 +12,8 @@ import (
 )
 
 // The framed wire's messages, encoded and decoded by hand for the calls
-// that make the load (puts and gets), the others through proto. The bytes
+// that make the load (puts and gets; batches too when encoded: what a node
+// forwards to a leader, merged), the others through proto. The bytes
 // written are proto.Marshal's (TestAppendRequestMatchesProto), and a
 // decoded response is what proto.Unmarshal gives
 // (TestDecodeResponseMatchesProto): proto's generic code, its sizes
@@ -28,6 +30,7 @@ const (
 	fCallTimeout = 2
 	fCallGet     = 3
 	fCallPut     = 4
+	fCallBatch   = 8
 
 	fHeaderSession     = 1
 	fHeaderSeq         = 2
@@ -40,6 +43,24 @@ const (
 	fPutValue      = 3
 	fPutTTL        = 4
 	fPutReturnPrev = 5
+	fBatchOps      = 2
+
+	fOpType         = 1
+	fOpKey          = 2
+	fOpValue        = 3
+	fOpExpected     = 4
+	fOpExpectAbsent = 5
+	fOpDelete       = 6
+	fOpTTL          = 7
+	fOpExpireAt     = 8
+	fOpKeepTTL      = 9
+	fOpPersist      = 10
+	fOpCondition    = 11
+	fOpIntDelta     = 12
+	fOpFloatDelta   = 13
+	fOpOffset       = 14
+	fOpSkip         = 15
+	fOpReturnPrev   = 16
 
 	fStreamResponseReplies = 1
 
@@ -48,11 +69,22 @@ const (
 	fReplyMessage = 3
 	fReplyGet     = 4
 	fReplyPut     = 5
+	fReplyBatch   = 9
 
 	fRespHeader = 1 // GetResponse, PutResponse
 	fGetFound   = 2 // PutResponse's prev_exists
 	fGetValue   = 3 // PutResponse's prev_value
 	fGetExpire  = 4
+
+	fBatchResults = 2 // BatchResponse (its header is 1)
+
+	fResOk       = 1
+	fResValue    = 2
+	fResExists   = 3
+	fResInt      = 4
+	fResExpireAt = 5
+	fResError    = 6
+	fResSkipped  = 7
 
 	fRHShard    = 1
 	fRHServedBy = 2
@@ -93,6 +125,16 @@ func appendCall(b []byte, c *concordpb.StreamCall) ([]byte, error) {
 		b = protowire.AppendTag(b, fCallGet, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(getSize(r.Get)))
 		return appendGet(b, r.Get), nil
+	case *concordpb.StreamCall_Batch:
+		if !plainBatch(r.Batch) {
+			break
+		}
+		n := batchSize(r.Batch) // once: it sizes every op
+		b = protowire.AppendVarint(b, uint64(callHeadSize(c)+messageFieldSize(fCallBatch, n)))
+		b = appendCallHead(b, c)
+		b = protowire.AppendTag(b, fCallBatch, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		return appendBatch(b, r.Batch), nil
 	}
 	b = protowire.AppendVarint(b, uint64(proto.Size(c)))
 	return proto.MarshalOptions{}.MarshalAppend(b, c)
@@ -100,7 +142,7 @@ func appendCall(b []byte, c *concordpb.StreamCall) ([]byte, error) {
 
 // callSize is the size of c's encoding.
 func callSize(c *concordpb.StreamCall) int {
-	head := varintFieldSize(fCallID, c.GetId()) + varintFieldSize(fCallTimeout, uint64(c.GetTimeoutMs()))
+	head := callHeadSize(c)
 	switch r := c.GetRequest().(type) {
 	case *concordpb.StreamCall_Put:
 		if r.Put != nil {
@@ -110,8 +152,17 @@ func callSize(c *concordpb.StreamCall) int {
 		if r.Get != nil {
 			return head + messageFieldSize(fCallGet, getSize(r.Get))
 		}
+	case *concordpb.StreamCall_Batch:
+		if plainBatch(r.Batch) {
+			return head + messageFieldSize(fCallBatch, batchSize(r.Batch))
+		}
 	}
 	return proto.Size(c)
+}
+
+// callHeadSize is the size of c's id and timeout.
+func callHeadSize(c *concordpb.StreamCall) int {
+	return varintFieldSize(fCallID, c.GetId()) + varintFieldSize(fCallTimeout, uint64(c.GetTimeoutMs()))
 }
 
 func appendCallHead(b []byte, c *concordpb.StreamCall) []byte {
@@ -146,6 +197,73 @@ func getSize(g *concordpb.GetRequest) int {
 func appendGet(b []byte, g *concordpb.GetRequest) []byte {
 	b = appendHeader(b, g.GetHeader())
 	return appendBytesField(b, fReqKey, g.GetKey())
+}
+
+// plainBatch reports whether the batch's encoding may be written here: it
+// is not nil and neither it, its header nor an op holds unknown fields
+// (an op relayed from a newer client keeps them through proto).
+func plainBatch(bt *concordpb.BatchRequest) bool {
+	if bt == nil || len(bt.ProtoReflect().GetUnknown()) > 0 {
+		return false
+	}
+	if h := bt.GetHeader(); h != nil && len(h.ProtoReflect().GetUnknown()) > 0 {
+		return false
+	}
+	for _, o := range bt.GetOps() {
+		if o == nil || len(o.ProtoReflect().GetUnknown()) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func batchSize(bt *concordpb.BatchRequest) int {
+	n := headerSize(bt.GetHeader())
+	for _, o := range bt.GetOps() {
+		n += messageFieldSize(fBatchOps, opSize(o))
+	}
+	return n
+}
+
+func appendBatch(b []byte, bt *concordpb.BatchRequest) []byte {
+	b = appendHeader(b, bt.GetHeader())
+	for _, o := range bt.GetOps() {
+		b = protowire.AppendTag(b, fBatchOps, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(opSize(o)))
+		b = appendOp(b, o)
+	}
+	return b
+}
+
+// opSize is the size of o's encoding, in field order as appendOp writes it.
+func opSize(o *concordpb.Op) int {
+	return varintFieldSize(fOpType, uint64(o.GetType())) + bytesFieldSize(fOpKey, o.GetKey()) +
+		bytesFieldSize(fOpValue, o.GetValue()) + bytesFieldSize(fOpExpected, o.GetExpected()) +
+		boolFieldSize(fOpExpectAbsent, o.GetExpectAbsent()) + boolFieldSize(fOpDelete, o.GetDelete()) +
+		varintFieldSize(fOpTTL, uint64(o.GetTtlMs())) + varintFieldSize(fOpExpireAt, uint64(o.GetExpireAtUnixMs())) +
+		boolFieldSize(fOpKeepTTL, o.GetKeepTtl()) + boolFieldSize(fOpPersist, o.GetPersist()) +
+		varintFieldSize(fOpCondition, uint64(o.GetCondition())) + varintFieldSize(fOpIntDelta, uint64(o.GetIntDelta())) +
+		doubleFieldSize(fOpFloatDelta, o.GetFloatDelta()) + varintFieldSize(fOpOffset, uint64(o.GetOffset())) +
+		varintFieldSize(fOpSkip, uint64(o.GetSkip())) + boolFieldSize(fOpReturnPrev, o.GetReturnPrev())
+}
+
+func appendOp(b []byte, o *concordpb.Op) []byte {
+	b = appendVarintField(b, fOpType, uint64(o.GetType()))
+	b = appendBytesField(b, fOpKey, o.GetKey())
+	b = appendBytesField(b, fOpValue, o.GetValue())
+	b = appendBytesField(b, fOpExpected, o.GetExpected())
+	b = appendBoolField(b, fOpExpectAbsent, o.GetExpectAbsent())
+	b = appendBoolField(b, fOpDelete, o.GetDelete())
+	b = appendVarintField(b, fOpTTL, uint64(o.GetTtlMs()))
+	b = appendVarintField(b, fOpExpireAt, uint64(o.GetExpireAtUnixMs()))
+	b = appendBoolField(b, fOpKeepTTL, o.GetKeepTtl())
+	b = appendBoolField(b, fOpPersist, o.GetPersist())
+	b = appendVarintField(b, fOpCondition, uint64(o.GetCondition()))
+	b = appendVarintField(b, fOpIntDelta, uint64(o.GetIntDelta()))
+	b = appendDoubleField(b, fOpFloatDelta, o.GetFloatDelta())
+	b = appendVarintField(b, fOpOffset, uint64(o.GetOffset()))
+	b = appendVarintField(b, fOpSkip, uint64(o.GetSkip()))
+	return appendBoolField(b, fOpReturnPrev, o.GetReturnPrev())
 }
 
 // headerSize is the size of h as a request's field 1, none if nil.
@@ -192,6 +310,35 @@ func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
 	return protowire.AppendVarint(b, v)
 }
 
+func boolFieldSize(num protowire.Number, v bool) int {
+	if !v {
+		return 0
+	}
+	return protowire.SizeTag(num) + 1
+}
+
+func appendBoolField(b []byte, num protowire.Number, v bool) []byte {
+	if !v {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), 1)
+}
+
+// A double is left out only when it is +0 (proto writes -0 and NaN).
+func doubleFieldSize(num protowire.Number, v float64) int {
+	if math.Float64bits(v) == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + 8
+}
+
+func appendDoubleField(b []byte, num protowire.Number, v float64) []byte {
+	if math.Float64bits(v) == 0 {
+		return b
+	}
+	return protowire.AppendFixed64(protowire.AppendTag(b, num, protowire.Fixed64Type), math.Float64bits(v))
+}
+
 func bytesFieldSize(num protowire.Number, v []byte) int {
 	if len(v) == 0 {
 		return 0
@@ -214,12 +361,13 @@ func messageFieldSize(num protowire.Number, n int) int {
 }
 
 // decodeResponse decodes a StreamResponse as proto.Unmarshal does into a
-// fresh message. A response whose replies are all gets and puts (with at
-// most an error code and message) takes three allocations (one for a lone
-// reply): the response, one block per reply holding its StreamReply,
-// oneof wrapper, response and header, and the reply pointers; and one per
-// value (a get's, a put's previous one: copied out of data, which the
-// caller reuses) and per leader address not seen lately.
+// fresh message. A response whose replies are all gets, puts and batches
+// (with at most an error code and message) takes three allocations (one
+// for a lone reply): the response, one block per reply holding its
+// StreamReply, oneof wrapper, response and header, and the reply pointers;
+// and one per value (a get's, a put's previous one: copied out of data,
+// which the caller reuses), three per batch (its results, their pointers,
+// their values) and one per leader address not seen lately.
 // Anything else (another kind of reply, a field it does not know, a
 // message field given twice, which proto would merge, bytes that do not
 // parse) goes to proto.Unmarshal. addrs interns leader addresses: it is
@@ -237,12 +385,14 @@ func decodeResponse(data []byte, addrs *addrCache) (*concordpb.StreamResponse, e
 
 // replyBlock holds a reply and everything it points to.
 type replyBlock struct {
-	reply concordpb.StreamReply
-	wput  concordpb.StreamReply_Put
-	wget  concordpb.StreamReply_Get
-	put   concordpb.PutResponse
-	get   concordpb.GetResponse
-	hdr   concordpb.ResponseHeader
+	reply  concordpb.StreamReply
+	wput   concordpb.StreamReply_Put
+	wget   concordpb.StreamReply_Get
+	wbatch concordpb.StreamReply_Batch
+	put    concordpb.PutResponse
+	get    concordpb.GetResponse
+	batch  concordpb.BatchResponse
+	hdr    concordpb.ResponseHeader
 }
 
 func decodeFast(data []byte, addrs *addrCache) (*concordpb.StreamResponse, bool) {
@@ -315,15 +465,118 @@ func (b *replyBlock) decode(data []byte, addrs *addrCache) bool {
 			}
 			data = data[m:]
 			r.Message = string(v)
-		case (num == fReplyGet || num == fReplyPut) && typ == protowire.BytesType:
+		case (num == fReplyGet || num == fReplyPut || num == fReplyBatch) && typ == protowire.BytesType:
 			v, m := protowire.ConsumeBytes(data)
 			if m < 0 || r.Response != nil { // a second response: proto's to resolve
 				return false
 			}
 			data = data[m:]
-			if !b.decodeResponse(num, v, addrs) {
+			if num == fReplyBatch {
+				if !b.decodeBatch(v, addrs) {
+					return false
+				}
+			} else if !b.decodeResponse(num, v, addrs) {
 				return false
 			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeBatch decodes a batch's response: a header and its results, the
+// results in one array and their values copied into one buffer (the
+// caller reuses data), whatever their number.
+func (b *replyBlock) decodeBatch(data []byte, addrs *addrCache) bool {
+	b.wbatch.Batch = &b.batch
+	b.reply.Response = &b.wbatch
+	n, size := 0, 0
+	for rest := data; len(rest) > 0; {
+		num, typ, l := protowire.ConsumeTag(rest)
+		if l < 0 || typ != protowire.BytesType {
+			return false
+		}
+		v, m := protowire.ConsumeBytes(rest[l:])
+		if m < 0 {
+			return false
+		}
+		rest = rest[l+m:]
+		if num == fBatchResults {
+			n++
+			size += len(v) // at least the values' bytes
+		}
+	}
+	var results []concordpb.OpResult
+	if n > 0 {
+		results = make([]concordpb.OpResult, n)
+		b.batch.Results = make([]*concordpb.OpResult, 0, n)
+	}
+	values := make([]byte, 0, size)
+	for len(data) > 0 {
+		num, _, l := protowire.ConsumeTag(data)
+		v, m := protowire.ConsumeBytes(data[l:])
+		data = data[l+m:]
+		switch num {
+		case fRespHeader:
+			if b.batch.Header != nil || !decodeRespHeader(&b.hdr, v, addrs) {
+				return false
+			}
+			b.batch.Header = &b.hdr
+		case fBatchResults:
+			r := &results[len(b.batch.Results)]
+			if !decodeResult(r, v, &values) {
+				return false
+			}
+			b.batch.Results = append(b.batch.Results, r)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeResult decodes an OpResult into r, its value appended to values
+// (sized beforehand: it never moves) and r.Value its slice of it.
+func decodeResult(r *concordpb.OpResult, data []byte, values *[]byte) bool {
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return false
+		}
+		data = data[l:]
+		if num == fResValue && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(data)
+			if m < 0 {
+				return false
+			}
+			data = data[m:]
+			start := len(*values)
+			*values = append(*values, v...)
+			r.Value = (*values)[start:len(*values):len(*values)] // as proto: non-nil, even empty
+			continue
+		}
+		if typ != protowire.VarintType {
+			return false
+		}
+		v, m := protowire.ConsumeVarint(data)
+		if m < 0 {
+			return false
+		}
+		data = data[m:]
+		switch num {
+		case fResOk:
+			r.Ok = v != 0
+		case fResExists:
+			r.Exists = v != 0
+		case fResInt:
+			r.IntValue = int64(v)
+		case fResExpireAt:
+			r.ExpireAtUnixMs = int64(v)
+		case fResError:
+			r.Error = concordpb.OpError(int32(v))
+		case fResSkipped:
+			r.Skipped = v != 0
 		default:
 			return false
 		}

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"fmt"
+	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -36,16 +37,19 @@ func decodeRequest(data []byte) (*concordpb.StreamRequest, error) {
 // of a message share one array of them, and its bytes: they stay in memory
 // until the last of the message's calls is done with.
 type fastCall struct {
-	call concordpb.StreamCall
-	wput concordpb.StreamCall_Put
-	wget concordpb.StreamCall_Get
-	put  concordpb.PutRequest
-	get  concordpb.GetRequest
-	hdr  concordpb.RequestHeader
+	call   concordpb.StreamCall
+	wput   concordpb.StreamCall_Put
+	wget   concordpb.StreamCall_Get
+	wbatch concordpb.StreamCall_Batch
+	put    concordpb.PutRequest
+	get    concordpb.GetRequest
+	batch  concordpb.BatchRequest
+	hdr    concordpb.RequestHeader
 }
 
-// decodeCalls decodes a request whose calls are all puts and gets; false
-// otherwise.
+// decodeCalls decodes a request whose calls are all puts, gets and
+// batches (a batch's ops in one more block: what a node forwards to a
+// shard's leader, merged); false otherwise.
 func decodeCalls(data []byte) (*concordpb.StreamRequest, bool) {
 	n, ok := countCalls(data)
 	if !ok {
@@ -110,8 +114,8 @@ func countCalls(data []byte) (int, bool) {
 	return n, true
 }
 
-// decode decodes a StreamCall that must carry a put or a get; false for
-// anything else.
+// decode decodes a StreamCall that must carry a put, a get or a batch;
+// false for anything else.
 func (b *fastCall) decode(data []byte) bool {
 	seen := false
 	for len(data) > 0 {
@@ -121,16 +125,21 @@ func (b *fastCall) decode(data []byte) bool {
 		}
 		data = data[l:]
 		switch {
-		case (num == 3 || num == 4) && typ == protowire.BytesType && !seen:
+		case (num == 3 || num == 4 || num == 8) && typ == protowire.BytesType && !seen:
 			v, l := protowire.ConsumeBytes(data)
 			if l < 0 {
 				return false
 			}
-			if num == 4 {
+			switch num {
+			case 8:
+				seen = b.decodeBatch(v)
+				b.wbatch.Batch = &b.batch
+				b.call.Request = &b.wbatch
+			case 4:
 				seen = b.decodePut(v)
 				b.wput.Put = &b.put
 				b.call.Request = &b.wput
-			} else {
+			default:
 				seen = b.decodeGet(v)
 				b.wget.Get = &b.get
 				b.call.Request = &b.wget
@@ -215,6 +224,153 @@ func (b *fastCall) decodeFields(data []byte, put bool) bool {
 		default:
 			return false
 		}
+	}
+	return true
+}
+
+// decodeBatch decodes a BatchRequest into b.batch: a header (1) and ops
+// (2), every op in one array. An op with a field decodeOp does not take
+// (an unknown field) sends the whole request to proto.
+func (b *fastCall) decodeBatch(data []byte) bool {
+	n, ok := countField(data, 2)
+	if !ok {
+		return false
+	}
+	var ops []concordpb.Op
+	if n > 0 {
+		ops = make([]concordpb.Op, n)
+		b.batch.Ops = make([]*concordpb.Op, 0, n)
+	}
+	seen := false
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 || typ != protowire.BytesType {
+			return false
+		}
+		data = data[l:]
+		v, l := protowire.ConsumeBytes(data)
+		if l < 0 {
+			return false
+		}
+		data = data[l:]
+		switch {
+		case num == 1 && !seen:
+			if !decodeHeader(&b.hdr, v) {
+				return false
+			}
+			b.batch.Header, seen = &b.hdr, true
+		case num == 2:
+			o := &ops[len(b.batch.Ops)]
+			if !decodeOp(o, v) {
+				return false
+			}
+			b.batch.Ops = append(b.batch.Ops, o)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// countField counts the length-delimited fields num of a message; false if
+// it does not parse.
+func countField(data []byte, num protowire.Number) (int, bool) {
+	n := 0
+	for len(data) > 0 {
+		f, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		l = protowire.ConsumeFieldValue(f, typ, data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		if f == num && typ == protowire.BytesType {
+			n++
+		}
+	}
+	return n, true
+}
+
+// decodeOp decodes an Op into o; false for an unknown field or a wrong
+// wire type. As in proto, a scalar given twice keeps the last.
+func decodeOp(o *concordpb.Op, data []byte) bool {
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return false
+		}
+		data = data[l:]
+		switch typ {
+		case protowire.BytesType:
+			v, l := protowire.ConsumeBytes(data)
+			if l < 0 {
+				return false
+			}
+			data = data[l:]
+			switch num {
+			case 2:
+				o.Key = bytesField(v)
+			case 3:
+				o.Value = bytesField(v)
+			case 4:
+				o.Expected = bytesField(v)
+			default:
+				return false
+			}
+		case protowire.VarintType:
+			v, l := protowire.ConsumeVarint(data)
+			if l < 0 || !setOpVarint(o, num, v) {
+				return false
+			}
+			data = data[l:]
+		case protowire.Fixed64Type:
+			v, l := protowire.ConsumeFixed64(data)
+			if l < 0 || num != 13 {
+				return false
+			}
+			data = data[l:]
+			o.FloatDelta = math.Float64frombits(v)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// setOpVarint sets o's varint field num to v as proto.Unmarshal does (an
+// enum keeps any value, an int64 its bits, a uint32 the low 32 bits);
+// false for a field that is not a varint.
+func setOpVarint(o *concordpb.Op, num protowire.Number, v uint64) bool {
+	switch num {
+	case 1:
+		o.Type = concordpb.OpType(int32(v))
+	case 5:
+		o.ExpectAbsent = protowire.DecodeBool(v)
+	case 6:
+		o.Delete = protowire.DecodeBool(v)
+	case 7:
+		o.TtlMs = int64(v)
+	case 8:
+		o.ExpireAtUnixMs = int64(v)
+	case 9:
+		o.KeepTtl = protowire.DecodeBool(v)
+	case 10:
+		o.Persist = protowire.DecodeBool(v)
+	case 11:
+		o.Condition = concordpb.Condition(int32(v))
+	case 12:
+		o.IntDelta = int64(v)
+	case 14:
+		o.Offset = int64(v)
+	case 15:
+		o.Skip = uint32(v)
+	case 16:
+		o.ReturnPrev = protowire.DecodeBool(v)
+	default:
+		return false
 	}
 	return true
 }

@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -54,7 +55,16 @@ func randomRequest(rng *rand.Rand) *concordpb.StreamRequest {
 	}
 	for range rng.IntN(11) {
 		c := &concordpb.StreamCall{Id: rng.Uint64(), TimeoutMs: rng.Uint32N(3) * rng.Uint32()}
-		switch rng.IntN(8) {
+		switch rng.IntN(10) {
+		case 8, 9:
+			bt := &concordpb.BatchRequest{}
+			if rng.IntN(2) == 0 {
+				bt.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency(rng.Int32N(5) - 1), Hops: rng.Uint32N(4)}
+			}
+			for range rng.IntN(6) {
+				bt.Ops = append(bt.Ops, randomOp(rng))
+			}
+			c.Request = &concordpb.StreamCall_Batch{Batch: bt}
 		case 0, 2:
 			g := &concordpb.GetRequest{Key: randomBytes(rng, 20)}
 			if rng.IntN(2) == 0 {
@@ -75,6 +85,40 @@ func randomRequest(rng *rand.Rand) *concordpb.StreamRequest {
 		req.Calls = append(req.Calls, c)
 	}
 	return req
+}
+
+// randomOp is an op with each field set or not, extreme and unknown enum
+// values included.
+func randomOp(rng *rand.Rand) *concordpb.Op {
+	o := &concordpb.Op{}
+	maybe := func() bool { return rng.IntN(2) == 0 }
+	if maybe() {
+		o.Type = concordpb.OpType(rng.Int32N(24) - 2)
+	}
+	o.Key, o.Value, o.Expected = randomBytes(rng, 20), randomBytes(rng, 300), randomBytes(rng, 10)
+	o.ExpectAbsent, o.Delete, o.KeepTtl, o.Persist, o.ReturnPrev = maybe(), maybe(), maybe(), maybe(), maybe()
+	if maybe() {
+		o.TtlMs = int64(rng.Uint64()) >> rng.IntN(64)
+	}
+	if maybe() {
+		o.ExpireAtUnixMs = int64(rng.Uint64()) >> rng.IntN(64)
+	}
+	if maybe() {
+		o.Condition = concordpb.Condition(rng.Int32N(6) - 1)
+	}
+	if maybe() {
+		o.IntDelta = int64(rng.Uint64()) >> rng.IntN(64)
+	}
+	if maybe() {
+		o.FloatDelta = []float64{math.Copysign(0, -1), 1.5, -3e300, math.Inf(1), 5e-324}[rng.IntN(5)]
+	}
+	if maybe() {
+		o.Offset = int64(rng.Uint64()) >> rng.IntN(64)
+	}
+	if maybe() {
+		o.Skip = rng.Uint32()
+	}
+	return o
 }
 
 // TestDecodeRequestMatchesProto protects the hand decoder of the client
@@ -124,6 +168,26 @@ func TestDecodeRequestMatchesProto(t *testing.T) {
 		} {
 			checkDecodeRequest(t, protowire.AppendBytes(tag(data, 1, protowire.BytesType), call))
 		}
+		op := protowire.AppendBytes(tag(nil, 2, protowire.BytesType), []byte("k")) // an op of key k
+		for _, batch := range [][]byte{
+			protowire.AppendBytes(tag(nil, 2, protowire.BytesType), op),
+			protowire.AppendBytes(tag(nil, 2, protowire.BytesType), protowire.AppendVarint(tag(op, 17, protowire.VarintType), 1)),  // unknown field
+			protowire.AppendBytes(tag(nil, 2, protowire.BytesType), protowire.AppendVarint(tag(op, 3, protowire.VarintType), 1)),   // value as varint
+			protowire.AppendBytes(tag(nil, 2, protowire.BytesType), protowire.AppendFixed64(tag(op, 7, protowire.Fixed64Type), 1)), // TTL as fixed64
+			protowire.AppendBytes(tag(nil, 2, protowire.BytesType), protowire.AppendFixed32(tag(op, 13, protowire.Fixed32Type), 1)),
+			protowire.AppendBytes(tag(nil, 2, protowire.BytesType), protowire.AppendVarint(tag(protowire.AppendVarint(tag(op, 7, // TTL twice: the last
+				protowire.VarintType), 5), 7, protowire.VarintType), 9)),
+			protowire.AppendBytes(protowire.AppendBytes(tag(nil, 1, protowire.BytesType), hdr), // header twice: merged
+				protowire.AppendBytes(tag(nil, 1, protowire.BytesType), hdr)),
+			protowire.AppendVarint(tag(nil, 3, protowire.VarintType), 1), // unknown field of the batch
+			protowire.AppendBytes(tag(nil, 2, protowire.BytesType), []byte{0xff}),
+		} {
+			call := protowire.AppendBytes(tag(nil, 8, protowire.BytesType), batch)
+			checkDecodeRequest(t, protowire.AppendBytes(tag(data, 1, protowire.BytesType), call))
+			// a batch, then a put: the put wins
+			call = protowire.AppendBytes(tag(call, 4, protowire.BytesType), put)
+			checkDecodeRequest(t, protowire.AppendBytes(tag(data, 1, protowire.BytesType), call))
+		}
 		checkDecodeRequest(t, protowire.AppendVarint(tag(data, 3, protowire.VarintType), 1))
 		checkDecodeRequest(t, protowire.AppendVarint(tag(data, 2, protowire.VarintType), 4))
 		if len(data) > 0 {
@@ -163,7 +227,8 @@ func putFrame(tb testing.TB) []byte {
 
 // TestDecodeRequestAllocations protects the point of the decoder: a
 // message of ten puts, or of ten gets, in four allocations (its bytes, the
-// request, the calls' blocks, their pointers), proto.Unmarshal's 66.
+// request, the calls' blocks, their pointers), proto.Unmarshal's 66; a
+// batch in two more, whatever its ops.
 func TestDecodeRequestAllocations(t *testing.T) {
 	data := putFrame(t)
 	if got := testing.AllocsPerRun(100, func() {
@@ -188,6 +253,22 @@ func TestDecodeRequestAllocations(t *testing.T) {
 		}
 	}); got != 4 {
 		t.Fatalf("%v allocations for ten gets, want 4", got)
+	}
+	// A forwarded batch of 100 gets: two more, its ops and their pointers.
+	bt := &concordpb.BatchRequest{Header: &concordpb.RequestHeader{Hops: 1}}
+	for range 100 {
+		bt.Ops = append(bt.Ops, &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: make([]byte, 16)})
+	}
+	batch, err := proto.Marshal(&concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1, Request: &concordpb.StreamCall_Batch{Batch: bt}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testing.AllocsPerRun(100, func() {
+		if _, err := decodeRequest(batch); err != nil {
+			t.Fatal(err)
+		}
+	}); got != 6 {
+		t.Fatalf("%v allocations for a batch of 100 gets, want 6", got)
 	}
 }
 

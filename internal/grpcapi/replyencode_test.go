@@ -45,7 +45,7 @@ func withUnknown[M proto.Message](rng *rand.Rand, m M) M {
 }
 
 // randomReply is a reply of every kind the hand encoder takes (gets, puts,
-// errors, pongs, with every field set or not, extreme values included) and
+// errors, pongs, batches, with every field set or not, extreme values included) and
 // a few it leaves to proto.
 func randomReply(rng *rand.Rand) *concordpb.StreamReply {
 	r := &concordpb.StreamReply{Id: rng.Uint64() >> rng.IntN(64)}
@@ -55,7 +55,16 @@ func randomReply(rng *rand.Rand) *concordpb.StreamReply {
 		}
 		return nil
 	}
-	switch rng.IntN(8) {
+	switch rng.IntN(10) {
+	case 8, 9:
+		bt := &concordpb.BatchResponse{Header: hdr()}
+		for range rng.IntN(6) {
+			bt.Results = append(bt.Results, withUnknown(rng, &concordpb.OpResult{Ok: rng.IntN(2) == 0,
+				Value: randomBytes(rng, 300), Exists: rng.IntN(2) == 0, IntValue: int64(rng.Uint64()) >> rng.IntN(64),
+				ExpireAtUnixMs: int64(rng.Uint64()) >> rng.IntN(64), Error: concordpb.OpError(rng.Int32N(7) - 1),
+				Skipped: rng.IntN(2) == 0}))
+		}
+		r.Response = &concordpb.StreamReply_Batch{Batch: withUnknown(rng, bt)}
 	case 0:
 		r.Code, r.Message = rng.Uint32N(17), randomString(rng, 40)
 	case 1, 2:
@@ -105,8 +114,8 @@ func TestAppendResponseMatchesProto(t *testing.T) {
 }
 
 // TestAppendResponseAllocations protects the point of the encoder: a
-// message of replies to gets and puts (with leader addresses) and errors
-// is encoded without allocating.
+// message of replies to gets and puts (with leader addresses), errors and
+// a batch is encoded without allocating.
 func TestAppendResponseAllocations(t *testing.T) {
 	resp := &concordpb.StreamResponse{}
 	for i := range 10 {
@@ -116,12 +125,17 @@ func TestAppendResponseAllocations(t *testing.T) {
 			&concordpb.StreamReply{Id: uint64(i), Response: &concordpb.StreamReply_Put{Put: &concordpb.PutResponse{Header: h}}},
 			&concordpb.StreamReply{Id: uint64(i), Code: 14, Message: "not the leader of shard 3"})
 	}
-	buf := make([]byte, 0, 1<<14)
+	bt := &concordpb.BatchResponse{Header: &concordpb.ResponseHeader{ShardId: 3, ServedByNodeId: 1}}
+	for range 100 {
+		bt.Results = append(bt.Results, &concordpb.OpResult{Ok: true, Exists: true, Value: make([]byte, 256)})
+	}
+	resp.Replies = append(resp.Replies, &concordpb.StreamReply{Id: 99, Response: &concordpb.StreamReply_Batch{Batch: bt}})
+	buf := make([]byte, 0, 1<<16)
 	if got := testing.AllocsPerRun(100, func() {
 		if _, err := appendResponse(buf[:0], resp); err != nil {
 			t.Fatal(err)
 		}
 	}); got != 0 {
-		t.Fatalf("%v allocations for 30 replies, want 0", got)
+		t.Fatalf("%v allocations for 30 replies and a batch of 100 results, want 0", got)
 	}
 }
