@@ -276,21 +276,40 @@ func TestDecodeRequestAllocations(t *testing.T) {
 // puts (putFrame) with proto.Unmarshal, as connStream.Recv did before, and
 // with decodeRequest.
 func BenchmarkDecodeRequest(b *testing.B) {
-	data := putFrame(b)
-	b.Run("proto.Unmarshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			if err := proto.Unmarshal(data, &concordpb.StreamRequest{}); err != nil {
-				b.Fatal(err)
+	for _, frame := range []struct {
+		name string
+		data []byte
+	}{{"puts", putFrame(b)}, {"batch", getBatchFrame(b)}} {
+		b.Run(frame.name+"/proto.Unmarshal", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if err := proto.Unmarshal(frame.data, &concordpb.StreamRequest{}); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
-	b.Run("decodeRequest", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			if _, err := decodeRequest(data); err != nil {
-				b.Fatal(err)
+		})
+		b.Run(frame.name+"/decodeRequest", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := decodeRequest(frame.data); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
+}
+
+// getBatchFrame is a forwarded batch of 235 gets of 16-byte keys, as a
+// node forwards a Redis port's merged pipelined GETs to their leader.
+func getBatchFrame(tb testing.TB) []byte {
+	bt := &concordpb.BatchRequest{Header: &concordpb.RequestHeader{Hops: 1}}
+	for range 235 {
+		bt.Ops = append(bt.Ops, &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: make([]byte, 16)})
+	}
+	data, err := proto.Marshal(&concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1, TimeoutMs: 5000,
+		Request: &concordpb.StreamCall_Batch{Batch: bt}}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
 }
