@@ -2,12 +2,12 @@ package grpcapi
 
 import (
 	"fmt"
-	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // decodeRequest decodes a framed client connection's StreamRequest, as
@@ -51,7 +51,7 @@ type fastCall struct {
 // batches (a batch's ops in one more block: what a node forwards to a
 // shard's leader, merged); false otherwise.
 func decodeCalls(data []byte) (*concordpb.StreamRequest, bool) {
-	n, ok := countCalls(data)
+	n, ok := countField(data, 1) // the calls
 	if !ok {
 		return nil, false
 	}
@@ -91,27 +91,6 @@ func decodeCalls(data []byte) (*concordpb.StreamRequest, bool) {
 		}
 	}
 	return req, true
-}
-
-// countCalls counts a request's calls; false if it does not parse.
-func countCalls(data []byte) (int, bool) {
-	n := 0
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		l = protowire.ConsumeFieldValue(num, typ, data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		if num == 1 && typ == protowire.BytesType {
-			n++
-		}
-	}
-	return n, true
 }
 
 // decode decodes a StreamCall that must carry a put, a get or a batch;
@@ -229,8 +208,9 @@ func (b *fastCall) decodeFields(data []byte, put bool) bool {
 }
 
 // decodeBatch decodes a BatchRequest into b.batch: a header (1) and ops
-// (2), every op in one array. An op with a field decodeOp does not take
-// (an unknown field) sends the whole request to proto.
+// (2), every op in one array, decoded as a raft command's ops are
+// (storepb.DecodeOp). An op it refuses (an unknown field, a wrong wire
+// type) sends the whole request to proto.
 func (b *fastCall) decodeBatch(data []byte) bool {
 	n, ok := countField(data, 2)
 	if !ok {
@@ -261,7 +241,7 @@ func (b *fastCall) decodeBatch(data []byte) bool {
 			b.batch.Header, seen = &b.hdr, true
 		case num == 2:
 			o := &ops[len(b.batch.Ops)]
-			if !decodeOp(o, v) {
+			if !storepb.DecodeOp(o, v) {
 				return false
 			}
 			b.batch.Ops = append(b.batch.Ops, o)
@@ -292,87 +272,6 @@ func countField(data []byte, num protowire.Number) (int, bool) {
 		}
 	}
 	return n, true
-}
-
-// decodeOp decodes an Op into o; false for an unknown field or a wrong
-// wire type. As in proto, a scalar given twice keeps the last.
-func decodeOp(o *concordpb.Op, data []byte) bool {
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return false
-		}
-		data = data[l:]
-		switch typ {
-		case protowire.BytesType:
-			v, l := protowire.ConsumeBytes(data)
-			if l < 0 {
-				return false
-			}
-			data = data[l:]
-			switch num {
-			case 2:
-				o.Key = bytesField(v)
-			case 3:
-				o.Value = bytesField(v)
-			case 4:
-				o.Expected = bytesField(v)
-			default:
-				return false
-			}
-		case protowire.VarintType:
-			v, l := protowire.ConsumeVarint(data)
-			if l < 0 || !setOpVarint(o, num, v) {
-				return false
-			}
-			data = data[l:]
-		case protowire.Fixed64Type:
-			v, l := protowire.ConsumeFixed64(data)
-			if l < 0 || num != 13 {
-				return false
-			}
-			data = data[l:]
-			o.FloatDelta = math.Float64frombits(v)
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// setOpVarint sets o's varint field num to v as proto.Unmarshal does (an
-// enum keeps any value, an int64 its bits, a uint32 the low 32 bits);
-// false for a field that is not a varint.
-func setOpVarint(o *concordpb.Op, num protowire.Number, v uint64) bool {
-	switch num {
-	case 1:
-		o.Type = concordpb.OpType(int32(v))
-	case 5:
-		o.ExpectAbsent = protowire.DecodeBool(v)
-	case 6:
-		o.Delete = protowire.DecodeBool(v)
-	case 7:
-		o.TtlMs = int64(v)
-	case 8:
-		o.ExpireAtUnixMs = int64(v)
-	case 9:
-		o.KeepTtl = protowire.DecodeBool(v)
-	case 10:
-		o.Persist = protowire.DecodeBool(v)
-	case 11:
-		o.Condition = concordpb.Condition(int32(v))
-	case 12:
-		o.IntDelta = int64(v)
-	case 14:
-		o.Offset = int64(v)
-	case 15:
-		o.Skip = uint32(v)
-	case 16:
-		o.ReturnPrev = protowire.DecodeBool(v)
-	default:
-		return false
-	}
-	return true
 }
 
 // decodeHeader decodes a RequestHeader into h.

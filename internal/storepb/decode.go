@@ -105,7 +105,7 @@ func (d *CommandDecoder) decodeKVCommand(data []byte) bool {
 			if nops == len(d.ops) {
 				d.ops = append(d.ops, new(concordpb.Op))
 			}
-			if !decodeOp(d.ops[nops], v) {
+			if !DecodeOp(d.ops[nops], v) {
 				return false
 			}
 			nops, data = nops+1, data[n:]
@@ -138,10 +138,12 @@ func (d *CommandDecoder) decodeKVCommand(data []byte) bool {
 	return true
 }
 
-// decodeOp decodes an Op into op, conversions as protobuf-go's: enums and
+// DecodeOp decodes an Op into op, conversions as protobuf-go's: enums and
 // uint32 truncate, bools are any non-zero varint, and an empty bytes field
-// is nil.
-func decodeOp(op *concordpb.Op, data []byte) bool {
+// is nil. False for an unknown field or a wrong wire type: the caller's
+// message then goes to proto.Unmarshal. The bytes fields alias data. The
+// client wire's batches (grpcapi) use it too.
+func DecodeOp(op *concordpb.Op, data []byte) bool {
 	*op = concordpb.Op{}
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
