@@ -355,7 +355,8 @@ func (c *Cluster) Leader(shard ids.ShardID) ids.NodeID {
 }
 
 // WaitLeader ticks until shard has a leader that every running, connected
-// replica of it follows, and returns its node.
+// replica of it that the leader counts as a member follows, and returns
+// its node.
 func (c *Cluster) WaitLeader(shard ids.ShardID) ids.NodeID {
 	c.t.Helper()
 	var leader ids.NodeID
@@ -367,10 +368,17 @@ func (c *Cluster) WaitLeader(shard ids.ShardID) ids.NodeID {
 }
 
 // followers reports whether every running, connected replica of shard
-// knows leader as its leader.
+// that leader's descriptor lists knows leader as its leader. A replica
+// removed while it was cut off never hears of it (a leader contacts only
+// members): it is nobody's follower, and may have lost its leader for good
+// if its election timeout ran out while cut off.
 func (c *Cluster) followers(shard ids.ShardID, leader ids.NodeID) bool {
+	li, ok := c.nodes[leader].Host.Info(shard)
+	if !ok {
+		return false
+	}
 	for _, n := range c.Nodes() {
-		if n.Host == nil || c.Net.isCut(n.ID) {
+		if n.Host == nil || c.Net.isCut(n.ID) || !lists(li.Desc, n.ID) {
 			continue
 		}
 		if i, ok := n.Host.Info(shard); ok && i.LeaderNode != leader {
@@ -378,6 +386,16 @@ func (c *Cluster) followers(shard ids.ShardID, leader ids.NodeID) bool {
 		}
 	}
 	return true
+}
+
+// lists reports whether d has a replica on node.
+func lists(d *concordpb.ShardDescriptor, node ids.NodeID) bool {
+	for _, r := range d.GetReplicas() {
+		if ids.NodeID(r.GetNodeId()) == node {
+			return true
+		}
+	}
+	return false
 }
 
 // Call is a proposal in flight.

@@ -504,6 +504,9 @@ func TestCollectStray(t *testing.T) {
 	c.WaitValue("before", "v", victim)
 	old := descOf(c, victim)
 	c.Cut(victim)
+	// Past the victim's election timeout, as a slow removal took under
+	// load: cut off, it drops its leader and never learns another.
+	c.Tick(30)
 	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
 		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim))
 	})
