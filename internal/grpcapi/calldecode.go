@@ -33,9 +33,10 @@ func decodeRequest(data []byte) (*concordpb.StreamRequest, error) {
 	return req, nil
 }
 
-// fastCall holds a put or get call and everything it points to. The calls
-// of a message share one array of them, and its bytes: they stay in memory
-// until the last of the message's calls is done with.
+// fastCall holds a put, get or batch call and everything it points to but
+// a batch's ops (their own array). The calls of a message share one array
+// of them, and its bytes: they stay in memory until the last of the
+// message's calls is done with.
 type fastCall struct {
 	call   concordpb.StreamCall
 	wput   concordpb.StreamCall_Put
