@@ -36,6 +36,7 @@ type conn struct {
 	authed      bool
 	consistency concordpb.Consistency
 	multi       *multiState // non-nil between MULTI and EXEC/DISCARD
+	watch       watchState  // the keys WATCH read, until EXEC, DISCARD, UNWATCH or RESET
 	quit        bool        // close after the replies are written
 	calls       []*call     // the last pipeline's, emptied: reused by the next
 	// Per-pipeline memory reused by the next pipeline once the replies are
@@ -73,9 +74,10 @@ type conn struct {
 		cmd  *command
 	}
 
-	mu      sync.Mutex
-	name    string // guarded by mu
-	lastCmd string // guarded by mu
+	mu       sync.Mutex
+	name     string // guarded by mu
+	lastCmd  string // guarded by mu
+	nWatched int    // guarded by mu: len(watch.keys), for CLIENT LIST
 }
 
 func newConn(s *Server, nc net.Conn, id int64) *conn {

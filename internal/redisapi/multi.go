@@ -1,7 +1,9 @@
 package redisapi
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/resp"
@@ -54,25 +56,153 @@ func cmdDiscard(c *conn, _ [][]byte, w *resp.Writer) {
 		return
 	}
 	c.multi = nil
+	c.unwatch()
 	w.SimpleString("OK")
 }
 
-// cmdWatch refuses WATCH: optimistic locking needs to know at EXEC whether
-// a key changed since WATCH, and a stored key has no version or revision to
-// compare (kv's value envelope holds the value and expiry only). Comparing
-// values instead would miss a change and change back.
-func cmdWatch(c *conn, _ [][]byte, w *resp.Writer) {
+// WATCH is optimistic locking by value. WATCH reads each key's current
+// state (its value, or that it is absent) and keeps it; EXEC then starts
+// its batch with an OP_CHECK of each watched key against that state, whose
+// skip covers every op after it, so in the one raft entry of the EXEC
+// either every watched key still holds what WATCH read and the transaction
+// applies, or nothing does and EXEC answers null, as Redis answers a
+// transaction whose watched key was touched. A key that expired meanwhile
+// reads as absent, so its expiry aborts the transaction, as in Redis
+// since 6.0.9. What a value comparison cannot see is a key written with
+// the value it had (or changed and changed back) or given a new expiry
+// only: Redis aborts then, Concord runs the transaction, which is still
+// correct for the read-modify-write WATCH exists for (the transaction
+// applies to exactly the values the client read). A stored key carries
+// no version to compare instead (docs/redis.md).
+//
+// Like MULTI, WATCH stays within one shard: its keys, and the
+// transaction's, must all be in the shard of the first watched key
+// (CROSSSLOT otherwise, as Redis Cluster answers).
+
+// watchState is the connection's watched keys, each with what WATCH read.
+type watchState struct {
+	keys  []watchedKey
+	shard uint64 // of every watched key, when keys is not empty
+	bytes int    // of the keys and values kept
+}
+
+type watchedKey struct {
+	key, value []byte
+	exists     bool
+}
+
+// Bounds of a connection's watched keys: EXEC's batch carries a check of
+// each (the node refuses a batch of more than 1,000 ops or 8 MiB).
+const (
+	maxWatchedKeys  = 256
+	maxWatchedBytes = 4 << 20
+)
+
+func cmdWatch(c *conn, args [][]byte, w *resp.Writer) {
 	if c.multi != nil {
 		w.Error("ERR WATCH inside MULTI is not allowed")
 		return
 	}
-	w.Error("ERR WATCH is not supported by Concord: keys carry no version to watch; MULTI/EXEC over keys of one shard is atomic without it")
+	var ops []*concordpb.Op
+	for _, k := range args[1:] {
+		if !c.watching(k) && !hasKey(ops, k) { // Redis keeps a key's first watch
+			ops = append(ops, &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: k})
+		}
+	}
+	if len(ops) == 0 {
+		w.SimpleString("OK")
+		return
+	}
+	if len(c.watch.keys)+len(ops) > maxWatchedKeys {
+		w.Error(fmt.Sprintf("ERR WATCH: at most %d keys may be watched at once", maxWatchedKeys))
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
+	defer cancel()
+	groups, order, err := c.byShard(ctx, ops)
+	if err != nil {
+		w.Error(err.Error())
+		return
+	}
+	if len(groups) > 1 || (len(c.watch.keys) > 0 && order[0] != c.watch.shard) {
+		w.Error(string(errCrossSlot))
+		return
+	}
+	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
+	if err == nil && len(r.GetResults()) != len(ops) {
+		err = replyError("ERR internal error: a batch answered with the wrong number of results")
+	}
+	if err != nil {
+		w.Error(fromStatus(err, false).Error())
+		return
+	}
+	add := make([]watchedKey, len(ops))
+	size := c.watch.bytes
+	for i, res := range r.GetResults() {
+		// Copies: the arguments and the reply's buffers are reused.
+		add[i] = watchedKey{key: bytes.Clone(ops[i].GetKey()), exists: res.GetOk(), value: bytes.Clone(res.GetValue())}
+		size += len(add[i].key) + len(add[i].value)
+	}
+	if size > maxWatchedBytes {
+		w.Error(fmt.Sprintf("ERR WATCH: the watched keys and their values would hold %d bytes; at most %d", size, maxWatchedBytes))
+		return
+	}
+	c.watch.keys, c.watch.shard, c.watch.bytes = append(c.watch.keys, add...), order[0], size
+	c.noteWatched()
+	w.SimpleString("OK")
 }
 
-func cmdUnwatch(_ *conn, _ [][]byte, w *resp.Writer) { w.SimpleString("OK") }
+func cmdUnwatch(c *conn, _ [][]byte, w *resp.Writer) {
+	c.unwatch()
+	w.SimpleString("OK")
+}
+
+// watching reports whether key is watched already.
+func (c *conn) watching(key []byte) bool {
+	for _, k := range c.watch.keys {
+		if bytes.Equal(k.key, key) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasKey(ops []*concordpb.Op, key []byte) bool {
+	for _, op := range ops {
+		if bytes.Equal(op.GetKey(), key) {
+			return true
+		}
+	}
+	return false
+}
+
+// unwatch forgets every watched key.
+func (c *conn) unwatch() {
+	c.watch = watchState{}
+	c.noteWatched()
+}
+
+func (c *conn) noteWatched() {
+	c.mu.Lock()
+	c.nWatched = len(c.watch.keys)
+	c.mu.Unlock()
+}
+
+// checks returns an OP_CHECK of each watched key against what WATCH read,
+// each skipping every op after it (the other checks and the n ops of the
+// transaction) when it does not match.
+func (ws watchState) checks(n int) []*concordpb.Op {
+	ops := make([]*concordpb.Op, len(ws.keys))
+	for i, k := range ws.keys {
+		ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_CHECK, Key: k.key, Expected: k.value, ExpectAbsent: !k.exists,
+			Skip: uint32(len(ws.keys) - i - 1 + n)}
+	}
+	return ops
+}
 
 // cmdExec sends every queued op as one BatchRequest: atomic, through one
-// raft entry. The keys must all belong to one shard.
+// raft entry, after the checks of the watched keys. The keys must all
+// belong to one shard. EXEC forgets the watched keys, whatever its outcome.
 func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 	m := c.multi
 	if m == nil {
@@ -80,11 +210,17 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 		return
 	}
 	c.multi = nil
+	watched := c.watch
+	c.unwatch()
 	if m.aborted {
 		w.Error(string(errExecAbort))
 		return
 	}
-	var ops []*concordpb.Op
+	n := 0
+	for _, p := range m.plans {
+		n += len(p.ops)
+	}
+	ops := watched.checks(n)
 	for _, p := range m.plans {
 		ops = append(ops, p.ops...)
 	}
@@ -112,6 +248,13 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 		return
 	}
 	res := r.GetResults()
+	for _, check := range res[:len(watched.keys)] {
+		if !check.GetOk() || check.GetSkipped() {
+			w.NullArray() // a watched key changed: nothing applied
+			return
+		}
+	}
+	res = res[len(watched.keys):]
 	w.Array(len(m.plans))
 	for _, p := range m.plans {
 		p.answer(w, res[:len(p.ops)])

@@ -51,6 +51,7 @@ func cmdQuit(c *conn, _ [][]byte, w *resp.Writer) {
 // cmdReset returns the connection to its state at connect.
 func cmdReset(c *conn, _ [][]byte, w *resp.Writer) {
 	c.multi, c.consistency, c.proto = nil, concordpb.Consistency_LINEARIZABLE, 2
+	c.unwatch()
 	c.authed = c.s.cfg.AuthToken == ""
 	c.setName("")
 	*w = *resp.NewWriter(2)
@@ -218,10 +219,10 @@ func cmdClient(c *conn, a [][]byte, w *resp.Writer) {
 // describe is the connection's line in CLIENT LIST.
 func (c *conn) describe() string {
 	c.mu.Lock()
-	name, last := c.name, c.lastCmd
+	name, last, watched := c.name, c.lastCmd, c.nWatched
 	c.mu.Unlock()
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name= lib-ver=",
-		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), cmdOrNull(last), c.proto)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name= lib-ver=",
+		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), watched, cmdOrNull(last), c.proto)
 }
 
 func cmdOrNull(s string) string {

@@ -10,11 +10,11 @@ import (
 	"github.com/concord-kv/concord/internal/testcluster"
 )
 
-// TestMSetNXAndWatch protects MSETNX's all-or-nothing over keys of one
+// TestMSetNX protects MSETNX's all-or-nothing over keys of one
 // shard (alone, inside MULTI, and racing another MSETNX over the same keys
-// through other nodes), its CROSSSLOT refusal across shards, and the
-// refusal of WATCH.
-func TestMSetNXAndWatch(t *testing.T) {
+// through other nodes) and its CROSSSLOT refusal across shards. WATCH,
+// which shares MSETNX's OP_CHECK, has TestWatch.
+func TestMSetNX(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, testcluster.Options{})
 	ctx := ctxT(t)
@@ -108,17 +108,4 @@ func TestMSetNXAndWatch(t *testing.T) {
 		}
 	})
 
-	t.Run("watch refused", func(t *testing.T) {
-		wantErr(t, "WATCH", rc.Do(ctx, "WATCH", "w:k").Err(), "ERR WATCH is not supported by Concord")
-		if v := must(rc.Do(ctx, "UNWATCH").Result())(t, "UNWATCH"); v != "OK" {
-			t.Errorf("UNWATCH = %v", v)
-		}
-		// go-redis's optimistic-locking helper fails at once, running nothing.
-		ran := false
-		err := rc.Watch(ctx, func(*redis.Tx) error { ran = true; return nil }, "w:k")
-		wantErr(t, "Client.Watch", err, "ERR WATCH is not supported by Concord")
-		if ran {
-			t.Errorf("the Watch callback ran although WATCH was refused")
-		}
-	})
 }
