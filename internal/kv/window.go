@@ -178,12 +178,16 @@ func (sm *StateMachine) loadWindow(b pebble.Reader, id uint64) (*window, error) 
 	if sm.windows == nil {
 		sm.windows = make(map[uint64]*window)
 	}
-	if len(sm.windows) >= MaxCachedWindows {
-		for s, old := range sm.windows { // an arbitrary one the batch has not changed:
-			if !old.dirty { // b does not hold a changed one's state yet
-				delete(sm.windows, s)
-				break
-			}
+	// Evict windows the batch has not changed (b does not hold a changed
+	// one's state yet), arbitrary ones, until there is room: a batch that
+	// changed more than MaxCachedWindows left the cache over the bound,
+	// and evicting one per load would keep it there.
+	for s, old := range sm.windows {
+		if len(sm.windows) < MaxCachedWindows {
+			break
+		}
+		if !old.dirty {
+			delete(sm.windows, s)
 		}
 	}
 	sm.windows[id] = w
