@@ -145,7 +145,8 @@ func init() {
 		commands[n].noAuth = true
 	}
 	// These run at once inside MULTI instead of being queued.
-	for _, n := range []string{"multi", "exec", "discard", "watch", "unwatch", "quit", "reset"} {
+	// (UNWATCH is queued, as in Redis: queue.)
+	for _, n := range []string{"multi", "exec", "discard", "watch", "quit", "reset"} {
 		commands[n].inMulti = true
 	}
 }

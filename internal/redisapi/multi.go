@@ -19,6 +19,14 @@ type multiState struct {
 // queue plans a command inside MULTI and queues it. Only key commands can
 // be queued: they become one batch at EXEC.
 func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
+	if cmd.name == "unwatch" {
+		// UNWATCH is queued and answers OK in EXEC's array, as in Redis:
+		// EXEC checks the watched keys before anything queued runs, so
+		// an UNWATCH inside MULTI changes nothing.
+		c.multi.plans = append(c.multi.plans, &plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.SimpleString("OK") }})
+		w.SimpleString("QUEUED")
+		return
+	}
 	if cmd.plan == nil {
 		c.multi.aborted = true
 		w.Error("ERR Command not allowed inside a transaction: Concord's MULTI queues key commands only")
@@ -224,8 +232,11 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 	for _, p := range m.plans {
 		ops = append(ops, p.ops...)
 	}
-	if len(ops) == 0 {
-		w.Array(0)
+	if len(ops) == 0 { // nothing queued, or only UNWATCHes
+		w.Array(len(m.plans))
+		for _, p := range m.plans {
+			p.answer(w, nil)
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
