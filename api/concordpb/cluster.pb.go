@@ -335,6 +335,13 @@ type ShardDescriptor struct {
 	Epoch uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The next replica id this shard assigns; ids are never reused.
 	NextReplicaId uint64 `protobuf:"varint,6,opt,name=next_replica_id,json=nextReplicaId,proto3" json:"next_replica_id,omitempty"`
+	// How a key's position in the hash space is computed (routing.HashFor),
+	// fixed when the cluster is bootstrapped and the same in every
+	// descriptor: 0, the xxhash64 of the whole key (clusters bootstrapped
+	// before hash tags); 1, Redis Cluster's hash tags (the xxhash64 of the
+	// part between the first '{' and the next '}' when that part is not
+	// empty, else of the whole key).
+	KeyHash       uint32 `protobuf:"varint,7,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,6 +414,13 @@ func (x *ShardDescriptor) GetEpoch() uint64 {
 func (x *ShardDescriptor) GetNextReplicaId() uint64 {
 	if x != nil {
 		return x.NextReplicaId
+	}
+	return 0
+}
+
+func (x *ShardDescriptor) GetKeyHash() uint32 {
+	if x != nil {
+		return x.KeyHash
 	}
 	return 0
 }
@@ -1719,7 +1733,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x04R\treplicaId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12+\n" +
-	"\x04role\x18\x03 \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\xdf\x01\n" +
+	"\x04role\x18\x03 \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\xfa\x01\n" +
 	"\x0fShardDescriptor\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1d\n" +
 	"\n" +
@@ -1727,7 +1741,8 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\bend_hash\x18\x03 \x01(\x04R\aendHash\x129\n" +
 	"\breplicas\x18\x04 \x03(\v2\x1d.concord.v1.ReplicaDescriptorR\breplicas\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12&\n" +
-	"\x0fnext_replica_id\x18\x06 \x01(\x04R\rnextReplicaId\"e\n" +
+	"\x0fnext_replica_id\x18\x06 \x01(\x04R\rnextReplicaId\x12\x19\n" +
+	"\bkey_hash\x18\a \x01(\rR\akeyHash\"e\n" +
 	"\n" +
 	"ShardRoute\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\x12$\n" +

@@ -19,7 +19,7 @@ func TestListJSONContract(t *testing.T) {
 		},
 		Shards: []*concordpb.ShardStatus{
 			{Shard: &concordpb.ShardDescriptor{ShardId: 0}, IsMeta: true},
-			{Shard: &concordpb.ShardDescriptor{ShardId: 1, StartHash: 0, EndHash: 99, Epoch: 3, Replicas: []*concordpb.ReplicaDescriptor{
+			{Shard: &concordpb.ShardDescriptor{ShardId: 1, StartHash: 0, EndHash: 99, Epoch: 3, KeyHash: 1, Replicas: []*concordpb.ReplicaDescriptor{
 				{ReplicaId: 1, NodeId: 1}, {ReplicaId: 7, NodeId: 2, Role: concordpb.ReplicaRole_REPLICA_LEARNER}}},
 				LeaderNodeId: 1, UnderReplicated: true},
 		},
@@ -33,7 +33,7 @@ func TestListJSONContract(t *testing.T) {
 	}
 	var shards []map[string]any
 	roundTrip(t, shardsJSON(st, false), &shards)
-	want := `[{"end_hash":99,"epoch":3,"id":1,"leader":1,"meta":false,"replica_ids":[1,7],"replicas":[1,2],"roles":["voter","learner"],"start_hash":0,"under_replicated":true}]`
+	want := `[{"end_hash":99,"epoch":3,"id":1,"key_hash":"tags","leader":1,"meta":false,"replica_ids":[1,7],"replicas":[1,2],"roles":["voter","learner"],"start_hash":0,"under_replicated":true}]`
 	if got, _ := json.Marshal(shards); string(got) != want {
 		t.Fatalf("shard list JSON:\n got %s\nwant %s", got, want)
 	}

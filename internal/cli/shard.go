@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/routing"
 )
 
 func newShardCmd() *cobra.Command {
@@ -33,6 +34,10 @@ type shardJSON struct {
 	Leader          uint64   `json:"leader"` // node id; 0 if unknown
 	Epoch           uint64   `json:"epoch"`
 	UnderReplicated bool     `json:"under_replicated"`
+	// KeyHash is how keys hash to shards: "tags" (Redis Cluster's hash
+	// tags, every cluster bootstrapped since they exist) or "whole" (the
+	// whole key, clusters bootstrapped before).
+	KeyHash string `json:"key_hash"`
 }
 
 func newShardListCmd() *cobra.Command {
@@ -69,7 +74,7 @@ func shardsJSON(st *concordpb.StatusResponse, meta bool) []shardJSON {
 		d := ss.GetShard()
 		s := shardJSON{ID: d.GetShardId(), Meta: ss.GetIsMeta(), StartHash: d.GetStartHash(), EndHash: d.GetEndHash(),
 			Replicas: []uint64{}, ReplicaIDs: []uint64{}, Roles: []string{},
-			Leader: ss.GetLeaderNodeId(), Epoch: d.GetEpoch(), UnderReplicated: ss.GetUnderReplicated()}
+			Leader: ss.GetLeaderNodeId(), Epoch: d.GetEpoch(), UnderReplicated: ss.GetUnderReplicated(), KeyHash: keyHashName(d.GetKeyHash())}
 		for _, r := range d.GetReplicas() {
 			s.Replicas = append(s.Replicas, r.GetNodeId())
 			s.ReplicaIDs = append(s.ReplicaIDs, r.GetReplicaId())
@@ -78,6 +83,16 @@ func shardsJSON(st *concordpb.StatusResponse, meta bool) []shardJSON {
 		out = append(out, s)
 	}
 	return out
+}
+
+func keyHashName(scheme uint32) string {
+	switch scheme {
+	case routing.KeyHashWhole:
+		return "whole"
+	case routing.KeyHashTags:
+		return "tags"
+	}
+	return fmt.Sprintf("unknown (%d)", scheme)
 }
 
 func roleName(r concordpb.ReplicaRole) string {

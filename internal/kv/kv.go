@@ -180,7 +180,7 @@ type oneOpResult struct {
 // shard's clock).
 func (sm *StateMachine) checkOps(desc *concordpb.ShardDescriptor, e env, ops []*concordpb.Op) *storepb.CommandResult {
 	for i, op := range ops {
-		if h := routing.Hash(op.GetKey()); h < desc.GetStartHash() || h > desc.GetEndHash() {
+		if h := routing.HashFor(desc.GetKeyHash(), op.GetKey()); h < desc.GetStartHash() || h > desc.GetEndHash() {
 			return errResult(codes.InvalidArgument, "key %q does not belong to shard %d", op.GetKey(), sm.shard)
 		}
 		err := CheckOp(op)

@@ -288,3 +288,40 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 	}
 	f.value("a", nil)
 }
+
+// TestRangeCheckHashesByTheShardsScheme: the state machine's shard range
+// check hashes a key as the shard's descriptor says (key_hash), as the
+// nodes route it: under hash tags a key whose tag falls in the range is
+// the shard's whatever the rest of the key, and one whose tag falls
+// outside is refused; under whole-key hashing the braces mean nothing.
+func TestRangeCheckHashesByTheShardsScheme(t *testing.T) {
+	tagged := &concordpb.ShardDescriptor{ShardId: shard, StartHash: 0, EndHash: lowerHalf.GetEndHash(), KeyHash: routing.KeyHashTags}
+	in, out := keyIn(t, lowerHalf, true, "t"), keyIn(t, lowerHalf, false, "t")
+	// Keys whose tag is in the range but whose whole-key hash is not, and
+	// the reverse.
+	var tagIn, tagOut string
+	for i := 0; tagIn == "" || tagOut == ""; i++ {
+		k := fmt.Sprintf("x%d{%s}", i, in)
+		if h := routing.Hash([]byte(k)); h > lowerHalf.GetEndHash() && tagIn == "" {
+			tagIn = k
+		}
+		k = fmt.Sprintf("x%d{%s}", i, out)
+		if h := routing.Hash([]byte(k)); h <= lowerHalf.GetEndHash() && tagOut == "" {
+			tagOut = k
+		}
+	}
+	f := newFixture(t)
+	if res := f.apply(tagged, kvCmd(0, 0, 1, put(tagIn, "v"))); res.GetErrorCode() != 0 {
+		t.Fatalf("put of %q, its tag in the shard's range: %v", tagIn, res)
+	}
+	f.value(tagIn, []byte("v"))
+	if res := f.apply(tagged, kvCmd(0, 0, 2, put(tagOut, "v"))); codes.Code(res.GetErrorCode()) != codes.InvalidArgument {
+		t.Fatalf("put of %q, its tag outside the shard's range: %v, want InvalidArgument", tagOut, res)
+	}
+	if res := f.apply(lowerHalf, kvCmd(0, 0, 3, put(tagIn, "w"))); codes.Code(res.GetErrorCode()) != codes.InvalidArgument {
+		t.Fatalf("whole-key scheme, put of %q (its whole-key hash outside): %v, want InvalidArgument", tagIn, res)
+	}
+	if res := f.apply(lowerHalf, kvCmd(0, 0, 4, put(tagOut, "w"))); res.GetErrorCode() != 0 {
+		t.Fatalf("whole-key scheme, put of %q (its whole-key hash inside): %v", tagOut, res)
+	}
+}

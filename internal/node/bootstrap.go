@@ -331,11 +331,13 @@ func bootstrapReplica(w storage.Writer, d *concordpb.ShardDescriptor, self ids.N
 // s's replicas go round-robin from node s, so every node holds about the
 // same number of replicas, and (the first replica being the preferred
 // leader) of leaders. In the first placement a replica's id is its node's id.
+// Keys hash by their hash tags (routing.KeyHashTags) in every new cluster.
 func initialShards(n, shards, replicas int) []*concordpb.ShardDescriptor {
 	r := min(replicas, n)
 	starts, ends := routing.Ranges(shards)
 	mk := func(shard ids.ShardID, first int, start, end uint64) *concordpb.ShardDescriptor {
-		d := &concordpb.ShardDescriptor{ShardId: uint64(shard), StartHash: start, EndHash: end, Epoch: 1, NextReplicaId: uint64(n + 1)}
+		d := &concordpb.ShardDescriptor{ShardId: uint64(shard), StartHash: start, EndHash: end, Epoch: 1, NextReplicaId: uint64(n + 1),
+			KeyHash: routing.KeyHashTags}
 		for j := 0; j < r; j++ {
 			node := uint64((first+j)%n + 1)
 			d.Replicas = append(d.Replicas, &concordpb.ReplicaDescriptor{ReplicaId: node, NodeId: node})

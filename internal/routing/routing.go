@@ -1,12 +1,15 @@
 // Package routing maps keys to shards. A key's position is the xxhash64 of the
-// key; shard i of S owns the i-th of S equal, contiguous slices of the 64-bit
-// hash space. The hash function must never change once data exists.
+// key, or of its hash tag (HashFor); shard i of S owns the i-th of S equal,
+// contiguous slices of the 64-bit hash space. The hash function must never
+// change once data exists: the scheme is fixed when a cluster is
+// bootstrapped and recorded in every shard descriptor (key_hash).
 //
 // Shard 0 is the meta shard (the placement service) and owns no user keys;
 // user shards are numbered 1..S.
 package routing
 
 import (
+	"bytes"
 	"math"
 	"sort"
 
@@ -19,8 +22,45 @@ import (
 // MetaShard is the id of the placement service's shard.
 const MetaShard ids.ShardID = 0
 
-// Hash is the stable 64-bit position of key in the hash space.
+// Hash is the stable 64-bit position of key in the hash space under
+// KeyHashWhole.
 func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
+
+// Key hash schemes: a ShardDescriptor's key_hash.
+const (
+	// KeyHashWhole hashes the whole key: clusters bootstrapped before hash
+	// tags keep it for good.
+	KeyHashWhole uint32 = 0
+	// KeyHashTags hashes a key's hash tag, as Redis Cluster does, so that
+	// keys sharing a tag ("user:{42}:name", "user:{42}:mail") share a
+	// shard, and MULTI, MSETNX and WATCH can span them. New clusters use it.
+	KeyHashTags uint32 = 1
+)
+
+// HashFor is key's position in the hash space under scheme. A scheme this
+// version does not know hashes the whole key: schemes are fixed at
+// bootstrap, and a cluster is bootstrapped by the version that knows its.
+func HashFor(scheme uint32, key []byte) uint64 {
+	if scheme == KeyHashTags {
+		key = HashTag(key)
+	}
+	return xxhash.Sum64(key)
+}
+
+// HashTag is the part of key KeyHashTags hashes: Redis Cluster's rule, the
+// bytes between the first '{' and the first '}' after it when there are
+// any, else the whole key ("{user}.a" → "user", "a{}{b}" → "a{}{b}",
+// "a{{b}}" → "{b").
+func HashTag(key []byte) []byte {
+	i := bytes.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
+		return key[i+1 : i+1+j]
+	}
+	return key
+}
 
 // Ranges splits the hash space into n contiguous inclusive ranges [start, end],
 // the i-th for shard i+1.
@@ -47,6 +87,7 @@ func Ranges(n int) (starts, ends []uint64) {
 // It is immutable once built.
 type Table struct {
 	shards []*concordpb.ShardDescriptor // sorted by start hash
+	scheme uint32                       // the shards' key_hash (all the same)
 }
 
 // NewTable builds a Table from user-shard descriptors; the meta shard is ignored.
@@ -55,6 +96,7 @@ func NewTable(descs []*concordpb.ShardDescriptor) *Table {
 	for _, d := range descs {
 		if ids.ShardID(d.GetShardId()) != MetaShard {
 			t.shards = append(t.shards, d)
+			t.scheme = d.GetKeyHash()
 		}
 	}
 	sort.Slice(t.shards, func(i, j int) bool { return t.shards[i].GetStartHash() < t.shards[j].GetStartHash() })
@@ -64,8 +106,11 @@ func NewTable(descs []*concordpb.ShardDescriptor) *Table {
 // Lookup returns the descriptor of the shard that owns key, or nil if no
 // shard covers its hash.
 func (t *Table) Lookup(key []byte) *concordpb.ShardDescriptor {
-	return t.LookupHash(Hash(key))
+	return t.LookupHash(t.Hash(key))
 }
+
+// Hash is key's position in the hash space under the shards' scheme.
+func (t *Table) Hash(key []byte) uint64 { return HashFor(t.scheme, key) }
 
 // LookupHash returns the descriptor of the shard whose range holds h.
 func (t *Table) LookupHash(h uint64) *concordpb.ShardDescriptor {

@@ -1,7 +1,9 @@
 package routing
 
 import (
+	"fmt"
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -53,5 +55,63 @@ func TestHashIsStable(t *testing.T) {
 		if got := Hash([]byte(k)); got != want {
 			t.Fatalf("Hash(%q) = %#x, want %#x", k, got, want)
 		}
+	}
+}
+
+// TestHashTag follows Redis Cluster's rule (its specification's examples):
+// the first '{', the first '}' after it, and something between them.
+func TestHashTag(t *testing.T) {
+	for key, want := range map[string]string{
+		"{user1000}.following": "user1000",
+		"{user1000}.followers": "user1000",
+		"foo{}{bar}":           "foo{}{bar}", // the first tag is empty: the whole key
+		"foo{{bar}}zap":        "{bar",
+		"foo{bar}{zap}":        "bar",
+		"no tag":               "no tag",
+		"{":                    "{",
+		"}{":                   "}{",
+		"a{b":                  "a{b",
+		"{}":                   "{}",
+		"x{\x00}y":             "\x00", // binary tags are bytes like any other
+	} {
+		if got := string(HashTag([]byte(key))); got != want {
+			t.Errorf("HashTag(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// TestTableHashesByItsScheme: a table of KeyHashTags descriptors puts keys
+// sharing a tag in one shard and hashes a key without a tag whole; a table
+// of KeyHashWhole descriptors (a cluster bootstrapped before tags) hashes
+// every key whole, braces included, so its data stays where it was written.
+func TestTableHashesByItsScheme(t *testing.T) {
+	mk := func(scheme uint32) *Table {
+		starts, ends := Ranges(16)
+		var descs []*concordpb.ShardDescriptor
+		for i := range starts {
+			descs = append(descs, &concordpb.ShardDescriptor{ShardId: uint64(i + 1), StartHash: starts[i], EndHash: ends[i], KeyHash: scheme})
+		}
+		return NewTable(descs)
+	}
+	tags, whole := mk(KeyHashTags), mk(KeyHashWhole)
+	spread := map[uint64]bool{}
+	for i := range 64 {
+		a, b := fmt.Sprintf("user:{%d}:name", i), fmt.Sprintf("{%d}:mail", i)
+		if tags.Lookup([]byte(a)) != tags.Lookup([]byte(b)) {
+			t.Fatalf("%q and %q share a tag but not a shard", a, b)
+		}
+		if h := tags.Hash([]byte(a)); h != Hash([]byte(strconv.Itoa(i))) {
+			t.Fatalf("tags.Hash(%q) = %#x, want the tag's hash", a, h)
+		}
+		if h := whole.Hash([]byte(a)); h != Hash([]byte(a)) {
+			t.Fatalf("whole.Hash(%q) = %#x, want the whole key's hash", a, h)
+		}
+		spread[whole.Lookup([]byte(a)).GetShardId()] = true
+		if k := fmt.Sprintf("plain:%d", i); tags.Lookup([]byte(k)).GetShardId() != whole.Lookup([]byte(k)).GetShardId() {
+			t.Fatalf("a key without a tag %q moved between schemes", k)
+		}
+	}
+	if len(spread) < 8 {
+		t.Fatalf("whole-key hashing put 64 tagged keys in %d shards: braces were not hashed whole", len(spread))
 	}
 }
