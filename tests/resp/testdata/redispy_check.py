@@ -42,6 +42,33 @@ def check(proto, port):
         raise AssertionError("unknown command accepted")
     except redis.ResponseError as e:
         assert str(e).startswith("unknown command"), str(e)
+    # WATCH through redis-py's transaction helper, over keys sharing a hash tag.
+    acct, log = p + b"{acct}:bal", p + b"{acct}:log"
+    r.set(acct, 10)
+
+    def pay(pipe):
+        bal = int(pipe.get(acct))
+        pipe.multi()
+        pipe.set(acct, bal - 3)
+        pipe.append(log, b"-3;")
+
+    r.transaction(pay, acct)
+    assert r.mget([acct, log]) == [b"7", b"-3;"], r.mget([acct, log])
+    # A watched key written by another connection: EXEC answers null, which
+    # redis-py raises as WatchError, and nothing applies.
+    other = redis.Redis(host="127.0.0.1", port=port, protocol=proto)
+    with r.pipeline() as pipe:
+        pipe.watch(acct)
+        other.set(acct, 100)
+        pipe.multi()
+        pipe.set(acct, 0)
+        pipe.set(log, b"lost")
+        try:
+            pipe.execute()
+            raise AssertionError("EXEC applied although a watched key changed")
+        except redis.WatchError:
+            pass
+    assert r.mget([acct, log]) == [b"100", b"-3;"], r.mget([acct, log])
     info = r.info()
     assert "redis_version" in info and "connected_clients" in info, info
     r.client_setname("pyclient")
