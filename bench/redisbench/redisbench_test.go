@@ -58,7 +58,7 @@ func TestTableRatiosAndGoal(t *testing.T) {
 // shard is found by its inclusive hash range, its leader by node id, and
 // node 1 by its address; an unknown leader or node says nothing.
 func TestLeaderVia(t *testing.T) {
-	shards := []shardRange{{0, 99, 2}, {100, 199, 1}, {200, 299, 0}}
+	shards := []shardRange{{StartHash: 0, EndHash: 99, Leader: 2}, {StartHash: 100, EndHash: 199, Leader: 1}, {StartHash: 200, EndHash: 299}}
 	nodes := []nodeAddr{{1, "127.0.0.1:1"}, {2, "127.0.0.1:2"}}
 	for _, c := range []struct {
 		h    uint64
@@ -113,7 +113,7 @@ func TestBalanced(t *testing.T) {
 // and the nodes' addresses (node 1 as the other when it does not lead),
 // nothing when the leader is unknown, and the goal line judges each row.
 func TestBothPaths(t *testing.T) {
-	shards := []shardRange{{0, 99, 2}, {100, 199, 1}, {200, 299, 0}}
+	shards := []shardRange{{StartHash: 0, EndHash: 99, Leader: 2}, {StartHash: 100, EndHash: 199, Leader: 1}, {StartHash: 200, EndHash: 299}}
 	nodes := []nodeAddr{{1, "a:1"}, {2, "b:1"}, {3, "c:1"}}
 	endpoints := []string{"a:1", "b:1", "c:1"}
 	for _, c := range []struct {

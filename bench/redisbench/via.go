@@ -29,6 +29,7 @@ func oneKey(test string) string {
 // shardRange and nodeAddr are the parts of `concord shard list` and
 // `concord node list` (-o json) that viaOf reads.
 type shardRange struct {
+	KeyHash   string `json:"key_hash"` // "tags", "whole" (or absent: a node from before)
 	StartHash uint64 `json:"start_hash"`
 	EndHash   uint64 `json:"end_hash"`
 	Leader    uint64 `json:"leader"` // node id; 0 if unknown
@@ -50,7 +51,7 @@ func viaOf(o options, s *systems.System, test string) string {
 	if err != nil {
 		return ""
 	}
-	return leaderVia(routing.Hash([]byte(oneKey(test))), shards, nodes, s.Endpoints[0])
+	return leaderVia(keyHash(shards, oneKey(test)), shards, nodes, s.Endpoints[0])
 }
 
 // clusterView is what `concord shard list` and `concord node list` say.
@@ -64,6 +65,16 @@ func clusterView(o options, s *systems.System) ([]shardRange, []nodeAddr, error)
 		return nil, nil, err
 	}
 	return shards, nodes, nil
+}
+
+// keyHash is key's position in the hash space as the cluster's shards
+// hash keys.
+func keyHash(shards []shardRange, key string) uint64 {
+	scheme := routing.KeyHashWhole
+	if len(shards) > 0 && shards[0].KeyHash == "tags" {
+		scheme = routing.KeyHashTags
+	}
+	return routing.HashFor(scheme, []byte(key))
 }
 
 // A path is where a Concord row's redis-benchmark connects: since the one
@@ -82,7 +93,7 @@ func paths(o options, s *systems.System, test string) []path {
 	if err != nil {
 		return nil
 	}
-	leader, other, ok := leaderAndOther(routing.Hash([]byte(oneKey(test))), shards, nodes, s.Endpoints)
+	leader, other, ok := leaderAndOther(keyHash(shards, oneKey(test)), shards, nodes, s.Endpoints)
 	if !ok || len(s.RedisAddrs) != len(s.Endpoints) {
 		return nil
 	}

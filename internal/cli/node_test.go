@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -50,5 +51,16 @@ func roundTrip(t *testing.T, v any, into any) {
 	}
 	if err := json.Unmarshal(b.Bytes(), into); err != nil {
 		t.Fatalf("%s: %v", b.String(), err)
+	}
+}
+
+// TestShardListTextShowsKeyHash: docs/redis.md says `concord shard list`
+// shows key_hash (tags or whole); the table form (the default output)
+// must say it too, not only -o json.
+func TestShardListTextShowsKeyHash(t *testing.T) {
+	var b strings.Builder
+	printShards(&b, []shardJSON{{ID: 1, Replicas: []uint64{}, ReplicaIDs: []uint64{}, Roles: []string{}, KeyHash: "tags"}})
+	if !strings.Contains(b.String(), "tags") {
+		t.Fatalf("shard list table does not show key_hash:\n%s", b.String())
 	}
 }

@@ -101,7 +101,7 @@ func roleName(r concordpb.ReplicaRole) string {
 
 func printShards(out io.Writer, shards []shardJSON) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SHARD\tHASH RANGE\tLEADER\tEPOCH\tREPLICAS (replica@node role)\tUNDER-REPLICATED")
+	fmt.Fprintln(w, "SHARD\tHASH RANGE\tKEY HASH\tLEADER\tEPOCH\tREPLICAS (replica@node role)\tUNDER-REPLICATED")
 	for _, s := range shards {
 		name := fmt.Sprint(s.ID)
 		if s.Meta {
@@ -119,7 +119,7 @@ func printShards(out io.Writer, shards []shardJSON) {
 		if s.UnderReplicated {
 			under = "yes"
 		}
-		fmt.Fprintf(w, "%s\t%016x-%016x\t%s\t%d\t%s\t%s\n", name, s.StartHash, s.EndHash, leader, s.Epoch, strings.Join(reps, ", "), under)
+		fmt.Fprintf(w, "%s\t%016x-%016x\t%s\t%s\t%d\t%s\t%s\n", name, s.StartHash, s.EndHash, s.KeyHash, leader, s.Epoch, strings.Join(reps, ", "), under)
 	}
 	w.Flush()
 }

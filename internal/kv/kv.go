@@ -50,6 +50,11 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 	}
 	switch k := cmd.GetKind().(type) {
 	case *storepb.Command_Kv:
+		if !routing.KnownScheme(desc.GetKeyHash()) {
+			// Refusing the command would diverge from the replicas that
+			// know the scheme and apply it: stop instead (the loop's fatal).
+			return nil, fmt.Errorf("kv: shard %d hashes keys by scheme %d (key_hash), which this version does not know: run a newer binary", sm.shard, desc.GetKeyHash())
+		}
 		now, err := sm.advanceClock(b, cmd.GetUnixNanos())
 		if err != nil {
 			return nil, err

@@ -325,3 +325,22 @@ func TestRangeCheckHashesByTheShardsScheme(t *testing.T) {
 		t.Fatalf("whole-key scheme, put of %q (its whole-key hash inside): %v", tagOut, res)
 	}
 }
+
+// TestUnknownKeyHashSchemeIsNotGuessed: a replica whose descriptor names a
+// key_hash scheme this version does not know must not apply ops by
+// guessing whole-key hashing (routing.HashFor's fallback): the versions
+// that know the scheme accept and refuse other keys, so the replicas of
+// one raft group would diverge, the way a pre-tags binary's replica does
+// in a tags cluster. The apply must fail (stopping the replica), not
+// return a result.
+func TestUnknownKeyHashSchemeIsNotGuessed(t *testing.T) {
+	future := &concordpb.ShardDescriptor{ShardId: shard, StartHash: 0, EndHash: lowerHalf.GetEndHash(), KeyHash: 2}
+	k := keyIn(t, lowerHalf, true, "u{tag}")
+	f := newFixture(t)
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	res, err := f.sm.Apply(b, future, kvCmd(0, 0, 1, put(k, "v")))
+	if err == nil {
+		t.Fatalf("apply under key_hash 2 (unknown to this version) of %q: result %v, no error; want the apply refused", k, res)
+	}
+}

@@ -37,9 +37,14 @@ const (
 	KeyHashTags uint32 = 1
 )
 
-// HashFor is key's position in the hash space under scheme. A scheme this
-// version does not know hashes the whole key: schemes are fixed at
-// bootstrap, and a cluster is bootstrapped by the version that knows its.
+// KnownScheme reports whether this version knows the key hash scheme. A
+// node must never guess at one it does not: the nodes that know it would
+// place and accept keys differently, and a shard's replicas would diverge
+// (a table of an unknown scheme finds no shard; the state machine refuses
+// to apply, stopping the node).
+func KnownScheme(scheme uint32) bool { return scheme <= KeyHashTags }
+
+// HashFor is key's position in the hash space under scheme, a KnownScheme.
 func HashFor(scheme uint32, key []byte) uint64 {
 	if scheme == KeyHashTags {
 		key = HashTag(key)
@@ -104,8 +109,12 @@ func NewTable(descs []*concordpb.ShardDescriptor) *Table {
 }
 
 // Lookup returns the descriptor of the shard that owns key, or nil if no
-// shard covers its hash.
+// shard covers its hash or the shards hash keys by a scheme this version
+// does not know (KnownScheme).
 func (t *Table) Lookup(key []byte) *concordpb.ShardDescriptor {
+	if !KnownScheme(t.scheme) {
+		return nil
+	}
 	return t.LookupHash(t.Hash(key))
 }
 

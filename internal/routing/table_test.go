@@ -114,4 +114,8 @@ func TestTableHashesByItsScheme(t *testing.T) {
 	if len(spread) < 8 {
 		t.Fatalf("whole-key hashing put 64 tagged keys in %d shards: braces were not hashed whole", len(spread))
 	}
+	// A scheme this version does not know is never guessed at.
+	if d := mk(KeyHashTags + 1).Lookup([]byte("k")); d != nil {
+		t.Fatalf("a table of an unknown key hash scheme found shard %d; want none", d.GetShardId())
+	}
 }
