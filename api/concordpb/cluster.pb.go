@@ -1123,7 +1123,12 @@ type JoinRequest struct {
 	// A random token the joining node persists before its first attempt and
 	// sends with every attempt, so a retry whose first answer was lost gets
 	// the node id the first attempt registered instead of a second one.
-	JoinToken     []byte `protobuf:"bytes,2,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	JoinToken []byte `protobuf:"bytes,2,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	// The newest key hash scheme the joining binary knows (ShardDescriptor.key_hash):
+	// 1 from binaries with hash tags, absent (0) from binaries before them. A
+	// cluster whose shards hash keys by a newer scheme refuses the join: such
+	// a node would place tagged keys elsewhere and its replicas would diverge.
+	MaxKeyHash    uint32 `protobuf:"varint,3,opt,name=max_key_hash,json=maxKeyHash,proto3" json:"max_key_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1170,6 +1175,13 @@ func (x *JoinRequest) GetJoinToken() []byte {
 		return x.JoinToken
 	}
 	return nil
+}
+
+func (x *JoinRequest) GetMaxKeyHash() uint32 {
+	if x != nil {
+		return x.MaxKeyHash
+	}
+	return 0
 }
 
 type JoinResponse struct {
@@ -1802,11 +1814,13 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"peers_hash\x18\x03 \x01(\x04R\tpeersHash\x12*\n" +
 	"\x11seen_initial_node\x18\x04 \x01(\bR\x0fseenInitialNode\x12\x17\n" +
-	"\anode_id\x18\x05 \x01(\x04R\x06nodeId\"F\n" +
+	"\anode_id\x18\x05 \x01(\x04R\x06nodeId\"h\n" +
 	"\vJoinRequest\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1d\n" +
 	"\n" +
-	"join_token\x18\x02 \x01(\fR\tjoinToken\"x\n" +
+	"join_token\x18\x02 \x01(\fR\tjoinToken\x12 \n" +
+	"\fmax_key_hash\x18\x03 \x01(\rR\n" +
+	"maxKeyHash\"x\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x17\n" +

@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/routing"
@@ -50,6 +53,11 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 	}
 	if len(req.GetJoinToken()) > 64 {
 		return nil, invalid("join token longer than 64 bytes")
+	}
+	if scheme := s.b.Table().Scheme(); scheme > req.GetMaxKeyHash() {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"this cluster hashes keys by scheme %d (key_hash: hash tags), which the joining node's binary does not know (it knows up to %d): "+
+				"run a newer binary on it; a node that hashed keys otherwise would make its replicas diverge", scheme, req.GetMaxKeyHash())
 	}
 	id, nodes, err := s.b.AddNode(ctx, req.GetAddress(), req.GetJoinToken())
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -433,5 +435,31 @@ func TestRemoveNodeAtTheHopLimitWaitsForTheLeader(t *testing.T) {
 	}
 	if f.removals != 1 {
 		t.Fatalf("%d marks proposed, want 1", f.removals)
+	}
+}
+
+// TestJoinRefusesABinaryThatDoesNotKnowTheClustersKeyHash: a cluster whose
+// shards hash keys by their hash tags refuses a joining node from before
+// tags (its JoinRequest has no max_key_hash), which would place tagged
+// keys elsewhere and whose replicas would diverge; a binary that knows
+// tags joins, and a whole-key cluster takes either.
+func TestJoinRefusesABinaryThatDoesNotKnowTheClustersKeyHash(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	c := concordpb.NewClusterClient(serve(t, f))
+	ctx := context.Background()
+	if _, err := c.Join(ctx, &concordpb.JoinRequest{Address: "10.0.0.4:7000"}); err != nil {
+		t.Fatalf("a whole-key cluster refused a join from before tags: %v", err)
+	}
+	f.mu.Lock()
+	for _, d := range f.descs {
+		d.KeyHash = routing.KeyHashTags
+	}
+	f.mu.Unlock()
+	_, err := c.Join(ctx, &concordpb.JoinRequest{Address: "10.0.0.5:7000"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "does not know") {
+		t.Fatalf("a tags cluster took a join from a binary before tags: %v, want FailedPrecondition", err)
+	}
+	if _, err := c.Join(ctx, &concordpb.JoinRequest{Address: "10.0.0.5:7000", MaxKeyHash: routing.KeyHashTags}); err != nil {
+		t.Fatalf("a tags cluster refused a join from a binary with tags: %v", err)
 	}
 }

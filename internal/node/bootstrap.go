@@ -421,7 +421,8 @@ func (n *Node) askJoin(ctx context.Context, via string, token []byte) (*concordp
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return concordpb.NewClusterClient(conn).Join(cctx, &concordpb.JoinRequest{Address: n.cfg.Addr, JoinToken: token})
+	return concordpb.NewClusterClient(conn).Join(cctx, &concordpb.JoinRequest{Address: n.cfg.Addr, JoinToken: token,
+		MaxKeyHash: routing.KeyHashTags})
 }
 
 // joinToken returns the node's join token, creating and recording it

@@ -118,6 +118,9 @@ func (t *Table) Lookup(key []byte) *concordpb.ShardDescriptor {
 	return t.LookupHash(t.Hash(key))
 }
 
+// Scheme is the shards' key hash scheme (their key_hash).
+func (t *Table) Scheme() uint32 { return t.scheme }
+
 // Hash is key's position in the hash space under the shards' scheme.
 func (t *Table) Hash(key []byte) uint64 { return HashFor(t.scheme, key) }
 
