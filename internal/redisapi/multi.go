@@ -127,26 +127,21 @@ func cmdWatch(c *conn, args [][]byte, w *resp.Writer) {
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 	defer cancel()
-	groups, order, err := c.byShard(ctx, ops)
+	shard, err := c.shardOfAll(ctx, ops)
+	if err == nil && len(c.watch.keys) > 0 && shard != c.watch.shard {
+		err = errCrossSlot
+	}
+	var results []*concordpb.OpResult
+	if err == nil {
+		results, err = c.runBatch(ctx, ops, false)
+	}
 	if err != nil {
 		w.Error(err.Error())
 		return
 	}
-	if len(groups) > 1 || (len(c.watch.keys) > 0 && order[0] != c.watch.shard) {
-		w.Error(string(errCrossSlot))
-		return
-	}
-	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
-	if err == nil && len(r.GetResults()) != len(ops) {
-		err = replyError("ERR internal error: a batch answered with the wrong number of results")
-	}
-	if err != nil {
-		w.Error(fromStatus(err, false).Error())
-		return
-	}
 	add := make([]watchedKey, len(ops))
 	size := c.watch.bytes
-	for i, res := range r.GetResults() {
+	for i, res := range results {
 		// Copies: the arguments and the reply's buffers are reused.
 		add[i] = watchedKey{key: bytes.Clone(ops[i].GetKey()), exists: res.GetOk(), value: bytes.Clone(res.GetValue())}
 		size += len(add[i].key) + len(add[i].value)
@@ -155,7 +150,7 @@ func cmdWatch(c *conn, args [][]byte, w *resp.Writer) {
 		w.Error(fmt.Sprintf("ERR WATCH: the watched keys and their values would hold %d bytes; at most %d", size, maxWatchedBytes))
 		return
 	}
-	c.watch.keys, c.watch.shard, c.watch.bytes = append(c.watch.keys, add...), order[0], size
+	c.watch.keys, c.watch.shard, c.watch.bytes = append(c.watch.keys, add...), shard, size
 	c.noteWatched()
 	w.SimpleString("OK")
 }
@@ -241,24 +236,15 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 	defer cancel()
-	groups, _, err := c.byShard(ctx, ops)
+	_, err := c.shardOfAll(ctx, ops)
+	var res []*concordpb.OpResult
+	if err == nil {
+		res, err = c.runBatch(ctx, ops, true)
+	}
 	if err != nil {
 		w.Error(err.Error())
 		return
 	}
-	if len(groups) > 1 {
-		w.Error(string(errCrossSlot))
-		return
-	}
-	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
-	if err == nil && len(r.GetResults()) != len(ops) {
-		err = replyError("ERR internal error: a batch answered with the wrong number of results")
-	}
-	if err != nil {
-		w.Error(fromStatus(err, true).Error())
-		return
-	}
-	res := r.GetResults()
 	for _, check := range res[:len(watched.keys)] {
 		if !check.GetOk() || check.GetSkipped() {
 			w.NullArray() // a watched key changed: nothing applied
@@ -271,4 +257,31 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 		p.answer(w, res[:len(p.ops)])
 		res = res[len(p.ops):]
 	}
+}
+
+// shardOfAll returns the one shard of ops' keys: CROSSSLOT when they span
+// several, as a transaction must stay in one.
+func (c *conn) shardOfAll(ctx context.Context, ops []*concordpb.Op) (uint64, error) {
+	groups, order, err := c.byShard(ctx, ops)
+	switch {
+	case err != nil:
+		return 0, err
+	case len(groups) > 1:
+		return 0, errCrossSlot
+	}
+	return order[0], nil
+}
+
+// runBatch runs ops as one batch and returns one result per op; a failure
+// is a Redis error reply (write: an outcome that may be unknown is
+// AMBIGUOUS, fromStatus).
+func (c *conn) runBatch(ctx context.Context, ops []*concordpb.Op, write bool) ([]*concordpb.OpResult, error) {
+	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
+	if err == nil && len(r.GetResults()) != len(ops) {
+		err = replyError("ERR internal error: a batch answered with the wrong number of results")
+	}
+	if err != nil {
+		return nil, fromStatus(err, write)
+	}
+	return r.GetResults(), nil
 }
