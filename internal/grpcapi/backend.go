@@ -9,6 +9,7 @@ import (
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // Backend is everything the services need from the node that runs them. The
@@ -79,6 +80,11 @@ type KVBackend interface {
 	// LocalGetMany reads keys as LocalGet does, all at one instant (a
 	// stale batch of GETs stays atomic); results as ShardView.GetMany's.
 	LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error)
+	// ClusterVersion is the cluster's version as this node last learned it
+	// (version.Unknown before its first heartbeat answer): a proposal may
+	// use a feature only where it Allows the feature's level, since every
+	// replica can then apply it (package version).
+	ClusterVersion() version.Level
 }
 
 // ShardView is one shard's applied state at one instant, from ReadIndex.

@@ -18,6 +18,7 @@ import (
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // fakeNode is a Backend whose routing, leaders and data a test sets
@@ -260,6 +261,9 @@ func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool,
 	}
 	return nil, 0, false, nil
 }
+
+// ClusterVersion: every fake replica runs this binary.
+func (f *fakeNode) ClusterVersion() version.Level { return version.Binary }
 
 func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error) {
 	return fakeView{f: f, shard: shard}.GetMany(keys)

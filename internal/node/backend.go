@@ -18,6 +18,7 @@ import (
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // backend is the node as the front door sees it: it implements
@@ -51,6 +52,8 @@ func (b backend) Conn(addr string) (grpc.ClientConnInterface, error) {
 	}
 	return c, nil
 }
+
+func (b backend) ClusterVersion() version.Level { return version.Level(b.n.clusterVersion.Load()) }
 
 func (b backend) HasReplica(shard ids.ShardID) bool {
 	info, ok := b.n.host.Info(shard)

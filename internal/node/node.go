@@ -83,6 +83,10 @@ type Node struct {
 	// when this node leads the shard it repairs.
 	cluster *grpcapi.Cluster
 
+	// clusterVersion is the cluster's version (a version.Level) as the
+	// last heartbeat answer gave it; 0 (version.Unknown) until then.
+	clusterVersion atomic.Uint32
+
 	// requests counts client requests, for the rate heartbeats report.
 	requests requestMeter
 	// failed is closed when the node stops itself for good (its identity

@@ -1,0 +1,48 @@
+// Package version numbers the ways of writing raft entries, so that a
+// cluster whose nodes run different binaries (a rolling upgrade) never
+// proposes an entry that one of its replicas would apply differently.
+//
+// Every binary knows the highest level it can apply, Binary. The cluster's
+// version is a level every node of the cluster has reported it can apply;
+// the placement leader raises it (a raft command of the meta shard, never
+// lowered) once every node that is not removed has reported a higher
+// level, and every node learns it from its heartbeat answers. A feature
+// that changes what replicas apply is used only once the cluster's version
+// reaches its level: before, some replica might not know it. A node whose
+// binary is below the cluster's version stops rather than apply entries it
+// does not understand, and such a binary cannot join.
+//
+// This is etcd's cluster version and CockroachDB's version gates, in small.
+// Binaries from before levels existed report none and count as Base.
+package version
+
+// Level is a version of what replicas apply. Each level adds a way of
+// writing entries that binaries of lower levels would apply differently
+// (or not at all). Levels only grow; a feature keeps its level for ever.
+type Level uint32
+
+const (
+	// Unknown is no level: a node that has not learned the cluster's
+	// version yet, or a report from a binary older than levels. Features
+	// are gated as at Base.
+	Unknown Level = 0
+	// Base is everything up to and including hash tags and windowed
+	// sessions: what every binary applies.
+	Base Level = 1
+	// IncrRepeat: an OP_INCR may stand for several INCRs of one key in a
+	// row (Op.repeat), which the leader proposes for a run of pipelined
+	// INCRs; a binary below it would apply one.
+	IncrRepeat Level = 2
+
+	// Binary is the highest level this binary applies.
+	Binary = IncrRepeat
+)
+
+// Allows reports whether a cluster at version cluster may use a feature of
+// level feature. Unknown allows only Base.
+func (cluster Level) Allows(feature Level) bool {
+	if cluster == Unknown {
+		cluster = Base
+	}
+	return feature <= cluster
+}
