@@ -738,8 +738,11 @@ type NodeStatus struct {
 	Leaders uint32 `protobuf:"varint,4,opt,name=leaders,proto3" json:"leaders,omitempty"`
 	// From the node's last report: the bytes its data dir uses on disk and
 	// the client requests per second it served since its previous report.
-	DiskBytes     uint64  `protobuf:"varint,5,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
-	RequestRate   float64 `protobuf:"fixed64,6,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	DiskBytes   uint64  `protobuf:"varint,5,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	RequestRate float64 `protobuf:"fixed64,6,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	// The highest cluster version (package version's Level) the node's
+	// binary applies, by its last report; 0 if it never reported one.
+	Version       uint32 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +815,13 @@ func (x *NodeStatus) GetDiskBytes() uint64 {
 func (x *NodeStatus) GetRequestRate() float64 {
 	if x != nil {
 		return x.RequestRate
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -915,8 +925,11 @@ type StatusResponse struct {
 	AnsweredByNodeId uint64                 `protobuf:"varint,2,opt,name=answered_by_node_id,json=answeredByNodeId,proto3" json:"answered_by_node_id,omitempty"`
 	Nodes            []*NodeStatus          `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Shards           []*ShardStatus         `protobuf:"bytes,4,rep,name=shards,proto3" json:"shards,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The cluster's version: a level every node not removed has reported
+	// it applies (package version); never lowered.
+	ClusterVersion uint32 `protobuf:"varint,5,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -975,6 +988,13 @@ func (x *StatusResponse) GetShards() []*ShardStatus {
 		return x.Shards
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
 }
 
 type ProbeRequest struct {
@@ -1128,7 +1148,11 @@ type JoinRequest struct {
 	// 1 from binaries with hash tags, absent (0) from binaries before them. A
 	// cluster whose shards hash keys by a newer scheme refuses the join: such
 	// a node would place tagged keys elsewhere and its replicas would diverge.
-	MaxKeyHash    uint32 `protobuf:"varint,3,opt,name=max_key_hash,json=maxKeyHash,proto3" json:"max_key_hash,omitempty"`
+	MaxKeyHash uint32 `protobuf:"varint,3,opt,name=max_key_hash,json=maxKeyHash,proto3" json:"max_key_hash,omitempty"`
+	// The highest cluster version this binary applies (package version);
+	// 0 from a binary older than versions. A cluster whose version is
+	// higher refuses the join (FailedPrecondition).
+	Version       uint32 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1180,6 +1204,13 @@ func (x *JoinRequest) GetJoinToken() []byte {
 func (x *JoinRequest) GetMaxKeyHash() uint32 {
 	if x != nil {
 		return x.MaxKeyHash
+	}
+	return 0
+}
+
+func (x *JoinRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -1343,7 +1374,10 @@ type HeartbeatRequest struct {
 	// Bytes the node's data dir uses on disk (Pebble's estimate).
 	DiskBytes uint64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	// Client requests per second served since the previous heartbeat.
-	RequestRate   float64 `protobuf:"fixed64,5,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	RequestRate float64 `protobuf:"fixed64,5,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	// The highest cluster version this node's binary applies (package
+	// version); 0 from a binary older than versions.
+	Version       uint32 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1413,6 +1447,13 @@ func (x *HeartbeatRequest) GetRequestRate() float64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Nodes []*NodeDescriptor      `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -1420,8 +1461,11 @@ type HeartbeatResponse struct {
 	// host no replica of a shard.
 	Shards           []*ShardRoute `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
 	MetaLeaderNodeId uint64        `protobuf:"varint,3,opt,name=meta_leader_node_id,json=metaLeaderNodeId,proto3" json:"meta_leader_node_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The cluster's version (package version). A node whose binary applies
+	// less stops: it could not apply what the cluster now proposes.
+	ClusterVersion uint32 `protobuf:"varint,4,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -1471,6 +1515,13 @@ func (x *HeartbeatResponse) GetShards() []*ShardRoute {
 func (x *HeartbeatResponse) GetMetaLeaderNodeId() uint64 {
 	if x != nil {
 		return x.MetaLeaderNodeId
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
 	}
 	return 0
 }
@@ -1778,7 +1829,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\tis_leader\x18\b \x01(\bR\bisLeader\x12)\n" +
 	"\x10descriptor_epoch\x18\t \x01(\x04R\x0fdescriptorEpoch\x12+\n" +
 	"\x04role\x18\n" +
-	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\xf1\x01\n" +
+	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\x8b\x02\n" +
 	"\n" +
 	"NodeStatus\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x12;\n" +
@@ -1787,7 +1838,8 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\aleaders\x18\x04 \x01(\rR\aleaders\x12\x1d\n" +
 	"\n" +
 	"disk_bytes\x18\x05 \x01(\x04R\tdiskBytes\x12!\n" +
-	"\frequest_rate\x18\x06 \x01(\x01R\vrequestRate\"\x86\x02\n" +
+	"\frequest_rate\x18\x06 \x01(\x01R\vrequestRate\x12\x18\n" +
+	"\aversion\x18\a \x01(\rR\aversion\"\x86\x02\n" +
 	"\vShardStatus\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12\x12\n" +
@@ -1795,13 +1847,14 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12\x17\n" +
 	"\ais_meta\x18\x06 \x01(\bR\x06isMeta\x12)\n" +
-	"\x10under_replicated\x18\a \x01(\bR\x0funderReplicated\"\xbd\x01\n" +
+	"\x10under_replicated\x18\a \x01(\bR\x0funderReplicated\"\xe6\x01\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12-\n" +
 	"\x13answered_by_node_id\x18\x02 \x01(\x04R\x10answeredByNodeId\x12,\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x16.concord.v1.NodeStatusR\x05nodes\x12/\n" +
-	"\x06shards\x18\x04 \x03(\v2\x17.concord.v1.ShardStatusR\x06shards\"x\n" +
+	"\x06shards\x18\x04 \x03(\v2\x17.concord.v1.ShardStatusR\x06shards\x12'\n" +
+	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\"x\n" +
 	"\fProbeRequest\x12!\n" +
 	"\ffrom_address\x18\x01 \x01(\tR\vfromAddress\x12\x1d\n" +
 	"\n" +
@@ -1814,13 +1867,14 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"peers_hash\x18\x03 \x01(\x04R\tpeersHash\x12*\n" +
 	"\x11seen_initial_node\x18\x04 \x01(\bR\x0fseenInitialNode\x12\x17\n" +
-	"\anode_id\x18\x05 \x01(\x04R\x06nodeId\"h\n" +
+	"\anode_id\x18\x05 \x01(\x04R\x06nodeId\"\x82\x01\n" +
 	"\vJoinRequest\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x02 \x01(\fR\tjoinToken\x12 \n" +
 	"\fmax_key_hash\x18\x03 \x01(\rR\n" +
-	"maxKeyHash\"x\n" +
+	"maxKeyHash\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\rR\aversion\"x\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x17\n" +
@@ -1829,18 +1883,20 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"D\n" +
 	"\x12RemoveNodeResponse\x12.\n" +
-	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\x81\x02\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\x9b\x02\n" +
 	"\x10HeartbeatRequest\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.concord.v1.ReplicaStatusR\breplicas\x12D\n" +
 	"\x0fled_descriptors\x18\x03 \x03(\v2\x1b.concord.v1.ShardDescriptorR\x0eledDescriptors\x12\x1d\n" +
 	"\n" +
 	"disk_bytes\x18\x04 \x01(\x04R\tdiskBytes\x12!\n" +
-	"\frequest_rate\x18\x05 \x01(\x01R\vrequestRate\"\xa4\x01\n" +
+	"\frequest_rate\x18\x05 \x01(\x01R\vrequestRate\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\rR\aversion\"\xcd\x01\n" +
 	"\x11HeartbeatResponse\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
 	"\x06shards\x18\x02 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\x12-\n" +
-	"\x13meta_leader_node_id\x18\x03 \x01(\x04R\x10metaLeaderNodeId\"\xee\x01\n" +
+	"\x13meta_leader_node_id\x18\x03 \x01(\x04R\x10metaLeaderNodeId\x12'\n" +
+	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\"\xee\x01\n" +
 	"\x15ChangeReplicasRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12*\n" +
 	"\x11remove_replica_id\x18\x02 \x01(\x04R\x0fremoveReplicaId\x12\x1e\n" +

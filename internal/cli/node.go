@@ -74,17 +74,26 @@ func stateName(s concordpb.NodeState) string {
 
 func printNodes(out io.Writer, st *concordpb.StatusResponse) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tREPLICAS\tLEADERS\tHEARTBEAT\tDISK\tREQ/S")
+	fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tREPLICAS\tLEADERS\tHEARTBEAT\tDISK\tREQ/S\tVERSION")
 	for _, ns := range st.GetNodes() {
 		n := ns.GetNode()
 		state := stateName(n.GetState())
 		if n.GetReplacedBy() != 0 {
 			state += fmt.Sprintf(" (by %d)", n.GetReplacedBy())
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%.1f\n", n.GetNodeId(), n.GetAddress(), state,
-			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), ns.GetRequestRate())
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%.1f\t%s\n", n.GetNodeId(), n.GetAddress(), state,
+			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), ns.GetRequestRate(), levelText(ns.GetVersion()))
 	}
 	w.Flush()
+}
+
+// levelText is a node's reported cluster version level, "-" if it has
+// not reported one (a binary from before versions, or no report yet).
+func levelText(v uint32) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprint(v)
 }
 
 func heartbeatAge(ns *concordpb.NodeStatus) string {

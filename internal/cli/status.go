@@ -34,7 +34,7 @@ func newStatusCmd() *cobra.Command {
 }
 
 func printStatus(out io.Writer, st *concordpb.StatusResponse) {
-	fmt.Fprintf(out, "cluster %x (answered by node %d)\n\n", st.GetClusterId(), st.GetAnsweredByNodeId())
+	fmt.Fprintf(out, "cluster %x (answered by node %d), cluster version %d\n\n", st.GetClusterId(), st.GetAnsweredByNodeId(), st.GetClusterVersion())
 	printNodes(out, st)
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)

@@ -53,6 +53,12 @@ type Router interface {
 	// Blocked reports whether a fault-injected partition cuts this node off
 	// from node; always false without a partition.
 	Blocked(node ids.NodeID) bool
+	// ClusterVersion is the cluster's version as this node last learned it
+	// (version.Unknown before it learned any): a proposal may use a feature
+	// only where it Allows the feature's level, since every replica can
+	// then apply it, and a joining binary below it is refused (package
+	// version).
+	ClusterVersion() version.Level
 }
 
 // KVBackend is what the KV service needs: the local replicas' raft and
@@ -80,11 +86,6 @@ type KVBackend interface {
 	// LocalGetMany reads keys as LocalGet does, all at one instant (a
 	// stale batch of GETs stays atomic); results as ShardView.GetMany's.
 	LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error)
-	// ClusterVersion is the cluster's version as this node last learned it
-	// (version.Unknown before its first heartbeat answer): a proposal may
-	// use a feature only where it Allows the feature's level, since every
-	// replica can then apply it (package version).
-	ClusterVersion() version.Level
 }
 
 // ShardView is one shard's applied state at one instant, from ReadIndex.

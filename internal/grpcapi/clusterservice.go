@@ -10,6 +10,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // Cluster implements the Cluster gRPC service. Requests that need the
@@ -58,6 +59,11 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"this cluster hashes keys by scheme %d (key_hash: hash tags), which the joining node's binary does not know (it knows up to %d): "+
 				"run a newer binary on it; a node that hashed keys otherwise would make its replicas diverge", scheme, req.GetMaxKeyHash())
+	}
+	if cv, joiner := s.b.ClusterVersion(), max(version.Base, version.Level(req.GetVersion())); joiner < cv {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"the cluster's version is %d and the joining node's binary applies only up to %d: run a newer binary on it; "+
+				"it could not apply what the cluster proposes", cv, joiner)
 	}
 	id, nodes, err := s.b.AddNode(ctx, req.GetAddress(), req.GetJoinToken())
 	if err != nil {

@@ -30,9 +30,12 @@ type fakeNode struct {
 	leaders map[ids.ShardID]ids.NodeID // shard → leader node; missing means unknown
 	addrs   map[ids.NodeID]string      // guarded by mu: node → address of its front door
 	blocked map[ids.NodeID]bool
-	data    map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
-	expiry  map[string]int64                      // key → expiry LocalGet reports
-	hint    ids.NodeID                            // PlacementLeaderHint
+	// clusterVersion is what ClusterVersion reports (guarded by mu; 0:
+	// version.Binary).
+	clusterVersion version.Level
+	data           map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
+	expiry         map[string]int64                      // key → expiry LocalGet reports
+	hint           ids.NodeID                            // PlacementLeaderHint
 	// electing, when set, makes Leader report no leader for that many calls
 	// and then electing.leader for every shard: an election that ends while
 	// a request waits.
@@ -262,8 +265,16 @@ func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool,
 	return nil, 0, false, nil
 }
 
-// ClusterVersion: every fake replica runs this binary.
-func (f *fakeNode) ClusterVersion() version.Level { return version.Binary }
+// ClusterVersion is clusterVersion, version.Binary if unset: every fake
+// replica runs this binary.
+func (f *fakeNode) ClusterVersion() version.Level {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.clusterVersion == 0 {
+		return version.Binary
+	}
+	return f.clusterVersion
+}
 
 func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error) {
 	return fakeView{f: f, shard: shard}.GetMany(keys)

@@ -16,6 +16,7 @@ import (
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 func wantStatus(t *testing.T, err error, code codes.Code, msg string) {
@@ -136,7 +137,7 @@ func TestJoinTellsEveryNodeItPassesThrough(t *testing.T) {
 	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
 	serve(t, f2, f1)
 	c1 := concordpb.NewClusterClient(serve(t, f1, f2))
-	if _, err := c1.Join(context.Background(), &concordpb.JoinRequest{Address: "10.0.0.3:7000"}); err != nil {
+	if _, err := c1.Join(context.Background(), &concordpb.JoinRequest{Address: "10.0.0.3:7000", Version: uint32(version.Binary)}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := c1.Join(context.Background(), &concordpb.JoinRequest{})
@@ -438,6 +439,26 @@ func TestRemoveNodeAtTheHopLimitWaitsForTheLeader(t *testing.T) {
 	}
 }
 
+// TestJoinRefusesABinaryBelowTheClusterVersion: a joining binary that
+// applies less than the cluster's version (or reports no version: a binary
+// from before versions, Base) is refused with FailedPrecondition and a
+// message saying what to do; one at the cluster's version joins.
+func TestJoinRefusesABinaryBelowTheClusterVersion(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	f.clusterVersion = version.IncrRepeat
+	c := concordpb.NewClusterClient(serve(t, f))
+	ctx := context.Background()
+	for _, v := range []uint32{0, uint32(version.Base)} {
+		_, err := c.Join(ctx, &concordpb.JoinRequest{Address: "10.0.0.4:7000", Version: v})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "run a newer binary") {
+			t.Fatalf("a cluster at version %d took a join from a binary at %d: %v, want FailedPrecondition", version.IncrRepeat, v, err)
+		}
+	}
+	if _, err := c.Join(ctx, &concordpb.JoinRequest{Address: "10.0.0.4:7000", Version: uint32(version.IncrRepeat)}); err != nil {
+		t.Fatalf("a binary at the cluster's version was refused: %v", err)
+	}
+}
+
 // TestJoinRefusesABinaryThatDoesNotKnowTheClustersKeyHash: a cluster whose
 // shards hash keys by their hash tags refuses a joining node from before
 // tags (its JoinRequest has no max_key_hash), which would place tagged
@@ -445,6 +466,7 @@ func TestRemoveNodeAtTheHopLimitWaitsForTheLeader(t *testing.T) {
 // tags joins, and a whole-key cluster takes either.
 func TestJoinRefusesABinaryThatDoesNotKnowTheClustersKeyHash(t *testing.T) {
 	f := newFakeNode(t, 1, 4, 1)
+	f.clusterVersion = version.Base // a cluster that binaries before versions may join
 	c := concordpb.NewClusterClient(serve(t, f))
 	ctx := context.Background()
 	if _, err := c.Join(ctx, &concordpb.JoinRequest{Address: "10.0.0.4:7000"}); err != nil {

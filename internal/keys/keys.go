@@ -9,6 +9,7 @@
 //	\x01 repl  <shard 8>            replica id of the shard replica hosted here
 //	\x01 tomb  <shard 8>            highest replica id of the shard removed from here
 //	\x01 jtok                       the join token this node sends until it has an identity
+//	\x01 cver                       the highest cluster version this node has learned (4)
 //
 //	\x02 <shard 8> r h              raftpb.HardState
 //	\x02 <shard 8> r l <index 8>    raftpb.Entry
@@ -49,11 +50,16 @@ var (
 	hostedPrefix    = []byte{localPrefix, 'r', 'e', 'p', 'l'}
 	tombstonePrefix = []byte{localPrefix, 't', 'o', 'm', 'b'}
 	joinTokenKey    = []byte{localPrefix, 'j', 't', 'o', 'k'}
+	clusterVerKey   = []byte{localPrefix, 'c', 'v', 'e', 'r'}
 )
 
 // JoinToken is the key of the token a joining node sends with every join
 // attempt, written before the first one.
 func JoinToken() []byte { return joinTokenKey }
+
+// ClusterVersion is the key of the highest cluster version this node has
+// learned, which a binary below it must not start on.
+func ClusterVersion() []byte { return clusterVerKey }
 
 // Ident is the key of the node's identity record.
 func Ident() []byte { return identKey }

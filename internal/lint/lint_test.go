@@ -135,6 +135,9 @@ var layerTable = []layer{
 	{n: 0, pkgs: []string{
 		"internal/mutant", // planted bugs for mutation testing; compiled out without -tags mutant
 	}},
+	{n: 0, pkgs: []string{
+		"internal/version", // levels of what replicas apply: the cluster version gate
+	}},
 	{n: 1, pkgs: []string{
 		"api/...",             // concordpb: the public protocol
 		"internal/keys",       // the Pebble key layout

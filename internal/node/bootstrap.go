@@ -422,7 +422,7 @@ func (n *Node) askJoin(ctx context.Context, via string, token []byte) (*concordp
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return concordpb.NewClusterClient(conn).Join(cctx, &concordpb.JoinRequest{Address: n.cfg.Addr, JoinToken: token,
-		MaxKeyHash: routing.KeyHashTags})
+		MaxKeyHash: routing.KeyHashTags, Version: uint32(n.level())})
 }
 
 // joinToken returns the node's join token, creating and recording it

@@ -9,6 +9,7 @@ import (
 
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/transport"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // Config configures a node. Zero fields take the defaults of DefaultConfig.
@@ -89,6 +90,10 @@ type Config struct {
 	// replica on its way out) one node takes part in at a time, when this
 	// node runs the scheduler (0: the scheduler's default, 4).
 	MaxMovesPerNode int
+	// Version is the cluster version this node reports its binary applies
+	// (package version); 0: version.Binary. Only tests set it, to stand for
+	// an older binary.
+	Version version.Level
 	// PeerWire is how this node sends raft messages to its peers: "tcp"
 	// (the default: framed connections through the peers' port mux) or
 	// "grpc" (a gRPC stream per lane). A node receives both, so nodes with

@@ -17,6 +17,7 @@ import (
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // placementState is what the placement leader learns from heartbeats. It lives
@@ -52,6 +53,9 @@ type placementState struct {
 	// (an ids.NodeID; atomic has no typed uint64).
 	lastLeader atomic.Uint64
 	rr         atomic.Uint64 // round-robin cursor for finding the placement leader
+	// raising is set while a proposal raising the cluster's version is
+	// under way (raiseClusterVersion).
+	raising atomic.Bool
 	// heartbeatFailed is set when the last heartbeat got no answer: the
 	// next goes to another node (which forwards) rather than to the
 	// placement leader the cached routes name, which may be dead for good
@@ -127,10 +131,12 @@ func (m *placementState) reportSoon() {
 	}
 }
 
-// load is what a node reports about its use, for status pages.
+// load is what a node reports about its use, for status pages, and the
+// cluster version its binary applies.
 type load struct {
 	diskBytes   uint64
 	requestRate float64
+	version     version.Level
 }
 
 // record keeps req as its node's last report. It reports whether req
@@ -154,8 +160,17 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 		}
 	}
 	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas()}
-	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate()}
+	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req)}
 	return newLeader
+}
+
+// levelOf returns the level node's last report gave; false if it has not
+// reported to this placement leader.
+func (m *placementState) levelOf(node ids.NodeID) (version.Level, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.loads[node]
+	return l.version, ok
 }
 
 // loadOf returns node's last reported load.
@@ -294,7 +309,7 @@ func (n *Node) placementView() (scheduler.View, error) {
 // sendHeartbeat reports this node's replicas to the placement leader and
 // learns the cluster's nodes and shards from the answer.
 func (n *Node) sendHeartbeat(ctx context.Context) {
-	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()),
+	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()), Version: uint32(n.level()),
 		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now())}
 	if req.Node == nil {
 		req.Node = &concordpb.NodeDescriptor{NodeId: uint64(n.ID()), Address: n.cfg.Addr}
@@ -331,6 +346,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 		return
 	}
 	n.placement.lastLeader.Store(resp.GetMetaLeaderNodeId())
+	n.learnClusterVersion(version.Level(resp.GetClusterVersion()))
 	if err := n.book.update(n.eng, resp.GetNodes()); err != nil {
 		n.log.Warn("update address book", "err", err)
 	}
@@ -368,14 +384,23 @@ func (n *Node) nextCandidate() ids.NodeID {
 // handleHeartbeat runs on the placement leader: it records the report,
 // proposes any newer descriptor a shard leader sent, and answers with the
 // nodes and the shard routes.
+//
+// A node whose binary is below the cluster's version is answered (a binary
+// with versions stops itself on the answer) but not heard: its report is
+// not recorded, so placement judges it silent, as it would a dead node.
 func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
-	if n.placement.record(req) {
+	cv, err := n.readClusterVersion()
+	if err != nil {
+		return nil, err
+	}
+	if reportedLevel(req) >= cv && n.placement.record(req) {
 		n.placement.kickRepair()
 	}
 	v, err := n.placementView()
 	if err != nil {
 		return nil, err
 	}
+	n.raiseClusterVersion(v.Nodes, cv)
 	known := map[ids.ShardID]*concordpb.ShardDescriptor{}
 	for _, d := range v.Shards {
 		known[ids.ShardID(d.GetShardId())] = d
@@ -386,7 +411,7 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 		}
 	}
 	leaders := scheduler.Leaders(v)
-	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: uint64(n.ID())}
+	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: uint64(n.ID()), ClusterVersion: uint32(cv)}
 	for _, d := range v.Shards {
 		leader := leaders[ids.ShardID(d.GetShardId())].Node
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})

@@ -200,6 +200,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.loadLocal(); err != nil {
 		return n.abort(err)
 	}
+	if err := n.checkVersionAtStart(); err != nil {
+		return n.abort(err)
+	}
 	if n.lis, err = net.Listen("tcp", n.cfg.Addr); err != nil {
 		return n.abort(fmt.Errorf("listen on %s: %w", n.cfg.Addr, err))
 	}

@@ -14,7 +14,8 @@ import (
 // localStatus reports only this node's replicas, when the placement leader
 // cannot be reached.
 func (n *Node) localStatus() *concordpb.StatusResponse {
-	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID())}
+	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID()),
+		ClusterVersion: n.clusterVersion.Load()}
 	for _, d := range n.book.all() {
 		resp.Nodes = append(resp.Nodes, &concordpb.NodeStatus{Node: d, LastHeartbeatAgeSeconds: -1})
 	}
@@ -39,6 +40,10 @@ func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
 	if err != nil {
 		return nil, err
 	}
+	cv, err := n.readClusterVersion()
+	if err != nil {
+		return nil, err
+	}
 	leaders := scheduler.Leaders(v)
 	states := scheduler.NodeStates(v)
 	held := map[ids.NodeID]uint32{}
@@ -47,7 +52,8 @@ func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
 			held[ids.NodeID(r.GetNodeId())]++
 		}
 	}
-	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID())}
+	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID()),
+		ClusterVersion: uint32(cv)}
 	for _, d := range v.Nodes {
 		id := ids.NodeID(d.GetNodeId())
 		ns := nodeStatus(v, d)
@@ -57,7 +63,7 @@ func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
 		}
 		ns.Replicas = held[id]
 		l := n.placement.loadOf(id)
-		ns.DiskBytes, ns.RequestRate = l.diskBytes, l.requestRate
+		ns.DiskBytes, ns.RequestRate, ns.Version = l.diskBytes, l.requestRate, uint32(l.version)
 		resp.Nodes = append(resp.Nodes, ns)
 	}
 	under := map[ids.ShardID]bool{}

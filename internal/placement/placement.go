@@ -15,6 +15,7 @@ import (
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 const meta = uint64(routing.MetaShard)
@@ -42,6 +43,8 @@ func (sm *StateMachine) Apply(b *pebble.Batch, _ *concordpb.ShardDescriptor, cmd
 		return markNode(b, k.MarkNode)
 	case *storepb.Command_UpdateDescriptor:
 		return &storepb.CommandResult{}, updateDescriptor(b, k.UpdateDescriptor.GetShard())
+	case *storepb.Command_SetClusterVersion:
+		return &storepb.CommandResult{}, setClusterVersion(b, version.Level(k.SetClusterVersion.GetVersion()))
 	case *storepb.Command_ExpireSessions:
 		return &storepb.CommandResult{}, nil // the meta shard keeps no sessions
 	default:
@@ -234,6 +237,32 @@ func updateDescriptor(b *pebble.Batch, d *concordpb.ShardDescriptor) error {
 		return err
 	}
 	return storage.SetProto(b, keys.MetaShard(meta, d.GetShardId()), d)
+}
+
+// setClusterVersion raises the cluster's version to v; the version is
+// never lowered, so a proposal that arrives late or twice changes nothing.
+func setClusterVersion(b *pebble.Batch, v version.Level) error {
+	var ctr storepb.MetaCounters
+	if _, err := storage.GetProto(b, keys.MetaCounters(meta), &ctr); err != nil {
+		return err
+	}
+	if v <= version.Level(ctr.GetClusterVersion()) {
+		return nil
+	}
+	ctr.ClusterVersion = uint32(v)
+	return storage.SetProto(b, keys.MetaCounters(meta), &ctr)
+}
+
+// ClusterVersion reads the cluster's version: Base until the placement
+// leader first raised it (a cluster bootstrapped at any level starts at
+// Base, so that every bootstrapping node writes the same records whatever
+// its binary).
+func ClusterVersion(r pebble.Reader) (version.Level, error) {
+	var ctr storepb.MetaCounters
+	if _, err := storage.GetProto(r, keys.MetaCounters(meta), &ctr); err != nil {
+		return version.Unknown, err
+	}
+	return max(version.Base, version.Level(ctr.GetClusterVersion())), nil
 }
 
 // Bootstrap writes the initial placement records into w.

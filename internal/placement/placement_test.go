@@ -13,6 +13,7 @@ import (
 	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 func openDB(t *testing.T) *pebble.DB {
@@ -373,5 +374,42 @@ func TestMarkLeavingKeepsReplicationFactor(t *testing.T) {
 	}
 	if res := applyMark(t, db, 4, concordpb.NodeState_NODE_LEAVING, 3); res.GetErrorCode() != 0 {
 		t.Fatalf("removing the dead node (2 up besides it, 1 leaving): %v", res)
+	}
+}
+
+// TestClusterVersionOnlyRises: a bootstrapped cluster is at Base;
+// SetClusterVersion raises it and a lower or equal one changes nothing (a
+// late or repeated proposal must not lower it), and adding a node keeps it.
+func TestClusterVersionOnlyRises(t *testing.T) {
+	db := openDB(t)
+	if err := Bootstrap(db, []*concordpb.NodeDescriptor{{NodeId: 1, Address: "a:1"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	read := func() version.Level {
+		t.Helper()
+		v, err := ClusterVersion(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := read(); v != version.Base {
+		t.Fatalf("bootstrapped cluster at version %d, want Base", v)
+	}
+	set := func(v version.Level) {
+		t.Helper()
+		res := apply(t, db, &storepb.Command{Kind: &storepb.Command_SetClusterVersion{SetClusterVersion: &storepb.SetClusterVersion{Version: uint32(v)}}})
+		if res.GetErrorCode() != 0 {
+			t.Fatalf("SetClusterVersion(%d) refused: %s", v, res.GetErrorMessage())
+		}
+	}
+	set(3)
+	set(2)
+	if v := read(); v != 3 {
+		t.Fatalf("after raising to 3 and asking for 2 the version is %d, want 3", v)
+	}
+	apply(t, db, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: "b:1"}}})
+	if v := read(); v != 3 {
+		t.Fatalf("after adding a node the version is %d, want 3", v)
 	}
 }

@@ -1,6 +1,9 @@
 package storage
 
 import (
+	"encoding/binary"
+	"fmt"
+
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
@@ -98,6 +101,30 @@ func (e *Engine) JoinToken() ([]byte, error) {
 // between the join attempt that registered it and the answer's arrival.
 func (e *Engine) SetJoinToken(token []byte) error {
 	return e.db.Set(keys.JoinToken(), token, pebble.Sync)
+}
+
+// ClusterVersion returns the highest cluster version recorded here
+// (package version; 0 if none).
+func (e *Engine) ClusterVersion() (uint32, error) {
+	v, closer, err := e.db.Get(keys.ClusterVersion())
+	if err == pebble.ErrNotFound {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	if len(v) != 4 {
+		return 0, fmt.Errorf("storage: cluster version record of %d bytes, want 4", len(v))
+	}
+	return binary.BigEndian.Uint32(v), nil
+}
+
+// SetClusterVersion records v as the highest cluster version this node
+// has learned. It is synced: a node restarted on an older binary must find
+// it, before it applies anything of the newer version.
+func (e *Engine) SetClusterVersion(v uint32) error {
+	return e.db.Set(keys.ClusterVersion(), binary.BigEndian.AppendUint32(nil, v), pebble.Sync)
 }
 
 // DiskUsage is Pebble's estimate of the bytes the database uses on disk.

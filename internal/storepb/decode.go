@@ -1,10 +1,12 @@
 package storepb
 
 import (
+	"errors"
 	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -21,7 +23,8 @@ import (
 // proto.Unmarshal into a fresh Command, so the result is always what
 // proto.Unmarshal gives (FuzzCommandDecoder), and a field added to Op or
 // KVCommand later is decoded, only on the slower path, until it is added
-// here.
+// here. A field this binary does not know at all is refused
+// (ErrUnknownFields), not dropped.
 //
 // Not safe for concurrent use.
 type CommandDecoder struct {
@@ -43,7 +46,40 @@ func (d *CommandDecoder) Decode(data []byte) (*Command, error) {
 	if err := proto.Unmarshal(data, cmd); err != nil {
 		return nil, err
 	}
+	if hasUnknown(cmd.ProtoReflect()) {
+		return nil, ErrUnknownFields
+	}
 	return cmd, nil
+}
+
+// ErrUnknownFields is Decode's error for a command with a field this
+// binary does not know: one proposed under a cluster version above this
+// binary's (package version). Applying it without the field could apply
+// something else than the replicas that know it (proto drops unknown
+// fields silently), so the replica must stop instead: its node needs a
+// newer binary.
+var ErrUnknownFields = errors.New("the command has fields this binary does not know: it was proposed for a newer cluster version; run a newer concord binary on this node")
+
+// hasUnknown reports whether m, or any message in it, holds unknown fields.
+func hasUnknown(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil || fd.IsMap():
+		case fd.IsList():
+			l := v.List()
+			for i := 0; i < l.Len() && !found; i++ {
+				found = hasUnknown(l.Get(i).Message())
+			}
+		default:
+			found = hasUnknown(v.Message())
+		}
+		return !found
+	})
+	return found
 }
 
 // decodeKV decodes data into d's command if it is a KV command it can

@@ -1,6 +1,7 @@
 package storepb
 
 import (
+	"errors"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,6 +112,13 @@ func checkDecode(t *testing.T, d *CommandDecoder, data []byte) {
 	var want Command
 	werr := proto.Unmarshal(data, &want)
 	got, gerr := d.Decode(data)
+	if werr == nil && hasUnknown(want.ProtoReflect()) {
+		// A field this binary does not know: refused, not dropped.
+		if !errors.Is(gerr, ErrUnknownFields) {
+			t.Fatalf("decode %x: a command with unknown fields gave %v, %v; want ErrUnknownFields", data, got, gerr)
+		}
+		return
+	}
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("decode %x: error %v, proto.Unmarshal's %v", data, gerr, werr)
 	}
@@ -127,6 +135,39 @@ func checkDecode(t *testing.T, d *CommandDecoder, data []byte) {
 				t.Fatalf("decode %x: op %d: a bytes field is %q, proto's %q", data, i, f[0], f[1])
 			}
 		}
+	}
+}
+
+// TestUnknownFieldsRefused: a command with a field this binary does not
+// know, at the top, in the KV command or in an op, is refused with
+// ErrUnknownFields (its replica stops: package version), never applied
+// without the field.
+func TestUnknownFieldsRefused(t *testing.T) {
+	op := &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: []byte("k"), IntDelta: 1}
+	op.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 5))
+	inOp, err := proto.Marshal(&Command{Id: 1, Kind: &Command_Kv{Kv: &KVCommand{Ops: []*concordpb.Op{op}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvCmd := &KVCommand{Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_PUT, Key: []byte("k")}}}
+	kvCmd.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 5))
+	inKV, err := proto.Marshal(&Command{Id: 2, Kind: &Command_Kv{Kv: kvCmd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := proto.Marshal(&Command{Id: 3, Kind: &Command_MarkNode{MarkNode: &MarkNode{NodeId: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), plain...), 999, protowire.VarintType), 5)
+	var d CommandDecoder
+	for name, data := range map[string][]byte{"op": inOp, "kv command": inKV, "command": top} {
+		if cmd, err := d.Decode(data); !errors.Is(err, ErrUnknownFields) {
+			t.Errorf("%s: Decode = %v, %v; want ErrUnknownFields", name, cmd, err)
+		}
+	}
+	if cmd, err := d.Decode(plain); err != nil || cmd.GetMarkNode().GetNodeId() != 4 {
+		t.Errorf("a command without unknown fields: Decode = %v, %v", cmd, err)
 	}
 }
 

@@ -43,6 +43,7 @@ type Command struct {
 	//	*Command_AddNode
 	//	*Command_UpdateDescriptor
 	//	*Command_MarkNode
+	//	*Command_SetClusterVersion
 	Kind          isCommand_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -144,6 +145,15 @@ func (x *Command) GetMarkNode() *MarkNode {
 	return nil
 }
 
+func (x *Command) GetSetClusterVersion() *SetClusterVersion {
+	if x != nil {
+		if x, ok := x.Kind.(*Command_SetClusterVersion); ok {
+			return x.SetClusterVersion
+		}
+	}
+	return nil
+}
+
 type isCommand_Kind interface {
 	isCommand_Kind()
 }
@@ -168,6 +178,10 @@ type Command_MarkNode struct {
 	MarkNode *MarkNode `protobuf:"bytes,7,opt,name=mark_node,json=markNode,proto3,oneof"`
 }
 
+type Command_SetClusterVersion struct {
+	SetClusterVersion *SetClusterVersion `protobuf:"bytes,8,opt,name=set_cluster_version,json=setClusterVersion,proto3,oneof"`
+}
+
 func (*Command_Kv) isCommand_Kind() {}
 
 func (*Command_ExpireSessions) isCommand_Kind() {}
@@ -177,6 +191,8 @@ func (*Command_AddNode) isCommand_Kind() {}
 func (*Command_UpdateDescriptor) isCommand_Kind() {}
 
 func (*Command_MarkNode) isCommand_Kind() {}
+
+func (*Command_SetClusterVersion) isCommand_Kind() {}
 
 // KVCommand applies ops atomically, at most once per (session, seq).
 type KVCommand struct {
@@ -978,17 +994,68 @@ func (x *NodeIdent) GetPeersHash() uint64 {
 	return 0
 }
 
-// MetaCounters is the meta shard's id allocator.
-type MetaCounters struct {
+// SetClusterVersion (meta shard) raises the cluster's version to version
+// (package version); a lower or equal one changes nothing. The placement
+// leader proposes it once every node not removed has reported it applies
+// version.
+type SetClusterVersion struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	NextNodeId    uint64                 `protobuf:"varint,1,opt,name=next_node_id,json=nextNodeId,proto3" json:"next_node_id,omitempty"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *SetClusterVersion) Reset() {
+	*x = SetClusterVersion{}
+	mi := &file_internal_storepb_store_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClusterVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClusterVersion) ProtoMessage() {}
+
+func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_storepb_store_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
+func (*SetClusterVersion) Descriptor() ([]byte, []int) {
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetClusterVersion) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// MetaCounters is the meta shard's id allocator, and the cluster's version.
+type MetaCounters struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NextNodeId uint64                 `protobuf:"varint,1,opt,name=next_node_id,json=nextNodeId,proto3" json:"next_node_id,omitempty"`
+	// The cluster's version (SetClusterVersion); 0: Base, as set at
+	// bootstrap before versions existed.
+	ClusterVersion uint32 `protobuf:"varint,2,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *MetaCounters) Reset() {
 	*x = MetaCounters{}
-	mi := &file_internal_storepb_store_proto_msgTypes[14]
+	mi := &file_internal_storepb_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1067,7 @@ func (x *MetaCounters) String() string {
 func (*MetaCounters) ProtoMessage() {}
 
 func (x *MetaCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_storepb_store_proto_msgTypes[14]
+	mi := &file_internal_storepb_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1080,7 @@ func (x *MetaCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaCounters.ProtoReflect.Descriptor instead.
 func (*MetaCounters) Descriptor() ([]byte, []int) {
-	return file_internal_storepb_store_proto_rawDescGZIP(), []int{14}
+	return file_internal_storepb_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MetaCounters) GetNextNodeId() uint64 {
@@ -1023,11 +1090,18 @@ func (x *MetaCounters) GetNextNodeId() uint64 {
 	return 0
 }
 
+func (x *MetaCounters) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
 var File_internal_storepb_store_proto protoreflect.FileDescriptor
 
 const file_internal_storepb_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/storepb/store.proto\x12\x10concord.store.v1\x1a\x16api/concordpb/kv.proto\x1a\x1bapi/concordpb/cluster.proto\"\x82\x03\n" +
+	"\x1cinternal/storepb/store.proto\x12\x10concord.store.v1\x1a\x16api/concordpb/kv.proto\x1a\x1bapi/concordpb/cluster.proto\"\xd9\x03\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -1036,7 +1110,8 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x0fexpire_sessions\x18\x04 \x01(\v2 .concord.store.v1.ExpireSessionsH\x00R\x0eexpireSessions\x126\n" +
 	"\badd_node\x18\x05 \x01(\v2\x19.concord.store.v1.AddNodeH\x00R\aaddNode\x12Q\n" +
 	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptor\x129\n" +
-	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNodeB\x06\n" +
+	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNode\x12U\n" +
+	"\x13set_cluster_version\x18\b \x01(\v2#.concord.store.v1.SetClusterVersionH\x00R\x11setClusterVersionB\x06\n" +
 	"\x04kind\"\xab\x01\n" +
 	"\tKVCommand\x12\x1d\n" +
 	"\n" +
@@ -1093,10 +1168,13 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"peers_hash\x18\x03 \x01(\x04R\tpeersHash\"0\n" +
+	"peers_hash\x18\x03 \x01(\x04R\tpeersHash\"-\n" +
+	"\x11SetClusterVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"Y\n" +
 	"\fMetaCounters\x12 \n" +
 	"\fnext_node_id\x18\x01 \x01(\x04R\n" +
-	"nextNodeIdB0Z.github.com/concord-kv/concord/internal/storepbb\x06proto3"
+	"nextNodeId\x12'\n" +
+	"\x0fcluster_version\x18\x02 \x01(\rR\x0eclusterVersionB0Z.github.com/concord-kv/concord/internal/storepbb\x06proto3"
 
 var (
 	file_internal_storepb_store_proto_rawDescOnce sync.Once
@@ -1110,7 +1188,7 @@ func file_internal_storepb_store_proto_rawDescGZIP() []byte {
 	return file_internal_storepb_store_proto_rawDescData
 }
 
-var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_internal_storepb_store_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_internal_storepb_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: concord.store.v1.Command
 	(*KVCommand)(nil),                   // 1: concord.store.v1.KVCommand
@@ -1126,13 +1204,14 @@ var file_internal_storepb_store_proto_goTypes = []any{
 	(*ShardClock)(nil),                  // 11: concord.store.v1.ShardClock
 	(*TruncatedState)(nil),              // 12: concord.store.v1.TruncatedState
 	(*NodeIdent)(nil),                   // 13: concord.store.v1.NodeIdent
-	(*MetaCounters)(nil),                // 14: concord.store.v1.MetaCounters
-	(*concordpb.Op)(nil),                // 15: concord.v1.Op
-	(concordpb.NodeState)(0),            // 16: concord.v1.NodeState
-	(*concordpb.ShardDescriptor)(nil),   // 17: concord.v1.ShardDescriptor
-	(*concordpb.OpResult)(nil),          // 18: concord.v1.OpResult
-	(*concordpb.NodeDescriptor)(nil),    // 19: concord.v1.NodeDescriptor
-	(*concordpb.ReplicaDescriptor)(nil), // 20: concord.v1.ReplicaDescriptor
+	(*SetClusterVersion)(nil),           // 14: concord.store.v1.SetClusterVersion
+	(*MetaCounters)(nil),                // 15: concord.store.v1.MetaCounters
+	(*concordpb.Op)(nil),                // 16: concord.v1.Op
+	(concordpb.NodeState)(0),            // 17: concord.v1.NodeState
+	(*concordpb.ShardDescriptor)(nil),   // 18: concord.v1.ShardDescriptor
+	(*concordpb.OpResult)(nil),          // 19: concord.v1.OpResult
+	(*concordpb.NodeDescriptor)(nil),    // 20: concord.v1.NodeDescriptor
+	(*concordpb.ReplicaDescriptor)(nil), // 21: concord.v1.ReplicaDescriptor
 }
 var file_internal_storepb_store_proto_depIdxs = []int32{
 	1,  // 0: concord.store.v1.Command.kv:type_name -> concord.store.v1.KVCommand
@@ -1140,21 +1219,22 @@ var file_internal_storepb_store_proto_depIdxs = []int32{
 	3,  // 2: concord.store.v1.Command.add_node:type_name -> concord.store.v1.AddNode
 	5,  // 3: concord.store.v1.Command.update_descriptor:type_name -> concord.store.v1.UpdateDescriptor
 	4,  // 4: concord.store.v1.Command.mark_node:type_name -> concord.store.v1.MarkNode
-	15, // 5: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
-	16, // 6: concord.store.v1.MarkNode.state:type_name -> concord.v1.NodeState
-	17, // 7: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
-	18, // 8: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
-	19, // 9: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
-	6,  // 10: concord.store.v1.SessionRecord.result:type_name -> concord.store.v1.CommandResult
-	8,  // 11: concord.store.v1.SessionRecord.window:type_name -> concord.store.v1.SessionResult
-	6,  // 12: concord.store.v1.SessionResult.result:type_name -> concord.store.v1.CommandResult
-	20, // 13: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
-	11, // 14: concord.store.v1.AppliedState.clock:type_name -> concord.store.v1.ShardClock
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 5: concord.store.v1.Command.set_cluster_version:type_name -> concord.store.v1.SetClusterVersion
+	16, // 6: concord.store.v1.KVCommand.ops:type_name -> concord.v1.Op
+	17, // 7: concord.store.v1.MarkNode.state:type_name -> concord.v1.NodeState
+	18, // 8: concord.store.v1.UpdateDescriptor.shard:type_name -> concord.v1.ShardDescriptor
+	19, // 9: concord.store.v1.CommandResult.results:type_name -> concord.v1.OpResult
+	20, // 10: concord.store.v1.CommandResult.nodes:type_name -> concord.v1.NodeDescriptor
+	6,  // 11: concord.store.v1.SessionRecord.result:type_name -> concord.store.v1.CommandResult
+	8,  // 12: concord.store.v1.SessionRecord.window:type_name -> concord.store.v1.SessionResult
+	6,  // 13: concord.store.v1.SessionResult.result:type_name -> concord.store.v1.CommandResult
+	21, // 14: concord.store.v1.ConfChangeContext.added:type_name -> concord.v1.ReplicaDescriptor
+	11, // 15: concord.store.v1.AppliedState.clock:type_name -> concord.store.v1.ShardClock
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_internal_storepb_store_proto_init() }
@@ -1168,6 +1248,7 @@ func file_internal_storepb_store_proto_init() {
 		(*Command_AddNode)(nil),
 		(*Command_UpdateDescriptor)(nil),
 		(*Command_MarkNode)(nil),
+		(*Command_SetClusterVersion)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1175,7 +1256,7 @@ func file_internal_storepb_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_storepb_store_proto_rawDesc), len(file_internal_storepb_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

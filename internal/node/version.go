@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
+)
+
+// The cluster version gate (package version): every heartbeat reports the
+// level this node's binary applies; the placement leader raises the
+// cluster's version, a record of the meta shard, once every node that is
+// not removed has reported a higher level, and answers every heartbeat
+// with it. A node learns it there, records it (synced), and uses a feature
+// only once the version allows it (backend.ClusterVersion). A binary below
+// the cluster's version stops (learnClusterVersion), will not start on the
+// data of a node that knew the higher version (checkVersionAtStart), cannot
+// join (grpcapi.Cluster.Join), and is not heard by placement (a pre-level
+// binary cannot stop itself: silent, it is judged dead and its replicas
+// are replaced).
+
+// level is the cluster version this node's binary applies, as it reports
+// it: version.Binary, or the lower level a test sets in Config.Version to
+// stand for an older binary.
+func (n *Node) level() version.Level {
+	if n.cfg.Version != 0 {
+		return n.cfg.Version
+	}
+	return version.Binary
+}
+
+// checkVersionAtStart refuses to start a binary below the cluster version
+// this node last learned or its meta replica holds: the raft logs here may
+// hold entries it would apply differently. Otherwise the node starts with
+// that version known, so its features need not wait for a heartbeat.
+func (n *Node) checkVersionAtStart() error {
+	seen, err := n.eng.ClusterVersion()
+	if err != nil {
+		return err
+	}
+	cv := version.Level(seen)
+	err = n.eng.Read(func(r storage.Reader) error {
+		meta, err := placement.ClusterVersion(r)
+		cv = max(cv, meta)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if cv > n.level() {
+		return versionError(cv, n.level())
+	}
+	n.clusterVersion.Store(uint32(cv))
+	return nil
+}
+
+func versionError(cluster, binary version.Level) error {
+	return fmt.Errorf("the cluster's version is %d, above the %d this binary applies: run a newer concord binary on this node "+
+		"(it stopped rather than apply what it does not know)", cluster, binary)
+}
+
+// learnClusterVersion takes the cluster's version from a heartbeat answer:
+// above this binary's level, the node stops; above what it knew, it is
+// recorded before any proposal uses it.
+func (n *Node) learnClusterVersion(cv version.Level) {
+	if cv > n.level() {
+		n.fail(versionError(cv, n.level()))
+		return
+	}
+	if uint32(cv) <= n.clusterVersion.Load() {
+		return
+	}
+	if err := n.eng.SetClusterVersion(uint32(cv)); err != nil {
+		n.log.Warn("record the cluster version", "version", cv, "err", err)
+		return // learned again at the next heartbeat
+	}
+	n.clusterVersion.Store(uint32(cv))
+	n.log.Info("cluster version raised", "version", cv)
+}
+
+// reportedLevel is the level a heartbeat reports; a binary from before
+// levels reports none and applies Base.
+func reportedLevel(req *concordpb.HeartbeatRequest) version.Level {
+	return max(version.Base, version.Level(req.GetVersion()))
+}
+
+// readClusterVersion reads the cluster's version from the local meta
+// replica (the placement leader's).
+func (n *Node) readClusterVersion() (cv version.Level, err error) {
+	err = n.eng.Read(func(r storage.Reader) (err error) {
+		cv, err = placement.ClusterVersion(r)
+		return err
+	})
+	return cv, readErr(err)
+}
+
+// clusterVersionTarget is the level the cluster's version may rise to: the
+// lowest level reported by a node that is not removed or replaced (a dead
+// one counts: it may come back). ok is false while some such node has not
+// reported to this placement leader.
+func clusterVersionTarget(nodes []*concordpb.NodeDescriptor, levelOf func(ids.NodeID) (version.Level, bool)) (target version.Level, ok bool) {
+	target = version.Binary
+	for _, d := range nodes {
+		switch d.GetState() {
+		case concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
+			continue
+		}
+		l, ok := levelOf(ids.NodeID(d.GetNodeId()))
+		if !ok {
+			return version.Unknown, false
+		}
+		target = min(target, l)
+	}
+	return target, true
+}
+
+// raiseClusterVersion, on the placement leader, proposes the cluster's
+// version up to what every node reports, in the background (a heartbeat
+// must not wait on raft); one proposal at a time.
+func (n *Node) raiseClusterVersion(nodes []*concordpb.NodeDescriptor, cv version.Level) {
+	target, ok := clusterVersionTarget(nodes, n.placement.levelOf)
+	if !ok || target <= cv || !n.placement.raising.CompareAndSwap(false, true) {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.placement.raising.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
+			Kind: &storepb.Command_SetClusterVersion{SetClusterVersion: &storepb.SetClusterVersion{Version: uint32(target)}}})
+		if err != nil {
+			n.log.Debug("raise the cluster version", "version", target, "err", err)
+			return
+		}
+		n.log.Info("cluster version raised by placement", "from", cv, "to", target)
+	}()
+}

@@ -1,0 +1,256 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/localcluster"
+	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/version"
+)
+
+// TestClusterVersionTarget: the cluster's version may rise to the lowest
+// level reported by a node that is not removed or replaced (a dead node
+// counts: it may come back on its old binary), and not at all while such a
+// node has not reported.
+func TestClusterVersionTarget(t *testing.T) {
+	node := func(id uint64, s concordpb.NodeState) *concordpb.NodeDescriptor {
+		return &concordpb.NodeDescriptor{NodeId: id, State: s}
+	}
+	levels := map[ids.NodeID]version.Level{1: 2, 2: 2, 3: 1, 4: 1}
+	levelOf := func(n ids.NodeID) (version.Level, bool) { l, ok := levels[n]; return l, ok }
+	for _, tc := range []struct {
+		name  string
+		nodes []*concordpb.NodeDescriptor
+		want  version.Level
+		ok    bool
+	}{
+		{"all at 2", []*concordpb.NodeDescriptor{node(1, concordpb.NodeState_NODE_UP), node(2, concordpb.NodeState_NODE_UP)}, 2, true},
+		{"one up at 1", []*concordpb.NodeDescriptor{node(1, concordpb.NodeState_NODE_UP), node(3, concordpb.NodeState_NODE_UP)}, 1, true},
+		{"one dead at 1", []*concordpb.NodeDescriptor{node(1, concordpb.NodeState_NODE_UP), node(3, concordpb.NodeState_NODE_DEAD)}, 1, true},
+		{"one leaving at 1", []*concordpb.NodeDescriptor{node(1, concordpb.NodeState_NODE_UP), node(4, concordpb.NodeState_NODE_LEAVING)}, 1, true},
+		{"removed and replaced do not count", []*concordpb.NodeDescriptor{node(1, concordpb.NodeState_NODE_UP),
+			node(3, concordpb.NodeState_NODE_REMOVED), node(4, concordpb.NodeState_NODE_REPLACED)}, 2, true},
+		{"one never reported", []*concordpb.NodeDescriptor{node(1, concordpb.NodeState_NODE_UP), node(9, concordpb.NodeState_NODE_SUSPECT)}, 0, false},
+	} {
+		got, ok := clusterVersionTarget(tc.nodes, levelOf)
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("%s: target %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestLearnClusterVersion: a version this binary applies is recorded
+// (synced, for the check at start) and used; a higher one stops the node,
+// and the record refuses a restart on the older binary.
+func TestLearnClusterVersion(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := storage.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{eng: eng, log: slog.New(slog.DiscardHandler), failed: make(chan struct{}), cfg: Config{Version: 2}}
+	n.learnClusterVersion(2)
+	n.learnClusterVersion(1) // an older answer lowers nothing
+	if got := n.backend().ClusterVersion(); got != 2 {
+		t.Fatalf("learned version %d, want 2", got)
+	}
+	if rec, err := eng.ClusterVersion(); err != nil || rec != 2 {
+		t.Fatalf("recorded version %d, %v; want 2", rec, err)
+	}
+	select {
+	case <-n.Failed():
+		t.Fatal("a node stopped on a version its binary applies")
+	default:
+	}
+	n.learnClusterVersion(3)
+	select {
+	case <-n.Failed():
+		if !strings.Contains(n.failErr.Error(), "run a newer concord binary") {
+			t.Fatalf("stopped with %q, want it to say what to do", n.failErr)
+		}
+	default:
+		t.Fatal("a node kept running in a cluster above its binary's version")
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		level   version.Level
+		refused bool
+	}{{1, true}, {2, false}} {
+		eng, err := storage.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &Node{eng: eng, cfg: Config{Version: tc.level}}
+		err = n.checkVersionAtStart()
+		_ = eng.Close()
+		if (err != nil) != tc.refused {
+			t.Fatalf("a binary at %d started on data that knew version 2: %v (refused: want %v)", tc.level, err, tc.refused)
+		}
+		if !tc.refused && n.backend().ClusterVersion() != 2 {
+			t.Fatalf("restarted at version %d, want the recorded 2", n.backend().ClusterVersion())
+		}
+	}
+}
+
+// startCluster starts a cluster of len(levels) nodes in this process, one
+// shard, node i reporting levels[i] (0: this binary's), with fast
+// heartbeats; it returns the nodes, their configs and data dirs.
+func startCluster(t *testing.T, levels []version.Level) ([]*Node, []Config) {
+	t.Helper()
+	peers := sortedPeers(freeAddrs(t, len(levels)))
+	nodes, cfgs := make([]*Node, len(levels)), make([]Config, len(levels))
+	var wg sync.WaitGroup
+	errs := make([]error, len(levels))
+	for i := range levels {
+		cfg := DefaultConfig()
+		cfg.Addr, cfg.Peers, cfg.DataDir = peers[i], peers, t.TempDir()
+		cfg.Shards, cfg.Replicas, cfg.Version = 1, len(levels), levels[i]
+		cfg.TickInterval, cfg.HeartbeatInterval = 20*time.Millisecond, 50*time.Millisecond
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfgs[i] = cfg
+		n, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = n
+		t.Cleanup(n.Stop)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs[i] = n.Start(ctx)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return nodes, cfgs
+}
+
+// restart stops node i and starts it again on its data with level.
+func restart(t *testing.T, nodes []*Node, cfgs []Config, i int, level version.Level) error {
+	t.Helper()
+	nodes[i].Stop()
+	cfgs[i].Version = level
+	n, err := New(cfgs[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[i] = n
+	t.Cleanup(n.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Start(ctx)
+}
+
+// placementStatus is the whole-cluster status from the placement leader.
+func placementStatus(nodes []*Node) (*concordpb.StatusResponse, error) {
+	for _, n := range nodes {
+		if _, local := n.leaderOf(routing.MetaShard); local {
+			return n.clusterStatus()
+		}
+	}
+	return nil, errors.New("no placement leader yet")
+}
+
+// waitFor polls cond until it returns nil; the test fails with its last
+// error if timeout passes first.
+func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
+	t.Helper()
+	if _, err := localcluster.WaitFor(context.Background(), timeout, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClusterVersionGate, on three real nodes in this process: with one
+// node reporting an older level, the cluster stays at it even once every
+// node has reported; upgraded, the cluster rises to this binary's level on
+// every node; after that the older binary cannot start on that node's data.
+func TestClusterVersionGate(t *testing.T) {
+	nodes, cfgs := startCluster(t, []version.Level{0, 0, version.Base})
+	// Every node has reported its level, and node 3 has reported again
+	// since: a raise would have been proposed by then.
+	var seen3 float64 = -1
+	waitFor(t, 20*time.Second, func() error {
+		st, err := placementStatus(nodes)
+		if err != nil {
+			return err
+		}
+		for _, ns := range st.GetNodes() {
+			if ns.GetVersion() == 0 {
+				return fmt.Errorf("node %d has not reported a version", ns.GetNode().GetNodeId())
+			}
+		}
+		if st.GetClusterVersion() != uint32(version.Base) {
+			t.Fatalf("cluster version %d with node 3 at Base", st.GetClusterVersion())
+		}
+		age := st.GetNodes()[2].GetLastHeartbeatAgeSeconds()
+		if seen3 < 0 || age >= seen3 {
+			seen3 = age
+			return errors.New("waiting for a heartbeat after every node reported")
+		}
+		return nil
+	})
+	st, _ := placementStatus(nodes)
+	if st.GetClusterVersion() != uint32(version.Base) || st.GetNodes()[2].GetVersion() != uint32(version.Base) ||
+		st.GetNodes()[0].GetVersion() != uint32(version.Binary) {
+		t.Fatalf("status %v: want cluster version Base, node 3 at Base, node 1 at Binary", st)
+	}
+	for i, n := range nodes {
+		if v := n.backend().ClusterVersion(); v > version.Base {
+			t.Fatalf("node %d uses version %d while node 3 applies only Base", i+1, v)
+		}
+	}
+
+	if err := restart(t, nodes, cfgs, 2, 0); err != nil {
+		t.Fatalf("restart node 3 on this binary: %v", err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for i, n := range nodes {
+			if v := n.backend().ClusterVersion(); v != version.Binary {
+				return fmt.Errorf("node %d at version %d, want %d", i+1, v, version.Binary)
+			}
+		}
+		return nil
+	})
+
+	// A binary from before versions (it reports none) is answered with the
+	// version but not heard: placement does not record its report.
+	var leader *Node
+	for _, n := range nodes {
+		if _, local := n.leaderOf(routing.MetaShard); local {
+			leader = n
+		}
+	}
+	if leader == nil {
+		t.Fatal("no placement leader")
+	}
+	node3 := nodes[2].ID()
+	before, _ := leader.placement.levelOf(node3)
+	resp, err := leader.handleHeartbeat(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: uint64(node3)}})
+	if err != nil || resp.GetClusterVersion() != uint32(version.Binary) {
+		t.Fatalf("heartbeat from a binary before versions: %v, %v; want an answer with version %d", resp, err, version.Binary)
+	}
+	if after, _ := leader.placement.levelOf(node3); after != before {
+		t.Fatalf("placement recorded a report at level %d from a binary below the cluster's version", after)
+	}
+
+	err = restart(t, nodes, cfgs, 2, version.Base)
+	if err == nil || !strings.Contains(err.Error(), "run a newer concord binary") {
+		t.Fatalf("an older binary started on data of a cluster at version %d: %v", version.Binary, err)
+	}
+}
