@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/internal/testcluster"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // TestRollingRestart follows docs/operations.md's rolling restart under a
@@ -89,6 +90,24 @@ func TestRollingRestart(t *testing.T) {
 		return true
 	})
 	t.Logf("%d acknowledged writes read back, %d client errors", checked, len(errs))
+
+	// Every node runs this binary, before and after its restart: the
+	// cluster version is this binary's, and every node reports it.
+	testcluster.WaitFor(t, readyTimeout, func() error {
+		st, err := placementStatus(c)
+		if err != nil {
+			return err
+		}
+		if st.GetClusterVersion() != uint32(version.Binary) {
+			return fmt.Errorf("cluster version %d, want %d", st.GetClusterVersion(), version.Binary)
+		}
+		for _, ns := range st.GetNodes() {
+			if ns.GetVersion() != uint32(version.Binary) {
+				return fmt.Errorf("node %d reports version %d, want %d", ns.GetNode().GetNodeId(), ns.GetVersion(), version.Binary)
+			}
+		}
+		return nil
+	})
 }
 
 // awaitHTTPReady polls a /readyz URL until it answers 200.
