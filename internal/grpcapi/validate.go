@@ -93,13 +93,19 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 	return shard, nil
 }
 
-// checkOp validates operation i of a batch on its own: the state machine's
-// own rules (kv.CheckOp: known type and condition, times and offsets not
+// checkOp validates operation i of a batch on its own: no field this
+// binary does not know, the state machine's own rules (kv.CheckOp: known type and condition, times and offsets not
 // negative, options that fit the op), then the sizes. A SET_RANGE whose end
 // lies beyond the value size limit could only fail: it is refused here. An
 // APPEND's result is checked at apply (OP_ERROR_TOO_LARGE), where the
 // current value is known.
 func (l Limits) checkOp(i int, op *concordpb.Op) error {
+	if len(op.ProtoReflect().GetUnknown()) > 0 {
+		// The op becomes the raft command as it is, and every replica
+		// refuses to apply a command with a field it does not know
+		// (storepb.ErrUnknownFields), which stops its node.
+		return invalid("operation %d has a field this server does not know (a newer client's or node's): run a newer concord binary on the cluster to use it", i)
+	}
 	if err := kv.CheckOp(op); err != nil {
 		return invalid("operation %d: %v", i, err)
 	}
