@@ -165,12 +165,18 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 }
 
 // levelOf returns the level node's last report gave; false if it has not
-// reported to this placement leader.
-func (m *placementState) levelOf(node ids.NodeID) (version.Level, bool) {
+// reported to this placement leader within maxAge of now. An older report
+// says nothing of the binary the node runs now: a node that is down (or
+// reported to another placement leader since) may come back on an older
+// one.
+func (m *placementState) levelOf(node ids.NodeID, now time.Time, maxAge time.Duration) (version.Level, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.loads[node]
-	return l.version, ok
+	if !ok || now.Sub(m.reports[node].At) > maxAge {
+		return version.Unknown, false
+	}
+	return l.version, true
 }
 
 // loadOf returns node's last reported load.

@@ -104,7 +104,9 @@ func (n *Node) readClusterVersion() (cv version.Level, err error) {
 // clusterVersionTarget is the level the cluster's version may rise to: the
 // lowest level reported by a node that is not removed or replaced (a dead
 // one counts: it may come back). ok is false while some such node has not
-// reported to this placement leader.
+// reported to this placement leader lately (levelOf): one that is down
+// holds the version back, whatever its last report said, since it may
+// come back on an older binary.
 func clusterVersionTarget(nodes []*concordpb.NodeDescriptor, levelOf func(ids.NodeID) (version.Level, bool)) (target version.Level, ok bool) {
 	target = version.Binary
 	for _, d := range nodes {
@@ -125,7 +127,10 @@ func clusterVersionTarget(nodes []*concordpb.NodeDescriptor, levelOf func(ids.No
 // version up to what every node reports, in the background (a heartbeat
 // must not wait on raft); one proposal at a time.
 func (n *Node) raiseClusterVersion(nodes []*concordpb.NodeDescriptor, cv version.Level) {
-	target, ok := clusterVersionTarget(nodes, n.placement.levelOf)
+	now, maxAge := time.Now(), n.schedulerSettings().ReportMaxAge
+	target, ok := clusterVersionTarget(nodes, func(node ids.NodeID) (version.Level, bool) {
+		return n.placement.levelOf(node, now, maxAge)
+	})
 	if !ok || target <= cv || !n.placement.raising.CompareAndSwap(false, true) {
 		return
 	}

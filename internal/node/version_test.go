@@ -240,17 +240,93 @@ func TestClusterVersionGate(t *testing.T) {
 		t.Fatal("no placement leader")
 	}
 	node3 := nodes[2].ID()
-	before, _ := leader.placement.levelOf(node3)
+	before := leader.placement.loadOf(node3).version
 	resp, err := leader.handleHeartbeat(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: uint64(node3)}})
 	if err != nil || resp.GetClusterVersion() != uint32(version.Binary) {
 		t.Fatalf("heartbeat from a binary before versions: %v, %v; want an answer with version %d", resp, err, version.Binary)
 	}
-	if after, _ := leader.placement.levelOf(node3); after != before {
+	if after := leader.placement.loadOf(node3).version; after != before {
 		t.Fatalf("placement recorded a report at level %d from a binary below the cluster's version", after)
 	}
 
 	err = restart(t, nodes, cfgs, 2, version.Base)
 	if err == nil || !strings.Contains(err.Error(), "run a newer concord binary") {
 		t.Fatalf("an older binary started on data of a cluster at version %d: %v", version.Binary, err)
+	}
+}
+
+// TestDownNodeHoldsTheClusterVersion: a node that is down holds the
+// cluster's version back until it reports again, even if its last report,
+// from before it went down, gave a higher level: it may come back on an
+// older binary (a rollback of a crashing upgrade), and checkVersionAtStart
+// would let it, as its data never saw the raise. Once it reports again the
+// version rises.
+func TestDownNodeHoldsTheClusterVersion(t *testing.T) {
+	nodes, cfgs := startCluster(t, []version.Level{0, 0, version.Base})
+	waitFor(t, 20*time.Second, func() error {
+		st, err := placementStatus(nodes)
+		if err != nil {
+			return err
+		}
+		for _, ns := range st.GetNodes() {
+			if ns.GetVersion() == 0 {
+				return fmt.Errorf("node %d has not reported a version", ns.GetNode().GetNodeId())
+			}
+		}
+		return nil
+	})
+	// Stop a node at this binary's level that does not lead placement:
+	// the placement leader keeps its last report, at Binary.
+	down := -1
+	for i := range 2 {
+		if _, local := nodes[i].leaderOf(routing.MetaShard); !local {
+			down = i
+			break
+		}
+	}
+	nodes[down].Stop()
+	// Past ReportMaxAge (three heartbeats): until then its last report
+	// counts, as a node's may for a heartbeat it lost.
+	time.Sleep(4 * cfgs[down].HeartbeatInterval)
+	if err := restart(t, nodes, cfgs, 2, 0); err != nil {
+		t.Fatalf("restart node 3 on this binary: %v", err)
+	}
+	up := []*Node{nodes[1-down], nodes[2]}
+	deadline := time.Now().Add(2 * time.Second) // 40 heartbeats
+	for time.Now().Before(deadline) {
+		for _, n := range up {
+			if v := n.backend().ClusterVersion(); v > version.Base {
+				t.Fatalf("cluster version %d while node %d, down, may come back on a binary at Base", v, down+1)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := restart(t, nodes, cfgs, down, 0); err != nil {
+		t.Fatalf("restart node %d on this binary: %v", down+1, err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for i, n := range nodes {
+			if v := n.backend().ClusterVersion(); v != version.Binary {
+				return fmt.Errorf("node %d at version %d, want %d", i+1, v, version.Binary)
+			}
+		}
+		return nil
+	})
+}
+
+// TestLevelOfNeedsAFreshReport: a level counts for the cluster version
+// only while its report is fresh; an older one is as good as none.
+func TestLevelOfNeedsAFreshReport(t *testing.T) {
+	var m placementState
+	m.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 1}, Version: uint32(version.Binary)})
+	at := m.reports[1].At
+	if l, ok := m.levelOf(1, at.Add(time.Second), time.Second); !ok || l != version.Binary {
+		t.Fatalf("a report as old as maxAge: level %d, %v; want %d, true", l, ok, version.Binary)
+	}
+	if _, ok := m.levelOf(1, at.Add(time.Second+1), time.Second); ok {
+		t.Fatal("a report older than maxAge still counts")
+	}
+	if _, ok := m.levelOf(2, at, time.Second); ok {
+		t.Fatal("a node that never reported has a level")
 	}
 }
