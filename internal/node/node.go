@@ -86,6 +86,10 @@ type Node struct {
 	// clusterVersion is the cluster's version (a version.Level) as the
 	// last heartbeat answer gave it; 0 (version.Unknown) until then.
 	clusterVersion atomic.Uint32
+	// learnMu serializes learnClusterVersion (the heartbeat loop, and the
+	// placement leader's raise), so neither records or stores a lower
+	// version over the other's higher one.
+	learnMu sync.Mutex
 
 	// requests counts client requests, for the rate heartbeats report.
 	requests requestMeter

@@ -74,6 +74,8 @@ func (n *Node) learnClusterVersion(cv version.Level) {
 		n.fail(versionError(cv, n.level()))
 		return
 	}
+	n.learnMu.Lock()
+	defer n.learnMu.Unlock()
 	if uint32(cv) <= n.clusterVersion.Load() {
 		return
 	}
@@ -147,5 +149,8 @@ func (n *Node) raiseClusterVersion(nodes []*concordpb.NodeDescriptor, cv version
 			return
 		}
 		n.log.Info("cluster version raised by placement", "from", cv, "to", target)
+		// Applied here: use it now (Join checks against it), not at the
+		// next heartbeat.
+		n.learnClusterVersion(target)
 	}()
 }
