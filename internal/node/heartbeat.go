@@ -407,14 +407,8 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 		return nil, err
 	}
 	n.raiseClusterVersion(v.Nodes, cv)
-	known := map[ids.ShardID]*concordpb.ShardDescriptor{}
-	for _, d := range v.Shards {
-		known[ids.ShardID(d.GetShardId())] = d
-	}
-	for _, d := range req.GetLedDescriptors() {
-		if cur := known[ids.ShardID(d.GetShardId())]; cur == nil || cur.GetEpoch() < d.GetEpoch() {
-			n.recordDescriptor(d)
-		}
+	for _, d := range newerDescriptors(v.Shards, req.GetLedDescriptors()) {
+		n.recordDescriptor(d)
 	}
 	leaders := scheduler.Leaders(v)
 	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: uint64(n.ID()), ClusterVersion: uint32(cv)}
@@ -423,6 +417,25 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})
 	}
 	return resp, nil
+}
+
+// newerDescriptors returns the descriptors of led that are newer than
+// placement's (known) and that this binary can record: one with a field
+// it does not know (a newer binary's) would stop every meta replica
+// (storepb.ErrUnknownFields); its shard's own replicas keep it, and
+// placement keeps the last one it knows.
+func newerDescriptors(known, led []*concordpb.ShardDescriptor) []*concordpb.ShardDescriptor {
+	epochs := make(map[uint64]uint64, len(known))
+	for _, d := range known {
+		epochs[d.GetShardId()] = d.GetEpoch()
+	}
+	var out []*concordpb.ShardDescriptor
+	for _, d := range led {
+		if e, ok := epochs[d.GetShardId()]; (!ok || e < d.GetEpoch()) && !storepb.HasUnknown(d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // recordDescriptor proposes a newer shard descriptor to the placement

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/localcluster"
@@ -367,5 +369,20 @@ func TestPlacementLeaderLearnsTheVersionItRaises(t *testing.T) {
 	})
 	if v := n.backend().ClusterVersion(); v != version.Binary {
 		t.Fatalf("the placement leader raised the cluster version to %d but uses %d until its next heartbeat", version.Binary, v)
+	}
+}
+
+// TestNewerDescriptorsSkipsUnknownFields: placement records a shard
+// leader's descriptor only when it is newer than its own and holds no
+// field this binary does not know (recorded, it would stop every meta
+// replica).
+func TestNewerDescriptorsSkipsUnknownFields(t *testing.T) {
+	known := []*concordpb.ShardDescriptor{{ShardId: 1, Epoch: 5}, {ShardId: 2, Epoch: 5}}
+	foreign := &concordpb.ShardDescriptor{ShardId: 2, Epoch: 9}
+	foreign.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 1))
+	led := []*concordpb.ShardDescriptor{{ShardId: 1, Epoch: 5}, foreign, {ShardId: 1, Epoch: 6}, {ShardId: 3, Epoch: 1}}
+	got := newerDescriptors(known, led)
+	if len(got) != 2 || got[0] != led[2] || got[1] != led[3] {
+		t.Fatalf("recorded %v; want shard 1 at epoch 6 and the new shard 3 only", got)
 	}
 }

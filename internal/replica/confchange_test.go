@@ -1,9 +1,11 @@
 package replica
 
 import (
+	"errors"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -166,5 +168,29 @@ func TestRemoveChange(t *testing.T) {
 		if cc, err := RemoveChange(c.desc, 1, c.id, c.leader); err == nil {
 			t.Errorf("%s: got %v, want an error", c.name, cc)
 		}
+	}
+}
+
+// TestConfChangeContextWithUnknownFieldsStops: a membership change whose
+// context has a field this binary does not know (a newer binary's) is not
+// applied without it: the replica returns storepb.ErrUnknownFields (its
+// node stops) before raft or the descriptor change.
+func TestConfChangeContextWithUnknownFieldsStops(t *testing.T) {
+	s := newSolo(t)
+	ctx := &storepb.ConfChangeContext{CommandId: 7, Added: []*concordpb.ReplicaDescriptor{rep(2, 2)}}
+	ctx.GetAdded()[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 1))
+	data, err := proto.Marshal(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: new(uint64(2))}}, Context: data}
+	epoch := s.r.Descriptor().GetEpoch()
+	b := s.eng.NewIndexedBatch()
+	defer b.Close()
+	if err := s.r.applyConfChange(b, cc); !errors.Is(err, storepb.ErrUnknownFields) {
+		t.Fatalf("applyConfChange = %v, want ErrUnknownFields", err)
+	}
+	if got := s.r.Descriptor().GetEpoch(); got != epoch {
+		t.Fatalf("descriptor epoch %d after a refused change, want %d", got, epoch)
 	}
 }

@@ -253,6 +253,9 @@ func (r *Replica) applyConfChange(b *pebble.Batch, cc *pb.ConfChangeV2) error {
 		if err := proto.Unmarshal(cc.GetContext(), &ctx); err != nil {
 			return fmt.Errorf("decode conf change context: %w", err)
 		}
+		if storepb.HasUnknown(&ctx) {
+			return fmt.Errorf("decode conf change context: %w", storepb.ErrUnknownFields)
+		}
 	}
 	cs := r.rn.ApplyConfChange(cc)
 	r.dropLease() // the round's quorum was of the old configuration

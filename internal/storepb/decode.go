@@ -46,7 +46,7 @@ func (d *CommandDecoder) Decode(data []byte) (*Command, error) {
 	if err := proto.Unmarshal(data, cmd); err != nil {
 		return nil, err
 	}
-	if hasUnknown(cmd.ProtoReflect()) {
+	if HasUnknown(cmd) {
 		return nil, ErrUnknownFields
 	}
 	return cmd, nil
@@ -60,7 +60,10 @@ func (d *CommandDecoder) Decode(data []byte) (*Command, error) {
 // newer binary.
 var ErrUnknownFields = errors.New("the command has fields this binary does not know: it was proposed for a newer cluster version; run a newer concord binary on this node")
 
-// hasUnknown reports whether m, or any message in it, holds unknown fields.
+// HasUnknown reports whether m, or any message in it, holds fields this
+// binary does not know.
+func HasUnknown(m proto.Message) bool { return hasUnknown(m.ProtoReflect()) }
+
 func hasUnknown(m protoreflect.Message) bool {
 	if len(m.GetUnknown()) > 0 {
 		return true
