@@ -1897,7 +1897,8 @@ type OpResult struct {
 	IntValue int64 `protobuf:"varint,4,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
 	// GET: the key's expiry, Unix milliseconds; 0: none.
 	ExpireAtUnixMs int64 `protobuf:"varint,5,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
-	// Non-zero: the op failed and changed nothing.
+	// Non-zero: the op failed and changed nothing (but an INCR with repeat
+	// may fail after some of its INCRs applied: see repeat_applied).
 	Error OpError `protobuf:"varint,6,opt,name=error,proto3,enum=concord.v1.OpError" json:"error,omitempty"`
 	// The op was not applied: a CHECK before it failed (OP_CHECK's skip).
 	Skipped bool `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
