@@ -50,6 +50,12 @@ type fakeNode struct {
 	// key as its value), or refuses it whole (InvalidArgument) if a value is
 	// "bad", as the state machine refuses a batch with a bad op.
 	echo bool
+	// sm, when set, applies each proposal (withStateMachine): a real
+	// state machine's results.
+	sm func(shard ids.ShardID, cmd *storepb.Command) *storepb.CommandResult
+	// clusterVersion is what ClusterVersion reports (a version.Level);
+	// 0: version.Binary.
+	clusterVersion atomic.Uint32
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
@@ -176,7 +182,7 @@ func (f *fakeNode) HasReplica(shard ids.ShardID) bool {
 	return false
 }
 
-func (f *fakeNode) Propose(ctx context.Context, _ ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
+func (f *fakeNode) Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	f.proposing.Add(1)
 	if f.proposeGate != nil {
 		<-f.proposeGate
@@ -194,6 +200,9 @@ func (f *fakeNode) Propose(ctx context.Context, _ ids.ShardID, cmd *storepb.Comm
 	}
 	if f.echo {
 		return echoResult(cmd), nil
+	}
+	if f.sm != nil {
+		return f.sm(shard, cmd), nil
 	}
 	return f.proposeResult, f.proposeErr
 }
@@ -262,8 +271,14 @@ func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool,
 	return nil, 0, false, nil
 }
 
-// ClusterVersion: every fake replica runs this binary.
-func (f *fakeNode) ClusterVersion() version.Level { return version.Binary }
+// ClusterVersion: every fake replica runs this binary, unless a test
+// sets clusterVersion.
+func (f *fakeNode) ClusterVersion() version.Level {
+	if v := version.Level(f.clusterVersion.Load()); v != version.Unknown {
+		return v
+	}
+	return version.Binary
+}
 
 func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error) {
 	return fakeView{f: f, shard: shard}.GetMany(keys)
