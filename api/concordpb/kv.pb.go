@@ -1720,7 +1720,13 @@ type Op struct {
 	// value: see OpResult). Without it a PUT with no condition and no keep_ttl
 	// is a blind write: the state machine reads nothing for it, and its
 	// result reports nothing but that it applied. false for every other type.
-	ReturnPrev    bool `protobuf:"varint,16,opt,name=return_prev,json=returnPrev,proto3" json:"return_prev,omitempty"`
+	ReturnPrev bool `protobuf:"varint,16,opt,name=return_prev,json=returnPrev,proto3" json:"return_prev,omitempty"`
+	// INCR: the op stands for `repeat` INCRs by int_delta of its key in a
+	// row (0 or 1: one), applied as they would be one after another. Only a
+	// shard's leader proposes it, for a run of merged INCRs (clients may not
+	// set it above 1), and only once the cluster's version allows it. 0 for
+	// every other type.
+	Repeat        uint32 `protobuf:"varint,17,opt,name=repeat,proto3" json:"repeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1867,6 +1873,13 @@ func (x *Op) GetReturnPrev() bool {
 	return false
 }
 
+func (x *Op) GetRepeat() uint32 {
+	if x != nil {
+		return x.Repeat
+	}
+	return 0
+}
+
 type OpResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// GET: found. PUT with a condition: the put was made; PUT without one:
@@ -1884,10 +1897,14 @@ type OpResult struct {
 	IntValue int64 `protobuf:"varint,4,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
 	// GET: the key's expiry, Unix milliseconds; 0: none.
 	ExpireAtUnixMs int64 `protobuf:"varint,5,opt,name=expire_at_unix_ms,json=expireAtUnixMs,proto3" json:"expire_at_unix_ms,omitempty"`
-	// Non-zero: the op failed and changed nothing.
+	// Non-zero: the op failed and changed nothing (but an INCR with repeat
+	// may fail after some of its INCRs applied: see repeat_applied).
 	Error OpError `protobuf:"varint,6,opt,name=error,proto3,enum=concord.v1.OpError" json:"error,omitempty"`
 	// The op was not applied: a CHECK before it failed (OP_CHECK's skip).
-	Skipped       bool `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Skipped bool `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// INCR with repeat: how many of its INCRs applied (the first ones, in
+	// order; the rest failed with error, OP_ERROR_OVERFLOW). 0 otherwise.
+	RepeatApplied uint32 `protobuf:"varint,8,opt,name=repeat_applied,json=repeatApplied,proto3" json:"repeat_applied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1969,6 +1986,13 @@ func (x *OpResult) GetSkipped() bool {
 		return x.Skipped
 	}
 	return false
+}
+
+func (x *OpResult) GetRepeatApplied() uint32 {
+	if x != nil {
+		return x.RepeatApplied
+	}
+	return 0
 }
 
 type BatchRequest struct {
@@ -2184,7 +2208,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1d\n" +
 	"\n" +
-	"next_start\x18\x04 \x01(\fR\tnextStart\"\xe4\x03\n" +
+	"next_start\x18\x04 \x01(\fR\tnextStart\"\xfc\x03\n" +
 	"\x02Op\x12&\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x12.concord.v1.OpTypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -2204,7 +2228,8 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x06offset\x18\x0e \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04skip\x18\x0f \x01(\rR\x04skip\x12\x1f\n" +
 	"\vreturn_prev\x18\x10 \x01(\bR\n" +
-	"returnPrev\"\xd5\x01\n" +
+	"returnPrev\x12\x16\n" +
+	"\x06repeat\x18\x11 \x01(\rR\x06repeat\"\xfc\x01\n" +
 	"\bOpResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
@@ -2212,7 +2237,8 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\tint_value\x18\x04 \x01(\x03R\bintValue\x12)\n" +
 	"\x11expire_at_unix_ms\x18\x05 \x01(\x03R\x0eexpireAtUnixMs\x12)\n" +
 	"\x05error\x18\x06 \x01(\x0e2\x13.concord.v1.OpErrorR\x05error\x12\x18\n" +
-	"\askipped\x18\a \x01(\bR\askipped\"c\n" +
+	"\askipped\x18\a \x01(\bR\askipped\x12%\n" +
+	"\x0erepeat_applied\x18\b \x01(\rR\rrepeatApplied\"c\n" +
 	"\fBatchRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12 \n" +
 	"\x03ops\x18\x02 \x03(\v2\x0e.concord.v1.OpR\x03ops\"s\n" +

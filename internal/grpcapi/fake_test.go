@@ -30,12 +30,9 @@ type fakeNode struct {
 	leaders map[ids.ShardID]ids.NodeID // shard → leader node; missing means unknown
 	addrs   map[ids.NodeID]string      // guarded by mu: node → address of its front door
 	blocked map[ids.NodeID]bool
-	// clusterVersion is what ClusterVersion reports (guarded by mu; 0:
-	// version.Binary).
-	clusterVersion version.Level
-	data           map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
-	expiry         map[string]int64                      // key → expiry LocalGet reports
-	hint           ids.NodeID                            // PlacementLeaderHint
+	data    map[ids.ShardID][]*concordpb.KeyValue // shard → sorted keys
+	expiry  map[string]int64                      // key → expiry LocalGet reports
+	hint    ids.NodeID                            // PlacementLeaderHint
 	// electing, when set, makes Leader report no leader for that many calls
 	// and then electing.leader for every shard: an election that ends while
 	// a request waits.
@@ -53,6 +50,12 @@ type fakeNode struct {
 	// key as its value), or refuses it whole (InvalidArgument) if a value is
 	// "bad", as the state machine refuses a batch with a bad op.
 	echo bool
+	// sm, when set, applies each proposal (withStateMachine): a real
+	// state machine's results.
+	sm func(shard ids.ShardID, cmd *storepb.Command) *storepb.CommandResult
+	// clusterVersion is what ClusterVersion reports (a version.Level);
+	// 0: version.Binary.
+	clusterVersion atomic.Uint32
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
@@ -179,7 +182,7 @@ func (f *fakeNode) HasReplica(shard ids.ShardID) bool {
 	return false
 }
 
-func (f *fakeNode) Propose(ctx context.Context, _ ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
+func (f *fakeNode) Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	f.proposing.Add(1)
 	if f.proposeGate != nil {
 		<-f.proposeGate
@@ -197,6 +200,9 @@ func (f *fakeNode) Propose(ctx context.Context, _ ids.ShardID, cmd *storepb.Comm
 	}
 	if f.echo {
 		return echoResult(cmd), nil
+	}
+	if f.sm != nil {
+		return f.sm(shard, cmd), nil
 	}
 	return f.proposeResult, f.proposeErr
 }
@@ -265,15 +271,13 @@ func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool,
 	return nil, 0, false, nil
 }
 
-// ClusterVersion is clusterVersion, version.Binary if unset: every fake
-// replica runs this binary.
+// ClusterVersion: every fake replica runs this binary, unless a test
+// sets clusterVersion.
 func (f *fakeNode) ClusterVersion() version.Level {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.clusterVersion == 0 {
-		return version.Binary
+	if v := version.Level(f.clusterVersion.Load()); v != version.Unknown {
+		return v
 	}
-	return f.clusterVersion
+	return version.Binary
 }
 
 func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error) {

@@ -445,7 +445,7 @@ func TestRemoveNodeAtTheHopLimitWaitsForTheLeader(t *testing.T) {
 // message saying what to do; one at the cluster's version joins.
 func TestJoinRefusesABinaryBelowTheClusterVersion(t *testing.T) {
 	f := newFakeNode(t, 1, 4, 1)
-	f.clusterVersion = version.IncrRepeat
+	f.clusterVersion.Store(uint32(version.IncrRepeat))
 	c := concordpb.NewClusterClient(serve(t, f))
 	ctx := context.Background()
 	for _, v := range []uint32{0, uint32(version.Base)} {
@@ -466,7 +466,7 @@ func TestJoinRefusesABinaryBelowTheClusterVersion(t *testing.T) {
 // tags joins, and a whole-key cluster takes either.
 func TestJoinRefusesABinaryThatDoesNotKnowTheClustersKeyHash(t *testing.T) {
 	f := newFakeNode(t, 1, 4, 1)
-	f.clusterVersion = version.Base // a cluster that binaries before versions may join
+	f.clusterVersion.Store(uint32(version.Base)) // a cluster that binaries before versions may join
 	c := concordpb.NewClusterClient(serve(t, f))
 	ctx := context.Background()
 	if _, err := c.Join(ctx, &concordpb.JoinRequest{Address: "10.0.0.4:7000"}); err != nil {

@@ -39,6 +39,8 @@ type KV struct {
 	pmerge    mergeQueue[*queuedOps] // write batches proposed here (proposemerge.go)
 	// absorbed counts writes left out of merged proposals (kv.Absorb).
 	absorbed atomic.Uint64
+	// coalesced counts the INCRs runs of them saved (kv.Coalesce).
+	coalesced atomic.Uint64
 	// peers are the request streams forwards take (peerwire.go); nil:
 	// unary gRPC calls.
 	peers *peerPool

@@ -9,6 +9,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // Write batches without a session that this node, as the shard's leader,
@@ -74,8 +75,14 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	}
 	// Writes a later blind PUT of the same key overwrites unobserved are
 	// left out of the command (kv.Absorb: the rule and why it is safe);
-	// each still gets the result it would have had.
+	// each still gets the result it would have had. Then a run of INCRs
+	// of one key goes as one op (kv.Coalesce), once every replica applies
+	// such an op as the run (the cluster's version allows it).
 	kept, dropped := kv.Absorb(ops)
+	var runs []uint32
+	if s.b.ClusterVersion().Allows(version.IncrRepeat) {
+		kept, runs = kv.Coalesce(kept)
+	}
 	// The waiters' own deadlines end their waits; the proposal is bounded
 	// as a forwarded one is at its leader.
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
@@ -88,8 +95,8 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	case err != nil:
 		answerAll(batch, queuedResult{err: toStatus(err)})
 		return
-	case codes.Code(res.GetErrorCode()) != codes.OK && (len(batch) > 1 || dropped != nil):
-		// Refused whole, nothing applied: each part alone, unabsorbed, so
+	case codes.Code(res.GetErrorCode()) != codes.OK && (len(batch) > 1 || dropped != nil || runs != nil):
+		// Refused whole, nothing applied: each part alone, as it came, so
 		// that the error (which names an op by position) is its own.
 		answerAll(batch, queuedResult{err: errSendAlone})
 		return
@@ -97,11 +104,7 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 		answerAll(batch, queuedResult{err: status.Error(codes.Code(res.GetErrorCode()), res.GetErrorMessage())})
 		return
 	}
-	results := res.GetResults()
-	if dropped != nil {
-		s.absorbed.Add(uint64(len(ops) - len(kept)))
-		results = kv.Expand(results, dropped) // nil if the counts do not match
-	}
+	results := s.expandMerged(res.GetResults(), kept, runs, dropped, len(ops))
 	switch {
 	case len(results) != len(ops):
 		answerAll(batch, queuedResult{err: status.Errorf(codes.Internal, "a merged write of %d ops (%d proposed) applied with %d results",
@@ -114,10 +117,33 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	}
 }
 
+// expandMerged returns the results of the n merged ops from res, those of
+// the kept ops proposed, undoing what was done to them in reverse: the
+// runs of INCRs first (kv.ExpandRuns gives each of a run's INCRs its
+// result, so there is one per op Absorb kept), then the absorbed writes
+// (kv.Expand). Nil when the counts do not match. It counts what each did.
+func (s *KV) expandMerged(res []*concordpb.OpResult, kept []*concordpb.Op, runs []uint32, dropped []bool, n int) []*concordpb.OpResult {
+	if runs != nil {
+		if res = kv.ExpandRuns(kept, res, runs); res != nil {
+			s.coalesced.Add(uint64(len(res) - len(kept)))
+		}
+	}
+	if dropped != nil && res != nil {
+		s.absorbed.Add(uint64(n - len(res)))
+		res = kv.Expand(res, dropped) // nil if the counts do not match
+	}
+	return res
+}
+
 // WritesAbsorbed is the number of writes this node, leading their shard,
 // left out of merged proposals because a later blind PUT of the same key
 // in the same command overwrote them unobserved (kv.Absorb).
 func (s *KV) WritesAbsorbed() uint64 { return s.absorbed.Load() }
+
+// IncrsCoalesced is the number of INCRs this node, leading their shard,
+// proposed as part of a run of INCRs of one key that went as one op
+// (kv.Coalesce), less one per run: the ops the runs saved.
+func (s *KV) IncrsCoalesced() uint64 { return s.coalesced.Load() }
 
 // mergedOps is the ops of batch's items in order, in one allocation (a
 // merged batch of pipelined SETs holds hundreds).

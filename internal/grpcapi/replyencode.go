@@ -151,7 +151,7 @@ func batchSize(bt *concordpb.BatchResponse) (int, bool) {
 func resultSize(r *concordpb.OpResult) int {
 	return sizeBool(r.GetOk()) + sizeBytes(len(r.GetValue())) + sizeBool(r.GetExists()) +
 		sizeVarint(uint64(r.GetIntValue())) + sizeVarint(uint64(r.GetExpireAtUnixMs())) +
-		sizeVarint(uint64(r.GetError())) + sizeBool(r.GetSkipped())
+		sizeVarint(uint64(r.GetError())) + sizeBool(r.GetSkipped()) + sizeVarint(uint64(r.GetRepeatApplied()))
 }
 
 // Appenders of a field of number num, omitted when zero (proto3).
@@ -221,6 +221,7 @@ func appendReply(buf []byte, r *concordpb.StreamReply, body int) []byte {
 			buf = appendVarint(buf, 5, uint64(res.GetExpireAtUnixMs()))
 			buf = appendVarint(buf, 6, uint64(res.GetError()))
 			buf = appendBool(buf, 7, res.GetSkipped())
+			buf = appendVarint(buf, 8, uint64(res.GetRepeatApplied()))
 		}
 	}
 	return buf

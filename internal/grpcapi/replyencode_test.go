@@ -62,7 +62,7 @@ func randomReply(rng *rand.Rand) *concordpb.StreamReply {
 			bt.Results = append(bt.Results, withUnknown(rng, &concordpb.OpResult{Ok: rng.IntN(2) == 0,
 				Value: randomBytes(rng, 300), Exists: rng.IntN(2) == 0, IntValue: int64(rng.Uint64()) >> rng.IntN(64),
 				ExpireAtUnixMs: int64(rng.Uint64()) >> rng.IntN(64), Error: concordpb.OpError(rng.Int32N(7) - 1),
-				Skipped: rng.IntN(2) == 0}))
+				Skipped: rng.IntN(2) == 0, RepeatApplied: rng.Uint32() >> rng.IntN(33)}))
 		}
 		r.Response = &concordpb.StreamReply_Batch{Batch: withUnknown(rng, bt)}
 	case 0:

@@ -94,8 +94,12 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 }
 
 // checkOp validates operation i of a batch on its own: no field this
-// binary does not know, the state machine's own rules (kv.CheckOp: known type and condition, times and offsets not
-// negative, options that fit the op), then the sizes. A SET_RANGE whose end
+// binary does not know, the state machine's own rules (kv.CheckOp: known
+// type and condition, times and offsets not negative, options that fit the
+// op), then what only a client may not send (repeat: the state machine
+// takes it from a shard's leader, which joins a run of INCRs into one op,
+// never from a client, whose INCRs would then skip the version gate that
+// keeps it from older replicas), then the sizes. A SET_RANGE whose end
 // lies beyond the value size limit could only fail: it is refused here. An
 // APPEND's result is checked at apply (OP_ERROR_TOO_LARGE), where the
 // current value is known.
@@ -108,6 +112,9 @@ func (l Limits) checkOp(i int, op *concordpb.Op) error {
 	}
 	if err := kv.CheckOp(op); err != nil {
 		return invalid("operation %d: %v", i, err)
+	}
+	if op.GetRepeat() > 1 {
+		return invalid("operation %d: repeat %d: repeat is set only by a shard's leader; send each INCR (or one by the sum)", i, op.GetRepeat())
 	}
 	if err := l.checkKey(op.GetKey()); err != nil {
 		return err

@@ -56,6 +56,10 @@ func CheckOp(op *concordpb.Op) error {
 		return errors.New("float_delta must be a finite number")
 	case op.GetSkip() != 0 && t != concordpb.OpType_OP_CHECK:
 		return fmt.Errorf("%v takes no skip", t)
+	case op.GetRepeat() != 0 && t != concordpb.OpType_OP_INCR:
+		return fmt.Errorf("%v takes no repeat: it is for INCR", t)
+	case op.GetRepeat() > MaxRepeat:
+		return fmt.Errorf("repeat %d is above the limit %d", op.GetRepeat(), MaxRepeat)
 	case t == concordpb.OpType_OP_CHECK && (len(op.GetValue()) != 0 || op.GetDelete()):
 		return errors.New("OP_CHECK takes no value and no delete: it changes nothing")
 	}
@@ -158,7 +162,7 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op, blank 
 	case concordpb.OpType_OP_CHECK:
 		return &concordpb.OpResult{Ok: matches(s, op), Exists: exists, Value: cur.value}, nil
 	case concordpb.OpType_OP_INCR:
-		return incr(s, op.GetIntDelta())
+		return incr(s, op.GetIntDelta(), op.GetRepeat())
 	case concordpb.OpType_OP_INCR_FLOAT:
 		return e.incrFloat(s, op.GetFloatDelta())
 	case concordpb.OpType_OP_APPEND:
@@ -274,8 +278,17 @@ func failed(code concordpb.OpError) (*concordpb.OpResult, error) {
 	return &concordpb.OpResult{Error: code}, nil
 }
 
-// incr adds delta to the key's integer, keeping its expiry.
-func incr(s *store, delta int64) (*concordpb.OpResult, error) {
+// incr adds delta to the key's integer repeat times in a row (0 or 1:
+// once), keeping its expiry: a run of INCRs the leader coalesced
+// (Coalesce) applies here as one op, in O(1) whatever the run's length.
+// The state it leaves is the run's: the same value, and the same expiry,
+// index entry and deferred record (set is called once, with what the
+// last INCR would have set; the earlier ones' sets are overwritten in the
+// batch and never reach it: deferred.go). All fail when the value is not
+// an integer; otherwise the first k apply, k counted arithmetically, and
+// the rest overflow: once one does, every later one (same value, same
+// delta) does too.
+func incr(s *store, delta int64, repeat uint32) (*concordpb.OpResult, error) {
 	cur := s.cur()
 	var n int64
 	if s.exists {
@@ -284,12 +297,41 @@ func incr(s *store, delta int64) (*concordpb.OpResult, error) {
 			return failed(concordpb.OpError_OP_ERROR_NOT_INTEGER)
 		}
 	}
-	if (delta > 0 && n > math.MaxInt64-delta) || (delta < 0 && n < math.MinInt64-delta) {
+	r := uint64(max(repeat, 1))
+	k := incrsFit(n, delta, r)
+	if k == 0 {
 		return failed(concordpb.OpError_OP_ERROR_OVERFLOW)
 	}
-	n += delta
+	// Exact: the true sum lies in int64's range (incrsFit), so int64's
+	// wrapping product and sum give it.
+	n += int64(k) * delta
 	text := strconv.AppendInt(nil, n, 10)
-	return &concordpb.OpResult{Ok: true, Value: text, IntValue: n}, s.set(text, cur.expireAt)
+	res := &concordpb.OpResult{Ok: true, Value: text, IntValue: n}
+	if repeat > 1 { // a single INCR's result is what it always was
+		res.RepeatApplied = uint32(k)
+		if k < r {
+			res.Error = concordpb.OpError_OP_ERROR_OVERFLOW
+		}
+	}
+	return res, s.set(text, cur.expireAt)
+}
+
+// incrsFit is how many of r INCRs by delta, starting from n, apply before
+// the first that would leave int64's range. The room to the bound in
+// delta's direction is at most 2^64-1: it and the step are unsigned
+// (wrapping int64 differences read as uint64 are exact here, and -delta
+// for math.MinInt64 is 2^63).
+func incrsFit(n, delta int64, r uint64) uint64 {
+	var room, step uint64
+	switch {
+	case delta > 0:
+		room, step = uint64(math.MaxInt64-n), uint64(delta)
+	case delta < 0:
+		room, step = uint64(n-math.MinInt64), -uint64(delta)
+	default:
+		return r // adding 0 never overflows
+	}
+	return min(room/step, r)
 }
 
 // parseInt accepts what Redis's string2ll does: the canonical base-10 form

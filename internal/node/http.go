@@ -125,29 +125,30 @@ func methodName(full string) string {
 type stateCollector struct{ n *Node }
 
 var (
-	descReplicas = prometheus.NewDesc("concord_replicas", "Replicas this node holds.", nil, nil)
-	descLeaders  = prometheus.NewDesc("concord_leaders", "Replicas on this node that lead their shard.", nil, nil)
-	descReady    = prometheus.NewDesc("concord_ready", "1 if the node is ready (as /readyz), else 0.", nil, nil)
-	descLag      = prometheus.NewDesc("concord_shard_apply_lag_entries", "Committed entries a replica here has not applied yet.", []string{"shard"}, nil)
-	descApplied  = prometheus.NewDesc("concord_shard_applied_index", "The applied index of a replica here.", []string{"shard"}, nil)
-	descLogKept  = prometheus.NewDesc("concord_shard_raft_log_applied_entries", "Applied entries a replica here still holds in its raft log (what it keeps for followers that lag; see leader-aware log truncation).", []string{"shard"}, nil)
-	descTerm     = prometheus.NewDesc("concord_shard_term", "The raft term of a replica here.", []string{"shard"}, nil)
-	descIsLeader = prometheus.NewDesc("concord_shard_is_leader", "1 if the replica here leads its shard.", []string{"shard"}, nil)
-	descRounds   = prometheus.NewDesc("concord_shard_read_rounds_total", "ReadIndex rounds the replica here issued since it was loaded; each serves every linearizable read queued before it.", []string{"shard"}, nil)
-	descNodes    = prometheus.NewDesc("concord_cluster_nodes", "Nodes by state, as the placement leader judges them (reported by the placement leader only).", []string{"state"}, nil)
-	descPlLeader = prometheus.NewDesc("concord_placement_leader", "1 if this node leads the placement service (shard 0).", nil, nil)
-	descBCHits   = prometheus.NewDesc("concord_storage_block_cache_hits_total", "Pebble block cache lookups that found the block, since the node's storage opened.", nil, nil)
-	descBCMisses = prometheus.NewDesc("concord_storage_block_cache_misses_total", "Pebble block cache lookups that read the block from its file, since the node's storage opened.", nil, nil)
-	descBCBytes  = prometheus.NewDesc("concord_storage_block_cache_bytes", "Bytes of sstable blocks the Pebble block cache holds.", nil, nil)
-	descFlushed  = prometheus.NewDesc("concord_storage_flushed_bytes_total", "Bytes Pebble wrote flushing memtables to L0, since the node's storage opened.", nil, nil)
-	descCompact  = prometheus.NewDesc("concord_storage_compacted_bytes_total", "Bytes Pebble wrote compacting sstables, since the node's storage opened.", nil, nil)
-	descFlushes  = prometheus.NewDesc("concord_storage_flushes_total", "Pebble memtable flushes, since the node's storage opened.", nil, nil)
-	descFwdCalls = prometheus.NewDesc("concord_forwarded_calls_total", "KV calls this node forwarded to other nodes on their request streams, by what the stream travelled on: wire=\"tcp\" the framed TCP wire, wire=\"grpc\" KV.Stream over gRPC (a node that does not speak the wire).", []string{"wire"}, nil)
-	descAbsorbed = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
+	descReplicas  = prometheus.NewDesc("concord_replicas", "Replicas this node holds.", nil, nil)
+	descLeaders   = prometheus.NewDesc("concord_leaders", "Replicas on this node that lead their shard.", nil, nil)
+	descReady     = prometheus.NewDesc("concord_ready", "1 if the node is ready (as /readyz), else 0.", nil, nil)
+	descLag       = prometheus.NewDesc("concord_shard_apply_lag_entries", "Committed entries a replica here has not applied yet.", []string{"shard"}, nil)
+	descApplied   = prometheus.NewDesc("concord_shard_applied_index", "The applied index of a replica here.", []string{"shard"}, nil)
+	descLogKept   = prometheus.NewDesc("concord_shard_raft_log_applied_entries", "Applied entries a replica here still holds in its raft log (what it keeps for followers that lag; see leader-aware log truncation).", []string{"shard"}, nil)
+	descTerm      = prometheus.NewDesc("concord_shard_term", "The raft term of a replica here.", []string{"shard"}, nil)
+	descIsLeader  = prometheus.NewDesc("concord_shard_is_leader", "1 if the replica here leads its shard.", []string{"shard"}, nil)
+	descRounds    = prometheus.NewDesc("concord_shard_read_rounds_total", "ReadIndex rounds the replica here issued since it was loaded; each serves every linearizable read queued before it.", []string{"shard"}, nil)
+	descNodes     = prometheus.NewDesc("concord_cluster_nodes", "Nodes by state, as the placement leader judges them (reported by the placement leader only).", []string{"state"}, nil)
+	descPlLeader  = prometheus.NewDesc("concord_placement_leader", "1 if this node leads the placement service (shard 0).", nil, nil)
+	descBCHits    = prometheus.NewDesc("concord_storage_block_cache_hits_total", "Pebble block cache lookups that found the block, since the node's storage opened.", nil, nil)
+	descBCMisses  = prometheus.NewDesc("concord_storage_block_cache_misses_total", "Pebble block cache lookups that read the block from its file, since the node's storage opened.", nil, nil)
+	descBCBytes   = prometheus.NewDesc("concord_storage_block_cache_bytes", "Bytes of sstable blocks the Pebble block cache holds.", nil, nil)
+	descFlushed   = prometheus.NewDesc("concord_storage_flushed_bytes_total", "Bytes Pebble wrote flushing memtables to L0, since the node's storage opened.", nil, nil)
+	descCompact   = prometheus.NewDesc("concord_storage_compacted_bytes_total", "Bytes Pebble wrote compacting sstables, since the node's storage opened.", nil, nil)
+	descFlushes   = prometheus.NewDesc("concord_storage_flushes_total", "Pebble memtable flushes, since the node's storage opened.", nil, nil)
+	descFwdCalls  = prometheus.NewDesc("concord_forwarded_calls_total", "KV calls this node forwarded to other nodes on their request streams, by what the stream travelled on: wire=\"tcp\" the framed TCP wire, wire=\"grpc\" KV.Stream over gRPC (a node that does not speak the wire).", []string{"wire"}, nil)
+	descAbsorbed  = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
+	descCoalesced = prometheus.NewDesc("concord_incrs_coalesced_total", "INCRs this node, leading their shard, proposed inside a run of INCRs of one key that went as one op (Op.repeat), less one per run: the ops the runs saved; each was answered as applied alone.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descFwdCalls} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descCoalesced, descFwdCalls} {
 		ch <- d
 	}
 }
@@ -171,6 +172,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if n.kv != nil { // set before the HTTP server starts
 		ch <- prometheus.MustNewConstMetric(descAbsorbed, prometheus.CounterValue, float64(n.kv.WritesAbsorbed()))
+		ch <- prometheus.MustNewConstMetric(descCoalesced, prometheus.CounterValue, float64(n.kv.IncrsCoalesced()))
 		framed, grpc := n.kv.ForwardedCalls()
 		ch <- prometheus.MustNewConstMetric(descFwdCalls, prometheus.CounterValue, float64(framed), "tcp")
 		ch <- prometheus.MustNewConstMetric(descFwdCalls, prometheus.CounterValue, float64(grpc), "grpc")

@@ -156,13 +156,13 @@ func TestHTTPFrontDoor(t *testing.T) {
 	if metricValue(t, m, `concord_shard_raft_log_applied_entries{shard="1"}`) < 3 {
 		t.Error("shard 1's raft log does not hold the puts (a fresh log is truncated only past 100 entries)")
 	}
-	// Storage's block cache, flush and compaction counters and the absorbed
-	// writes are there (a
+	// Storage's block cache, flush and compaction counters, the absorbed
+	// writes and the coalesced INCRs are there (a
 	// fresh node's data is all in its memtable, and these puts overwrite
 	// nothing, so they need not have moved yet).
 	for _, series := range []string{"concord_storage_block_cache_hits_total", "concord_storage_block_cache_misses_total", "concord_storage_block_cache_bytes",
 		"concord_storage_flushed_bytes_total", "concord_storage_compacted_bytes_total", "concord_storage_flushes_total",
-		"concord_writes_absorbed_total"} {
+		"concord_writes_absorbed_total", "concord_incrs_coalesced_total"} {
 		if got := metricValue(t, m, series); got < 0 {
 			t.Errorf("%s = %v, want a count", series, got)
 		}

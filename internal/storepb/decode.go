@@ -259,6 +259,8 @@ func setOpVarint(op *concordpb.Op, num protowire.Number, v uint64) bool {
 		op.Skip = uint32(v)
 	case 16:
 		op.ReturnPrev = protowire.DecodeBool(v)
+	case 17:
+		op.Repeat = uint32(v)
 	default:
 		return false
 	}

@@ -216,3 +216,33 @@ func FuzzCommandDecoder(f *testing.F) {
 	var d CommandDecoder
 	f.Fuzz(func(t *testing.T, data []byte) { checkDecode(t, &d, data) })
 }
+
+// TestCommandDecoderKeepsRepeat protects replicas from diverging silently:
+// an entry with a repeated INCR (a leader's coalesced run) decodes on the
+// fast path with its repeat intact. A decoder that skipped field 17 would
+// have every replica apply one INCR where the leader meant hundreds.
+func TestCommandDecoderKeepsRepeat(t *testing.T) {
+	incr := &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: []byte("counter"), IntDelta: -7, Repeat: 350}
+	cmd := kvCommand(&KVCommand{Ops: []*concordpb.Op{
+		{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v")}, incr,
+		{Type: concordpb.OpType_OP_INCR, Key: []byte("counter"), IntDelta: 1, Repeat: 1<<32 - 1}}})
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d CommandDecoder
+	got, ok := d.decodeKV(data)
+	if !ok {
+		t.Fatal("a command with a repeated INCR left the fast path")
+	}
+	if !proto.Equal(got, cmd) {
+		t.Fatalf("decoded\n %v\nwant\n %v", got, cmd)
+	}
+	if r := got.GetKv().GetOps()[1].GetRepeat(); r != 350 {
+		t.Fatalf("repeat decoded as %d, want 350", r)
+	}
+	var op concordpb.Op
+	if b, _ := proto.Marshal(incr); !DecodeOp(&op, b) || !proto.Equal(&op, incr) {
+		t.Fatalf("DecodeOp gave %v, want %v", &op, incr)
+	}
+}
