@@ -144,11 +144,13 @@ var (
 	descFlushes   = prometheus.NewDesc("concord_storage_flushes_total", "Pebble memtable flushes, since the node's storage opened.", nil, nil)
 	descFwdCalls  = prometheus.NewDesc("concord_forwarded_calls_total", "KV calls this node forwarded to other nodes on their request streams, by what the stream travelled on: wire=\"tcp\" the framed TCP wire, wire=\"grpc\" KV.Stream over gRPC (a node that does not speak the wire).", []string{"wire"}, nil)
 	descAbsorbed  = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
+	descVersion   = prometheus.NewDesc("concord_cluster_version", "The cluster version this node has learned (0: none yet); features of a higher level are not used (package version).", nil, nil)
+	descBinary    = prometheus.NewDesc("concord_binary_version", "The highest cluster version this node's binary applies.", nil, nil)
 	descCoalesced = prometheus.NewDesc("concord_incrs_coalesced_total", "INCRs this node, leading their shard, proposed inside a run of INCRs of one key that went as one op (Op.repeat), less one per run: the ops the runs saved; each was answered as applied alone.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descCoalesced, descFwdCalls} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descCoalesced, descFwdCalls, descVersion, descBinary} {
 		ch <- d
 	}
 }
@@ -160,6 +162,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	ch <- prometheus.MustNewConstMetric(descVersion, prometheus.GaugeValue, float64(n.clusterVersion.Load()))
+	ch <- prometheus.MustNewConstMetric(descBinary, prometheus.GaugeValue, float64(n.level()))
 	if n.eng != nil { // set before the HTTP server starts
 		bc := n.eng.BlockCacheStats()
 		ch <- prometheus.MustNewConstMetric(descBCHits, prometheus.CounterValue, float64(bc.Hits))

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 func withHTTP(token string) func(*Config) {
@@ -166,6 +167,12 @@ func TestHTTPFrontDoor(t *testing.T) {
 		if got := metricValue(t, m, series); got < 0 {
 			t.Errorf("%s = %v, want a count", series, got)
 		}
+	}
+	if got := metricValue(t, m, "concord_binary_version"); got != float64(version.Binary) {
+		t.Errorf("concord_binary_version = %v, want %d", got, version.Binary)
+	}
+	if got := metricValue(t, m, "concord_cluster_version"); got < 0 || got > float64(version.Binary) {
+		t.Errorf("concord_cluster_version = %v, want 0 (not learned yet) to %d", got, version.Binary)
 	}
 	if !strings.Contains(m, "go_goroutines ") || !strings.Contains(m, "process_cpu_seconds_total ") {
 		t.Error("/metrics lacks the Go runtime and process collectors")
