@@ -2,6 +2,8 @@ package robustness
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -15,9 +17,13 @@ const (
 	opPut
 	opDelete
 	opCAS
+	// opIncr is Redis's INCR (RESP clients only): the key's integer plus
+	// one, absent counting as 0; a value that is not an integer refuses it
+	// (Ok false) and changes nothing.
+	opIncr
 )
 
-func (k opKind) String() string { return [...]string{"get", "put", "del", "cas"}[k] }
+func (k opKind) String() string { return [...]string{"get", "put", "del", "cas", "incr"}[k] }
 
 // kvInput is an operation's input.
 type kvInput struct {
@@ -35,7 +41,7 @@ type kvInput struct {
 // mutation: nothing is known of its result.
 type kvOutput struct {
 	Unknown bool
-	Ok      bool   // get: found; put: previous existed; del: existed; cas: swapped
+	Ok      bool   // get: found; put: previous existed; del: existed; cas: swapped; incr: applied (Value: the new value)
 	Value   string // get: value; put: previous value; cas: value before
 	Exists  bool   // cas: whether the key existed before
 }
@@ -103,6 +109,18 @@ func step(s kvState, in kvInput, out kvOutput) (bool, interface{}) {
 		}
 		sawState := out.Exists == s.Exists && (!s.Exists || out.Value == s.Value)
 		return out.Ok == match && sawState, next
+	case opIncr:
+		n, isInt := int64(0), true
+		if s.Exists {
+			var err error
+			n, err = strconv.ParseInt(s.Value, 10, 64)
+			isInt = err == nil && strconv.FormatInt(n, 10) == s.Value && n < math.MaxInt64
+		}
+		if !isInt {
+			return out.Unknown || !out.Ok, s
+		}
+		next := kvState{Exists: true, Value: strconv.FormatInt(n+1, 10)}
+		return out.Unknown || (out.Ok && out.Value == next.Value), next
 	}
 	return false, s
 }
@@ -122,6 +140,8 @@ func describe(in kvInput, out kvOutput) string {
 			exp = "absent"
 		}
 		fmt.Fprintf(&b, "cas(%s, %s → %s)", in.Key, exp, in.Value)
+	case opIncr:
+		fmt.Fprintf(&b, "incr(%s)", in.Key)
 	}
 	switch {
 	case out.Unknown:
@@ -130,6 +150,8 @@ func describe(in kvInput, out kvOutput) string {
 		b.WriteString(" → ok")
 	case in.Kind == opCAS:
 		fmt.Fprintf(&b, " → swapped=%v before=%s", out.Ok, stateString(out.Exists, out.Value))
+	case in.Kind == opIncr && !out.Ok:
+		b.WriteString(" → not an integer")
 	default:
 		fmt.Fprintf(&b, " → %s", stateString(out.Ok, out.Value))
 	}

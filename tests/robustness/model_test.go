@@ -13,6 +13,7 @@ func op(client int, call, ret int64, in kvInput, out kvOutput) porcupine.Operati
 
 func put(k, v string) kvInput { return kvInput{Kind: opPut, Key: k, Value: v} }
 func get(k string) kvInput    { return kvInput{Kind: opGet, Key: k} }
+func incr(k string) kvInput   { return kvInput{Kind: opIncr, Key: k} }
 func found(v string) kvOutput { return kvOutput{Ok: true, Value: v} }
 
 var absent = kvOutput{}
@@ -73,6 +74,42 @@ func TestModelJudgesHistories(t *testing.T) {
 			op(0, 0, 10, put("b", "1"), absent),
 			op(0, 20, 30, kvInput{Kind: opDelete, Key: "b"}, kvOutput{Ok: true}),
 			op(1, 40, 50, get("b"), absent),
+		}},
+		{"incr counts from absent, then from its last value", true, []porcupine.Operation{
+			op(0, 0, 10, incr("c"), kvOutput{Ok: true, Value: "1"}),
+			op(1, 20, 30, incr("c"), kvOutput{Ok: true, Value: "2"}),
+			op(0, 40, 50, get("c"), found("2")),
+		}},
+		{"two incrs answer one value", false, []porcupine.Operation{
+			op(0, 0, 10, incr("c"), kvOutput{Ok: true, Value: "1"}),
+			op(1, 5, 15, incr("c"), kvOutput{Ok: true, Value: "1"}),
+		}},
+		{"concurrent incrs in either order", true, []porcupine.Operation{
+			op(0, 0, 30, incr("c"), kvOutput{Ok: true, Value: "2"}),
+			op(1, 5, 20, incr("c"), kvOutput{Ok: true, Value: "1"}),
+		}},
+		{"incr of text is refused and changes nothing", true, []porcupine.Operation{
+			op(0, 0, 10, put("c", "x"), absent),
+			op(1, 20, 30, incr("c"), kvOutput{}),
+			op(0, 40, 50, get("c"), found("x")),
+		}},
+		{"incr of text claimed applied", false, []porcupine.Operation{
+			op(0, 0, 10, put("c", "x"), absent),
+			op(1, 20, 30, incr("c"), kvOutput{Ok: true, Value: "1"}),
+		}},
+		{"incr of an integer refused", false, []porcupine.Operation{
+			op(0, 0, 10, put("c", "5"), absent),
+			op(1, 20, 30, incr("c"), kvOutput{}),
+		}},
+		{"an ambiguous incr may have applied", true, []porcupine.Operation{
+			op(0, 0, 10, put("c", "5"), absent),
+			op(1, 20, math.MaxInt64, incr("c"), kvOutput{Unknown: true}), // as the recorder records it
+			op(0, 40, 50, get("c"), found("6")),
+		}},
+		{"an ambiguous incr may not have applied", true, []porcupine.Operation{
+			op(0, 0, 10, put("c", "5"), absent),
+			op(1, 20, math.MaxInt64, incr("c"), kvOutput{Unknown: true}),
+			op(0, 40, 50, get("c"), found("5")),
 		}},
 		{"keys are independent", false, []porcupine.Operation{
 			op(0, 0, 10, put("a", "1"), absent),

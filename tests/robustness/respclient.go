@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -87,14 +88,19 @@ func (rc *respClient) pick(i int, members *liveSet) int {
 	return i
 }
 
-// nextOp picks an operation: 40% GET, 20% SET, 20% SET ... GET, 10% DEL,
-// 10% SET ... NX GET (a CAS expecting the key absent).
+// nextOp picks an operation: 35% GET, 20% SET, 15% SET ... GET, 10% DEL,
+// 10% SET ... NX GET (a CAS expecting the key absent), 10% INCR (which a
+// key's leader may merge with other connections' INCRs of the key into
+// one op: INCR runs). Values SET here are not integers, so an INCR counts
+// from a DEL or an absent key, or is refused.
 func (rc *respClient) nextOp(rng *rand.Rand, n int, k string) kvInput {
 	v := fmt.Sprintf("r%d.%d", rc.id, n)
 	switch p := rng.IntN(100); {
-	case p < 40:
+	case p < 35:
 		return kvInput{Kind: opGet, Key: k}
-	case p < 60:
+	case p < 45:
+		return kvInput{Kind: opIncr, Key: k}
+	case p < 65:
 		return kvInput{Kind: opPut, Key: k, Value: v, Blind: true}
 	case p < 80:
 		return kvInput{Kind: opPut, Key: k, Value: v}
@@ -135,6 +141,13 @@ func (rc *respClient) do(node *redis.Client, in kvInput, timeout time.Duration) 
 		var prev string
 		prev, err = node.SetArgs(ctx, in.Key, in.Value, redis.SetArgs{Mode: "NX", Get: true}).Result()
 		out = kvOutput{Ok: errors.Is(err, redis.Nil), Exists: err == nil, Value: prev}
+	case opIncr:
+		var n int64
+		n, err = node.Incr(ctx, in.Key).Result()
+		out = kvOutput{Ok: err == nil, Value: strconv.FormatInt(n, 10)}
+		if err != nil && strings.Contains(err.Error(), "not an integer") {
+			err = nil // the state machine's answer: the value is not an integer, nothing changed
+		}
 	}
 	if errors.Is(err, redis.Nil) {
 		err = nil // absent: a valid answer, not a failure
