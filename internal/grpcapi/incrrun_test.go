@@ -208,3 +208,29 @@ func TestForwardedIncrsCoalescedAtTheLeader(t *testing.T) {
 		t.Fatalf("the forwarder coalesced %d INCRs, want 0", n)
 	}
 }
+
+// TestClientRepeatNeverReachesTheLog: repeat is the leader's to set, and
+// only once the cluster's version allows it. A client's INCR with repeat
+// 1 (meaning "once", harmless to a binary that knows the field) must not
+// become a raft entry either: a replica of a binary below
+// version.IncrRepeat does not know field 17 and stops on the entry
+// (storepb.ErrUnknownFields), so in a rolling upgrade one request would
+// stop every old replica of the shard. The front door refuses it at any
+// cluster version, and nothing is proposed.
+func TestClientRepeatNeverReachesTheLog(t *testing.T) {
+	for _, v := range []version.Level{version.Unknown, version.Base, version.IncrRepeat} {
+		f := newFakeNode(t, 1, 1, 1)
+		f.echo = true
+		f.clusterVersion.Store(uint32(v))
+		s := NewKV(f, testLimits)
+		for _, repeat := range []uint32{1, 2, kv.MaxRepeat} {
+			a := <-sendBatch(s, nil, &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: []byte("k"), IntDelta: 1, Repeat: repeat})
+			if status.Code(a.err) != codes.InvalidArgument {
+				t.Errorf("cluster version %d: an INCR with repeat %d from a client: %v, %v; want InvalidArgument", v, repeat, a.res, a.err)
+			}
+		}
+		if n := f.proposalCount(); n != 0 {
+			t.Errorf("cluster version %d: %d proposals of a client's repeat, want none (ops %s)", v, n, proposedOps(f, 0))
+		}
+	}
+}

@@ -113,7 +113,9 @@ func (l Limits) checkOp(i int, op *concordpb.Op) error {
 	if err := kv.CheckOp(op); err != nil {
 		return invalid("operation %d: %v", i, err)
 	}
-	if op.GetRepeat() > 1 {
+	if op.GetRepeat() != 0 {
+		// Even 1 ("once"): the op would reach the log with field 17, on
+		// which a replica of a binary below version.IncrRepeat stops.
 		return invalid("operation %d: repeat %d: repeat is set only by a shard's leader; send each INCR (or one by the sum)", i, op.GetRepeat())
 	}
 	if err := l.checkKey(op.GetKey()); err != nil {
