@@ -61,6 +61,7 @@ const (
 	fOpOffset       = 14
 	fOpSkip         = 15
 	fOpReturnPrev   = 16
+	fOpRepeat       = 17
 
 	fStreamResponseReplies = 1
 
@@ -244,7 +245,8 @@ func opSize(o *concordpb.Op) int {
 		boolFieldSize(fOpKeepTTL, o.GetKeepTtl()) + boolFieldSize(fOpPersist, o.GetPersist()) +
 		varintFieldSize(fOpCondition, uint64(o.GetCondition())) + varintFieldSize(fOpIntDelta, uint64(o.GetIntDelta())) +
 		doubleFieldSize(fOpFloatDelta, o.GetFloatDelta()) + varintFieldSize(fOpOffset, uint64(o.GetOffset())) +
-		varintFieldSize(fOpSkip, uint64(o.GetSkip())) + boolFieldSize(fOpReturnPrev, o.GetReturnPrev())
+		varintFieldSize(fOpSkip, uint64(o.GetSkip())) + boolFieldSize(fOpReturnPrev, o.GetReturnPrev()) +
+		varintFieldSize(fOpRepeat, uint64(o.GetRepeat()))
 }
 
 func appendOp(b []byte, o *concordpb.Op) []byte {
@@ -263,7 +265,8 @@ func appendOp(b []byte, o *concordpb.Op) []byte {
 	b = appendDoubleField(b, fOpFloatDelta, o.GetFloatDelta())
 	b = appendVarintField(b, fOpOffset, uint64(o.GetOffset()))
 	b = appendVarintField(b, fOpSkip, uint64(o.GetSkip()))
-	return appendBoolField(b, fOpReturnPrev, o.GetReturnPrev())
+	b = appendBoolField(b, fOpReturnPrev, o.GetReturnPrev())
+	return appendVarintField(b, fOpRepeat, uint64(o.GetRepeat()))
 }
 
 // headerSize is the size of h as a request's field 1, none if nil.

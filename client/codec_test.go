@@ -87,6 +87,7 @@ func randOp(rng *rand.Rand) *concordpb.Op {
 		o.Condition = concordpb.Condition(rng.Int32N(6) - 1)
 	}
 	o.IntDelta, o.Offset, o.Skip = int64(randUint(rng))-int64(rng.IntN(3)), -int64(randUint(rng)), uint32(randUint(rng))
+	o.Repeat = uint32(randUint(rng))
 	if maybe() {
 		o.FloatDelta = []float64{math.Copysign(0, -1), 2.5, -1e300, math.Inf(-1), math.NaN()}[rng.IntN(5)]
 	}
