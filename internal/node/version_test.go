@@ -178,6 +178,16 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
 	}
 }
 
+// everyNodeReported says which node of st has not reported a version yet.
+func everyNodeReported(st *concordpb.StatusResponse) error {
+	for _, ns := range st.GetNodes() {
+		if ns.GetVersion() == 0 {
+			return fmt.Errorf("node %d has not reported a version", ns.GetNode().GetNodeId())
+		}
+	}
+	return nil
+}
+
 // TestClusterVersionGate, on three real nodes in this process: with one
 // node reporting an older level, the cluster stays at it even once every
 // node has reported; upgraded, the cluster rises to this binary's level on
@@ -192,10 +202,8 @@ func TestClusterVersionGate(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for _, ns := range st.GetNodes() {
-			if ns.GetVersion() == 0 {
-				return fmt.Errorf("node %d has not reported a version", ns.GetNode().GetNodeId())
-			}
+		if err := everyNodeReported(st); err != nil {
+			return err
 		}
 		if st.GetClusterVersion() != uint32(version.Base) {
 			t.Fatalf("cluster version %d with node 3 at Base", st.GetClusterVersion())
@@ -270,10 +278,8 @@ func TestDownNodeHoldsTheClusterVersion(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for _, ns := range st.GetNodes() {
-			if ns.GetVersion() == 0 {
-				return fmt.Errorf("node %d has not reported a version", ns.GetNode().GetNodeId())
-			}
+		if err := everyNodeReported(st); err != nil {
+			return err
 		}
 		return nil
 	})
