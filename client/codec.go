@@ -86,6 +86,7 @@ const (
 	fResExpireAt = 5
 	fResError    = 6
 	fResSkipped  = 7
+	fResRepeat   = 8
 
 	fRHShard    = 1
 	fRHServedBy = 2
@@ -580,6 +581,8 @@ func decodeResult(r *concordpb.OpResult, data []byte, values *[]byte) bool {
 			r.Error = concordpb.OpError(int32(v))
 		case fResSkipped:
 			r.Skipped = v != 0
+		case fResRepeat:
+			r.RepeatApplied = uint32(v)
 		default:
 			return false
 		}

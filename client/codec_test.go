@@ -151,7 +151,7 @@ func randReply(rng *rand.Rand) *concordpb.StreamReply {
 		for range rng.IntN(5) {
 			bt.Results = append(bt.Results, &concordpb.OpResult{Ok: rng.IntN(2) == 0, Value: randBytes(rng),
 				Exists: rng.IntN(2) == 0, IntValue: int64(randUint(rng)) - int64(rng.IntN(3)), ExpireAtUnixMs: int64(randUint(rng)),
-				Error: concordpb.OpError(rng.Int32N(7) - 1), Skipped: rng.IntN(2) == 0})
+				Error: concordpb.OpError(rng.Int32N(7) - 1), Skipped: rng.IntN(2) == 0, RepeatApplied: uint32(rng.IntN(3))})
 		}
 		r.Response = &concordpb.StreamReply_Batch{Batch: bt}
 	}

@@ -187,25 +187,42 @@ func TestLocalIncrsCoalesced(t *testing.T) {
 	checkIncrs(t, "after", after, 11) // the refused INCRs applied nothing
 }
 
-// TestForwardedIncrsCoalescedAtTheLeader: INCRs a node forwards (merged
-// there, not coalesced: it cannot know the leader's version) reach the
-// leader's proposeOneMerged, which coalesces them.
-func TestForwardedIncrsCoalescedAtTheLeader(t *testing.T) {
-	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
-	shard := f2.shardOfKey("k")
-	k := keysOfShard(f2, shard, 1)[0]
-	withStateMachine(t, f2)
-	serve(t, f2, f1)
-	s1 := NewKV(f1, testLimits)
-	checkIncrs(t, "forwarded", sendBatch(s1, nil, incrBy(k, 3), incrBy(k, 3), incrBy(k, 3)), 3, 6, 9)
-	if n := f2.proposalCount(); n != 1 {
-		t.Fatalf("%d proposals at the leader, want 1", n)
-	}
-	if got, want := proposedOps(f2, 0), fmt.Sprintf("%s+3x3", k); got != want {
-		t.Fatalf("the leader proposed %s, want %s", got, want)
-	}
-	if n := s1.IncrsCoalesced(); n != 0 {
-		t.Fatalf("the forwarder coalesced %d INCRs, want 0", n)
+// TestForwardedIncrsCoalesced: INCRs a node forwards, merged there, go to
+// the leader as one op once the forwarder's cluster version allows it (the
+// leader, at that version, takes repeat from a node and answers with one
+// result, which the forwarder expands); every caller gets its own value.
+// A leader that has not learned the version refuses the coalesced batch
+// whole and the parts go alone, each still answered right; a forwarder
+// below the version sends the INCRs as they are and the leader coalesces.
+func TestForwardedIncrsCoalesced(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		forwarder, leader version.Level
+		want              string // the leader's first proposal
+		fwdSaved          uint64 // the ops the forwarder's runs saved: 2 + 1, or none
+	}{
+		{"both at IncrRepeat", version.IncrRepeat, version.IncrRepeat, "+3x3", 3},
+		{"leader behind", version.IncrRepeat, version.Base, "+3x0", 0},
+		{"forwarder behind", version.Base, version.IncrRepeat, "+3x3", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+			f1.clusterVersion.Store(uint32(tc.forwarder))
+			f2.clusterVersion.Store(uint32(tc.leader))
+			shard := f2.shardOfKey("k")
+			k := keysOfShard(f2, shard, 1)[0]
+			withStateMachine(t, f2)
+			serve(t, f2, f1)
+			s1 := NewKV(f1, testLimits)
+			checkIncrs(t, "forwarded", sendBatch(s1, nil, incrBy(k, 3), incrBy(k, 3), incrBy(k, 3)), 3, 6, 9)
+			checkIncrs(t, "again", sendBatch(s1, nil, incrBy(k, 3), incrBy(k, 3)), 12, 15)
+			if got := proposedOps(f2, 0); !strings.HasPrefix(got, k+tc.want) {
+				t.Fatalf("the leader first proposed %s, want %s%s first", got, k, tc.want)
+			}
+			if n := s1.IncrsCoalesced(); n != tc.fwdSaved {
+				t.Fatalf("the forwarder's runs saved %d ops, want %d", n, tc.fwdSaved)
+			}
+		})
 	}
 }
 
@@ -231,6 +248,12 @@ func TestClientRepeatNeverReachesTheLog(t *testing.T) {
 		}
 		if n := f.proposalCount(); n != 0 {
 			t.Errorf("cluster version %d: %d proposals of a client's repeat, want none (ops %s)", v, n, proposedOps(f, 0))
+		}
+		// From a node (hops 1: a forwarder's coalesced run), only once the
+		// version allows it.
+		a := <-sendBatch(s, &concordpb.RequestHeader{Hops: 1}, &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: []byte("k"), IntDelta: 1, Repeat: 2})
+		if allowed := v == version.IncrRepeat || v == version.Unknown; (a.err == nil) != allowed { // the fake reports Unknown as this binary's
+			t.Errorf("cluster version %d: a forwarded INCR with repeat 2: %v; want it taken: %v", v, a.err, allowed)
 		}
 	}
 }

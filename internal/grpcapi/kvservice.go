@@ -18,6 +18,7 @@ import (
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // KV implements the KV gRPC service. Mutations go through raft on the shard
@@ -149,7 +150,10 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	if err := ready(s.b, notReady); err != nil {
 		return nil, err
 	}
-	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) })
+	// A node forwarding merged INCRs sends their runs as one op each
+	// (writemerge.go), once the cluster's version allows it.
+	repeatOK := req.GetHeader().GetHops() > 0 && s.b.ClusterVersion().Allows(version.IncrRepeat)
+	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) }, repeatOK)
 	if err != nil {
 		return nil, err
 	}

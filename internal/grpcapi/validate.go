@@ -54,7 +54,7 @@ func (l Limits) checkValue(v []byte) error {
 
 // checkBatch validates a batch and returns its shard; shardOf finds a key's
 // shard.
-func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error)) (ids.ShardID, error) {
+func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error), repeatOK bool) (ids.ShardID, error) {
 	ops, h := req.GetOps(), req.GetHeader()
 	switch {
 	case len(ops) == 0:
@@ -71,7 +71,7 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 	var shard ids.ShardID
 	size := 0
 	for i, op := range ops {
-		if err := l.checkOp(i, op); err != nil {
+		if err := l.checkOp(i, op, repeatOK); err != nil {
 			return 0, err
 		}
 		s, err := shardOf(op.GetKey())
@@ -96,14 +96,14 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 // checkOp validates operation i of a batch on its own: no field this
 // binary does not know, the state machine's own rules (kv.CheckOp: known
 // type and condition, times and offsets not negative, options that fit the
-// op), then what only a client may not send (repeat: the state machine
-// takes it from a shard's leader, which joins a run of INCRs into one op,
-// never from a client, whose INCRs would then skip the version gate that
-// keeps it from older replicas), then the sizes. A SET_RANGE whose end
+// op), then what only a node may send, and only once the cluster's version
+// allows it (repeat, when repeatOK: a leader, or a node forwarding to one,
+// joins a run of INCRs into one op; a client's would skip the version gate
+// that keeps it from older replicas), then the sizes. A SET_RANGE whose end
 // lies beyond the value size limit could only fail: it is refused here. An
 // APPEND's result is checked at apply (OP_ERROR_TOO_LARGE), where the
 // current value is known.
-func (l Limits) checkOp(i int, op *concordpb.Op) error {
+func (l Limits) checkOp(i int, op *concordpb.Op, repeatOK bool) error {
 	if len(op.ProtoReflect().GetUnknown()) > 0 {
 		// The op becomes the raft command as it is, and every replica
 		// refuses to apply a command with a field it does not know
@@ -113,7 +113,7 @@ func (l Limits) checkOp(i int, op *concordpb.Op) error {
 	if err := kv.CheckOp(op); err != nil {
 		return invalid("operation %d: %v", i, err)
 	}
-	if op.GetRepeat() != 0 {
+	if op.GetRepeat() != 0 && !repeatOK {
 		// Even 1 ("once"): the op would reach the log with field 17, on
 		// which a replica of a binary below version.IncrRepeat stops.
 		return invalid("operation %d: repeat %d: repeat is set only by a shard's leader; send each INCR (or one by the sum)", i, op.GetRepeat())

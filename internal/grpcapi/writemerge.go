@@ -10,6 +10,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // Write batches that this node forwards to a shard's leader are merged as
@@ -69,8 +70,16 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 	}
 	ops := mergedOps(batch)
 	// Absorbed here already (kv.Absorb), as the leader would: fewer bytes
-	// to send, and the leader finds nothing more to drop.
+	// to send, and the leader finds nothing more to drop. Runs of INCRs
+	// go as one op each too (kv.Coalesce), once the cluster's version
+	// allows it: the leader takes them from a node (hops 1) and answers
+	// each with one result, expanded here. A leader that has not learned
+	// the version yet refuses the batch whole, and its parts go alone.
 	kept, dropped := kv.Absorb(ops)
+	var runs []uint32
+	if s.b.ClusterVersion().Allows(version.IncrRepeat) {
+		kept, runs = kv.Coalesce(kept)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
 	defer cancel()
 	var resp *concordpb.BatchResponse
@@ -80,16 +89,15 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 			return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(&concordpb.RequestHeader{}), Ops: kept})
 		})
 	}
-	if err != nil && (len(batch) > 1 || dropped != nil) && refusedWhole(err) {
+	if err != nil && (len(batch) > 1 || dropped != nil || runs != nil) && refusedWhole(err) {
 		answerAll(batch, queuedResult{err: errSendAlone})
 		return
 	}
 	var results []*concordpb.OpResult
 	if err == nil {
 		results = resp.GetResults()
-		if dropped != nil && len(results) == len(kept) {
-			s.absorbed.Add(uint64(len(ops) - len(kept)))
-			results = kv.Expand(results, dropped)
+		if len(results) == len(kept) {
+			results = s.expandMerged(results, kept, runs, dropped, len(ops)) // nil if the counts do not match
 		}
 		if len(results) != len(ops) {
 			err = status.Errorf(codes.Internal, "a merged write of %d ops (%d sent) answered with %d results", len(ops), len(kept), len(resp.GetResults()))

@@ -146,7 +146,7 @@ var (
 	descAbsorbed  = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
 	descVersion   = prometheus.NewDesc("concord_cluster_version", "The cluster version this node has learned (0: none yet); features of a higher level are not used (package version).", nil, nil)
 	descBinary    = prometheus.NewDesc("concord_binary_version", "The highest cluster version this node's binary applies.", nil, nil)
-	descCoalesced = prometheus.NewDesc("concord_incrs_coalesced_total", "INCRs this node, leading their shard, proposed inside a run of INCRs of one key that went as one op (Op.repeat), less one per run: the ops the runs saved; each was answered as applied alone.", nil, nil)
+	descCoalesced = prometheus.NewDesc("concord_incrs_coalesced_total", "INCRs this node, leading their shard or forwarding to its leader, sent inside a run of INCRs of one key that went as one op (Op.repeat), less one per run: the ops the runs saved; each was answered as applied alone.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
