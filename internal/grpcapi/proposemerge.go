@@ -140,9 +140,9 @@ func (s *KV) expandMerged(res []*concordpb.OpResult, kept []*concordpb.Op, runs 
 // in the same command overwrote them unobserved (kv.Absorb).
 func (s *KV) WritesAbsorbed() uint64 { return s.absorbed.Load() }
 
-// IncrsCoalesced is the number of INCRs this node, leading their shard,
-// proposed as part of a run of INCRs of one key that went as one op
-// (kv.Coalesce), less one per run: the ops the runs saved.
+// IncrsCoalesced is the number of INCRs this node, leading their shard or
+// forwarding to its leader, sent as part of a run of INCRs of one key that
+// went as one op (kv.Coalesce), less one per run: the ops the runs saved.
 func (s *KV) IncrsCoalesced() uint64 { return s.coalesced.Load() }
 
 // mergedOps is the ops of batch's items in order, in one allocation (a

@@ -116,7 +116,7 @@ func (l Limits) checkOp(i int, op *concordpb.Op, repeatOK bool) error {
 	if op.GetRepeat() != 0 && !repeatOK {
 		// Even 1 ("once"): the op would reach the log with field 17, on
 		// which a replica of a binary below version.IncrRepeat stops.
-		return invalid("operation %d: repeat %d: repeat is set only by a shard's leader; send each INCR (or one by the sum)", i, op.GetRepeat())
+		return invalid("operation %d: repeat %d: repeat is set only by Concord nodes, once the cluster version allows it; send each INCR (or one by the sum)", i, op.GetRepeat())
 	}
 	if err := l.checkKey(op.GetKey()); err != nil {
 		return err

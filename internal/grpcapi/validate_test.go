@@ -105,7 +105,7 @@ func TestInvalidRequestsAreRefusedWithTheirReason(t *testing.T) {
 		{"NaN float delta", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_INCR_FLOAT, Key: []byte("k"), FloatDelta: math.NaN()}),
 			codes.InvalidArgument, "operation 0: float_delta must be a finite number"},
 		{"repeat from a client", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_INCR, Key: []byte("k"), IntDelta: 1, Repeat: 2}),
-			codes.InvalidArgument, "operation 0: repeat 2: repeat is set only by a shard's leader; send each INCR (or one by the sum)"},
+			codes.InvalidArgument, "operation 0: repeat 2: repeat is set only by Concord nodes, once the cluster version allows it; send each INCR (or one by the sum)"},
 		{"repeat on a put", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Repeat: 1}),
 			codes.InvalidArgument, "operation 0: OP_PUT takes no repeat: it is for INCR"},
 		{"scan backwards", err(kv.Scan(ctx, &concordpb.ScanRequest{Start: []byte("b"), End: []byte("a")})), codes.InvalidArgument,

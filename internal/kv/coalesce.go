@@ -29,10 +29,11 @@ import (
 // an op with any other field set is left alone, so a field added to Op
 // later cannot be lost in a run. Like Absorb, a command with a CHECK is
 // left whole: skip counts are positions. Older binaries would apply a
-// repeated INCR as one INCR, so the leader coalesces only once the
-// cluster's version allows version.IncrRepeat (grpcapi.proposeOneMerged),
-// and never on a node that forwards to the leader, whose version it
-// cannot know. A command refused as a whole is proposed again
+// repeated INCR as one INCR, so the leader (grpcapi.proposeOneMerged) and
+// a node forwarding to it (grpcapi.sendOneWriteMerged) coalesce only once
+// the cluster's version allows version.IncrRepeat; a leader that has not
+// learned it yet refuses a forwarded repeat, and the parts go alone. A
+// command refused as a whole is proposed again
 // uncoalesced by the caller, so an error that names an op by position is
 // the client's.
 
