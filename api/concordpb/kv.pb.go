@@ -1722,10 +1722,10 @@ type Op struct {
 	// result reports nothing but that it applied. false for every other type.
 	ReturnPrev bool `protobuf:"varint,16,opt,name=return_prev,json=returnPrev,proto3" json:"return_prev,omitempty"`
 	// INCR: the op stands for `repeat` INCRs by int_delta of its key in a
-	// row (0 or 1: one), applied as they would be one after another. Only a
-	// shard's leader proposes it, for a run of merged INCRs (clients may not
-	// set it above 1), and only once the cluster's version allows it. 0 for
-	// every other type.
+	// row (0 or 1: one), applied as they would be one after another. Only
+	// Concord nodes set it (a shard's leader, or a node forwarding to it),
+	// for a run of merged INCRs, and only once the cluster's version allows
+	// it; a client may not set it at all. 0 for every other type.
 	Repeat        uint32 `protobuf:"varint,17,opt,name=repeat,proto3" json:"repeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
