@@ -135,7 +135,7 @@ type ClusterBackend interface {
 	// AddNode, on the placement leader, allocates a node id for a node
 	// joining at addr (or, for a join token seen before, returns the id it
 	// registered) and records the new address book.
-	AddNode(ctx context.Context, addr string, token []byte) (node ids.NodeID, nodes []*concordpb.NodeDescriptor, err error)
+	AddNode(ctx context.Context, addr string, token []byte, level version.Level) (node ids.NodeID, nodes []*concordpb.NodeDescriptor, err error)
 	// AddressRejoining is told, on every node a join reaches, that a fresh
 	// process (one with an empty data dir) asks to join from addr: the
 	// process that held addr before is gone, and replicas here that follow

@@ -60,12 +60,13 @@ func (s *Cluster) Join(ctx context.Context, req *concordpb.JoinRequest) (*concor
 			"this cluster hashes keys by scheme %d (key_hash: hash tags), which the joining node's binary does not know (it knows up to %d): "+
 				"run a newer binary on it; a node that hashed keys otherwise would make its replicas diverge", scheme, req.GetMaxKeyHash())
 	}
-	if cv, joiner := s.b.ClusterVersion(), max(version.Base, version.Level(req.GetVersion())); joiner < cv {
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"the cluster's version is %d and the joining node's binary applies only up to %d: run a newer binary on it; "+
-				"it could not apply what the cluster proposes", cv, joiner)
+	// Checked here too, under a lock against a raise of the version
+	// (node.addNode).
+	joiner := max(version.Base, version.Level(req.GetVersion()))
+	if cv := s.b.ClusterVersion(); joiner < cv {
+		return nil, status.Error(codes.FailedPrecondition, version.JoinRefusal(cv, joiner))
 	}
-	id, nodes, err := s.b.AddNode(ctx, req.GetAddress(), req.GetJoinToken())
+	id, nodes, err := s.b.AddNode(ctx, req.GetAddress(), req.GetJoinToken(), joiner)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -314,7 +314,7 @@ func (f *fakeNode) TransferLeader(context.Context, ids.ShardID, uint64, ids.Repl
 	return nil
 }
 
-func (f *fakeNode) AddNode(context.Context, string, []byte) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
+func (f *fakeNode) AddNode(context.Context, string, []byte, version.Level) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
 	return 9, f.Nodes(), nil
 }
 

@@ -270,8 +270,8 @@ func (b backend) AnswerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeRespon
 	return b.n.answerProbe(req)
 }
 
-func (b backend) AddNode(ctx context.Context, addr string, token []byte) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
-	return b.n.addNode(ctx, addr, token)
+func (b backend) AddNode(ctx context.Context, addr string, token []byte, level version.Level) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
+	return b.n.addNode(ctx, addr, token, level)
 }
 
 func (b backend) AddressRejoining(addr string) { b.n.addressRejoining(addr) }

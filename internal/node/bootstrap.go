@@ -20,6 +20,7 @@ import (
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // loadLocal reads the node's identity, address book and seen set, if any.
@@ -482,7 +483,23 @@ func peersHash(sorted []string) uint64 {
 // addr with the joiner's token (which marks an older node at the same
 // address REPLACED, or, for a token seen before, returns the node it
 // registered) and records the resulting address book.
-func (n *Node) addNode(ctx context.Context, addr string, token []byte) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
+//
+// level is the joining binary's: below the cluster's version the join is
+// refused. The check and the registration hold joinMu, so that no raise of
+// the version falls between them (raiseTo).
+func (n *Node) addNode(ctx context.Context, addr string, token []byte, level version.Level) (ids.NodeID, []*concordpb.NodeDescriptor, error) {
+	n.placement.joinMu.Lock()
+	defer n.placement.joinMu.Unlock()
+	cv, err := n.readClusterVersion()
+	if err != nil {
+		return 0, nil, err
+	}
+	if cv = max(cv, version.Level(n.clusterVersion.Load())); level < cv {
+		return 0, nil, JoinVersionError(cv, level)
+	}
+	if n.testHooks.joining != nil {
+		n.testHooks.joining()
+	}
 	res, err := n.proposeMeta(ctx, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: addr, JoinToken: token}}})
 	if err != nil {
 		return 0, nil, err
@@ -490,7 +507,9 @@ func (n *Node) addNode(ctx context.Context, addr string, token []byte) (ids.Node
 	n.log.Info("node joined", "node", res.GetNodeId(), "addr", addr)
 	_ = n.book.update(n.eng, res.GetNodes())
 	// The join is the new node's first word: its silence counts from now,
-	// not from when this placement leader began listening.
+	// not from when this placement leader began listening. The record
+	// carries no level, so the node counts at Base until it reports: a
+	// raise waiting on joinMu reads it so and holds back.
 	n.placement.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: res.GetNodeId()}})
 	// Plan now: the node's replacements (of a wiped predecessor or of a
 	// dead node's replicas) and its first balancing moves need not wait

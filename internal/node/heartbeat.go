@@ -56,6 +56,10 @@ type placementState struct {
 	// raising is set while a proposal raising the cluster's version is
 	// under way (raiseClusterVersion).
 	raising atomic.Bool
+	// joinMu orders joins and raises of the cluster's version on the
+	// placement leader (addNode, raiseTo): each holds it from its check to
+	// its proposal's apply.
+	joinMu sync.Mutex
 	// heartbeatFailed is set when the last heartbeat got no answer: the
 	// next goes to another node (which forwards) rather than to the
 	// placement leader the cached routes name, which may be dead for good

@@ -90,6 +90,8 @@ type Node struct {
 	// placement leader's raise), so neither records or stores a lower
 	// version over the other's higher one.
 	learnMu sync.Mutex
+	// testHooks are set by tests only, before Start.
+	testHooks testHooks
 
 	// requests counts client requests, for the rate heartbeats report.
 	requests requestMeter

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
@@ -127,7 +130,8 @@ func clusterVersionTarget(nodes []*concordpb.NodeDescriptor, levelOf func(ids.No
 
 // raiseClusterVersion, on the placement leader, proposes the cluster's
 // version up to what every node reports, in the background (a heartbeat
-// must not wait on raft); one proposal at a time.
+// must not wait on raft); one proposal at a time. nodes may be stale: the
+// proposal is decided again under joinMu (raiseTo).
 func (n *Node) raiseClusterVersion(nodes []*concordpb.NodeDescriptor, cv version.Level) {
 	now, maxAge := time.Now(), n.schedulerSettings().ReportMaxAge
 	target, ok := clusterVersionTarget(nodes, func(node ids.NodeID) (version.Level, bool) {
@@ -140,17 +144,57 @@ func (n *Node) raiseClusterVersion(nodes []*concordpb.NodeDescriptor, cv version
 	go func() {
 		defer n.wg.Done()
 		defer n.placement.raising.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
-			Kind: &storepb.Command_SetClusterVersion{SetClusterVersion: &storepb.SetClusterVersion{Version: uint32(target)}}})
-		if err != nil {
-			n.log.Debug("raise the cluster version", "version", target, "err", err)
-			return
-		}
-		n.log.Info("cluster version raised by placement", "from", cv, "to", target)
-		// Applied here: use it now (Join checks against it), not at the
-		// next heartbeat.
-		n.learnClusterVersion(target)
+		n.raiseTo(cv)
 	}()
+}
+
+// raiseTo proposes the cluster's version up from cv, if every node now
+// allows it. It holds joinMu, which joins hold from their check of the
+// version to their registration (addNode), and reads the nodes afresh
+// under it: a join either registered first, and its node (recorded at
+// Base until it reports) holds the raise back, or checks after the raise
+// applied, and is refused.
+func (n *Node) raiseTo(cv version.Level) {
+	n.placement.joinMu.Lock()
+	defer n.placement.joinMu.Unlock()
+	v, err := n.placementView()
+	if err != nil {
+		return
+	}
+	now, maxAge := time.Now(), n.schedulerSettings().ReportMaxAge
+	target, ok := clusterVersionTarget(v.Nodes, func(node ids.NodeID) (version.Level, bool) {
+		return n.placement.levelOf(node, now, maxAge)
+	})
+	if !ok || target <= cv {
+		return
+	}
+	if n.testHooks.raising != nil {
+		n.testHooks.raising()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
+		Kind: &storepb.Command_SetClusterVersion{SetClusterVersion: &storepb.SetClusterVersion{Version: uint32(target)}}})
+	if err != nil {
+		n.log.Debug("raise the cluster version", "version", target, "err", err)
+		return
+	}
+	n.log.Info("cluster version raised by placement", "from", cv, "to", target)
+	// Applied here: use it now (joins check against it), not at the next
+	// heartbeat.
+	n.learnClusterVersion(target)
+}
+
+// testHooks let a test stop a node at a point of a race.
+type testHooks struct {
+	// raising runs in raiseTo, under joinMu, before the proposal.
+	raising func()
+	// joining runs in addNode, under joinMu, after the version check.
+	joining func()
+}
+
+// JoinVersionError is the refusal of a join from a binary below the
+// cluster's version.
+func JoinVersionError(cluster, joiner version.Level) error {
+	return status.Error(codes.FailedPrecondition, version.JoinRefusal(cluster, joiner))
 }

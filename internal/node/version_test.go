@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -391,4 +393,101 @@ func TestNewerDescriptorsSkipsUnknownFields(t *testing.T) {
 	if len(got) != 2 || got[0] != led[2] || got[1] != led[3] {
 		t.Fatalf("recorded %v; want shard 1 at epoch 6 and the new shard 3 only", got)
 	}
+}
+
+// startSoloPlacement starts a one-node cluster that sends heartbeats only
+// when the test calls sendHeartbeat, and waits until it leads placement.
+// Its cluster version stays Base until then.
+func startSoloPlacement(t *testing.T, hooks testHooks) *Node {
+	t.Helper()
+	addr := freeAddrs(t, 1)[0]
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Peers, cfg.DataDir = addr, []string{addr}, t.TempDir()
+	cfg.Shards, cfg.Replicas = 1, 1
+	cfg.TickInterval, cfg.HeartbeatInterval = 20*time.Millisecond, time.Hour
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.testHooks = hooks
+	t.Cleanup(n.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if _, local := n.leaderOf(routing.MetaShard); !local {
+			return errors.New("not the placement leader yet")
+		}
+		return nil
+	})
+	return n
+}
+
+// waitRaised waits until no raise of the cluster's version is under way
+// and returns the version the meta shard holds.
+func waitRaised(t *testing.T, n *Node) version.Level {
+	t.Helper()
+	var cv version.Level
+	waitFor(t, 10*time.Second, func() (err error) {
+		if n.placement.raising.Load() {
+			return errors.New("a raise is under way")
+		}
+		cv, err = n.readClusterVersion()
+		return err
+	})
+	return cv
+}
+
+// TestJoinAndRaiseAreOrdered: a join and a raise of the cluster's version
+// on the placement leader never interleave. A join from an older binary
+// that registered first holds the raise back (its node counts at Base until
+// it reports), even though the heartbeat that started the raise read the
+// nodes before it; one that comes while a raise is under way is refused
+// against the raised version.
+func TestJoinAndRaiseAreOrdered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	t.Run("join first", func(t *testing.T) {
+		var n *Node
+		n = startSoloPlacement(t, testHooks{joining: func() {
+			// Between the join's check and its registration: a heartbeat
+			// that reads the one node and starts a raise.
+			n.sendHeartbeat(ctx)
+		}})
+		id, _, err := n.addNode(ctx, "127.0.0.1:1", []byte("join-first"), version.Base)
+		if err != nil {
+			t.Fatalf("join at Base while the cluster is at Base: %v", err)
+		}
+		if cv := waitRaised(t, n); cv != version.Base {
+			t.Fatalf("cluster version %d after node %d joined at Base", cv, id)
+		}
+	})
+
+	t.Run("raise first", func(t *testing.T) {
+		var n *Node
+		joined := make(chan error, 1)
+		n = startSoloPlacement(t, testHooks{raising: func() {
+			// The raise has decided; a join from an older binary comes now.
+			go func() {
+				_, _, err := n.addNode(ctx, "127.0.0.1:1", []byte("raise-first"), version.Base)
+				joined <- err
+			}()
+		}})
+		n.sendHeartbeat(ctx)
+		if cv := waitRaised(t, n); cv != version.Binary {
+			t.Fatalf("cluster version %d, want %d", cv, version.Binary)
+		}
+		err := <-joined
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "run a newer binary") {
+			t.Fatalf("join at Base during a raise to %d: %v; want FailedPrecondition", version.Binary, err)
+		}
+		v, err := n.placementView()
+		if err != nil || len(v.Nodes) != 1 {
+			t.Fatalf("nodes after the refused join: %v, %v; want only the first", v.Nodes, err)
+		}
+	})
 }

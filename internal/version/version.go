@@ -19,6 +19,8 @@ package version
 // Level is a version of what replicas apply. Each level adds a way of
 // writing entries that binaries of lower levels would apply differently
 // (or not at all). Levels only grow; a feature keeps its level for ever.
+import "fmt"
+
 type Level uint32
 
 const (
@@ -45,4 +47,11 @@ func (cluster Level) Allows(feature Level) bool {
 		cluster = Base
 	}
 	return feature <= cluster
+}
+
+// JoinRefusal says why a join from a binary at level joiner is refused by
+// a cluster at version cluster (joiner < cluster).
+func JoinRefusal(cluster, joiner Level) string {
+	return fmt.Sprintf("the cluster's version is %d and the joining node's binary applies only up to %d: run a newer binary on it; "+
+		"it could not apply what the cluster proposes", cluster, joiner)
 }
