@@ -418,6 +418,7 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 	st := &callState{h: concordpb.RequestHeader{Consistency: consistency}, actx: attemptCtx{Context: ctx}}
 	h, actx := &st.h, &st.actx
 	mutation := kind != read
+	var win *winSession // a blind write's windowed session
 	switch kind {
 	case mutate:
 		s := c.takeSession()
@@ -425,9 +426,10 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		s.seq++
 		h.SessionId, h.Seq = s.id, s.seq
 	case blindWrite:
-		w, seq, floor := c.takeWindowed()
-		defer c.doneWindowed(w, seq)
-		h.SessionId, h.Seq, h.SessionFloor = w.id, seq, floor
+		var seq, floor uint64
+		win, seq, floor = c.takeWindowed()
+		defer c.doneWindowed(win, seq)
+		h.SessionId, h.Seq, h.SessionFloor = win.id, seq, floor
 	}
 	uncertain := false // some attempt may have applied the mutation
 	var lastErr error
@@ -448,6 +450,17 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		conn, err := c.conn(addr)
 		if err != nil {
 			return fmt.Errorf("concord: connect to %s: %w", addr, err)
+		}
+		if win != nil && attempt > 0 {
+			// A retry carries the session's floor as it is now: calls
+			// below this one that ended since raised it, and a shard whose
+			// window is full (ResourceExhausted) has room only above a
+			// higher floor. A new header, not the old one changed: an
+			// earlier attempt's message may still be read (a stream's
+			// sender encodes a call that its caller gave up on).
+			if f := c.windowFloor(win); f > h.SessionFloor {
+				h = &concordpb.RequestHeader{SessionId: h.SessionId, Seq: h.Seq, SessionFloor: f, Consistency: h.Consistency}
+			}
 		}
 		actx.deadline = deadline
 		if per >= 0 {
@@ -470,7 +483,7 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		case !retryable(code):
 			return err
 		}
-		if mutation && !isRefusal(err) && !notSent(err) {
+		if mutation && !isRefusal(err) && !notSent(err) && !windowFull(err) {
 			uncertain = true
 		}
 		if err := callErr(ctx, deadline); err != nil {
@@ -582,6 +595,20 @@ func isRefusal(err error) bool {
 	}
 	return false
 }
+
+// windowFull reports whether err is a shard's refusal of a windowed
+// session's command because the session's window is at its bound
+// (internal/kv/window.go): refused before any op applied, so certainly not
+// applied. Any other ResourceExhausted (gRPC's, for a reply larger than
+// the client takes) says nothing of the kind.
+func windowFull(err error) bool {
+	st, _ := status.FromError(err)
+	return st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), windowFullMark)
+}
+
+// windowFullMark is in the message of a shard's window-full refusal
+// (kv.applyWindowed).
+const windowFullMark = "the window is full"
 
 // notSent reports whether an Unavailable error says the client never reached
 // the node (no connection could be opened), so the request was not sent.

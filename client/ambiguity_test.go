@@ -1,0 +1,266 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+)
+
+// errStall makes a scriptNode's handler wait for the caller's deadline,
+// as a node that proposed a request and never answered it: the attempt
+// times out, so for a write it may have applied.
+var errStall = errors.New("stall")
+
+// scriptNode is a fake node (the only one, leading the only shard) whose
+// Put, Delete and Batch answers are given by script, per request received
+// (n counts them from 0). It serves the calls unary and on KV.Stream, and
+// records each request's header.
+type scriptNode struct {
+	concordpb.UnimplementedKVServer
+	concordpb.UnimplementedClusterServer
+	rt     *concordpb.RoutingTableResponse
+	script func(n int, h *concordpb.RequestHeader) error
+
+	mu      sync.Mutex
+	headers []*concordpb.RequestHeader // guarded by mu
+}
+
+func (f *scriptNode) RoutingTable(context.Context, *concordpb.RoutingTableRequest) (*concordpb.RoutingTableResponse, error) {
+	return f.rt, nil
+}
+
+// handle records h and answers as the script says.
+func (f *scriptNode) handle(ctx context.Context, h *concordpb.RequestHeader) error {
+	f.mu.Lock()
+	n := len(f.headers)
+	f.headers = append(f.headers, proto.CloneOf(h))
+	f.mu.Unlock()
+	err := f.script(n, h)
+	if err == errStall {
+		<-ctx.Done()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return err
+}
+
+func (f *scriptNode) received() []*concordpb.RequestHeader {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*concordpb.RequestHeader(nil), f.headers...)
+}
+
+func (f *scriptNode) Put(ctx context.Context, req *concordpb.PutRequest) (*concordpb.PutResponse, error) {
+	if err := f.handle(ctx, req.GetHeader()); err != nil {
+		return nil, err
+	}
+	return &concordpb.PutResponse{Header: &concordpb.ResponseHeader{ShardId: 1}}, nil
+}
+
+func (f *scriptNode) Delete(ctx context.Context, req *concordpb.DeleteRequest) (*concordpb.DeleteResponse, error) {
+	if err := f.handle(ctx, req.GetHeader()); err != nil {
+		return nil, err
+	}
+	return &concordpb.DeleteResponse{Header: &concordpb.ResponseHeader{ShardId: 1}}, nil
+}
+
+func (f *scriptNode) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.GetResponse, error) {
+	if err := f.handle(ctx, req.GetHeader()); err != nil {
+		return nil, err
+	}
+	return &concordpb.GetResponse{Header: &concordpb.ResponseHeader{ShardId: 1}}, nil
+}
+
+func (f *scriptNode) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb.BatchResponse, error) {
+	if err := f.handle(ctx, req.GetHeader()); err != nil {
+		return nil, err
+	}
+	return &concordpb.BatchResponse{Header: &concordpb.ResponseHeader{ShardId: 1}, Results: make([]*concordpb.OpResult, len(req.GetOps()))}, nil
+}
+
+// Stream serves the same calls on a KV.Stream, each in its own goroutine
+// (a stalled one holds no other), bounded by the call's timeout.
+func (f *scriptNode) Stream(s concordpb.KV_StreamServer) error {
+	var sendMu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		req, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		for _, c := range req.GetCalls() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(s.Context(), time.Duration(c.GetTimeoutMs())*time.Millisecond)
+				defer cancel()
+				r := &concordpb.StreamReply{Id: c.GetId()}
+				var err error
+				switch q := c.GetRequest().(type) {
+				case *concordpb.StreamCall_Put:
+					var resp *concordpb.PutResponse
+					if resp, err = f.Put(ctx, q.Put); err == nil {
+						r.Response = &concordpb.StreamReply_Put{Put: resp}
+					}
+				case *concordpb.StreamCall_Delete:
+					var resp *concordpb.DeleteResponse
+					if resp, err = f.Delete(ctx, q.Delete); err == nil {
+						r.Response = &concordpb.StreamReply_Delete{Delete: resp}
+					}
+				case *concordpb.StreamCall_Get:
+					var resp *concordpb.GetResponse
+					if resp, err = f.Get(ctx, q.Get); err == nil {
+						r.Response = &concordpb.StreamReply_Get{Get: resp}
+					}
+				case *concordpb.StreamCall_Batch:
+					var resp *concordpb.BatchResponse
+					if resp, err = f.Batch(ctx, q.Batch); err == nil {
+						r.Response = &concordpb.StreamReply_Batch{Batch: resp}
+					}
+				default:
+					err = status.Error(codes.Unimplemented, "not in the script")
+				}
+				if err != nil {
+					st := status.Convert(err)
+					r.Code, r.Message = uint32(st.Code()), st.Message()
+				}
+				sendMu.Lock()
+				defer sendMu.Unlock()
+				_ = s.Send(&concordpb.StreamResponse{Replies: []*concordpb.StreamReply{r}})
+			}()
+		}
+	}
+}
+
+// paths are the client's two ways of sending a call to a fake node (a
+// gRPC server, so the framed wire is not among them: it shares the
+// stream's mux, and the retry loop is the same for all).
+var paths = []struct {
+	name string
+	opts Options
+}{
+	{"unary", Options{Unary: true}},
+	{"stream", Options{Wire: WireGRPC}},
+}
+
+// scriptedNode starts a scriptNode on 127.0.0.1 and a client of it.
+func scriptedNode(t *testing.T, opts Options, script func(n int, h *concordpb.RequestHeader) error) (*scriptNode, *Client) {
+	t.Helper()
+	l := listen(t)
+	f := &scriptNode{script: script, rt: &concordpb.RoutingTableResponse{
+		Nodes:  []*concordpb.NodeDescriptor{{NodeId: 1, Address: l.Addr().String()}},
+		Shards: []*concordpb.ShardRoute{{Shard: &concordpb.ShardDescriptor{ShardId: 1, EndHash: math.MaxUint64}, LeaderNodeId: 1}},
+	}}
+	s := newServer(t)
+	concordpb.RegisterKVServer(s, f)
+	concordpb.RegisterClusterServer(s, f)
+	go s.Serve(l)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	opts.Endpoints = []string{l.Addr().String()}
+	c, err := NewWithOptions(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return f, c
+}
+
+// windowFullErr is a shard's refusal of a windowed session's command whose
+// window is at its bound (internal/kv/window.go): nothing applied.
+func windowFullErr(h *concordpb.RequestHeader) error {
+	return status.Errorf(codes.ResourceExhausted, "session %x: 1024 results (5120 bytes) above the floor %d: the window is full",
+		h.GetSessionId(), h.GetSessionFloor())
+}
+
+// TestWindowFullRetryCarriesTheCurrentFloor protects the retry of a
+// blind write that a shard refused because its session's window is full
+// (ResourceExhausted: room comes only from a higher floor). The retry must
+// carry the session's floor as it is now, not as it was when the call
+// began: calls below it ended since, and that higher floor is what frees
+// the room. With the stale floor every retry was refused alike until the
+// deadline, and the call then reported ErrAmbiguous though nothing applied.
+func TestWindowFullRetryCarriesTheCurrentFloor(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			// The node refuses a request whose floor is below its seq:
+			// room only once every call before it is done.
+			f, c := scriptedNode(t, p.opts, func(_ int, h *concordpb.RequestHeader) error {
+				if h.GetSessionFloor() < h.GetSeq() {
+					return windowFullErr(h)
+				}
+				return nil
+			})
+			w, first, _ := c.takeWindowed() // a call in flight below the Put's seq
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := c.Put(ctx, []byte("k"), []byte("v"))
+				done <- err
+			}()
+			for len(f.received()) == 0 { // the first attempt was refused...
+				select {
+				case err := <-done:
+					t.Fatalf("Put ended before the node refused it: %v", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			c.doneWindowed(w, first) // ...then the call below it ends
+			if err := <-done; err != nil {
+				t.Fatalf("Put after its floor freed room: %v (headers %v)", err, f.received())
+			}
+			hs := f.received()
+			last := hs[len(hs)-1]
+			if hs[0].GetSessionFloor() != first || last.GetSessionFloor() != last.GetSeq() {
+				t.Fatalf("floors sent: first %d, last %d (seq %d); want %d, then the seq", hs[0].GetSessionFloor(), last.GetSessionFloor(), last.GetSeq(), first)
+			}
+			for _, h := range hs {
+				if h.GetSessionId() != hs[0].GetSessionId() || h.GetSeq() != hs[0].GetSeq() {
+					t.Fatalf("a retry changed session or seq: %v", hs)
+				}
+			}
+		})
+	}
+}
+
+// TestWindowFullIsNotAmbiguous protects what a write refused because its
+// window is full reports: the shard applied nothing (it refuses before
+// applying any op), so when every attempt was refused that way the error is a
+// plain one, not ErrAmbiguous. Any other ResourceExhausted (gRPC's own,
+// for a reply too large to take: the write applied) still counts as
+// possibly applied.
+func TestWindowFullIsNotAmbiguous(t *testing.T) {
+	put := func(c *Client) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		_, _, err := c.Put(ctx, []byte("k"), []byte("v"))
+		return err
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			opts := p.opts
+			opts.AttemptTimeout = 2 * time.Second // a refusal is never a timeout, even on a loaded machine
+			f, c := scriptedNode(t, opts, func(_ int, h *concordpb.RequestHeader) error { return windowFullErr(h) })
+			err := put(c)
+			if err == nil || errors.Is(err, ErrAmbiguous) || len(f.received()) == 0 {
+				t.Fatalf("every attempt refused, window full: %v after %d attempts; want a plain error", err, len(f.received()))
+			}
+			f, c = scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error {
+				return status.Error(codes.ResourceExhausted, "grpc: received message larger than max (70000000 vs. 67108864)")
+			})
+			if err := put(c); !errors.Is(err, ErrAmbiguous) || len(f.received()) == 0 {
+				t.Fatalf("a reply too large to take: %v; want ErrAmbiguous", err)
+			}
+		})
+	}
+}
