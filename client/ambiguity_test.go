@@ -21,7 +21,7 @@ import (
 var errStall = errors.New("stall")
 
 // scriptNode is a fake node (the only one, leading the only shard) whose
-// Put, Delete and Batch answers are given by script, per request received
+// Put, Delete, CompareAndSwap, Get and Batch answers are given by script, per request received
 // (n counts them from 0). It serves the calls unary and on KV.Stream, and
 // records each request's header.
 type scriptNode struct {
@@ -72,6 +72,13 @@ func (f *scriptNode) Delete(ctx context.Context, req *concordpb.DeleteRequest) (
 	return &concordpb.DeleteResponse{Header: &concordpb.ResponseHeader{ShardId: 1}}, nil
 }
 
+func (f *scriptNode) CompareAndSwap(ctx context.Context, req *concordpb.CompareAndSwapRequest) (*concordpb.CompareAndSwapResponse, error) {
+	if err := f.handle(ctx, req.GetHeader()); err != nil {
+		return nil, err
+	}
+	return &concordpb.CompareAndSwapResponse{Header: &concordpb.ResponseHeader{ShardId: 1}, Succeeded: true}, nil
+}
+
 func (f *scriptNode) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.GetResponse, error) {
 	if err := f.handle(ctx, req.GetHeader()); err != nil {
 		return nil, err
@@ -115,6 +122,11 @@ func (f *scriptNode) Stream(s concordpb.KV_StreamServer) error {
 					var resp *concordpb.DeleteResponse
 					if resp, err = f.Delete(ctx, q.Delete); err == nil {
 						r.Response = &concordpb.StreamReply_Delete{Delete: resp}
+					}
+				case *concordpb.StreamCall_CompareAndSwap:
+					var resp *concordpb.CompareAndSwapResponse
+					if resp, err = f.CompareAndSwap(ctx, q.CompareAndSwap); err == nil {
+						r.Response = &concordpb.StreamReply_CompareAndSwap{CompareAndSwap: resp}
 					}
 				case *concordpb.StreamCall_Get:
 					var resp *concordpb.GetResponse
@@ -260,6 +272,72 @@ func TestWindowFullIsNotAmbiguous(t *testing.T) {
 			})
 			if err := put(c); !errors.Is(err, ErrAmbiguous) || len(f.received()) == 0 {
 				t.Fatalf("a reply too large to take: %v; want ErrAmbiguous", err)
+			}
+		})
+	}
+}
+
+// TestDefiniteErrorAfterAnUncertainAttemptIsAmbiguous protects a write
+// whose first attempt may have applied (it timed out at the node) and
+// whose retry then gets an error that is not retried: that error speaks
+// for the retry alone, so the call must report ErrAmbiguous (keeping the
+// error's code), not a plain failure the caller would take for "nothing
+// applied". A write whose only attempt got such an error reports it plain.
+func TestDefiniteErrorAfterAnUncertainAttemptIsAmbiguous(t *testing.T) {
+	refusal := status.Error(codes.FailedPrecondition, "refused")
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			opts := p.opts
+			opts.AttemptTimeout = 300 * time.Millisecond
+			put := func(c *Client) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				_, _, err := c.Put(ctx, []byte("k"), []byte("v"))
+				return err
+			}
+			f, c := scriptedNode(t, opts, func(n int, _ *concordpb.RequestHeader) error {
+				if n == 0 {
+					return errStall
+				}
+				return refusal
+			})
+			if err := put(c); !errors.Is(err, ErrAmbiguous) || status.Code(err) != codes.FailedPrecondition || len(f.received()) != 2 {
+				t.Fatalf("timed out, then refused: %v (code %v) after %d attempts; want ErrAmbiguous wrapping FailedPrecondition after 2",
+					err, status.Code(err), len(f.received()))
+			}
+			opts.AttemptTimeout = 2 * time.Second // a refusal is never a timeout, even on a loaded machine
+			_, c = scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error { return refusal })
+			if err := put(c); errors.Is(err, ErrAmbiguous) || status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("refused at once: %v; want a plain FailedPrecondition", err)
+			}
+		})
+	}
+}
+
+// TestInternalErrorOfAWriteIsAmbiguous protects what an Internal error
+// means for a write: the node's (an apply whose result did not fit the
+// request: kvservice's "expected one result") or gRPC's own (a reply the
+// client could not decode) come after the write may have applied, so the
+// call reports ErrAmbiguous, keeping the code. A read that gets one is
+// never ambiguous.
+func TestInternalErrorOfAWriteIsAmbiguous(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			opts := p.opts
+			opts.AttemptTimeout = 2 * time.Second
+			_, c := scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error {
+				return status.Error(codes.Internal, "expected one result, got 2")
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if _, err := c.CompareAndSwap(ctx, []byte("k"), CAS{ExpectAbsent: true, Value: []byte("v")}); !errors.Is(err, ErrAmbiguous) || status.Code(err) != codes.Internal {
+				t.Fatalf("CompareAndSwap answered Internal: %v; want ErrAmbiguous wrapping Internal", err)
+			}
+			if _, _, err := c.Put(ctx, []byte("k"), []byte("v")); !errors.Is(err, ErrAmbiguous) || status.Code(err) != codes.Internal {
+				t.Fatalf("Put answered Internal: %v; want ErrAmbiguous wrapping Internal", err)
+			}
+			if _, _, err := c.Get(ctx, []byte("k")); errors.Is(err, ErrAmbiguous) || status.Code(err) != codes.Internal {
+				t.Fatalf("Get answered Internal: %v; want a plain Internal", err)
 			}
 		})
 	}
