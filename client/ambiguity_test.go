@@ -342,3 +342,40 @@ func TestInternalErrorOfAWriteIsAmbiguous(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnlyBatchIsNeverAmbiguous protects a Batch of GETs alone: it is
+// a read, sent without a session (a node serves it as a read: ReadIndex,
+// one view), and like every read it never reports ErrAmbiguous, even when
+// its attempts time out. A Batch that writes still does, with a session.
+func TestReadOnlyBatchIsNeverAmbiguous(t *testing.T) {
+	gets := []*concordpb.Op{{Type: concordpb.OpType_OP_GET, Key: []byte("a")}, {Type: concordpb.OpType_OP_GET, Key: []byte("b")}}
+	incr := []*concordpb.Op{{Type: concordpb.OpType_OP_INCR, Key: []byte("a"), IntDelta: 1}}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			opts := p.opts
+			opts.AttemptTimeout = 200 * time.Millisecond
+			f, c := scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error { return errStall })
+			batch := func(ops []*concordpb.Op) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				_, err := c.Batch(ctx, ops)
+				return err
+			}
+			if err := batch(gets); err == nil || errors.Is(err, ErrAmbiguous) {
+				t.Fatalf("batch of GETs timing out: %v; want a plain error", err)
+			}
+			for _, h := range f.received() {
+				if h.GetSessionId() != 0 {
+					t.Fatalf("a batch of GETs was sent with session %x; want none", h.GetSessionId())
+				}
+			}
+			n := len(f.received())
+			if err := batch(incr); !errors.Is(err, ErrAmbiguous) {
+				t.Fatalf("batch of an INCR timing out: %v; want ErrAmbiguous", err)
+			}
+			if hs := f.received(); len(hs) == n || hs[n].GetSessionId() == 0 {
+				t.Fatalf("a batch of an INCR was sent without a session: %v", hs[n:])
+			}
+		})
+	}
+}

@@ -149,12 +149,24 @@ func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res C
 }
 
 // Batch applies ops (whose keys must all belong to one shard) atomically.
+// A batch of GETs alone is a read: sent without a session (a node serves it
+// from one linearizable view of the shard) and never ErrAmbiguous.
 func (c *Client) Batch(ctx context.Context, ops []*concordpb.Op) (results []*concordpb.OpResult, err error) {
 	var key []byte
 	if len(ops) > 0 {
 		key = ops[0].GetKey()
 	}
-	err = c.call(ctx, key, mutate, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	kind := read
+	for _, op := range ops {
+		if op.GetType() != concordpb.OpType_OP_GET {
+			kind = mutate
+			break
+		}
+	}
+	if len(ops) == 0 {
+		kind = mutate // refused by the node either way
+	}
+	err = c.call(ctx, key, kind, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err := kv.Batch(ctx, &concordpb.BatchRequest{Header: h, Ops: ops})
 		results = resp.GetResults()
 		return resp.GetHeader(), err
