@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
+	"github.com/concord-kv/concord/internal/portmux"
 )
 
 // errStall makes a scriptNode's handler wait for the caller's deadline,
@@ -29,6 +34,7 @@ type scriptNode struct {
 	concordpb.UnimplementedClusterServer
 	rt     *concordpb.RoutingTableResponse
 	script func(n int, h *concordpb.RequestHeader) error
+	framed atomic.Int64 // framed connections served
 
 	mu      sync.Mutex
 	headers []*concordpb.RequestHeader // guarded by mu
@@ -113,6 +119,8 @@ func (f *scriptNode) Stream(s concordpb.KV_StreamServer) error {
 				r := &concordpb.StreamReply{Id: c.GetId()}
 				var err error
 				switch q := c.GetRequest().(type) {
+				case *concordpb.StreamCall_Ping: // the framed wire's keepalive and hello
+					r.Response = &concordpb.StreamReply_Pong{Pong: &concordpb.KeepalivePing{}}
 				case *concordpb.StreamCall_Put:
 					var resp *concordpb.PutResponse
 					if resp, err = f.Put(ctx, q.Put); err == nil {
@@ -153,15 +161,38 @@ func (f *scriptNode) Stream(s concordpb.KV_StreamServer) error {
 	}
 }
 
-// paths are the client's two ways of sending a call to a fake node (a
-// gRPC server, so the framed wire is not among them: it shares the
-// stream's mux, and the retry loop is the same for all).
+// paths are the client's three ways of sending a call to a node.
 var paths = []struct {
 	name string
 	opts Options
 }{
 	{"unary", Options{Unary: true}},
 	{"stream", Options{Wire: WireGRPC}},
+	{"tcp", Options{Wire: WireTCP}},
+}
+
+// framedConn is a framed connection as a KV_StreamServer, for
+// scriptNode.Stream.
+type framedConn struct {
+	grpc.ServerStream // nil: only Context, Recv and Send are used
+	ctx               context.Context
+	c                 net.Conn
+	fr                *frame.Reader
+}
+
+func (s *framedConn) Context() context.Context { return s.ctx }
+
+func (s *framedConn) Recv() (*concordpb.StreamRequest, error) {
+	req := &concordpb.StreamRequest{}
+	return req, s.fr.Next(req)
+}
+
+func (s *framedConn) Send(r *concordpb.StreamResponse) error {
+	b, err := frame.Append(nil, r)
+	if err == nil {
+		_, err = s.c.Write(b)
+	}
+	return err
 }
 
 // scriptedNode starts a scriptNode on 127.0.0.1 and a client of it.
@@ -172,10 +203,34 @@ func scriptedNode(t *testing.T, opts Options, script func(n int, h *concordpb.Re
 		Nodes:  []*concordpb.NodeDescriptor{{NodeId: 1, Address: l.Addr().String()}},
 		Shards: []*concordpb.ShardRoute{{Shard: &concordpb.ShardDescriptor{ShardId: 1, EndHash: math.MaxUint64}, LeaderNodeId: 1}},
 	}}
+	// gRPC and the framed wire on one port, as a node serves them.
+	mux := portmux.New(l, 5*time.Second)
+	framed := mux.Match(frame.KVMagic)
 	s := newServer(t)
 	concordpb.RegisterKVServer(s, f)
 	concordpb.RegisterClusterServer(s, f)
-	go s.Serve(l)
+	go s.Serve(mux.GRPC())
+	go mux.Serve()
+	t.Cleanup(func() { mux.Close() })
+	sctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	go func() {
+		for {
+			conn, err := framed.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				context.AfterFunc(sctx, func() { conn.Close() })
+				fr := frame.NewReader(conn, 1<<20)
+				if _, err := frame.ReadHello(fr, frame.KVMagic); err == nil {
+					f.framed.Add(1)
+					_ = f.Stream(&framedConn{ctx: sctx, c: conn, fr: fr})
+				}
+			}()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	opts.Endpoints = []string{l.Addr().String()}
@@ -230,6 +285,9 @@ func TestWindowFullRetryCarriesTheCurrentFloor(t *testing.T) {
 			c.doneWindowed(w, first) // ...then the call below it ends
 			if err := <-done; err != nil {
 				t.Fatalf("Put after its floor freed room: %v (headers %v)", err, f.received())
+			}
+			if (p.opts.Wire == WireTCP) != (f.framed.Load() > 0) {
+				t.Fatalf("%d framed connections on the %s path", f.framed.Load(), p.name)
 			}
 			hs := f.received()
 			last := hs[len(hs)-1]
