@@ -21,7 +21,10 @@
 // deadline passes and the client cannot know whether a mutation applied, it
 // returns an error wrapping ErrAmbiguous. It says so only when some attempt
 // may have applied: a call whose every attempt was refused before proposing
-// (or never reached a node) fails with a plain error.
+// (or never reached a node) fails with a plain error. A call that stops at
+// an error it does not retry wraps that error in ErrAmbiguous when an
+// earlier attempt may have applied, and so does a mutation answered
+// Internal (which may come after it applied).
 //
 // TLS and authentication: Options.TLSCAFile turns TLS on (trusting the
 // nodes' CA), TLSCertFile/TLSKeyFile add a client certificate, and
@@ -62,7 +65,8 @@ const (
 )
 
 // ErrAmbiguous means a mutation may or may not have been applied: the
-// deadline passed after at least one attempt whose outcome is unknown.
+// deadline passed, or an error that is not retried ended the call, after at
+// least one attempt whose outcome is unknown. Reads never report it.
 var ErrAmbiguous = errors.New("concord: outcome unknown (ambiguous)")
 
 // ErrNoEndpoints is returned by New without addresses.
@@ -405,6 +409,9 @@ func (c *Client) putSession(s *session) {
 // mutation may have applied and tries another node. When the deadline passes
 // the call fails; for a mutation with ErrAmbiguous if some attempt may have
 // applied, else with a plain error (every attempt was refused or never sent).
+// A call that stops early, at an error not worth retrying, says the same:
+// ErrAmbiguous wrapping that error if an earlier attempt may have applied,
+// or if the error itself may come after applying (mayHaveApplied).
 func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistency concordpb.Consistency,
 	do func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error)) error {
 	// The call's deadline is a time, not a context of its own: a context
@@ -418,6 +425,7 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 	st := &callState{h: concordpb.RequestHeader{Consistency: consistency}, actx: attemptCtx{Context: ctx}}
 	h, actx := &st.h, &st.actx
 	mutation := kind != read
+	var win *winSession // a blind write's windowed session
 	switch kind {
 	case mutate:
 		s := c.takeSession()
@@ -425,9 +433,10 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		s.seq++
 		h.SessionId, h.Seq = s.id, s.seq
 	case blindWrite:
-		w, seq, floor := c.takeWindowed()
-		defer c.doneWindowed(w, seq)
-		h.SessionId, h.Seq, h.SessionFloor = w.id, seq, floor
+		var seq, floor uint64
+		win, seq, floor = c.takeWindowed()
+		defer c.doneWindowed(win, seq)
+		h.SessionId, h.Seq, h.SessionFloor = win.id, seq, floor
 	}
 	uncertain := false // some attempt may have applied the mutation
 	var lastErr error
@@ -447,7 +456,18 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		}
 		conn, err := c.conn(addr)
 		if err != nil {
-			return fmt.Errorf("concord: connect to %s: %w", addr, err)
+			return c.final(fmt.Errorf("concord: connect to %s: %w", addr, err), mutation && uncertain)
+		}
+		if win != nil && attempt > 0 {
+			// A retry carries the session's floor as it is now: calls
+			// below this one that ended since raised it, and a shard whose
+			// window is full (ResourceExhausted) has room only above a
+			// higher floor. A new header, not the old one changed: an
+			// earlier attempt's message may still be read (a stream's
+			// sender encodes a call that its caller gave up on).
+			if f := c.windowFloor(win); f > h.SessionFloor {
+				h = &concordpb.RequestHeader{SessionId: h.SessionId, Seq: h.Seq, SessionFloor: f, Consistency: h.Consistency}
+			}
 		}
 		actx.deadline = deadline
 		if per >= 0 {
@@ -468,9 +488,11 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 			}
 			avoid[addr] = true // stalled, or its connection broke: try another node
 		case !retryable(code):
-			return err
+			// This error is the last attempt's alone: an earlier one that
+			// may have applied still may have.
+			return c.final(err, mutation && (uncertain || mayHaveApplied(code)))
 		}
-		if mutation && !isRefusal(err) && !notSent(err) {
+		if mutation && !isRefusal(err) && !notSent(err) && !windowFull(err) {
 			uncertain = true
 		}
 		if err := callErr(ctx, deadline); err != nil {
@@ -550,6 +572,24 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+// final is the error of a call that stops at err, an error not worth
+// retrying: wrapped in ErrAmbiguous if the mutation may have applied.
+func (c *Client) final(err error, ambiguous bool) error {
+	if ambiguous {
+		return fmt.Errorf("%w: %w", ErrAmbiguous, err)
+	}
+	return err
+}
+
+// mayHaveApplied reports whether an error that is not retried may come
+// after a mutation applied: Internal (a node's result that did not fit its
+// request, or gRPC's for a reply the client could not decode) and DataLoss.
+// The others (InvalidArgument, FailedPrecondition, Unauthenticated, …) are
+// answers given instead of applying.
+func mayHaveApplied(code codes.Code) bool {
+	return code == codes.Internal || code == codes.DataLoss
+}
+
 // failed is the error of a call that ran out of time (ctxErr) after lastErr.
 func (c *Client) failed(ctxErr, lastErr error, ambiguous bool) error {
 	if ambiguous {
@@ -582,6 +622,20 @@ func isRefusal(err error) bool {
 	}
 	return false
 }
+
+// windowFull reports whether err is a shard's refusal of a windowed
+// session's command because the session's window is at its bound
+// (internal/kv/window.go): refused before any op applied, so certainly not
+// applied. Any other ResourceExhausted (gRPC's, for a reply larger than
+// the client takes) says nothing of the kind.
+func windowFull(err error) bool {
+	st, _ := status.FromError(err)
+	return st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), windowFullMark)
+}
+
+// windowFullMark is in the message of a shard's window-full refusal
+// (kv.applyWindowed).
+const windowFullMark = "the window is full"
 
 // notSent reports whether an Unavailable error says the client never reached
 // the node (no connection could be opened), so the request was not sent.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 )
@@ -90,10 +91,15 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 	if req.ReturnPrev {
 		kind = mutate
 	}
-	// One request for every attempt: each is encoded (or sent) before the
-	// attempt returns, and carries the same header.
+	// One request for the attempts with the same header. A sent message
+	// may be read late (gRPC; a stream's sender encoding a call its caller
+	// gave up on), so it is never changed: a retry with another header (a
+	// windowed session's higher floor) gets a copy.
 	err = c.call(ctx, key, kind, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
-		if req.Header != h { // set once: gRPC may read a sent message late
+		if req.Header != h {
+			if req.Header != nil {
+				req = proto.CloneOf(req)
+			}
 			req.Header = h
 		}
 		resp, err := kv.Put(ctx, req)
@@ -143,12 +149,24 @@ func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res C
 }
 
 // Batch applies ops (whose keys must all belong to one shard) atomically.
+// A batch of GETs alone is a read: sent without a session (a node serves it
+// from one linearizable view of the shard) and never ErrAmbiguous.
 func (c *Client) Batch(ctx context.Context, ops []*concordpb.Op) (results []*concordpb.OpResult, err error) {
 	var key []byte
 	if len(ops) > 0 {
 		key = ops[0].GetKey()
 	}
-	err = c.call(ctx, key, mutate, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+	kind := read
+	for _, op := range ops {
+		if op.GetType() != concordpb.OpType_OP_GET {
+			kind = mutate
+			break
+		}
+	}
+	if len(ops) == 0 {
+		kind = mutate // refused by the node either way
+	}
+	err = c.call(ctx, key, kind, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err := kv.Batch(ctx, &concordpb.BatchRequest{Header: h, Ops: ops})
 		results = resp.GetResults()
 		return resp.GetHeader(), err

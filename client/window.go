@@ -76,3 +76,11 @@ func (c *Client) doneWindowed(w *winSession, seq uint64) {
 		w.floor++
 	}
 }
+
+// windowFloor is w's floor now: every seq below it is done. A call whose
+// seq is in flight may send it on a retry (it is never above that seq).
+func (c *Client) windowFloor(w *winSession) uint64 {
+	c.winMu.Lock()
+	defer c.winMu.Unlock()
+	return w.floor
+}

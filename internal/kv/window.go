@@ -42,7 +42,9 @@ var errSessionMode = errors.New("kv: the session is of the other kind")
 // shard, and MaxSessionWindowBytes their encoded size: a command that finds
 // its session's window at either bound is refused (ResourceExhausted) and
 // applies nothing, until the client's floor frees room. The Go client
-// starts a new session long before (client.maxWindow).
+// starts a new session long before (client.maxWindow), retries such a
+// refusal with its current floor, and knows it by its words ("the window
+// is full", client.windowFullMark) as one before applying.
 const (
 	MaxSessionWindow      = 1024
 	MaxSessionWindowBytes = 1 << 20

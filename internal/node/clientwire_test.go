@@ -59,6 +59,11 @@ func wireOps(t *testing.T, c *client.Client, prefix string) []string {
 	for _, r := range res {
 		out = append(out, fmt.Sprintf("  ok=%v value=%q exists=%v", r.GetOk(), r.GetValue(), r.GetExists()))
 	}
+	// GETs alone: a read, sent without a session, served from one view.
+	res, err = c.Batch(ctx, []*concordpb.Op{{Type: concordpb.OpType_OP_GET, Key: k("b")}, {Type: concordpb.OpType_OP_GET, Key: k("missing")}})
+	if err != nil || len(res) != 2 || !res[0].GetOk() || string(res[0].GetValue()) != "y" || res[1].GetOk() {
+		t.Fatalf("batch of GETs = %v, %v; want b=y and missing absent", res, err)
+	}
 	return out
 }
 
