@@ -437,3 +437,42 @@ func TestReadOnlyBatchIsNeverAmbiguous(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseEndsCallsInFlight: a call still running when its client is
+// closed ends with ErrClosed (wrapped in ErrAmbiguous, since its first
+// attempt may have applied) instead of dialling the node again and
+// retrying until its deadline on a connection nobody will close.
+func TestCloseEndsCallsInFlight(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			opts := p.opts
+			opts.AttemptTimeout = 20 * time.Second // the first attempt ends with Close, not its timeout
+			f, c := scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error { return errStall })
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				_, _, err := c.Put(ctx, []byte("k"), []byte("v"))
+				done <- err
+			}()
+			for len(f.received()) == 0 {
+				select {
+				case err := <-done:
+					t.Fatalf("the put ended before the node saw it: %v", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			c.Close()
+			err := <-done
+			if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrAmbiguous) {
+				t.Fatalf("a put in flight at Close: %v; want ErrClosed wrapped in ErrAmbiguous", err)
+			}
+			if n := len(f.received()); n != 1 {
+				t.Fatalf("the node saw %d attempts; want 1 (none after Close)", n)
+			}
+			if _, _, err := c.Put(context.Background(), []byte("k"), []byte("v")); !errors.Is(err, ErrClosed) || errors.Is(err, ErrAmbiguous) {
+				t.Fatalf("a put after Close: %v; want a plain ErrClosed", err)
+			}
+		})
+	}
+}

@@ -72,6 +72,11 @@ var ErrAmbiguous = errors.New("concord: outcome unknown (ambiguous)")
 // ErrNoEndpoints is returned by New without addresses.
 var ErrNoEndpoints = errors.New("concord: no endpoints given")
 
+// ErrClosed is the error of a call made on, or still running at, Close. A
+// mutation whose earlier attempt may have applied reports it wrapped in
+// ErrAmbiguous.
+var ErrClosed = errors.New("concord: client closed")
+
 // Client talks to one Concord cluster.
 type Client struct {
 	endpoints []string
@@ -82,6 +87,9 @@ type Client struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // guarded by mu
 	muxes map[string]*streamMux       // guarded by mu; per address, unless Options.Unary
+	// closed is set by Close (guarded by mu): no connection is opened
+	// after it, so a call in flight ends instead of redialling.
+	closed bool
 
 	routes     atomic.Pointer[routes]
 	refreshing atomic.Bool
@@ -195,6 +203,7 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for a, m := range c.muxes {
 		m.close()
 		delete(c.muxes, a)
@@ -230,6 +239,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	defer c.mu.Unlock()
 	if conn, ok := c.conns[addr]; ok {
 		return conn, nil
+	}
+	if c.closed {
+		return nil, ErrClosed
 	}
 	conn, err := dial.Dial(addr, c.dialOpts...)
 	if err != nil {
