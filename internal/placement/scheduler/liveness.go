@@ -37,6 +37,10 @@ type judgement struct {
 	good bool
 	// eligible: UP, the only state that receives new replicas and leaders.
 	eligible bool
+	// answering: live and not silent for longer than SuspectAfter (UP, or
+	// LEAVING and heard from lately): a voter there can be counted on to
+	// vote now, unlike one on a SUSPECT node, which may be dead.
+	answering bool
 }
 
 func judge(v View, n *concordpb.NodeDescriptor) judgement {
@@ -46,14 +50,16 @@ func judge(v View, n *concordpb.NodeDescriptor) judgement {
 		return judgement{state: rec}
 	}
 	heard := silence(v, ids.NodeID(n.GetNodeId()), rec)
+	answering := heard == concordpb.NodeState_NODE_UP
 	if rec == concordpb.NodeState_NODE_LEAVING {
-		return judgement{state: rec, live: heard != concordpb.NodeState_NODE_DEAD}
+		return judgement{state: rec, live: heard != concordpb.NodeState_NODE_DEAD, answering: answering}
 	}
 	return judgement{
-		state:    heard,
-		live:     heard != concordpb.NodeState_NODE_DEAD,
-		good:     heard != concordpb.NodeState_NODE_DEAD,
-		eligible: heard == concordpb.NodeState_NODE_UP,
+		state:     heard,
+		live:      heard != concordpb.NodeState_NODE_DEAD,
+		good:      heard != concordpb.NodeState_NODE_DEAD,
+		eligible:  answering,
+		answering: answering,
 	}
 }
 
