@@ -97,13 +97,26 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 // marks returns a StepMarkNode for every node whose judged state differs
 // from the recorded one (UP, SUSPECT and DEAD only), so the meta shard
 // records what the scheduler acts on, and for every LEAVING node that no
-// shard's descriptor lists any more (it is drained: REMOVED).
+// shard's descriptor lists any more (it is drained: REMOVED) and that no
+// step still executing involves: an add-learner planned before the node
+// was marked LEAVING puts a replica there (and promotes it) that no
+// descriptor shows yet. While a shard is busy with a step the view does
+// not know (View.InFlight alone), no node is marked REMOVED.
 func (p *planner) marks() []Step {
 	held := map[ids.NodeID]bool{}
 	for _, d := range p.v.Shards {
 		for _, r := range d.GetReplicas() {
 			held[ids.NodeID(r.GetNodeId())] = true
 		}
+	}
+	unknownStep := false
+	for shard, busy := range p.v.InFlight {
+		if _, known := p.v.InFlightSteps[shard]; busy && !known {
+			unknownStep = true
+		}
+	}
+	for _, s := range p.v.InFlightSteps {
+		held[s.Target], held[s.ReplicaNode] = true, true
 	}
 	via := p.via(0)
 	var out []Step
@@ -117,7 +130,7 @@ func (p *planner) marks() []Step {
 				out = append(out, mark)
 			}
 		case concordpb.NodeState_NODE_LEAVING:
-			if !held[id] {
+			if !held[id] && !unknownStep {
 				mark.State = concordpb.NodeState_NODE_REMOVED
 				out = append(out, mark)
 			}
