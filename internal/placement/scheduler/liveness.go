@@ -15,8 +15,10 @@ import (
 // UP). Silence counts from the node's last report or from
 // View.ObservedSince, whichever is later, so a placement leader that just
 // took over declares nobody dead before it has listened for DeadAfter.
-// With neither a report nor ObservedSince the recorded state stands, and a
-// node recorded DEAD stays so until it reports again.
+// With neither a report nor ObservedSince the recorded state stands, a
+// node recorded DEAD stays so until it reports again, and one recorded
+// SUSPECT stays at least SUSPECT until it reports (within SuspectAfter)
+// to this placement leader.
 func NodeStates(v View) map[ids.NodeID]concordpb.NodeState {
 	out := make(map[ids.NodeID]concordpb.NodeState, len(v.Nodes))
 	for _, n := range v.Nodes {
@@ -75,6 +77,12 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 		// placement leader's watch is no evidence that it came back.
 		return rec
 	}
+	// Nor does the watch clear a suspicion: a node recorded SUSPECT with no
+	// report of its own within SuspectAfter stays SUSPECT at least (not
+	// eligible for new replicas and leaders), and is DEAD once silent for
+	// DeadAfter from the watch's start. (A report received just before the
+	// watch began, as the placement leader's own first one is, counts.)
+	unheard := rec == concordpb.NodeState_NODE_SUSPECT && (last.IsZero() || v.Now.Sub(last) > v.Settings.SuspectAfter)
 	if v.ObservedSince.After(last) {
 		last = v.ObservedSince
 	}
@@ -88,7 +96,7 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 	switch s := v.Settings; {
 	case s.DeadAfter > 0 && quiet > s.DeadAfter:
 		return concordpb.NodeState_NODE_DEAD
-	case s.SuspectAfter > 0 && quiet > s.SuspectAfter:
+	case s.SuspectAfter > 0 && quiet > s.SuspectAfter, unheard:
 		return concordpb.NodeState_NODE_SUSPECT
 	}
 	return concordpb.NodeState_NODE_UP
