@@ -93,7 +93,7 @@ func oracleSchedule(v View) []Step {
 		var best *Step
 		for _, r := range d.GetReplicas() {
 			for _, n := range v.Nodes {
-				if n.GetNodeId() != r.GetNodeId() || n.GetState() != concordpb.NodeState_NODE_REPLACED {
+				if n.GetNodeId() != r.GetNodeId() || n.GetState() != concordpb.NodeState_NODE_REPLACED || r.GetRole() != concordpb.ReplicaRole_REPLICA_VOTER {
 					continue
 				}
 				to := ids.NodeID(n.GetReplacedBy())
