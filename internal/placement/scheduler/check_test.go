@@ -73,6 +73,9 @@ func checkSteps(t *testing.T, v View, steps []Step) {
 			if live, voters := liveVoters(judged, d, s.Replica); r.GetRole() == concordpb.ReplicaRole_REPLICA_VOTER && (voters == 0 || live < voters/2+1) {
 				t.Fatalf("%s: leaves %d live of %d voters", DescribeStep(s), live, voters)
 			}
+			if up, voters := answeringVoters(judged, d, s.Replica); r.GetRole() == concordpb.ReplicaRole_REPLICA_VOTER && judgedUp(judged, s.ReplicaNode) && up < voters/2+1 {
+				t.Fatalf("%s: removes a voter that answers and leaves %d answering of %d voters (the others suspect or gone)", DescribeStep(s), up, voters)
+			}
 		}
 	}
 }
@@ -92,6 +95,35 @@ func liveVoters(judged map[ids.NodeID]concordpb.NodeState, d *concordpb.ShardDes
 		}
 	}
 	return live, voters
+}
+
+// answeringVoters counts d's voters other than without, and those of them
+// on nodes that answer (answers).
+func answeringVoters(judged map[ids.NodeID]concordpb.NodeState, d *concordpb.ShardDescriptor, without ids.ReplicaID) (up, voters int) {
+	for _, r := range d.GetReplicas() {
+		if ids.ReplicaID(r.GetReplicaId()) == without || r.GetRole() != concordpb.ReplicaRole_REPLICA_VOTER {
+			continue
+		}
+		voters++
+		if answersIn(judged, ids.NodeID(r.GetNodeId())) {
+			up++
+		}
+	}
+	return up, voters
+}
+
+// answersIn: node is known and judged UP, or LEAVING (a leaving node
+// counted as answering among the voters left, and the removed one only if
+// UP, make the check looser, never stricter, than the planner's).
+func answersIn(judged map[ids.NodeID]concordpb.NodeState, node ids.NodeID) bool {
+	st, ok := judged[node]
+	return ok && (st == concordpb.NodeState_NODE_UP || st == concordpb.NodeState_NODE_LEAVING)
+}
+
+// judgedUp: node is known and judged UP.
+func judgedUp(judged map[ids.NodeID]concordpb.NodeState, node ids.NodeID) bool {
+	st, ok := judged[node]
+	return ok && st == concordpb.NodeState_NODE_UP
 }
 
 func nodeState(v View, id ids.NodeID) (concordpb.NodeState, bool) {

@@ -15,8 +15,10 @@ import (
 // UP). Silence counts from the node's last report or from
 // View.ObservedSince, whichever is later, so a placement leader that just
 // took over declares nobody dead before it has listened for DeadAfter.
-// With neither a report nor ObservedSince the recorded state stands, and a
-// node recorded DEAD stays so until it reports again.
+// With neither a report nor ObservedSince the recorded state stands, a
+// node recorded DEAD stays so until it reports again, and one recorded
+// SUSPECT stays at least SUSPECT until it reports (within SuspectAfter)
+// to this placement leader.
 func NodeStates(v View) map[ids.NodeID]concordpb.NodeState {
 	out := make(map[ids.NodeID]concordpb.NodeState, len(v.Nodes))
 	for _, n := range v.Nodes {
@@ -37,6 +39,10 @@ type judgement struct {
 	good bool
 	// eligible: UP, the only state that receives new replicas and leaders.
 	eligible bool
+	// answering: live and not silent for longer than SuspectAfter (UP, or
+	// LEAVING and heard from lately): a voter there can be counted on to
+	// vote now, unlike one on a SUSPECT node, which may be dead.
+	answering bool
 }
 
 func judge(v View, n *concordpb.NodeDescriptor) judgement {
@@ -46,14 +52,16 @@ func judge(v View, n *concordpb.NodeDescriptor) judgement {
 		return judgement{state: rec}
 	}
 	heard := silence(v, ids.NodeID(n.GetNodeId()), rec)
+	answering := heard == concordpb.NodeState_NODE_UP
 	if rec == concordpb.NodeState_NODE_LEAVING {
-		return judgement{state: rec, live: heard != concordpb.NodeState_NODE_DEAD}
+		return judgement{state: rec, live: heard != concordpb.NodeState_NODE_DEAD, answering: answering}
 	}
 	return judgement{
-		state:    heard,
-		live:     heard != concordpb.NodeState_NODE_DEAD,
-		good:     heard != concordpb.NodeState_NODE_DEAD,
-		eligible: heard == concordpb.NodeState_NODE_UP,
+		state:     heard,
+		live:      heard != concordpb.NodeState_NODE_DEAD,
+		good:      heard != concordpb.NodeState_NODE_DEAD,
+		eligible:  answering,
+		answering: answering,
 	}
 }
 
@@ -69,6 +77,12 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 		// placement leader's watch is no evidence that it came back.
 		return rec
 	}
+	// Nor does the watch clear a suspicion: a node recorded SUSPECT with no
+	// report of its own within SuspectAfter stays SUSPECT at least (not
+	// eligible for new replicas and leaders), and is DEAD once silent for
+	// DeadAfter from the watch's start. (A report received just before the
+	// watch began, as the placement leader's own first one is, counts.)
+	unheard := rec == concordpb.NodeState_NODE_SUSPECT && (last.IsZero() || v.Now.Sub(last) > v.Settings.SuspectAfter)
 	if v.ObservedSince.After(last) {
 		last = v.ObservedSince
 	}
@@ -82,7 +96,7 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 	switch s := v.Settings; {
 	case s.DeadAfter > 0 && quiet > s.DeadAfter:
 		return concordpb.NodeState_NODE_DEAD
-	case s.SuspectAfter > 0 && quiet > s.SuspectAfter:
+	case s.SuspectAfter > 0 && quiet > s.SuspectAfter, unheard:
 		return concordpb.NodeState_NODE_SUSPECT
 	}
 	return concordpb.NodeState_NODE_UP
@@ -91,13 +105,26 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 // marks returns a StepMarkNode for every node whose judged state differs
 // from the recorded one (UP, SUSPECT and DEAD only), so the meta shard
 // records what the scheduler acts on, and for every LEAVING node that no
-// shard's descriptor lists any more (it is drained: REMOVED).
+// shard's descriptor lists any more (it is drained: REMOVED) and that no
+// step still executing involves: an add-learner planned before the node
+// was marked LEAVING puts a replica there (and promotes it) that no
+// descriptor shows yet. While a shard is busy with a step the view does
+// not know (View.InFlight alone), no node is marked REMOVED.
 func (p *planner) marks() []Step {
 	held := map[ids.NodeID]bool{}
 	for _, d := range p.v.Shards {
 		for _, r := range d.GetReplicas() {
 			held[ids.NodeID(r.GetNodeId())] = true
 		}
+	}
+	unknownStep := false
+	for shard, busy := range p.v.InFlight {
+		if _, known := p.v.InFlightSteps[shard]; busy && !known {
+			unknownStep = true
+		}
+	}
+	for _, s := range p.v.InFlightSteps {
+		held[s.Target], held[s.ReplicaNode] = true, true
 	}
 	via := p.via(0)
 	var out []Step
@@ -111,7 +138,7 @@ func (p *planner) marks() []Step {
 				out = append(out, mark)
 			}
 		case concordpb.NodeState_NODE_LEAVING:
-			if !held[id] {
+			if !held[id] && !unknownStep {
 				mark.State = concordpb.NodeState_NODE_REMOVED
 				out = append(out, mark)
 			}

@@ -93,7 +93,7 @@ func oracleSchedule(v View) []Step {
 		var best *Step
 		for _, r := range d.GetReplicas() {
 			for _, n := range v.Nodes {
-				if n.GetNodeId() != r.GetNodeId() || n.GetState() != concordpb.NodeState_NODE_REPLACED {
+				if n.GetNodeId() != r.GetNodeId() || n.GetState() != concordpb.NodeState_NODE_REPLACED || r.GetRole() != concordpb.ReplicaRole_REPLICA_VOTER {
 					continue
 				}
 				to := ids.NodeID(n.GetReplacedBy())
@@ -235,4 +235,69 @@ func shuffledKeys[K cmp.Ordered, V any](rng *rand.Rand, m map[K]V) []K {
 	keys := sortedKeys(m)
 	rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	return keys
+}
+
+// TestScheduleSafeOnWildViews runs checkSteps on views that randomView and
+// the simulator do not make: every node state (LEAVING and REMOVED too),
+// learners, shards with no replica or no leader, no nodes at all, a
+// replication factor from 0 to 4, move caps from 0 to 3, with and without
+// ObservedSince. Whatever the view, no plan may break the invariants.
+func TestScheduleSafeOnWildViews(t *testing.T) {
+	states := []concordpb.NodeState{concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD,
+		concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED}
+	ages := []time.Duration{0, time.Second, 4 * time.Second, 10 * time.Second, 2 * time.Minute}
+	for seed := range uint64(5000) {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		v := View{Now: base, Settings: DefaultSettings(time.Second), Reports: map[ids.NodeID]Report{},
+			InFlight: map[ids.ShardID]bool{}, InFlightSteps: map[ids.ShardID]Step{}, LeaderOverride: map[ids.ShardID]ids.NodeID{}}
+		if rng.IntN(2) == 0 {
+			v.ObservedSince = base.Add(-time.Duration(rng.IntN(120)) * time.Second)
+		}
+		v.Settings.Replication, v.Settings.MaxMovesPerNode = rng.IntN(5), rng.IntN(4)
+		nodes := rng.IntN(7)
+		for id := range uint64(nodes) {
+			n := &concordpb.NodeDescriptor{NodeId: id + 1, State: states[rng.IntN(len(states))]}
+			if n.State == concordpb.NodeState_NODE_REPLACED {
+				n.ReplacedBy = uint64(rng.IntN(nodes + 1))
+			}
+			v.Nodes = append(v.Nodes, n)
+			if rng.IntN(4) != 0 {
+				v.Reports[ids.NodeID(id+1)] = Report{At: base.Add(-ages[rng.IntN(len(ages))])}
+			}
+		}
+		for id := range uint64(rng.IntN(6)) {
+			d := &concordpb.ShardDescriptor{ShardId: id, Epoch: 1}
+			if nodes > 0 {
+				for i, node := range rng.Perm(nodes)[:rng.IntN(min(nodes, 5)+1)] {
+					r := &concordpb.ReplicaDescriptor{ReplicaId: uint64(i + 1), NodeId: uint64(node + 1)}
+					if rng.IntN(4) == 0 {
+						r.Role = concordpb.ReplicaRole_REPLICA_LEARNER
+					}
+					d.Replicas = append(d.Replicas, r)
+				}
+			}
+			v.Shards = append(v.Shards, d)
+			lead := -1 // the index of the voter leading, if any
+			if len(d.Replicas) > 0 && rng.IntN(5) != 0 {
+				if i := rng.IntN(len(d.Replicas)); isVoter(d.Replicas[i]) {
+					lead = i
+				}
+			}
+			for i, r := range d.Replicas {
+				rep, ok := v.Reports[ids.NodeID(r.GetNodeId())]
+				if !ok {
+					continue
+				}
+				rs := &concordpb.ReplicaStatus{ShardId: id, ReplicaId: r.GetReplicaId(), NodeId: r.GetNodeId(), Term: 1,
+					CommitIndex: 100, AppliedIndex: uint64(rng.IntN(2) * 100), IsLeader: i == lead}
+				if lead >= 0 {
+					rs.LeaderReplicaId = d.Replicas[lead].GetReplicaId()
+				}
+				rep.Replicas = append(rep.Replicas, rs)
+				v.Reports[ids.NodeID(r.GetNodeId())] = rep
+			}
+		}
+		checkSteps(t, v, Schedule(v))
+		_ = Health(v)
+	}
 }

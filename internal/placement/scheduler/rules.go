@@ -224,22 +224,36 @@ func (p *planner) removeFirst(c shardView, candidates []*concordpb.ReplicaDescri
 }
 
 // canRemove reports whether removing r leaves d with at least one voter
-// and a quorum of its voters on live nodes. Removing a learner always may.
+// and a quorum of its voters on live nodes; and, if r's node answers, a
+// quorum of them on nodes that answer too (judgement.answering). Live
+// counts SUSPECT nodes, which may be dead: removing a voter that answers
+// so that the quorum left needs a suspect one (n4 leaving, {n1, n3
+// suspect, n4} down to {n1, n3}) can turn a shard that commits into one
+// that never commits again once n3 is declared dead. Removing a voter
+// that does not answer never costs an answering vote. Removing a learner
+// always may.
 func (p *planner) canRemove(d *concordpb.ShardDescriptor, r *concordpb.ReplicaDescriptor) bool {
 	if !isVoter(r) {
 		return true
 	}
-	voters, live := 0, 0
+	voters, live, answering := 0, 0, 0
 	for _, o := range d.GetReplicas() {
 		if o == r || !isVoter(o) {
 			continue
 		}
 		voters++
-		if p.nodes[ids.NodeID(o.GetNodeId())].live {
+		j := p.nodes[ids.NodeID(o.GetNodeId())]
+		if j.live {
 			live++
 		}
+		if j.answering {
+			answering++
+		}
 	}
-	return voters > 0 && live >= quorum(voters)
+	if voters == 0 || live < quorum(voters) {
+		return false
+	}
+	return !p.nodes[ids.NodeID(r.GetNodeId())].answering || answering >= quorum(voters)
 }
 
 // moveLeader: a leader on a node that is not eligible (SUSPECT or LEAVING)

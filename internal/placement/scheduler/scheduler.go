@@ -97,11 +97,14 @@ func replacements(v View) []move {
 //
 // A shard that already has a replica on the replacement node is left
 // alone: ChangeReplicas refuses that change, and it happens only while the
-// view's descriptor lags a replacement already made.
+// view's descriptor lags a replacement already made. So is a learner on
+// the wiped node: the joint change adds its new replica as a voter, which
+// would turn a non-voting member into an empty voter with no catch-up as
+// a learner first; the removal rule takes the learner instead.
 func replaceReplaced(moves []move, d *concordpb.ShardDescriptor, via ids.NodeID) (Step, bool) {
 	for _, m := range moves {
 		r := replicaOn(d, m.from)
-		if r == nil || replicaOn(d, m.to) != nil {
+		if r == nil || !isVoter(r) || replicaOn(d, m.to) != nil {
 			continue
 		}
 		return Step{
