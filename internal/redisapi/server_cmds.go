@@ -36,8 +36,8 @@ func cmdSelect(_ *conn, a [][]byte, w *resp.Writer) {
 	switch {
 	case err != nil:
 		w.Error(err.Error())
-	case n != 0:
-		w.Error("ERR DB index is out of range (Concord has one database, 0)")
+	case n != 0: // Redis's text: Concord has one database, 0
+		w.Error("ERR DB index is out of range")
 	default:
 		w.SimpleString("OK")
 	}
@@ -109,7 +109,11 @@ func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
 	proto := c.proto
 	if len(a) > 1 {
 		v, err := parseInt(a[1])
-		if err != nil || v < 2 || v > 3 {
+		switch {
+		case err != nil:
+			w.Error("ERR Protocol version is not an integer or out of range")
+			return
+		case v < 2 || v > 3:
 			w.Error("NOPROTO unsupported protocol version")
 			return
 		}
