@@ -111,9 +111,12 @@ func bulkOrNull(w *resp.Writer, found bool, v []byte) {
 
 func replyOK(w *resp.Writer, _ *concordpb.OpResult) { w.SimpleString("OK") }
 
+// parseInt accepts what Redis's string2ll does: the canonical base-10 form
+// of an int64 only (no sign '+', no spaces, no leading zeros, no "-0"), as
+// internal/kv parses a stored number.
 func parseInt(b []byte) (int64, error) {
 	v, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || len(b) == 0 {
+	if err != nil || strconv.FormatInt(v, 10) != string(b) {
 		return 0, errNotInt
 	}
 	return v, nil
