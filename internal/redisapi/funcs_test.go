@@ -107,7 +107,7 @@ func TestSetPlans(t *testing.T) {
 		"GETSET k v": true, "SETNX k v": false, "SETEX k 5 v": false, "MSET k v j w": false} {
 		a := args(cmd)
 		plan := map[string]func(*conn, [][]byte) (*plan, error){"SET": planSet, "GETSET": planGetSet, "SETNX": planSetNX,
-			"SETEX": planSetEX(1000), "MSET": planMSet}[string(a[0])]
+			"SETEX": planSetEX("EX", "setex"), "MSET": planMSet}[string(a[0])]
 		p, err := plan(nil, a)
 		if err != nil {
 			t.Fatal(err)
@@ -118,9 +118,26 @@ func TestSetPlans(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"SET k v NX XX", "SET k v EX 1 PX 1", "SET k v EX 0", "SET k v KEEPTTL EX 5", "SET k v EX", "SET k v FOO"} {
+	for _, bad := range []string{"SET k v NX XX", "SET k v EX 1 PX 1", "SET k v EX 0", "SET k v KEEPTTL EX 5", "SET k v EX", "SET k v FOO",
+		"SET k v PX 9223372036854775807", "SET k v EX 9223372036854775", "SET k v EX x FOO", "SET k v GET NX XX"} {
 		if _, err := planSet(nil, args(bad)); err == nil {
 			t.Errorf("%s: planned, want an error", bad)
+		}
+	}
+	// As in Redis, an option may repeat, and the last amount of an expiry
+	// counts (only that one is parsed).
+	for cmd, ttl := range map[string]int64{"SET k v NX NX": 0, "SET k v GET GET": 0, "SET k v EX 1 EX 2": 2000,
+		"SET k v EX x EX 3": 3000, "SET k v PXAT 5 PXAT 6": 0} {
+		p, err := planSet(nil, args(cmd))
+		if err != nil || p.ops[0].GetTtlMs() != ttl {
+			t.Errorf("%s: planned %v, %v; want a TTL of %d ms", cmd, p, err, ttl)
+		}
+	}
+	for cmd, want := range map[string]string{"SETEX k 9223372036854775 v": "ERR invalid expire time in 'setex' command",
+		"GETEX k PX 9223372036854775807": "", "GETEX k EX 1 PERSIST": "ERR syntax error", "GETEX k NX": "ERR syntax error"} {
+		plan := map[string]func(*conn, [][]byte) (*plan, error){"SETEX": planSetEX("EX", "setex"), "GETEX": planGetEx}[cmd[:5]]
+		if _, err := plan(nil, args(cmd)); (err == nil && want != "") || (err != nil && err.Error() != want) {
+			t.Errorf("%s: err = %v, want %q", cmd, err, want)
 		}
 	}
 }

@@ -128,7 +128,7 @@ var diffScripts = []diffScript{
 	}},
 	{"GETDEL GETEX", []string{
 		`GETDEL {t}k`, `SET {t}k v`, `GETDEL {t}k`, `EXISTS {t}k`,
-		`GETEX {t}k`, `GETEX {t}k EX 100`, `SET {t}k v`, `GETEX {t}k`, `TTL {t}k`,
+		`GETEX {t}k`, `GETEX {t}k EX 100`, `GETEX {t}k EX 0`, `GETEX {t}k PX 9223372036854775807`, `GETEX {t}k EX x`, `SET {t}k v`, `GETEX {t}k`, `TTL {t}k`,
 		`GETEX {t}k EX 100`, `~1 TTL {t}k`, `GETEX {t}k PERSIST`, `TTL {t}k`,
 		`GETEX {t}k PX 100000`, `~2000 PTTL {t}k`, `GETEX {t}k EXAT 4102444800`, `EXPIRETIME {t}k`,
 		`GETEX {t}k PXAT 4102444800123`, `PEXPIRETIME {t}k`,
