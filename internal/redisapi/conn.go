@@ -2,6 +2,7 @@ package redisapi
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -481,6 +482,16 @@ func unknownCommand(args [][]byte) string {
 		b.WriteString("'" + printable(a, 64) + "' ")
 	}
 	return b.String()
+}
+
+// cString is s as Redis's "%.*s" prints an argument into an error text:
+// up to its first zero byte, at most max bytes (resp.Writer.Error turns
+// CR and LF into spaces, as Redis does).
+func cString(s []byte, max int) string {
+	if i := bytes.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	return string(s[:min(len(s), max)])
 }
 
 // printable shortens s for an error text and replaces bytes that are not

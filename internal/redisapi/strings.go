@@ -508,25 +508,30 @@ func planSetRange(c *conn, a [][]byte) (*plan, error) {
 }
 
 // planExpire: EXPIRE/PEXPIRE (relative) and EXPIREAT/PEXPIREAT (absolute),
-// with NX|XX|GT|LT. A time not in the future deletes the key (the state
-// machine's rule); such a time is sent as the Unix millisecond 1.
+// with NX|XX|GT|LT, checked in Redis's order: the options, then the number,
+// then whether its milliseconds (plus now, when relative) overflow. A time
+// not in the future deletes the key (the state machine's rule); such a
+// time is sent as the Unix millisecond 1.
 func planExpire(unit int64, absolute bool) func(*conn, [][]byte) (*plan, error) {
 	return func(_ *conn, a [][]byte) (*plan, error) {
+		cond, err := parseExpireCond(a[3:])
+		if err != nil {
+			return nil, err
+		}
 		v, err := parseInt(a[2])
 		if err != nil {
 			return nil, err
 		}
+		invalid := replyError("ERR invalid expire time in '" + strings.ToLower(string(a[0])) + "' command")
 		if v > math.MaxInt64/unit || v < math.MinInt64/unit {
-			return nil, replyError("ERR invalid expire time in '" + strings.ToLower(string(a[0])) + "' command")
-		}
-		cond, err := parseExpireCond(a[3:])
-		if err != nil {
-			return nil, err
+			return nil, invalid
 		}
 		op := &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: a[1], Condition: cond}
 		switch ms := v * unit; {
 		case absolute:
 			op.ExpireAtUnixMs = max(ms, 1)
+		case ms > math.MaxInt64-time.Now().UnixMilli():
+			return nil, invalid
 		case ms <= 0:
 			op.ExpireAtUnixMs = 1
 		default:
@@ -536,28 +541,48 @@ func planExpire(unit int64, absolute bool) func(*conn, [][]byte) (*plan, error) 
 	}
 }
 
+// errXXLT refuses EXPIRE's XX and LT together, which Redis accepts: the
+// shard's state machine has one condition per op, and XX with LT (has an
+// expiry, and the new one is sooner) is none of its four.
+const errXXLT = replyError("ERR XX and LT options together are not supported by Concord")
+
+// parseExpireCond parses EXPIRE's options as Redis 7's
+// parseExtendedExpireArgumentsOrReply does: any repeated, an unknown one
+// refused first, then the conflicts. XX with GT is GT (GT already requires
+// an expiry: a key without one counts as expiring never).
 func parseExpireCond(a [][]byte) (concordpb.Condition, error) {
-	cond := concordpb.Condition_CONDITION_NONE
+	var nx, xx, gt, lt bool
 	for _, o := range a {
-		var c concordpb.Condition
 		switch strings.ToUpper(string(o)) {
 		case "NX":
-			c = concordpb.Condition_CONDITION_NX
+			nx = true
 		case "XX":
-			c = concordpb.Condition_CONDITION_XX
+			xx = true
 		case "GT":
-			c = concordpb.Condition_CONDITION_GT
+			gt = true
 		case "LT":
-			c = concordpb.Condition_CONDITION_LT
+			lt = true
 		default:
-			return 0, replyError("ERR Unsupported option " + printable(o, 32))
+			return 0, replyError("ERR Unsupported option " + cString(o, len(o)))
 		}
-		if cond != 0 && cond != c {
-			return 0, replyError("ERR NX and XX, GT or LT options at the same time are not compatible")
-		}
-		cond = c
 	}
-	return cond, nil
+	switch {
+	case nx && (xx || gt || lt):
+		return 0, replyError("ERR NX and XX, GT or LT options at the same time are not compatible")
+	case gt && lt:
+		return 0, replyError("ERR GT and LT options at the same time are not compatible")
+	case xx && lt:
+		return 0, errXXLT
+	case nx:
+		return concordpb.Condition_CONDITION_NX, nil
+	case gt:
+		return concordpb.Condition_CONDITION_GT, nil
+	case lt:
+		return concordpb.Condition_CONDITION_LT, nil
+	case xx:
+		return concordpb.Condition_CONDITION_XX, nil
+	}
+	return concordpb.Condition_CONDITION_NONE, nil
 }
 
 func planPersist(_ *conn, a [][]byte) (*plan, error) {

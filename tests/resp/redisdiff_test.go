@@ -61,6 +61,7 @@ var knownDifferences = map[string]string{
 	`keyspace: FLUSHALL`:                  "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHALL)",
 	`MULTI with PING: PING`:               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
 	`MULTI with PING: EXEC`:               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
+	`EXPIRE: EXPIRE {t}k 100 XX LT`:       "no op condition for XX with LT; refused (docs/redis.md, Refused)",
 	`SETRANGE: SETRANGE {t}k 600000000 x`: "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
 }
 
@@ -191,7 +192,7 @@ var diffScripts = []diffScript{
 		`EXPIRE {t}k 100 XX`, `TTL {t}k`, `EXPIRE {t}k 100 NX`, `~1 TTL {t}k`, `EXPIRE {t}k 200 NX`, `~1 TTL {t}k`,
 		`EXPIRE {t}k 200 XX`, `~1 TTL {t}k`, `EXPIRE {t}k 100 GT`, `EXPIRE {t}k 300 GT`, `~1 TTL {t}k`,
 		`EXPIRE {t}k 400 LT`, `EXPIRE {t}k 50 LT`, `~1 TTL {t}k`, `PERSIST {t}k`,
-		`EXPIRE {t}k 100 GT`, `TTL {t}k`, `EXPIRE {t}k 100 XX GT`, `EXPIRE {t}k 100 LT`, `~1 TTL {t}k`,
+		`EXPIRE {t}k 100 GT`, `TTL {t}k`, `EXPIRE {t}k 100 XX LT`, `EXPIRE {t}k 100 XX GT`, `EXPIRE {t}k 100 LT`, `~1 TTL {t}k`,
 		`EXPIRE {t}k 200 XX GT`, `~1 TTL {t}k`, `EXPIRE {t}k 300 GT XX`, `~1 TTL {t}k`, `EXPIRE {t}k 100 XX XX GT`, `~1 TTL {t}k`,
 		`PEXPIRE {t}k 200000`, `~2000 PTTL {t}k`, `EXPIREAT {t}k 4102444800`, `EXPIRETIME {t}k`,
 		`PEXPIREAT {t}k 4102444800123`, `PEXPIRETIME {t}k`, `EXPIREAT {t}k 4102444800 GT`, `EXPIREAT {t}k 4102444801 GT`,
