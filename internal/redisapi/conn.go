@@ -473,15 +473,18 @@ func (c *conn) noteCommand(cmd *command) {
 	c.mu.Unlock()
 }
 
+// unknownCommand is Redis's text for a command it does not know: the
+// name, then the arguments quoted while the list is under 128 bytes, each
+// cut to what is left of the 128.
 func unknownCommand(args [][]byte) string {
-	var b strings.Builder
-	b.WriteString("ERR unknown command '")
-	b.WriteString(printable(args[0], 128))
-	b.WriteString("', with args beginning with: ")
-	for _, a := range args[1:min(len(args), 9)] {
-		b.WriteString("'" + printable(a, 64) + "' ")
+	var list strings.Builder
+	for _, a := range args[1:] {
+		if list.Len() >= 128 {
+			break
+		}
+		list.WriteString("'" + cString(a, 128-list.Len()) + "' ")
 	}
-	return b.String()
+	return "ERR unknown command '" + cString(args[0], 128) + "', with args beginning with: " + list.String()
 }
 
 // cString is s as Redis's "%.*s" prints an argument into an error text:

@@ -56,6 +56,27 @@ func TestParseInt(t *testing.T) {
 	}
 }
 
+// TestUnknownCommand: Redis's text, byte for byte.
+func TestUnknownCommand(t *testing.T) {
+	long := strings.Repeat("x", 50)
+	for in, want := range map[string]string{
+		"foo":                      "ERR unknown command 'foo', with args beginning with: ",
+		"foo a b":                  "ERR unknown command 'foo', with args beginning with: 'a' 'b' ",
+		"foo 1 2 3 4 5 6 7 8 9 10": "ERR unknown command 'foo', with args beginning with: '1' '2' '3' '4' '5' '6' '7' '8' '9' '10' ",
+		"foo " + long + " " + long + " " + long + " tail": "ERR unknown command 'foo', with args beginning with: '" + long + "' '" + long + "' '" + long[:128-2*(50+3)] + "' ",
+		"foo a\x00b \xff": "ERR unknown command 'foo', with args beginning with: 'a' '\xff' ",
+	} {
+		var args [][]byte
+		for _, f := range strings.Fields(in) {
+			f = strings.ReplaceAll(strings.ReplaceAll(f, `\x00`, "\x00"), `\xff`, "\xff")
+			args = append(args, []byte(f))
+		}
+		if got := unknownCommand(args); got != want {
+			t.Errorf("unknownCommand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestTTLReply(t *testing.T) {
 	now := int64(1_000_000)
 	for _, tc := range []struct {

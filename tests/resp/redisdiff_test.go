@@ -62,6 +62,7 @@ var knownDifferences = map[string]string{
 	`MULTI with PING: PING`:               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
 	`MULTI with PING: EXEC`:               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
 	`EXPIRE: EXPIRE {t}k 100 XX LT`:       "no op condition for XX with LT; refused (docs/redis.md, Refused)",
+	`unknown commands: LPUSH {t}l x`:      "values are strings only; lists are an unknown command (docs/redis.md, Refused)",
 	`SETRANGE: SETRANGE {t}k 600000000 x`: "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
 }
 
