@@ -497,23 +497,6 @@ func cString(s []byte, max int) string {
 	return string(s[:min(len(s), max)])
 }
 
-// printable shortens s for an error text and replaces bytes that are not
-// printable ASCII.
-func printable(s []byte, max int) string {
-	out := make([]byte, 0, min(len(s), max))
-	for i, ch := range s {
-		if i == max {
-			out = append(out, "..."...)
-			break
-		}
-		if ch < 0x20 || ch > 0x7e {
-			ch = '?'
-		}
-		out = append(out, ch)
-	}
-	return string(out)
-}
-
 // writeDeadline gives the replies about to be written at least
 // WriteTimeout less its hundredth: the deadline set last is moved only
 // once that much of it has passed. Setting it for every pipeline (a lock

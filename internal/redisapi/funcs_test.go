@@ -1,6 +1,7 @@
 package redisapi
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -73,6 +74,28 @@ func TestUnknownCommand(t *testing.T) {
 		}
 		if got := unknownCommand(args); got != want {
 			t.Errorf("unknownCommand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSubcommandErrors: Redis's texts for a subcommand that CLIENT,
+// CONFIG or COMMAND does not have, or given the wrong arguments.
+func TestSubcommandErrors(t *testing.T) {
+	for in, want := range map[string]string{
+		"client foo":           "-ERR unknown subcommand 'foo'. Try CLIENT HELP.\r\n",
+		"CLIENT SETNAME":       "-ERR wrong number of arguments for 'client|setname' command\r\n",
+		"CLIENT ID x":          "-ERR wrong number of arguments for 'client|id' command\r\n",
+		"CONFIG GET":           "-ERR wrong number of arguments for 'config|get' command\r\n",
+		"CONFIG FOO":           "-ERR unknown subcommand 'FOO'. Try CONFIG HELP.\r\n",
+		"COMMAND COUNT x":      "-ERR wrong number of arguments for 'command|count' command\r\n",
+		"CLIENT GETNAME":       "",
+		"config get maxmemory": "",
+	} {
+		a := bytes.Fields([]byte(in))
+		arities := map[string]map[string]int{"client": clientArities, "config": configArities, "command": commandArities}[strings.ToLower(string(a[0]))]
+		w := resp.NewWriter(2)
+		if ok := subcommandOK(strings.ToLower(string(a[0])), arities, a, w); ok != (want == "") || string(w.Bytes()) != want {
+			t.Errorf("%s: ok %v, wrote %q; want %q", in, ok, w.Bytes(), want)
 		}
 	}
 }
