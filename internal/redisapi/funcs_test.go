@@ -100,6 +100,35 @@ func TestSubcommandErrors(t *testing.T) {
 	}
 }
 
+// TestExpirePlans: EXPIRE checks its options, then its number, as Redis
+// does, with Redis's texts; XX with GT is GT.
+func TestExpirePlans(t *testing.T) {
+	for cmd, want := range map[string]string{
+		"EXPIRE k x FOO":                "ERR Unsupported option FOO",
+		"EXPIRE k 1 NX XX FOO":          "ERR Unsupported option FOO",
+		"EXPIRE k 1 GT LT":              "ERR GT and LT options at the same time are not compatible",
+		"EXPIRE k 1 LT GT NX":           "ERR NX and XX, GT or LT options at the same time are not compatible",
+		"EXPIRE k 1 XX LT":              string(errXXLT),
+		"EXPIRE k 9223372036854775":     "ERR invalid expire time in 'expire' command",
+		"PEXPIRE k 9223372036854775807": "ERR invalid expire time in 'pexpire' command",
+		"EXPIRE k x":                    string(errNotInt),
+	} {
+		a := bytes.Fields([]byte(cmd))
+		unit := map[string]int64{"EXPIRE": 1000, "PEXPIRE": 1}[string(a[0])]
+		if _, err := planExpire(unit, false)(nil, a); err == nil || err.Error() != want {
+			t.Errorf("%s: err = %v, want %q", cmd, err, want)
+		}
+	}
+	for cmd, want := range map[string]concordpb.Condition{"EXPIRE k 1 XX GT": concordpb.Condition_CONDITION_GT,
+		"EXPIRE k 1 GT XX XX": concordpb.Condition_CONDITION_GT, "EXPIRE k 1 NX NX": concordpb.Condition_CONDITION_NX,
+		"EXPIRE k 1 lt": concordpb.Condition_CONDITION_LT, "EXPIRE k 1": concordpb.Condition_CONDITION_NONE} {
+		p, err := planExpire(1000, false)(nil, bytes.Fields([]byte(cmd)))
+		if err != nil || p.ops[0].GetCondition() != want {
+			t.Errorf("%s: planned %v, %v; want condition %v", cmd, p, err, want)
+		}
+	}
+}
+
 func TestTTLReply(t *testing.T) {
 	now := int64(1_000_000)
 	for _, tc := range []struct {
