@@ -129,6 +129,23 @@ func TestExpirePlans(t *testing.T) {
 	}
 }
 
+// TestSetRangePlans: an offset near MaxInt64 is over the limit (it
+// overflowed past the check), and an empty value at any offset reads the
+// length, as Redis answers it.
+func TestSetRangePlans(t *testing.T) {
+	c := &conn{s: &Server{cfg: Config{MaxValueBytes: 100}}}
+	for cmd, want := range map[string]string{"SETRANGE k 9223372036854775807 x": "ERR string exceeds maximum allowed size (--max-value-bytes)",
+		"SETRANGE k 100 x": "ERR string exceeds maximum allowed size (--max-value-bytes)", "SETRANGE k -1 x": string(errOffsetRange)} {
+		if _, err := planSetRange(c, bytes.Fields([]byte(cmd))); err == nil || err.Error() != want {
+			t.Errorf("%s: err = %v, want %q", cmd, err, want)
+		}
+	}
+	p, err := planSetRange(c, [][]byte{[]byte("SETRANGE"), []byte("k"), []byte("1000"), nil})
+	if err != nil || !p.read || p.ops[0].GetType() != concordpb.OpType_OP_GET {
+		t.Errorf("SETRANGE k 1000 \"\": planned %v, %v; want a read", p, err)
+	}
+}
+
 func TestTTLReply(t *testing.T) {
 	now := int64(1_000_000)
 	for _, tc := range []struct {

@@ -497,10 +497,14 @@ func planSetRange(c *conn, a [][]byte) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if off < 0 {
+	switch {
+	case off < 0:
 		return nil, errOffsetRange
-	}
-	if off+int64(len(a[3])) > int64(c.s.cfg.MaxValueBytes) {
+	case len(a[3]) == 0:
+		// Sets nothing, at any offset: Redis answers the length (0 for
+		// an absent key, which it does not create), so a read does.
+		return planStrlen(c, a)
+	case off > int64(c.s.cfg.MaxValueBytes)-int64(len(a[3])): // not off+len: that may overflow
 		return nil, replyError("ERR string exceeds maximum allowed size (--max-value-bytes)")
 	}
 	op := &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: a[1], Value: a[3], Offset: off}

@@ -51,19 +51,20 @@ func TestRedisServerDifferential(t *testing.T) {
 // purpose, by script name and step as written in diffScripts, with the
 // reason.
 var knownDifferences = map[string]string{
-	`connection: SELECT 1`:                "one database (docs/redis.md, Refused: SELECT n, n != 0)",
-	`GET SET: SET "" v`:                   "an empty key is bad input (docs/redis.md, Errors)",
-	`GET SET: GET ""`:                     "an empty key is bad input (docs/redis.md, Errors)",
-	`server: CONFIG GET appendonly`:       "Concord reports its real persistence, appendonly yes (docs/redis.md, CONFIG GET)",
-	`server: CONFIG GET databases`:        "one database (docs/redis.md, CONFIG GET)",
-	`server: CONFIG SET timeout 0`:        "settings are the node's flags (docs/redis.md, Refused: CONFIG SET)",
-	`keyspace: FLUSHDB`:                   "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHDB)",
-	`keyspace: FLUSHALL`:                  "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHALL)",
-	`MULTI with PING: PING`:               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
-	`MULTI with PING: EXEC`:               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
-	`EXPIRE: EXPIRE {t}k 100 XX LT`:       "no op condition for XX with LT; refused (docs/redis.md, Refused)",
-	`unknown commands: LPUSH {t}l x`:      "values are strings only; lists are an unknown command (docs/redis.md, Refused)",
-	`SETRANGE: SETRANGE {t}k 600000000 x`: "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
+	`connection: SELECT 1`:                          "one database (docs/redis.md, Refused: SELECT n, n != 0)",
+	`GET SET: SET "" v`:                             "an empty key is bad input (docs/redis.md, Errors)",
+	`GET SET: GET ""`:                               "an empty key is bad input (docs/redis.md, Errors)",
+	`server: CONFIG GET appendonly`:                 "Concord reports its real persistence, appendonly yes (docs/redis.md, CONFIG GET)",
+	`server: CONFIG GET databases`:                  "one database (docs/redis.md, CONFIG GET)",
+	`server: CONFIG SET timeout 0`:                  "settings are the node's flags (docs/redis.md, Refused: CONFIG SET)",
+	`keyspace: FLUSHDB`:                             "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHDB)",
+	`keyspace: FLUSHALL`:                            "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHALL)",
+	`MULTI with PING: PING`:                         "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
+	`MULTI with PING: EXEC`:                         "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
+	`EXPIRE: EXPIRE {t}k 100 XX LT`:                 "no op condition for XX with LT; refused (docs/redis.md, Refused)",
+	`SETRANGE: SETRANGE {t}k 9223372036854775807 x`: "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
+	`unknown commands: LPUSH {t}l x`:                "values are strings only; lists are an unknown command (docs/redis.md, Refused)",
+	`SETRANGE: SETRANGE {t}k 600000000 x`:           "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
 }
 
 // diffScript is a named list of steps run on one connection to each
@@ -180,7 +181,7 @@ var diffScripts = []diffScript{
 	{"SETRANGE", []string{
 		`SETRANGE {t}k 0 ""`, `EXISTS {t}k`, `SETRANGE {t}k 5 ""`, `EXISTS {t}k`, `SETRANGE {t}k 3 abc`, `GET {t}k`,
 		`SETRANGE {t}k 1 X`, `GET {t}k`, `SETRANGE {t}k 10 Y`, `GET {t}k`, `SETRANGE {t}k -1 x`, `SETRANGE {t}k x x`,
-		`SETRANGE {t}k 0 ""`, `SETRANGE {t}k 600000000 x`, `SETRANGE {t}k 9223372036854775807 x`,
+		`SETRANGE {t}k 0 ""`, `SETRANGE {t}k 600000000 ""`, `SETRANGE {t}none 600000000 ""`, `EXISTS {t}none`, `SETRANGE {t}k 600000000 x`, `SETRANGE {t}k 9223372036854775807 x`,
 	}},
 	{"EXPIRE", []string{
 		`EXPIRE {t}k 100`, `SET {t}k v`, `TTL {t}k`, `PTTL {t}k`, `EXPIRETIME {t}k`, `PEXPIRETIME {t}k`,
