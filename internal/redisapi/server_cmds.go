@@ -308,7 +308,7 @@ func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
 		w.Array(len(cmds))
 		for _, cmd := range cmds {
 			if cmd == nil {
-				w.NullArray()
+				w.Null() // Redis's null bulk string in RESP2
 			} else {
 				writeCommandInfo(w, cmd)
 			}
