@@ -425,6 +425,13 @@ func (c *conn) dispatch(cl *call) {
 		c.abortMulti()
 		w.Error(unknownCommand(cl.args))
 		return
+	case !cmd.arityOK(len(cl.args)) && cmd.name == "exec":
+		// Redis aborts: it discards the transaction, if any, and its
+		// watched keys, and says so.
+		c.multi = nil
+		c.unwatch()
+		w.Error("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
+		return
 	case !cmd.arityOK(len(cl.args)):
 		c.abortMulti()
 		w.Error("ERR wrong number of arguments for '" + cmd.name + "' command")

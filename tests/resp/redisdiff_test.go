@@ -217,6 +217,10 @@ var diffScripts = []diffScript{
 		`EXEC`, `DISCARD`, `MULTI`, `MULTI`, `SET {t}a 1`, `EXEC`, `GET {t}a`,
 		`MULTI`, `DISCARD`, `DISCARD`, `EXEC`,
 	}},
+	{"EXEC with arguments", []string{
+		`SET {t}a 1`, `WATCH {t}a`, `MULTI`, `SET {t}a 2`, `EXEC x`, `EXEC`, `GET {t}a`,
+		`MULTI`, `SET {t}a 3`, `EXEC`, `GET {t}a`,
+	}},
 	{"MULTI empty and UNWATCH", []string{
 		`MULTI`, `EXEC`, `MULTI`, `UNWATCH`, `EXEC`,
 	}},
