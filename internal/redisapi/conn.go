@@ -2,6 +2,7 @@ package redisapi
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -424,6 +425,13 @@ func (c *conn) dispatch(cl *call) {
 		c.abortMulti()
 		w.Error(unknownCommand(cl.args))
 		return
+	case !cmd.arityOK(len(cl.args)) && cmd.name == "exec":
+		// Redis aborts: it discards the transaction, if any, and its
+		// watched keys, and says so.
+		c.multi = nil
+		c.unwatch()
+		w.Error("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
+		return
 	case !cmd.arityOK(len(cl.args)):
 		c.abortMulti()
 		w.Error("ERR wrong number of arguments for '" + cmd.name + "' command")
@@ -472,32 +480,28 @@ func (c *conn) noteCommand(cmd *command) {
 	c.mu.Unlock()
 }
 
+// unknownCommand is Redis's text for a command it does not know: the
+// name, then the arguments quoted while the list is under 128 bytes, each
+// cut to what is left of the 128.
 func unknownCommand(args [][]byte) string {
-	var b strings.Builder
-	b.WriteString("ERR unknown command '")
-	b.WriteString(printable(args[0], 128))
-	b.WriteString("', with args beginning with: ")
-	for _, a := range args[1:min(len(args), 9)] {
-		b.WriteString("'" + printable(a, 64) + "' ")
-	}
-	return b.String()
-}
-
-// printable shortens s for an error text and replaces bytes that are not
-// printable ASCII.
-func printable(s []byte, max int) string {
-	out := make([]byte, 0, min(len(s), max))
-	for i, ch := range s {
-		if i == max {
-			out = append(out, "..."...)
+	var list strings.Builder
+	for _, a := range args[1:] {
+		if list.Len() >= 128 {
 			break
 		}
-		if ch < 0x20 || ch > 0x7e {
-			ch = '?'
-		}
-		out = append(out, ch)
+		list.WriteString("'" + cString(a, 128-list.Len()) + "' ")
 	}
-	return string(out)
+	return "ERR unknown command '" + cString(args[0], 128) + "', with args beginning with: " + list.String()
+}
+
+// cString is s as Redis's "%.*s" prints an argument into an error text:
+// up to its first zero byte, at most max bytes (resp.Writer.Error turns
+// CR and LF into spaces, as Redis does).
+func cString(s []byte, max int) string {
+	if i := bytes.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	return string(s[:min(len(s), max)])
 }
 
 // writeDeadline gives the replies about to be written at least

@@ -1,6 +1,7 @@
 package redisapi
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -42,6 +43,106 @@ func TestSubstr(t *testing.T) {
 		if got := string(substr(v, tc.start, tc.end)); got != tc.want {
 			t.Errorf("substr(%d, %d) = %q, want %q", tc.start, tc.end, got, tc.want)
 		}
+	}
+}
+
+// TestParseInt: arguments parse as Redis's string2ll parses them.
+func TestParseInt(t *testing.T) {
+	for in, ok := range map[string]bool{"0": true, "-1": true, "42": true, "9223372036854775807": true,
+		"-9223372036854775808": true, "": false, "+1": false, "01": false, "-0": false, " 1": false, "1 ": false,
+		"1.0": false, "9223372036854775808": false, "0x10": false} {
+		if _, err := parseInt([]byte(in)); (err == nil) != ok {
+			t.Errorf("parseInt(%q): err = %v, want ok %v", in, err, ok)
+		}
+	}
+}
+
+// TestUnknownCommand: Redis's text, byte for byte.
+func TestUnknownCommand(t *testing.T) {
+	long := strings.Repeat("x", 50)
+	for in, want := range map[string]string{
+		"foo":                      "ERR unknown command 'foo', with args beginning with: ",
+		"foo a b":                  "ERR unknown command 'foo', with args beginning with: 'a' 'b' ",
+		"foo 1 2 3 4 5 6 7 8 9 10": "ERR unknown command 'foo', with args beginning with: '1' '2' '3' '4' '5' '6' '7' '8' '9' '10' ",
+		"foo " + long + " " + long + " " + long + " tail": "ERR unknown command 'foo', with args beginning with: '" + long + "' '" + long + "' '" + long[:128-2*(50+3)] + "' ",
+		"foo a\x00b \xff": "ERR unknown command 'foo', with args beginning with: 'a' '\xff' ",
+	} {
+		var args [][]byte
+		for _, f := range strings.Fields(in) {
+			f = strings.ReplaceAll(strings.ReplaceAll(f, `\x00`, "\x00"), `\xff`, "\xff")
+			args = append(args, []byte(f))
+		}
+		if got := unknownCommand(args); got != want {
+			t.Errorf("unknownCommand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSubcommandErrors: Redis's texts for a subcommand that CLIENT,
+// CONFIG or COMMAND does not have, or given the wrong arguments.
+func TestSubcommandErrors(t *testing.T) {
+	for in, want := range map[string]string{
+		"client foo":           "-ERR unknown subcommand 'foo'. Try CLIENT HELP.\r\n",
+		"CLIENT SETNAME":       "-ERR wrong number of arguments for 'client|setname' command\r\n",
+		"CLIENT ID x":          "-ERR wrong number of arguments for 'client|id' command\r\n",
+		"CONFIG GET":           "-ERR wrong number of arguments for 'config|get' command\r\n",
+		"CONFIG FOO":           "-ERR unknown subcommand 'FOO'. Try CONFIG HELP.\r\n",
+		"COMMAND COUNT x":      "-ERR wrong number of arguments for 'command|count' command\r\n",
+		"CLIENT GETNAME":       "",
+		"config get maxmemory": "",
+	} {
+		a := bytes.Fields([]byte(in))
+		arities := map[string]map[string]int{"client": clientArities, "config": configArities, "command": commandArities}[strings.ToLower(string(a[0]))]
+		w := resp.NewWriter(2)
+		if ok := subcommandOK(strings.ToLower(string(a[0])), arities, a, w); ok != (want == "") || string(w.Bytes()) != want {
+			t.Errorf("%s: ok %v, wrote %q; want %q", in, ok, w.Bytes(), want)
+		}
+	}
+}
+
+// TestExpirePlans: EXPIRE checks its options, then its number, as Redis
+// does, with Redis's texts; XX with GT is GT.
+func TestExpirePlans(t *testing.T) {
+	for cmd, want := range map[string]string{
+		"EXPIRE k x FOO":                "ERR Unsupported option FOO",
+		"EXPIRE k 1 NX XX FOO":          "ERR Unsupported option FOO",
+		"EXPIRE k 1 GT LT":              "ERR GT and LT options at the same time are not compatible",
+		"EXPIRE k 1 LT GT NX":           "ERR NX and XX, GT or LT options at the same time are not compatible",
+		"EXPIRE k 1 XX LT":              string(errXXLT),
+		"EXPIRE k 9223372036854775":     "ERR invalid expire time in 'expire' command",
+		"PEXPIRE k 9223372036854775807": "ERR invalid expire time in 'pexpire' command",
+		"EXPIRE k x":                    string(errNotInt),
+	} {
+		a := bytes.Fields([]byte(cmd))
+		unit := map[string]int64{"EXPIRE": 1000, "PEXPIRE": 1}[string(a[0])]
+		if _, err := planExpire(unit, false)(nil, a); err == nil || err.Error() != want {
+			t.Errorf("%s: err = %v, want %q", cmd, err, want)
+		}
+	}
+	for cmd, want := range map[string]concordpb.Condition{"EXPIRE k 1 XX GT": concordpb.Condition_CONDITION_GT,
+		"EXPIRE k 1 GT XX XX": concordpb.Condition_CONDITION_GT, "EXPIRE k 1 NX NX": concordpb.Condition_CONDITION_NX,
+		"EXPIRE k 1 lt": concordpb.Condition_CONDITION_LT, "EXPIRE k 1": concordpb.Condition_CONDITION_NONE} {
+		p, err := planExpire(1000, false)(nil, bytes.Fields([]byte(cmd)))
+		if err != nil || p.ops[0].GetCondition() != want {
+			t.Errorf("%s: planned %v, %v; want condition %v", cmd, p, err, want)
+		}
+	}
+}
+
+// TestSetRangePlans: an offset near MaxInt64 is over the limit (it
+// overflowed past the check), and an empty value at any offset reads the
+// length, as Redis answers it.
+func TestSetRangePlans(t *testing.T) {
+	c := &conn{s: &Server{cfg: Config{MaxValueBytes: 100}}}
+	for cmd, want := range map[string]string{"SETRANGE k 9223372036854775807 x": "ERR string exceeds maximum allowed size (--max-value-bytes)",
+		"SETRANGE k 100 x": "ERR string exceeds maximum allowed size (--max-value-bytes)", "SETRANGE k -1 x": string(errOffsetRange)} {
+		if _, err := planSetRange(c, bytes.Fields([]byte(cmd))); err == nil || err.Error() != want {
+			t.Errorf("%s: err = %v, want %q", cmd, err, want)
+		}
+	}
+	p, err := planSetRange(c, [][]byte{[]byte("SETRANGE"), []byte("k"), []byte("1000"), nil})
+	if err != nil || !p.read || p.ops[0].GetType() != concordpb.OpType_OP_GET {
+		t.Errorf("SETRANGE k 1000 \"\": planned %v, %v; want a read", p, err)
 	}
 }
 
@@ -96,7 +197,7 @@ func TestSetPlans(t *testing.T) {
 		"GETSET k v": true, "SETNX k v": false, "SETEX k 5 v": false, "MSET k v j w": false} {
 		a := args(cmd)
 		plan := map[string]func(*conn, [][]byte) (*plan, error){"SET": planSet, "GETSET": planGetSet, "SETNX": planSetNX,
-			"SETEX": planSetEX(1000), "MSET": planMSet}[string(a[0])]
+			"SETEX": planSetEX("EX", "setex"), "MSET": planMSet}[string(a[0])]
 		p, err := plan(nil, a)
 		if err != nil {
 			t.Fatal(err)
@@ -107,9 +208,26 @@ func TestSetPlans(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"SET k v NX XX", "SET k v EX 1 PX 1", "SET k v EX 0", "SET k v KEEPTTL EX 5", "SET k v EX", "SET k v FOO"} {
+	for _, bad := range []string{"SET k v NX XX", "SET k v EX 1 PX 1", "SET k v EX 0", "SET k v KEEPTTL EX 5", "SET k v EX", "SET k v FOO",
+		"SET k v PX 9223372036854775807", "SET k v EX 9223372036854775", "SET k v EX x FOO", "SET k v GET NX XX"} {
 		if _, err := planSet(nil, args(bad)); err == nil {
 			t.Errorf("%s: planned, want an error", bad)
+		}
+	}
+	// As in Redis, an option may repeat, and the last amount of an expiry
+	// counts (only that one is parsed).
+	for cmd, ttl := range map[string]int64{"SET k v NX NX": 0, "SET k v GET GET": 0, "SET k v EX 1 EX 2": 2000,
+		"SET k v EX x EX 3": 3000, "SET k v PXAT 5 PXAT 6": 0} {
+		p, err := planSet(nil, args(cmd))
+		if err != nil || p.ops[0].GetTtlMs() != ttl {
+			t.Errorf("%s: planned %v, %v; want a TTL of %d ms", cmd, p, err, ttl)
+		}
+	}
+	for cmd, want := range map[string]string{"SETEX k 9223372036854775 v": "ERR invalid expire time in 'setex' command",
+		"GETEX k PX 9223372036854775807": "", "GETEX k EX 1 PERSIST": "ERR syntax error", "GETEX k NX": "ERR syntax error"} {
+		plan := map[string]func(*conn, [][]byte) (*plan, error){"SETEX": planSetEX("EX", "setex"), "GETEX": planGetEx}[cmd[:5]]
+		if _, err := plan(nil, args(cmd)); (err == nil && want != "") || (err != nil && err.Error() != want) {
+			t.Errorf("%s: err = %v, want %q", cmd, err, want)
 		}
 	}
 }

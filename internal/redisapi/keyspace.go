@@ -55,7 +55,11 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 			pattern = a[i+1]
 		case "COUNT":
 			n, err := parseInt(a[i+1])
-			if err != nil || n < 1 {
+			switch {
+			case err != nil:
+				w.Error(err.Error())
+				return
+			case n < 1:
 				w.Error(string(errSyntax))
 				return
 			}

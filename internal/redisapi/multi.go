@@ -17,7 +17,9 @@ type multiState struct {
 }
 
 // queue plans a command inside MULTI and queues it. Only key commands can
-// be queued: they become one batch at EXEC.
+// be queued: they become one batch at EXEC. (An unknown command or a wrong
+// number of arguments aborts the transaction before it gets here, as in
+// Redis: dispatch.)
 func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 	if cmd.name == "unwatch" {
 		// UNWATCH is queued and answers OK in EXEC's array, as in Redis:
@@ -34,9 +36,12 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 	}
 	p, err := cmd.plan(c, args)
 	if err != nil {
-		c.multi.aborted = true
-		w.Error(err.Error())
-		return
+		// Redis queues every known command of the right arity and finds
+		// an argument error (syntax, a number that is not one) when EXEC
+		// runs it: that command's answer in EXEC's array is the error,
+		// and the others run.
+		msg := err.Error()
+		p = &plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.Error(msg) }}
 	}
 	c.multi.plans = append(c.multi.plans, p)
 	w.SimpleString("QUEUED")

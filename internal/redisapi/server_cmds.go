@@ -36,8 +36,8 @@ func cmdSelect(_ *conn, a [][]byte, w *resp.Writer) {
 	switch {
 	case err != nil:
 		w.Error(err.Error())
-	case n != 0:
-		w.Error("ERR DB index is out of range (Concord has one database, 0)")
+	case n != 0: // Redis's text: Concord has one database, 0
+		w.Error("ERR DB index is out of range")
 	default:
 		w.SimpleString("OK")
 	}
@@ -109,7 +109,11 @@ func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
 	proto := c.proto
 	if len(a) > 1 {
 		v, err := parseInt(a[1])
-		if err != nil || v < 2 || v > 3 {
+		switch {
+		case err != nil:
+			w.Error("ERR Protocol version is not an integer or out of range")
+			return
+		case v < 2 || v > 3:
 			w.Error("NOPROTO unsupported protocol version")
 			return
 		}
@@ -128,7 +132,7 @@ func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
 			name = a[i+1]
 			i++
 		default:
-			w.Error("ERR Syntax error in HELLO option '" + printable(a[i], 32) + "'")
+			w.Error("ERR Syntax error in HELLO option '" + cString(a[i], len(a[i])) + "'")
 			return
 		}
 	}
@@ -183,36 +187,63 @@ func (c *conn) getName() string {
 	return c.name
 }
 
+// subcommandOK answers Redis's error for a subcommand of container (CLIENT,
+// CONFIG, COMMAND) that arities (by lower-case name, counted as Redis
+// counts them: the command and subcommand included) does not have, or
+// that has the wrong number of arguments, and reports whether neither.
+func subcommandOK(container string, arities map[string]int, a [][]byte, w *resp.Writer) bool {
+	sub := strings.ToLower(string(a[1]))
+	arity, ok := arities[sub]
+	switch {
+	case !ok:
+		w.Error("ERR unknown subcommand '" + cString(a[1], 128) + "'. Try " + strings.ToUpper(container) + " HELP.")
+	case (arity >= 0 && len(a) != arity) || len(a) < -arity:
+		w.Error("ERR wrong number of arguments for '" + container + "|" + sub + "' command")
+	default:
+		return true
+	}
+	return false
+}
+
+// The subcommands of CLIENT, CONFIG and COMMAND that Concord knows, with
+// Redis's arities.
+var (
+	clientArities  = map[string]int{"id": 2, "setname": 3, "getname": 2, "info": 2, "list": -2, "setinfo": 4, "help": 2}
+	configArities  = map[string]int{"get": -3, "set": -4, "rewrite": 2, "resetstat": 2, "help": 2}
+	commandArities = map[string]int{"count": 2, "list": -2, "info": -2, "docs": -2}
+)
+
 // cmdClient: CLIENT ID | SETNAME | GETNAME | INFO | LIST | SETINFO.
 func cmdClient(c *conn, a [][]byte, w *resp.Writer) {
+	if !subcommandOK("client", clientArities, a, w) {
+		return
+	}
 	sub := strings.ToUpper(string(a[1]))
 	switch {
-	case sub == "ID" && len(a) == 2:
+	case sub == "ID":
 		w.Int(c.id)
-	case sub == "SETNAME" && len(a) == 3:
+	case sub == "SETNAME":
 		if err := validName(a[2]); err != nil {
 			w.Error(err.Error())
 			return
 		}
 		c.setName(string(a[2]))
 		w.SimpleString("OK")
-	case sub == "GETNAME" && len(a) == 2:
+	case sub == "GETNAME":
 		if n := c.getName(); n != "" {
 			w.BulkString(n)
 		} else {
 			w.Null()
 		}
-	case sub == "INFO" && len(a) == 2:
+	case sub == "INFO":
 		w.Verbatim("txt", []byte(c.describe()+"\n"))
 	case sub == "LIST":
 		w.Verbatim("txt", []byte(c.s.clientList()))
-	case sub == "SETINFO" && len(a) == 4:
+	case sub == "SETINFO":
 		w.SimpleString("OK")
 	case sub == "HELP":
 		w.Array(1)
 		w.SimpleString("CLIENT ID | SETNAME name | GETNAME | INFO | LIST | SETINFO attr value")
-	default:
-		w.Error("ERR unknown subcommand or wrong number of arguments for '" + printable(a[1], 32) + "'. Try CLIENT HELP.")
 	}
 }
 
@@ -252,6 +283,9 @@ func (s *Server) clientList() string {
 func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
 	sub := ""
 	if len(a) > 1 {
+		if !subcommandOK("command", commandArities, a, w) {
+			return
+		}
 		sub = strings.ToUpper(string(a[1]))
 	}
 	switch {
@@ -274,7 +308,7 @@ func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
 		w.Array(len(cmds))
 		for _, cmd := range cmds {
 			if cmd == nil {
-				w.NullArray()
+				w.Null() // Redis's null bulk string in RESP2
 			} else {
 				writeCommandInfo(w, cmd)
 			}
@@ -297,8 +331,6 @@ func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
 			w.BulkString("group")
 			w.BulkString(cmd.group)
 		}
-	default:
-		w.Error("ERR unknown subcommand '" + printable(a[1], 32) + "'. Try COMMAND HELP.")
 	}
 }
 
@@ -336,8 +368,11 @@ func writeCommandInfo(w *resp.Writer, cmd *command) {
 // cmdConfig: CONFIG GET pattern...: the few settings clients and
 // redis-benchmark ask for at connect. CONFIG SET is refused.
 func cmdConfig(c *conn, a [][]byte, w *resp.Writer) {
-	if !strings.EqualFold(string(a[1]), "get") || len(a) < 3 {
-		w.Error("ERR CONFIG " + strings.ToUpper(printable(a[1], 32)) + " is not supported by Concord (its settings are the node's flags)")
+	if !subcommandOK("config", configArities, a, w) {
+		return
+	}
+	if !strings.EqualFold(string(a[1]), "get") {
+		w.Error("ERR CONFIG " + strings.ToUpper(string(a[1])) + " is not supported by Concord (its settings are the node's flags)")
 		return
 	}
 	settings := [][2]string{

@@ -111,9 +111,12 @@ func bulkOrNull(w *resp.Writer, found bool, v []byte) {
 
 func replyOK(w *resp.Writer, _ *concordpb.OpResult) { w.SimpleString("OK") }
 
+// parseInt accepts what Redis's string2ll does: the canonical base-10 form
+// of an int64 only (no sign '+', no spaces, no leading zeros, no "-0"), as
+// internal/kv parses a stored number.
 func parseInt(b []byte) (int64, error) {
 	v, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || len(b) == 0 {
+	if err != nil || strconv.FormatInt(v, 10) != string(b) {
 		return 0, errNotInt
 	}
 	return v, nil
@@ -143,11 +146,14 @@ type expiry struct {
 	ttlMs, atMs int64
 	keep        bool // KEEPTTL
 	persist     bool // GETEX PERSIST
-	set         bool
 }
 
-// parseExpiry parses the amount of an EX/PX/EXAT/PXAT option for command.
-func parseExpiry(opt string, arg []byte, command string) (expiry, error) {
+// parseExpiry parses the amount of an EX/PX/EXAT/PXAT option of command
+// as Redis's getExpireMillisecondsOrReply does: a positive number whose
+// milliseconds fit an int64 and, for the relative EX and PX, still fit
+// once added to now (nowMs, the answering node's clock; the shard's state
+// machine places the time itself and refuses what overflows there).
+func parseExpiry(opt string, arg []byte, command string, nowMs int64) (expiry, error) {
 	v, err := parseInt(arg)
 	if err != nil {
 		return expiry{}, err
@@ -160,38 +166,48 @@ func parseExpiry(opt string, arg []byte, command string) (expiry, error) {
 	if v <= 0 || v > math.MaxInt64/unit {
 		return expiry{}, invalid
 	}
+	ms := v * unit
 	if opt == "EX" || opt == "PX" {
-		return expiry{ttlMs: v * unit, set: true}, nil
+		if ms > math.MaxInt64-nowMs {
+			return expiry{}, invalid
+		}
+		return expiry{ttlMs: ms}, nil
 	}
-	return expiry{atMs: v * unit, set: true}, nil
+	return expiry{atMs: ms}, nil
 }
 
-// setOptions are SET's options.
-type setOptions struct {
-	cond concordpb.Condition
-	get  bool
-	exp  expiry
+// stringOptions are SET's options ([NX|XX] [GET] [EX|PX|EXAT|PXAT n |
+// KEEPTTL]) or GETEX's ([EX|PX|EXAT|PXAT n | PERSIST]).
+type stringOptions struct {
+	nx, xx, get, keepTTL, persist bool
+	expOpt                        string // EX, PX, EXAT or PXAT; "" if none
+	expArg                        []byte // its amount, parsed by parseExpiry
 }
 
-func parseSetOptions(a [][]byte) (setOptions, error) {
-	var o setOptions
+// parseStringOptions parses SET's options (set) or GETEX's as Redis 7's
+// parseExtendedStringArgumentsOrReply does: an option may be repeated (the
+// last amount of a repeated expiry counts), options that conflict are a
+// syntax error, and an expiry's amount is checked only once every option
+// has parsed (SET k v EX x FOO is a syntax error, SET k v EX x EX 5 sets).
+func parseStringOptions(a [][]byte, set bool) (stringOptions, error) {
+	var o stringOptions
 	for i := 0; i < len(a); i++ {
 		opt := strings.ToUpper(string(a[i]))
+		timed := o.expOpt != ""
 		switch {
-		case opt == "NX" && o.cond == 0:
-			o.cond = concordpb.Condition_CONDITION_NX
-		case opt == "XX" && o.cond == 0:
-			o.cond = concordpb.Condition_CONDITION_XX
-		case opt == "GET" && !o.get:
+		case set && opt == "NX" && !o.xx:
+			o.nx = true
+		case set && opt == "XX" && !o.nx:
+			o.xx = true
+		case set && opt == "GET":
 			o.get = true
-		case opt == "KEEPTTL" && !o.exp.set && !o.exp.keep:
-			o.exp.keep = true
-		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !o.exp.set && !o.exp.keep && i+1 < len(a):
-			e, err := parseExpiry(opt, a[i+1], "set")
-			if err != nil {
-				return o, err
-			}
-			o.exp = e
+		case set && opt == "KEEPTTL" && !timed:
+			o.keepTTL = true
+		case !set && opt == "PERSIST" && !timed:
+			o.persist = true
+		case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !o.keepTTL && !o.persist &&
+			(!timed || o.expOpt == opt) && i+1 < len(a):
+			o.expOpt, o.expArg = opt, a[i+1]
 			i++
 		default:
 			return o, errSyntax
@@ -219,19 +235,32 @@ func planSet(c *conn, a [][]byte) (*plan, error) {
 		sp.p = plan{ops: sp.ops[:], one: replyOK}
 		return &sp.p, nil
 	}
-	o, err := parseSetOptions(a[3:])
+	o, err := parseStringOptions(a[3:], true)
 	if err != nil {
 		return nil, err
 	}
-	return writePlan(putOp(a[1], a[2], o.exp, o.cond, o.get), func(w *resp.Writer, r *concordpb.OpResult) {
+	e := expiry{keep: o.keepTTL}
+	if o.expOpt != "" {
+		if e, err = parseExpiry(o.expOpt, o.expArg, "set", time.Now().UnixMilli()); err != nil {
+			return nil, err
+		}
+	}
+	cond := concordpb.Condition_CONDITION_NONE
+	switch {
+	case o.nx:
+		cond = concordpb.Condition_CONDITION_NX
+	case o.xx:
+		cond = concordpb.Condition_CONDITION_XX
+	}
+	return writePlan(putOp(a[1], a[2], e, cond, o.get), func(w *resp.Writer, r *concordpb.OpResult) {
 		switch {
 		case o.get:
 			prev := r.GetExists()
-			if o.cond == concordpb.Condition_CONDITION_NONE {
+			if cond == concordpb.Condition_CONDITION_NONE {
 				prev = r.GetOk()
 			}
 			bulkOrNull(w, prev, r.GetValue())
-		case o.cond != concordpb.Condition_CONDITION_NONE && !r.GetOk():
+		case cond != concordpb.Condition_CONDITION_NONE && !r.GetOk():
 			w.Null()
 		default:
 			w.SimpleString("OK")
@@ -245,18 +274,14 @@ func planSetNX(_ *conn, a [][]byte) (*plan, error) {
 	}), nil
 }
 
-// planSetEX: SETEX key seconds value (unit 1000) and PSETEX (unit 1).
-func planSetEX(unit int64) func(*conn, [][]byte) (*plan, error) {
-	name := map[int64]string{1000: "setex", 1: "psetex"}[unit]
+// planSetEX: SETEX key seconds value (EX) and PSETEX (PX).
+func planSetEX(opt, name string) func(*conn, [][]byte) (*plan, error) {
 	return func(_ *conn, a [][]byte) (*plan, error) {
-		v, err := parseInt(a[2])
+		e, err := parseExpiry(opt, a[2], name, time.Now().UnixMilli())
 		if err != nil {
 			return nil, err
 		}
-		if v <= 0 || v > math.MaxInt64/unit {
-			return nil, replyError("ERR invalid expire time in '" + name + "' command")
-		}
-		return writePlan(putOp(a[1], a[3], expiry{ttlMs: v * unit}, 0, false), replyOK), nil
+		return writePlan(putOp(a[1], a[3], e, 0, false), replyOK), nil
 	}
 }
 
@@ -274,21 +299,26 @@ func planGetDel(_ *conn, a [][]byte) (*plan, error) {
 // planGetEx: GETEX key [EX|PX|EXAT|PXAT n | PERSIST]. Without an option it
 // is a GET; with one, an EXPIRE op that also returns the value.
 func planGetEx(c *conn, a [][]byte) (*plan, error) {
-	if len(a) == 2 {
+	o, err := parseStringOptions(a[2:], false)
+	if err != nil {
+		return nil, err
+	}
+	if o.expOpt == "" && !o.persist {
 		return planGet(c, a)
 	}
-	var e expiry
-	opt := strings.ToUpper(string(a[2]))
-	switch {
-	case opt == "PERSIST" && len(a) == 3:
-		e.persist = true
-	case (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && len(a) == 4:
-		var err error
-		if e, err = parseExpiry(opt, a[3], "getex"); err != nil {
-			return nil, err
+	e := expiry{persist: o.persist}
+	if o.expOpt != "" {
+		if e, err = parseExpiry(o.expOpt, o.expArg, "getex", time.Now().UnixMilli()); err != nil {
+			// Redis looks the key up before it checks the time: an
+			// absent key answers null, a present one the error.
+			return readPlan(c, a[1:2], func(w *resp.Writer, res []*concordpb.OpResult) {
+				if !res[0].GetOk() {
+					w.Null()
+					return
+				}
+				w.Error(err.Error())
+			}), nil
 		}
-	default:
-		return nil, errSyntax
 	}
 	op := &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: a[1], TtlMs: e.ttlMs, ExpireAtUnixMs: e.atMs, Persist: e.persist}
 	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { bulkOrNull(w, r.GetExists(), r.GetValue()) }), nil
@@ -467,10 +497,14 @@ func planSetRange(c *conn, a [][]byte) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if off < 0 {
+	switch {
+	case off < 0:
 		return nil, errOffsetRange
-	}
-	if off+int64(len(a[3])) > int64(c.s.cfg.MaxValueBytes) {
+	case len(a[3]) == 0:
+		// Sets nothing, at any offset: Redis answers the length (0 for
+		// an absent key, which it does not create), so a read does.
+		return planStrlen(c, a)
+	case off > int64(c.s.cfg.MaxValueBytes)-int64(len(a[3])): // not off+len: that may overflow
 		return nil, replyError("ERR string exceeds maximum allowed size (--max-value-bytes)")
 	}
 	op := &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: a[1], Value: a[3], Offset: off}
@@ -478,25 +512,30 @@ func planSetRange(c *conn, a [][]byte) (*plan, error) {
 }
 
 // planExpire: EXPIRE/PEXPIRE (relative) and EXPIREAT/PEXPIREAT (absolute),
-// with NX|XX|GT|LT. A time not in the future deletes the key (the state
-// machine's rule); such a time is sent as the Unix millisecond 1.
+// with NX|XX|GT|LT, checked in Redis's order: the options, then the number,
+// then whether its milliseconds (plus now, when relative) overflow. A time
+// not in the future deletes the key (the state machine's rule); such a
+// time is sent as the Unix millisecond 1.
 func planExpire(unit int64, absolute bool) func(*conn, [][]byte) (*plan, error) {
 	return func(_ *conn, a [][]byte) (*plan, error) {
+		cond, err := parseExpireCond(a[3:])
+		if err != nil {
+			return nil, err
+		}
 		v, err := parseInt(a[2])
 		if err != nil {
 			return nil, err
 		}
+		invalid := replyError("ERR invalid expire time in '" + strings.ToLower(string(a[0])) + "' command")
 		if v > math.MaxInt64/unit || v < math.MinInt64/unit {
-			return nil, replyError("ERR invalid expire time in '" + strings.ToLower(string(a[0])) + "' command")
-		}
-		cond, err := parseExpireCond(a[3:])
-		if err != nil {
-			return nil, err
+			return nil, invalid
 		}
 		op := &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: a[1], Condition: cond}
 		switch ms := v * unit; {
 		case absolute:
 			op.ExpireAtUnixMs = max(ms, 1)
+		case ms > math.MaxInt64-time.Now().UnixMilli():
+			return nil, invalid
 		case ms <= 0:
 			op.ExpireAtUnixMs = 1
 		default:
@@ -506,28 +545,48 @@ func planExpire(unit int64, absolute bool) func(*conn, [][]byte) (*plan, error) 
 	}
 }
 
+// errXXLT refuses EXPIRE's XX and LT together, which Redis accepts: the
+// shard's state machine has one condition per op, and XX with LT (has an
+// expiry, and the new one is sooner) is none of its four.
+const errXXLT = replyError("ERR XX and LT options together are not supported by Concord")
+
+// parseExpireCond parses EXPIRE's options as Redis 7's
+// parseExtendedExpireArgumentsOrReply does: any repeated, an unknown one
+// refused first, then the conflicts. XX with GT is GT (GT already requires
+// an expiry: a key without one counts as expiring never).
 func parseExpireCond(a [][]byte) (concordpb.Condition, error) {
-	cond := concordpb.Condition_CONDITION_NONE
+	var nx, xx, gt, lt bool
 	for _, o := range a {
-		var c concordpb.Condition
 		switch strings.ToUpper(string(o)) {
 		case "NX":
-			c = concordpb.Condition_CONDITION_NX
+			nx = true
 		case "XX":
-			c = concordpb.Condition_CONDITION_XX
+			xx = true
 		case "GT":
-			c = concordpb.Condition_CONDITION_GT
+			gt = true
 		case "LT":
-			c = concordpb.Condition_CONDITION_LT
+			lt = true
 		default:
-			return 0, replyError("ERR Unsupported option " + printable(o, 32))
+			return 0, replyError("ERR Unsupported option " + cString(o, len(o)))
 		}
-		if cond != 0 && cond != c {
-			return 0, replyError("ERR NX and XX, GT or LT options at the same time are not compatible")
-		}
-		cond = c
 	}
-	return cond, nil
+	switch {
+	case nx && (xx || gt || lt):
+		return 0, replyError("ERR NX and XX, GT or LT options at the same time are not compatible")
+	case gt && lt:
+		return 0, replyError("ERR GT and LT options at the same time are not compatible")
+	case xx && lt:
+		return 0, errXXLT
+	case nx:
+		return concordpb.Condition_CONDITION_NX, nil
+	case gt:
+		return concordpb.Condition_CONDITION_GT, nil
+	case lt:
+		return concordpb.Condition_CONDITION_LT, nil
+	case xx:
+		return concordpb.Condition_CONDITION_XX, nil
+	}
+	return concordpb.Condition_CONDITION_NONE, nil
 }
 
 func planPersist(_ *conn, a [][]byte) (*plan, error) {

@@ -116,6 +116,7 @@ func TestWriter(t *testing.T) {
 		{"error strips CRLF", func(w *Writer) { w.Error("ERR a\r\nb") }, "-ERR a  b\r\n", "-ERR a  b\r\n"},
 		{"error strips a lone CR", func(w *Writer) { w.Error("ERR a\rb") }, "-ERR a b\r\n", "-ERR a b\r\n"},
 		{"simple strips a lone LF", func(w *Writer) { w.SimpleString("a\nb") }, "+a b\r\n", "+a b\r\n"},
+		{"a line with CR keeps its other bytes", func(w *Writer) { w.Error("ERR a\r\xffb") }, "-ERR a \xffb\r\n", "-ERR a \xffb\r\n"},
 		{"int", func(w *Writer) { w.Int(-42) }, ":-42\r\n", ":-42\r\n"},
 		{"bulk", func(w *Writer) { w.Bulk([]byte("a\r\nb")) }, "$4\r\na\r\nb\r\n", "$4\r\na\r\nb\r\n"},
 		{"null", func(w *Writer) { w.Null() }, "$-1\r\n", "_\r\n"},

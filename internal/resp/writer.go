@@ -63,15 +63,17 @@ func (w *Writer) Error(msg string) {
 }
 
 func appendLine(b []byte, s string) []byte {
-	if hasCRLF([]byte(s)) {
-		s = string(bytes.Map(func(r rune) rune {
-			if r == '\r' || r == '\n' {
-				return ' '
-			}
-			return r
-		}, []byte(s)))
-	}
+	start := len(b)
 	b = append(b, s...)
+	if hasCRLF(b[start:]) {
+		// Byte by byte, as Redis maps them: other bytes, UTF-8 or not,
+		// stay as they are.
+		for i := start; i < len(b); i++ {
+			if b[i] == '\r' || b[i] == '\n' {
+				b[i] = ' '
+			}
+		}
+	}
 	return append(b, '\r', '\n')
 }
 
