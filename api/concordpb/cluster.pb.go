@@ -1537,7 +1537,12 @@ type ChangeReplicasRequest struct {
 	// CHANGE_PROMOTE and CHANGE_REMOVE: the replica changed.
 	ReplicaId uint64 `protobuf:"varint,5,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	// The descriptor epoch the change was planned against; 0: any.
-	PlannedEpoch  uint64 `protobuf:"varint,6,opt,name=planned_epoch,json=plannedEpoch,proto3" json:"planned_epoch,omitempty"`
+	PlannedEpoch uint64 `protobuf:"varint,6,opt,name=planned_epoch,json=plannedEpoch,proto3" json:"planned_epoch,omitempty"`
+	// CHANGE_REMOVE: the fewest voters the removal may leave, when fewer
+	// than a majority of the current voters (the default, and what 0
+	// means): placement sends its replication factor, so that a shard meant
+	// to have one replica can go from two voters to one, its leader.
+	MinVoters     uint32 `protobuf:"varint,7,opt,name=min_voters,json=minVoters,proto3" json:"min_voters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1610,6 +1615,13 @@ func (x *ChangeReplicasRequest) GetReplicaId() uint64 {
 func (x *ChangeReplicasRequest) GetPlannedEpoch() uint64 {
 	if x != nil {
 		return x.PlannedEpoch
+	}
+	return 0
+}
+
+func (x *ChangeReplicasRequest) GetMinVoters() uint32 {
+	if x != nil {
+		return x.MinVoters
 	}
 	return 0
 }
@@ -1896,7 +1908,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
 	"\x06shards\x18\x02 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\x12-\n" +
 	"\x13meta_leader_node_id\x18\x03 \x01(\x04R\x10metaLeaderNodeId\x12'\n" +
-	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\"\xee\x01\n" +
+	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\"\x8d\x02\n" +
 	"\x15ChangeReplicasRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12*\n" +
 	"\x11remove_replica_id\x18\x02 \x01(\x04R\x0fremoveReplicaId\x12\x1e\n" +
@@ -1904,7 +1916,9 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x04kind\x18\x04 \x01(\x0e2\x16.concord.v1.ChangeKindR\x04kind\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x05 \x01(\x04R\treplicaId\x12#\n" +
-	"\rplanned_epoch\x18\x06 \x01(\x04R\fplannedEpoch\"K\n" +
+	"\rplanned_epoch\x18\x06 \x01(\x04R\fplannedEpoch\x12\x1d\n" +
+	"\n" +
+	"min_voters\x18\a \x01(\rR\tminVoters\"K\n" +
 	"\x16ChangeReplicasResponse\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\"\x8f\x01\n" +
 	"\x15TransferLeaderRequest\x12\x19\n" +

@@ -187,4 +187,7 @@ type Change struct {
 	Replica ids.ReplicaID
 	// Node is the node of the new replica (replace, add learner).
 	Node ids.NodeID
+	// MinVoters (remove) is the fewest voters the removal may leave, if
+	// below a majority of the current ones; 0: a majority.
+	MinVoters int
 }

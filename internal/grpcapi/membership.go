@@ -30,6 +30,10 @@ func checkChange(req *concordpb.ChangeReplicasRequest) (Change, error) {
 	default:
 		return c, invalid("unknown change kind %d", c.Kind)
 	}
+	if req.GetMinVoters() != 0 && c.Kind != concordpb.ChangeKind_CHANGE_REMOVE {
+		return c, invalid("min_voters is for CHANGE_REMOVE only")
+	}
+	c.MinVoters = int(req.GetMinVoters())
 	return c, nil
 }
 

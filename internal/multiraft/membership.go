@@ -114,11 +114,12 @@ func caughtUp(r *replica.Replica, learner ids.ReplicaID, target uint64) error {
 // and all) when it applies the change, or, if it misses it, when it learns
 // the newer descriptor (CollectStrays). Refused for the leader itself
 // (transfer leadership first) and for a voter whose removal leaves fewer
-// voters than a majority of the current ones. Must run on the shard's
+// voters than a majority of the current ones, or than minVoters when that
+// is lower and not 0 (replica.RemoveChange). Must run on the shard's
 // leader.
-func (h *Host) RemoveReplica(ctx context.Context, shard ids.ShardID, epoch uint64, rm ids.ReplicaID) (*concordpb.ShardDescriptor, error) {
+func (h *Host) RemoveReplica(ctx context.Context, shard ids.ShardID, epoch uint64, rm ids.ReplicaID, minVoters int) (*concordpb.ShardDescriptor, error) {
 	return h.changeConf(ctx, shard, epoch, func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error) {
-		return replica.RemoveChange(r.Descriptor(), id, rm, r.ID())
+		return replica.RemoveChange(r.Descriptor(), id, rm, r.ID(), minVoters)
 	})
 }
 

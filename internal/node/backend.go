@@ -256,7 +256,7 @@ func (b backend) ChangeReplicas(ctx context.Context, c grpcapi.Change) (*concord
 	case concordpb.ChangeKind_CHANGE_PROMOTE:
 		return h.PromoteLearner(ctx, c.Shard, c.Epoch, c.Replica)
 	case concordpb.ChangeKind_CHANGE_REMOVE:
-		return h.RemoveReplica(ctx, c.Shard, c.Epoch, c.Replica)
+		return h.RemoveReplica(ctx, c.Shard, c.Epoch, c.Replica, c.MinVoters)
 	default:
 		return h.ChangeReplicas(ctx, c.Shard, c.Epoch, c.Replica, c.Node)
 	}

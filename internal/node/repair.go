@@ -191,6 +191,7 @@ func changeRequest(s scheduler.Step) *concordpb.ChangeReplicasRequest {
 		req.Kind, req.ReplicaId = concordpb.ChangeKind_CHANGE_PROMOTE, uint64(s.Replica)
 	case scheduler.StepRemoveReplica:
 		req.Kind, req.ReplicaId = concordpb.ChangeKind_CHANGE_REMOVE, uint64(s.Replica)
+		req.MinVoters = uint32(max(s.MinVoters, 0))
 	default: // StepReplace
 		req.RemoveReplicaId, req.AddNodeId = uint64(s.Replica), uint64(s.Target)
 	}

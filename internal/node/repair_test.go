@@ -27,6 +27,8 @@ func TestChangeRequest(t *testing.T) {
 			&concordpb.ChangeReplicasRequest{ShardId: 3, PlannedEpoch: 5, Kind: concordpb.ChangeKind_CHANGE_PROMOTE, ReplicaId: 7}},
 		{scheduler.Step{Kind: scheduler.StepRemoveReplica, Shard: 3, Epoch: 6, Replica: 2, ReplicaNode: 2},
 			&concordpb.ChangeReplicasRequest{ShardId: 3, PlannedEpoch: 6, Kind: concordpb.ChangeKind_CHANGE_REMOVE, ReplicaId: 2}},
+		{scheduler.Step{Kind: scheduler.StepRemoveReplica, Shard: 3, Epoch: 6, Replica: 2, ReplicaNode: 2, MinVoters: 1},
+			&concordpb.ChangeReplicasRequest{ShardId: 3, PlannedEpoch: 6, Kind: concordpb.ChangeKind_CHANGE_REMOVE, ReplicaId: 2, MinVoters: 1}},
 	} {
 		if got := changeRequest(c.step); !proto.Equal(got, c.want) {
 			t.Errorf("%s: request %v, want %v", scheduler.DescribeStep(c.step), got, c.want)

@@ -88,9 +88,13 @@ func PromoteChange(desc *concordpb.ShardDescriptor, cmdID uint64, id ids.Replica
 // (etcd raft lets a leader remove itself, but the group then stalls until an
 // election times out: transfer leadership away first) and to remove a voter
 // when fewer voters than a majority of the current ones would remain (a
-// step that can cost the shard its quorum is not one to take in one go).
-// Removing a learner never touches the quorum.
-func RemoveChange(desc *concordpb.ShardDescriptor, cmdID uint64, id, leader ids.ReplicaID) (*pb.ConfChangeV2, error) {
+// step that can cost the shard its quorum, or, from two voters, leave its
+// data on one, is not one to take in one go), unless minVoters (the
+// replication factor wanted; 0: none given) is lower and that many remain:
+// a shard meant to have one replica may go from two voters to its leader
+// alone, which holds every committed entry. Removing a learner never
+// touches the quorum.
+func RemoveChange(desc *concordpb.ShardDescriptor, cmdID uint64, id, leader ids.ReplicaID, minVoters int) (*pb.ConfChangeV2, error) {
 	rd, err := memberOf(desc, id)
 	if err != nil {
 		return nil, err
@@ -105,7 +109,11 @@ func RemoveChange(desc *concordpb.ShardDescriptor, cmdID uint64, id, leader ids.
 				voters++
 			}
 		}
-		if voters-1 < voters/2+1 {
+		floor := voters/2 + 1
+		if minVoters > 0 && minVoters < floor {
+			floor = minVoters
+		}
+		if voters-1 < floor {
 			return nil, fmt.Errorf("removing voter %d would leave shard %d %d voters, fewer than a majority of its %d", id, desc.GetShardId(), voters-1, voters)
 		}
 	}

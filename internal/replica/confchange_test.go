@@ -140,7 +140,7 @@ func TestPromoteChange(t *testing.T) {
 func TestRemoveChange(t *testing.T) {
 	desc := &concordpb.ShardDescriptor{ShardId: 3, Epoch: 6, NextReplicaId: 8,
 		Replicas: []*concordpb.ReplicaDescriptor{rep(1, 1), rep(2, 2), rep(3, 3), learner(7, 5)}}
-	cc, err := RemoveChange(desc, 99, 2, 1)
+	cc, err := RemoveChange(desc, 99, 2, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestRemoveChange(t *testing.T) {
 	if !sameIDs(replicaIDs(next), []uint64{1, 3, 7}) || next.GetEpoch() != 7 {
 		t.Fatalf("descriptor after the change %v, want replicas [1 3 7], epoch 7", next)
 	}
-	if _, err := RemoveChange(desc, 1, 7, 1); err != nil {
+	if _, err := RemoveChange(desc, 1, 7, 1, 0); err != nil {
 		t.Errorf("remove learner: %v", err)
 	}
 	two := &concordpb.ShardDescriptor{ShardId: 3, Replicas: []*concordpb.ReplicaDescriptor{rep(1, 1), rep(2, 2), learner(7, 5)}}
@@ -165,9 +165,27 @@ func TestRemoveChange(t *testing.T) {
 		{"not a member", desc, 9, 1},
 		{"no descriptor", nil, 2, 1},
 	} {
-		if cc, err := RemoveChange(c.desc, 1, c.id, c.leader); err == nil {
+		if cc, err := RemoveChange(c.desc, 1, c.id, c.leader, 0); err == nil {
 			t.Errorf("%s: got %v, want an error", c.name, cc)
 		}
+	}
+	// A shard meant to have one replica may go from two voters to its
+	// leader alone (the end of a move); one meant to have two or more may
+	// not, and no minimum lets a removal leave no voter or a minority of
+	// three.
+	if _, err := RemoveChange(two, 1, 2, 1, 1); err != nil {
+		t.Errorf("two voters to the leader alone, one replica wanted: %v", err)
+	}
+	if _, err := RemoveChange(two, 1, 2, 1, 2); err == nil {
+		t.Error("two voters to one, two replicas wanted: allowed")
+	}
+	three := &concordpb.ShardDescriptor{ShardId: 3, Replicas: []*concordpb.ReplicaDescriptor{rep(1, 1), rep(2, 2), rep(3, 3)}}
+	if _, err := RemoveChange(three, 1, 2, 1, 1); err != nil {
+		t.Errorf("three voters to two, one replica wanted: %v", err)
+	}
+	one := &concordpb.ShardDescriptor{ShardId: 3, Replicas: []*concordpb.ReplicaDescriptor{rep(1, 1), learner(2, 2)}}
+	if _, err := RemoveChange(one, 1, 1, 2, 1); err == nil {
+		t.Error("removed the only voter")
 	}
 }
 

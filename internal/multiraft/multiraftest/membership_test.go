@@ -303,14 +303,14 @@ func TestRemoveReplica(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{Nodes: 4})
 	leader := c.WaitLeader(1)
 	if _, err := run(t, c, "the leader's self-removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(leader))
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(leader), 0)
 	}); !errors.Is(err, multiraft.ErrRefused) {
 		t.Fatalf("removing the leader itself: %v, want ErrRefused", err)
 	}
 	removed := others(leader, 4)[0]
 	h := c.Node(leader).Host
 	done := make(chan error, 1)
-	go func() { _, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(removed)); done <- err }()
+	go func() { _, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(removed), 0); done <- err }()
 	during := putAll(c, "during", 5)
 	c.RunUntil("the removal", 500, func() bool { return len(done) > 0 })
 	if err := <-done; err != nil {
@@ -359,7 +359,7 @@ func TestReplaceDeadReplicaSafely(t *testing.T) {
 			return h.PromoteLearner(ctx, 1, e, 4)
 		}},
 		{"remove dead", func(h *multiraft.Host, ctx context.Context, e uint64) (*concordpb.ShardDescriptor, error) {
-			return h.RemoveReplica(ctx, 1, e, ids.ReplicaID(dead))
+			return h.RemoveReplica(ctx, 1, e, ids.ReplicaID(dead), 0)
 		}},
 	}
 	for i, s := range steps {
@@ -421,7 +421,7 @@ func TestTransferLeader(t *testing.T) {
 		t.Fatalf("PromoteLearner at a stale epoch: %v, want ErrStaleEpoch", err)
 	}
 	if _, err := run(t, c, "a stale removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return h.RemoveReplica(ctx, 1, stale, ids.ReplicaID(leader))
+		return h.RemoveReplica(ctx, 1, stale, ids.ReplicaID(leader), 0)
 	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
 		t.Fatalf("RemoveReplica at a stale epoch: %v, want ErrStaleEpoch", err)
 	}
@@ -508,7 +508,7 @@ func TestCollectStray(t *testing.T) {
 	// load: cut off, it drops its leader and never learns another.
 	c.Tick(30)
 	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim))
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim), 0)
 	})
 	if err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
@@ -569,7 +569,7 @@ func TestOneChangeAtATime(t *testing.T) {
 	errs := make(chan error, 2)
 	go func() { _, err := h.AddLearner(context.Background(), 1, 0, spare); errs <- err }()
 	go func() {
-		_, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(followers[0]))
+		_, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(followers[0]), 0)
 		errs <- err
 	}()
 	select {
@@ -667,7 +667,7 @@ func TestLeaderAnswersAsInfo(t *testing.T) {
 	agree("Leader to agree with Info after the transfer")
 	removed := others(target, 4)[0]
 	if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(target).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed))
+		return c.Node(target).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed), 0)
 	}); err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
 	}

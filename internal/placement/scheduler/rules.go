@@ -149,6 +149,9 @@ func (p *planner) caughtUp(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bo
 func (c shardView) with(kind StepKind, r *concordpb.ReplicaDescriptor) Step {
 	s := c.base(kind)
 	s.Replica, s.ReplicaNode = ids.ReplicaID(r.GetReplicaId()), ids.NodeID(r.GetNodeId())
+	if kind == StepRemoveReplica {
+		s.MinVoters = c.want
+	}
 	return s
 }
 

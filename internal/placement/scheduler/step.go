@@ -76,6 +76,12 @@ type Step struct {
 	Target ids.NodeID
 	// State is the new state of StepMarkNode.
 	State concordpb.NodeState
+	// MinVoters, for StepRemoveReplica, is the number of voters the shard
+	// is meant to have: the shard's leader lets the removal leave that
+	// many even when it is fewer than a majority of the current voters
+	// (replica.RemoveChange), which only a shard meant to have one replica
+	// needs, to end a move (two voters, then its leader alone).
+	MinVoters int
 }
 
 // sortSteps orders steps by shard, then kind, then the remaining fields, so
