@@ -13,6 +13,10 @@ func (h *Host) Start() error {
 	if err := h.cfg.validate(); err != nil {
 		return err
 	}
+	// A crash while a replica was destroyed may have left its data.
+	if err := h.eng.RemoveLeftovers(); err != nil {
+		return err
+	}
 	hosted, err := h.eng.HostedReplicas()
 	if err != nil {
 		return err
