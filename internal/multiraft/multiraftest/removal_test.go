@@ -3,14 +3,90 @@ package multiraftest_test
 import (
 	"context"
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/keys"
+	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
 	"github.com/concord-kv/concord/internal/storage"
 )
+
+// TestCrashAfterApplyingOwnRemoval protects the removal of a replica whose
+// node crashes after the batch that applied the removal committed, before
+// the replica was destroyed (tombstone, data). On restart the replica finds
+// its own removal applied: it must destroy itself then. Kept instead, it is
+// a member of nothing for good: no leader contacts it, and the stray
+// collector spares it too, since placement's descriptor is no newer than
+// the one the replica applied.
+func TestCrashAfterApplyingOwnRemoval(t *testing.T) {
+	var view atomic.Pointer[concordpb.ShardDescriptor]
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 4, PowerCuts: true, Configure: func(cfg *multiraft.Config) {
+		cfg.Placement = func(ids.ShardID) (*concordpb.ShardDescriptor, bool) {
+			d := view.Load()
+			return d, d != nil
+		}
+	}})
+	leader := c.WaitLeader(1)
+	view.Store(descOf(c, leader))
+	c.Put("before", "v")
+	removed := others(leader, 4)[0]
+	c.WaitValue("before", "v", removed)
+
+	// Crash the removed node right after the turn that applied its removal
+	// committed: its late messages are flushed before it destroys the
+	// replica.
+	var imaged atomic.Bool
+	c.Net.OnFlush(func(from, _ ids.NodeID, _ []*concordpb.RaftEnvelope) {
+		if from != removed || imaged.Load() {
+			return
+		}
+		eng := c.Node(removed).Engine
+		d := &concordpb.ShardDescriptor{}
+		if found, err := eng.GetProto(keys.Descriptor(1), d); err != nil || !found {
+			return
+		}
+		if _, listed := roleOf(d, ids.ReplicaID(removed)); listed {
+			return
+		}
+		if err := eng.Flush(); err != nil { // the committed batch, durable
+			t.Error(err)
+			return
+		}
+		c.CrashImage(removed)
+		imaged.Store(true)
+	})
+	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed))
+	})
+	if err != nil {
+		t.Fatalf("RemoveReplica: %v", err)
+	}
+	view.Store(d) // placement has caught up with the removal
+	c.RunUntil("the removed node to apply its removal", 300, imaged.Load)
+	c.Net.OnFlush(nil)
+	c.PowerCut(removed)
+	c.Start(removed)
+	if i, ok := c.Node(removed).Host.Info(1); ok {
+		if _, listed := roleOf(i.Desc, ids.ReplicaID(removed)); listed {
+			t.Fatal("the restarted replica had not applied its removal: the test proves nothing")
+		}
+	}
+
+	c.Put("after", "v")
+	c.RunUntil("the removed replica to be destroyed after the restart", 300, func() bool {
+		_, ok := c.Node(removed).Host.Info(1)
+		return !ok
+	})
+	if _, found := c.Get(removed, "before"); found {
+		t.Fatal("the removed replica's data survived")
+	}
+	if tomb, err := c.Node(removed).Engine.Tombstone(1); err != nil || tomb != ids.ReplicaID(removed) {
+		t.Fatalf("tombstone %d (%v), want %d", tomb, err, removed)
+	}
+}
 
 // TestCrashBetweenTombstoneAndDataRemoval protects a node that crashed
 // while destroying a replica, after the tombstone (and the hosted record's
