@@ -3,6 +3,7 @@ package multiraftest_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -141,4 +142,72 @@ func TestCrashBetweenTombstoneAndDataRemoval(t *testing.T) {
 	c.WaitValue("after", "v", victim)
 	c.WaitValue("later", "v", victim)
 	c.WaitValue("before", "v", victim)
+}
+
+// TestRemoveAndReAddAcrossPowerCuts protects a shard's replica removed from
+// a node and added back, again and again, with the node's power cut after
+// each step: each incarnation is destroyed (tombstoned above the last),
+// the next one starts empty and catches up by snapshot (the log is
+// truncated far past it), and every acknowledged write is on it, also
+// after a power cut.
+func TestRemoveAndReAddAcrossPowerCuts(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 4, Replicas: 3, PowerCuts: true, Configure: func(cfg *multiraft.Config) {
+		cfg.LogKeepEntries, cfg.LogTruncateEntries = 2, 3
+	}})
+	leader := c.WaitLeader(1)
+	var victim ids.NodeID
+	for _, r := range descOf(c, leader).GetReplicas() {
+		if n := ids.NodeID(r.GetNodeId()); n != leader {
+			victim = n
+		}
+	}
+	replicaOn := func(n ids.NodeID) ids.ReplicaID {
+		for _, r := range descOf(c, c.WaitLeader(1)).GetReplicas() {
+			if ids.NodeID(r.GetNodeId()) == n {
+				return ids.ReplicaID(r.GetReplicaId())
+			}
+		}
+		return 0
+	}
+	acked := putAll(c, "a", 10)
+	for round := range 3 {
+		old := replicaOn(victim)
+		if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+			return c.Node(c.WaitLeader(1)).Host.RemoveReplica(ctx, 1, 0, old)
+		}); err != nil {
+			t.Fatalf("round %d: RemoveReplica(%d): %v", round, old, err)
+		}
+		acked = append(acked, putAll(c, fmt.Sprintf("r%d-", round), 10)...)
+		c.RunUntil("the removed replica to be destroyed", 300, func() bool {
+			_, ok := c.Node(victim).Host.Info(1)
+			return !ok
+		})
+		c.PowerCut(victim)
+		c.Start(victim)
+		if tomb, err := c.Node(victim).Engine.Tombstone(1); err != nil || tomb != old {
+			t.Fatalf("round %d: tombstone %d (%v), want %d", round, tomb, err, old)
+		}
+		if _, found := c.Get(victim, "a0"); found {
+			t.Fatalf("round %d: the destroyed replica's data survived", round)
+		}
+		if _, err := run(t, c, "the re-addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+			return c.Node(c.WaitLeader(1)).Host.AddLearner(ctx, 1, 0, victim)
+		}); err != nil {
+			t.Fatalf("round %d: AddLearner: %v", round, err)
+		}
+		acked = append(acked, putAll(c, fmt.Sprintf("s%d-", round), 10)...)
+		waitAll(c, acked, victim)
+		if i, _ := c.Node(victim).Host.Info(1); i.ReplicaID <= old {
+			t.Fatalf("round %d: replica %d on the node, want one above %d", round, i.ReplicaID, old)
+		}
+		c.PowerCut(victim)
+		c.Start(victim)
+		acked = append(acked, putAll(c, fmt.Sprintf("t%d-", round), 10)...)
+		waitAll(c, acked, victim)
+		if _, err := run(t, c, "the promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+			return c.Node(c.WaitLeader(1)).Host.PromoteLearner(ctx, 1, 0, replicaOn(victim))
+		}); err != nil {
+			t.Fatalf("round %d: PromoteLearner: %v", round, err)
+		}
+	}
 }
