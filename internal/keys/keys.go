@@ -85,6 +85,12 @@ func ShardOfHosted(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(hoste
 // Tombstone records the highest replica id of shard removed from this node.
 func Tombstone(shard uint64) []byte { return appendU64(clone(tombstonePrefix), shard) }
 
+// TombstoneSpan covers every Tombstone key.
+func TombstoneSpan() (start, end []byte) { return clone(tombstonePrefix), PrefixEnd(tombstonePrefix) }
+
+// ShardOfTombstone decodes the shard id from a Tombstone key.
+func ShardOfTombstone(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(tombstonePrefix):]) }
+
 // Per-shard keys.
 
 func shardPrefix(shard uint64) []byte {

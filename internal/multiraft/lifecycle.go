@@ -13,13 +13,27 @@ func (h *Host) Start() error {
 	if err := h.cfg.validate(); err != nil {
 		return err
 	}
+	// A crash while a replica was destroyed may have left its data.
+	if err := h.eng.RemoveLeftovers(); err != nil {
+		return err
+	}
 	hosted, err := h.eng.HostedReplicas()
 	if err != nil {
 		return err
 	}
 	for _, shard := range slices.Sorted(maps.Keys(hosted)) {
-		if _, err := h.loadReplica(shard, hosted[shard]); err != nil {
+		r, err := h.loadReplica(shard, hosted[shard])
+		if err != nil {
 			return err
+		}
+		if r.Removed() {
+			// It applied its own removal, and the node stopped before it
+			// destroyed the replica (handleReady): nothing else ever will,
+			// since no leader contacts it and placement's descriptor is
+			// no newer than the one it applied.
+			if err := h.removeReplica(r); err != nil {
+				return err
+			}
 		}
 	}
 	// The preferred replica of each shard campaigns at once, so leaders start
@@ -91,6 +105,13 @@ func (h *Host) createReplica(in inMsg) (*replica.Replica, error) {
 // destroying the data, so a stale read that finds the replica still
 // published after reading has read its data (node's LocalGet).
 func (h *Host) destroyReplica(r *replica.Replica) {
+	if err := h.removeReplica(r); err != nil {
+		h.fatal(err)
+	}
+}
+
+// removeReplica is destroyReplica, returning the storage error.
+func (h *Host) removeReplica(r *replica.Replica) error {
 	shard := r.Shard()
 	h.dropLeaseSlot(shard) // before the data goes (fastread.go)
 	h.engineChanged()
@@ -103,7 +124,8 @@ func (h *Host) destroyReplica(r *replica.Replica) {
 	h.publishLeaders()
 	h.infoMu.Unlock()
 	if err := h.eng.DestroyReplica(shard, r.ID()); err != nil {
-		h.fatal(err)
+		return err
 	}
 	h.log.Info("removed replica", "shard", shard, "replica", r.ID())
+	return nil
 }

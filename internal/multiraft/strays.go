@@ -9,7 +9,8 @@ import (
 // the data), every replica here that its shard has removed without this
 // node applying the removal: a node cut off or down while its replica was
 // removed never hears from the shard again (a leader contacts only
-// members), and a crash between tombstone and cleanup leaves the same.
+// members). (A crash while a replica is destroyed is recovered at the next
+// start instead: Start.)
 // The authority is placement's descriptor (Config.Placement, the meta
 // shard's view from heartbeats), which lags the shard; so a replica is
 // collected only when that descriptor is newer than the replica's own

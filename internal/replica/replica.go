@@ -277,6 +277,14 @@ func Load(eng *storage.Engine, cfg Config, sm StateMachine) (*Replica, error) {
 		return nil, fmt.Errorf("replica: shard %d: %w", cfg.Shard, err)
 	}
 	r.rn = rn
+	// A replica whose configuration leaves it out applied its own removal,
+	// and its node stopped before destroying it (Removed: the host does
+	// now). An uninitialized replica has no configuration yet.
+	cs := &pb.ConfState{}
+	if _, err := eng.GetProto(keys.ConfState(uint64(cfg.Shard)), cs); err != nil {
+		return nil, err
+	}
+	r.removed = len(cs.GetVoters()) > 0 && !inConfState(cs, cfg.ReplicaID)
 	return r, nil
 }
 

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -76,8 +77,64 @@ func (e *Engine) DestroyReplica(shard ids.ShardID, id ids.ReplicaID) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
+	return e.exciseShard(shard)
+}
+
+func (e *Engine) exciseShard(shard ids.ShardID) error {
 	start, end := keys.ShardSpan(uint64(shard))
 	return e.db.Excise(context.Background(), pebble.KeyRange{Start: start, End: end})
+}
+
+// RemoveLeftovers removes the data of every shard this node tombstoned and
+// no longer hosts: what a crash between DestroyReplica's two steps leaves
+// behind (the tombstone durable, the data not yet excised). No replica
+// owns that data, and one created for the shard later must start empty. A
+// host calls it before it loads its replicas.
+func (e *Engine) RemoveLeftovers() error {
+	lo, hi := keys.TombstoneSpan()
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	var tombstoned []ids.ShardID
+	for ok := it.First(); ok; ok = it.Next() {
+		tombstoned = append(tombstoned, ids.ShardID(keys.ShardOfTombstone(it.Key())))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	for _, shard := range tombstoned {
+		_, closer, err := e.db.Get(keys.Hosted(uint64(shard)))
+		if err == nil {
+			closer.Close()
+			continue // hosted again, by a higher replica id
+		}
+		if err != pebble.ErrNotFound {
+			return err
+		}
+		empty, err := e.shardEmpty(shard)
+		if err != nil {
+			return err
+		}
+		if empty {
+			continue
+		}
+		if err := e.exciseShard(shard); err != nil {
+			return fmt.Errorf("storage: remove leftovers of shard %d: %w", shard, err)
+		}
+	}
+	return nil
+}
+
+// shardEmpty reports whether nothing is stored under shard's prefix.
+func (e *Engine) shardEmpty(shard ids.ShardID) (bool, error) {
+	start, end := keys.ShardSpan(uint64(shard))
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return false, err
+	}
+	found := it.First()
+	return !found, errors.Join(it.Error(), it.Close())
 }
 
 // Every bootstrapped replica starts from the same state: a log truncated at

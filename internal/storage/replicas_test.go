@@ -66,6 +66,48 @@ func TestDestroyReplica(t *testing.T) {
 	}
 }
 
+// TestRemoveLeftovers protects the cleanup of a destruction a crash cut
+// short (tombstone durable, data not excised): the data of a tombstoned
+// shard no longer hosted goes, and nothing else does: not a neighbouring
+// shard's, nor that of a shard hosted again by a higher replica id.
+func TestRemoveLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir)
+	for _, s := range []uint64{6, 7, 8, 9} {
+		fillShard(t, e.db, s, "x")
+	}
+	b := e.NewBatch()
+	for _, s := range []uint64{7, 9} { // DestroyReplica's first step
+		if err := b.Set(keys.Tombstone(s), []byte{0, 0, 0, 0, 0, 0, 0, 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Commit(b, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []ids.ShardID{6, 8, 9} {
+		if err := e.SetHosted(s, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := map[uint64]map[string]string{}
+	for _, s := range []uint64{6, 8, 9} {
+		before[s] = dumpShard(t, e.db, s)
+	}
+	e = reopen(t, e, dir)
+	if err := e.RemoveLeftovers(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dumpShard(t, e.db, 7); len(got) != 0 {
+		t.Fatalf("shard 7, tombstoned and not hosted, keeps %d keys", len(got))
+	}
+	for s, want := range before {
+		if !sameMap(dumpShard(t, e.db, s), want) {
+			t.Fatalf("RemoveLeftovers changed shard %d", s)
+		}
+	}
+}
+
 // TestBootstrapReplica protects the initial state of a bootstrapped
 // replica: it is hosted, its log is empty and truncated at the initial
 // index, nothing is left to apply, and its voters are the descriptor's.

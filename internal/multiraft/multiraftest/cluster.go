@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,8 @@ type Node struct {
 	dir    string
 	ticks  *ManualTicks
 	idBase uint64
+	// image, if set, is the disk the next PowerCut leaves (CrashImage).
+	image atomic.Pointer[storage.FS]
 }
 
 // New bootstraps a cluster as internal/node would and starts every node.
@@ -216,15 +219,36 @@ func (c *Cluster) Stop(id ids.NodeID) {
 	n.Host, n.Engine = nil, nil
 }
 
+// CrashImage records what node id's disk (Options.PowerCuts) would hold
+// after a power cut right now; the next PowerCut of the node leaves that
+// disk, not the one it has by then. Safe from any goroutine, a hook on the
+// node's own loop included (OnFlush runs there, after the turn's batch
+// committed): a test crashes a node at an exact point in its loop this way.
+func (c *Cluster) CrashImage(id ids.NodeID) {
+	crashed, err := storage.CrashClone(c.nodes[id].fs)
+	if err != nil {
+		c.t.Errorf("node %d: crash image: %v", id, err) // maybe not the test's goroutine
+		return
+	}
+	c.nodes[id].image.Store(&crashed)
+}
+
 // PowerCut stops node id as a power cut would: its disk keeps only what was
-// synced (Options.PowerCuts); Start brings it back from that.
+// synced (Options.PowerCuts), or what CrashImage recorded; Start brings it
+// back from that.
 func (c *Cluster) PowerCut(id ids.NodeID) {
 	n := c.nodes[id]
 	if n.Host == nil {
 		return
 	}
-	crashed, err := storage.CrashClone(n.fs)
-	c.check(err)
+	var crashed storage.FS
+	if img := n.image.Swap(nil); img != nil {
+		crashed = *img
+	} else {
+		var err error
+		crashed, err = storage.CrashClone(n.fs)
+		c.check(err)
+	}
 	c.Net.setUp(id, nil)
 	n.Host.Stop()
 	c.Net.waitStreams(id)
