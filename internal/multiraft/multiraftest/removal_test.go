@@ -60,7 +60,7 @@ func TestCrashAfterApplyingOwnRemoval(t *testing.T) {
 		imaged.Store(true)
 	})
 	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed))
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed), 0)
 	})
 	if err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
@@ -103,7 +103,7 @@ func TestCrashBetweenTombstoneAndDataRemoval(t *testing.T) {
 	c.WaitValue("before", "v", victim)
 	c.Cut(victim)
 	if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim))
+		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim), 0)
 	}); err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
 	}
@@ -173,7 +173,7 @@ func TestRemoveAndReAddAcrossPowerCuts(t *testing.T) {
 	for round := range 3 {
 		old := replicaOn(victim)
 		if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-			return c.Node(c.WaitLeader(1)).Host.RemoveReplica(ctx, 1, 0, old)
+			return c.Node(c.WaitLeader(1)).Host.RemoveReplica(ctx, 1, 0, old, 0)
 		}); err != nil {
 			t.Fatalf("round %d: RemoveReplica(%d): %v", round, old, err)
 		}
