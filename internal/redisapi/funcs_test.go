@@ -50,7 +50,7 @@ func TestSubstr(t *testing.T) {
 func TestParseInt(t *testing.T) {
 	for in, ok := range map[string]bool{"0": true, "-1": true, "42": true, "9223372036854775807": true,
 		"-9223372036854775808": true, "": false, "+1": false, "01": false, "-0": false, " 1": false, "1 ": false,
-		"1.0": false, "9223372036854775808": false, "0x10": false} {
+		"1.0": false, "9223372036854775808": false, "0x10": false, "-": false, "-01": false, "--1": false, "-+1": false, "00": false} {
 		if _, err := parseInt([]byte(in)); (err == nil) != ok {
 			t.Errorf("parseInt(%q): err = %v, want ok %v", in, err, ok)
 		}

@@ -115,8 +115,16 @@ func replyOK(w *resp.Writer, _ *concordpb.OpResult) { w.SimpleString("OK") }
 // of an int64 only (no sign '+', no spaces, no leading zeros, no "-0"), as
 // internal/kv parses a stored number.
 func parseInt(b []byte) (int64, error) {
+	d := b
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	// ParseInt takes a '+' and leading zeros; string2ll neither, nor "-0".
+	if len(d) == 0 || d[0] < '0' || d[0] > '9' || (d[0] == '0' && len(b) > 1) {
+		return 0, errNotInt
+	}
 	v, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || strconv.FormatInt(v, 10) != string(b) {
+	if err != nil {
 		return 0, errNotInt
 	}
 	return v, nil
