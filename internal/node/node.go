@@ -372,7 +372,9 @@ func (n *Node) startRaft() error {
 // placement leader (heartbeat.go), replica repair on the placement leader
 // (repair.go) and session expiry (sessions.go).
 func (n *Node) startLoops() {
-	n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, n.placement.report, true)
+	if !n.testHooks.noHeartbeats {
+		n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, n.placement.report, true)
+	}
 	n.goLoop(n.cfg.RepairInterval, n.repair, n.placement.kick, false)
 	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions, nil, false)
 	n.goLoop(expiry.Interval, n.sweepExpired, nil, false)

@@ -191,6 +191,9 @@ type testHooks struct {
 	raising func()
 	// joining runs in addNode, under joinMu, after the version check.
 	joining func()
+	// noHeartbeats: the node sends only the heartbeats a test sends
+	// (sendHeartbeat), none at start or on its own.
+	noHeartbeats bool
 }
 
 // JoinVersionError is the refusal of a join from a binary below the

@@ -399,6 +399,7 @@ func TestNewerDescriptorsSkipsUnknownFields(t *testing.T) {
 // when the test calls sendHeartbeat, and waits until it leads placement.
 // Its cluster version stays Base until then.
 func startSoloPlacement(t *testing.T, hooks testHooks) *Node {
+	hooks.noHeartbeats = true
 	t.Helper()
 	addr := freeAddrs(t, 1)[0]
 	cfg := DefaultConfig()
