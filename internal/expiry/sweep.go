@@ -6,7 +6,9 @@
 // entries of the shard's expiry index (kv.Expired: ordered by time, so a
 // round costs O(expired keys), not O(keys)) through the engine's guarded
 // reader, and proposes one command of OP_DELETE_EXPIRED ops. The state
-// machine re-checks each key's expiry on the shard's clock when it applies,
+// machine re-checks each key's expiry when it applies (at the highest stamp
+// the shard has seen once the cluster's version allows it, on the shard's
+// clock before: kv.MaxClockStep),
 // so a key set again after the round read the index survives, and every
 // replica deletes the same keys. Each op carries its index entry's time: an
 // entry a blind PUT left stale (the key now has another expiry, or none) is
@@ -48,10 +50,11 @@ type Host interface {
 
 // Sweep runs one round on every user shard h leads, at time now (this
 // node's clock: it picks the candidates and stamps the command), deleting
-// at most limit keys per shard. It returns how many keys the applied
-// commands deleted and the errors of shards whose round failed (the next
-// round retries them).
-func Sweep(ctx context.Context, h Host, now time.Time, limit int) (deleted int, err error) {
+// at most limit keys per shard. onStamps sets the commands'
+// expiry_on_stamps (the cluster's version allows it). It returns how many
+// keys the applied commands deleted and the errors of shards whose round
+// failed (the next round retries them).
+func Sweep(ctx context.Context, h Host, now time.Time, limit int, onStamps bool) (deleted int, err error) {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -64,7 +67,7 @@ func Sweep(ctx context.Context, h Host, now time.Time, limit int) (deleted int, 
 		wg.Add(1)
 		go func() { // one shard's stuck proposal must not hold up the others
 			defer wg.Done()
-			n, err := sweepShard(ctx, h, info.Shard, now, limit)
+			n, err := sweepShard(ctx, h, info.Shard, now, limit, onStamps)
 			mu.Lock()
 			defer mu.Unlock()
 			deleted += n
@@ -75,7 +78,7 @@ func Sweep(ctx context.Context, h Host, now time.Time, limit int) (deleted int, 
 	return deleted, errors.Join(errs...)
 }
 
-func sweepShard(ctx context.Context, h Host, shard ids.ShardID, now time.Time, limit int) (int, error) {
+func sweepShard(ctx context.Context, h Host, shard ids.ShardID, now time.Time, limit int, onStamps bool) (int, error) {
 	var expired []kv.ExpiredKey
 	err := h.Engine().Read(func(r storage.Reader) (err error) {
 		expired, err = kv.Expired(r, uint64(shard), now.UnixMilli(), limit)
@@ -89,7 +92,7 @@ func sweepShard(ctx context.Context, h Host, shard ids.ShardID, now time.Time, l
 		ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_DELETE_EXPIRED, Key: x.Key, ExpireAtUnixMs: x.AtMs}
 	}
 	res, err := h.Propose(ctx, shard, &storepb.Command{UnixNanos: now.UnixNano(),
-		Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops}}})
+		Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Ops: ops, ExpiryOnStamps: onStamps}}})
 	if err != nil {
 		return 0, err
 	}

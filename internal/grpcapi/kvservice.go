@@ -204,9 +204,10 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 }
 
 // kvCommand is the command of a write: stamped with this leader's clock
-// (the state machine turns TTLs into absolute times from it, on the
-// shard's clock, once for every replica), in one allocation rather than
-// three (Propose only marshals it).
+// (the state machine turns TTLs into absolute times from it, once for
+// every replica: at the highest stamp the shard has seen once the
+// cluster's version allows it, on the shard's clock before), in one
+// allocation rather than three (Propose only marshals it).
 func (s *KV) kvCommand(h *concordpb.RequestHeader, ops []*concordpb.Op) *storepb.Command {
 	c := &struct {
 		cmd  storepb.Command
@@ -215,6 +216,7 @@ func (s *KV) kvCommand(h *concordpb.RequestHeader, ops []*concordpb.Op) *storepb
 	}{}
 	c.kv.SessionId, c.kv.Seq, c.kv.SessionFloor = h.GetSessionId(), h.GetSeq(), h.GetSessionFloor()
 	c.kv.Ops, c.kv.MaxValueBytes = ops, int64(s.limits.MaxValueBytes)
+	c.kv.ExpiryOnStamps = s.b.ClusterVersion().Allows(version.ExpiryOnStamps)
 	c.kind.Kv = &c.kv
 	c.cmd.UnixNanos, c.cmd.Kind = time.Now().UnixNano(), &c.kind
 	return &c.cmd

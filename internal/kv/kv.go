@@ -55,13 +55,17 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 			// know the scheme and apply it: stop instead (the loop's fatal).
 			return nil, fmt.Errorf("kv: shard %d hashes keys by scheme %d (key_hash), which this version does not know: run a newer binary", sm.shard, desc.GetKeyHash())
 		}
-		now, err := sm.advanceClock(b, cmd.GetUnixNanos())
+		now, high, err := sm.advanceClock(b, cmd.GetUnixNanos())
 		if err != nil {
 			return nil, err
 		}
-		return sm.applyKV(b, desc, now, k.Kv)
+		expiryNow := now
+		if k.Kv.GetExpiryOnStamps() {
+			expiryNow = high
+		}
+		return sm.applyKV(b, desc, now, expiryNow, k.Kv)
 	case *storepb.Command_ExpireSessions:
-		now, err := sm.advanceClock(b, cmd.GetUnixNanos())
+		now, _, err := sm.advanceClock(b, cmd.GetUnixNanos())
 		if err != nil {
 			return nil, err
 		}
@@ -78,8 +82,10 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 	}
 }
 
-func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor, now int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
-	e := env{nowMs: now / int64(time.Millisecond), maxValue: c.GetMaxValueBytes()}
+// applyKV applies c at now on the shard's clock (sessions' activity) and
+// expiryNow, the time key expiry is measured at (Apply).
+func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor, now, expiryNow int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
+	e := env{nowMs: expiryNow / int64(time.Millisecond), maxValue: c.GetMaxValueBytes()}
 	if c.GetSessionId() != 0 && c.GetSessionFloor() != 0 {
 		return sm.applyWindowed(b, desc, e, now, c)
 	}
@@ -204,7 +210,8 @@ func (sm *StateMachine) checkOps(desc *concordpb.ShardDescriptor, e env, ops []*
 
 // MaxClockStep bounds how far one command can move a shard's clock.
 //
-// A shard's clock is the time session activity and expiry are measured in.
+// A shard's clock is the time session activity is measured in (and key
+// expiry, for a command without expiry_on_stamps: Apply).
 // It starts at the first stamped command's stamp; after that, a command
 // stamped later than every earlier one moves it forward by the difference,
 // at most MaxClockStep; a command stamped earlier leaves it. So it advances
@@ -219,17 +226,19 @@ func (sm *StateMachine) checkOps(desc *concordpb.ShardDescriptor, e env, ops []*
 const MaxClockStep = int64(90 * time.Second)
 
 // advanceClock moves the shard's clock for a command stamped stamp (0: not
-// stamped, the clock stays) and returns the clock's new value. The clock is
-// kept in the shard's state span (in the applied-state record, through
-// Flush), so snapshots carry it.
-func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error) {
+// stamped, the clock stays) and returns the clock's new value and the
+// highest stamp applied (the time key expiry is measured at, for a command
+// that says so: KVCommand.expiry_on_stamps). The clock is kept in the
+// shard's state span (in the applied-state record, through Flush), so
+// snapshots carry it.
+func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (now, high int64, err error) {
 	c, err := sm.loadClock(b)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	switch {
 	case stamp == 0 || (c.found && stamp <= c.high):
-		return c.now, nil
+		return c.now, c.high, nil
 	case !c.found:
 		c.now = stamp
 	default:
@@ -237,7 +246,7 @@ func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (int64, error
 	}
 	c.high, c.found = stamp, true
 	sm.clock = c // handed to the replica by Flush
-	return c.now, nil
+	return c.now, c.high, nil
 }
 
 // expireSessions deletes the records of sessions idle since before t, a time

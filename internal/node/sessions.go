@@ -7,6 +7,7 @@ import (
 	"github.com/concord-kv/concord/internal/expiry"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // expireSessions asks each shard this node leads to forget idle sessions.
@@ -32,7 +33,8 @@ func (n *Node) expireSessions(ctx context.Context) {
 // shards this node leads (internal/expiry). Until the sweep gets to them
 // they already read as absent.
 func (n *Node) sweepExpired(ctx context.Context) {
-	if deleted, err := expiry.Sweep(ctx, n.host, time.Now(), expiry.MaxKeysPerShard); err != nil {
+	onStamps := n.backend().ClusterVersion().Allows(version.ExpiryOnStamps)
+	if deleted, err := expiry.Sweep(ctx, n.host, time.Now(), expiry.MaxKeysPerShard, onStamps); err != nil {
 		n.log.Debug("expiry sweep", "deleted", deleted, "err", err)
 	}
 }

@@ -167,6 +167,8 @@ func (d *CommandDecoder) decodeKVCommand(data []byte) bool {
 			d.kv.MaxValueBytes = int64(v)
 		case 5:
 			d.kv.SessionFloor = v
+		case 6:
+			d.kv.ExpiryOnStamps = protowire.DecodeBool(v)
 		default:
 			return false
 		}

@@ -64,7 +64,7 @@ func withID(data []byte, id uint64) []byte {
 // fallback's.
 func decoderCases(t testing.TB) [][]byte {
 	msgs := []proto.Message{
-		kvCommand(&KVCommand{SessionId: 1 << 62, Seq: 7, MaxValueBytes: -1,
+		kvCommand(&KVCommand{SessionId: 1 << 62, Seq: 7, MaxValueBytes: -1, SessionFloor: 3, ExpiryOnStamps: true,
 			Ops: []*concordpb.Op{everyOpField(), {Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v")}, everyOpField()}}),
 		putCommand(),
 		kvCommand(&KVCommand{}),

@@ -33,8 +33,9 @@ type Command struct {
 	// Random per process plus a counter: unique across restarts.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The proposer's wall clock. It moves the shard's clock (kv.MaxClockStep),
-	// in which session idle time and key expiry are measured, so the state
-	// machine stays deterministic: every replica sees the same timestamp.
+	// in which session idle time is measured, and the highest stamp, at which
+	// key expiry is (KVCommand.expiry_on_stamps), so the state machine stays
+	// deterministic: every replica sees the same timestamp.
 	UnixNanos int64 `protobuf:"varint,2,opt,name=unix_nanos,json=unixNanos,proto3" json:"unix_nanos,omitempty"`
 	// Types that are valid to be assigned to Kind:
 	//
@@ -207,9 +208,15 @@ type KVCommand struct {
 	MaxValueBytes int64 `protobuf:"varint,4,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
 	// The request's session_floor: not 0 for a windowed session
 	// (RequestHeader.session_floor).
-	SessionFloor  uint64 `protobuf:"varint,5,opt,name=session_floor,json=sessionFloor,proto3" json:"session_floor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SessionFloor uint64 `protobuf:"varint,5,opt,name=session_floor,json=sessionFloor,proto3" json:"session_floor,omitempty"`
+	// Key expiry is measured at the highest stamp the shard has seen (the
+	// proposers' wall clocks, as reads measure it), not on the shard's
+	// clock, which lags them for good once a shard went without a leader
+	// for longer than kv.MaxClockStep. Set by leaders once the cluster's
+	// version allows it (version.ExpiryOnStamps).
+	ExpiryOnStamps bool `protobuf:"varint,6,opt,name=expiry_on_stamps,json=expiryOnStamps,proto3" json:"expiry_on_stamps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *KVCommand) Reset() {
@@ -275,6 +282,13 @@ func (x *KVCommand) GetSessionFloor() uint64 {
 		return x.SessionFloor
 	}
 	return 0
+}
+
+func (x *KVCommand) GetExpiryOnStamps() bool {
+	if x != nil {
+		return x.ExpiryOnStamps
+	}
+	return false
 }
 
 // ExpireSessions forgets sessions idle for longer than the command's
@@ -1112,14 +1126,15 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptor\x129\n" +
 	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNode\x12U\n" +
 	"\x13set_cluster_version\x18\b \x01(\v2#.concord.store.v1.SetClusterVersionH\x00R\x11setClusterVersionB\x06\n" +
-	"\x04kind\"\xab\x01\n" +
+	"\x04kind\"\xd5\x01\n" +
 	"\tKVCommand\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
 	"\x03ops\x18\x03 \x03(\v2\x0e.concord.v1.OpR\x03ops\x12&\n" +
 	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\x12#\n" +
-	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\"E\n" +
+	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\x12(\n" +
+	"\x10expiry_on_stamps\x18\x06 \x01(\bR\x0eexpiryOnStamps\"E\n" +
 	"\x0eExpireSessions\x123\n" +
 	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"B\n" +
 	"\aAddNode\x12\x18\n" +

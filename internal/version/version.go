@@ -35,9 +35,14 @@ const (
 	// row (Op.repeat), which the leader proposes for a run of pipelined
 	// INCRs; a binary below it would apply one.
 	IncrRepeat Level = 2
+	// ExpiryOnStamps: a KV command may say that key expiry is measured at
+	// the highest stamp the shard has seen (KVCommand.expiry_on_stamps)
+	// rather than on its capped clock; a binary below it would measure on
+	// the clock, and decide otherwise whether a key had expired.
+	ExpiryOnStamps Level = 3
 
 	// Binary is the highest level this binary applies.
-	Binary = IncrRepeat
+	Binary = ExpiryOnStamps
 )
 
 // Allows reports whether a cluster at version cluster may use a feature of

@@ -88,7 +88,7 @@ func TestExpiredKeysSweptOnEveryReplica(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		n, err := expiry.Sweep(context.Background(), h, time.Now(), expiry.MaxKeysPerShard)
+		n, err := expiry.Sweep(context.Background(), h, time.Now(), expiry.MaxKeysPerShard, true)
 		done <- outcome{n, err}
 	}()
 	var out outcome
