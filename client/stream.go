@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
 )
 
 // The client's requests to one node travel on one KV.Stream: concurrent
@@ -292,15 +293,18 @@ func (m *streamMux) sendQueued() bool {
 	return m.queued()
 }
 
-// takeBatch takes queued calls up to maxStreamBatchBytes (at least one).
+// takeBatch takes queued calls up to maxStreamBatchBytes and
+// frame.MaxStreamCalls calls and batch ops, which a node refuses past (at
+// least one).
 func (m *streamMux) takeBatch() []*pendingCall {
-	n, size := 0, 0
+	n, size, elems := 0, 0, 0
 	for n < len(m.queue) {
-		s := callSize(m.queue[n].msg)
-		if n > 0 && size+s > maxStreamBatchBytes {
+		msg := m.queue[n].msg
+		s, e := callSize(msg), 1+len(msg.GetBatch().GetOps())
+		if n > 0 && (size+s > maxStreamBatchBytes || elems+e > frame.MaxStreamCalls) {
 			break
 		}
-		size += s
+		size, elems = size+s, elems+e
 		n++
 	}
 	if n == len(m.queue) { // all of it: the spare array takes new calls

@@ -28,6 +28,15 @@ import (
 // imports the other.
 var KVMagic = []byte("\x00concord-kv/1\n")
 
+// MaxStreamCalls bounds the calls, and the ops of their batches, in one
+// StreamRequest of the client wire: a node closes a connection whose
+// message carries more, before decoding it (a call or op decodes into a
+// few hundred bytes however few it takes on the wire, so a frame under
+// the size limit could otherwise ask for gigabytes), and the client
+// never puts more in one message. It is far above what a node runs at
+// once (4,096 calls per stream; 1,000 ops per batch).
+const MaxStreamCalls = 1 << 17
+
 // MaxTokenBytes bounds the token in a hello.
 const MaxTokenBytes = 4096
 

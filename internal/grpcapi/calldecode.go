@@ -1,12 +1,14 @@
 package grpcapi
 
 import (
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -22,8 +24,21 @@ import (
 // merge, bytes that do not parse) goes to proto.Unmarshal, so the result
 // is always what proto.Unmarshal gives (TestDecodeRequestMatchesProto,
 // FuzzDecodeRequest).
+//
+// A message of more than frame.MaxStreamCalls calls and batch ops, or one
+// that does not parse down to its batches' ops, is refused before either
+// decoder allocates anything for it: each call or op decodes into a few
+// hundred bytes (this decoder's blocks, or proto's messages) however few
+// bytes it takes on the wire.
 func decodeRequest(data []byte) (*concordpb.StreamRequest, error) {
-	if req, ok := decodeCalls(data); ok {
+	calls, ok := countCalls(data)
+	if !ok {
+		return nil, errors.New("bad frame: not a StreamRequest")
+	}
+	if calls < 0 {
+		return nil, fmt.Errorf("bad frame: more than %d calls and batch ops in one message", frame.MaxStreamCalls)
+	}
+	if req, ok := decodeCalls(data, calls); ok {
 		return req, nil
 	}
 	req := &concordpb.StreamRequest{}
@@ -50,12 +65,8 @@ type fastCall struct {
 
 // decodeCalls decodes a request whose calls are all puts, gets and
 // batches (a batch's ops in one more block: what a node forwards to a
-// shard's leader, merged); false otherwise.
-func decodeCalls(data []byte) (*concordpb.StreamRequest, bool) {
-	n, ok := countField(data, 1) // the calls
-	if !ok {
-		return nil, false
-	}
+// shard's leader, merged); false otherwise. n is its calls (countCalls).
+func decodeCalls(data []byte, n int) (*concordpb.StreamRequest, bool) {
 	data = append([]byte(nil), data...) // the calls outlive the caller's buffer
 	req := &concordpb.StreamRequest{}
 	var blocks []fastCall
@@ -251,6 +262,65 @@ func (b *fastCall) decodeBatch(data []byte) bool {
 		}
 	}
 	return true
+}
+
+// countCalls counts a StreamRequest's calls; -1 when they and their
+// batches' ops are more than frame.MaxStreamCalls. False if the message,
+// a call or a batch does not parse (proto.Unmarshal would refuse it too).
+func countCalls(data []byte) (int, bool) {
+	calls, elems := 0, 0
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		l = protowire.ConsumeFieldValue(num, typ, data)
+		if l < 0 {
+			return 0, false
+		}
+		if num == 1 && typ == protowire.BytesType {
+			call, _ := protowire.ConsumeBytes(data)
+			ops, ok := countBatchOps(call)
+			if !ok {
+				return 0, false
+			}
+			calls++
+			elems += 1 + ops
+		}
+		data = data[l:]
+	}
+	if elems > frame.MaxStreamCalls {
+		return -1, true
+	}
+	return calls, true
+}
+
+// countBatchOps counts the ops of a StreamCall's batches (the field
+// given more than once, proto merges them); false if it does not parse.
+func countBatchOps(call []byte) (int, bool) {
+	ops := 0
+	for len(call) > 0 {
+		num, typ, l := protowire.ConsumeTag(call)
+		if l < 0 {
+			return 0, false
+		}
+		call = call[l:]
+		l = protowire.ConsumeFieldValue(num, typ, call)
+		if l < 0 {
+			return 0, false
+		}
+		if num == 8 && typ == protowire.BytesType {
+			batch, _ := protowire.ConsumeBytes(call)
+			n, ok := countField(batch, 2)
+			if !ok {
+				return 0, false
+			}
+			ops += n
+		}
+		call = call[l:]
+	}
+	return ops, true
 }
 
 // countField counts the length-delimited fields num of a message; false if

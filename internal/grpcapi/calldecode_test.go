@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
 )
 
 // checkDecodeRequest fails t unless decodeRequest makes of data what
@@ -23,12 +24,24 @@ func checkDecodeRequest(t *testing.T, data []byte) {
 	for i := range buf {
 		buf[i] ^= 0xff
 	}
+	if werr == nil && gerr != nil && streamCalls(want) > frame.MaxStreamCalls {
+		return // refused for its size: proto has no bound
+	}
 	if (werr != nil) != (gerr != nil) {
 		t.Fatalf("% x: proto error %v, decoder error %v", data, werr, gerr)
 	}
 	if werr == nil && !proto.Equal(got, want) {
 		t.Fatalf("% x:\n got  %v\n want %v", data, got, want)
 	}
+}
+
+// streamCalls is req's calls and batch ops.
+func streamCalls(req *concordpb.StreamRequest) int {
+	n := 0
+	for _, c := range req.GetCalls() {
+		n += 1 + len(c.GetBatch().GetOps())
+	}
+	return n
 }
 
 // randomBytes is nil, empty or up to n random bytes.

@@ -144,7 +144,7 @@ func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concord
 			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
 		}
 		msgs = append(msgs, inMsg{fromNode: fromNode, shard: ids.ShardID(env.GetShardId()), m: m, via: viaRaftStream})
-		size += int64(len(env.GetMessage()))
+		size += int64(len(env.GetMessage())) + decodedMsgBytes + decodedEntryBytes*int64(len(m.GetEntries()))
 		bulk = bulk || len(m.GetEntries()) > 0
 	}
 	if bulk {
@@ -153,10 +153,22 @@ func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concord
 		}
 	}
 	return h.enqueue(func(in *inbox) {
+		if !bulk && h.cfg.MaxInboxBytes >= 0 && h.inboxBytes >= 2*h.cfg.MaxInboxBytes {
+			return // dropped, not held: raft tolerates the loss
+		}
 		in.msgs = append(in.msgs, msgs...)
 		h.inboxBytes += size
 	})
 }
+
+// What a received message holds decoded beyond its bytes, as the inbox
+// counts it (MaxInboxBytes): its message block and inbox slot, and each
+// entry's block (decode.go); a heartbeat of a dozen bytes on the wire
+// holds some three hundred.
+const (
+	decodedMsgBytes   = 320
+	decodedEntryBytes = 128
+)
 
 // awaitInboxSpace returns once the inbox holds less than MaxInboxBytes, the
 // host stopped (ErrStopped) or ctx ended.

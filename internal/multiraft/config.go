@@ -74,13 +74,15 @@ type Config struct {
 	// to apply, and so one loop iteration's apply batch (default 4 MiB).
 	MaxCommittedBytesPerReady uint64
 	// MaxInboxBytes bounds the raft messages received and not yet taken by
-	// the loop, in bytes on the wire (default 64 MiB; negative: no bound).
+	// the loop, in bytes on the wire plus what each holds decoded (a few
+	// hundred bytes a message; default 64 MiB; negative: no bound).
 	// Past it, Deliver holds a batch that carries entries until the loop
 	// drains the inbox, so a loop slowed by its disk pushes back on the
 	// senders' bulk streams (and through gRPC flow control on their queues,
 	// which drop) instead of growing without limit. Batches without entries
-	// (heartbeats, votes, responses: the control lane) are never held. A
-	// soft bound: each stream may overshoot it by one batch.
+	// (heartbeats, votes, responses: the control lane) are never held; past
+	// twice the bound they are dropped (raft retransmits). A soft bound:
+	// each stream may overshoot it by one batch.
 	MaxInboxBytes int64
 	// MaxOutgoingSnapshots bounds snapshots being streamed at once.
 	MaxOutgoingSnapshots int

@@ -29,3 +29,10 @@ func BorrowView(h *Host) *storage.ReadView { return h.borrowView() }
 
 // ViewsTaken is the number of views fast reads of h have taken.
 func ViewsTaken(h *Host) uint64 { return h.viewsTaken.Load() }
+
+// InboxBytes is what h counts of the raft messages its inbox holds.
+func InboxBytes(h *Host) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inboxBytes
+}

@@ -16,6 +16,7 @@ package portmux
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -70,15 +71,38 @@ func (m *Mux) GRPC() net.Listener { return m.grpc }
 func (m *Mux) Other() net.Listener { return m.other }
 
 // Serve accepts connections until the listener fails or Close is called.
+// A temporary failure (the process out of file descriptors, the kernel
+// out of buffers) is waited out, backing off from 5 ms to 1 s as net/http
+// and gRPC do: the port must outlive a flood of connections.
 func (m *Mux) Serve() error {
+	var delay time.Duration
 	for {
 		c, err := m.l.Accept()
 		if err != nil {
-			m.Close()
-			return err
+			if !temporary(err) {
+				m.Close()
+				return err
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+				continue
+			case <-m.doneC:
+				t.Stop()
+				return net.ErrClosed
+			}
 		}
+		delay = 0
 		go m.route(c)
 	}
+}
+
+// temporary reports whether an Accept error may pass (EMFILE, ENFILE,
+// ENOBUFS, ...: the errors net.Error's deprecated Temporary still names).
+func temporary(err error) bool {
+	var te interface{ Temporary() bool }
+	return errors.As(err, &te) && te.Temporary()
 }
 
 // Close closes the listener; both sub-listeners then fail Accept. Closing

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -30,7 +31,19 @@ type batchDecoder struct {
 
 // decode decodes data into the decoder's batch and returns it; the batch
 // and its envelopes are valid until the next call, and alias data.
+//
+// A frame of more than maxRecvBatch messages, or one that does not parse
+// (proto.Unmarshal would refuse it too), is refused before anything is
+// allocated for its messages: an envelope of two bytes on the wire decodes
+// into some eighty, kept with the decoder.
 func (d *batchDecoder) decode(data []byte) (*concordpb.RaftBatch, error) {
+	n, ok := countMessages(data)
+	if !ok {
+		return nil, errors.New("bad frame: not a RaftBatch")
+	}
+	if n > maxRecvBatch {
+		return nil, fmt.Errorf("bad frame: %d messages in one batch (at most %d)", n, maxRecvBatch)
+	}
 	if d.decodeFast(data) {
 		return &d.b, nil
 	}
@@ -129,4 +142,28 @@ func decodeEnvelope(e *concordpb.RaftEnvelope, data []byte) bool {
 		}
 	}
 	return true
+}
+
+// maxRecvBatch bounds the messages of one incoming RaftBatch: eight times
+// what a sender puts in one (maxBatch).
+const maxRecvBatch = 8 * maxBatch
+
+// countMessages counts a RaftBatch's messages; false if it does not parse.
+func countMessages(data []byte) (int, bool) {
+	n := 0
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		if l = protowire.ConsumeFieldValue(num, typ, data); l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		if num == batchMessagesField && typ == protowire.BytesType {
+			n++
+		}
+	}
+	return n, true
 }

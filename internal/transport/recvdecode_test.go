@@ -18,6 +18,9 @@ func checkDecodeBatch(t *testing.T, d *batchDecoder, data []byte) {
 	want := &concordpb.RaftBatch{}
 	werr := proto.Unmarshal(data, want)
 	got, gerr := d.decode(data)
+	if werr == nil && gerr != nil && len(want.GetMessages()) > maxRecvBatch {
+		return // refused for its size: proto has no bound
+	}
 	if (werr != nil) != (gerr != nil) {
 		t.Fatalf("% x: proto error %v, decoder error %v", data, werr, gerr)
 	}

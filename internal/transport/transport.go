@@ -512,6 +512,9 @@ func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordp
 	} else if from != *sender {
 		return fmt.Errorf("transport: a stream from node %d sent a batch from node %d", *sender, from)
 	}
+	if n := len(b.GetMessages()); n > maxRecvBatch { // the framed wire's decoder refused it already
+		return fmt.Errorf("transport: %d messages in one batch (at most %d)", n, maxRecvBatch)
+	}
 	if t.isBlocked(from) {
 		return nil
 	}
