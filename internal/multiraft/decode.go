@@ -1,6 +1,8 @@
 package multiraft
 
 import (
+	"errors"
+
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -21,10 +23,17 @@ import (
 // Anything else (a snapshot, responses, a field it does not know, an enum
 // value raftpb does not define, bytes that do not parse) goes to
 // proto.Unmarshal, so the result is always what proto.Unmarshal gives
-// (FuzzDecodeMessage).
+// (FuzzDecodeMessage), but for one refusal: an entry too short to hold a
+// term and an index (errShortEntry), which no raft log holds. Each decoded
+// entry takes some 120 bytes, so a message of empty entries (two bytes
+// each) would make 60 times its size before any check; entries of at
+// least minEntryBytes bound that to 20.
 func decodeMessage(data []byte) (*pb.Message, error) {
 	if m, ok := decodeMessageFast(data); ok {
 		return m, nil
+	}
+	if shortEntry(data) {
+		return nil, errShortEntry
 	}
 	m := &pb.Message{}
 	if err := proto.Unmarshal(data, m); err != nil {
@@ -125,6 +134,37 @@ func decodeMessageFast(data []byte) (*pb.Message, bool) {
 	return &blk.m, true
 }
 
+// minEntryBytes is the least an entry of a raft log encodes to: a term
+// and an index, each a tag and a varint of at least a byte (both are at
+// least 1 in every entry raft sends).
+const minEntryBytes = 4
+
+var errShortEntry = errors.New("a raft entry too short to hold its term and index")
+
+// shortEntry reports whether data, a message that parses, holds an entry
+// shorter than minEntryBytes.
+func shortEntry(data []byte) bool {
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return false
+		}
+		data = data[l:]
+		if num == 7 && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(data)
+			if l >= 0 && len(v) < minEntryBytes {
+				return true
+			}
+		}
+		l = protowire.ConsumeFieldValue(num, typ, data)
+		if l < 0 {
+			return false
+		}
+		data = data[l:]
+	}
+	return false
+}
+
 // countEntries counts the entries field's occurrences in a message and
 // says whether its decoded form would alias data (entries or a context);
 // false if it does not parse.
@@ -138,6 +178,9 @@ func countEntries(data []byte) (n int, aliased, ok bool) {
 		l = protowire.ConsumeFieldValue(num, typ, data)
 		if l < 0 {
 			return 0, false, false
+		}
+		if num == 7 && typ == protowire.BytesType && l < 1+minEntryBytes {
+			return 0, false, false // too short an entry (decodeMessage)
 		}
 		data = data[l:]
 		if typ == protowire.BytesType && (num == 7 || num == 12) {
