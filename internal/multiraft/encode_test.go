@@ -11,7 +11,9 @@ import (
 )
 
 // randomMessage is a message of any defined type with each optional field
-// unset, zero or not, and entries of nil, empty, small or large data.
+// unset, zero or not, and entries of nil, empty, small or large data. An
+// entry's term and index are always set (zero or not), as in every raft
+// log: the decoder refuses an entry too short to hold them (decodeMessage).
 func randomMessage(r *rand.Rand) *pb.Message {
 	opt := func() *uint64 {
 		switch r.IntN(3) {
@@ -44,7 +46,13 @@ func randomMessage(r *rand.Rand) *pb.Message {
 		m.Reject = new(r.IntN(2) == 0)
 	}
 	for range r.IntN(4) {
-		e := &pb.Entry{Term: opt(), Index: opt(), Data: data(600)}
+		set := func() *uint64 {
+			if v := opt(); v != nil {
+				return v
+			}
+			return new(uint64(0))
+		}
+		e := &pb.Entry{Term: set(), Index: set(), Data: data(600)}
 		if r.IntN(2) == 0 {
 			e.Type = new(pb.EntryType(r.IntN(len(pb.EntryType_name))))
 		}
