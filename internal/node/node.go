@@ -187,7 +187,8 @@ func New(cfg Config) (*Node, error) {
 	n.seen.m = map[ids.NodeID]*seenEntry{}
 	n.boot = newBootEvidence()
 	n.conns.m = map[string]*grpc.ClientConn{}
-	n.conns.opts = append([]grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}, sec.peerDial...)
+	n.conns.opts = append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(grpcapi.StampFromNode(n.ID), grpcapi.StampCluster(n.clusterID))},
+		sec.peerDial...)
 	n.cluster = grpcapi.NewCluster(n.backend())
 	n.metrics = metrics.New()
 	n.metrics.Register(stateCollector{n})
@@ -261,7 +262,8 @@ func (n *Node) newServer() *grpc.Server {
 	srv := grpc.NewServer(append(n.sec.grpcOptions(), grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
 		// Auth first: a refused call is neither counted nor timed.
-		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), n.trackUnary, n.observeUnary, grpcapi.DropPartitioned(n.blocked)),
+		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
+			grpcapi.DropPartitioned(n.blocked)),
 		grpc.ChainStreamInterceptor(n.sec.auth.Stream(), n.trackStream))...)
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
@@ -434,6 +436,9 @@ func (n *Node) fail(err error) {
 
 // Addr is the address the node serves on.
 func (n *Node) Addr() string { return n.lis.Addr().String() }
+
+// clusterID is the node's cluster id, 0 until it is initialized.
+func (n *Node) clusterID() uint64 { return n.ident.Load().GetClusterId() }
 
 // ID is the node's id, 0 until it is initialized.
 func (n *Node) ID() ids.NodeID { return ids.NodeID(n.ident.Load().GetNodeId()) }
