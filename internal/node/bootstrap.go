@@ -109,7 +109,19 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		case decideBootstrap:
 			return n.bootstrap(peers, hash, initialID, restore)
 		case decideJoin:
-			return n.join(ctx, []string{via})
+			if n.testHooks.joinVia != nil {
+				n.testHooks.joinVia(via)
+			}
+			// Through via first, then every other peer: via may die
+			// before it answers, and any member forwards the join to the
+			// placement leader (a fresh peer answers Unavailable).
+			addrs := []string{via}
+			for _, p := range peers {
+				if p != via && p != n.cfg.Addr {
+					addrs = append(addrs, p)
+				}
+			}
+			return n.join(ctx, addrs)
 		}
 		if attempt%25 == 0 {
 			n.log.Info("waiting for every peer to answer before bootstrapping", "peers", peers, "unheard", n.boot.missing(peers, n.cfg.Addr))

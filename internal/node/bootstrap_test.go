@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // freeAddrs returns n loopback addresses nothing listens on.
@@ -167,5 +169,47 @@ func TestFreshPeerWithAnotherPeerListDoesNotVouch(t *testing.T) {
 	if missing := na.boot.missing(pa, a); !slices.Contains(missing, b) {
 		t.Fatalf("B, started with --peers %s,%s,%s, vouched for A's initial id under --peers %s: still missing %v",
 			a, b, d, strings.Join(pa, ","), missing)
+	}
+}
+
+// TestWipedNodeJoinsWhenThePeerThatSawItDies: a wiped node restarted with
+// its --peers joins through the peer whose probe answer said its initial id
+// was seen. If that peer dies before the join is answered, the node must
+// join through another member (any forwards to the placement leader), not
+// retry the dead one until it is restarted by hand.
+func TestWipedNodeJoinsWhenThePeerThatSawItDies(t *testing.T) {
+	nodes, cfgs := startCluster(t, make([]version.Level, 5)) // 5 replicas of each shard: a quorum survives two nodes
+	// Node 1 (first in the peer list, so the first node 2 probes) has
+	// heard from node 2: it answers that id 2 was seen.
+	waitFor(t, 20*time.Second, func() error {
+		if !nodes[0].seen.has(2) {
+			return fmt.Errorf("node %d has not heard from node 2 yet", nodes[0].ID())
+		}
+		return nil
+	})
+	nodes[1].Stop()
+	cfg := cfgs[1]
+	cfg.DataDir = t.TempDir() // node 2's disk is lost
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	n.testHooks.joinVia = func(via string) {
+		for _, m := range nodes {
+			if m.cfg.Addr == via {
+				m.Stop()
+				return
+			}
+		}
+		t.Errorf("join decided through %s, not a peer", via)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatalf("wiped node 2 did not join once the peer that saw it died: %v", err)
+	}
+	if n.ID() <= 5 {
+		t.Fatalf("wiped node joined as %d, want a new id", n.ID())
 	}
 }

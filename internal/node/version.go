@@ -191,6 +191,9 @@ type testHooks struct {
 	raising func()
 	// joining runs in addNode, under joinMu, after the version check.
 	joining func()
+	// joinVia runs in establishIdentity when a fresh node's probes
+	// decided to join, with the peer that decided it, before the join.
+	joinVia func(via string)
 	// noHeartbeats: the node sends only the heartbeats a test sends
 	// (sendHeartbeat), none at start or on its own.
 	noHeartbeats bool
