@@ -101,6 +101,12 @@ type Node struct {
 	failed   chan struct{}
 	failErr  error
 
+	// startMu is held by Start while it runs: Stop closes stopC (which
+	// ends Start's waits for peers) and then waits for it, so that it
+	// never closes storage under a bootstrap or join being written, nor
+	// returns while Start goes on to start raft and the loops.
+	startMu  sync.Mutex
+	stopSig  sync.Once // closes stopC
 	stopOnce sync.Once
 	stopC    chan struct{}
 	wg       sync.WaitGroup
@@ -199,6 +205,13 @@ func New(cfg Config) (*Node, error) {
 // (bootstrapping or joining if its data dir is empty) and starts raft. It
 // returns once the node serves, or when ctx ends first.
 func (n *Node) Start(ctx context.Context) error {
+	n.startMu.Lock()
+	defer n.startMu.Unlock()
+	select {
+	case <-n.stopC:
+		return errors.New("node: stopped before it started")
+	default:
+	}
 	eng, err := storage.Open(n.cfg.DataDir)
 	if err != nil {
 		return err
@@ -247,6 +260,14 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.establishIdentity(ctx); err != nil {
 		return n.abort(err)
 	}
+	if n.testHooks.identified != nil {
+		n.testHooks.identified()
+	}
+	select {
+	case <-n.stopC:
+		return n.abort(errors.New("node: stopped while starting"))
+	default:
+	}
 	if err := n.startRaft(); err != nil {
 		return n.abort(err)
 	}
@@ -283,8 +304,9 @@ func (n *Node) newServer() *grpc.Server {
 	return srv
 }
 
+// abort stops the node Start is starting (Start holds startMu).
 func (n *Node) abort(err error) error {
-	n.Stop()
+	n.stop()
 	return err
 }
 
@@ -449,9 +471,20 @@ func (n *Node) ID() ids.NodeID { return ids.NodeID(n.ident.Load().GetNodeId()) }
 // waiting on the host end with ErrStopped once it stops, and a read that
 // passed its barrier finishes its read. A handler that outlives the wait and
 // then reads gets storage.ErrClosed (Unavailable), never Pebble's panic.
+//
+// Stop called while Start runs ends Start's waits for peers and waits for
+// Start to return: Start then starts nothing more.
 func (n *Node) Stop() {
+	n.stopSig.Do(func() { close(n.stopC) })
+	n.startMu.Lock() // waits for a running Start to return
+	defer n.startMu.Unlock()
+	n.stop()
+}
+
+// stop is Stop without waiting for Start (which calls it to abort).
+func (n *Node) stop() {
+	n.stopSig.Do(func() { close(n.stopC) })
 	n.stopOnce.Do(func() {
-		close(n.stopC)
 		if n.httpSrv != nil {
 			_ = n.httpSrv.Close()
 		}
@@ -502,6 +535,10 @@ func (n *Node) Shutdown(timeout time.Duration) {
 		}
 		cancel()
 	default:
+		// Not serving yet (Start may still run, and set srv): nothing
+		// to hand off or drain.
+		n.Stop()
+		return
 	}
 	if n.srv != nil {
 		// GracefulStop also waits for the peers' raft streams, which never
