@@ -55,11 +55,12 @@
 //
 //	auth := grpcapi.Auth{Token: token, TLS: tlsOn}
 //	srv := grpc.NewServer(grpc.Creds(grpcapi.AlreadyTLS()), // TLS only: the listener under the port mux decrypts
-//		grpc.ChainUnaryInterceptor(auth.Unary(), grpcapi.DropPartitioned(blocked)), grpc.StreamInterceptor(auth.Stream()))
+//		grpc.ChainUnaryInterceptor(auth.Unary(), grpcapi.RefuseOtherCluster(clusterID), grpcapi.DropPartitioned(blocked)),
+//		grpc.StreamInterceptor(auth.Stream()))
 //	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, grpcapi.Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20}))
 //	concordpb.RegisterClusterServer(srv, grpcapi.NewCluster(b))
 //	concordpb.RegisterBackupServer(srv, grpcapi.NewBackup(kv))
 //	concordpb.RegisterRaftTransportServer(srv, grpcapi.NewRaftTransport(b))
 //	concordpb.RegisterAdminServer(srv, grpcapi.NewAdmin(b, enableFaultInjection))
-//	// peer connections: grpc.WithUnaryInterceptor(grpcapi.StampFromNode(id))
+//	// peer connections: grpc.WithChainUnaryInterceptor(grpcapi.StampFromNode(id), grpcapi.StampCluster(clusterID))
 package grpcapi

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -108,10 +109,26 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		case decideBootstrap:
 			return n.bootstrap(peers, hash, initialID, restore)
 		case decideJoin:
-			return n.join(ctx, []string{via})
+			if n.testHooks.joinVia != nil {
+				n.testHooks.joinVia(via)
+			}
+			// Through via first, then every other peer: via may die
+			// before it answers, and any member forwards the join to the
+			// placement leader (a fresh peer answers Unavailable).
+			addrs := []string{via}
+			for _, p := range peers {
+				if p != via && p != n.cfg.Addr {
+					addrs = append(addrs, p)
+				}
+			}
+			return n.join(ctx, addrs)
 		}
 		if attempt%25 == 0 {
 			n.log.Info("waiting for every peer to answer before bootstrapping", "peers", peers, "unheard", n.boot.missing(peers, n.cfg.Addr))
+			if other := n.boot.otherLists(); len(other) > 0 {
+				n.log.Warn("peers started with another --peers list (or --join) answered; every node of a new cluster must be given the same --peers",
+					"peers", peers, "differing", other)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -153,6 +170,13 @@ func (n *Node) probePeers(ctx context.Context, peers []string, hash uint64, init
 		if resp.GetInitialized() && (resp.GetSeenInitialNode() || resp.GetPeersHash() != hash) {
 			return decideJoin, p
 		}
+		if !resp.GetInitialized() && resp.GetPeersHash() != hash {
+			// A fresh peer started with another --peers list (or
+			// --join) will not bootstrap this cluster: counting it would
+			// let each list's nodes bootstrap a cluster of their own.
+			n.boot.differs(p)
+			continue
+		}
 		n.boot.add(p)
 	}
 	if len(n.boot.missing(peers, n.cfg.Addr)) == 0 {
@@ -186,11 +210,26 @@ func (n *Node) probe(ctx context.Context, addr string, hash uint64, initialID id
 type bootEvidence struct {
 	mu    sync.Mutex
 	clear map[string]bool // guarded by mu
+	other map[string]bool // fresh peers that answered with another peer list; guarded by mu
 	more  chan struct{}   // signalled (buffer of one) when clear grows
 }
 
 func newBootEvidence() bootEvidence {
-	return bootEvidence{clear: map[string]bool{}, more: make(chan struct{}, 1)}
+	return bootEvidence{clear: map[string]bool{}, other: map[string]bool{}, more: make(chan struct{}, 1)}
+}
+
+// differs records that the fresh peer at addr was given another peer list.
+func (e *bootEvidence) differs(addr string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.other[addr] = true
+}
+
+// otherLists returns the peers that answered with another peer list.
+func (e *bootEvidence) otherLists() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Sorted(maps.Keys(e.other))
 }
 
 func (e *bootEvidence) add(addr string) {
@@ -224,7 +263,9 @@ func (n *Node) answerProbe(req *concordpb.ProbeRequest) *concordpb.ProbeResponse
 	id := n.ident.Load()
 	if id == nil {
 		n.heardFreshPeer(req)
-		return &concordpb.ProbeResponse{}
+		// The list this node would bootstrap with: a prober given
+		// another one must not count this answer (probePeers).
+		return &concordpb.ProbeResponse{PeersHash: peersHash(sortedPeers(n.cfg.Peers))}
 	}
 	seen := n.seen.has(ids.NodeID(req.GetInitialNodeId()))
 	for _, d := range n.book.all() {

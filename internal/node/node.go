@@ -101,6 +101,12 @@ type Node struct {
 	failed   chan struct{}
 	failErr  error
 
+	// startMu is held by Start while it runs: Stop closes stopC (which
+	// ends Start's waits for peers) and then waits for it, so that it
+	// never closes storage under a bootstrap or join being written, nor
+	// returns while Start goes on to start raft and the loops.
+	startMu  sync.Mutex
+	stopSig  sync.Once // closes stopC
 	stopOnce sync.Once
 	stopC    chan struct{}
 	wg       sync.WaitGroup
@@ -187,7 +193,8 @@ func New(cfg Config) (*Node, error) {
 	n.seen.m = map[ids.NodeID]*seenEntry{}
 	n.boot = newBootEvidence()
 	n.conns.m = map[string]*grpc.ClientConn{}
-	n.conns.opts = append([]grpc.DialOption{grpc.WithUnaryInterceptor(grpcapi.StampFromNode(n.ID))}, sec.peerDial...)
+	n.conns.opts = append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(grpcapi.StampFromNode(n.ID), grpcapi.StampCluster(n.clusterID))},
+		sec.peerDial...)
 	n.cluster = grpcapi.NewCluster(n.backend())
 	n.metrics = metrics.New()
 	n.metrics.Register(stateCollector{n})
@@ -198,6 +205,13 @@ func New(cfg Config) (*Node, error) {
 // (bootstrapping or joining if its data dir is empty) and starts raft. It
 // returns once the node serves, or when ctx ends first.
 func (n *Node) Start(ctx context.Context) error {
+	n.startMu.Lock()
+	defer n.startMu.Unlock()
+	select {
+	case <-n.stopC:
+		return errors.New("node: stopped before it started")
+	default:
+	}
 	eng, err := storage.Open(n.cfg.DataDir)
 	if err != nil {
 		return err
@@ -246,6 +260,14 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.establishIdentity(ctx); err != nil {
 		return n.abort(err)
 	}
+	if n.testHooks.identified != nil {
+		n.testHooks.identified()
+	}
+	select {
+	case <-n.stopC:
+		return n.abort(errors.New("node: stopped while starting"))
+	default:
+	}
 	if err := n.startRaft(); err != nil {
 		return n.abort(err)
 	}
@@ -261,7 +283,8 @@ func (n *Node) newServer() *grpc.Server {
 	srv := grpc.NewServer(append(n.sec.grpcOptions(), grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
 		// Auth first: a refused call is neither counted nor timed.
-		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), n.trackUnary, n.observeUnary, grpcapi.DropPartitioned(n.blocked)),
+		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
+			grpcapi.DropPartitioned(n.blocked)),
 		grpc.ChainStreamInterceptor(n.sec.auth.Stream(), n.trackStream))...)
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
@@ -281,8 +304,9 @@ func (n *Node) newServer() *grpc.Server {
 	return srv
 }
 
+// abort stops the node Start is starting (Start holds startMu).
 func (n *Node) abort(err error) error {
-	n.Stop()
+	n.stop()
 	return err
 }
 
@@ -435,6 +459,9 @@ func (n *Node) fail(err error) {
 // Addr is the address the node serves on.
 func (n *Node) Addr() string { return n.lis.Addr().String() }
 
+// clusterID is the node's cluster id, 0 until it is initialized.
+func (n *Node) clusterID() uint64 { return n.ident.Load().GetClusterId() }
+
 // ID is the node's id, 0 until it is initialized.
 func (n *Node) ID() ids.NodeID { return ids.NodeID(n.ident.Load().GetNodeId()) }
 
@@ -444,9 +471,20 @@ func (n *Node) ID() ids.NodeID { return ids.NodeID(n.ident.Load().GetNodeId()) }
 // waiting on the host end with ErrStopped once it stops, and a read that
 // passed its barrier finishes its read. A handler that outlives the wait and
 // then reads gets storage.ErrClosed (Unavailable), never Pebble's panic.
+//
+// Stop called while Start runs ends Start's waits for peers and waits for
+// Start to return: Start then starts nothing more.
 func (n *Node) Stop() {
+	n.stopSig.Do(func() { close(n.stopC) })
+	n.startMu.Lock() // waits for a running Start to return
+	defer n.startMu.Unlock()
+	n.stop()
+}
+
+// stop is Stop without waiting for Start (which calls it to abort).
+func (n *Node) stop() {
+	n.stopSig.Do(func() { close(n.stopC) })
 	n.stopOnce.Do(func() {
-		close(n.stopC)
 		if n.httpSrv != nil {
 			_ = n.httpSrv.Close()
 		}
@@ -497,6 +535,10 @@ func (n *Node) Shutdown(timeout time.Duration) {
 		}
 		cancel()
 	default:
+		// Not serving yet (Start may still run, and set srv): nothing
+		// to hand off or drain.
+		n.Stop()
+		return
 	}
 	if n.srv != nil {
 		// GracefulStop also waits for the peers' raft streams, which never

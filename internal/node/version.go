@@ -191,6 +191,12 @@ type testHooks struct {
 	raising func()
 	// joining runs in addNode, under joinMu, after the version check.
 	joining func()
+	// identified runs in Start once the node has its identity, before
+	// raft starts.
+	identified func()
+	// joinVia runs in establishIdentity when a fresh node's probes
+	// decided to join, with the peer that decided it, before the join.
+	joinVia func(via string)
 	// noHeartbeats: the node sends only the heartbeats a test sends
 	// (sendHeartbeat), none at start or on its own.
 	noHeartbeats bool
