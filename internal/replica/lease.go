@@ -63,7 +63,8 @@ import (
 //   - A restarted voter forgets its leader (lead = None) and would grant
 //     votes at once: a replica loaded with a term past the bootstrap one
 //     (it may have acknowledged a leader before its process stopped) drops
-//     vote requests for its first ElectionTicks - 1 ticks (dropVote). The
+//     vote requests for its first ElectionTicks - 1 ticks (dropVote), and
+//     does not campaign meanwhile either (Campaign: its own vote counts). The
 //     host's ticker starts with the host, so the k-th tick comes at least
 //     k intervals after the load, past the ElectionTicks - 2 intervals the
 //     acknowledgement promised; one tick short of raft's own earliest
