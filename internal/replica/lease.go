@@ -72,8 +72,9 @@ import (
 //     A fresh cluster (term still the bootstrap one) elects at once; a
 //     whole cluster restarted elects about an election timeout later.
 //   - multiraft's LeaderGone makes followers forget their leader; it does
-//     so only for a leader not heard from for at least the lease duration
-//     (LeaderSilentFor).
+//     so only for a leader not heard from for at least ElectionTicks - 2
+//     tick periods, the lease duration without its allowance for clock
+//     rates (LeaderSilentFor).
 
 // leaseValid reports whether this replica may serve reads by lease at now,
 // given raft's status st. It bars the rest of the term once it sees a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -328,4 +329,69 @@ func TestRestartedVoterDoesNotCampaignInsideALease(t *testing.T) {
 	if i, _ := h.Info(1); !i.IsLeader || i.Term != i0.Term {
 		t.Fatalf("node %d: leads=%v term %d, want the leader of term %d", a, i.IsLeader, i.Term, i0.Term)
 	}
+}
+
+// TestLeaderGoneAllowsForClockRates protects a live leader's lease from
+// LeaderGone when the followers' clocks run faster than the leader's, by
+// less than the 10 % the lease duration leaves for clock rates: a
+// follower forgets its leader only after the silence the raft lease
+// promised, ElectionTicks - 2 tick periods on its own clock, not after
+// the shorter lease duration, which a fast clock passes while the leader
+// still holds its lease. The followers' clocks here run 9 % fast; the
+// leader, cut off, still believes it leads and serves reads by lease.
+func TestLeaderGoneAllowsForClockRates(t *testing.T) {
+	const origin = int64(time.Hour) // where the harness's clock starts
+	var lease, tick time.Duration
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 3, Shards: 1, Configure: func(cfg *multiraft.Config) {
+		cfg.ElectionTicks = 100 // a lease of many ticks: room between the two clocks' views of it
+		lease, tick = cfg.LeaseDuration(), cfg.TickInterval
+		if cfg.NodeID != 1 {
+			slow := cfg.Clock
+			cfg.Clock = func() int64 { return origin + (slow()-origin)*109/100 }
+		}
+	}})
+	const old = ids.NodeID(1) // shard 1's preferred replica
+	c.RunUntil("node 1 to lead", 500, func() bool { return c.Leader(1) == old })
+	if l := c.WaitLeader(1); l != old {
+		t.Fatalf("node %d leads, want node %d; the test proves nothing", l, old)
+	}
+	c.Put("k", "old")
+	h := c.Node(old).Host
+	start := c.Clock.Now() // the lease's round is issued at or after this
+	readServed(t, c, old, "k")
+	l0 := leaseReads(t, h)
+	if res := readServed(t, c, old, "k"); res.err != nil || res.val != "old" || leaseReads(t, h) == l0 {
+		t.Fatalf("node %d holds no lease (%+v); the test proves nothing", old, res)
+	}
+	survivors := othersOf(c, old)
+	c.Cut(old)
+	for _, s := range survivors {
+		c.Node(s).Host.LeaderGone(old)
+	}
+	// Just short of the lease on the leader's clock less a few ticks, past
+	// it on the followers' (9 % fast); then tick the survivors through what
+	// is left of the lease.
+	c.Clock.Advance(lease*100/109 - 2*tick)
+	for time.Duration(c.Clock.Now()-start) < lease-2*tick {
+		c.TickOnly(1, survivors...)
+		l := c.Leader(1)
+		if l == 0 || l == old {
+			continue
+		}
+		call := c.Propose(l, 1, put("k", "new"))
+		c.RunUntil("the put on the new leader", 1, call.Done)
+		stale := readKey(t, h, "k")
+		res := await(t, stale, "the read at the old leader")
+		t.Fatalf("node %d elected %v after the old leader's round, inside its lease of %v; after it committed "+
+			"\"new\" (err %v), node %d's read returned %+v", l, time.Duration(c.Clock.Now()-start), lease, call.Err, old, res)
+	}
+	// LeaderGone still elects once the promise is over, well before raft's
+	// own timeout of 100 ticks.
+	for range 20 {
+		if l := c.Leader(1); l != 0 && l != old {
+			return
+		}
+		c.TickOnly(1, survivors...)
+	}
+	t.Fatalf("no new leader within 20 ticks after node %d's lease ran out", old)
 }
