@@ -254,6 +254,19 @@ func (c Config) LeaseDuration() time.Duration {
 	return time.Duration(c.ElectionTicks-2) * c.TickInterval / 10 * 9
 }
 
+// leaseSilence is how long a follower must not have heard from its leader
+// before it forgets it (LeaderGone), 0 when lease reads are off: the
+// silence an acknowledgement of the leader's heartbeat promises on the
+// follower's own clock, ElectionTicks - 2 tick periods, without the 10 %
+// LeaseDuration leaves for clock rates, which is this margin: a follower
+// whose clock runs fast still waits out the leader's lease.
+func (c Config) leaseSilence() time.Duration {
+	if c.LeaseDuration() == 0 {
+		return 0
+	}
+	return time.Duration(c.ElectionTicks-2) * c.TickInterval
+}
+
 // exitOnFatal is the production Fatal: stop the process, since a replica
 // must never continue from state it could not persist.
 func exitOnFatal(log *slog.Logger, node ids.NodeID) func(error) {

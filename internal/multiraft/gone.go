@@ -35,9 +35,11 @@ import (
 // disrupting anything.
 
 // A follower forgets only a leader it has not heard from (any message of
-// the leader's term) for at least the lease duration on the host's
-// monotonic clock: a leader heard from more recently may hold a read lease
-// that this follower's acknowledgement backs (replica/lease.go), and the
+// the leader's term) for at least ElectionTicks - 2 tick periods on the
+// host's monotonic clock (leaseSilence: the lease duration plus the
+// lease's allowance for clock rates): a leader heard from more recently
+// may hold a read lease that this follower's acknowledgement backs
+// (replica/lease.go), and the
 // event may be wrong about it (a node marked dead through a partial
 // partition while raft traffic still flows). Such a follower waits, tick
 // by tick, until its leader has been silent that long, then forgets it and
@@ -45,7 +47,7 @@ import (
 // passes while the leader is still heard from, it gives up waiting
 // (raft's own election timeout still elects if the leader is really gone).
 // A leader that really died was heard from last before it died, so the
-// wait is at most the lease duration after its death.
+// wait is at most ElectionTicks - 2 tick periods after its death.
 
 // campaignStaggerTicks separates the campaigns of a shard's surviving
 // voters: long enough for one pre-vote and vote round (a few round trips
@@ -101,7 +103,7 @@ func (h *Host) forgetLeadersOn(node ids.NodeID) {
 }
 
 // runCampaigns makes the followers waiting for their gone leader's silence
-// forget it once it lasted the lease duration, starts the pending campaigns
+// forget it once it lasted leaseSilence, starts the pending campaigns
 // that are due, and drops those whose shard has a leader again. On the
 // loop, after each event and tick.
 func (h *Host) runCampaigns() {
@@ -119,7 +121,7 @@ func (h *Host) runCampaigns() {
 }
 
 // forgetIfSilent makes r forget its gone leader once the leader has been
-// silent for the lease duration, and runs its turn to campaign if due at
+// silent for leaseSilence, and runs its turn to campaign if due at
 // once; it gives up when r follows another leader or has waited an
 // election timeout (the leader is still heard from: the event was wrong,
 // or the leader is cut off from the placement service only).
@@ -128,7 +130,7 @@ func (h *Host) forgetIfSilent(shard ids.ShardID, r *replica.Replica, pc pendingC
 	case r.CurrentLeader() != pc.leader || h.ticks > pc.giveUp:
 		delete(h.campaigns, shard)
 		return
-	case !r.LeaderSilentFor(h.now, int64(h.cfg.LeaseDuration())):
+	case !r.LeaderSilentFor(h.now, int64(h.cfg.leaseSilence())):
 		return // it may hold a lease this replica backs; wait
 	}
 	if err := r.ForgetLeader(); err != nil {

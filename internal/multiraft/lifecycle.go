@@ -38,6 +38,8 @@ func (h *Host) Start() error {
 	}
 	// The preferred replica of each shard campaigns at once, so leaders start
 	// spread as placed rather than wherever an election timer fires first.
+	// A replica restarted past the bootstrap term refuses (ErrVoteQuiet):
+	// it may back a leader's read lease (replica/lease.go).
 	for _, r := range h.replicas {
 		if d := r.Descriptor(); d != nil && len(d.GetReplicas()) > 0 && ids.ReplicaID(d.GetReplicas()[0].GetReplicaId()) == r.ID() {
 			_ = r.Campaign()

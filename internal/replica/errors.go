@@ -21,6 +21,10 @@ var ErrAmbiguous = errors.New("replica: outcome unknown (leadership lost or time
 // shard on this node.
 var ErrRemoved = errors.New("replica: removed from this node")
 
+// ErrVoteQuiet is returned by Campaign on a replica loaded less than an
+// election timeout ago that may back a leader's read lease (lease.go).
+var ErrVoteQuiet = errors.New("replica: loaded less than an election timeout ago; not campaigning yet")
+
 // NotLeaderError is returned when a request that needs the shard leader
 // reaches another replica. Nothing was applied.
 type NotLeaderError struct {

@@ -63,7 +63,8 @@ import (
 //   - A restarted voter forgets its leader (lead = None) and would grant
 //     votes at once: a replica loaded with a term past the bootstrap one
 //     (it may have acknowledged a leader before its process stopped) drops
-//     vote requests for its first ElectionTicks - 1 ticks (dropVote). The
+//     vote requests for its first ElectionTicks - 1 ticks (dropVote), and
+//     does not campaign meanwhile either (Campaign: its own vote counts). The
 //     host's ticker starts with the host, so the k-th tick comes at least
 //     k intervals after the load, past the ElectionTicks - 2 intervals the
 //     acknowledgement promised; one tick short of raft's own earliest
@@ -71,8 +72,9 @@ import (
 //     A fresh cluster (term still the bootstrap one) elects at once; a
 //     whole cluster restarted elects about an election timeout later.
 //   - multiraft's LeaderGone makes followers forget their leader; it does
-//     so only for a leader not heard from for at least the lease duration
-//     (LeaderSilentFor).
+//     so only for a leader not heard from for at least ElectionTicks - 2
+//     tick periods, the lease duration without its allowance for clock
+//     rates (LeaderSilentFor).
 
 // leaseValid reports whether this replica may serve reads by lease at now,
 // given raft's status st. It bars the rest of the term once it sees a

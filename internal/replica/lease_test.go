@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"log/slog"
 	"math"
 	"testing"
@@ -96,6 +97,31 @@ func TestRestartedVoterIgnoresVotesForAnElectionTimeout(t *testing.T) {
 	fresh := loadVoter(t, storage.InitialTerm)
 	if answered, granted := preVoteGranted(t, fresh, nil); !answered || !granted {
 		t.Fatalf("a voter of a fresh cluster answered=%v granted=%v, want a granted pre-vote at once", answered, granted)
+	}
+}
+
+// TestRestartedVoterDoesNotCampaignForAnElectionTimeout protects leases
+// from a restarted voter's own campaign (multiraft's Start makes a shard's
+// preferred replica campaign at once): its own vote counts, so within the
+// window in which it ignores others' vote requests it does not campaign
+// either; after it, and at once in a fresh cluster, it does.
+func TestRestartedVoterDoesNotCampaignForAnElectionTimeout(t *testing.T) {
+	r := loadVoter(t, storage.InitialTerm+3)
+	for i := range 9 {
+		if err := r.Campaign(); !errors.Is(err, ErrVoteQuiet) {
+			t.Fatalf("a voter restarted %d ticks ago: Campaign = %v, want ErrVoteQuiet", i, err)
+		}
+		if r.Campaigning() {
+			t.Fatalf("a voter restarted %d ticks ago campaigns", i)
+		}
+		r.Tick()
+	}
+	if err := r.Campaign(); err != nil || !r.Campaigning() {
+		t.Fatalf("after 9 ticks: Campaign = %v, campaigning %v; want a campaign", err, r.Campaigning())
+	}
+	fresh := loadVoter(t, storage.InitialTerm)
+	if err := fresh.Campaign(); err != nil || !fresh.Campaigning() {
+		t.Fatalf("a voter of a fresh cluster: Campaign = %v, campaigning %v; want a campaign at once", err, fresh.Campaigning())
 	}
 }
 

@@ -356,8 +356,27 @@ func (r *Replica) Progress(id ids.ReplicaID) (match uint64, replicating, ok bool
 	return match, replicating, ok
 }
 
-// Campaign starts an election.
-func (r *Replica) Campaign() error { return r.rn.Campaign() }
+// Campaign starts an election, unless this replica was loaded after it
+// may have acknowledged a leader, less than ElectionTicks - 1 ticks ago
+// (dropVote): its own vote counts towards its election, and granting it
+// would break that acknowledgement's promise to the leader's lease as
+// granting another's would (lease.go). It then returns ErrVoteQuiet; raft's
+// own election timer fires only after that window. The only voter of its
+// configuration backs no other replica's lease and campaigns at once.
+func (r *Replica) Campaign() error {
+	if r.ticks < r.voteQuietTicks && !r.soleVoter() {
+		return ErrVoteQuiet
+	}
+	return r.rn.Campaign()
+}
+
+// soleVoter reports whether this replica is the only voter of raft's
+// configuration.
+func (r *Replica) soleVoter() bool {
+	voters := r.rn.Status().Config.Voters.IDs()
+	_, in := voters[uint64(r.cfg.ReplicaID)]
+	return in && len(voters) == 1
+}
 
 // ForgetLeader makes a follower drop the leader it believes in, so that it
 // grants (pre-)votes at once instead of ignoring them for the rest of an

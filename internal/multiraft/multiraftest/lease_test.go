@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -250,4 +251,147 @@ func TestLeaderGoneWaitsOutTheLease(t *testing.T) {
 		t.Fatalf("new leader %d ticks after the lease ran out; LeaderGone should elect within a few once it has", took)
 	}
 	t.Logf("new leader node %d, %d ticks after the old leader's lease ran out", c.Leader(1), took)
+}
+
+// TestRestartedVoterDoesNotCampaignInsideALease protects a leader's lease
+// from the campaign a shard's preferred replica starts when its host
+// starts (multiraft's Start): its own vote counts towards its election, so
+// a voter that acknowledged the leader's round just before its process
+// restarted must not campaign before the lease it backs has run out, as it
+// refuses others' vote requests meanwhile (replica/lease.go).
+//
+// Leader A (not the preferred replica) holds a lease that the preferred
+// replica B's acknowledgement backs; C cannot reach A and, its election
+// timeout past, follows no one, so it grants any up-to-date campaign. B
+// restarts; its later messages to A are lost, so A keeps believing it
+// leads. Had B campaigned at once, B and C would elect B, commit "new",
+// and A would serve "old" by lease.
+func TestRestartedVoterDoesNotCampaignInsideALease(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 3, Shards: 1,
+		Configure: func(cfg *multiraft.Config) { cfg.NoLeaderPreference = true }})
+	const preferred, a, cNode = ids.NodeID(1), ids.NodeID(2), ids.NodeID(3) // shard 1's replicas start from node 1
+	if l := c.WaitLeader(1); l != preferred {
+		c.RunUntil("the preferred replica to lead", 500, func() bool { return c.Leader(1) == preferred })
+	}
+	c.Put("k", "old")
+	transfer := make(chan error, 1)
+	go func() {
+		transfer <- c.Node(preferred).Host.TransferLeader(context.Background(), 1, 0, ids.ReplicaID(a))
+	}()
+	c.RunUntil("node 2 to lead", 100, func() bool { return c.Leader(1) == a })
+	if err := await(t, transfer, "the transfer"); err != nil {
+		t.Fatalf("transfer: %v", err)
+	}
+	c.WaitLeader(1)
+
+	var mu sync.Mutex
+	dropBToA := false
+	c.Net.Intercept(func(from, to ids.NodeID, _ *concordpb.RaftEnvelope) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return (from == a && to == cNode) || (from == cNode && to == a) || (dropBToA && from == preferred && to == a)
+	})
+	c.RunUntil("node 3 to follow no one", 500, func() bool {
+		i, ok := c.Node(cNode).Host.Info(1)
+		return ok && i.LeaderNode == 0
+	})
+	h := c.Node(a).Host
+	if c.Leader(1) != a {
+		t.Fatalf("node %d leads, want node %d still; the test proves nothing", c.Leader(1), a)
+	}
+	// A fresh lease for A, from a round node 1 answers.
+	readServed(t, c, a, "k")
+	l0 := leaseReads(t, h)
+	if res := readServed(t, c, a, "k"); res.err != nil || res.val != "old" || leaseReads(t, h) == l0 {
+		t.Fatalf("node %d holds no lease (%+v); the test proves nothing", a, res)
+	}
+	i0, _ := h.Info(1)
+
+	mu.Lock()
+	dropBToA = true
+	mu.Unlock()
+	c.Stop(preferred)
+	c.Start(preferred)
+	c.TickOnly(1) // no host ticks: the messages the restart caused settle, the clock moves a tick
+	if l := c.Leader(1); l != a {
+		// A new leader inside A's lease: show what it costs.
+		call := c.Propose(l, 1, put("k", "new"))
+		c.TickOnly(1)
+		if await(t, call.Ended(), "the put on the new leader"); call.Err != nil {
+			t.Fatalf("node %d elected inside node %d's lease; put: %v", l, a, call.Err)
+		}
+		stale := readKey(t, h, "k")
+		c.TickOnly(1)
+		res := await(t, stale, "the read at the old leader")
+		t.Fatalf("node %d was elected at once after its restart, inside node %d's lease (term %d); "+
+			"after it committed \"new\", node %d's read returned %+v", l, a, i0.Term, a, res)
+	}
+	if i, _ := h.Info(1); !i.IsLeader || i.Term != i0.Term {
+		t.Fatalf("node %d: leads=%v term %d, want the leader of term %d", a, i.IsLeader, i.Term, i0.Term)
+	}
+}
+
+// TestLeaderGoneAllowsForClockRates protects a live leader's lease from
+// LeaderGone when the followers' clocks run faster than the leader's, by
+// less than the 10 % the lease duration leaves for clock rates: a
+// follower forgets its leader only after the silence the raft lease
+// promised, ElectionTicks - 2 tick periods on its own clock, not after
+// the shorter lease duration, which a fast clock passes while the leader
+// still holds its lease. The followers' clocks here run 9 % fast; the
+// leader, cut off, still believes it leads and serves reads by lease.
+func TestLeaderGoneAllowsForClockRates(t *testing.T) {
+	const origin = int64(time.Hour) // where the harness's clock starts
+	var lease, tick time.Duration
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 3, Shards: 1, Configure: func(cfg *multiraft.Config) {
+		cfg.ElectionTicks = 100 // a lease of many ticks: room between the two clocks' views of it
+		lease, tick = cfg.LeaseDuration(), cfg.TickInterval
+		if cfg.NodeID != 1 {
+			slow := cfg.Clock
+			cfg.Clock = func() int64 { return origin + (slow()-origin)*109/100 }
+		}
+	}})
+	const old = ids.NodeID(1) // shard 1's preferred replica
+	c.RunUntil("node 1 to lead", 500, func() bool { return c.Leader(1) == old })
+	if l := c.WaitLeader(1); l != old {
+		t.Fatalf("node %d leads, want node %d; the test proves nothing", l, old)
+	}
+	c.Put("k", "old")
+	h := c.Node(old).Host
+	start := c.Clock.Now() // the lease's round is issued at or after this
+	readServed(t, c, old, "k")
+	l0 := leaseReads(t, h)
+	if res := readServed(t, c, old, "k"); res.err != nil || res.val != "old" || leaseReads(t, h) == l0 {
+		t.Fatalf("node %d holds no lease (%+v); the test proves nothing", old, res)
+	}
+	survivors := othersOf(c, old)
+	c.Cut(old)
+	for _, s := range survivors {
+		c.Node(s).Host.LeaderGone(old)
+	}
+	// Just short of the lease on the leader's clock less a few ticks, past
+	// it on the followers' (9 % fast); then tick the survivors through what
+	// is left of the lease.
+	c.Clock.Advance(lease*100/109 - 2*tick)
+	for time.Duration(c.Clock.Now()-start) < lease-2*tick {
+		c.TickOnly(1, survivors...)
+		l := c.Leader(1)
+		if l == 0 || l == old {
+			continue
+		}
+		call := c.Propose(l, 1, put("k", "new"))
+		c.RunUntil("the put on the new leader", 1, call.Done)
+		stale := readKey(t, h, "k")
+		res := await(t, stale, "the read at the old leader")
+		t.Fatalf("node %d elected %v after the old leader's round, inside its lease of %v; after it committed "+
+			"\"new\" (err %v), node %d's read returned %+v", l, time.Duration(c.Clock.Now()-start), lease, call.Err, old, res)
+	}
+	// LeaderGone still elects once the promise is over, well before raft's
+	// own timeout of 100 ticks.
+	for range 20 {
+		if l := c.Leader(1); l != 0 && l != old {
+			return
+		}
+		c.TickOnly(1, survivors...)
+	}
+	t.Fatalf("no new leader within 20 ticks after node %d's lease ran out", old)
 }
