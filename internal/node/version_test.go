@@ -346,28 +346,9 @@ func TestLevelOfNeedsAFreshReport(t *testing.T) {
 // applies, not only at its next heartbeat: until then it would take a
 // join from a binary below the cluster's version.
 func TestPlacementLeaderLearnsTheVersionItRaises(t *testing.T) {
-	addr := freeAddrs(t, 1)[0]
-	cfg := DefaultConfig()
-	cfg.Addr, cfg.Peers, cfg.DataDir = addr, []string{addr}, t.TempDir()
-	cfg.Shards, cfg.Replicas = 1, 1
-	cfg.TickInterval, cfg.HeartbeatInterval = 20*time.Millisecond, time.Hour // only the heartbeats sent here
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	n, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Stop)
+	n := startSoloPlacement(t, testHooks{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, func() error {
-		if _, local := n.leaderOf(routing.MetaShard); !local {
-			return errors.New("not the placement leader yet")
-		}
-		return nil
-	})
 	n.sendHeartbeat(ctx) // its report, at this binary's level: the raise starts
 	waitFor(t, 10*time.Second, func() error {
 		if cv, err := n.readClusterVersion(); err != nil || cv != version.Binary || n.placement.raising.Load() {
