@@ -224,7 +224,7 @@ func (b *fastCall) decodeFields(data []byte, put bool) bool {
 // (storepb.DecodeOp). An op it refuses (an unknown field, a wrong wire
 // type) sends the whole request to proto.
 func (b *fastCall) decodeBatch(data []byte) bool {
-	n, ok := countField(data, 2)
+	n, ok := frame.CountField(data, 2)
 	if !ok {
 		return false
 	}
@@ -312,7 +312,7 @@ func countBatchOps(call []byte) (int, bool) {
 		}
 		if num == 8 && typ == protowire.BytesType {
 			batch, _ := protowire.ConsumeBytes(call)
-			n, ok := countField(batch, 2)
+			n, ok := frame.CountField(batch, 2)
 			if !ok {
 				return 0, false
 			}
@@ -321,28 +321,6 @@ func countBatchOps(call []byte) (int, bool) {
 		call = call[l:]
 	}
 	return ops, true
-}
-
-// countField counts the length-delimited fields num of a message; false if
-// it does not parse.
-func countField(data []byte, num protowire.Number) (int, bool) {
-	n := 0
-	for len(data) > 0 {
-		f, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		l = protowire.ConsumeFieldValue(f, typ, data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		if f == num && typ == protowire.BytesType {
-			n++
-		}
-	}
-	return n, true
 }
 
 // decodeHeader decodes a RequestHeader into h.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
 )
 
 // batchDecoder decodes the RaftBatch frames of one framed connection
@@ -37,7 +38,7 @@ type batchDecoder struct {
 // allocated for its messages: an envelope of two bytes on the wire decodes
 // into some eighty, kept with the decoder.
 func (d *batchDecoder) decode(data []byte) (*concordpb.RaftBatch, error) {
-	n, ok := countMessages(data)
+	n, ok := frame.CountField(data, batchMessagesField)
 	if !ok {
 		return nil, errors.New("bad frame: not a RaftBatch")
 	}
@@ -147,23 +148,3 @@ func decodeEnvelope(e *concordpb.RaftEnvelope, data []byte) bool {
 // maxRecvBatch bounds the messages of one incoming RaftBatch: eight times
 // what a sender puts in one (maxBatch).
 const maxRecvBatch = 8 * maxBatch
-
-// countMessages counts a RaftBatch's messages; false if it does not parse.
-func countMessages(data []byte) (int, bool) {
-	n := 0
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		if l = protowire.ConsumeFieldValue(num, typ, data); l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		if num == batchMessagesField && typ == protowire.BytesType {
-			n++
-		}
-	}
-	return n, true
-}
