@@ -41,26 +41,7 @@ func envelope(t *testing.T, m *pb.Message) []*concordpb.RaftEnvelope {
 // disk never starves the control lane. A waiting batch goes in once the
 // loop drains, and gives up when its stream ends or the host stops.
 func TestInboxBound(t *testing.T) {
-	eng, err := storage.OpenFS(storage.NewMemFS(), "/n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	cfg := multiraft.DefaultConfig(1)
-	cfg.MaxInboxBytes = 4 << 10
-	h := multiraft.New(cfg, eng, nopTransport{}, func(s ids.ShardID) replica.StateMachine { return kv.New(uint64(s)) })
-	if err := h.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer h.Stop()
-
-	hold, held := make(chan struct{}), make(chan struct{})
-	release := sync.OnceFunc(func() { close(hold) })
-	defer release() // before Stop, which waits for the loop
-	go func() {
-		_ = h.Do(context.Background(), func() { close(held); <-hold }) // the loop stops draining
-	}()
-	<-held
+	h, release := stalledHost(t, 4<<10)
 	app := envelope(t, &pb.Message{Type: pb.MsgApp.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(1)),
 		Entries: []*pb.Entry{{Index: new(uint64(1)), Term: new(uint64(1)), Data: make([]byte, 3<<10)}}})
 	ctx := context.Background()
@@ -110,4 +91,31 @@ func TestInboxBound(t *testing.T) {
 	}
 	release2()
 	<-stopped
+}
+
+// stalledHost starts a host whose inbox holds at most maxInbox bytes and
+// whose loop does not drain it until release is called (Cleanup calls it,
+// before the host stops: Stop waits for the loop).
+func stalledHost(t *testing.T, maxInbox int64) (h *multiraft.Host, release func()) {
+	t.Helper()
+	eng, err := storage.OpenFS(storage.NewMemFS(), "/n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	cfg := multiraft.DefaultConfig(1)
+	cfg.MaxInboxBytes = maxInbox
+	h = multiraft.New(cfg, eng, nopTransport{}, func(s ids.ShardID) replica.StateMachine { return kv.New(uint64(s)) })
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	hold, held := make(chan struct{}), make(chan struct{})
+	release = sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	go func() {
+		_ = h.Do(context.Background(), func() { close(held); <-hold }) // the loop stops draining
+	}()
+	<-held
+	return h, release
 }
