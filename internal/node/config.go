@@ -185,6 +185,9 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if err := c.checkIntervals(); err != nil {
+		return err
+	}
 	switch {
 	case c.Shards < 1 || c.Shards > 4096:
 		return fmt.Errorf("--shards must be between 1 and 4096, got %d", c.Shards)
@@ -213,6 +216,22 @@ func (c *Config) validate() error {
 	for _, a := range append(append([]string{c.Addr}, c.Peers...), c.Join...) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("address %q: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// checkIntervals refuses a negative interval (0 was replaced by its
+// default): each drives a ticker, and time.NewTicker panics on a
+// non-positive one, after the node has bootstrapped its data dir.
+func (c *Config) checkIntervals() error {
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"--session-ttl", c.SessionTTL}, {"--tick-interval", c.TickInterval},
+		{"the heartbeat interval", c.HeartbeatInterval}, {"the repair interval", c.RepairInterval}} {
+		if f.v < 0 {
+			return fmt.Errorf("%s must be positive, got %v", f.name, f.v)
 		}
 	}
 	return nil
