@@ -14,7 +14,20 @@ import (
 type multiState struct {
 	plans   []*plan
 	aborted bool
+	ops     int // of the plans queued
+	bytes   int // of their ops' keys and values
 }
+
+// Bounds of a transaction's queue. EXEC sends the queue as one batch,
+// which the node refuses past 1,000 ops or 8 MiB of keys and values
+// (grpcapi's maxBatchOps and DefaultMaxBatchBytes): a longer queue could
+// only fail, and without a bound one client could hold any amount of the
+// node's memory between MULTI and EXEC. maxQueued also counts the commands
+// queued without ops (UNWATCH, an argument error).
+const (
+	maxQueued      = 1000
+	maxQueuedBytes = 8 << 20
+)
 
 // queue plans a command inside MULTI and queues it. Only key commands can
 // be queued: they become one batch at EXEC. (An unknown command or a wrong
@@ -25,8 +38,7 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 		// UNWATCH is queued and answers OK in EXEC's array, as in Redis:
 		// EXEC checks the watched keys before anything queued runs, so
 		// an UNWATCH inside MULTI changes nothing.
-		c.multi.plans = append(c.multi.plans, &plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.SimpleString("OK") }})
-		w.SimpleString("QUEUED")
+		c.enqueue(&plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.SimpleString("OK") }}, w)
 		return
 	}
 	if cmd.plan == nil {
@@ -43,7 +55,29 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 		msg := err.Error()
 		p = &plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.Error(msg) }}
 	}
-	c.multi.plans = append(c.multi.plans, p)
+	c.enqueue(p, w)
+}
+
+// enqueue adds p to the open transaction within its bounds. Past them the
+// transaction is aborted and its queue dropped (EXEC answers EXECABORT);
+// once aborted, nothing more is kept: the commands only answer QUEUED.
+func (c *conn) enqueue(p *plan, w *resp.Writer) {
+	m := c.multi
+	if m.aborted {
+		w.SimpleString("QUEUED")
+		return
+	}
+	size := 0
+	for _, op := range p.ops {
+		size += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
+	}
+	if len(m.plans)+1 > maxQueued || m.ops+len(p.ops) > maxQueued || m.bytes+size > maxQueuedBytes {
+		*m = multiState{aborted: true}
+		w.Error(fmt.Sprintf("ERR MULTI queues at most %d commands and ops and %d bytes of keys and values (one batch); the transaction is aborted",
+			maxQueued, maxQueuedBytes))
+		return
+	}
+	m.plans, m.ops, m.bytes = append(m.plans, p), m.ops+len(p.ops), m.bytes+size
 	w.SimpleString("QUEUED")
 }
 

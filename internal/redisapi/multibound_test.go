@@ -1,0 +1,112 @@
+package redisapi
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/concord-kv/concord/internal/resp"
+)
+
+// sockClient is a raw client connection to a Server on a real socket.
+type sockClient struct {
+	t  *testing.T
+	nc net.Conn
+	br *bufio.Reader
+}
+
+// serveOnSocket serves s on 127.0.0.1 (an OS-assigned port) and connects
+// to it.
+func serveOnSocket(t *testing.T, s *Server) *sockClient {
+	t.Helper()
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(time.Second) })
+	nc, err := net.DialTimeout("tcp", s.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	return &sockClient{t: t, nc: nc, br: bufio.NewReaderSize(nc, 1<<20)}
+}
+
+func (c *sockClient) send(s string) {
+	c.t.Helper()
+	if _, err := c.nc.Write([]byte(s)); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+func (c *sockClient) reply() resp.Value {
+	c.t.Helper()
+	v, err := resp.ParseReply(c.br)
+	if err != nil {
+		c.t.Fatalf("reading a reply: %v", err)
+	}
+	return v
+}
+
+// TestMultiQueueBounded: MULTI queues at most what one EXEC batch may
+// carry (maxBatchOps ops, 8 MiB of keys and values); the command past
+// either bound is refused, the transaction is aborted and its queue
+// dropped, so EXEC answers EXECABORT and nothing reaches the backend.
+// Before, the queue grew without bound: one client could hold any amount
+// of the node's memory between MULTI and EXEC.
+func TestMultiQueueBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cmd   string
+		n     int // the command that is refused (1-based)
+		extra int // commands sent after it
+	}{
+		{"commands", "SET k v", maxQueued + 1, 10},
+		{"bytes", "SET k " + strings.Repeat("x", 1<<20), maxQueuedBytes/(1<<20+len("k")) + 1, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeKV{counters: map[string]int64{}}
+			c := serveOnSocket(t, New(f, Config{}))
+			c.send(encode("MULTI"))
+			if v := c.reply(); v.Str != "OK" {
+				t.Fatalf("MULTI: %v", v)
+			}
+			var b strings.Builder
+			for range tc.n + tc.extra {
+				b.WriteString(encode(tc.cmd))
+			}
+			c.send(b.String())
+			for i := 1; i <= tc.n+tc.extra; i++ {
+				v := c.reply()
+				switch {
+				case i < tc.n && v.Str != "QUEUED":
+					t.Fatalf("command %d: %v, want QUEUED", i, v)
+				case i == tc.n && (v.Type != '-' || !strings.Contains(v.Str, "MULTI")):
+					t.Fatalf("command %d (past the bound): %v, want an error naming MULTI", i, v)
+				}
+			}
+			c.send(encode("EXEC"))
+			if v := c.reply(); v.Type != '-' || !strings.HasPrefix(v.Str, "EXECABORT") {
+				t.Fatalf("EXEC: %v, want EXECABORT", v)
+			}
+			f.mu.Lock()
+			log := f.log
+			f.mu.Unlock()
+			if len(log) != 0 {
+				t.Fatalf("the backend saw %v", log)
+			}
+			// The connection goes on: a small transaction runs.
+			c.send(encode("MULTI", "SET k v", "EXEC"))
+			for i, want := range []string{"OK", "QUEUED"} {
+				if v := c.reply(); v.Str != want {
+					t.Fatalf("after the abort, reply %d: %v, want %s", i, v, want)
+				}
+			}
+			if v := c.reply(); len(v.Elems) != 1 || v.Elems[0].Str != "OK" {
+				t.Fatalf("after the abort, EXEC: %v, want [OK]", v)
+			}
+		})
+	}
+}
