@@ -309,6 +309,7 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 	var load *restoreLoad
 	if restore != "" {
 		load = &restoreLoad{path: restore, table: routing.NewTable(shards), now: nowMs(),
+			maxKey: n.cfg.MaxKeyBytes, maxValue: n.cfg.MaxValueBytes,
 			w: func() storage.Writer { return b },
 			flush: func() error {
 				if err := storage.Commit(b, false); err != nil {

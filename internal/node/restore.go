@@ -76,12 +76,15 @@ func (n *Node) finishRestore() {
 
 // restoreLoad is one load of a staged backup into the new user shards.
 type restoreLoad struct {
-	path            string
-	table           *routing.Table
-	now             int64
-	w               func() storage.Writer // the batch being filled
-	flush           func() error          // commits it (no sync) and starts another
-	loaded, expired uint64
+	path  string
+	table *routing.Table
+	now   int64
+	// maxKey and maxValue are the node's limits (--max-key-bytes,
+	// --max-value-bytes): a record past them is refused, as a write is.
+	maxKey, maxValue int
+	w                func() storage.Writer // the batch being filled
+	flush            func() error          // commits it (no sync) and starts another
+	loaded, expired  uint64
 }
 
 // load clears the user shards' state spans (a crashed earlier load may have
@@ -98,6 +101,9 @@ func (l *restoreLoad) load(shards []*concordpb.ShardDescriptor) (backupfile.Summ
 	}
 	size := 0
 	return backupfile.Read(l.path, func(_ backupfile.Shard, r backupfile.Record) error {
+		if err := l.check(r); err != nil {
+			return err
+		}
 		if r.ExpireAtMs != 0 && r.ExpireAtMs <= l.now {
 			l.expired++
 			return nil
@@ -116,4 +122,20 @@ func (l *restoreLoad) load(shards []*concordpb.ShardDescriptor) (backupfile.Summ
 		}
 		return nil
 	})
+}
+
+// check refuses a record the node could not have stored: the digest only
+// says the file is whole, not that its records are keys this node serves
+// (a hostile file, or one from a cluster run with larger limits). One is
+// enough to refuse the whole load, which then changes nothing.
+func (l *restoreLoad) check(r backupfile.Record) error {
+	switch {
+	case len(r.Key) == 0:
+		return errors.New("the backup holds a record with an empty key, which no Concord node stores")
+	case len(r.Key) > l.maxKey:
+		return fmt.Errorf("the backup holds a key of %d bytes (%.40q...); this node's limit is %d (--max-key-bytes)", len(r.Key), r.Key, l.maxKey)
+	case len(r.Value) > l.maxValue:
+		return fmt.Errorf("the backup holds a value of %d bytes (key %.40q); this node's limit is %d (--max-value-bytes)", len(r.Value), r.Key, l.maxValue)
+	}
+	return nil
 }

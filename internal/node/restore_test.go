@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,12 @@ import (
 // already expired) and stages it in a new data dir, which it returns.
 func stageBackup(t *testing.T, n int) string {
 	t.Helper()
+	return stageRecords(t, n, nil)
+}
+
+// stageRecords is stageBackup with extra records after the n keys.
+func stageRecords(t *testing.T, n int, extra []backupfile.Record) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "b.bak")
 	w, err := backupfile.Create(path, backupfile.Header{ClusterID: 9, Created: time.Now()})
 	if err != nil {
@@ -33,6 +40,11 @@ func stageBackup(t *testing.T, n int) string {
 		if i%10 == 0 {
 			r.ExpireAtMs = time.Now().Add(-time.Minute).UnixMilli()
 		}
+		if err := w.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range extra {
 		if err := w.Add(r); err != nil {
 			t.Fatal(err)
 		}
@@ -118,9 +130,39 @@ func TestRestoreRefusesACorruptStagedFile(t *testing.T) {
 	if err := os.WriteFile(p, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	wantRefusedLoad(t, dir, func(*Config) {}, "corrupt")
+}
+
+// TestRestoreRefusesRecordsOverTheLimits: a staged backup holding a key
+// this node could never serve (empty, or over --max-key-bytes) or a value
+// over --max-value-bytes (a hostile file, or one taken from a cluster run
+// with larger limits) stops the start with an error naming the limit, and
+// nothing is bootstrapped. Before, such records were loaded as they were.
+func TestRestoreRefusesRecordsOverTheLimits(t *testing.T) {
+	for _, tc := range []struct {
+		rec  backupfile.Record
+		mod  func(*Config)
+		want string
+	}{
+		{backupfile.Record{Key: nil, Value: []byte("v")}, func(*Config) {}, "empty key"},
+		{backupfile.Record{Key: []byte("k-of-17-bytes-xyz"), Value: []byte("v")}, func(c *Config) { c.MaxKeyBytes = 16 }, "--max-key-bytes"},
+		{backupfile.Record{Key: []byte("big"), Value: make([]byte, 100)}, func(c *Config) { c.MaxValueBytes = 99 }, "--max-value-bytes"},
+	} {
+		dir := stageRecords(t, 5, []backupfile.Record{tc.rec})
+		wantRefusedLoad(t, dir, tc.mod, tc.want)
+	}
+}
+
+// wantRefusedLoad starts a node on dir, which holds a staged backup, and
+// checks that the start fails with an error containing want and that the
+// node got no identity.
+func wantRefusedLoad(t *testing.T, dir string, mod func(*Config), want string) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
 	cfg.Peers = []string{cfg.Addr}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	mod(&cfg)
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +170,11 @@ func TestRestoreRefusesACorruptStagedFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err = n.Start(ctx)
-	if err == nil || !strings.Contains(err.Error(), "corrupt") {
-		t.Fatalf("start with a corrupt staged backup: %v", err)
+	if err == nil {
+		n.Stop()
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("start with a bad staged backup: %v, want an error containing %q", err, want)
 	}
 	eng, err := storage.Open(dir)
 	if err != nil {
@@ -137,6 +182,6 @@ func TestRestoreRefusesACorruptStagedFile(t *testing.T) {
 	}
 	defer eng.Close()
 	if _, found, err := eng.Ident(); err != nil || found {
-		t.Fatalf("identity written despite the refused load: found %v, %v", found, err)
+		t.Errorf("identity written despite the refused load: found %v, %v", found, err)
 	}
 }
