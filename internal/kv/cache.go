@@ -125,7 +125,7 @@ func (sm *StateMachine) loadClock(b pebble.Reader) (shardClock, error) {
 // were anything, it would describe the replaced state too.
 func (sm *StateMachine) SnapshotInstalled() {
 	sm.sessions = nil
-	sm.windows = nil
+	sm.windows, sm.windowBytes = nil, 0
 	sm.clock = shardClock{}
 	sm.deferred = deferred{}
 }

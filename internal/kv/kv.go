@@ -26,7 +26,10 @@ type StateMachine struct {
 	// window.go.
 	sessions map[uint64]uint64
 	windows  map[uint64]*window
-	clock    shardClock
+	// windowBytes is the results the cached windows hold (window.counted,
+	// summed), bounded by MaxCachedWindowBytes.
+	windowBytes int
+	clock       shardClock
 	// deferred holds the session and clock records of the batch being
 	// applied, written once by Flush: see deferred.go.
 	deferred deferred
@@ -282,8 +285,11 @@ func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
 		if err := b.Delete(k, nil); err != nil {
 			return err
 		}
-		delete(sm.sessions, keys.SessionOf(sm.shard, k))
-		delete(sm.windows, keys.SessionOf(sm.shard, k))
+		id := keys.SessionOf(sm.shard, k)
+		delete(sm.sessions, id)
+		if w, ok := sm.windows[id]; ok {
+			sm.dropWindow(id, w)
+		}
 	}
 	return nil
 }

@@ -56,6 +56,14 @@ const (
 // its record when next used.
 const MaxCachedWindows = 4096
 
+// MaxCachedWindowBytes bounds the results the windows cached by one
+// shard's state machine hold, in all: MaxCachedWindows windows of up to
+// MaxSessionWindowBytes each would be gigabytes per shard, and any client
+// can fill a window with commands that return values. The Go client's
+// windows (blind writes, a few bytes a result) stay far below it: 4,096
+// windows of 512 results are about 12 MiB.
+const MaxCachedWindowBytes = 32 << 20
+
 // window is a windowed session's state on one shard: its record, decoded.
 type window struct {
 	floor   uint64
@@ -63,6 +71,9 @@ type window struct {
 	entries []windowEntry
 	bytes   int // the results' encoded size
 	dirty   bool
+	// counted is what the window adds to the state machine's windowBytes:
+	// bytes as of its load or the last Flush that wrote it.
+	counted int
 }
 
 type windowEntry struct {
@@ -189,11 +200,35 @@ func (sm *StateMachine) loadWindow(b pebble.Reader, id uint64) (*window, error) 
 			break
 		}
 		if !old.dirty {
-			delete(sm.windows, s)
+			sm.dropWindow(s, old)
 		}
 	}
 	sm.windows[id] = w
+	w.counted = w.bytes
+	sm.windowBytes += w.counted
 	return w, nil
+}
+
+// dropWindow takes session id's window w out of the cache; its record,
+// in the batch or committed, is the truth it is read from again.
+func (sm *StateMachine) dropWindow(id uint64, w *window) {
+	delete(sm.windows, id)
+	sm.windowBytes -= w.counted
+	w.counted = 0
+}
+
+// boundWindowBytes evicts cached windows the batch has not changed
+// (arbitrary ones: the cache decides no result) until the results they
+// hold fit MaxCachedWindowBytes.
+func (sm *StateMachine) boundWindowBytes() {
+	for s, w := range sm.windows {
+		if sm.windowBytes <= MaxCachedWindowBytes {
+			return
+		}
+		if !w.dirty {
+			sm.dropWindow(s, w)
+		}
+	}
 }
 
 // decode reads a windowed session's SessionRecord into w; a record of a
@@ -265,8 +300,13 @@ func (sm *StateMachine) flushWindows() error {
 		if err := d.b.Set(d.sessionKey(sm.shard, r.id), d.buf, nil); err != nil {
 			return err
 		}
+		if sm.windows[r.id] == r.w { // cached: account for what the batch added
+			sm.windowBytes += r.w.bytes - r.w.counted
+			r.w.counted = r.w.bytes
+		}
 	}
 	clear(d.windows)
 	d.windows = d.windows[:0]
+	sm.boundWindowBytes()
 	return nil
 }

@@ -106,6 +106,44 @@ func TestWindowCacheStaysBounded(t *testing.T) {
 	}
 }
 
+// TestWindowCacheBytesStayBounded: the windows a state machine keeps
+// decoded are bounded in bytes too, not only in number. MaxCachedWindows
+// windows of up to MaxSessionWindowBytes each were gigabytes per shard,
+// which any client could fill with windowed commands that return values
+// (a GET in the batch). Past MaxCachedWindowBytes windows are evicted
+// after the batch, and an evicted one still answers a retry from its
+// record.
+func TestWindowCacheBytesStayBounded(t *testing.T) {
+	f := newFixture(t)
+	big := string(bytes.Repeat([]byte("x"), 128<<10))
+	f.kv(0, 0, 1, put("big", big))
+	const sessions = 400 // 50 MiB of results in all
+	first := map[uint64]*storepb.CommandResult{}
+	for id := uint64(1); id <= sessions; id += 10 {
+		var cmds []*storepb.Command
+		for j := id; j < id+10; j++ {
+			cmds = append(cmds, winCmd(j, 1, 1, 2, getOp("big"), put(fmt.Sprintf("k%d", j), "v")))
+		}
+		for j, res := range f.applyBatch(wholeRange, cmds...) {
+			first[id+uint64(j)] = res
+		}
+		cached := 0
+		for _, w := range f.sm.windows {
+			cached += w.bytes
+		}
+		if cached > MaxCachedWindowBytes {
+			t.Fatalf("after session %d: %d bytes of windows cached, bound %d", id+9, cached, MaxCachedWindowBytes)
+		}
+	}
+	for _, id := range []uint64{1, sessions / 2, sessions} {
+		retry := f.win(id, 1, 1, 3, getOp("big"), put(fmt.Sprintf("k%d", id), "again"))
+		if !proto.Equal(retry, first[id]) {
+			t.Fatalf("retry of session %d seq 1 answered differently from its first answer", id)
+		}
+		f.value(fmt.Sprintf("k%d", id), []byte("v"))
+	}
+}
+
 // TestWindowSnapshotInstallDropsCachedWindow: a raft snapshot replaces a
 // windowed session's record behind the state machine; after
 // SnapshotInstalled its answers come from the snapshot's record, never

@@ -8,9 +8,19 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/transport"
 	"github.com/concord-kv/concord/internal/version"
 )
+
+// minSessionTTL is the shortest --session-ttl a node takes. A session must
+// outlive every retry of its client's calls (the Go client's default
+// deadline is 10 s), or a retry after its record expired applies again;
+// and idle time is measured on the shard's clock, which a new leader whose
+// clock is ahead can move up to kv.MaxClockStep (90 s) past real time once,
+// so a session may be forgotten that much early. Two minutes leave a
+// retry window of half a minute even then.
+const minSessionTTL = 2 * time.Minute
 
 // Config configures a node. Zero fields take the defaults of DefaultConfig.
 type Config struct {
@@ -40,7 +50,8 @@ type Config struct {
 	Replicas int
 	// MaxKeyBytes and MaxValueBytes bound request sizes.
 	MaxKeyBytes, MaxValueBytes int
-	// SessionTTL is how long a shard remembers an idle client session.
+	// SessionTTL is how long a shard remembers an idle client session:
+	// at least minSessionTTL.
 	SessionTTL time.Duration
 	// TickInterval is the raft tick; elections time out after 10 ticks.
 	TickInterval time.Duration
@@ -198,6 +209,10 @@ func (c *Config) validate() error {
 	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
 		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
 			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
+	case c.SessionTTL < minSessionTTL:
+		// Zero took the default above: this is a value given.
+		return fmt.Errorf("--session-ttl must be at least %v (a client's retries must find its session; the shard's clock may run up to %v ahead), got %v",
+			minSessionTTL, time.Duration(kv.MaxClockStep), c.SessionTTL)
 	case c.MaxMovesPerNode < 0:
 		return fmt.Errorf("--max-moves-per-node must not be negative, got %d", c.MaxMovesPerNode)
 	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:

@@ -21,3 +21,25 @@ func TestMaxMovesPerNodeReachesScheduler(t *testing.T) {
 		t.Fatalf("--max-moves-per-node -1: validate said %v, want an error naming the flag", err)
 	}
 }
+
+// TestSessionTTLBelowRetryWindowRefused: --session-ttl is how long a shard
+// keeps a session's last answer, so that a retry gets it instead of
+// applying again. A negative or tiny one panicked the node's expiry loop
+// (a ticker of TTL/4) after it had started; a short one (seconds) was
+// taken and forgot sessions while their clients still retried, which then
+// applied twice. Both are refused, naming the flag; the default and the
+// minimum pass.
+func TestSessionTTLBelowRetryWindowRefused(t *testing.T) {
+	for _, ttl := range []time.Duration{-time.Hour, time.Nanosecond, time.Second, minSessionTTL - time.Second} {
+		c := Config{SessionTTL: ttl}
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--session-ttl") {
+			t.Errorf("--session-ttl %v: validate said %v, want an error naming the flag", ttl, err)
+		}
+	}
+	for _, ttl := range []time.Duration{0, minSessionTTL, time.Hour} {
+		c := Config{SessionTTL: ttl}
+		if err := c.validate(); err != nil {
+			t.Errorf("--session-ttl %v: validate said %v, want it taken", ttl, err)
+		}
+	}
+}
