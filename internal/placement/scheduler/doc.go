@@ -60,10 +60,12 @@
 //     predicted (suspect node first, then the node that will hold the
 //     most once the moves under way are done). Never one that would leave
 //     the voters without a live quorum, and never the leader's: its
-//     leadership moves first (StepTransferLeader).
+//     leadership moves first (StepTransferLeader), to a caught-up voter
+//     only; with none, the next candidate goes instead, or nothing.
 //  5. A leader on a SUSPECT or LEAVING node: StepTransferLeader to a
-//     running voter on an eligible node, caught up if any is, leading the
-//     fewest shards (counting transfers in flight).
+//     running voter on an eligible node, caught up if any is (else one
+//     that lags), leading the fewest shards (counting transfers in
+//     flight).
 //
 // Then balancing, unless a node is SUSPECT or some shard is being
 // repaired (a replacement, a removal from a node that is not good, a
