@@ -69,7 +69,9 @@ func (n *Node) execute(s scheduler.Step) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// The scheduler's StepTimeout: a new placement leader waits that
+		// long before planning on shards this step may be changing.
+		ctx, cancel := context.WithTimeout(context.Background(), n.schedulerSettings().StepTimeout)
 		defer cancel()
 		ok := n.runStep(ctx, s)
 		n.placement.end(shard)

@@ -20,6 +20,11 @@
 // It does not execute steps, retry them, or remember that it asked for one:
 // the executor marks a shard busy while its step runs and hands that set back
 // as View.InFlight, so a shard is never given a second step while one runs.
+// That set is the executor's memory: a new placement leader starts without
+// its predecessor's, whose steps may run for Settings.StepTimeout more. So
+// for that long after View.ObservedSince a shard mid-change (a learner, or
+// a reported descriptor epoch newer than the view's) counts as busy with
+// an unknown step.
 //
 // # Words
 //
