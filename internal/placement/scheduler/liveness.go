@@ -118,12 +118,7 @@ func (p *planner) marks() []Step {
 			held[ids.NodeID(r.GetNodeId())] = true
 		}
 	}
-	unknownStep := false
-	for _, d := range p.shards {
-		if p.busyUnknown(ids.ShardID(d.GetShardId())) {
-			unknownStep = true
-		}
-	}
+	unknownStep := len(p.inherited) > 0
 	for shard, busy := range p.v.InFlight {
 		if _, known := p.v.InFlightSteps[shard]; busy && !known {
 			unknownStep = true

@@ -383,13 +383,6 @@ func (p *planner) busy(shard ids.ShardID) bool {
 	return running || p.v.InFlight[shard] || p.inherited[shard]
 }
 
-// busyUnknown reports whether shard is busy with a step the view does not
-// know: in View.InFlight without View.InFlightSteps, or inherited.
-func (p *planner) busyUnknown(shard ids.ShardID) bool {
-	_, known := p.v.InFlightSteps[shard]
-	return !known && p.busy(shard)
-}
-
 // inheritedShards returns, while an earlier placement leader's steps may
 // still run, the shards whose membership is mid-change: a learner in the
 // descriptor (an add-learner's promotion, which the executor runs in the
