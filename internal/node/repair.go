@@ -2,7 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,7 +69,9 @@ func (n *Node) execute(s scheduler.Step) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// The scheduler's StepTimeout: a new placement leader waits that
+		// long before planning on shards this step may be changing.
+		ctx, cancel := context.WithTimeout(context.Background(), n.schedulerSettings().StepTimeout)
 		defer cancel()
 		ok := n.runStep(ctx, s)
 		n.placement.end(shard)
@@ -94,10 +99,20 @@ func (n *Node) runStep(ctx context.Context, s scheduler.Step) bool {
 		n.steps.record(s.Kind, err)
 		return false
 	}
+	return n.runStepOn(ctx, fctx, c, s)
+}
+
+// runStepOn is runStep once the leader's client c (and the context fctx
+// its calls take) is known.
+func (n *Node) runStepOn(ctx, fctx context.Context, c clusterCaller, s scheduler.Step) bool {
 	var desc *concordpb.ShardDescriptor
-	if s.Kind == scheduler.StepTransferLeader {
+	var err error
+	switch s.Kind {
+	case scheduler.StepTransferLeader:
 		_, err = c.TransferLeader(fctx, &concordpb.TransferLeaderRequest{ShardId: uint64(s.Shard), ReplicaId: uint64(s.Replica), PlannedEpoch: s.Epoch})
-	} else {
+	case scheduler.StepPromoteLearner:
+		desc, err = n.promoteWhileUp(fctx, c, s)
+	default:
 		desc, err = n.change(fctx, c, changeRequest(s))
 	}
 	n.steps.record(s.Kind, err)
@@ -135,7 +150,7 @@ func (n *Node) promoteAdded(ctx, fctx context.Context, c clusterCaller, s schedu
 	if !ok {
 		return
 	}
-	desc, err := n.change(fctx, c, changeRequest(p))
+	desc, err := n.promoteWhileUp(fctx, c, p)
 	n.steps.record(p.Kind, err)
 	if err != nil {
 		n.log.Info("learner not promoted with its addition; the scheduler will", "step", scheduler.DescribeStep(p), "err", err)
@@ -156,6 +171,77 @@ func promotionOf(s scheduler.Step, d *concordpb.ShardDescriptor) (scheduler.Step
 	}
 	return scheduler.Step{Kind: scheduler.StepPromoteLearner, Shard: s.Shard, Via: s.Via, Epoch: d.GetEpoch(),
 		Replica: ids.ReplicaID(r.GetReplicaId()), ReplicaNode: s.Target}, true
+}
+
+// errNotPromotable: a learner's node is not UP, as this placement leader
+// judges it now.
+var errNotPromotable = errors.New("learner's node is not UP: not promoted")
+
+// promotablePoll is how often promoteWhileUp judges the learner's node
+// again while the leader waits for the learner to catch up.
+const promotablePoll = 50 * time.Millisecond
+
+// promoteWhileUp sends promotion p through c, if the learner's node is UP
+// now (promotable): the step was planned earlier (an add-learner's own
+// promotion, up to the step's 10 s before), and the node may have been
+// marked LEAVING, or gone SUSPECT or DEAD, since. A voter there raises
+// the shard's quorum with a vote that may never come. The leader holds a
+// promotion until the learner has caught up (Host.PromoteLearner), so the
+// node is judged again every promotablePoll meanwhile and the request
+// cancelled once it is not UP: the leader then proposes nothing.
+func (n *Node) promoteWhileUp(ctx context.Context, c clusterCaller, p scheduler.Step) (*concordpb.ShardDescriptor, error) {
+	if err := n.promotable(p.ReplicaNode); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.cancelUnlessPromotable(ctx, cancel, p.ReplicaNode)
+	}()
+	desc, err := n.change(ctx, c, changeRequest(p))
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errNotPromotable) {
+		err = cause
+	}
+	return desc, err
+}
+
+// cancelUnlessPromotable judges node every promotablePoll until ctx ends,
+// and cancels ctx (with promotable's error) once node is not UP.
+func (n *Node) cancelUnlessPromotable(ctx context.Context, cancel context.CancelCauseFunc, node ids.NodeID) {
+	t := time.NewTicker(promotablePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := n.promotable(node); errors.Is(err, errNotPromotable) {
+			cancel(err)
+			return
+		}
+	}
+}
+
+// promotable returns nil if node is UP as the scheduler judges it from
+// this placement leader's state now (its recorded state, its reports),
+// else an error wrapping errNotPromotable, or the error reading the
+// state.
+func (n *Node) promotable(node ids.NodeID) error {
+	v, err := n.placementView()
+	if err != nil {
+		return err
+	}
+	st, known := scheduler.NodeStates(v)[node]
+	if !known {
+		return fmt.Errorf("%w: node %d is not a member", errNotPromotable, node)
+	}
+	if st != concordpb.NodeState_NODE_UP {
+		return fmt.Errorf("%w: node %d is %s", errNotPromotable, node, strings.TrimPrefix(st.String(), "NODE_"))
+	}
+	return nil
 }
 
 // change sends one ChangeReplicas request and returns the new descriptor.

@@ -38,6 +38,9 @@ func checkSteps(t *testing.T, v View, steps []Step) {
 			t.Fatalf("%s: a second step for its shard, one for a busy shard, or one with no leader", DescribeStep(s))
 		}
 		seen[s.Shard] = true
+		if midChangeEarly(v, shardOf(v, s.Shard)) {
+			t.Fatalf("%s: a step for a shard mid-change while an earlier placement leader's steps may run", DescribeStep(s))
+		}
 		if st, ok := judged[s.Via]; ok && (st == concordpb.NodeState_NODE_DEAD || st == concordpb.NodeState_NODE_REPLACED || st == concordpb.NodeState_NODE_REMOVED) {
 			t.Fatalf("%s: sent to a node that is %s", DescribeStep(s), st)
 		}
@@ -142,4 +145,26 @@ func shardOf(v View, id ids.ShardID) *concordpb.ShardDescriptor {
 		}
 	}
 	return nil
+}
+
+// midChangeEarly: v's placement leader began observing less than
+// StepTimeout ago, and d has a learner or a fresh report gives a newer
+// epoch for it (an earlier placement leader's step may be running on it).
+func midChangeEarly(v View, d *concordpb.ShardDescriptor) bool {
+	if d == nil || v.ObservedSince.IsZero() || v.Now.Sub(v.ObservedSince) >= v.Settings.StepTimeout {
+		return false
+	}
+	for _, r := range d.GetReplicas() {
+		if r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER {
+			return true
+		}
+	}
+	for _, rep := range v.Reports {
+		for _, rs := range rep.Replicas {
+			if rs.GetShardId() == d.GetShardId() && rs.GetDescriptorEpoch() > d.GetEpoch() && v.Now.Sub(rep.At) <= v.Settings.ReportMaxAge {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -20,6 +20,11 @@
 // It does not execute steps, retry them, or remember that it asked for one:
 // the executor marks a shard busy while its step runs and hands that set back
 // as View.InFlight, so a shard is never given a second step while one runs.
+// That set is the executor's memory: a new placement leader starts without
+// its predecessor's, whose steps may run for Settings.StepTimeout more. So
+// for that long after View.ObservedSince a shard mid-change (a learner, or
+// a reported descriptor epoch newer than the view's) counts as busy with
+// an unknown step.
 //
 // # Words
 //
@@ -60,10 +65,12 @@
 //     predicted (suspect node first, then the node that will hold the
 //     most once the moves under way are done). Never one that would leave
 //     the voters without a live quorum, and never the leader's: its
-//     leadership moves first (StepTransferLeader).
+//     leadership moves first (StepTransferLeader), to a caught-up voter
+//     only; with none, the next candidate goes instead, or nothing.
 //  5. A leader on a SUSPECT or LEAVING node: StepTransferLeader to a
-//     running voter on an eligible node, caught up if any is, leading the
-//     fewest shards (counting transfers in flight).
+//     running voter on an eligible node, caught up if any is (else one
+//     that lags), leading the fewest shards (counting transfers in
+//     flight).
 //
 // Then balancing, unless a node is SUSPECT or some shard is being
 // repaired (a replacement, a removal from a node that is not good, a

@@ -29,11 +29,13 @@ import (
 //	shard id=1 replicas=(1@1,2@2,3@3l) [epoch=1]
 //	                                        replica@node; a trailing l: learner
 //	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
-//	       [led-by=2] [commit=10] [applied=10]
+//	       [led-by=2] [commit=10] [applied=10] [desc-epoch=3]
 //	                                        received age before now; followers
 //	                                        name the replica on node led-by
 //	                                        as leader; every replica reports
 //	                                        commit and applied (default 10)
+//	                                        and the descriptor epoch it has
+//	                                        applied (default 0: none given)
 //	observed age=30s                        ObservedSince = now - age
 //	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
@@ -165,6 +167,10 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 	if d.HasArg("applied") {
 		applied = number(t, d, "applied")
 	}
+	var epoch uint64
+	if d.HasArg("desc-epoch") {
+		epoch = number(t, d, "desc-epoch")
+	}
 	var ledBy ids.NodeID
 	if d.HasArg("led-by") {
 		ledBy = ids.NodeID(number(t, d, "led-by"))
@@ -175,6 +181,7 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 			rs := &concordpb.ReplicaStatus{
 				ShardId: s, ReplicaId: e.replicaID(ids.ShardID(s), node), NodeId: uint64(node),
 				Term: term, IsLeader: kind == "leader", CommitIndex: commit, AppliedIndex: applied,
+				DescriptorEpoch: epoch,
 			}
 			if kind == "leader" {
 				rs.LeaderReplicaId = rs.ReplicaId

@@ -109,7 +109,8 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 // step still executing involves: an add-learner planned before the node
 // was marked LEAVING puts a replica there (and promotes it) that no
 // descriptor shows yet. While a shard is busy with a step the view does
-// not know (View.InFlight alone), no node is marked REMOVED.
+// not know (View.InFlight alone, or one an earlier placement leader may
+// still run: planner.inheritedShards), no node is marked REMOVED.
 func (p *planner) marks() []Step {
 	held := map[ids.NodeID]bool{}
 	for _, d := range p.v.Shards {
@@ -117,7 +118,7 @@ func (p *planner) marks() []Step {
 			held[ids.NodeID(r.GetNodeId())] = true
 		}
 	}
-	unknownStep := false
+	unknownStep := len(p.inherited) > 0
 	for shard, busy := range p.v.InFlight {
 		if _, known := p.v.InFlightSteps[shard]; busy && !known {
 			unknownStep = true

@@ -49,6 +49,10 @@ type planner struct {
 	// repairing: some repair is pending or under way (see noteRepair);
 	// balancing then plans no new move, so repair has the caps to itself.
 	repairing bool
+	// inherited are the shards that may be running a step an earlier
+	// placement leader started (see inheritedShards): busy, their step
+	// unknown.
+	inherited map[ids.ShardID]bool
 }
 
 func newPlanner(v View) *planner {
@@ -61,6 +65,7 @@ func newPlanner(v View) *planner {
 		adding: map[ids.ShardID]int{},
 	}
 	p.nameLeaders()
+	p.inherited = p.inheritedShards()
 	for _, n := range sortedNodes(v) {
 		id := ids.NodeID(n.GetNodeId())
 		j := judge(v, n)
@@ -371,10 +376,62 @@ func (p *planner) nameLeaders() {
 	}
 }
 
-// busy reports whether shard has a step executing.
+// busy reports whether shard has a step executing, this placement
+// leader's or (inherited) maybe an earlier one's.
 func (p *planner) busy(shard ids.ShardID) bool {
 	_, running := p.v.InFlightSteps[shard]
-	return running || p.v.InFlight[shard]
+	return running || p.v.InFlight[shard] || p.inherited[shard]
+}
+
+// inheritedShards returns, while an earlier placement leader's steps may
+// still run, the shards whose membership is mid-change: a learner in the
+// descriptor (an add-learner's promotion, which the executor runs in the
+// same step, may be under way), or a fresh report giving a descriptor
+// epoch newer than the view's (a change applied that the view does not
+// show yet). The executor's record of the steps it runs
+// (View.InFlightSteps) lives in its memory, so a new placement leader
+// starts without the old one's; a step it planned on such a shard would
+// race the old one's (both planned at one epoch, one fails; or a learner
+// removed while it is being promoted). Those steps end within
+// Settings.StepTimeout of their start, and every one began before this
+// placement leader's watch (View.ObservedSince): after that, the
+// descriptors and reports show all they did. Nil outside the window, or
+// when ObservedSince is unknown.
+func (p *planner) inheritedShards() map[ids.ShardID]bool {
+	since := p.v.ObservedSince
+	if since.IsZero() || p.s.StepTimeout <= 0 || p.v.Now.Sub(since) >= p.s.StepTimeout {
+		return nil
+	}
+	out := map[ids.ShardID]bool{}
+	epoch := p.reportedEpochs()
+	for _, d := range p.shards {
+		shard := ids.ShardID(d.GetShardId())
+		if epoch[shard] > d.GetEpoch() {
+			out[shard] = true
+		}
+		for _, r := range d.GetReplicas() {
+			if !isVoter(r) {
+				out[shard] = true
+			}
+		}
+	}
+	return out
+}
+
+// reportedEpochs returns, per shard, the newest descriptor epoch a fresh
+// report gives.
+func (p *planner) reportedEpochs() map[ids.ShardID]uint64 {
+	out := map[ids.ShardID]uint64{}
+	for _, rep := range p.v.Reports {
+		if !rep.Fresh(p.v.Now, p.s) {
+			continue
+		}
+		for _, rs := range rep.Replicas {
+			shard := ids.ShardID(rs.GetShardId())
+			out[shard] = max(out[shard], rs.GetDescriptorEpoch())
+		}
+	}
+	return out
 }
 
 // want is the number of replicas shard should have; zero turns the

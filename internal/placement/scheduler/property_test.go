@@ -241,7 +241,8 @@ func shuffledKeys[K cmp.Ordered, V any](rng *rand.Rand, m map[K]V) []K {
 // the simulator do not make: every node state (LEAVING and REMOVED too),
 // learners, shards with no replica or no leader, no nodes at all, a
 // replication factor from 0 to 4, move caps from 0 to 3, with and without
-// ObservedSince. Whatever the view, no plan may break the invariants.
+// ObservedSince (within StepTimeout of now, sometimes: a new placement
+// leader), reports of a newer descriptor epoch than the view's. Whatever the view, no plan may break the invariants.
 func TestScheduleSafeOnWildViews(t *testing.T) {
 	states := []concordpb.NodeState{concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD,
 		concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED}
@@ -289,7 +290,8 @@ func TestScheduleSafeOnWildViews(t *testing.T) {
 					continue
 				}
 				rs := &concordpb.ReplicaStatus{ShardId: id, ReplicaId: r.GetReplicaId(), NodeId: r.GetNodeId(), Term: 1,
-					CommitIndex: 100, AppliedIndex: uint64(rng.IntN(2) * 100), IsLeader: i == lead}
+					CommitIndex: 100, AppliedIndex: uint64(rng.IntN(2) * 100), IsLeader: i == lead,
+					DescriptorEpoch: uint64(rng.IntN(3))} // 2: a change the view does not show
 				if lead >= 0 {
 					rs.LeaderReplicaId = d.Replicas[lead].GetReplicaId()
 				}

@@ -212,16 +212,23 @@ func (p *planner) departing(node ids.NodeID) bool {
 
 // removeFirst removes the first of candidates that canRemove allows; if it
 // is on the leader's node, it plans the leader's transfer instead (the
-// removal follows in a later round).
+// removal follows in a later round), to a caught-up voter only: raft
+// abandons a transfer to one that lags, and the rule would plan it again
+// every round. With no such voter the leader's replica is passed over
+// and the next candidate goes, as CockroachDB's allocator removes another
+// replica when the lease cannot move; with no other candidate, nothing
+// (the shard waits for a voter to catch up or a node to come back).
 func (p *planner) removeFirst(c shardView, candidates []*concordpb.ReplicaDescriptor) (Step, bool) {
 	for _, r := range candidates {
 		if !p.canRemove(c.d, r) {
 			continue
 		}
-		if ids.NodeID(r.GetNodeId()) == c.via {
-			return p.transferAway(c)
+		if ids.NodeID(r.GetNodeId()) != c.via {
+			return c.with(StepRemoveReplica, r), true
 		}
-		return c.with(StepRemoveReplica, r), true
+		if s, ok := p.transferAway(c, true); ok {
+			return s, true
+		}
 	}
 	return Step{}, false
 }
@@ -260,19 +267,22 @@ func (p *planner) canRemove(d *concordpb.ShardDescriptor, r *concordpb.ReplicaDe
 }
 
 // moveLeader: a leader on a node that is not eligible (SUSPECT or LEAVING)
-// hands its leadership to a voter on an eligible node.
+// hands its leadership to a voter on an eligible node, one that lags if
+// none is caught up: it may catch up while raft waits on the transfer,
+// and a leader left on a node about to go is worse than a failed try.
 func (p *planner) moveLeader(c shardView) (Step, bool) {
 	if j, known := p.nodes[c.via]; !known || j.eligible {
 		return Step{}, false
 	}
-	return p.transferAway(c)
+	return p.transferAway(c, false)
 }
 
 // transferAway plans a leadership transfer from c's leader to the voter,
 // on an eligible node and running (a fresh report lists it), caught up if
-// any is (raft abandons a transfer to a replica that lags), whose node
-// leads the fewest shards; ties to the lower node id.
-func (p *planner) transferAway(c shardView) (Step, bool) {
+// any is (raft abandons a transfer to a replica that lags) and only if
+// caughtUpOnly, whose node leads the fewest shards; ties to the lower
+// node id. False if there is no such voter.
+func (p *planner) transferAway(c shardView, caughtUpOnly bool) (Step, bool) {
 	var best *concordpb.ReplicaDescriptor
 	var bestUp bool
 	for _, r := range sortedReplicas(c.d) {
@@ -281,6 +291,9 @@ func (p *planner) transferAway(c shardView) (Step, bool) {
 			continue
 		}
 		up := p.caughtUp(c.id, r)
+		if caughtUpOnly && !up {
+			continue
+		}
 		b := ids.NodeID(best.GetNodeId())
 		if best == nil || cmp.Or(-cmp.Compare(b2i(up), b2i(bestUp)), cmp.Compare(p.leads[node], p.leads[b]), cmp.Compare(node, b)) < 0 {
 			best, bestUp = r, up

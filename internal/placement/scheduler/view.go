@@ -47,6 +47,13 @@ type Settings struct {
 	// entries behind the highest commit index reported for its shard (and
 	// not zero: it has applied something, a snapshot at least).
 	CatchUpEntries uint64
+	// StepTimeout is the longest a step the executor starts may run (the
+	// node gives each step this deadline). A placement leader that began
+	// observing less than this long ago (View.ObservedSince) may share the
+	// cluster with steps an earlier placement leader started and that it
+	// cannot see: it plans nothing for a shard whose membership is mid
+	// change (planner.inherited). Zero turns the wait off.
+	StepTimeout time.Duration
 }
 
 // DefaultSettings returns the settings the node uses for a heartbeat
@@ -54,7 +61,7 @@ type Settings struct {
 // suspect after 5 s of silence and dead after 60 s; three replicas per
 // shard, five of the meta shard from five nodes on; four moves per node at
 // a time; a learner within 1,000 entries of its shard's commit index is
-// caught up.
+// caught up; a step runs for at most 10 s.
 //
 // Four moves: a learner holds its node's slot from its add until its
 // promotion, which waits for the learner's next heartbeat (up to an
@@ -76,6 +83,7 @@ func DefaultSettings(heartbeat time.Duration) Settings {
 		SuspectAfter: 5 * time.Second, DeadAfter: 60 * time.Second,
 		Replication: 3, MetaReplication: 5,
 		MaxMovesPerNode: 4, CatchUpEntries: 1000,
+		StepTimeout: 10 * time.Second,
 	}
 }
 
