@@ -14,6 +14,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/portmux"
+	"github.com/concord-kv/concord/internal/replica"
 )
 
 // clientPeerKV is the PeerDialer a node gets from the CLI.
@@ -230,5 +231,28 @@ func TestForwardWithoutClusterIDAccepted(t *testing.T) {
 	forwardEach(t, c1)
 	if framed, _ := kv1.ForwardedCalls(); framed != 3 {
 		t.Fatalf("forwarded %d calls over the framed wire, want 3", framed)
+	}
+}
+
+// TestTimedOutReadIsNotAmbiguous protects a read whose barrier times out on
+// the leader (replica.ErrReadTimeout): asked of the leader, or of a node
+// that forwards it over the framed wire, the read fails Unavailable (safe
+// to retry), with nothing in its message saying "ambiguous" or "outcome
+// unknown", which to a client (and to Redis' error mapping) means a write
+// that may have applied.
+func TestTimedOutReadIsNotAmbiguous(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	f2.readIndexErr = replica.ErrReadTimeout
+	_, _, c2 := serveWire(t, f2, false, f1)
+	_, _, c1 := serveWire(t, f1, false, f2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for name, c := range map[string]concordpb.KVClient{"leader": c2, "forwarded": c1} {
+		_, err := c.Get(ctx, &concordpb.GetRequest{Key: []byte("k")})
+		st := status.Convert(err)
+		if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "read not confirmed in time") ||
+			strings.Contains(st.Message(), "ambiguous") || strings.Contains(st.Message(), "outcome unknown") {
+			t.Fatalf("%s: timed-out read answered %v %q; want Unavailable, not ambiguous", name, st.Code(), st.Message())
+		}
 	}
 }
