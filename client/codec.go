@@ -25,6 +25,7 @@ import (
 const (
 	fStreamRequestCalls    = 1
 	fStreamRequestFromNode = 2
+	fStreamRequestCluster  = 3
 
 	fCallID      = 1
 	fCallTimeout = 2
@@ -103,7 +104,8 @@ func appendRequest(b []byte, req *concordpb.StreamRequest) ([]byte, error) {
 			return b, err
 		}
 	}
-	return appendVarintField(b, fStreamRequestFromNode, req.GetFromNodeId()), nil
+	b = appendVarintField(b, fStreamRequestFromNode, req.GetFromNodeId())
+	return appendVarintField(b, fStreamRequestCluster, req.GetClusterId()), nil
 }
 
 // appendCall appends c's length and encoding.

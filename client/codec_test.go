@@ -100,7 +100,7 @@ func randOp(rng *rand.Rand) *concordpb.Op {
 func TestAppendRequestMatchesProto(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 2000 {
-		req := &concordpb.StreamRequest{FromNodeId: randUint(rng)}
+		req := &concordpb.StreamRequest{FromNodeId: randUint(rng), ClusterId: randUint(rng)}
 		for range rng.IntN(4) {
 			req.Calls = append(req.Calls, randCall(rng))
 		}

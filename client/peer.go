@@ -30,6 +30,11 @@ type PeerWire struct {
 	// so that a node partitioned from it (fault injection) refuses its
 	// calls; nil or 0: not stamped.
 	FromNode func() uint64
+	// Cluster returns the forwarding node's cluster id, stamped on every
+	// message so that a node of another cluster (reached at an address
+	// this node's cluster once gave a member that is gone) refuses the
+	// calls instead of running them; nil or 0: not stamped.
+	Cluster func() uint64
 	// Sent, when set, is told of every message of calls sent: how many
 	// calls, and whether over the framed wire (else over gRPC's stream).
 	Sent func(framed bool, calls int)
@@ -46,7 +51,7 @@ func NewPeerKV(conn grpc.ClientConnInterface, addr string, w PeerWire) *PeerKV {
 	m := newStreamMux(conn)
 	d := wireDialer{tls: w.TLS, token: w.Token, keepTime: dial.Keepalive.Time, keepTimeout: dial.Keepalive.Timeout}
 	m.openFn = d.opener(addr)
-	m.fromNode, m.sent = w.FromNode, w.Sent
+	m.fromNode, m.cluster, m.sent = w.FromNode, w.Cluster, w.Sent
 	return &PeerKV{streamKV{m}}
 }
 

@@ -72,8 +72,9 @@ type streamMux struct {
 	// req is the sender's message, reused on the framed wire.
 	req concordpb.StreamRequest
 
-	// fromNode and sent are PeerWire's (nil for clients).
+	// fromNode, cluster and sent are PeerWire's (nil for clients).
 	fromNode func() uint64
+	cluster  func() uint64
 	sent     func(framed bool, calls int)
 }
 
@@ -280,11 +281,14 @@ func (m *streamMux) sendQueued() bool {
 	if framed {
 		defer func() {
 			clear(req.Calls) // drop the calls for the collector
-			req.Calls, req.FromNodeId = req.Calls[:0], 0
+			req.Calls, req.FromNodeId, req.ClusterId = req.Calls[:0], 0, 0
 		}()
 	}
 	if m.fromNode != nil {
 		req.FromNodeId = m.fromNode()
+	}
+	if m.cluster != nil {
+		req.ClusterId = m.cluster()
 	}
 	if m.sent != nil { // before the send, so a caller answered has been counted
 		m.sent(framed, len(msgs))

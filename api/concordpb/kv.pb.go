@@ -301,7 +301,14 @@ type StreamRequest struct {
 	// Set by a node forwarding calls to another (0 from clients): the
 	// forwarding node's id, so that a node a fault-injected partition cuts
 	// off from it refuses them, as it refuses the node's unary calls.
-	FromNodeId    uint64 `protobuf:"varint,2,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
+	FromNodeId uint64 `protobuf:"varint,2,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
+	// Set by a node forwarding calls to another (0 from clients, from a
+	// node of a binary older than this field, and from a node that has no
+	// cluster yet): the forwarding node's cluster id. A node of another
+	// cluster refuses every call of the message (FailedPrecondition), as
+	// RefuseOtherCluster refuses node-to-node unary calls: the forwarder
+	// reached it at an address its own cluster gave a member that is gone.
+	ClusterId     uint64 `protobuf:"varint,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -346,6 +353,13 @@ func (x *StreamRequest) GetCalls() []*StreamCall {
 func (x *StreamRequest) GetFromNodeId() uint64 {
 	if x != nil {
 		return x.FromNodeId
+	}
+	return 0
+}
+
+func (x *StreamRequest) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
 	}
 	return 0
 }
@@ -2105,11 +2119,13 @@ var File_api_concordpb_kv_proto protoreflect.FileDescriptor
 const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\n" +
 	"\x16api/concordpb/kv.proto\x12\n" +
-	"concord.v1\"_\n" +
+	"concord.v1\"~\n" +
 	"\rStreamRequest\x12,\n" +
 	"\x05calls\x18\x01 \x03(\v2\x16.concord.v1.StreamCallR\x05calls\x12 \n" +
 	"\ffrom_node_id\x18\x02 \x01(\x04R\n" +
-	"fromNodeId\"\xb4\x03\n" +
+	"fromNodeId\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x03 \x01(\x04R\tclusterId\"\xb4\x03\n" +
 	"\n" +
 	"StreamCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +

@@ -45,6 +45,8 @@ const (
 //	                   deadline passed while in flight). Retrying with the same session and sequence
 //	                   number is safe: the shard applies a mutation at most once.
 //	DeadlineExceeded   the caller's deadline passed; for mutations the outcome is ambiguous.
+//	                   A read is never ambiguous (it changes nothing): one whose barrier is not
+//	                   confirmed in time is Unavailable ("read not confirmed in time"), safe to retry.
 //	FailedPrecondition a session sequence number older than the last one the shard applied.
 //	NotFound           a shard that does not exist.
 type KVClient interface {
@@ -167,6 +169,8 @@ type KV_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
 //	                   deadline passed while in flight). Retrying with the same session and sequence
 //	                   number is safe: the shard applies a mutation at most once.
 //	DeadlineExceeded   the caller's deadline passed; for mutations the outcome is ambiguous.
+//	                   A read is never ambiguous (it changes nothing): one whose barrier is not
+//	                   confirmed in time is Unavailable ("read not confirmed in time"), safe to retry.
 //	FailedPrecondition a session sequence number older than the last one the shard applied.
 //	NotFound           a shard that does not exist.
 type KVServer interface {

@@ -172,5 +172,5 @@ func servePprof(addr string, logger *slog.Logger) {
 // peerKV is the node's PeerDialer: forwards to peers travel on the public
 // client's request stream (the framed wire, gRPC as the fallback).
 func peerKV(conn grpc.ClientConnInterface, addr string, w grpcapi.PeerWire) grpcapi.PeerKV {
-	return client.NewPeerKV(conn, addr, client.PeerWire{TLS: w.TLS, Token: w.Token, FromNode: w.FromNode, Sent: w.Sent})
+	return client.NewPeerKV(conn, addr, client.PeerWire{TLS: w.TLS, Token: w.Token, FromNode: w.FromNode, Cluster: w.Cluster, Sent: w.Sent})
 }

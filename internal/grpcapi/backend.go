@@ -65,6 +65,9 @@ type Router interface {
 // their applied state.
 type KVBackend interface {
 	Router
+	// ClusterID is the id of the node's cluster, 0 until it has one: a
+	// call forwarded by a node of another cluster is refused (stream.go).
+	ClusterID() uint64
 	// HasReplica reports whether this node hosts an initialized replica of
 	// shard, which a stale read may read.
 	HasReplica(shard ids.ShardID) bool

@@ -98,6 +98,12 @@ func decodeCalls(data []byte, n int) (*concordpb.StreamRequest, bool) {
 				return nil, false
 			}
 			req.FromNodeId, data = v, data[l:]
+		case num == 3 && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(data)
+			if l < 0 {
+				return nil, false
+			}
+			req.ClusterId, data = v, data[l:]
 		default:
 			return nil, false
 		}

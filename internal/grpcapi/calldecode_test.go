@@ -66,6 +66,9 @@ func randomRequest(rng *rand.Rand) *concordpb.StreamRequest {
 	if rng.IntN(3) == 0 {
 		req.FromNodeId = rng.Uint64()
 	}
+	if rng.IntN(3) == 0 {
+		req.ClusterId = rng.Uint64()
+	}
 	for range rng.IntN(11) {
 		c := &concordpb.StreamCall{Id: rng.Uint64(), TimeoutMs: rng.Uint32N(3) * rng.Uint32()}
 		switch rng.IntN(10) {

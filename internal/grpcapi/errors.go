@@ -3,7 +3,6 @@ package grpcapi
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -45,17 +44,28 @@ func toStatus(err error) error {
 	case errors.Is(err, multiraft.ErrRefused):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, replica.ErrDropped), errors.Is(err, multiraft.ErrNoReplica), errors.Is(err, multiraft.ErrChangePending),
-		errors.Is(err, replica.ErrRemoved), errors.Is(err, multiraft.ErrStopped):
+		errors.Is(err, replica.ErrRemoved), errors.Is(err, multiraft.ErrStopped), errors.Is(err, replica.ErrReadTimeout):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }
 
-// readStatus maps a ReadIndex failure: a read never changes anything, so
-// what is ambiguous for a write is merely unavailable for a read.
+// readStatus maps a ReadIndex failure. A read never changes anything, so
+// its failures are definite: a timed-out barrier (ErrReadTimeout) is
+// Unavailable, retryable, and nothing a read returns says "ambiguous" or
+// "outcome unknown", which to a client means a write that may have
+// applied. ErrAmbiguous is a proposal's and no read path returns it; were
+// one to, it is reported as a plain failed read all the same.
 func readStatus(err error) error {
-	if errors.Is(err, replica.ErrAmbiguous) && !errors.Is(err, context.DeadlineExceeded) {
-		return status.Error(codes.Unavailable, fmt.Sprintf("read not confirmed: %v", err))
+	switch {
+	case errors.Is(err, replica.ErrReadTimeout):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, replica.ErrAmbiguous) && errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "read not confirmed before the deadline; nothing was changed")
+	case errors.Is(err, replica.ErrAmbiguous) && errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "read canceled before it was confirmed; nothing was changed")
+	case errors.Is(err, replica.ErrAmbiguous):
+		return status.Error(codes.Unavailable, "read not confirmed; nothing was changed, retry")
 	}
 	return toStatus(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -56,15 +57,30 @@ func TestToStatusMapsEachErrorClass(t *testing.T) {
 }
 
 // TestReadStatusIsNeverAmbiguous protects that a failed read barrier, which
-// changes nothing, is reported as Unavailable rather than as an unknown
-// outcome, except when the client's own deadline passed.
+// changes nothing, is reported as a definite failure: a timed-out barrier
+// as Unavailable (retryable), the client's own deadline as
+// DeadlineExceeded, and no message saying "ambiguous" or "outcome unknown",
+// which a client reads as a write that may have applied.
 func TestReadStatusIsNeverAmbiguous(t *testing.T) {
-	if c := status.Code(readStatus(replica.ErrAmbiguous)); c != codes.Unavailable {
-		t.Fatalf("ambiguous read: %v, want Unavailable", c)
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+	}{
+		{replica.ErrReadTimeout, codes.Unavailable},
+		{fmt.Errorf("shard 3: %w", replica.ErrReadTimeout), codes.Unavailable},
+		{replica.ErrAmbiguous, codes.Unavailable},
+		{fmt.Errorf("%w: %w", replica.ErrAmbiguous, context.DeadlineExceeded), codes.DeadlineExceeded},
+		{fmt.Errorf("%w: %w", replica.ErrAmbiguous, context.Canceled), codes.Canceled},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+	} {
+		st := status.Convert(readStatus(tc.err))
+		if st.Code() != tc.code || strings.Contains(st.Message(), "ambiguous") || strings.Contains(st.Message(), "outcome unknown") {
+			t.Fatalf("read failing with %v: %v %q, want %v without ambiguity", tc.err, st.Code(), st.Message(), tc.code)
+		}
 	}
-	deadline := fmt.Errorf("%w: %w", replica.ErrAmbiguous, context.DeadlineExceeded)
-	if c := status.Code(readStatus(deadline)); c != codes.DeadlineExceeded {
-		t.Fatalf("read past its deadline: %v, want DeadlineExceeded", c)
+	// Outside the read path (toStatus) the read timeout stays definite too.
+	if c := status.Code(toStatus(replica.ErrReadTimeout)); c != codes.Unavailable {
+		t.Fatalf("toStatus(ErrReadTimeout) = %v, want Unavailable", c)
 	}
 	if c := status.Code(readStatus(&replica.NotLeaderError{Shard: 1})); c != codes.Unavailable {
 		t.Fatalf("read on a follower: %v, want Unavailable", c)

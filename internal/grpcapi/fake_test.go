@@ -56,6 +56,11 @@ type fakeNode struct {
 	// clusterVersion is what ClusterVersion reports (a version.Level);
 	// 0: version.Binary.
 	clusterVersion atomic.Uint32
+	// cluster is what ClusterID reports; 0: 77, every fake's cluster.
+	cluster uint64
+	// unstamped makes the node forward as a binary older than
+	// StreamRequest.cluster_id does: without its cluster id.
+	unstamped bool
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
@@ -108,7 +113,12 @@ func (f *fakeNode) shardOfKey(key string) ids.ShardID {
 
 func (f *fakeNode) Ready() <-chan struct{} { return f.readyC }
 func (f *fakeNode) ID() ids.NodeID         { return f.id }
-func (f *fakeNode) ClusterID() uint64      { return 77 }
+func (f *fakeNode) ClusterID() uint64 {
+	if f.cluster != 0 {
+		return f.cluster
+	}
+	return 77
+}
 
 func (f *fakeNode) Descriptors() map[ids.ShardID]*concordpb.ShardDescriptor { return f.descs }
 

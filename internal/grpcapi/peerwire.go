@@ -42,6 +42,10 @@ type PeerWire struct {
 	// FromNode returns the forwarding node's id, stamped on every message
 	// for partitions (fault injection).
 	FromNode func() uint64
+	// Cluster returns the forwarding node's cluster id, stamped on every
+	// message so that a node of another cluster refuses the calls
+	// (refusal in stream.go); 0 before the node has one.
+	Cluster func() uint64
 	// Sent is told of every message of calls sent: how many calls, and
 	// whether over the framed wire (else over gRPC's stream). WithPeerWire
 	// sets it.

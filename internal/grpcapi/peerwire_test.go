@@ -14,17 +14,18 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/portmux"
+	"github.com/concord-kv/concord/internal/replica"
 )
 
 // clientPeerKV is the PeerDialer a node gets from the CLI.
 func clientPeerKV(conn grpc.ClientConnInterface, addr string, w PeerWire) PeerKV {
-	return client.NewPeerKV(conn, addr, client.PeerWire{TLS: w.TLS, Token: w.Token, FromNode: w.FromNode, Sent: w.Sent})
+	return client.NewPeerKV(conn, addr, client.PeerWire{TLS: w.TLS, Token: w.Token, FromNode: w.FromNode, Cluster: w.Cluster, Sent: w.Sent})
 }
 
 // serveWire starts f's services on 127.0.0.1 as a node's port serves
 // them: gRPC, and the framed wire unless grpcOnly (a node that does not
 // speak it). f forwards over the framed wire (WithPeerWire, stamped with
-// its id). The address goes into f's and peers' address books; it returns
+// its id and, unless f.unstamped, its cluster id). The address goes into f's and peers' address books; it returns
 // f's KV service, its framed wire server (nil with grpcOnly) and a unary
 // gRPC client of f.
 func serveWire(t *testing.T, f *fakeNode, grpcOnly bool, peers ...*fakeNode) (*KV, *ConnServer, concordpb.KVClient) {
@@ -33,7 +34,11 @@ func serveWire(t *testing.T, f *fakeNode, grpcOnly bool, peers ...*fakeNode) (*K
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := NewKV(f, testLimits).WithPeerWire(clientPeerKV, PeerWire{FromNode: func() uint64 { return uint64(f.id) }})
+	w := PeerWire{FromNode: func() uint64 { return uint64(f.id) }}
+	if !f.unstamped {
+		w.Cluster = f.ClusterID
+	}
+	kv := NewKV(f, testLimits).WithPeerWire(clientPeerKV, w)
 	t.Cleanup(kv.ClosePeers)
 	srv := grpc.NewServer(grpc.UnaryInterceptor(DropPartitioned(f.Blocked)))
 	concordpb.RegisterKVServer(srv, kv)
@@ -177,5 +182,77 @@ func TestForwardRefusedAcrossAPartition(t *testing.T) {
 	wantStatus(t, err, codes.Unavailable, "partitioned from node 1 (fault injection)")
 	if framed, _ := kv1.ForwardedCalls(); framed != 1 || f2.proposing.Load() != 0 {
 		t.Fatalf("%d calls forwarded over the framed wire, %d proposed; want 1 and 0", framed, f2.proposing.Load())
+	}
+}
+
+// TestForwardRefusedByAnotherCluster protects the cluster check of the
+// forwarded calls: node 1 of cluster 77 believes node 2 leads its shards,
+// but the node at node 2's address is of cluster 78 (a wiped node that
+// bootstrapped a cluster of its own there). Forwarded over the framed wire
+// or, to a node without it, over gRPC's stream, its write and its read are
+// refused as the unary calls are (FailedPrecondition), and the other
+// cluster runs neither: no proposal, no read barrier.
+func TestForwardRefusedByAnotherCluster(t *testing.T) {
+	for _, grpcOnly := range []bool{false, true} {
+		f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+		f2.cluster = 78
+		serveWire(t, f2, grpcOnly, f1)
+		kv1, _, c1 := serveWire(t, f1, false, f2)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c1.Put(ctx, &concordpb.PutRequest{Header: &concordpb.RequestHeader{SessionId: 5, Seq: 1}, Key: []byte("k"), Value: []byte("v")})
+		wantStatus(t, err, codes.FailedPrecondition, "a node of cluster 4d forwarded calls to a node of cluster 4e: the forwarder's address book is stale; nothing was run")
+		_, err = c1.Get(ctx, &concordpb.GetRequest{Key: []byte("k")})
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("grpcOnly %v: forwarded get: %v, want FailedPrecondition", grpcOnly, err)
+		}
+		framed, grpc := kv1.ForwardedCalls()
+		if sent := map[bool]uint64{false: framed, true: grpc}[grpcOnly]; sent != 2 {
+			t.Fatalf("grpcOnly %v: forwarded %d framed, %d over gRPC; want 2 on the wire tested", grpcOnly, framed, grpc)
+		}
+		f2.mu.Lock()
+		barriers := len(f2.readIndex)
+		f2.mu.Unlock()
+		if f2.proposing.Load() != 0 || barriers != 0 {
+			t.Fatalf("grpcOnly %v: the other cluster's node proposed %d commands and ran %d read barriers; want none",
+				grpcOnly, f2.proposing.Load(), barriers)
+		}
+	}
+}
+
+// TestForwardWithoutClusterIDAccepted protects a rolling upgrade: a node of
+// a binary older than the cluster id on forwards stamps none, and its
+// forwards are served, as a client's calls are.
+func TestForwardWithoutClusterIDAccepted(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	f1.unstamped = true
+	serveWire(t, f2, false, f1)
+	kv1, _, c1 := serveWire(t, f1, false, f2)
+	forwardEach(t, c1)
+	if framed, _ := kv1.ForwardedCalls(); framed != 3 {
+		t.Fatalf("forwarded %d calls over the framed wire, want 3", framed)
+	}
+}
+
+// TestTimedOutReadIsNotAmbiguous protects a read whose barrier times out on
+// the leader (replica.ErrReadTimeout): asked of the leader, or of a node
+// that forwards it over the framed wire, the read fails Unavailable (safe
+// to retry), with nothing in its message saying "ambiguous" or "outcome
+// unknown", which to a client (and to Redis' error mapping) means a write
+// that may have applied.
+func TestTimedOutReadIsNotAmbiguous(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	f2.readIndexErr = replica.ErrReadTimeout
+	_, _, c2 := serveWire(t, f2, false, f1)
+	_, _, c1 := serveWire(t, f1, false, f2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for name, c := range map[string]concordpb.KVClient{"leader": c2, "forwarded": c1} {
+		_, err := c.Get(ctx, &concordpb.GetRequest{Key: []byte("k")})
+		st := status.Convert(err)
+		if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "read not confirmed in time") ||
+			strings.Contains(st.Message(), "ambiguous") || strings.Contains(st.Message(), "outcome unknown") {
+			t.Fatalf("%s: timed-out read answered %v %q; want Unavailable, not ambiguous", name, st.Code(), st.Message())
+		}
 	}
 }

@@ -128,7 +128,7 @@ func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) 
 		if err != nil {
 			return err
 		}
-		cut := s.partitionedFrom(req)
+		cut := s.refusal(req)
 		for _, call := range req.GetCalls() {
 			if call.GetPing() != nil {
 				if err := w.pong(call); err != nil {
@@ -205,6 +205,39 @@ func (w *callWorkers) pong(call *concordpb.StreamCall) error {
 	case <-w.ctx.Done():
 		return w.ctx.Err()
 	}
+}
+
+// refusal returns why every call of req is refused, running nothing: it
+// comes from a node of another cluster (otherCluster), or from one a
+// fault-injected partition cuts this node off from; nil if neither.
+func (s *KV) refusal(req *concordpb.StreamRequest) error {
+	if err := s.otherCluster(req); err != nil {
+		return err
+	}
+	return s.partitionedFrom(req)
+}
+
+// otherCluster refuses, with FailedPrecondition as RefuseOtherCluster
+// refuses a unary call, a message forwarded by a node of another cluster:
+// one that reached this node at an address its own cluster gave a member
+// that is gone (a wiped node that bootstrapped a cluster of its own at it).
+// Run, its writes would land in the wrong cluster; answered, its reads
+// would return another cluster's data.
+//
+// The gate is the message's cluster id, not its sender's node id: a
+// message without one passes. Clients send none; nor does a node of a
+// binary older than the field (during a rolling upgrade its forwards must
+// keep working, and the gRPC stream and unary calls it sends carry no more
+// proof), nor a node without a cluster yet. So the refusal holds once the
+// forwarding node runs a binary that stamps its cluster, as the unary
+// gate does; nor can this node judge while it has no cluster itself.
+func (s *KV) otherCluster(req *concordpb.StreamRequest) error {
+	from, own := req.GetClusterId(), s.b.ClusterID()
+	if from == 0 || own == 0 || from == own {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"a node of cluster %x forwarded calls to a node of cluster %x: the forwarder's address book is stale; nothing was run", from, own)
 }
 
 // partitionedFrom returns the refusal of a message forwarded by a node

@@ -10,6 +10,7 @@
 //	\x01 tomb  <shard 8>            highest replica id of the shard removed from here
 //	\x01 jtok                       the join token this node sends until it has an identity
 //	\x01 cver                       the highest cluster version this node has learned (4)
+//	\x01 rstr                       (empty) a restore's load is under way: the user shards may hold part of a backup
 //
 //	\x02 <shard 8> r h              raftpb.HardState
 //	\x02 <shard 8> r l <index 8>    raftpb.Entry
@@ -51,7 +52,12 @@ var (
 	tombstonePrefix = []byte{localPrefix, 't', 'o', 'm', 'b'}
 	joinTokenKey    = []byte{localPrefix, 'j', 't', 'o', 'k'}
 	clusterVerKey   = []byte{localPrefix, 'c', 'v', 'e', 'r'}
+	restoringKey    = []byte{localPrefix, 'r', 's', 't', 'r'}
 )
+
+// Restoring is the key of the record that a restore's load of a backup
+// into the user shards has begun and not completed.
+func Restoring() []byte { return restoringKey }
 
 // JoinToken is the key of the token a joining node sends with every join
 // attempt, written before the first one.

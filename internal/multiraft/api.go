@@ -106,6 +106,10 @@ func (h *Host) wait(ctx context.Context, p *replica.Proposal) (*storepb.CommandR
 // holds every write acknowledged before the call and every entry of
 // earlier terms, but possibly not entries this leader committed and has
 // not yet applied (none of them is acknowledged yet): still linearizable.
+//
+// Its errors are never replica.ErrAmbiguous: a read changes nothing. A
+// barrier that does not come back in time is replica.ErrReadTimeout; ctx
+// ending first is ctx's plain error.
 func (h *Host) ReadIndex(ctx context.Context, shard ids.ShardID) (*storage.ReadView, error) {
 	if v := h.fastRead(shard); v != nil {
 		return v, nil

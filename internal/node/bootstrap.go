@@ -89,6 +89,9 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := n.refusePartialRestore(restore); err != nil {
+		return err
+	}
 	if restore != "" {
 		if err := n.checkRestoreStart(peers); err != nil {
 			return err
@@ -308,7 +311,7 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 	defer func() { b.Close() }()
 	var load *restoreLoad
 	if restore != "" {
-		load = &restoreLoad{path: restore, table: routing.NewTable(shards), now: nowMs(),
+		load = &restoreLoad{path: restore, table: routing.NewTable(shards), now: nowMs(), batchBytes: loadBatchBytes,
 			maxKey: n.cfg.MaxKeyBytes, maxValue: n.cfg.MaxValueBytes,
 			w: func() storage.Writer { return b },
 			flush: func() error {
@@ -317,8 +320,19 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 				}
 				b.Close()
 				b = n.eng.NewBatch()
+				if n.testHooks.restoreFlushed != nil {
+					n.testHooks.restoreFlushed()
+				}
 				return nil
 			}}
+		if n.testHooks.restoreBatchBytes > 0 {
+			load.batchBytes = n.testHooks.restoreBatchBytes
+		}
+		// On disk before any key: no part of a load is ever found without
+		// it (refusePartialRestore).
+		if err := n.eng.MarkRestoring(); err != nil {
+			return err
+		}
 		sum, err := load.load(shards)
 		if err != nil {
 			return fmt.Errorf("loading the backup staged in %s: %w", restore, err)
@@ -329,6 +343,12 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 	ident := &storepb.NodeIdent{ClusterId: hash, NodeId: uint64(self), PeersHash: hash}
 	if err := storage.SetIdent(b, ident); err != nil {
 		return err
+	}
+	if load != nil {
+		// The load is complete with this batch, and with it only.
+		if err := storage.ClearRestoring(b); err != nil {
+			return err
+		}
 	}
 	for _, d := range nodes {
 		if err := storage.SetAddress(b, d); err != nil {

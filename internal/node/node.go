@@ -293,8 +293,10 @@ func (n *Node) newServer() *grpc.Server {
 	if n.cfg.PeerDialer != nil {
 		// Forwards to peers travel as the client's calls do: on the framed
 		// wire, with the peer dial's TLS and token, stamped with this node's
-		// id for partitions (grpcapi/peerwire.go).
-		n.kv.WithPeerWire(n.cfg.PeerDialer, grpcapi.PeerWire{TLS: n.sec.peerTLS, Token: n.cfg.AuthToken, FromNode: func() uint64 { return uint64(n.ID()) }})
+		// id for partitions and its cluster id, which a node of another
+		// cluster refuses (grpcapi/peerwire.go).
+		n.kv.WithPeerWire(n.cfg.PeerDialer, grpcapi.PeerWire{TLS: n.sec.peerTLS, Token: n.cfg.AuthToken, FromNode: func() uint64 { return uint64(n.ID()) },
+			Cluster: n.clusterID})
 	}
 	concordpb.RegisterKVServer(srv, n.kv)
 	concordpb.RegisterClusterServer(srv, n.cluster)

@@ -27,6 +27,14 @@ import (
 // only removes the file. The keys are written as applied state at the
 // bootstrap index, below the truncated log, so any replica added later
 // receives them in a raft snapshot, like any other state.
+//
+// The staged file is not the only evidence of a load under way: before
+// the first key, a synced record in the database says a load began
+// (storage.MarkRestoring), and the final batch deletes it with the
+// identity's write. A start that finds the record and no staged file (an
+// operator deleted it after the crash) would bootstrap a cluster serving
+// part of the backup as if it were all of it: it refuses instead
+// (refusePartialRestore), telling the operator to restore again.
 
 // loadBatchBytes is about how many bytes of keys and values go in one
 // batch of a restore's load.
@@ -44,6 +52,25 @@ func (n *Node) stagedRestore() (string, error) {
 	default:
 		return "", err
 	}
+}
+
+// refusePartialRestore refuses to start a node that has no identity and
+// holds part of a backup whose load did not complete, when the staged
+// file (staged, "" if none) is gone: nothing could complete the load, and
+// the keys it left would be served as the whole backup. With the file
+// there, the start loads again from the beginning instead.
+func (n *Node) refusePartialRestore(staged string) error {
+	if staged != "" {
+		return nil
+	}
+	partial, err := n.eng.Restoring()
+	if err != nil || !partial {
+		return err
+	}
+	return fmt.Errorf("data dir %s holds part of a backup: a load staged by concord restore began and did not complete, "+
+		"and its staged file %s is gone, so the node will not serve the partial data; "+
+		"restore again: remove %s, run `concord restore FILE --data-dir %s`, and start the node as before",
+		n.cfg.DataDir, backupfile.PendingName, n.cfg.DataDir, n.cfg.DataDir)
 }
 
 // checkRestoreStart refuses to start a staged restore other than as a new
@@ -84,6 +111,7 @@ type restoreLoad struct {
 	maxKey, maxValue int
 	w                func() storage.Writer // the batch being filled
 	flush            func() error          // commits it (no sync) and starts another
+	batchBytes       int                   // flush every this many bytes of keys and values
 	loaded, expired  uint64
 }
 
@@ -116,7 +144,7 @@ func (l *restoreLoad) load(shards []*concordpb.ShardDescriptor) (backupfile.Summ
 			return err
 		}
 		l.loaded++
-		if size += len(r.Key) + len(r.Value); size >= loadBatchBytes {
+		if size += len(r.Key) + len(r.Value); size >= l.batchBytes {
 			size = 0
 			return l.flush()
 		}

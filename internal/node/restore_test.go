@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,4 +187,145 @@ func wantRefusedLoad(t *testing.T, dir string, mod func(*Config), want string) {
 	if _, found, err := eng.Ident(); err != nil || found {
 		t.Errorf("identity written despite the refused load: found %v, %v", found, err)
 	}
+}
+
+// crashLoadEnv names, in the environment of TestRestoreCrashedLoadChild,
+// the staged data dir whose load it must crash.
+const crashLoadEnv = "CONCORD_TEST_CRASH_RESTORE_LOAD"
+
+// TestRestoreCrashedLoadChild is no test of its own: run by
+// TestRestoreRefusesAPartialLoadWithoutItsFile in a process of its own, it
+// starts a node on a staged backup that commits a batch per key, and kills
+// its own process (SIGKILL: no deferred code, no clean close) once the
+// load has committed a few batches and made them durable: a real crash
+// image of a load midway.
+func TestRestoreCrashedLoadChild(t *testing.T) {
+	dir := os.Getenv(crashLoadEnv)
+	if dir == "" {
+		t.Skip("run by TestRestoreRefusesAPartialLoadWithoutItsFile")
+	}
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.DataDir, cfg.Shards = "127.0.0.1:0", dir, 2
+	cfg.Peers = []string{cfg.Addr}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flushed := 0
+	n.testHooks.restoreBatchBytes = 1
+	n.testHooks.restoreFlushed = func() {
+		if flushed++; flushed == 5 {
+			// The batches are committed without sync, so the WAL may
+			// still hold them in memory; a synced write (the load's own
+			// record again) puts them on disk, as time would have: the
+			// crash image then holds part of the backup for certain.
+			if err := n.eng.MarkRestoring(); err != nil {
+				panic(err)
+			}
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal ends the process
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t.Fatalf("the load was not crashed: start returned %v", n.Start(ctx))
+}
+
+// TestRestoreRefusesAPartialLoadWithoutItsFile protects against serving a
+// partial restore: a load crashed midway (a process killed after some of
+// the backup's keys were committed), and the operator then deleted the
+// staged file. The next start must refuse, saying what happened and what
+// to do, rather than bootstrap a cluster that serves part of the backup as
+// all of it; it writes no identity. With the file staged again, the start
+// loads the whole backup.
+func TestRestoreRefusesAPartialLoadWithoutItsFile(t *testing.T) {
+	dir := stageBackup(t, 50)
+	staged, err := os.ReadFile(filepath.Join(dir, backupfile.PendingName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestRestoreCrashedLoadChild$", "-test.count=1")
+	child.Env = append(os.Environ(), crashLoadEnv+"="+dir)
+	out, err := child.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the loading process was not killed midway: %v\n%s", err, out)
+	}
+	if keys := userKeys(t, dir); keys == 0 {
+		t.Fatal("the crash image holds none of the backup's keys: the load did not get midway")
+	}
+	if err := os.Remove(filepath.Join(dir, backupfile.PendingName)); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.DataDir, cfg.Shards = "127.0.0.1:0", dir, 2
+	cfg.Peers = []string{cfg.Addr}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = n.Start(ctx)
+	if err == nil {
+		n.Stop()
+		t.Fatal("a node started on a partly loaded backup whose staged file is gone")
+	}
+	for _, want := range []string{"holds part of a backup", "did not complete", "concord restore FILE --data-dir " + dir} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("refusal %q does not say %q", err, want)
+		}
+	}
+	eng, err := storage.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := eng.Ident(); err != nil || found {
+		t.Fatalf("identity written despite the refusal: found %v, %v", found, err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The file staged again, the load starts over and completes.
+	if err := os.WriteFile(filepath.Join(dir, backupfile.PendingName), staged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startSolo(t, func(c *Config) { c.DataDir, c.Shards = dir, 2 })
+	kvs := grpcapi.NewKV(m.backend(), grpcapi.Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20})
+	for i := 1; i < 50; i += 10 {
+		k := fmt.Sprintf("k%03d", i)
+		resp, err := kvs.Get(context.Background(), &concordpb.GetRequest{Key: []byte(k)})
+		if err != nil || string(resp.GetValue()) != fmt.Sprintf("v%03d", i) {
+			t.Fatalf("get %s after the reload: %q, %v", k, resp.GetValue(), err)
+		}
+	}
+	if partial, err := m.eng.Restoring(); err != nil || partial {
+		t.Fatalf("the completed load left its record of a load under way: %v, %v", partial, err)
+	}
+}
+
+// userKeys counts the user keys in the data dir's two user shards.
+func userKeys(t *testing.T, dir string) int {
+	t.Helper()
+	eng, err := storage.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	n := 0
+	for shard := uint64(1); shard <= 2; shard++ {
+		err := eng.Read(func(r storage.Reader) error {
+			recs, err := kv.Scan(r, shard, nil, nil, 1000, 0)
+			n += len(recs)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
 }

@@ -200,6 +200,13 @@ type testHooks struct {
 	// noHeartbeats: the node sends only the heartbeats a test sends
 	// (sendHeartbeat), none at start or on its own.
 	noHeartbeats bool
+	// restoreBatchBytes, when set, replaces loadBatchBytes: a restore's
+	// load commits a batch (not synced) every that many bytes of keys
+	// and values.
+	restoreBatchBytes int
+	// restoreFlushed runs in a restore's load after each batch it
+	// committed, before the next: where a test crashes the load midway.
+	restoreFlushed func()
 }
 
 // JoinVersionError is the refusal of a join from a binary below the

@@ -17,6 +17,13 @@ var ErrDropped = errors.New("replica: proposal dropped by raft")
 // apply. Retrying with the same session and sequence number is safe.
 var ErrAmbiguous = errors.New("replica: outcome unknown (leadership lost or timed out after proposing)")
 
+// ErrReadTimeout is returned when a linearizable read waited longer than
+// PendingTimeoutTicks for its barrier (its ReadIndex round never came back,
+// or it never got one). A read changes nothing, so unlike a proposal's
+// timeout it is not ambiguous: it definitely did nothing, and retrying is
+// safe.
+var ErrReadTimeout = errors.New("replica: read not confirmed in time; nothing was changed, retry")
+
 // ErrRemoved is returned for work on a replica that has been removed from its
 // shard on this node.
 var ErrRemoved = errors.New("replica: removed from this node")

@@ -8,8 +8,10 @@ import (
 
 // TestPendingWorkTimesOut protects callers from waiting forever: a proposal
 // and a read (in a round raft holds, and one still queued) that raft cannot
-// finish end as ErrAmbiguous after PendingTimeoutTicks, while the replica
-// still leads.
+// finish end after PendingTimeoutTicks, while the replica still leads: the
+// proposal as ErrAmbiguous (it may yet apply), the reads as ErrReadTimeout
+// and never ErrAmbiguous (a read changes nothing, so its failure is
+// definite).
 func TestPendingWorkTimesOut(t *testing.T) {
 	s := newSolo(t)
 	s.r.cfg.PendingTimeoutTicks = 3
@@ -26,11 +28,11 @@ func TestPendingWorkTimesOut(t *testing.T) {
 	if o := <-p.Done; !errors.Is(o.Err, ErrAmbiguous) || !s.r.IsLeader() {
 		t.Fatalf("timed-out proposal: %+v (leader %v), want ErrAmbiguous while still leader", o, s.r.IsLeader())
 	}
-	if err := <-rd.Done; !errors.Is(err, ErrAmbiguous) {
-		t.Fatalf("timed-out read: %v, want ErrAmbiguous", err)
+	if err := <-rd.Done; !errors.Is(err, ErrReadTimeout) || errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("timed-out read: %v, want ErrReadTimeout, not ErrAmbiguous", err)
 	}
-	if err := <-queued.Done; !errors.Is(err, ErrAmbiguous) {
-		t.Fatalf("timed-out queued read: %v, want ErrAmbiguous", err)
+	if err := <-queued.Done; !errors.Is(err, ErrReadTimeout) || errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("timed-out queued read: %v, want ErrReadTimeout, not ErrAmbiguous", err)
 	}
 }
 

@@ -173,18 +173,19 @@ func (r *Replica) failStaleRounds() {
 }
 
 // expireReads fails the reads that have waited longer than
-// PendingTimeoutTicks: their callers gave up long ago.
+// PendingTimeoutTicks: their callers gave up long ago. A read changed
+// nothing, so it fails with ErrReadTimeout, never ErrAmbiguous.
 func (r *Replica) expireReads() {
 	for k, round := range r.rounds {
 		if r.ticks-round.born > r.cfg.PendingTimeoutTicks {
 			delete(r.rounds, k)
-			failRound(round, ErrAmbiguous)
+			failRound(round, ErrReadTimeout)
 		}
 	}
 	kept := r.readQueue[:0]
 	for _, rd := range r.readQueue {
 		if r.ticks-rd.born > r.cfg.PendingTimeoutTicks {
-			rd.Done <- ErrAmbiguous
+			rd.Done <- ErrReadTimeout
 			continue
 		}
 		kept = append(kept, rd)

@@ -127,6 +127,31 @@ func (e *Engine) SetClusterVersion(v uint32) error {
 	return e.db.Set(keys.ClusterVersion(), binary.BigEndian.AppendUint32(nil, v), pebble.Sync)
 }
 
+// Restoring reports whether a restore's load began here and did not
+// complete (MarkRestoring): the user shards may hold part of a backup.
+func (e *Engine) Restoring() (bool, error) {
+	_, closer, err := e.db.Get(keys.Restoring())
+	if err == pebble.ErrNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, closer.Close()
+}
+
+// MarkRestoring durably records that a restore's load begins; it must be
+// on disk before any of the backup's keys, so that no part of a load can
+// be found without it.
+func (e *Engine) MarkRestoring() error {
+	return e.db.Set(keys.Restoring(), nil, pebble.Sync)
+}
+
+// ClearRestoring deletes the record of a load under way into w: in the
+// batch that completes the load, so the record goes exactly when the whole
+// backup is in.
+func ClearRestoring(w pebble.Writer) error { return w.Delete(keys.Restoring(), nil) }
+
 // DiskUsage is Pebble's estimate of the bytes the database uses on disk.
 // It reads metrics, not data, so it works (0) once the engine is closed.
 func (e *Engine) DiskUsage() uint64 {
