@@ -113,6 +113,13 @@ func TestLearnClusterVersion(t *testing.T) {
 // heartbeats; it returns the nodes, their configs and data dirs.
 func startCluster(t *testing.T, levels []version.Level) ([]*Node, []Config) {
 	t.Helper()
+	return startClusterWith(t, levels, nil)
+}
+
+// startClusterWith is startCluster with tune (if not nil) given each node's
+// config and test hooks before the node is made.
+func startClusterWith(t *testing.T, levels []version.Level, tune func(i int, cfg *Config, hooks *testHooks)) ([]*Node, []Config) {
+	t.Helper()
 	peers := sortedPeers(freeAddrs(t, len(levels)))
 	nodes, cfgs := make([]*Node, len(levels)), make([]Config, len(levels))
 	var wg sync.WaitGroup
@@ -123,11 +130,16 @@ func startCluster(t *testing.T, levels []version.Level) ([]*Node, []Config) {
 		cfg.Shards, cfg.Replicas, cfg.Version = 1, len(levels), levels[i]
 		cfg.TickInterval, cfg.HeartbeatInterval = 20*time.Millisecond, 50*time.Millisecond
 		cfg.Logger = slog.New(slog.DiscardHandler)
+		var hooks testHooks
+		if tune != nil {
+			tune(i, &cfg, &hooks)
+		}
 		cfgs[i] = cfg
 		n, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		n.testHooks = hooks
 		nodes[i] = n
 		t.Cleanup(n.Stop)
 		wg.Add(1)
