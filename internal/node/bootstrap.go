@@ -562,7 +562,7 @@ func (n *Node) addNode(ctx context.Context, addr string, token []byte, level ver
 	if n.testHooks.joining != nil {
 		n.testHooks.joining()
 	}
-	res, err := n.proposeMeta(ctx, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{Address: addr, JoinToken: token}}})
+	res, err := n.proposeMeta(ctx, joinCommand(addr, token, level, cv))
 	if err != nil {
 		return 0, nil, err
 	}

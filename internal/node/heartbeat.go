@@ -379,12 +379,29 @@ func roleIn(d *concordpb.ShardDescriptor, replica ids.ReplicaID) concordpb.Repli
 }
 
 // nextCandidate cycles through the other known nodes, to find the placement
-// leader when no hint is known.
+// leader when no hint is known or the last heartbeat got no answer: the UP
+// ones, or if the book shows none UP, any that may still serve (SUSPECT,
+// DEAD, LEAVING). The book's states are those of the last heartbeat answer,
+// which can be long stale just when heartbeats fail (a paused placement
+// leader's own view judged its peers silent over its pause); skipping all
+// of them would send no heartbeat, get no answer, and so keep that book,
+// and the node silent, for good.
 func (n *Node) nextCandidate() ids.NodeID {
+	if id := n.nextOther(func(s concordpb.NodeState) bool { return s == concordpb.NodeState_NODE_UP }); id != 0 {
+		return id
+	}
+	return n.nextOther(func(s concordpb.NodeState) bool {
+		return s != concordpb.NodeState_NODE_REMOVED && s != concordpb.NodeState_NODE_REPLACED
+	})
+}
+
+// nextOther returns the next node after the round-robin cursor, other than
+// this one, whose state in the book ok accepts; 0 if none.
+func (n *Node) nextOther(ok func(concordpb.NodeState) bool) ids.NodeID {
 	nodes := n.book.all()
 	for range nodes {
 		d := nodes[int(n.placement.rr.Add(1))%len(nodes)]
-		if id := ids.NodeID(d.GetNodeId()); id != n.ID() && d.GetState() == concordpb.NodeState_NODE_UP {
+		if id := ids.NodeID(d.GetNodeId()); id != n.ID() && ok(d.GetState()) {
 			return id
 		}
 	}

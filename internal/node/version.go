@@ -11,7 +11,6 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
-	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
 	"github.com/concord-kv/concord/internal/version"
@@ -154,9 +153,20 @@ func (n *Node) raiseClusterVersion(nodes []*concordpb.NodeDescriptor, cv version
 // under it: a join either registered first, and its node (recorded at
 // Base until it reports) holds the raise back, or checks after the raise
 // applied, and is refused.
+//
+// Across a change of placement leader joinMu orders nothing: the raise
+// names the registrations it read (raiseCommand), and the meta shard
+// refuses it if another leader registered a node before it applied.
 func (n *Node) raiseTo(cv version.Level) {
 	n.placement.joinMu.Lock()
 	defer n.placement.joinMu.Unlock()
+	// The counter before the nodes: a registration between the two reads
+	// then shows in the nodes (and holds the raise back) or makes the
+	// raise's basis stale (and the raise is refused), never neither.
+	next, err := n.nextNodeID()
+	if err != nil {
+		return
+	}
 	v, err := n.placementView()
 	if err != nil {
 		return
@@ -173,9 +183,7 @@ func (n *Node) raiseTo(cv version.Level) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = n.host.Propose(ctx, routing.MetaShard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
-		Kind: &storepb.Command_SetClusterVersion{SetClusterVersion: &storepb.SetClusterVersion{Version: uint32(target)}}})
-	if err != nil {
+	if _, err = n.proposeMeta(ctx, raiseCommand(target, next)); err != nil {
 		n.log.Debug("raise the cluster version", "version", target, "err", err)
 		return
 	}
@@ -183,6 +191,40 @@ func (n *Node) raiseTo(cv version.Level) {
 	// Applied here: use it now (joins check against it), not at the next
 	// heartbeat.
 	n.learnClusterVersion(target)
+}
+
+// raiseCommand raises the cluster's version to target, decided on the
+// nodes registered before id next. A raise to version.OrderedJoins or above
+// names next, for the meta shard to refuse it if a node registered since;
+// below, it cannot: some replica's binary may not know the field (it would
+// stop on it).
+func raiseCommand(target version.Level, next uint64) *storepb.Command {
+	set := &storepb.SetClusterVersion{Version: uint32(target)}
+	if target.Allows(version.OrderedJoins) {
+		set.NextNodeId = next
+	}
+	return &storepb.Command{Kind: &storepb.Command_SetClusterVersion{SetClusterVersion: set}}
+}
+
+// joinCommand registers a node at addr with token, whose binary applies
+// level, at a cluster whose version is cv: from version.OrderedJoins on it
+// names the level, for the meta shard to refuse the join if a raise above
+// it applied first (below, some replica's binary may not know the field).
+func joinCommand(addr string, token []byte, level, cv version.Level) *storepb.Command {
+	add := &storepb.AddNode{Address: addr, JoinToken: token}
+	if cv.Allows(version.OrderedJoins) {
+		add.Level = uint32(level)
+	}
+	return &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: add}}
+}
+
+// nextNodeID reads the meta shard's next node id from the local replica.
+func (n *Node) nextNodeID() (next uint64, err error) {
+	err = n.eng.Read(func(r storage.Reader) (err error) {
+		next, err = placement.NextNodeID(r)
+		return err
+	})
+	return next, readErr(err)
 }
 
 // testHooks let a test stop a node at a point of a race.

@@ -19,6 +19,7 @@ import (
 	"github.com/concord-kv/concord/internal/localcluster"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -113,6 +114,13 @@ func TestLearnClusterVersion(t *testing.T) {
 // heartbeats; it returns the nodes, their configs and data dirs.
 func startCluster(t *testing.T, levels []version.Level) ([]*Node, []Config) {
 	t.Helper()
+	return startClusterWith(t, levels, nil)
+}
+
+// startClusterWith is startCluster with tune (if not nil) given each node's
+// config and test hooks before the node is made.
+func startClusterWith(t *testing.T, levels []version.Level, tune func(i int, cfg *Config, hooks *testHooks)) ([]*Node, []Config) {
+	t.Helper()
 	peers := sortedPeers(freeAddrs(t, len(levels)))
 	nodes, cfgs := make([]*Node, len(levels)), make([]Config, len(levels))
 	var wg sync.WaitGroup
@@ -123,11 +131,16 @@ func startCluster(t *testing.T, levels []version.Level) ([]*Node, []Config) {
 		cfg.Shards, cfg.Replicas, cfg.Version = 1, len(levels), levels[i]
 		cfg.TickInterval, cfg.HeartbeatInterval = 20*time.Millisecond, 50*time.Millisecond
 		cfg.Logger = slog.New(slog.DiscardHandler)
+		var hooks testHooks
+		if tune != nil {
+			tune(i, &cfg, &hooks)
+		}
 		cfgs[i] = cfg
 		n, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		n.testHooks = hooks
 		nodes[i] = n
 		t.Cleanup(n.Stop)
 		wg.Add(1)
@@ -421,6 +434,66 @@ func waitRaised(t *testing.T, n *Node) version.Level {
 		return err
 	})
 	return cv
+}
+
+// TestJoinAndRaiseAreOrderedAcrossPlacementLeaders: a raise of the cluster's
+// version and a join accepted by another placement leader (which does not
+// hold this one's joinMu: placement leadership moved meanwhile) keep their
+// order at apply. A raise whose decision predates a registration is
+// refused when it applies after it; a join checked against the version
+// before a raise is refused when it applies after the raise. The other
+// leader's join is its proposal as addNode makes it at the version it
+// checked (Base: no level in it).
+func TestJoinAndRaiseAreOrderedAcrossPlacementLeaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// joinAtBase proposes the join of a node at Base (level: the level the
+	// proposal names, Unknown for none).
+	joinAtBase := func(n *Node, addr, token string, level version.Level) error {
+		_, err := n.proposeMeta(ctx, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{
+			Address: addr, JoinToken: []byte(token), Level: uint32(level)}}})
+		return err
+	}
+
+	t.Run("join applies first", func(t *testing.T) {
+		var n *Node
+		joined := make(chan error, 1)
+		n = startSoloPlacement(t, testHooks{raising: func() {
+			// The raise has decided on the one node; another placement
+			// leader registers a node at Base before the raise applies.
+			joined <- joinAtBase(n, "127.0.0.1:1", "other-leader-join", version.Unknown)
+		}})
+		n.sendHeartbeat(ctx)
+		if cv := waitRaised(t, n); cv != version.Base {
+			t.Fatalf("cluster version %d after a node registered at Base ahead of the raise; want Base", cv)
+		}
+		if err := <-joined; err != nil {
+			t.Fatalf("join at Base on a cluster at Base: %v", err)
+		}
+	})
+
+	t.Run("raise applies first", func(t *testing.T) {
+		n := startSoloPlacement(t, testHooks{})
+		n.sendHeartbeat(ctx)
+		if cv := waitRaised(t, n); cv != version.Binary {
+			t.Fatalf("cluster version %d, want %d", cv, version.Binary)
+		}
+		// Checked against Base at another placement leader, before the
+		// raise applied there: at Base, a leader names no level; one at
+		// OrderedJoins or above names it.
+		err := joinAtBase(n, "127.0.0.1:1", "checked-at-base", version.Unknown)
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "retry it") {
+			t.Fatalf("a join checked against Base, applied after the raise to %d: %v; want Unavailable (retry)", version.Binary, err)
+		}
+		err = joinAtBase(n, "127.0.0.1:2", "checked-at-base-with-level", version.Base)
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "run a newer binary") {
+			t.Fatalf("a join at Base applied after the raise to %d: %v; want FailedPrecondition", version.Binary, err)
+		}
+		v, err := n.placementView()
+		if err != nil || len(v.Nodes) != 1 {
+			t.Fatalf("nodes after the refused joins: %v, %v; want only the first", v.Nodes, err)
+		}
+	})
 }
 
 // TestJoinAndRaiseAreOrdered: a join and a raise of the cluster's version

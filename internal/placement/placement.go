@@ -38,13 +38,13 @@ func (sm *StateMachine) Flush(*pebble.Batch, *storepb.AppliedState) error { retu
 func (sm *StateMachine) Apply(b *pebble.Batch, _ *concordpb.ShardDescriptor, cmd *storepb.Command) (*storepb.CommandResult, error) {
 	switch k := cmd.GetKind().(type) {
 	case *storepb.Command_AddNode:
-		return addNode(b, k.AddNode.GetAddress(), k.AddNode.GetJoinToken())
+		return addNode(b, k.AddNode)
 	case *storepb.Command_MarkNode:
 		return markNode(b, k.MarkNode)
 	case *storepb.Command_UpdateDescriptor:
 		return &storepb.CommandResult{}, updateDescriptor(b, k.UpdateDescriptor.GetShard())
 	case *storepb.Command_SetClusterVersion:
-		return &storepb.CommandResult{}, setClusterVersion(b, version.Level(k.SetClusterVersion.GetVersion()))
+		return setClusterVersion(b, k.SetClusterVersion)
 	case *storepb.Command_ExpireSessions:
 		return &storepb.CommandResult{}, nil // the meta shard keeps no sessions
 	default:
@@ -65,9 +65,21 @@ func (sm *StateMachine) Apply(b *pebble.Batch, _ *concordpb.ShardDescriptor, cmd
 // changing nothing (without it, the retry would mark the first new id
 // REPLACED by a second one, a chain whose replicas are never replaced). The
 // token of a REMOVED node is refused: a removed identity never comes back.
-func addNode(b *pebble.Batch, address string, token []byte) (*storepb.CommandResult, error) {
+//
+// A join is refused below the cluster's version (joinRefusal), here and
+// not only where the placement leader checked it: another placement
+// leader's raise may have applied in between.
+func addNode(b *pebble.Batch, add *storepb.AddNode) (*storepb.CommandResult, error) {
+	address, token := add.GetAddress(), add.GetJoinToken()
 	if address == "" {
 		return refuse(codes.InvalidArgument, "add node: empty address"), nil
+	}
+	cv, err := ClusterVersion(b)
+	if err != nil {
+		return nil, err
+	}
+	if res := joinRefusal(cv, version.Level(add.GetLevel())); res != nil {
+		return res, nil
 	}
 	nodes, err := Nodes(b)
 	if err != nil {
@@ -110,6 +122,23 @@ func addNode(b *pebble.Batch, address string, token []byte) (*storepb.CommandRes
 		return nil, err
 	}
 	return &storepb.CommandResult{NodeId: id, Nodes: nodes}, nil
+}
+
+// joinRefusal refuses a join from a binary at level joiner (Unknown: the
+// proposal named none) to a cluster at version cv, or returns nil. From
+// version.OrderedJoins on, every placement leader names the joiner's
+// level, so a join without one was checked against an older version, by a
+// leader that had not applied the raise since: it is refused as
+// Unavailable, and the joiner's retry is checked against the version now.
+func joinRefusal(cv, joiner version.Level) *storepb.CommandResult {
+	switch {
+	case joiner == version.Unknown && cv.Allows(version.OrderedJoins):
+		return refuse(codes.Unavailable, fmt.Sprintf(
+			"this join was checked against a cluster version below %d, which has risen since; retry it", cv))
+	case joiner != version.Unknown && joiner < cv:
+		return refuse(codes.FailedPrecondition, version.JoinRefusal(cv, joiner))
+	}
+	return nil
 }
 
 // replaceable reports whether a node in state s is taken over by a fresh
@@ -239,18 +268,37 @@ func updateDescriptor(b *pebble.Batch, d *concordpb.ShardDescriptor) error {
 	return storage.SetProto(b, keys.MetaShard(meta, d.GetShardId()), d)
 }
 
-// setClusterVersion raises the cluster's version to v; the version is
-// never lowered, so a proposal that arrives late or twice changes nothing.
-func setClusterVersion(b *pebble.Batch, v version.Level) error {
+// setClusterVersion raises the cluster's version to set.version; the
+// version is never lowered, so a proposal that arrives late or twice
+// changes nothing. A raise that names the registrations it was decided on
+// (next_node_id) is refused if a node registered since: its decision did
+// not see that node, which a placement leader other than the proposer may
+// have let in at a lower level.
+func setClusterVersion(b *pebble.Batch, set *storepb.SetClusterVersion) (*storepb.CommandResult, error) {
 	var ctr storepb.MetaCounters
 	if _, err := storage.GetProto(b, keys.MetaCounters(meta), &ctr); err != nil {
-		return err
+		return nil, err
 	}
+	v := version.Level(set.GetVersion())
 	if v <= version.Level(ctr.GetClusterVersion()) {
-		return nil
+		return &storepb.CommandResult{}, nil
+	}
+	if basis := set.GetNextNodeId(); basis != 0 && basis != ctr.GetNextNodeId() {
+		return refuse(codes.FailedPrecondition, fmt.Sprintf(
+			"raise of the cluster version to %d: decided on the nodes registered before id %d, and %d registered since",
+			v, basis, ctr.GetNextNodeId()-basis)), nil
 	}
 	ctr.ClusterVersion = uint32(v)
-	return storage.SetProto(b, keys.MetaCounters(meta), &ctr)
+	return &storepb.CommandResult{}, storage.SetProto(b, keys.MetaCounters(meta), &ctr)
+}
+
+// NextNodeID reads the id the next node to register gets: it changes with
+// every registration, so a raise of the cluster's version names it to say
+// which nodes it was decided on (SetClusterVersion.next_node_id).
+func NextNodeID(r pebble.Reader) (uint64, error) {
+	var ctr storepb.MetaCounters
+	_, err := storage.GetProto(r, keys.MetaCounters(meta), &ctr)
+	return ctr.GetNextNodeId(), err
 }
 
 // ClusterVersion reads the cluster's version: Base until the placement

@@ -413,3 +413,83 @@ func TestClusterVersionOnlyRises(t *testing.T) {
 		t.Fatalf("after adding a node the version is %d, want 3", v)
 	}
 }
+
+// applySet applies a raise of the cluster's version to v decided on the
+// nodes registered before id next (0: names none).
+func applySet(t *testing.T, db *pebble.DB, v version.Level, next uint64) *storepb.CommandResult {
+	t.Helper()
+	return apply(t, db, &storepb.Command{Kind: &storepb.Command_SetClusterVersion{SetClusterVersion: &storepb.SetClusterVersion{
+		Version: uint32(v), NextNodeId: next}}})
+}
+
+// readVersion reads the cluster's version.
+func readVersion(t *testing.T, db pebble.Reader) version.Level {
+	t.Helper()
+	v, err := ClusterVersion(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestRaiseRefusedAfterARegistration: a raise that names the registrations
+// it was decided on is refused, changing nothing, once a node registered
+// since (another placement leader may have let it in below the raise's
+// level); decided on the registrations as they are, it applies.
+func TestRaiseRefusedAfterARegistration(t *testing.T) {
+	db := openDB(t)
+	bootstrap(t, db, []*concordpb.NodeDescriptor{node(1, "a:1")}, nil)
+	next, err := NextNodeID(db)
+	if err != nil || next != 2 {
+		t.Fatalf("next node id %d, %v; want 2", next, err)
+	}
+	applyAddNode(t, db, "b:1")
+	res := applySet(t, db, version.OrderedJoins, next)
+	if codes.Code(res.GetErrorCode()) != codes.FailedPrecondition {
+		t.Fatalf("raise decided before a registration, applied after it: %v; want FailedPrecondition", res)
+	}
+	if v := readVersion(t, db); v != version.Base {
+		t.Fatalf("version %d after the refused raise; want Base", v)
+	}
+	if res := applySet(t, db, version.OrderedJoins, next+1); res.GetErrorCode() != 0 {
+		t.Fatalf("raise decided on every registration: %v", res)
+	}
+	if v := readVersion(t, db); v != version.OrderedJoins {
+		t.Fatalf("version %d; want %d", v, version.OrderedJoins)
+	}
+}
+
+// TestJoinRefusedBelowTheClusterVersion: a join naming a level below the
+// cluster's version is refused, changing nothing, and so is one naming no
+// level once the version is OrderedJoins or above (every placement leader
+// names it then: one without was checked against an older version).
+// Below OrderedJoins a join without a level is registered (its proposer's
+// replicas may not know the field).
+func TestJoinRefusedBelowTheClusterVersion(t *testing.T) {
+	db := openDB(t)
+	bootstrap(t, db, []*concordpb.NodeDescriptor{node(1, "a:1")}, nil)
+	join := func(addr string, level version.Level) *storepb.CommandResult {
+		t.Helper()
+		return apply(t, db, &storepb.Command{Kind: &storepb.Command_AddNode{AddNode: &storepb.AddNode{
+			Address: addr, JoinToken: []byte(addr), Level: uint32(level)}}})
+	}
+	if res := join("b:1", version.Unknown); res.GetNodeId() != 2 {
+		t.Fatalf("join naming no level at Base: %v; want node 2", res)
+	}
+	applySet(t, db, version.OrderedJoins, 3)
+	for _, tc := range []struct {
+		level version.Level
+		code  codes.Code
+	}{{version.ExpiryOnStamps, codes.FailedPrecondition}, {version.Unknown, codes.Unavailable}} {
+		res := join("c:1", tc.level)
+		if codes.Code(res.GetErrorCode()) != tc.code {
+			t.Fatalf("join at level %d to a cluster at %d: %v; want %v", tc.level, version.OrderedJoins, res, tc.code)
+		}
+		if next, err := NextNodeID(db); err != nil || next != 3 || len(nodesOf(t, db)) != 2 {
+			t.Fatalf("the refused join at level %d changed the nodes: next id %d (%v), %d nodes", tc.level, next, err, len(nodesOf(t, db)))
+		}
+	}
+	if res := join("c:1", version.OrderedJoins); res.GetErrorCode() != 0 || res.GetNodeId() != 3 {
+		t.Fatalf("join at the cluster's version: %v; want node 3", res)
+	}
+}

@@ -345,9 +345,15 @@ func (x *ExpireSessions) GetIdleBeforeUnixNanos() int64 {
 // A join_token seen before gets the node id it registered, and nothing
 // changes; the token of a REMOVED node is refused.
 type AddNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	JoinToken     []byte                 `protobuf:"bytes,2,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Address   string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	JoinToken []byte                 `protobuf:"bytes,2,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	// The level the joining node's binary applies (version.OrderedJoins:
+	// set once the proposer's cluster version allows it). Refused, changing
+	// nothing, below the cluster's version; a join without it is refused
+	// once the version allows it (it was checked against an older version,
+	// at a placement leader that had not yet applied a raise).
+	Level         uint32 `protobuf:"varint,3,opt,name=level,proto3" json:"level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -394,6 +400,13 @@ func (x *AddNode) GetJoinToken() []byte {
 		return x.JoinToken
 	}
 	return nil
+}
+
+func (x *AddNode) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
 }
 
 // MarkNode (meta shard) sets a node's state. REMOVED is final; LEAVING only
@@ -1013,8 +1026,13 @@ func (x *NodeIdent) GetPeersHash() uint64 {
 // leader proposes it once every node not removed has reported it applies
 // version.
 type SetClusterVersion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// MetaCounters.next_node_id when the proposer read the nodes it decided
+	// on (version.OrderedJoins: set in a raise to that level or above). A
+	// raise is refused, changing nothing, if a node registered since: a new
+	// placement leader may have let in a node the decision did not see.
+	NextNodeId    uint64 `protobuf:"varint,2,opt,name=next_node_id,json=nextNodeId,proto3" json:"next_node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1052,6 +1070,13 @@ func (*SetClusterVersion) Descriptor() ([]byte, []int) {
 func (x *SetClusterVersion) GetVersion() uint32 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *SetClusterVersion) GetNextNodeId() uint64 {
+	if x != nil {
+		return x.NextNodeId
 	}
 	return 0
 }
@@ -1136,11 +1161,12 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\x12(\n" +
 	"\x10expiry_on_stamps\x18\x06 \x01(\bR\x0eexpiryOnStamps\"E\n" +
 	"\x0eExpireSessions\x123\n" +
-	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"B\n" +
+	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"X\n" +
 	"\aAddNode\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1d\n" +
 	"\n" +
-	"join_token\x18\x02 \x01(\fR\tjoinToken\"u\n" +
+	"join_token\x18\x02 \x01(\fR\tjoinToken\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\rR\x05level\"u\n" +
 	"\bMarkNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.concord.v1.NodeStateR\x05state\x12#\n" +
@@ -1183,9 +1209,11 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"peers_hash\x18\x03 \x01(\x04R\tpeersHash\"-\n" +
+	"peers_hash\x18\x03 \x01(\x04R\tpeersHash\"O\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\"Y\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12 \n" +
+	"\fnext_node_id\x18\x02 \x01(\x04R\n" +
+	"nextNodeId\"Y\n" +
 	"\fMetaCounters\x12 \n" +
 	"\fnext_node_id\x18\x01 \x01(\x04R\n" +
 	"nextNodeId\x12'\n" +

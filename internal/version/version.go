@@ -40,9 +40,17 @@ const (
 	// rather than on its capped clock; a binary below it would measure on
 	// the clock, and decide otherwise whether a key had expired.
 	ExpiryOnStamps Level = 3
+	// OrderedJoins: a raise of the cluster's version names the node
+	// registrations it was decided on (SetClusterVersion.next_node_id),
+	// and a join the joiner's level (AddNode.level); the meta shard
+	// refuses a raise that a registration followed and a join below the
+	// version, or without a level, so raises and joins keep their order
+	// across a change of placement leader. A binary below it would apply
+	// them regardless.
+	OrderedJoins Level = 4
 
 	// Binary is the highest level this binary applies.
-	Binary = ExpiryOnStamps
+	Binary = OrderedJoins
 )
 
 // Allows reports whether a cluster at version cluster may use a feature of
