@@ -27,7 +27,9 @@ func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.Sc
 	if _, ok := c.shardOf(ctx, start); !ok { // a starting node: wait as key commands do
 		return nil, errNoShards
 	}
-	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit)})
+	// Keys only: no keyspace command answers with values, and a walk of
+	// the keys would otherwise read, copy and drop every value.
+	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit), KeysOnly: true})
 	if err != nil {
 		return nil, fromStatus(err, false)
 	}
