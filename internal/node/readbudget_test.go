@@ -268,3 +268,36 @@ func readScanReply(t *testing.T, r *bufio.Reader) (string, int) {
 	}
 	return cursor, n
 }
+
+// TestRedisGlobBounded protects the glob matcher's bounds on the Redis
+// port: a pattern over 64 KiB is refused, and a 64 KiB pattern that makes
+// every key cost its full len(pattern)·len(key) steps fails once the
+// command's matching passes its step budget (before: SCAN with it over 20
+// keys of 4 KiB ran for seconds and answered no keys; with COUNT 10000
+// and a 1 MiB pattern, hours).
+func TestRedisGlobBounded(t *testing.T) {
+	n, kv := budgetNode(t)
+	for i := range 20 {
+		key := fmt.Appendf(nil, "g%02d", i)
+		key = append(key, bytes.Repeat([]byte("a"), 4000)...)
+		if _, err := kv.Put(context.Background(), &concordpb.PutRequest{Key: key, Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc, r := redisDial(t, n)
+	// A class of 65,530 bytes (a 65,534-byte pattern), tried at every byte of every key.
+	slow := "*[" + strings.Repeat("a", 64<<10-6) + "]b"
+	if _, err := io.WriteString(nc, command("SCAN", "0", "MATCH", slow, "COUNT", "1000")+
+		command("KEYS", strings.Repeat("a", 64<<10+1))+command("KEYS", "g0*")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "-ERR pattern too complex") {
+		t.Fatalf("SCAN with a 64 KiB pathological pattern answered %q, %v", line, err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "-ERR pattern is longer than 65536 bytes") {
+		t.Fatalf("KEYS with a pattern over 64 KiB answered %q, %v", line, err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || line != "*10\r\n" {
+		t.Fatalf("KEYS g0* answered %q, %v; want its 10 keys", line, err)
+	}
+}

@@ -380,6 +380,12 @@ func cmdConfig(c *conn, a [][]byte, w *resp.Writer) {
 		{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}, {"proto-max-bulk-len", strconv.Itoa(c.s.limits.MaxBulkBytes)},
 		{"save", ""}, {"timeout", "0"},
 	}
+	for _, p := range a[2:] {
+		if len(p) > maxPatternBytes {
+			w.Error(string(errPatternTooLong))
+			return
+		}
+	}
 	var out [][2]string
 	for _, kv := range settings {
 		for _, p := range a[2:] {
