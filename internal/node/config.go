@@ -62,6 +62,10 @@ type Config struct {
 	// HTTPAddr, when set, is where the node serves /healthz, /readyz,
 	// /metrics and /api/status (internal/httpapi); empty: off.
 	HTTPAddr string
+	// HTTPIdleTimeout closes an HTTP keep-alive connection that has sent
+	// no request for that long; 0 means defaultHTTPIdleTimeout (2 min).
+	// No flag: tests shorten it.
+	HTTPIdleTimeout time.Duration
 	// RedisEnableFlush allows FLUSHDB and FLUSHALL on the Redis port.
 	RedisEnableFlush bool
 	// RedisOutputBufferLimit bounds the replies one Redis connection holds
