@@ -1556,7 +1556,15 @@ type ScanRequest struct {
 	// At most limit keys per page; 0 means the server's default page size.
 	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Internal: set by a node that forwards the scan of one shard to its leader.
-	OnlyShard     uint64 `protobuf:"varint,5,opt,name=only_shard,json=onlyShard,proto3" json:"only_shard,omitempty"`
+	OnlyShard uint64 `protobuf:"varint,5,opt,name=only_shard,json=onlyShard,proto3" json:"only_shard,omitempty"`
+	// keys_only leaves the values out of the page (kvs carry keys only): a
+	// walk of the keys neither copies nor sends the values.
+	KeysOnly bool `protobuf:"varint,6,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
+	// A page also ends after the pair that brings its keys and values to
+	// max_bytes or more (it holds at least one pair); 0 means the server's
+	// bound, 64 MiB, which also caps it. Like limit, a page that ends at it
+	// sets more.
+	MaxBytes      uint32 `protobuf:"varint,7,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1622,6 +1630,20 @@ func (x *ScanRequest) GetLimit() uint32 {
 func (x *ScanRequest) GetOnlyShard() uint64 {
 	if x != nil {
 		return x.OnlyShard
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetKeysOnly() bool {
+	if x != nil {
+		return x.KeysOnly
+	}
+	return false
+}
+
+func (x *ScanRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
 	}
 	return 0
 }
@@ -2211,14 +2233,16 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x1a.concord.v1.ResponseHeaderR\x06header\x12\x1c\n" +
 	"\tsucceeded\x18\x02 \x01(\bR\tsucceeded\x12%\n" +
 	"\x0ecurrent_exists\x18\x03 \x01(\bR\rcurrentExists\x12#\n" +
-	"\rcurrent_value\x18\x04 \x01(\fR\fcurrentValue\"\x9d\x01\n" +
+	"\rcurrent_value\x18\x04 \x01(\fR\fcurrentValue\"\xd7\x01\n" +
 	"\vScanRequest\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.concord.v1.RequestHeaderR\x06header\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\fR\x03end\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x1d\n" +
 	"\n" +
-	"only_shard\x18\x05 \x01(\x04R\tonlyShard\"\x9d\x01\n" +
+	"only_shard\x18\x05 \x01(\x04R\tonlyShard\x12\x1b\n" +
+	"\tkeys_only\x18\x06 \x01(\bR\bkeysOnly\x12\x1b\n" +
+	"\tmax_bytes\x18\a \x01(\rR\bmaxBytes\"\x9d\x01\n" +
 	"\fScanResponse\x122\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.concord.v1.ResponseHeaderR\x06header\x12&\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +

@@ -69,7 +69,7 @@ func newServerCmd() *cobra.Command {
 	_ = f.MarkHidden("test-drop-join-answers")
 	f.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of shards (fixed when the cluster bootstraps)")
 	f.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas per shard (capped at the node count)")
-	f.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "largest key accepted")
+	f.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "largest key accepted, in bytes (at most 65536)")
 	f.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value accepted")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "how long shards remember an idle client session (at-most-once window)")
 	f.StringVar(&cfg.PeerWire, "peer-wire", "tcp", "how raft messages go to peers: tcp (framed connections on the peers' port) or grpc (gRPC streams); either is received")

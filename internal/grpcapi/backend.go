@@ -7,6 +7,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
 	"github.com/concord-kv/concord/internal/version"
@@ -85,10 +86,10 @@ type KVBackend interface {
 	// rather than answer for a replica removed while they read. Like a
 	// ShardView, they treat a key expired by this node's clock as absent.
 	LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
-	LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	LocalScan(shard ids.ShardID, start, end []byte, page kv.Page) ([]*concordpb.KeyValue, bool, error)
 	// LocalGetMany reads keys as LocalGet does, all at one instant (a
 	// stale batch of GETs stays atomic); results as ShardView.GetMany's.
-	LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error)
+	LocalGetMany(shard ids.ShardID, keys [][]byte, budget *kv.Budget) ([]*concordpb.OpResult, error)
 }
 
 // ShardView is one shard's applied state at one instant, from ReadIndex.
@@ -100,9 +101,13 @@ type ShardView interface {
 	Get(key []byte) (value []byte, expireAtUnixMs int64, found bool, err error)
 	// GetMany reads keys as Get does, in order, cheaper per key than a Get
 	// each (a batch of reads of the shard): result i is key i's, as an
-	// OP_GET's result (ok: found, value, expire_at_unix_ms).
-	GetMany(keys [][]byte) ([]*concordpb.OpResult, error)
-	Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error)
+	// OP_GET's result (ok: found, value, expire_at_unix_ms). Each value
+	// is charged to budget as it is read; the read fails with the
+	// budget's error, holding no more, once one does not fit.
+	GetMany(keys [][]byte, budget *kv.Budget) ([]*concordpb.OpResult, error)
+	// Scan reads one page of the shard's live pairs in [start, end)
+	// (kv.Scan): more reports that pairs may follow the page.
+	Scan(start, end []byte, page kv.Page) (kvs []*concordpb.KeyValue, more bool, err error)
 	// State is the applied index the view is at and the shard's
 	// descriptor as of that index.
 	State() (appliedIndex uint64, desc *concordpb.ShardDescriptor, err error)

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/replica"
 )
@@ -22,7 +23,10 @@ func toStatus(err error) error {
 		return err // already a status, e.g. from a forwarded call
 	}
 	var nl *replica.NotLeaderError
+	var tooLarge *kv.TooLargeError
 	switch {
+	case errors.As(err, &tooLarge):
+		return status.Error(codes.ResourceExhausted, tooLarge.Error())
 	case errors.As(err, &nl):
 		return status.Error(codes.Unavailable, nl.Error())
 	case errors.Is(err, multiraft.ErrNotCaughtUp):

@@ -15,6 +15,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -241,19 +242,22 @@ type fakeView struct {
 }
 
 func (v fakeView) Get(key []byte) ([]byte, int64, bool, error) { return v.f.LocalGet(v.shard, key) }
-func (v fakeView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
+func (v fakeView) GetMany(keys [][]byte, budget *kv.Budget) ([]*concordpb.OpResult, error) {
 	res := make([]*concordpb.OpResult, len(keys))
 	for i, k := range keys {
 		value, at, found, err := v.Get(k)
 		if err != nil {
 			return nil, err
 		}
+		if err := budget.Take(len(value)); err != nil {
+			return nil, err
+		}
 		res[i] = &concordpb.OpResult{Ok: found, Value: value, ExpireAtUnixMs: at}
 	}
 	return res, nil
 }
-func (v fakeView) Scan(start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
-	return v.f.LocalScan(v.shard, start, end, limit)
+func (v fakeView) Scan(start, end []byte, page kv.Page) ([]*concordpb.KeyValue, bool, error) {
+	return v.f.LocalScan(v.shard, start, end, page)
 }
 func (v fakeView) State() (uint64, *concordpb.ShardDescriptor, error) {
 	return 1, v.f.Descriptors()[v.shard], nil
@@ -262,7 +266,7 @@ func (v fakeView) State() (uint64, *concordpb.ShardDescriptor, error) {
 // Export returns the fake's keys of the shard at or after start, one per
 // call, so that a stream of them has several chunks.
 func (v fakeView) Export(start []byte, _ int, _ int64) ([]*concordpb.BackupRecord, bool, error) {
-	kvs, err := v.f.LocalScan(v.shard, start, nil, 2)
+	kvs, _, err := v.f.LocalScan(v.shard, start, nil, kv.Page{Limit: 2})
 	if err != nil || len(kvs) == 0 {
 		return nil, false, err
 	}
@@ -290,19 +294,30 @@ func (f *fakeNode) ClusterVersion() version.Level {
 	return version.Binary
 }
 
-func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte) ([]*concordpb.OpResult, error) {
-	return fakeView{f: f, shard: shard}.GetMany(keys)
+func (f *fakeNode) LocalGetMany(shard ids.ShardID, keys [][]byte, budget *kv.Budget) ([]*concordpb.OpResult, error) {
+	return fakeView{f: f, shard: shard}.GetMany(keys, budget)
 }
 
-func (f *fakeNode) LocalScan(shard ids.ShardID, start, end []byte, limit int) ([]*concordpb.KeyValue, error) {
+// LocalScan pages through the shard's pairs as kv.Scan does (they are in
+// key order: the fake keeps them sorted).
+func (f *fakeNode) LocalScan(shard ids.ShardID, start, end []byte, page kv.Page) ([]*concordpb.KeyValue, bool, error) {
 	var out []*concordpb.KeyValue
-	for _, kv := range f.data[shard] {
-		k := kv.GetKey()
-		if bytes.Compare(k, start) >= 0 && (len(end) == 0 || bytes.Compare(k, end) < 0) && len(out) < limit {
-			out = append(out, kv)
+	size := 0
+	for _, p := range f.data[shard] {
+		k := p.GetKey()
+		if bytes.Compare(k, start) < 0 || (len(end) > 0 && bytes.Compare(k, end) >= 0) {
+			continue
 		}
+		if len(out) >= page.Limit || (page.MaxBytes > 0 && size >= page.MaxBytes) {
+			return out, true, nil
+		}
+		if page.KeysOnly {
+			p = &concordpb.KeyValue{Key: k}
+		}
+		size += len(p.GetKey()) + len(p.GetValue())
+		out = append(out, p)
 	}
-	return out, nil
+	return out, false, nil
 }
 
 func (f *fakeNode) Nodes() []*concordpb.NodeDescriptor {

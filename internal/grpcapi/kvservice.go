@@ -14,6 +14,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/mutant"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/routing"
@@ -267,8 +268,21 @@ func (s *KV) readBatchOnce(ctx context.Context, req *concordpb.BatchRequest, sha
 		}
 		return &concordpb.BatchResponse{Header: header(s.b, shard), Results: res}, nil
 	}
+	resp, err := s.forwardReads(ctx, h, shard, req.GetOps())
+	if err != nil {
+		return nil, err
+	}
+	if err := chargeResults(ctx, resp.GetResults()); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// forwardReads sends a read-only batch to the node that can serve it
+// (which bounds it by its own MaxReadBytes).
+func (s *KV) forwardReads(ctx context.Context, h *concordpb.RequestHeader, shard ids.ShardID, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
 	if mergeable(h) {
-		return s.forwardMerged(ctx, shard, req.GetOps())
+		return s.forwardMerged(ctx, shard, ops)
 	}
 	target := s.readTarget(h, shard)
 	c, err := s.kvClientFor(target, h.GetHops(), shard)
@@ -276,8 +290,23 @@ func (s *KV) readBatchOnce(ctx context.Context, req *concordpb.BatchRequest, sha
 		return nil, err
 	}
 	return forward(ctx, target, func(ctx context.Context) (*concordpb.BatchResponse, error) {
-		return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(h), Ops: req.GetOps()})
+		return c.Batch(ctx, &concordpb.BatchRequest{Header: forwardedHeader(h), Ops: ops})
 	})
+}
+
+// chargeResults charges the values of a forwarded read's results to the
+// caller's budget, if ctx carries one: the node that served it bounded
+// the read alone, not what the caller already holds.
+func chargeResults(ctx context.Context, res []*concordpb.OpResult) error {
+	b := kv.BudgetFrom(ctx)
+	if b == nil {
+		return nil
+	}
+	n := 0
+	for _, r := range res {
+		n += len(r.GetValue())
+	}
+	return toStatus(b.Take(n))
 }
 
 // localGets reads the keys of ops (OP_GETs) from the local replica of
@@ -288,8 +317,12 @@ func (s *KV) localGets(ctx context.Context, h *concordpb.RequestHeader, shard id
 	for i, op := range ops {
 		keys[i] = op.GetKey()
 	}
+	budget := readBudget(ctx)
+	if err := budget.Spent(); err != nil {
+		return nil, toStatus(err)
+	}
 	if h.GetConsistency() == concordpb.Consistency_STALE {
-		res, err := s.b.LocalGetMany(shard, keys)
+		res, err := s.b.LocalGetMany(shard, keys, budget)
 		return res, toStatus(err)
 	}
 	view, err := s.readBarrier(ctx, shard)
@@ -297,7 +330,7 @@ func (s *KV) localGets(ctx context.Context, h *concordpb.RequestHeader, shard id
 		return nil, err
 	}
 	defer view.Close()
-	res, err := view.GetMany(keys)
+	res, err := view.GetMany(keys, budget)
 	return res, toStatus(err)
 }
 
@@ -322,7 +355,9 @@ func pause(ctx context.Context, d time.Duration) bool {
 }
 
 // Scan merges the per-shard scans of every user shard, or scans one shard
-// when a forwarding node asks for it.
+// when a forwarding node asks for it. A page is bounded by keys (limit)
+// and by bytes (max_bytes, at most kv.MaxReadBytes): 10,000 pairs of 1 MiB
+// values were a 10 GiB page.
 func (s *KV) Scan(ctx context.Context, req *concordpb.ScanRequest) (*concordpb.ScanResponse, error) {
 	if err := ready(s.b, notReady); err != nil {
 		return nil, err
@@ -330,59 +365,95 @@ func (s *KV) Scan(ctx context.Context, req *concordpb.ScanRequest) (*concordpb.S
 	if len(req.GetEnd()) > 0 && bytes.Compare(req.GetStart(), req.GetEnd()) >= 0 {
 		return nil, invalid("scan start %q is not before end %q", req.GetStart(), req.GetEnd())
 	}
-	limit := int(req.GetLimit())
-	if limit == 0 {
-		limit = defaultScanLimit
-	}
-	limit = min(limit, maxScanLimit)
+	page := scanPage(req)
 	if shard := ids.ShardID(req.GetOnlyShard()); shard != 0 {
 		if _, ok := s.b.Descriptors()[shard]; !ok || shard == routing.MetaShard {
 			return nil, status.Errorf(codes.NotFound, "shard %d does not exist", shard)
 		}
-		kvs, err := s.scanShard(ctx, req, shard, limit)
+		kvs, more, err := s.scanShard(ctx, req, shard, page)
 		if err != nil {
 			return nil, err
 		}
-		return &concordpb.ScanResponse{Header: header(s.b, shard), Kvs: kvs, More: len(kvs) == limit}, nil
+		return &concordpb.ScanResponse{Header: header(s.b, shard), Kvs: kvs, More: more}, nil
 	}
-	return s.scanAll(ctx, req, limit)
+	return s.scanAll(ctx, req, page)
 }
 
-// scanAll scans every shard in parallel and merges. Each shard returns at
-// most limit keys; the first limit keys of the merge are then exactly the
-// first limit keys of the whole range.
-func (s *KV) scanAll(ctx context.Context, req *concordpb.ScanRequest, limit int) (*concordpb.ScanResponse, error) {
+// scanPage is the page a request asks for, within the server's bounds.
+func scanPage(req *concordpb.ScanRequest) kv.Page {
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = defaultScanLimit
+	}
+	maxBytes := int(req.GetMaxBytes())
+	if maxBytes == 0 || maxBytes > kv.MaxReadBytes {
+		maxBytes = kv.MaxReadBytes
+	}
+	return kv.Page{Limit: min(limit, maxScanLimit), MaxBytes: maxBytes, KeysOnly: req.GetKeysOnly()}
+}
+
+// shardPage is one shard's part of a merged scan page.
+type shardPage struct {
+	kvs  []*concordpb.KeyValue
+	more bool
+}
+
+// scanAll scans every shard in parallel and merges. Each shard's page is
+// a prefix of its keys of at most the page's limit, and of its byte bound
+// shared out between the shards, so the merged page stays within about
+// the bound; mergedScan then keeps only what is certainly the first keys
+// of the whole range.
+func (s *KV) scanAll(ctx context.Context, req *concordpb.ScanRequest, page kv.Page) (*concordpb.ScanResponse, error) {
 	shards := s.b.Table().Shards()
 	if len(shards) == 0 {
 		return nil, status.Error(codes.Unavailable, "this node does not know the shards yet")
 	}
-	results := make([][]*concordpb.KeyValue, len(shards))
+	each := page
+	each.MaxBytes = max(1, page.MaxBytes/len(shards))
+	pages := make([]shardPage, len(shards))
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
 	for i, d := range shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = s.scanShard(ctx, req, ids.ShardID(d.GetShardId()), limit)
+			pages[i].kvs, pages[i].more, errs[i] = s.scanShard(ctx, req, ids.ShardID(d.GetShardId()), each)
 		}()
 	}
 	wg.Wait()
-	var all []*concordpb.KeyValue
-	more := false
-	for i := range shards {
-		if errs[i] != nil {
-			return nil, errs[i]
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
 		}
-		all = append(all, results[i]...)
-		more = more || len(results[i]) == limit
 	}
-	return mergedScan(s.b.ID(), all, more, limit), nil
+	return mergedScan(s.b.ID(), pages, page.Limit), nil
 }
 
-// mergedScan sorts the keys of every shard's scan, keeps the first limit and
-// says where the next page starts: just after the last key returned.
-func mergedScan(servedBy ids.NodeID, all []*concordpb.KeyValue, more bool, limit int) *concordpb.ScanResponse {
+// mergedScan merges the shards' pages into the first keys of the whole
+// range and says where the next page starts: just after the last key
+// returned. A shard's page that ended at a bound (more) holds its keys
+// only up to its last one, so the merge may not pass the smallest such
+// last key: a key of another shard past it could come before keys of that
+// shard the page has not read. The merge is then cut to limit keys.
+func mergedScan(servedBy ids.NodeID, pages []shardPage, limit int) *concordpb.ScanResponse {
+	var all []*concordpb.KeyValue
+	var cut []byte // the smallest last key of a page that ended at a bound
+	more := false
+	for _, p := range pages {
+		all = append(all, p.kvs...)
+		if p.more && len(p.kvs) > 0 {
+			last := p.kvs[len(p.kvs)-1].GetKey()
+			if cut == nil || bytes.Compare(last, cut) < 0 {
+				cut = last
+			}
+		}
+		more = more || p.more
+	}
 	sort.Slice(all, func(i, j int) bool { return bytes.Compare(all[i].GetKey(), all[j].GetKey()) < 0 })
+	if cut != nil {
+		n := sort.Search(len(all), func(i int) bool { return bytes.Compare(all[i].GetKey(), cut) > 0 })
+		all = all[:n]
+	}
 	if len(all) > limit {
 		all, more = all[:limit], true
 	}
@@ -393,40 +464,41 @@ func mergedScan(servedBy ids.NodeID, all []*concordpb.KeyValue, more bool, limit
 	return resp
 }
 
-func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) (kvs []*concordpb.KeyValue, err error) {
+func (s *KV) scanShard(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, page kv.Page) (kvs []*concordpb.KeyValue, more bool, err error) {
 	err = s.rerouted(ctx, shard, func() (err error) {
-		kvs, err = s.scanShardOnce(ctx, req, shard, limit)
+		kvs, more, err = s.scanShardOnce(ctx, req, shard, page)
 		return err
 	})
-	return kvs, err
+	return kvs, more, err
 }
 
 // scanShardOnce routes a scan of shard once: served here or forwarded.
-func (s *KV) scanShardOnce(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, limit int) ([]*concordpb.KeyValue, error) {
+func (s *KV) scanShardOnce(ctx context.Context, req *concordpb.ScanRequest, shard ids.ShardID, page kv.Page) ([]*concordpb.KeyValue, bool, error) {
 	s.awaitLeader(ctx, req.GetHeader(), shard)
 	if s.canReadLocally(req.GetHeader(), shard) {
 		if req.GetHeader().GetConsistency() == concordpb.Consistency_STALE {
-			kvs, err := s.b.LocalScan(shard, req.GetStart(), req.GetEnd(), limit)
-			return kvs, toStatus(err)
+			kvs, more, err := s.b.LocalScan(shard, req.GetStart(), req.GetEnd(), page)
+			return kvs, more, toStatus(err)
 		}
 		view, err := s.readBarrier(ctx, shard)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		defer view.Close()
-		kvs, err := view.Scan(req.GetStart(), req.GetEnd(), limit)
-		return kvs, toStatus(err)
+		kvs, more, err := view.Scan(req.GetStart(), req.GetEnd(), page)
+		return kvs, more, toStatus(err)
 	}
 	target := s.readTarget(req.GetHeader(), shard)
 	c, err := s.kvClientFor(target, req.GetHeader().GetHops(), shard)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	resp, err := forward(ctx, target, func(ctx context.Context) (*concordpb.ScanResponse, error) {
 		return c.Scan(ctx, &concordpb.ScanRequest{Header: forwardedHeader(req.GetHeader()),
-			Start: req.GetStart(), End: req.GetEnd(), Limit: uint32(limit), OnlyShard: uint64(shard)})
+			Start: req.GetStart(), End: req.GetEnd(), Limit: uint32(page.Limit), OnlyShard: uint64(shard),
+			KeysOnly: page.KeysOnly, MaxBytes: uint32(page.MaxBytes)})
 	})
-	return resp.GetKvs(), err
+	return resp.GetKvs(), resp.GetMore(), err
 }
 
 // canReadLocally: a stale read needs any local replica; a linearizable one

@@ -95,7 +95,7 @@ func TestMergedScanCutsAtLimit(t *testing.T) {
 		}
 		return out
 	}
-	resp := mergedScan(4, kvs("d", "a", "c", "b"), false, 3)
+	resp := mergedScan(4, []shardPage{{kvs: kvs("a", "d")}, {kvs: kvs("b", "c")}}, 3)
 	var got []string
 	for _, e := range resp.GetKvs() {
 		got = append(got, string(e.GetKey()))
@@ -105,6 +105,28 @@ func TestMergedScanCutsAtLimit(t *testing.T) {
 	}
 	if !resp.GetMore() || string(resp.GetNextStart()) != "c\x00" || resp.GetHeader().GetServedByNodeId() != 4 {
 		t.Fatalf("more=%v next_start=%q served_by=%d", resp.GetMore(), resp.GetNextStart(), resp.GetHeader().GetServedByNodeId())
+	}
+}
+
+// TestMergedScanStopsAtAShortPage protects the merge of pages that ended
+// at their byte bound: a shard's page that ended early (more) after "b"
+// says nothing of its keys past "b", so the merge ends at "b" (another
+// shard's "c" and "d" wait for the next page, which starts after "b"),
+// and reports more though fewer than limit keys came back.
+func TestMergedScanStopsAtAShortPage(t *testing.T) {
+	kvs := func(keys ...string) (out []*concordpb.KeyValue) {
+		for _, k := range keys {
+			out = append(out, &concordpb.KeyValue{Key: []byte(k)})
+		}
+		return out
+	}
+	resp := mergedScan(4, []shardPage{{kvs: kvs("a", "b"), more: true}, {kvs: kvs("c", "d")}}, 10)
+	var got []string
+	for _, e := range resp.GetKvs() {
+		got = append(got, string(e.GetKey()))
+	}
+	if !slices.Equal(got, []string{"a", "b"}) || !resp.GetMore() || string(resp.GetNextStart()) != "b\x00" {
+		t.Fatalf("got %v more=%v next_start=%q, want [a b], more, \"b\\x00\"", got, resp.GetMore(), resp.GetNextStart())
 	}
 }
 

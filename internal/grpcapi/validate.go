@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"cmp"
+	"context"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -129,4 +130,13 @@ func (l Limits) checkOp(i int, op *concordpb.Op, repeatOK bool) error {
 			i, op.GetOffset(), len(op.GetValue()), l.MaxValueBytes)
 	}
 	return l.checkValue(op.GetExpected())
+}
+
+// readBudget returns the budget of one read under ctx: the caller's
+// (kv.WithBudget), or kv.MaxReadBytes of its own.
+func readBudget(ctx context.Context) *kv.Budget {
+	if b := kv.BudgetFrom(ctx); b != nil {
+		return b
+	}
+	return kv.NewBudget(kv.MaxReadBytes, nil)
 }

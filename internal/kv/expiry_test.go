@@ -84,7 +84,7 @@ func TestReadsAtNow(t *testing.T) {
 		t.Fatal("Get at the expiry instant found the key")
 	}
 	scan := func(now int64, start string, limit int) []string {
-		kvs, err := Scan(f.db, shard, []byte(start), nil, limit, now)
+		kvs, _, err := Scan(f.db, shard, []byte(start), nil, Page{Limit: limit}, now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,34 +22,54 @@ func Get(r pebble.Reader, shard uint64, key []byte, nowMs int64) (value []byte, 
 	return rec.value, rec.expireAt, true, nil
 }
 
-// Scan reads up to limit live pairs of shard with keys in [start, end) in
-// key order at nowMs; an empty end means no bound. Expired keys are
-// skipped, so it returns limit pairs whenever that many live ones exist.
-func Scan(r pebble.Reader, shard uint64, start, end []byte, limit int, nowMs int64) ([]*concordpb.KeyValue, error) {
+// Page bounds one page of a scan. A page is a prefix of the range: it
+// ends after Limit live pairs, or after the pair that brings its keys and
+// values to MaxBytes or more (0: no byte bound; a page holds at least one
+// pair, so a scan always advances). KeysOnly leaves the values out of the
+// page: a walk of the keys (Redis SCAN, KEYS, DBSIZE) neither copies nor
+// sends them, and they do not count against MaxBytes.
+type Page struct {
+	Limit    int
+	MaxBytes int
+	KeysOnly bool
+}
+
+// Scan reads one page of the live pairs of shard with keys in [start, end)
+// in key order at nowMs; an empty end means no bound. Expired keys are
+// skipped, so it returns page.Limit pairs whenever that many live ones
+// exist and the byte bound does not end the page first. more reports that
+// the page ended at a bound (pairs may follow it).
+func Scan(r pebble.Reader, shard uint64, start, end []byte, page Page, nowMs int64) (kvs []*concordpb.KeyValue, more bool, err error) {
 	lo, hi := keys.UserSpan(shard, start, end)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var kvs []*concordpb.KeyValue
-	for ok := it.First(); ok && len(kvs) < limit; ok = it.Next() {
+	size := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(kvs) >= page.Limit || (page.MaxBytes > 0 && size >= page.MaxBytes) {
+			more = true
+			break
+		}
 		value, expireAt, err := decodeValue(it.Value())
 		if err != nil {
 			_ = it.Close()
-			return nil, err
+			return nil, false, err
 		}
 		if !live(expireAt, nowMs) {
 			continue
 		}
-		kvs = append(kvs, &concordpb.KeyValue{
-			Key:   append([]byte(nil), keys.UserKey(shard, it.Key())...),
-			Value: append([]byte(nil), value...),
-		})
+		pair := &concordpb.KeyValue{Key: append([]byte(nil), keys.UserKey(shard, it.Key())...)}
+		if !page.KeysOnly {
+			pair.Value = append([]byte(nil), value...)
+		}
+		size += len(pair.Key) + len(pair.Value)
+		kvs = append(kvs, pair)
 	}
 	if err := it.Close(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return kvs, nil
+	return kvs, more, nil
 }
 
 // ExpiredKey is one entry of a shard's expiry index: a user key and the

@@ -16,7 +16,7 @@ func scanKeys(t *testing.T, r pebble.Reader, start, end string, limit int) []str
 	if end != "" {
 		e = []byte(end)
 	}
-	kvs, err := Scan(r, shard, []byte(start), e, limit, 0)
+	kvs, _, err := Scan(r, shard, []byte(start), e, Page{Limit: limit}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

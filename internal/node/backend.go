@@ -98,19 +98,32 @@ func (s shardView) Get(key []byte) (value []byte, expireAt int64, found bool, er
 // of the shard, released together, cost a positioning each, not a clone.
 // A key asked for again (a hot key, redis-benchmark's one key) is read
 // once: the view cannot change between the two, so its result is shared.
-func (s shardView) GetMany(keys [][]byte) ([]*concordpb.OpResult, error) {
+func (s shardView) GetMany(keys [][]byte, budget *kv.Budget) ([]*concordpb.OpResult, error) {
 	now := nowMs()
 	res := make([]*concordpb.OpResult, len(keys))
 	all := make([]concordpb.OpResult, len(keys)) // one allocation for the results
 	earlier := readBefore(keys)
 	err := s.v.ReadPoints(func(r storage.Reader) error {
 		for i, key := range keys {
+			if err := budget.Spent(); err != nil {
+				return err // spent by a read running beside this one
+			}
 			if j := earlier(i); j >= 0 {
+				// Shared here, but its reply (a Redis MGET's) holds
+				// the value once more: charged again.
+				if err := budget.Take(len(res[j].GetValue())); err != nil {
+					return err
+				}
 				res[i] = res[j]
 				continue
 			}
 			value, expireAt, found, err := kv.Get(r, uint64(s.shard), key, now)
 			if err != nil {
+				return err
+			}
+			// Charged as read, so a batch over its budget fails at the
+			// value that passes it instead of holding them all first.
+			if err := budget.Take(len(value)); err != nil {
 				return err
 			}
 			all[i].Ok, all[i].Value, all[i].ExpireAtUnixMs = found, value, expireAt
@@ -148,12 +161,12 @@ func readBefore(keys [][]byte) func(i int) int {
 	}
 }
 
-func (s shardView) Scan(start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
+func (s shardView) Scan(start, end []byte, page kv.Page) (kvs []*concordpb.KeyValue, more bool, err error) {
 	err = s.v.Read(func(r storage.Reader) error {
-		kvs, err = kv.Scan(r, uint64(s.shard), start, end, limit, nowMs())
+		kvs, more, err = kv.Scan(r, uint64(s.shard), start, end, page, nowMs())
 		return err
 	})
-	return kvs, readErr(err)
+	return kvs, more, readErr(err)
 }
 
 func (s shardView) State() (applied uint64, desc *concordpb.ShardDescriptor, err error) {
@@ -198,25 +211,25 @@ func (b backend) LocalGet(shard ids.ShardID, key []byte) (value []byte, expireAt
 
 // LocalGetMany reads keys from one view of the engine (one instant, as a
 // raft batch of GETs would), through GetMany.
-func (b backend) LocalGetMany(shard ids.ShardID, keys [][]byte) (res []*concordpb.OpResult, err error) {
+func (b backend) LocalGetMany(shard ids.ShardID, keys [][]byte, budget *kv.Budget) (res []*concordpb.OpResult, err error) {
 	err = b.readReplica(shard, func(storage.Reader) error {
 		v, err := b.n.eng.NewReadView(1)
 		if err != nil {
 			return err
 		}
 		defer v.Release()
-		res, err = shardView{v: v, shard: shard}.GetMany(keys)
+		res, err = shardView{v: v, shard: shard}.GetMany(keys, budget)
 		return err
 	})
 	return res, err
 }
 
-func (b backend) LocalScan(shard ids.ShardID, start, end []byte, limit int) (kvs []*concordpb.KeyValue, err error) {
+func (b backend) LocalScan(shard ids.ShardID, start, end []byte, page kv.Page) (kvs []*concordpb.KeyValue, more bool, err error) {
 	err = b.readReplica(shard, func(r storage.Reader) error {
-		kvs, err = kv.Scan(r, uint64(shard), start, end, limit, nowMs())
+		kvs, more, err = kv.Scan(r, uint64(shard), start, end, page, nowMs())
 		return err
 	})
-	return kvs, err
+	return kvs, more, err
 }
 
 // nowMs is the time a read outside apply measures expiry against: this

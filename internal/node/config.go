@@ -73,6 +73,10 @@ type Config struct {
 	// HTTPAddr, when set, is where the node serves /healthz, /readyz,
 	// /metrics and /api/status (internal/httpapi); empty: off.
 	HTTPAddr string
+	// HTTPIdleTimeout closes an HTTP keep-alive connection that has sent
+	// no request for that long; 0 means defaultHTTPIdleTimeout (2 min).
+	// No flag: tests shorten it.
+	HTTPIdleTimeout time.Duration
 	// RedisEnableFlush allows FLUSHDB and FLUSHALL on the Redis port.
 	RedisEnableFlush bool
 	// RedisOutputBufferLimit bounds the replies one Redis connection holds
@@ -145,6 +149,13 @@ func DefaultConfig() Config {
 }
 
 // validate fills in defaults and rejects impossible settings.
+// MaxKeyBytesCap bounds --max-key-bytes. A key is read whole wherever it
+// goes (every op, scan page and index entry carries it, the Redis keyspace
+// walks hold a page of them, glob patterns are matched against it at
+// len(pattern)·len(key)), so a limit of megabytes made each of those
+// megabytes per key; 64 KiB is far above any key a client needs.
+const MaxKeyBytesCap = 64 << 10
+
 func (c *Config) validate() error {
 	d := DefaultConfig()
 	if c.Addr == "" {
@@ -206,6 +217,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--replicas must be at least 1, got %d", c.Replicas)
 	case c.MaxKeyBytes < 1 || c.MaxValueBytes < 0:
 		return errors.New("--max-key-bytes must be positive and --max-value-bytes not negative")
+	case c.MaxKeyBytes > MaxKeyBytesCap:
+		return fmt.Errorf("--max-key-bytes above %d (64 KiB) is not supported, got %d", MaxKeyBytesCap, c.MaxKeyBytes)
 	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
 		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
 			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)

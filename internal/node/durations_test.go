@@ -40,3 +40,25 @@ func TestNegativeDurationsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxKeyBytesCapped: --max-key-bytes above 64 KiB is refused by New
+// with an error naming it, before the data dir is created (before: any
+// size was taken); 64 KiB itself is valid.
+func TestMaxKeyBytesCapped(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Peers = nil
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.MaxKeyBytes = 64<<10 + 1
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "--max-key-bytes above 65536") {
+		t.Fatalf("New with --max-key-bytes=65537: err = %v, want one naming the flag and its cap", err)
+	}
+	if _, err := os.Stat(cfg.DataDir); !os.IsNotExist(err) {
+		t.Fatalf("the data dir was created (stat: %v)", err)
+	}
+	cfg.MaxKeyBytes = 64 << 10
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("--max-key-bytes=65536: %v", err)
+	}
+}

@@ -27,6 +27,10 @@ import (
 // while the node counts as caught up.
 const readyLag = 1000
 
+// defaultHTTPIdleTimeout is how long an idle keep-alive HTTP connection
+// is kept (Config.HTTPIdleTimeout): longer than a scraper's interval.
+const defaultHTTPIdleTimeout = 2 * time.Minute
+
 // startHTTP serves the HTTP front door on cfg.HTTPAddr, if set. Like the
 // Redis port it opens before the node has an identity, so probes see
 // "not ready" rather than "connection refused" while the node starts.
@@ -39,9 +43,21 @@ func (n *Node) startHTTP() error {
 		return fmt.Errorf("listen for HTTP on %s: %w", n.cfg.HTTPAddr, err)
 	}
 	n.httpLis = lis
+	idle := n.cfg.HTTPIdleTimeout
+	if idle <= 0 {
+		idle = defaultHTTPIdleTimeout
+	}
+	// Every phase of a connection has a deadline, so a client that opens
+	// connections and leaves them idle, or trickles a request or never
+	// reads the answer, holds a goroutine and a socket for a bounded time
+	// (without IdleTimeout or ReadTimeout an idle keep-alive connection
+	// was held until the client closed it).
 	n.httpSrv = &http.Server{
 		Handler:           httpapi.Handler(httpBackend{n}, httpapi.Config{Metrics: n.metrics.Handler(), AuthToken: n.cfg.AuthToken}),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      time.Minute,
+		IdleTimeout:       idle,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig:         n.sec.httpTLS(),
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -248,5 +249,35 @@ func respCommands(t *testing.T, addr string, cmds ...string) {
 		if _, err := c.Read(buf); err != nil {
 			t.Fatalf("%s: %v", cmd, err)
 		}
+	}
+}
+
+// TestHTTPIdleConnectionClosed protects the HTTP server's deadlines: a
+// keep-alive connection that sends no request after its first is closed
+// by the node after the idle timeout (before: held until the client
+// closed it), while it answered the request it sent.
+func TestHTTPIdleConnectionClosed(t *testing.T) {
+	n := startSolo(t, withHTTP(""), func(c *Config) { c.HTTPIdleTimeout = 200 * time.Millisecond })
+	c, err := net.Dial("tcp", n.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz = %d", resp.StatusCode)
+	}
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Fatalf("the idle connection was not closed by the node: read %v, want EOF", err)
 	}
 }

@@ -319,7 +319,7 @@ func userKeys(t *testing.T, dir string) int {
 	n := 0
 	for shard := uint64(1); shard <= 2; shard++ {
 		err := eng.Read(func(r storage.Reader) error {
-			recs, err := kv.Scan(r, shard, nil, nil, 1000, 0)
+			recs, _, err := kv.Scan(r, shard, nil, nil, kv.Page{Limit: 1000}, 0)
 			n += len(recs)
 			return err
 		})

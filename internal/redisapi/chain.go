@@ -265,7 +265,7 @@ func (c *conn) execChain(ctx context.Context, cl *call) {
 	}
 	res, err := c.batch(ctx, ops)
 	switch {
-	case err != nil && refused(err):
+	case err != nil && refused(err) && !c.budget.Exhausted():
 		c.execPlan(ctx, cl.plan, cl.out)
 		for _, x := range cl.chain {
 			c.execPlan(ctx, x.plan, x.out)

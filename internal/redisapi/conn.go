@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -75,6 +76,16 @@ type conn struct {
 		cmd  *command
 	}
 
+	// budget bounds the values the pipeline's reads gather (its output
+	// buffer limit), charged as they are read (kv.Budget); outBytes counts
+	// the replies answered so far. Past either the connection is over its
+	// output buffer limit (over): nothing more of the pipeline runs, and
+	// the connection is closed, as Redis closes a client past
+	// client-output-buffer-limit.
+	budget   *kv.Budget
+	outBytes int
+	over     bool
+
 	mu       sync.Mutex
 	name     string // guarded by mu
 	lastCmd  string // guarded by mu
@@ -83,7 +94,8 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn, id int64) *conn {
 	return &conn{s: s, nc: nc, id: id, r: resp.NewReader(nc, s.limits), bw: bufio.NewWriterSize(nc, 64<<10),
-		created: time.Now(), proto: 2, authed: s.cfg.AuthToken == ""}
+		created: time.Now(), proto: 2, authed: s.cfg.AuthToken == "",
+		budget: kv.NewBudget(int64(s.cfg.OutputBufferLimit), nil)}
 }
 
 // call is one command read from the stream, and its reply once run.
@@ -119,7 +131,14 @@ func (c *conn) servePipeline() bool {
 	c.slots = c.slots[:0]
 	calls, readErr := c.readPipeline()
 	c.calls = calls // its length sizes the one-op plans' block (newOnePlan)
+	c.budget.Reset()
+	c.outBytes, c.over = 0, false
 	c.run(calls)
+	if c.over {
+		c.s.cfg.Logger.Warn("redis client over the output buffer limit; disconnecting", "client", c.id,
+			"limit", c.s.cfg.OutputBufferLimit)
+		return false
+	}
 	pe := protocolError(readErr)
 	if pe != nil {
 		w := resp.NewWriter(c.proto)
@@ -227,8 +246,8 @@ func (c *conn) run(calls []*call) {
 	for _, cl := range calls {
 		cl.w.Init(c.proto, cl.reply[:]) // no allocation per command
 		cl.out = &cl.w
-		if c.quit {
-			cl.out = nil // nothing after QUIT is answered
+		if c.quit || c.over {
+			cl.out = nil // nothing after QUIT is answered; nothing past the output limit runs
 			continue
 		}
 		if p := c.planConcurrent(cl); p != nil {
@@ -243,11 +262,29 @@ func (c *conn) run(calls []*call) {
 			continue
 		}
 		c.runGroup(g.flush())
+		if c.over {
+			cl.out = nil
+			continue
+		}
 		start := time.Now()
 		c.dispatch(cl)
 		c.observe(cl, start)
+		c.answered(cl)
 	}
 	c.runGroup(g.flush())
+}
+
+// answered counts cl's reply, just written, toward the pipeline's output
+// buffer limit: replies are bounded as they are produced, not once the
+// whole pipeline has run (a pipeline of GETDELs of large values, of
+// CLIENT LISTs, held them all first).
+func (c *conn) answered(cl *call) {
+	if cl.out != nil {
+		c.outBytes += cl.out.Len()
+	}
+	if c.outBytes > c.s.cfg.OutputBufferLimit || c.budget.Exhausted() {
+		c.over = true
+	}
 }
 
 // observe reports one answered command to Config.Observe.
@@ -329,6 +366,7 @@ func (c *conn) runGroup(group []*call) {
 	if len(group) == 0 {
 		return
 	}
+	defer c.answeredGroup(group)
 	ctx := c.groupCtx()
 	if len(group) == 1 {
 		c.runCall(ctx, group[0])
@@ -349,6 +387,17 @@ func (c *conn) runGroup(group []*call) {
 	wg.Wait()
 }
 
+// answeredGroup counts the replies of a group that has run, its chained
+// calls' too.
+func (c *conn) answeredGroup(group []*call) {
+	for _, cl := range group {
+		c.answered(cl)
+		for _, x := range cl.chain {
+			c.answered(x)
+		}
+	}
+}
+
 // groupCtx returns the context that bounds a group starting now: its
 // deadline is at most CommandTimeout and at least CommandTimeout less
 // groupCtxReuse from now. One context (a cancelCtx, a timer, a
@@ -364,7 +413,8 @@ func (c *conn) groupCtx() context.Context {
 		return c.gctx
 	}
 	c.endGroupCtx()
-	c.gctx, c.gcancel = context.WithDeadline(c.s.ctx, now.Add(c.s.cfg.CommandTimeout))
+	ctx, cancel := context.WithDeadline(c.s.ctx, now.Add(c.s.cfg.CommandTimeout))
+	c.gctx, c.gcancel = kv.WithBudget(ctx, c.budget), cancel // the group's reads charge the pipeline's budget
 	c.gctxUntil = now.Add(min(groupCtxReuse, c.s.cfg.CommandTimeout/100))
 	return c.gctx
 }
@@ -453,7 +503,7 @@ func (c *conn) dispatch(cl *call) {
 		}
 		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 		defer cancel()
-		c.execPlan(ctx, p, w)
+		c.execPlan(kv.WithBudget(ctx, c.budget), p, w)
 		return
 	}
 	cmd.run(c, cl.args, w)

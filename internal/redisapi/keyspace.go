@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/resp"
 )
@@ -27,7 +29,9 @@ func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.Sc
 	if _, ok := c.shardOf(ctx, start); !ok { // a starting node: wait as key commands do
 		return nil, errNoShards
 	}
-	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit)})
+	// Keys only: no keyspace command answers with values, and a walk of
+	// the keys would otherwise read, copy and drop every value.
+	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit), KeysOnly: true})
 	if err != nil {
 		return nil, fromStatus(err, false)
 	}
@@ -44,7 +48,8 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 		w.Error("ERR invalid cursor")
 		return
 	}
-	pattern, count, typ := []byte(nil), scanDefaultCount, ""
+	var match *globber
+	count, typ := scanDefaultCount, ""
 	for i := 2; i < len(a); i += 2 {
 		if i+1 >= len(a) {
 			w.Error(string(errSyntax))
@@ -52,7 +57,10 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 		}
 		switch strings.ToUpper(string(a[i])) {
 		case "MATCH":
-			pattern = a[i+1]
+			if match, err = newGlobber(a[i+1]); err != nil {
+				w.Error(err.Error())
+				return
+			}
 		case "COUNT":
 			n, err := parseInt(a[i+1])
 			switch {
@@ -92,7 +100,21 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 	}
 	var keys [][]byte
 	for _, kv := range r.GetKvs() {
-		if (typ == "" || typ == "string") && (pattern == nil || globMatch(pattern, kv.GetKey())) {
+		if typ != "" && typ != "string" {
+			break
+		}
+		if ctx.Err() != nil { // the command's time is up, or the server closes
+			w.Error(fromStatus(status.FromContextError(ctx.Err()).Err(), false).Error())
+			return
+		}
+		ok := true
+		if match != nil {
+			if ok, err = match.match(kv.GetKey()); err != nil {
+				w.Error(err.Error())
+				return
+			}
+		}
+		if ok {
 			keys = append(keys, kv.GetKey())
 		}
 	}
@@ -108,9 +130,18 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 // it, an error (use SCAN). It looks at no more than keysScanCap keys.
 func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 	limit := c.s.cfg.KeysLimit
+	match, err := newGlobber(a[1])
+	if err != nil {
+		w.Error(err.Error())
+		return
+	}
 	var out [][]byte
-	err := c.walk(keysScanCap, func(kv *concordpb.KeyValue) error {
-		if globMatch(a[1], kv.GetKey()) {
+	err = c.walk(keysScanCap, func(kv *concordpb.KeyValue) error {
+		ok, err := match.match(kv.GetKey())
+		if err != nil {
+			return err
+		}
+		if ok {
 			if len(out) == limit {
 				return replyError("ERR KEYS matches more than " + strconv.Itoa(limit) + " keys; use SCAN")
 			}
@@ -140,6 +171,9 @@ func (c *conn) walk(cap int, f func(*concordpb.KeyValue) error) error {
 			return err
 		}
 		for _, kv := range r.GetKvs() {
+			if err := c.s.ctx.Err(); err != nil { // the server closes: stop between keys
+				return fromStatus(status.FromContextError(err).Err(), false)
+			}
 			if seen++; seen > cap {
 				return replyError("ERR the keyspace holds more than " + strconv.Itoa(cap) + " keys, more than this command walks")
 			}
@@ -222,20 +256,77 @@ func cmdFlush(c *conn, a [][]byte, w *resp.Writer) {
 	}
 }
 
-// globMatch reports whether s matches pattern with Redis's glob rules:
-// * ? [abc] [^a] [a-z] and \ escapes. It backtracks only to the last star,
-// so its time is at most len(p)·len(s), whatever the pattern.
+// Bounds on glob matching (SCAN MATCH, KEYS, CONFIG GET). The matcher
+// backtracks only to the last star, so one key costs at most
+// len(pattern)·len(key) steps; but a 64 KiB pattern against a 4 KiB key
+// is 0.5 s, and SCAN COUNT 10000 with a 1 MiB pattern was hours, run on
+// after the client left. A pattern is at most maxPatternBytes, and one
+// command's matching at most maxMatchSteps steps (about a second); past
+// either the command fails, with nothing matched.
+const (
+	maxPatternBytes = 64 << 10
+	maxMatchSteps   = 1 << 28
+)
+
+const (
+	errPatternTooLong    = replyError("ERR pattern is longer than 65536 bytes")
+	errPatternTooComplex = replyError("ERR pattern too complex: matching it took more than 2^28 steps; use a simpler pattern or a smaller COUNT")
+)
+
+// globber matches keys against one command's pattern within the
+// command's step budget.
+type globber struct {
+	pattern []byte
+	left    int // steps left
+}
+
+// newGlobber checks pattern's length and returns its matcher.
+func newGlobber(pattern []byte) (*globber, error) {
+	if len(pattern) > maxPatternBytes {
+		return nil, errPatternTooLong
+	}
+	return &globber{pattern: pattern, left: maxMatchSteps}, nil
+}
+
+// match reports whether s matches the pattern; it fails once the
+// command's matching has taken maxMatchSteps.
+func (g *globber) match(s []byte) (bool, error) {
+	ok := globMatchSteps(g.pattern, s, &g.left)
+	if g.left < 0 {
+		return false, errPatternTooComplex
+	}
+	return ok, nil
+}
+
+// globMatch reports whether s matches pattern with Redis's glob rules,
+// without a step budget: for short subjects only (CONFIG GET's names).
 func globMatch(p, s []byte) bool {
+	left := int(^uint(0) >> 1)
+	return globMatchSteps(p, s, &left)
+}
+
+// globMatchSteps reports whether s matches pattern with Redis's glob
+// rules: * ? [abc] [^a] [a-z] and \ escapes. It backtracks only to the
+// last star, so its time is at most len(p)·len(s), whatever the pattern;
+// each step is taken from *left, and it gives up (false) once *left is
+// below zero.
+func globMatchSteps(p, s []byte, left *int) bool {
 	pi, si := 0, 0
 	starP, starS := -1, 0
 	for si < len(s) {
-		if pi < len(p) && step(p, &pi, s[si]) {
+		if *left--; *left < 0 {
+			return false
+		}
+		if pi < len(p) && step(p, &pi, s[si], left) {
 			si++
 			continue
 		}
 		if pi < len(p) && p[pi] == '*' {
 			starP, starS = pi, si
 			pi++
+			if pi == len(p) {
+				return true // a final star matches whatever is left
+			}
 			continue
 		}
 		if starP < 0 {
@@ -251,8 +342,10 @@ func globMatch(p, s []byte) bool {
 }
 
 // step matches one byte c against the pattern element at p[*pi] (not a
-// star) and advances *pi past it on a match.
-func step(p []byte, pi *int, c byte) bool {
+// star) and advances *pi past it on a match. A class costs *left a step
+// per byte of it: a 64 KiB class is looked through for every byte it is
+// tried on.
+func step(p []byte, pi *int, c byte, left *int) bool {
 	switch p[*pi] {
 	case '*':
 		return false
@@ -261,6 +354,7 @@ func step(p []byte, pi *int, c byte) bool {
 		return true
 	case '[':
 		rest, ok := matchClass(p[*pi+1:], c)
+		*left -= len(p) - *pi - len(rest)
 		if ok {
 			*pi = len(p) - len(rest)
 		}

@@ -5,7 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -55,6 +59,9 @@ func (c *conn) execPlan(ctx context.Context, p *plan, w *resp.Writer) {
 			return
 		}
 	}
+	if p.read && len(p.ops) > 1 {
+		ctx = c.commandBudget(ctx)
+	}
 	res, err := c.batches(ctx, p.ops, p.read)
 	if err != nil {
 		w.Error(fromStatus(err, !p.read).Error())
@@ -62,6 +69,25 @@ func (c *conn) execPlan(ctx context.Context, p *plan, w *resp.Writer) {
 	}
 	p.answer(w, res)
 }
+
+// commandBudget returns ctx with a budget of one multi-key read (MGET)
+// inside the pipeline's: a read whose own values pass the output buffer
+// limit (or kv.MaxReadBytes) is refused, "ERR reply too large", at the
+// value that passes it; one that fits alone but not after the pipeline's
+// earlier replies closes the connection (conn.answered).
+func (c *conn) commandBudget(ctx context.Context) context.Context {
+	limit := int64(min(c.s.cfg.OutputBufferLimit, kv.MaxReadBytes))
+	return kv.WithBudget(ctx, kv.NewBudget(limit, kv.BudgetFrom(ctx)))
+}
+
+// errBudgetSpent fails a part of a read not started once the read's
+// budget is spent.
+var errBudgetSpent = status.Error(codes.ResourceExhausted, "reply too large")
+
+// maxReadParts bounds the batches of one read command that run at once:
+// each may gather a value before it sees the budget spent, so 4,000
+// parts of a long MGET at once could hold 4,000 values over it.
+const maxReadParts = 8
 
 // batches applies ops as one BatchRequest per shard, concurrently: atomic
 // within each shard, not across shards. The results come back in op order.
@@ -91,7 +117,12 @@ func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*
 	}
 	res := make([]*concordpb.OpResult, len(ops))
 	errs := make([]error, len(parts))
+	budget := kv.BudgetFrom(ctx)
 	apply := func(pi int) {
+		if budget != nil && budget.Exhausted() {
+			errs[pi] = errBudgetSpent // an earlier part's error says which
+			return
+		}
 		idx := parts[pi]
 		batch := make([]*concordpb.Op, len(idx))
 		for j, i := range idx {
@@ -110,9 +141,15 @@ func (c *conn) batches(ctx context.Context, ops []*concordpb.Op, read bool) ([]*
 		apply(0)
 	} else {
 		var wg sync.WaitGroup
+		at := len(parts) // writes: every shard's batch at once
+		if read {
+			at = maxReadParts
+		}
+		running := make(chan struct{}, at)
 		for pi := range parts {
+			running <- struct{}{}
 			wg.Add(1)
-			go func() { defer wg.Done(); apply(pi) }()
+			go func() { defer wg.Done(); defer func() { <-running }(); apply(pi) }()
 		}
 		wg.Wait()
 	}

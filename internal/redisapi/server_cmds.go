@@ -167,6 +167,9 @@ func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
 }
 
 func validName(name []byte) error {
+	if len(name) > maxClientName {
+		return errNameTooLong
+	}
 	for _, ch := range name {
 		if ch <= ' ' || ch > '~' {
 			return replyError("ERR Client names cannot contain spaces, newlines or special characters.")
@@ -174,6 +177,15 @@ func validName(name []byte) error {
 	}
 	return nil
 }
+
+// maxClientName bounds a connection's name (CLIENT SETNAME, HELLO
+// SETNAME): every CLIENT LIST prints every name, so at MaxClients
+// connections (10,000) of the longest names the list stays under ~7 MiB,
+// where names as long as a bulk string (a value: up to 8 MiB) made it
+// gigabytes, built again for every CLIENT LIST.
+const maxClientName = 256
+
+const errNameTooLong = replyError("ERR Client names cannot be longer than 256 bytes")
 
 func (c *conn) setName(name string) {
 	c.mu.Lock()
@@ -379,6 +391,12 @@ func cmdConfig(c *conn, a [][]byte, w *resp.Writer) {
 		{"appendfsync", "always"}, {"appendonly", "yes"}, {"databases", "1"}, {"maxclients", strconv.Itoa(c.s.cfg.MaxClients)},
 		{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}, {"proto-max-bulk-len", strconv.Itoa(c.s.limits.MaxBulkBytes)},
 		{"save", ""}, {"timeout", "0"},
+	}
+	for _, p := range a[2:] {
+		if len(p) > maxPatternBytes {
+			w.Error(string(errPatternTooLong))
+			return
+		}
 	}
 	var out [][2]string
 	for _, kv := range settings {
