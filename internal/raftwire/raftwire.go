@@ -17,6 +17,8 @@ package raftwire
 import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/concord-kv/concord/internal/frame"
 )
 
 // Field numbers of raftpb.Message and raftpb.Entry (raft.proto);
@@ -41,6 +43,29 @@ const (
 	eIndex = 3
 	eData  = 4
 )
+
+// What a received message holds decoded beyond its own bytes (the
+// receiver's decoder, internal/multiraft decodeMessage): its message block
+// and inbox slot, and each entry's block. An entry takes at least six bytes
+// on the wire (tag, length, term, index) and about 128 decoded, so a
+// receiver bounds this before it decodes anything (transport, receive).
+const (
+	DecodedMessageBytes = 320
+	DecodedEntryBytes   = 128
+)
+
+// Overhead is what m will hold decoded at its receiver beyond its bytes:
+// what a sender counts to keep a batch within the receiver's budget.
+func Overhead(m *pb.Message) int {
+	return DecodedMessageBytes + DecodedEntryBytes*len(m.Entries)
+}
+
+// DecodedOverhead is Overhead of an encoded message, from a count of its
+// entries (nothing is decoded); false if data does not parse.
+func DecodedOverhead(data []byte) (int, bool) {
+	n, ok := frame.CountField(data, fEntries)
+	return DecodedMessageBytes + DecodedEntryBytes*n, ok
+}
 
 // Size returns the encoded size of m, and false when Append cannot encode
 // it (it has a snapshot, responses or unknown fields): marshal it with

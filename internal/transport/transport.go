@@ -361,7 +361,8 @@ func (t *Transport) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 	if isControl(m.GetType()) {
 		l = p.control
 	}
-	full, n, queued := l.push(o, t.cfg.QueueLen, t.cfg.QueueBytes, t.cfg.MaxBatchBytes)
+	o.overhead = raftwire.Overhead(m)
+	full, n, queued := l.push(o, t.cfg.QueueLen, t.cfg.QueueBytes, t.cfg.MaxBatchBytes, t.maxDecodedBytes())
 	switch {
 	case full:
 		t.recv.ReportUnreachable(toNode) // the peer is not keeping up; raft retransmits
@@ -515,6 +516,9 @@ func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordp
 	if n := len(b.GetMessages()); n > maxRecvBatch { // the framed wire's decoder refused it already
 		return fmt.Errorf("transport: %d messages in one batch (at most %d)", n, maxRecvBatch)
 	}
+	if err := t.checkDecodedSize(b.GetMessages()); err != nil {
+		return err
+	}
 	if t.isBlocked(from) {
 		return nil
 	}
@@ -526,6 +530,34 @@ func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordp
 	t.countFrame(false, len(b.GetMessages()))
 	return t.recv.Deliver(ctx, from, b.GetMessages())
 }
+
+// checkDecodedSize refuses a batch whose messages would hold more than
+// maxDecodedBytes decoded beyond their own bytes (raftwire.DecodedOverhead),
+// counted before the receiver decodes any: an entry of six bytes on the
+// wire decodes into some 128, so one 64 MiB frame of the shortest entries
+// made ~1.3 GB before any check looked at it. Senders cut their batches by
+// the same count (lane.push), so only a single message larger on its own
+// could reach the budget, and raft's MaxSizePerMsg keeps every real one far
+// below it (TestMaximalAppendPasses).
+func (t *Transport) checkDecodedSize(envs []*concordpb.RaftEnvelope) error {
+	total := 0
+	for _, e := range envs {
+		n, ok := raftwire.DecodedOverhead(e.GetMessage())
+		if !ok {
+			return fmt.Errorf("transport: a raft message for shard %d does not parse", e.GetShardId())
+		}
+		if total += n; total > t.maxDecodedBytes() {
+			return fmt.Errorf("transport: a batch that would take more than %d bytes decoded (its messages and entries)", t.maxDecodedBytes())
+		}
+	}
+	return nil
+}
+
+// maxDecodedBytes bounds what one batch's messages may hold decoded beyond
+// their bytes: four times the bytes a batch carries (Config.MaxBatchBytes),
+// 64 MiB by default, twice what raft's largest append of the shortest
+// entries takes (MaxSizePerMsg, 1 MiB, of 4-byte entries: 32 MiB).
+func (t *Transport) maxDecodedBytes() int { return 4 * t.cfg.MaxBatchBytes }
 
 func (t *Transport) countFrame(sent bool, msgs int) {
 	if t.cfg.Frames != nil {
