@@ -66,6 +66,12 @@ func (t *Transport) batchHeader(node uint64) []byte {
 	return b
 }
 
+// keepalive is a frame of no messages, just the lane's header: what an
+// idle connection carries to stay open (keepaliveInterval).
+func (l *lane) keepalive() []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(l.header))), l.header...)
+}
+
 func (l *lane) wake() {
 	select {
 	case l.wakeC <- struct{}{}:

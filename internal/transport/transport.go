@@ -129,7 +129,12 @@ type Config struct {
 	// MaxFrameBytes bounds an incoming frame (default dial.MaxMsgBytes, as
 	// a gRPC stream's message).
 	MaxFrameBytes int
-	Logger        *slog.Logger
+	// MaxInboundConns bounds the framed raft connections served at once
+	// (default 256: two lanes for each of 128 peers, with room for a
+	// sender's new connections while its old ones close); one more is
+	// closed at once.
+	MaxInboundConns int
+	Logger          *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -158,6 +163,13 @@ type Transport struct {
 	// writeWait bounds one write of a framed connection (writeTimeout;
 	// tests shorten it). Set before the first Send.
 	writeWait time.Duration
+	// keepaliveWait is how often a lane's idle connection carries a frame
+	// of no messages (keepaliveInterval), idleWait how long a received
+	// connection may send nothing (idleTimeout); tests shorten them. Set
+	// before traffic flows.
+	keepaliveWait, idleWait time.Duration
+	// keepalives counts the frames of no messages received.
+	keepalives atomic.Uint64
 
 	// ctx ends with Stop: deliveries from framed connections wait on it.
 	ctx    context.Context
@@ -197,9 +209,13 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.MaxFrameBytes == 0 {
 		cfg.MaxFrameBytes = dial.MaxMsgBytes
 	}
+	if cfg.MaxInboundConns == 0 {
+		cfg.MaxInboundConns = DefaultMaxInboundConns
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
+		keepaliveWait: keepaliveInterval, idleWait: idleTimeout,
 		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
 }
 
@@ -233,6 +249,8 @@ const (
 	DefaultMaxBatchBytes = 16 << 20
 	// DefaultQueueBytes is the default Config.QueueBytes.
 	DefaultQueueBytes = 64 << 20
+	// DefaultMaxInboundConns is the default Config.MaxInboundConns.
+	DefaultMaxInboundConns = 256
 )
 
 // maxBatch bounds the messages in one RaftBatch; a lane's queue is also
@@ -519,7 +537,7 @@ func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordp
 	if err := t.checkDecodedSize(b.GetMessages()); err != nil {
 		return err
 	}
-	if t.isBlocked(from) {
+	if t.isBlocked(from) || len(b.GetMessages()) == 0 { // nothing to deliver (a keepalive)
 		return nil
 	}
 	if t.cfg.OnReceive != nil {
