@@ -48,6 +48,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -129,6 +131,16 @@ type Config struct {
 	// MaxFrameBytes bounds an incoming frame (default dial.MaxMsgBytes, as
 	// a gRPC stream's message).
 	MaxFrameBytes int
+	// MaxInboundSnapshots bounds the snapshot streams received at once
+	// (default 8: two senders' MaxOutgoingSnapshots); one more is refused
+	// with ResourceExhausted at once, and its sender's raft tries again
+	// later.
+	MaxInboundSnapshots int
+	// SnapshotIdleTimeout bounds the wait for a snapshot stream's next
+	// chunk (default 30 s); a stream that sends none for that long is
+	// ended. Senders send a chunk (1 MiB) at least every 4 s even at the
+	// lowest rate limit (1 MiB/s shared by 4 streams).
+	SnapshotIdleTimeout time.Duration
 	// MaxInboundConns bounds the framed raft connections served at once
 	// (default 256: two lanes for each of 128 peers, with room for a
 	// sender's new connections while its old ones close); one more is
@@ -157,6 +169,9 @@ type Transport struct {
 
 	// snapRate paces outgoing snapshot data (Config.SnapshotRateBytes).
 	snapRate *rateLimit
+	// snapIn holds a token per snapshot stream being received
+	// (Config.MaxInboundSnapshots).
+	snapIn chan struct{}
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
@@ -209,6 +224,12 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.MaxFrameBytes == 0 {
 		cfg.MaxFrameBytes = dial.MaxMsgBytes
 	}
+	if cfg.MaxInboundSnapshots == 0 {
+		cfg.MaxInboundSnapshots = 8
+	}
+	if cfg.SnapshotIdleTimeout == 0 {
+		cfg.SnapshotIdleTimeout = 30 * time.Second
+	}
 	if cfg.MaxInboundConns == 0 {
 		cfg.MaxInboundConns = DefaultMaxInboundConns
 	}
@@ -216,7 +237,7 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
 		keepaliveWait: keepaliveInterval, idleWait: idleTimeout,
-		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots)}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -691,10 +712,24 @@ func (t *Transport) countSnapshot(sent bool, n int) {
 	}
 }
 
+// snapshotStream is the receiving side of a snapshot stream.
+type snapshotStream = grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]
+
 // SendSnapshot implements the RaftTransport service: one incoming snapshot.
-func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]) error {
+// At most Config.MaxInboundSnapshots are received at once, and each chunk
+// must come within Config.SnapshotIdleTimeout: a stalled sender holds
+// neither the handler's goroutine nor its staged file for long.
+func (srv *Server) SendSnapshot(s snapshotStream) error {
 	t := srv.t
-	first, err := s.Recv()
+	select {
+	case t.snapIn <- struct{}{}:
+		defer func() { <-t.snapIn }()
+	default:
+		return status.Errorf(codes.ResourceExhausted, "transport: %d snapshots being received already", cap(t.snapIn))
+	}
+	chunks := t.newChunkReader(s)
+	defer chunks.close()
+	first, err := chunks.next()
 	if err != nil {
 		return err
 	}
@@ -712,7 +747,7 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 	if err := proto.Unmarshal(first.GetRaftMessage(), m); err != nil || m.GetType() != pb.MsgSnap {
 		return fmt.Errorf("transport: snapshot stream must start with a MsgSnap (%v)", err)
 	}
-	staged, err := t.receiveSnapshotData(s, first, shard, m)
+	staged, err := t.receiveSnapshotData(chunks, first, shard, m)
 	if err != nil {
 		return err
 	}
@@ -732,8 +767,8 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 // Every key must lie in the shard's state-machine span (the writer refuses
 // others), and the data's applied state must be the one the header's
 // MsgSnap names (else installing it would fail on a half-replaced shard).
-func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck],
-	chunk *concordpb.SnapshotChunk, shard ids.ShardID, m *pb.Message) (*storage.StagedSnapshot, error) {
+func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.SnapshotChunk, shard ids.ShardID,
+	m *pb.Message) (*storage.StagedSnapshot, error) {
 	w, err := t.sink.NewSnapshotWriter(shard)
 	if err != nil {
 		return nil, err
@@ -761,7 +796,7 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 		if chunk.GetDone() {
 			break
 		}
-		if chunk, err = s.Recv(); err != nil {
+		if chunk, err = chunks.next(); err != nil {
 			w.Abort()
 			return nil, err
 		}
