@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"strings"
 	"testing"
@@ -123,5 +124,49 @@ func TestInboundSnapshotsBounded(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.snaps) != 1 {
 		t.Fatalf("%d snapshots staged; want only the one within the bound", len(rec.snaps))
+	}
+}
+
+// tinyPairs is a shard 3 snapshot source of n pairs of the shortest user
+// keys, applied at 10/2: the most pairs for the bytes.
+type tinyPairs int
+
+func (n tinyPairs) ScanState(_ ids.ShardID, f func(key, value []byte) error) error {
+	v, err := proto.Marshal(&storepb.AppliedState{Index: 10, Term: 2})
+	if err != nil {
+		return err
+	}
+	if err := f(keys.Applied(3), v); err != nil {
+		return err
+	}
+	for i := range int(n) {
+		if err := f(keys.User(3, binary.BigEndian.AppendUint32(nil, uint32(i))), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestSnapshotChunksBoundedInPairs: a receiver refuses a chunk of more
+// than maxRecvChunkKVs pairs before decoding it (the node's gRPC codec;
+// proto would make some eighty bytes of each two), so a sender must never
+// send one: it cuts its chunks at maxChunkKVs pairs as well as at
+// SnapshotChunkBytes. A snapshot of tiny pairs, more than a receiver takes
+// in one chunk and within SnapshotChunkBytes, arrives whole.
+func TestSnapshotChunksBoundedInPairs(t *testing.T) {
+	_, addr, rec := snapReceiver(t, Config{})
+	a := New(Config{ClusterID: 7, NodeID: 1, SnapshotChunkBytes: 64 << 20,
+		Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	a.SetReceiver(&recorder{})
+	defer a.Stop()
+	m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+		Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(2))}}}
+	if err := a.sendSnapshot(2, 3, m, tinyPairs(maxRecvChunkKVs+1)); err != nil {
+		t.Fatalf("a snapshot of %d tiny pairs: %v", maxRecvChunkKVs+1, err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.snaps) != 1 {
+		t.Fatalf("%d snapshots staged, want 1", len(rec.snaps))
 	}
 }

@@ -670,7 +670,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	err = snap.ScanState(shard, func(k, v []byte) error {
 		chunk.Kvs = append(chunk.Kvs, &concordpb.KeyValue{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
 		size += len(k) + len(v)
-		if size < t.cfg.SnapshotChunkBytes {
+		if size < t.cfg.SnapshotChunkBytes && len(chunk.Kvs) < maxChunkKVs {
 			return nil
 		}
 		if err := t.snapRate.wait(ctx, size); err != nil {
@@ -777,6 +777,10 @@ func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.Sn
 	appliedKey := keys.Applied(uint64(shard))
 	var applied *storepb.AppliedState
 	for {
+		if n := len(chunk.GetKvs()); n > maxRecvChunkKVs { // the gRPC server's codec refused it already
+			w.Abort()
+			return nil, fmt.Errorf("transport: %d pairs in one snapshot chunk (at most %d)", n, maxRecvChunkKVs)
+		}
 		size := 0
 		for _, kv := range chunk.GetKvs() {
 			size += len(kv.GetKey()) + len(kv.GetValue())
