@@ -17,8 +17,6 @@ package raftwire
 import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
-
-	"github.com/concord-kv/concord/internal/frame"
 )
 
 // Field numbers of raftpb.Message and raftpb.Entry (raft.proto);
@@ -63,8 +61,23 @@ func Overhead(m *pb.Message) int {
 // DecodedOverhead is Overhead of an encoded message, from a count of its
 // entries (nothing is decoded); false if data does not parse.
 func DecodedOverhead(data []byte) (int, bool) {
-	n, ok := frame.CountField(data, fEntries)
-	return DecodedMessageBytes + DecodedEntryBytes*n, ok
+	n := 0
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		l = protowire.ConsumeFieldValue(num, typ, data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		if num == fEntries && typ == protowire.BytesType {
+			n++
+		}
+	}
+	return DecodedMessageBytes + DecodedEntryBytes*n, true
 }
 
 // Size returns the encoded size of m, and false when Append cannot encode
