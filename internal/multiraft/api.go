@@ -12,6 +12,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/raftwire"
 	"github.com/concord-kv/concord/internal/replica"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -148,7 +149,7 @@ func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concord
 			return fmt.Errorf("decode raft message for shard %d: %w", env.GetShardId(), err)
 		}
 		msgs = append(msgs, inMsg{fromNode: fromNode, shard: ids.ShardID(env.GetShardId()), m: m, via: viaRaftStream})
-		size += int64(len(env.GetMessage())) + decodedMsgBytes + decodedEntryBytes*int64(len(m.GetEntries()))
+		size += int64(len(env.GetMessage()) + raftwire.Overhead(m))
 		bulk = bulk || len(m.GetEntries()) > 0
 	}
 	if bulk {
@@ -164,15 +165,6 @@ func (h *Host) Deliver(ctx context.Context, fromNode ids.NodeID, envs []*concord
 		h.inboxBytes += size
 	})
 }
-
-// What a received message holds decoded beyond its bytes, as the inbox
-// counts it (MaxInboxBytes): its message block and inbox slot, and each
-// entry's block (decode.go); a heartbeat of a dozen bytes on the wire
-// holds some three hundred.
-const (
-	decodedMsgBytes   = 320
-	decodedEntryBytes = 128
-)
 
 // awaitInboxSpace returns once the inbox holds less than MaxInboxBytes, the
 // host stopped (ErrStopped) or ctx ended.

@@ -82,7 +82,8 @@ type Config struct {
 	// which drop) instead of growing without limit. Batches without entries
 	// (heartbeats, votes, responses: the control lane) are never held; past
 	// twice the bound they are dropped (raft retransmits). A soft bound:
-	// each stream may overshoot it by one batch.
+	// each stream may overshoot it by one batch (which the transport bounds
+	// decoded: its decode budget, 64 MiB by default).
 	MaxInboxBytes int64
 	// MaxOutgoingSnapshots bounds snapshots being streamed at once.
 	MaxOutgoingSnapshots int

@@ -27,7 +27,9 @@ import (
 // term and an index (errShortEntry), which no raft log holds. Each decoded
 // entry takes some 120 bytes, so a message of empty entries (two bytes
 // each) would make 60 times its size before any check; entries of at
-// least minEntryBytes bound that to 20.
+// least minEntryBytes bound that to 20. What a whole batch may make is
+// bounded before it reaches Deliver (transport's decode budget, counted
+// with raftwire.DecodedOverhead: the sizes here).
 func decodeMessage(data []byte) (*pb.Message, error) {
 	if m, ok := decodeMessageFast(data); ok {
 		return m, nil

@@ -280,7 +280,9 @@ func (n *Node) Start(ctx context.Context) error {
 
 // newServer builds the gRPC server and registers the front door's services.
 func (n *Node) newServer() *grpc.Server {
+	// ServerCodec counts a request's repeated elements before it decodes it.
 	srv := grpc.NewServer(append(n.sec.grpcOptions(), grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+		grpc.ForceServerCodecV2(grpcapi.ServerCodec()),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
 		// Auth first: a refused call is neither counted nor timed.
 		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),

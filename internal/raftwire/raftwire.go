@@ -42,6 +42,44 @@ const (
 	eData  = 4
 )
 
+// What a received message holds decoded beyond its own bytes (the
+// receiver's decoder, internal/multiraft decodeMessage): its message block
+// and inbox slot, and each entry's block. An entry takes at least six bytes
+// on the wire (tag, length, term, index) and about 128 decoded, so a
+// receiver bounds this before it decodes anything (transport, receive).
+const (
+	DecodedMessageBytes = 320
+	DecodedEntryBytes   = 128
+)
+
+// Overhead is what m will hold decoded at its receiver beyond its bytes:
+// what a sender counts to keep a batch within the receiver's budget.
+func Overhead(m *pb.Message) int {
+	return DecodedMessageBytes + DecodedEntryBytes*len(m.Entries)
+}
+
+// DecodedOverhead is Overhead of an encoded message, from a count of its
+// entries (nothing is decoded); false if data does not parse.
+func DecodedOverhead(data []byte) (int, bool) {
+	n := 0
+	for len(data) > 0 {
+		num, typ, l := protowire.ConsumeTag(data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		l = protowire.ConsumeFieldValue(num, typ, data)
+		if l < 0 {
+			return 0, false
+		}
+		data = data[l:]
+		if num == fEntries && typ == protowire.BytesType {
+			n++
+		}
+	}
+	return DecodedMessageBytes + DecodedEntryBytes*n, true
+}
+
 // Size returns the encoded size of m, and false when Append cannot encode
 // it (it has a snapshot, responses or unknown fields): marshal it with
 // proto instead.

@@ -175,3 +175,24 @@ func FuzzRoundTrip(f *testing.F) {
 		roundTrip(t, &m)
 	})
 }
+
+// TestDecodedOverheadCountsEntries: what a receiver counts of an encoded
+// message (DecodedOverhead) is what its sender counted of it (Overhead),
+// so a batch a sender cut within the budget passes the receiver's check;
+// bytes that do not parse are refused.
+func TestDecodedOverheadCountsEntries(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		m := RandomMessage(r)
+		if _, ok := Size(m); !ok {
+			continue
+		}
+		got, ok := DecodedOverhead(Append(nil, m))
+		if want := Overhead(m); !ok || got != want {
+			t.Fatalf("%v: DecodedOverhead %d, %v; Overhead %d", m, got, ok, want)
+		}
+	}
+	if _, ok := DecodedOverhead([]byte{7<<3 | 2, 5, 1}); ok {
+		t.Fatal("a truncated entry parsed")
+	}
+}

@@ -43,8 +43,9 @@ type frameQueue struct {
 	buf    []byte
 	counts []int // messages in each frame of buf
 	// open is the offset in buf of the last frame; openBytes the
-	// envelopeBytes of its messages.
-	open, openBytes int
+	// envelopeBytes of its messages, openOverhead what they will hold
+	// decoded beyond that (raftwire.Overhead).
+	open, openBytes, openOverhead int
 	// msgs and bytes are the queue's messages and their envelopeBytes.
 	msgs, bytes int
 }
@@ -63,6 +64,12 @@ func (t *Transport) batchHeader(node uint64) []byte {
 		}
 	}
 	return b
+}
+
+// keepalive is a frame of no messages, just the lane's header: what an
+// idle connection carries to stay open (keepaliveInterval).
+func (l *lane) keepalive() []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(l.header))), l.header...)
 }
 
 func (l *lane) wake() {
@@ -88,12 +95,18 @@ type outMsg struct {
 	m     *pb.Message
 	data  []byte
 	size  int
+	// overhead is what m holds decoded at the receiver beyond its bytes
+	// (raftwire.Overhead): a frame's total must stay within the
+	// receiver's budget (Transport.checkDecodedSize).
+	overhead int
 }
 
 // push queues o unless the queue is full (queueLen messages, or
 // queueBytes, which a message larger on its own still gets into an empty
-// queue). It returns the queue's messages and bytes after.
-func (l *lane) push(o outMsg, queueLen, queueBytes, maxBatchBytes int) (full bool, n, queued int) {
+// queue). It opens a new frame when o would take the last one past
+// maxBatch messages, maxBatchBytes bytes or maxOverhead decoded. It
+// returns the queue's messages and bytes after.
+func (l *lane) push(o outMsg, queueLen, queueBytes, maxBatchBytes, maxOverhead int) (full bool, n, queued int) {
 	size := o.size + envelopeOverhead
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -101,14 +114,16 @@ func (l *lane) push(o outMsg, queueLen, queueBytes, maxBatchBytes int) (full boo
 	if q.msgs >= queueLen || (q.msgs > 0 && q.bytes+size > queueBytes) {
 		return true, q.msgs, q.bytes
 	}
-	if last := len(q.counts) - 1; last < 0 || q.counts[last] >= maxBatch || (q.openBytes+size > maxBatchBytes && q.counts[last] > 0) {
-		q.open, q.openBytes = len(q.buf), 0
+	if last := len(q.counts) - 1; last < 0 || q.counts[last] >= maxBatch ||
+		(q.counts[last] > 0 && (q.openBytes+size > maxBatchBytes || q.openOverhead+o.overhead > maxOverhead)) {
+		q.open, q.openBytes, q.openOverhead = len(q.buf), 0, 0
 		q.buf = append(append(q.buf, 0, 0, 0, 0), l.header...)
 		q.counts = append(q.counts, 0)
 	}
 	q.buf = appendEnvelope(q.buf, o)
 	q.counts[len(q.counts)-1]++
 	q.openBytes += size
+	q.openOverhead += o.overhead
 	q.msgs++
 	q.bytes += size
 	binary.BigEndian.PutUint32(q.buf[q.open:], uint32(len(q.buf)-q.open-frameHeader))

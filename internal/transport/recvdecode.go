@@ -38,12 +38,8 @@ type batchDecoder struct {
 // allocated for its messages: an envelope of two bytes on the wire decodes
 // into some eighty, kept with the decoder.
 func (d *batchDecoder) decode(data []byte) (*concordpb.RaftBatch, error) {
-	n, ok := frame.CountField(data, batchMessagesField)
-	if !ok {
-		return nil, errors.New("bad frame: not a RaftBatch")
-	}
-	if n > maxRecvBatch {
-		return nil, fmt.Errorf("bad frame: %d messages in one batch (at most %d)", n, maxRecvBatch)
+	if err := CheckBatchBytes(data); err != nil {
+		return nil, fmt.Errorf("bad frame: %w", err)
 	}
 	if d.decodeFast(data) {
 		return &d.b, nil
@@ -54,6 +50,49 @@ func (d *batchDecoder) decode(data []byte) (*concordpb.RaftBatch, error) {
 	}
 	return b, nil
 }
+
+// CheckBatchBytes refuses an encoded RaftBatch of more than maxRecvBatch
+// messages, or one that does not parse, without decoding it: what both
+// wires check before a batch is decoded (the gRPC server's codec,
+// internal/grpcapi ServerCodec, calls it before proto.Unmarshal).
+func CheckBatchBytes(data []byte) error {
+	n, ok := frame.CountField(data, batchMessagesField)
+	if !ok {
+		return errors.New("not a RaftBatch")
+	}
+	if n > maxRecvBatch {
+		return fmt.Errorf("%d messages in one batch (at most %d)", n, maxRecvBatch)
+	}
+	return nil
+}
+
+// CheckChunkBytes refuses an encoded SnapshotChunk of more than
+// maxRecvChunkKVs pairs, or one that does not parse, without decoding it
+// (the gRPC server's codec calls it before proto.Unmarshal): a pair of two
+// bytes on the wire decodes into some eighty.
+func CheckChunkBytes(data []byte) error {
+	n, ok := frame.CountField(data, chunkKVsField)
+	if !ok {
+		return errors.New("not a SnapshotChunk")
+	}
+	if n > maxRecvChunkKVs {
+		return fmt.Errorf("%d pairs in one snapshot chunk (at most %d)", n, maxRecvChunkKVs)
+	}
+	return nil
+}
+
+// chunkKVsField is SnapshotChunk.kvs's field number (raft.proto).
+const chunkKVsField = 6
+
+// maxChunkKVs bounds the pairs a sender puts in one snapshot chunk (as
+// well as SnapshotChunkBytes); a receiver takes eight times that
+// (maxRecvChunkKVs), above the 104,858 pairs of the shortest keys (ten
+// bytes, a state span's prefix) that fill a 1 MiB chunk, which a sender
+// from before the count could send.
+const (
+	maxChunkKVs     = 1 << 14
+	maxRecvChunkKVs = 8 * maxChunkKVs
+)
 
 // decodeFast decodes a batch of the fields it knows; false hands it to
 // proto.

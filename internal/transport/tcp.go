@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"time"
@@ -35,6 +36,18 @@ const (
 	// host gone) costs the connection; what was queued is dropped and raft
 	// retransmits over the next one.
 	writeTimeout = 30 * time.Second
+	// keepaliveInterval is how often a lane's connection carries a frame
+	// of no messages: a bulk lane is silent while no shard appends, and a
+	// control lane while this node leads nothing its peer hosts, yet both
+	// must outlive the receiver's idle deadline.
+	keepaliveInterval = 2 * time.Second
+	// idleTimeout is how long a receiver waits for the next bytes of a
+	// connection past its hello before it closes it (Transport.idleWait,
+	// which tests shorten): five keepalives, and ten election timeouts
+	// (10 ticks of 100 ms), so a live sender never reaches it, while a
+	// stalled or vanished one does not hold a goroutine and its buffers
+	// for ever.
+	idleTimeout = 10 * time.Second
 )
 
 // writeChunk is how many bytes of frames the sender gathers before a write.
@@ -59,9 +72,16 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 	if err := t.writeAll(conn, hello); err != nil {
 		return false, err
 	}
+	keep := time.NewTicker(t.keepaliveWait)
+	defer keep.Stop()
 	for {
 		select {
 		case <-l.wakeC:
+		case <-keep.C:
+			if err := t.writeAll(conn, l.keepalive()); err != nil {
+				return sent, err
+			}
+			continue
 		case <-deadC:
 			return sent, errConnClosed
 		case <-t.stopC:
@@ -174,15 +194,22 @@ func (t *Transport) dialPeer(addr string) (net.Conn, error) {
 // port mux found to open with Magic) until it ends, fails to authenticate,
 // or sends anything malformed; then it closes the connection. It returns
 // at once, closing c, once the transport is stopped.
+//
+// At most Config.MaxInboundConns connections are served at once; one more
+// is closed at once (its sender retries). Past the hello, a connection
+// that sends nothing for idleTimeout is closed: a live sender's lanes send
+// at least a keepalive every keepaliveInterval.
 func (t *Transport) ServeConn(c net.Conn) {
-	if !t.track(c) {
+	if err := t.track(c); err != nil {
+		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
 		_ = c.Close()
 		return
 	}
 	defer t.untrack(c)
-	fr := newFrameReader(c, t.cfg.MaxFrameBytes)
+	// The hello is read from c itself, under one deadline for all of it;
+	// the frames after it through idleReader, which sets its own.
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
-	token, err := readHello(fr)
+	token, err := readHello(c)
 	if err != nil {
 		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
 		return
@@ -193,7 +220,7 @@ func (t *Transport) ServeConn(c net.Conn) {
 			return
 		}
 	}
-	_ = c.SetReadDeadline(time.Time{})
+	fr := newFrameReader(&idleReader{c: c, wait: t.idleWait}, t.cfg.MaxFrameBytes)
 	var sender ids.NodeID
 	var dec batchDecoder
 	for {
@@ -211,6 +238,9 @@ func (t *Transport) ServeConn(c net.Conn) {
 			t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
 			return
 		}
+		if len(b.GetMessages()) == 0 {
+			t.keepalives.Add(1)
+		}
 		if err := t.receive(t.ctx, &sender, b); err != nil {
 			t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
 			return
@@ -218,17 +248,33 @@ func (t *Transport) ServeConn(c net.Conn) {
 	}
 }
 
-// track records an incoming connection, for Stop to close; false once the
-// transport is stopped.
-func (t *Transport) track(c net.Conn) bool {
+// track records an incoming connection, for Stop to close; an error once
+// the transport is stopped or it serves Config.MaxInboundConns already.
+func (t *Transport) track(c net.Conn) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
-		return false
+		return errors.New("transport: stopped")
+	}
+	if len(t.conns) >= t.cfg.MaxInboundConns {
+		return fmt.Errorf("transport: %d raft connections open already (at most %d)", len(t.conns), t.cfg.MaxInboundConns)
 	}
 	t.conns[c] = struct{}{}
 	t.wg.Add(1)
-	return true
+	return nil
+}
+
+// idleReader reads a connection under an idle deadline: each read must
+// start getting bytes within wait. A deadline per read, not per frame, so
+// that a large frame on a slow link is not cut off while it flows.
+type idleReader struct {
+	c    net.Conn
+	wait time.Duration
+}
+
+func (r *idleReader) Read(b []byte) (int, error) {
+	_ = r.c.SetReadDeadline(time.Now().Add(r.wait))
+	return r.c.Read(b)
 }
 
 func (t *Transport) untrack(c net.Conn) {

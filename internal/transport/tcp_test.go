@@ -24,6 +24,14 @@ import (
 // with cfg's AuthConn; it returns its address and what it delivers.
 func receiver(t *testing.T, cfg Config) (string, *recorder) {
 	t.Helper()
+	_, addr, rec := receiverWith(t, cfg, nil)
+	return addr, rec
+}
+
+// receiverWith is receiver with the transport itself, which tune (if
+// set) adjusts before it serves.
+func receiverWith(t *testing.T, cfg Config, tune func(*Transport)) (*Transport, string, *recorder) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -31,11 +39,14 @@ func receiver(t *testing.T, cfg Config) (string, *recorder) {
 	cfg.ClusterID, cfg.NodeID = 7, 2
 	cfg.Resolve = func(n ids.NodeID) (string, bool) { return "127.0.0.1:1", n == 1 }
 	b := New(cfg, nil)
+	if tune != nil {
+		tune(b)
+	}
 	rec := &recorder{}
 	b.SetReceiver(rec)
 	stop := serve(l, b)
 	t.Cleanup(func() { stop(); b.Stop() })
-	return l.Addr().String(), rec
+	return b, l.Addr().String(), rec
 }
 
 // rawConn opens a connection to addr and writes b on it.

@@ -48,6 +48,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -129,7 +131,22 @@ type Config struct {
 	// MaxFrameBytes bounds an incoming frame (default dial.MaxMsgBytes, as
 	// a gRPC stream's message).
 	MaxFrameBytes int
-	Logger        *slog.Logger
+	// MaxInboundSnapshots bounds the snapshot streams received at once
+	// (default 8: two senders' MaxOutgoingSnapshots); one more is refused
+	// with ResourceExhausted at once, and its sender's raft tries again
+	// later.
+	MaxInboundSnapshots int
+	// SnapshotIdleTimeout bounds the wait for a snapshot stream's next
+	// chunk (default 30 s); a stream that sends none for that long is
+	// ended. Senders send a chunk (1 MiB) at least every 4 s even at the
+	// lowest rate limit (1 MiB/s shared by 4 streams).
+	SnapshotIdleTimeout time.Duration
+	// MaxInboundConns bounds the framed raft connections served at once
+	// (default 256: two lanes for each of 128 peers, with room for a
+	// sender's new connections while its old ones close); one more is
+	// closed at once.
+	MaxInboundConns int
+	Logger          *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -152,12 +169,22 @@ type Transport struct {
 
 	// snapRate paces outgoing snapshot data (Config.SnapshotRateBytes).
 	snapRate *rateLimit
+	// snapIn holds a token per snapshot stream being received
+	// (Config.MaxInboundSnapshots).
+	snapIn chan struct{}
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
 	// writeWait bounds one write of a framed connection (writeTimeout;
 	// tests shorten it). Set before the first Send.
 	writeWait time.Duration
+	// keepaliveWait is how often a lane's idle connection carries a frame
+	// of no messages (keepaliveInterval), idleWait how long a received
+	// connection may send nothing (idleTimeout); tests shorten them. Set
+	// before traffic flows.
+	keepaliveWait, idleWait time.Duration
+	// keepalives counts the frames of no messages received.
+	keepalives atomic.Uint64
 
 	// ctx ends with Stop: deliveries from framed connections wait on it.
 	ctx    context.Context
@@ -197,10 +224,20 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.MaxFrameBytes == 0 {
 		cfg.MaxFrameBytes = dial.MaxMsgBytes
 	}
+	if cfg.MaxInboundSnapshots == 0 {
+		cfg.MaxInboundSnapshots = 8
+	}
+	if cfg.SnapshotIdleTimeout == 0 {
+		cfg.SnapshotIdleTimeout = 30 * time.Second
+	}
+	if cfg.MaxInboundConns == 0 {
+		cfg.MaxInboundConns = DefaultMaxInboundConns
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
-		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+		keepaliveWait: keepaliveInterval, idleWait: idleTimeout,
+		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots)}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -233,6 +270,8 @@ const (
 	DefaultMaxBatchBytes = 16 << 20
 	// DefaultQueueBytes is the default Config.QueueBytes.
 	DefaultQueueBytes = 64 << 20
+	// DefaultMaxInboundConns is the default Config.MaxInboundConns.
+	DefaultMaxInboundConns = 256
 )
 
 // maxBatch bounds the messages in one RaftBatch; a lane's queue is also
@@ -361,7 +400,8 @@ func (t *Transport) Send(toNode ids.NodeID, shard ids.ShardID, m *pb.Message) {
 	if isControl(m.GetType()) {
 		l = p.control
 	}
-	full, n, queued := l.push(o, t.cfg.QueueLen, t.cfg.QueueBytes, t.cfg.MaxBatchBytes)
+	o.overhead = raftwire.Overhead(m)
+	full, n, queued := l.push(o, t.cfg.QueueLen, t.cfg.QueueBytes, t.cfg.MaxBatchBytes, t.maxDecodedBytes())
 	switch {
 	case full:
 		t.recv.ReportUnreachable(toNode) // the peer is not keeping up; raft retransmits
@@ -515,7 +555,10 @@ func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordp
 	if n := len(b.GetMessages()); n > maxRecvBatch { // the framed wire's decoder refused it already
 		return fmt.Errorf("transport: %d messages in one batch (at most %d)", n, maxRecvBatch)
 	}
-	if t.isBlocked(from) {
+	if err := t.checkDecodedSize(b.GetMessages()); err != nil {
+		return err
+	}
+	if t.isBlocked(from) || len(b.GetMessages()) == 0 { // nothing to deliver (a keepalive)
 		return nil
 	}
 	if t.cfg.OnReceive != nil {
@@ -526,6 +569,34 @@ func (t *Transport) receive(ctx context.Context, sender *ids.NodeID, b *concordp
 	t.countFrame(false, len(b.GetMessages()))
 	return t.recv.Deliver(ctx, from, b.GetMessages())
 }
+
+// checkDecodedSize refuses a batch whose messages would hold more than
+// maxDecodedBytes decoded beyond their own bytes (raftwire.DecodedOverhead),
+// counted before the receiver decodes any: an entry of six bytes on the
+// wire decodes into some 128, so one 64 MiB frame of the shortest entries
+// made ~1.3 GB before any check looked at it. Senders cut their batches by
+// the same count (lane.push), so only a single message larger on its own
+// could reach the budget, and raft's MaxSizePerMsg keeps every real one far
+// below it (TestMaximalAppendPasses).
+func (t *Transport) checkDecodedSize(envs []*concordpb.RaftEnvelope) error {
+	total := 0
+	for _, e := range envs {
+		n, ok := raftwire.DecodedOverhead(e.GetMessage())
+		if !ok {
+			return fmt.Errorf("transport: a raft message for shard %d does not parse", e.GetShardId())
+		}
+		if total += n; total > t.maxDecodedBytes() {
+			return fmt.Errorf("transport: a batch that would take more than %d bytes decoded (its messages and entries)", t.maxDecodedBytes())
+		}
+	}
+	return nil
+}
+
+// maxDecodedBytes bounds what one batch's messages may hold decoded beyond
+// their bytes: four times the bytes a batch carries (Config.MaxBatchBytes),
+// 64 MiB by default, twice what raft's largest append of the shortest
+// entries takes (MaxSizePerMsg, 1 MiB, of 4-byte entries: 32 MiB).
+func (t *Transport) maxDecodedBytes() int { return 4 * t.cfg.MaxBatchBytes }
 
 func (t *Transport) countFrame(sent bool, msgs int) {
 	if t.cfg.Frames != nil {
@@ -599,7 +670,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	err = snap.ScanState(shard, func(k, v []byte) error {
 		chunk.Kvs = append(chunk.Kvs, &concordpb.KeyValue{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
 		size += len(k) + len(v)
-		if size < t.cfg.SnapshotChunkBytes {
+		if size < t.cfg.SnapshotChunkBytes && len(chunk.Kvs) < maxChunkKVs {
 			return nil
 		}
 		if err := t.snapRate.wait(ctx, size); err != nil {
@@ -641,10 +712,24 @@ func (t *Transport) countSnapshot(sent bool, n int) {
 	}
 }
 
+// snapshotStream is the receiving side of a snapshot stream.
+type snapshotStream = grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]
+
 // SendSnapshot implements the RaftTransport service: one incoming snapshot.
-func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]) error {
+// At most Config.MaxInboundSnapshots are received at once, and each chunk
+// must come within Config.SnapshotIdleTimeout: a stalled sender holds
+// neither the handler's goroutine nor its staged file for long.
+func (srv *Server) SendSnapshot(s snapshotStream) error {
 	t := srv.t
-	first, err := s.Recv()
+	select {
+	case t.snapIn <- struct{}{}:
+		defer func() { <-t.snapIn }()
+	default:
+		return status.Errorf(codes.ResourceExhausted, "transport: %d snapshots being received already", cap(t.snapIn))
+	}
+	chunks := t.newChunkReader(s)
+	defer chunks.close()
+	first, err := chunks.next()
 	if err != nil {
 		return err
 	}
@@ -662,7 +747,7 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 	if err := proto.Unmarshal(first.GetRaftMessage(), m); err != nil || m.GetType() != pb.MsgSnap {
 		return fmt.Errorf("transport: snapshot stream must start with a MsgSnap (%v)", err)
 	}
-	staged, err := t.receiveSnapshotData(s, first, shard, m)
+	staged, err := t.receiveSnapshotData(chunks, first, shard, m)
 	if err != nil {
 		return err
 	}
@@ -682,8 +767,8 @@ func (srv *Server) SendSnapshot(s grpc.ClientStreamingServer[concordpb.SnapshotC
 // Every key must lie in the shard's state-machine span (the writer refuses
 // others), and the data's applied state must be the one the header's
 // MsgSnap names (else installing it would fail on a half-replaced shard).
-func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck],
-	chunk *concordpb.SnapshotChunk, shard ids.ShardID, m *pb.Message) (*storage.StagedSnapshot, error) {
+func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.SnapshotChunk, shard ids.ShardID,
+	m *pb.Message) (*storage.StagedSnapshot, error) {
 	w, err := t.sink.NewSnapshotWriter(shard)
 	if err != nil {
 		return nil, err
@@ -692,6 +777,10 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 	appliedKey := keys.Applied(uint64(shard))
 	var applied *storepb.AppliedState
 	for {
+		if n := len(chunk.GetKvs()); n > maxRecvChunkKVs { // the gRPC server's codec refused it already
+			w.Abort()
+			return nil, fmt.Errorf("transport: %d pairs in one snapshot chunk (at most %d)", n, maxRecvChunkKVs)
+		}
 		size := 0
 		for _, kv := range chunk.GetKvs() {
 			size += len(kv.GetKey()) + len(kv.GetValue())
@@ -711,7 +800,7 @@ func (t *Transport) receiveSnapshotData(s grpc.ClientStreamingServer[concordpb.S
 		if chunk.GetDone() {
 			break
 		}
-		if chunk, err = s.Recv(); err != nil {
+		if chunk, err = chunks.next(); err != nil {
 			w.Abort()
 			return nil, err
 		}

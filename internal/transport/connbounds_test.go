@@ -1,0 +1,91 @@
+package transport
+
+import (
+	"testing"
+	"time"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// tracked is how many framed connections t serves.
+func (t *Transport) tracked() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
+}
+
+// TestIdleRaftConnClosed (found by review): past its hello a framed
+// connection had no read deadline, so a peer that stalled (or vanished
+// without a FIN) held a receiver's goroutine and buffers for ever. One
+// that sends nothing after its hello, or stops inside a frame, is now
+// closed once idle for idleWait; one that keeps sending is not.
+func TestIdleRaftConnClosed(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	b, addr, rec := receiverWith(t, Config{}, func(b *Transport) { b.idleWait = idle })
+	closedByPeer(t, rawConn(t, addr, frames(t, "")), "silent after its hello")
+	half := frames(t, "", testBatch(t, 1))
+	closedByPeer(t, rawConn(t, addr, half[:len(half)-3]), "stalled inside a frame")
+	waitFor(t, "both connections untracked", func() bool { return b.tracked() == 0 })
+	if n := rec.messages(); n != 0 {
+		t.Fatalf("%d messages delivered from a stalled frame", n)
+	}
+}
+
+// TestQuietLaneOutlivesIdleDeadline: the idle deadline never closes a
+// live sender's connections, though a quiet cluster sends no raft
+// messages on them (a bulk lane carries nothing without writes): each lane
+// sends a keepalive frame every keepaliveWait. Many idle periods later the
+// sender has seen no connection fail (it would report the peer
+// unreachable), and a message still goes through.
+func TestQuietLaneOutlivesIdleDeadline(t *testing.T) {
+	const idle = 600 * time.Millisecond
+	b, addr, rec := receiverWith(t, Config{}, func(b *Transport) { b.idleWait = idle })
+	a := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	a.keepaliveWait = idle / 20 // the margin of production's 5, for a loaded test machine
+	aRecv := &recorder{}
+	a.SetReceiver(aRecv)
+	defer a.Stop()
+	a.Send(2, 1, heartbeat(2))
+	a.Flush()
+	waitFor(t, "the heartbeat", func() bool { return rec.messages() == 1 })
+	// Two lanes, a keepalive each every idle/20: 120 of them span at
+	// least three idle periods.
+	waitFor(t, "keepalives over three idle periods", func() bool { return b.keepalives.Load() >= 120 })
+	aRecv.mu.Lock()
+	n := aRecv.unreachable[2]
+	aRecv.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("an idle connection failed %d times: the receiver closed a live lane", n)
+	}
+	if got := b.tracked(); got != 2 {
+		t.Fatalf("the receiver serves %d connections, want the sender's two lanes", got)
+	}
+	a.Send(2, 1, heartbeat(2))
+	a.Flush()
+	waitFor(t, "a heartbeat after the quiet spell", func() bool { return rec.messages() == 2 })
+	if n := rec.messages(); n != 2 {
+		t.Fatalf("%d messages delivered; keepalives must deliver none", n)
+	}
+}
+
+// TestInboundRaftConnsBounded (found by review): nothing bounded the
+// framed connections a node serves, each a goroutine and up to a frame's
+// buffers. Past MaxInboundConns a new connection is closed at once;
+// once one closes, a new one is served again.
+func TestInboundRaftConnsBounded(t *testing.T) {
+	b, addr, rec := receiverWith(t, Config{MaxInboundConns: 2}, nil)
+	first := rawConn(t, addr, frames(t, ""))
+	rawConn(t, addr, frames(t, ""))
+	waitFor(t, "two connections served", func() bool { return b.tracked() == 2 })
+	good := testBatch(t)
+	good.Messages = []*concordpb.RaftEnvelope{{ShardId: 1, Message: mustMarshalMsg(t, heartbeat(2))}}
+	closedByPeer(t, rawConn(t, addr, frames(t, "", good)), "a third connection")
+	if n := rec.messages(); n != 0 {
+		t.Fatalf("%d messages delivered over a connection past the bound", n)
+	}
+	first.Close()
+	waitFor(t, "the closed connection untracked", func() bool { return b.tracked() == 1 })
+	rawConn(t, addr, frames(t, "", good))
+	waitFor(t, "a frame on a connection within the bound", func() bool { return rec.messages() == 1 })
+}
