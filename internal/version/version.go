@@ -40,9 +40,14 @@ const (
 	// rather than on its capped clock; a binary below it would measure on
 	// the clock, and decide otherwise whether a key had expired.
 	ExpiryOnStamps Level = 3
+	// ResultBudget: a KV command may bound the bytes of stored values its
+	// results return (KVCommand.max_result_bytes); an op past the bound
+	// fails with OP_ERROR_RESULT_TOO_LARGE. A binary below it would apply
+	// the op, answer otherwise and keep another session record.
+	ResultBudget Level = 4
 
 	// Binary is the highest level this binary applies.
-	Binary = ExpiryOnStamps
+	Binary = ResultBudget
 )
 
 // Allows reports whether a cluster at version cluster may use a feature of
