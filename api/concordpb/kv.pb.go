@@ -249,9 +249,10 @@ const (
 	// The result would exceed the node's value size limit.
 	OpError_OP_ERROR_TOO_LARGE OpError = 4
 	// The op would return a stored value that takes the batch's results
-	// past the most bytes of values one batch may return (64 MiB less
-	// framing: docs/architecture.md); it changed nothing. Send it in a
-	// batch of its own, or with fewer value-returning ops.
+	// past the most bytes of values one batch may return (63 MiB: the
+	// 64 MiB message limit less the results' framing; docs/architecture.md,
+	// "The result budget"); it changed nothing. Send it in a batch of its
+	// own, or with fewer ops that return values.
 	OpError_OP_ERROR_RESULT_TOO_LARGE OpError = 5
 )
 
