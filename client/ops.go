@@ -150,7 +150,10 @@ func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res C
 
 // Batch applies ops (whose keys must all belong to one shard) atomically.
 // A batch of GETs alone is a read: sent without a session (a node serves it
-// from one linearizable view of the shard) and never ErrAmbiguous.
+// from one linearizable view of the shard) and never ErrAmbiguous. An op
+// may fail alone while the others apply: OpErr says why (a GET whose
+// value would take the batch's results past the 63 MiB one batch returns
+// has no value, and ErrResultTooLarge, not a missing key).
 func (c *Client) Batch(ctx context.Context, ops []*concordpb.Op) (results []*concordpb.OpResult, err error) {
 	var key []byte
 	if len(ops) > 0 {
@@ -332,4 +335,34 @@ func (c *Client) RemoveNode(ctx context.Context, id uint64) (d *concordpb.NodeDe
 		return nil, refused
 	}
 	return d, err
+}
+
+// ErrResultTooLarge is OpErr's error for an op of a write batch whose
+// stored value would take the batch's results past the most bytes of
+// values one batch returns (63 MiB, docs/architecture.md): the op was not
+// applied and changed nothing. Send it in a batch of its own, or with
+// fewer ops that return values.
+var ErrResultTooLarge = errors.New("concord: the op's value would take the batch's results past the 63 MiB one batch may return; " +
+	"it was not applied: send it in a smaller batch")
+
+// OpErr returns the error of one op's result from Batch, nil if the op did
+// not fail. A failed op changed nothing (an INCR with repeat aside:
+// OpResult.repeat_applied).
+func OpErr(r *concordpb.OpResult) error {
+	switch e := r.GetError(); e {
+	case concordpb.OpError_OP_ERROR_NONE:
+		return nil
+	case concordpb.OpError_OP_ERROR_RESULT_TOO_LARGE:
+		return ErrResultTooLarge
+	case concordpb.OpError_OP_ERROR_NOT_INTEGER:
+		return errors.New("concord: the value is not an integer")
+	case concordpb.OpError_OP_ERROR_OVERFLOW:
+		return errors.New("concord: the increment would overflow")
+	case concordpb.OpError_OP_ERROR_NOT_FLOAT:
+		return errors.New("concord: the value is not a valid float, or the result would not be one")
+	case concordpb.OpError_OP_ERROR_TOO_LARGE:
+		return errors.New("concord: the result would exceed the value size limit (--max-value-bytes)")
+	default:
+		return fmt.Errorf("concord: the op failed: %v", e)
+	}
 }

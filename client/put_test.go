@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -56,5 +58,23 @@ func TestPutAsksForPrevOnlyWithReturnPrev(t *testing.T) {
 	defer f.mu.Unlock()
 	if len(f.puts) != 2 || f.puts[0].GetReturnPrev() || !f.puts[1].GetReturnPrev() {
 		t.Fatalf("the node received %v; want return_prev only on the second", f.puts)
+	}
+}
+
+// TestOpErr protects what a Batch user learns of a failed op: nil for
+// none, ErrResultTooLarge for an op past the batch's result budget (not
+// to be read as a missing key), a named error for every other code.
+func TestOpErr(t *testing.T) {
+	if err := OpErr(&concordpb.OpResult{Ok: true}); err != nil {
+		t.Fatalf("OpErr of a result without error = %v", err)
+	}
+	if err := OpErr(&concordpb.OpResult{Error: concordpb.OpError_OP_ERROR_RESULT_TOO_LARGE}); !errors.Is(err, ErrResultTooLarge) {
+		t.Fatalf("OpErr(RESULT_TOO_LARGE) = %v, want ErrResultTooLarge", err)
+	}
+	for code := range concordpb.OpError_name {
+		e := concordpb.OpError(code)
+		if err := OpErr(&concordpb.OpResult{Error: e}); e != concordpb.OpError_OP_ERROR_NONE && (err == nil || strings.Contains(err.Error(), "OP_ERROR")) {
+			t.Fatalf("OpErr(%v) = %v, want an error in words", e, err)
+		}
 	}
 }

@@ -248,6 +248,12 @@ const (
 	OpError_OP_ERROR_NOT_FLOAT   OpError = 3
 	// The result would exceed the node's value size limit.
 	OpError_OP_ERROR_TOO_LARGE OpError = 4
+	// The op would return a stored value that takes the batch's results
+	// past the most bytes of values one batch may return (63 MiB: the
+	// 64 MiB message limit less the results' framing; docs/architecture.md,
+	// "The result budget"); it changed nothing. Send it in a batch of its
+	// own, or with fewer ops that return values.
+	OpError_OP_ERROR_RESULT_TOO_LARGE OpError = 5
 )
 
 // Enum value maps for OpError.
@@ -258,13 +264,15 @@ var (
 		2: "OP_ERROR_OVERFLOW",
 		3: "OP_ERROR_NOT_FLOAT",
 		4: "OP_ERROR_TOO_LARGE",
+		5: "OP_ERROR_RESULT_TOO_LARGE",
 	}
 	OpError_value = map[string]int32{
-		"OP_ERROR_NONE":        0,
-		"OP_ERROR_NOT_INTEGER": 1,
-		"OP_ERROR_OVERFLOW":    2,
-		"OP_ERROR_NOT_FLOAT":   3,
-		"OP_ERROR_TOO_LARGE":   4,
+		"OP_ERROR_NONE":             0,
+		"OP_ERROR_NOT_INTEGER":      1,
+		"OP_ERROR_OVERFLOW":         2,
+		"OP_ERROR_NOT_FLOAT":        3,
+		"OP_ERROR_TOO_LARGE":        4,
+		"OP_ERROR_RESULT_TOO_LARGE": 5,
 	}
 )
 
@@ -2310,13 +2318,14 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\fCONDITION_NX\x10\x01\x12\x10\n" +
 	"\fCONDITION_XX\x10\x02\x12\x10\n" +
 	"\fCONDITION_GT\x10\x03\x12\x10\n" +
-	"\fCONDITION_LT\x10\x04*}\n" +
+	"\fCONDITION_LT\x10\x04*\x9c\x01\n" +
 	"\aOpError\x12\x11\n" +
 	"\rOP_ERROR_NONE\x10\x00\x12\x18\n" +
 	"\x14OP_ERROR_NOT_INTEGER\x10\x01\x12\x15\n" +
 	"\x11OP_ERROR_OVERFLOW\x10\x02\x12\x16\n" +
 	"\x12OP_ERROR_NOT_FLOAT\x10\x03\x12\x16\n" +
-	"\x12OP_ERROR_TOO_LARGE\x10\x042\xcc\x03\n" +
+	"\x12OP_ERROR_TOO_LARGE\x10\x04\x12\x1d\n" +
+	"\x19OP_ERROR_RESULT_TOO_LARGE\x10\x052\xcc\x03\n" +
 	"\x02KV\x126\n" +
 	"\x03Get\x12\x16.concord.v1.GetRequest\x1a\x17.concord.v1.GetResponse\x126\n" +
 	"\x03Put\x12\x16.concord.v1.PutRequest\x1a\x17.concord.v1.PutResponse\x12?\n" +

@@ -207,7 +207,8 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 // kvCommand is the command of a write: stamped with this leader's clock
 // (the state machine turns TTLs into absolute times from it, once for
 // every replica: at the highest stamp the shard has seen once the
-// cluster's version allows it, on the shard's clock before), in one
+// cluster's version allows it, on the shard's clock before), with the
+// result budget (kv.MaxResultBytes) once the version allows it, in one
 // allocation rather than three (Propose only marshals it).
 func (s *KV) kvCommand(h *concordpb.RequestHeader, ops []*concordpb.Op) *storepb.Command {
 	c := &struct {
@@ -217,7 +218,13 @@ func (s *KV) kvCommand(h *concordpb.RequestHeader, ops []*concordpb.Op) *storepb
 	}{}
 	c.kv.SessionId, c.kv.Seq, c.kv.SessionFloor = h.GetSessionId(), h.GetSeq(), h.GetSessionFloor()
 	c.kv.Ops, c.kv.MaxValueBytes = ops, int64(s.limits.MaxValueBytes)
-	c.kv.ExpiryOnStamps = s.b.ClusterVersion().Allows(version.ExpiryOnStamps)
+	v := s.b.ClusterVersion()
+	c.kv.ExpiryOnStamps = v.Allows(version.ExpiryOnStamps)
+	if v.Allows(version.ResultBudget) {
+		// A replica of a binary below the level would apply the ops past
+		// the budget (and stops on the field it does not know).
+		c.kv.MaxResultBytes = kv.MaxResultBytes
+	}
 	c.kind.Kv = &c.kv
 	c.cmd.UnixNanos, c.cmd.Kind = time.Now().UnixNano(), &c.kind
 	return &c.cmd

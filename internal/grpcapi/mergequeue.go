@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 )
 
 // mergeQueue is the mechanics that merged forwards of reads
@@ -86,19 +87,22 @@ func (m *mergeQueue[T]) waiting(shard ids.ShardID) int {
 }
 
 // fitBatch returns how many of the leading sizes (each one item's op
-// count and bytes) fit in one batch under maxBatchOps and limit bytes;
-// at least one, so that an item as large as a batch still goes.
-func fitBatch(n int, size func(i int) (ops, bytes int), limit int) int {
+// count, bytes, and the bytes of stored values its results may return at
+// worst) fit in one batch under maxBatchOps, limit bytes and the result
+// budget (kv.MaxResultBytes); at least one, so that an item as large as a
+// batch still goes (a client's batch over the budget is never split: its
+// ops past the budget fail at apply, as they would alone).
+func fitBatch(n int, size func(i int) (ops, bytes, results int), limit int) int {
 	if limit == 0 {
 		limit = DefaultMaxBatchBytes
 	}
-	ops, bytes := 0, 0
+	ops, bytes, results := 0, 0, 0
 	for i := 0; i < n; i++ {
-		o, b := size(i)
-		if i > 0 && (ops+o > maxBatchOps || bytes+b > limit) {
+		o, b, r := size(i)
+		if i > 0 && (ops+o > maxBatchOps || bytes+b > limit || results+r > kv.MaxResultBytes) {
 			return i
 		}
-		ops, bytes = ops+o, bytes+b
+		ops, bytes, results = ops+o, bytes+b, results+r
 	}
 	return n
 }

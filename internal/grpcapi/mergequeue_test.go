@@ -7,21 +7,26 @@ import (
 	"testing"
 
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 )
 
 // TestFitBatch: a batch stops before the item that would pass the op or
 // byte limit, but always takes one, however large.
 func TestFitBatch(t *testing.T) {
-	sizes := [][2]int{{maxBatchOps - 1, 10}, {1, 10}, {1, 10}}
-	size := func(i int) (int, int) { return sizes[i][0], sizes[i][1] }
+	sizes := [][3]int{{maxBatchOps - 1, 10, 0}, {1, 10, 0}, {1, 10, 0}}
+	size := func(i int) (int, int, int) { return sizes[i][0], sizes[i][1], sizes[i][2] }
 	if n := fitBatch(len(sizes), size, 100); n != 2 {
 		t.Fatalf("ops limit: %d items, want 2", n)
 	}
 	if n := fitBatch(len(sizes), size, 15); n != 1 {
 		t.Fatalf("byte limit: %d items, want 1", n)
 	}
-	if n := fitBatch(1, func(int) (int, int) { return maxBatchOps + 5, 1 << 30 }, 15); n != 1 {
+	if n := fitBatch(1, func(int) (int, int, int) { return maxBatchOps + 5, 1 << 30, 1 << 40 }, 15); n != 1 {
 		t.Fatalf("an oversized item: %d, want 1 (it goes alone)", n)
+	}
+	sizes = [][3]int{{1, 1, kv.MaxResultBytes - 5}, {1, 1, 5}, {1, 1, 1}}
+	if n := fitBatch(len(sizes), size, 100); n != 2 {
+		t.Fatalf("result budget: %d items, want 2 (the budget exactly)", n)
 	}
 }
 

@@ -64,12 +64,13 @@ func awaitQueued(ctx context.Context, q *queuedOps) (*concordpb.BatchResponse, e
 
 // fitReads returns how many of the queued reads fit in one batch.
 func (s *KV) fitReads(waiting []*queuedOps) int {
-	return fitBatch(len(waiting), func(i int) (int, int) {
+	return fitBatch(len(waiting), func(i int) (int, int, int) {
 		n := 0
 		for _, op := range waiting[i].ops {
 			n += len(op.GetKey())
 		}
-		return len(waiting[i].ops), n
+		// Reads are served without raft: no result budget applies.
+		return len(waiting[i].ops), n, 0
 	}, s.limits.MaxBatchBytes)
 }
 

@@ -49,14 +49,22 @@ func (s *KV) forwardWriteMerged(ctx context.Context, shard ids.ShardID, ops []*c
 }
 
 // fitWrites returns how many of the queued writes fit in one batch,
-// counting keys, values and expected values as checkBatch does.
+// counting keys, values and expected values as checkBatch does, and each
+// op that returns a stored value (kv.ReturnsValue) at its worst, the
+// value size limit, against the result budget: a merged batch's ops never
+// fail past the budget for having been merged (pipelined GETDELs of 1 MiB
+// values from many connections would, 64 to an entry), where each part
+// alone would have applied whole.
 func (s *KV) fitWrites(waiting []*queuedOps) int {
-	return fitBatch(len(waiting), func(i int) (int, int) {
-		n := 0
+	return fitBatch(len(waiting), func(i int) (int, int, int) {
+		n, returning := 0, 0
 		for _, op := range waiting[i].ops {
 			n += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
+			if kv.ReturnsValue(op) {
+				returning++
+			}
 		}
-		return len(waiting[i].ops), n
+		return len(waiting[i].ops), n, returning * s.limits.MaxValueBytes
 	}, s.limits.MaxBatchBytes)
 }
 

@@ -88,7 +88,7 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 // applyKV applies c at now on the shard's clock (sessions' activity) and
 // expiryNow, the time key expiry is measured at (Apply).
 func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor, now, expiryNow int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
-	e := env{nowMs: expiryNow / int64(time.Millisecond), maxValue: c.GetMaxValueBytes()}
+	e := env{nowMs: expiryNow / int64(time.Millisecond), maxValue: c.GetMaxValueBytes(), maxResult: c.GetMaxResultBytes()}
 	if c.GetSessionId() != 0 && c.GetSessionFloor() != 0 {
 		return sm.applyWindowed(b, desc, e, now, c)
 	}
@@ -168,7 +168,7 @@ func (sm *StateMachine) applyOps(b *pebble.Batch, desc *concordpb.ShardDescripto
 		// Every blind PUT's result is the same empty one, and nothing
 		// changes a result once applied: the command's blind PUTs share
 		// one (a merged batch of pipelined SETs is hundreds of them).
-		r, err := sm.applyOp(b, e, op, &one.op)
+		r, err := sm.applyOp(b, &e, op, &one.op)
 		if err != nil {
 			return nil, err
 		}

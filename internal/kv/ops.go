@@ -19,6 +19,51 @@ import (
 type env struct {
 	nowMs    int64 // the shard's clock, Unix ms: what "expired" means at apply
 	maxValue int64 // the proposer's value size limit; 0: none
+	// maxResult is the command's result budget (KVCommand.max_result_bytes;
+	// 0: none), returned the bytes of stored values its ops returned so far.
+	maxResult, returned int64
+}
+
+// MaxResultBytes is the result budget a leader gives every KV command
+// (KVCommand.max_result_bytes, once version.ResultBudget allows it): the
+// most bytes of stored values one command's results return. Without it a
+// batch of 1,000 GETs of a 1 MiB value, a few kilobytes of request, made
+// every replica build a gigabyte of results at apply (and again after a
+// restart: the entry stays in the log), and a session record as large.
+// It is the gRPC message limit (dial.MaxMsgBytes, 64 MiB) less 1 MiB for
+// the results' framing (under 64 bytes an op, 1,000 ops a batch), so a
+// reply within it can be sent at all.
+const MaxResultBytes = 63 << 20
+
+// ReturnsValue reports whether op's result carries a stored value, up to
+// the value size limit whatever the op's own size: GET, GET_DELETE, CAS,
+// CHECK, EXPIRE (GETEX's value) and PUT with return_prev. These are the
+// ops the result budget counts (takeResult), and the ones a node merging
+// batches counts at their worst (grpcapi, redisapi).
+func ReturnsValue(op *concordpb.Op) bool {
+	switch op.GetType() {
+	case concordpb.OpType_OP_GET, concordpb.OpType_OP_GET_DELETE, concordpb.OpType_OP_CAS,
+		concordpb.OpType_OP_CHECK, concordpb.OpType_OP_EXPIRE:
+		return true
+	case concordpb.OpType_OP_PUT:
+		return op.GetReturnPrev()
+	}
+	return false
+}
+
+// takeResult counts n bytes of stored value against the command's result
+// budget, and reports whether they fit; those that do not are not
+// counted, so a later op returning less may still fit. Every replica
+// counts the same values in the same order: they agree on which ops fail.
+func (e *env) takeResult(n int) bool {
+	if e.maxResult <= 0 {
+		return true
+	}
+	if int64(n) > e.maxResult-e.returned {
+		return false
+	}
+	e.returned += int64(n)
+	return true
 }
 
 // CheckOp reports why op is malformed, nil if it is not: an unknown type or
@@ -134,7 +179,7 @@ func blind(op *concordpb.Op) bool {
 // applyOp applies op; a blind PUT's result is blank (empty, and shared by
 // every blind PUT of the command: the caller must not change it) when the
 // caller has one (oneOpResult), else a new one.
-func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op, blank *concordpb.OpResult) (*concordpb.OpResult, error) {
+func (sm *StateMachine) applyOp(b *pebble.Batch, e *env, op *concordpb.Op, blank *concordpb.OpResult) (*concordpb.OpResult, error) {
 	if blind(op) {
 		if blank == nil {
 			blank = &concordpb.OpResult{}
@@ -146,6 +191,11 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e env, op *concordpb.Op, blank 
 		return nil, err
 	}
 	cur, exists := s.cur(), s.exists // before any change
+	if ReturnsValue(op) && !e.takeResult(len(cur.value)) {
+		// Checked before the op changes anything: it fails alone. A
+		// CHECK failed so does not match, and skips what it guards.
+		return failed(concordpb.OpError_OP_ERROR_RESULT_TOO_LARGE)
+	}
 	switch op.GetType() {
 	case concordpb.OpType_OP_GET:
 		return &concordpb.OpResult{Ok: exists, Value: cur.value, ExpireAtUnixMs: cur.expireAt}, nil

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -33,6 +34,14 @@ const (
 	maxChainOps   = 256     // well under the KV service's 1,000 ops per batch
 	maxChainBytes = 1 << 20 // keys and values, well under its 8 MiB
 )
+
+// A write chain's ops that return stored values (GETDEL, GETEX, SET with
+// GET, the checks of MSETNX: kv.ReturnsValue) count at their worst, a
+// value of --max-value-bytes each, against the result budget of a batch
+// (kv.MaxResultBytes): a batch's ops past it fail at apply, and a command
+// must not fail for having been chained with its neighbours (64
+// pipelined GETDELs of 1 MiB values would). A command over the budget by
+// itself still goes, alone.
 
 // A read chain is the same for reads: the read commands of a group (reads
 // of keys no write of the group touches) whose keys all fall in one shard
@@ -65,10 +74,12 @@ type pending struct {
 }
 
 // chainSize is a write chain of a pending group: its head, and the size
-// of the head's and chained calls' ops.
+// of the head's and chained calls' ops: their number, their keys' and
+// values' bytes, and the bytes of stored values they may return at worst
+// (results; 0 for a read chain: reads are served without raft).
 type chainSize struct {
-	head       *call
-	ops, bytes int
+	head                *call
+	ops, bytes, results int
 }
 
 // readChain is a read chain of a pending group: its head, and the size of
@@ -82,13 +93,14 @@ func (c *conn) add(g *pending, cl *call) []*call {
 	if cl.plan.read {
 		return c.addRead(g, cl, shard, chainable)
 	}
-	ops, bytes := len(cl.plan.ops), opBytes(cl.plan)
-	if wc := g.writes[shard]; chainable && wc != nil && fits(wc, ops, bytes) &&
+	ops, bytes, results := len(cl.plan.ops), opBytes(cl.plan), c.worstResults(cl.plan)
+	if wc := g.writes[shard]; chainable && wc != nil && fits(wc, ops, bytes, results) &&
 		!conflicts(g.others, cl.plan) && g.chainedOnlyBy(cl.plan, wc.head) {
 		c.join(wc.head, cl)
 		g.chain(cl.plan, wc.head)
 		wc.ops += ops
 		wc.bytes += bytes
+		wc.results += results
 		return nil
 	}
 	var before []*call
@@ -108,14 +120,14 @@ func (c *conn) add(g *pending, cl *call) []*call {
 	}
 	// A full chain of the shard keeps its keys in chained: a later write
 	// of one of them conflicts, and waits for the next group.
-	g.writes[shard] = g.newSize(cl, ops, bytes)
+	g.writes[shard] = g.newSize(cl, ops, bytes, results)
 	g.chain(cl.plan, cl)
 	return before
 }
 
 // newSize returns a chain size for a chain headed by head, from g.sizes.
-func (g *pending) newSize(head *call, ops, bytes int) *chainSize {
-	g.sizes = append(g.sizes, chainSize{head: head, ops: ops, bytes: bytes})
+func (g *pending) newSize(head *call, ops, bytes, results int) *chainSize {
+	g.sizes = append(g.sizes, chainSize{head: head, ops: ops, bytes: bytes, results: results})
 	return &g.sizes[len(g.sizes)-1]
 }
 
@@ -140,9 +152,23 @@ func (c *conn) join(head, x *call) {
 	head.chain = append(head.chain, x)
 }
 
-// fits reports whether a call of ops ops and bytes bytes may join chain x.
-func fits(x *chainSize, ops, bytes int) bool {
-	return len(x.head.chain) < maxChainCalls-1 && x.ops+ops <= maxChainOps && x.bytes+bytes <= maxChainBytes
+// fits reports whether a call of ops ops, bytes bytes and results bytes
+// of stored values at worst may join chain x.
+func fits(x *chainSize, ops, bytes, results int) bool {
+	return len(x.head.chain) < maxChainCalls-1 && x.ops+ops <= maxChainOps && x.bytes+bytes <= maxChainBytes &&
+		x.results+results <= kv.MaxResultBytes
+}
+
+// worstResults is the bytes of stored values the ops of p may return at
+// worst: a value of the size limit for each op that returns one.
+func (c *conn) worstResults(p *plan) int {
+	n := 0
+	for _, op := range p.ops {
+		if kv.ReturnsValue(op) {
+			n += c.s.cfg.MaxValueBytes
+		}
+	}
+	return n
 }
 
 // chainedOnlyBy reports whether every key of p that a write chain of the
@@ -182,7 +208,7 @@ func (c *conn) addRead(g *pending, cl *call, shard uint64, chainable bool) []*ca
 	}
 	addKeys(g.others, cl.plan)
 	ops, bytes := len(cl.plan.ops), opBytes(cl.plan)
-	if rc := g.reads[shard]; chainable && rc != nil && fits(rc, ops, bytes) {
+	if rc := g.reads[shard]; chainable && rc != nil && fits(rc, ops, bytes, 0) {
 		c.join(rc.head, cl)
 		rc.ops += ops
 		rc.bytes += bytes
@@ -193,7 +219,7 @@ func (c *conn) addRead(g *pending, cl *call, shard uint64, chainable bool) []*ca
 		if g.reads == nil {
 			g.reads = map[uint64]*readChain{}
 		}
-		g.reads[shard] = g.newSize(cl, ops, bytes)
+		g.reads[shard] = g.newSize(cl, ops, bytes, 0)
 	}
 	return before
 }

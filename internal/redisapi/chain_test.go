@@ -176,6 +176,31 @@ func TestChainBounded(t *testing.T) {
 	}
 }
 
+// TestChainBoundedByTheResultBudget: a write chain's commands that
+// return stored values count a value of --max-value-bytes each against a
+// batch's result budget (kv.MaxResultBytes, 63 MiB): with 8 MiB values,
+// seven GETDELs make a chain, the rest the next one, so that no GETDEL
+// fails at apply for having been chained. Writes that return no value
+// (INCR) still chain up to maxChainCalls.
+func TestChainBoundedByTheResultBudget(t *testing.T) {
+	f := &fakeKV{counters: map[string]int64{}}
+	s := New(f, Config{MaxValueBytes: 8 << 20})
+	defer s.Close(time.Second)
+	var cmds []string
+	for range 10 {
+		cmds = append(cmds, "GETDEL k")
+	}
+	cmds = append(cmds, "INCR k")
+	pipelineOn(s, cmds...)
+	var sizes []int
+	for _, l := range f.log {
+		sizes = append(sizes, strings.Count(l, ",")+1)
+	}
+	if fmt.Sprint(sizes) != "[7 4]" {
+		t.Fatalf("batches of %v ops (%q), want [7 4]: seven GETDELs, then three and the INCR", sizes, f.log)
+	}
+}
+
 // TestReadChainOneBatchPerShard protects read chains: a pipeline's GETs
 // (and MGET, EXISTS) of one shard go as one batch, wherever they stand
 // among writes of other keys, each answered in request order; another

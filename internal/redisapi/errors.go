@@ -25,6 +25,13 @@ const (
 	errOffsetRange = replyError("ERR offset is out of range")
 )
 
+// errResultTooLarge answers a command whose value would take its batch's
+// replies past the most bytes of values one batch returns
+// (kv.MaxResultBytes): only a transaction's commands can, as EXEC sends
+// its queue as one batch. The command changed nothing.
+const errResultTooLarge = "ERR reply too large: the transaction's values exceed the 63 MiB one batch may return; " +
+	"this command was not run, run it outside the transaction or in a smaller one"
+
 // fromStatus turns an error of the KV service into a reply error. write
 // says whether the request could have changed something: an Unavailable
 // write is still reported as possibly applied when the message says so

@@ -36,6 +36,10 @@ type plan struct {
 // answer writes p's reply from res, the results of its ops in order.
 func (p *plan) answer(w *resp.Writer, res []*concordpb.OpResult) {
 	if p.one == nil {
+		if p.pastResultBudget(res) {
+			w.Error(errResultTooLarge)
+			return
+		}
 		p.render(w, res)
 		return
 	}
@@ -44,6 +48,19 @@ func (p *plan) answer(w *resp.Writer, res []*concordpb.OpResult) {
 		return
 	}
 	p.one(w, res[0])
+}
+
+// pastResultBudget reports whether an op of p failed past its batch's
+// result budget (OP_ERROR_RESULT_TOO_LARGE): a GET's empty result must
+// not read as a missing key. A CHECK failed so only did not match, which
+// its command (MSETNX: a key exists) answers as it would have anyway.
+func (p *plan) pastResultBudget(res []*concordpb.OpResult) bool {
+	for i, r := range res {
+		if r.GetError() == concordpb.OpError_OP_ERROR_RESULT_TOO_LARGE && p.ops[i].GetType() != concordpb.OpType_OP_CHECK {
+			return true
+		}
+	}
+	return false
 }
 
 // execPlan runs p outside MULTI and writes its reply. ctx bounds its

@@ -97,6 +97,8 @@ func opError(e concordpb.OpError) string {
 		return string(errNotFloat)
 	case concordpb.OpError_OP_ERROR_TOO_LARGE:
 		return "ERR string exceeds maximum allowed size (--max-value-bytes)"
+	case concordpb.OpError_OP_ERROR_RESULT_TOO_LARGE:
+		return errResultTooLarge
 	}
 	return "ERR operation failed: " + e.String()
 }

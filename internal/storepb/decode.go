@@ -169,6 +169,8 @@ func (d *CommandDecoder) decodeKVCommand(data []byte) bool {
 			d.kv.SessionFloor = v
 		case 6:
 			d.kv.ExpiryOnStamps = protowire.DecodeBool(v)
+		case 7:
+			d.kv.MaxResultBytes = int64(v)
 		default:
 			return false
 		}

@@ -64,7 +64,7 @@ func withID(data []byte, id uint64) []byte {
 // fallback's.
 func decoderCases(t testing.TB) [][]byte {
 	msgs := []proto.Message{
-		kvCommand(&KVCommand{SessionId: 1 << 62, Seq: 7, MaxValueBytes: -1, SessionFloor: 3, ExpiryOnStamps: true,
+		kvCommand(&KVCommand{SessionId: 1 << 62, Seq: 7, MaxValueBytes: -1, SessionFloor: 3, ExpiryOnStamps: true, MaxResultBytes: 63 << 20,
 			Ops: []*concordpb.Op{everyOpField(), {Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v")}, everyOpField()}}),
 		putCommand(),
 		kvCommand(&KVCommand{}),
@@ -244,5 +244,27 @@ func TestCommandDecoderKeepsRepeat(t *testing.T) {
 	var op concordpb.Op
 	if b, _ := proto.Marshal(incr); !DecodeOp(&op, b) || !proto.Equal(&op, incr) {
 		t.Fatalf("DecodeOp gave %v, want %v", &op, incr)
+	}
+}
+
+// TestCommandDecoderKeepsResultBudget: a leader's write command carries
+// the result budget (max_result_bytes, version.ResultBudget) on every
+// write, so it must decode on the fast path, with the budget intact: a
+// fallback to proto.Unmarshal would cost every replica allocations on
+// every entry.
+func TestCommandDecoderKeepsResultBudget(t *testing.T) {
+	cmd := kvCommand(&KVCommand{MaxValueBytes: 1 << 20, ExpiryOnStamps: true, MaxResultBytes: 63 << 20,
+		Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_GET_DELETE, Key: []byte("k")}}})
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d CommandDecoder
+	got, ok := d.decodeKV(data)
+	if !ok {
+		t.Fatal("a command with max_result_bytes left the fast path")
+	}
+	if !proto.Equal(got, cmd) || got.GetKv().GetMaxResultBytes() != 63<<20 {
+		t.Fatalf("decoded\n %v\nwant\n %v", got, cmd)
 	}
 }

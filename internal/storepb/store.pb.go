@@ -215,6 +215,14 @@ type KVCommand struct {
 	// for longer than kv.MaxClockStep. Set by leaders once the cluster's
 	// version allows it (version.ExpiryOnStamps).
 	ExpiryOnStamps bool `protobuf:"varint,6,opt,name=expiry_on_stamps,json=expiryOnStamps,proto3" json:"expiry_on_stamps,omitempty"`
+	// The most bytes of stored values the command's results may return
+	// (kv.MaxResultBytes): an op that would return a stored value (GET,
+	// GET_DELETE, CAS, CHECK, EXPIRE, PUT with return_prev) past it fails
+	// alone with OP_ERROR_RESULT_TOO_LARGE and changes nothing, so a small
+	// command cannot make every replica build (and a session record keep)
+	// a result of hundreds of megabytes. Set by leaders once the cluster's
+	// version allows it (version.ResultBudget). 0: no budget.
+	MaxResultBytes int64 `protobuf:"varint,7,opt,name=max_result_bytes,json=maxResultBytes,proto3" json:"max_result_bytes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -289,6 +297,13 @@ func (x *KVCommand) GetExpiryOnStamps() bool {
 		return x.ExpiryOnStamps
 	}
 	return false
+}
+
+func (x *KVCommand) GetMaxResultBytes() int64 {
+	if x != nil {
+		return x.MaxResultBytes
+	}
+	return 0
 }
 
 // ExpireSessions forgets sessions idle for longer than the command's
@@ -1151,7 +1166,7 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptor\x129\n" +
 	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNode\x12U\n" +
 	"\x13set_cluster_version\x18\b \x01(\v2#.concord.store.v1.SetClusterVersionH\x00R\x11setClusterVersionB\x06\n" +
-	"\x04kind\"\xd5\x01\n" +
+	"\x04kind\"\xff\x01\n" +
 	"\tKVCommand\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1159,7 +1174,8 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x03ops\x18\x03 \x03(\v2\x0e.concord.v1.OpR\x03ops\x12&\n" +
 	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\x12#\n" +
 	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\x12(\n" +
-	"\x10expiry_on_stamps\x18\x06 \x01(\bR\x0eexpiryOnStamps\"E\n" +
+	"\x10expiry_on_stamps\x18\x06 \x01(\bR\x0eexpiryOnStamps\x12(\n" +
+	"\x10max_result_bytes\x18\a \x01(\x03R\x0emaxResultBytes\"E\n" +
 	"\x0eExpireSessions\x123\n" +
 	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"X\n" +
 	"\aAddNode\x12\x18\n" +

@@ -48,9 +48,14 @@ const (
 	// across a change of placement leader. A binary below it would apply
 	// them regardless.
 	OrderedJoins Level = 4
+	// ResultBudget: a KV command may bound the bytes of stored values its
+	// results return (KVCommand.max_result_bytes); an op past the bound
+	// fails with OP_ERROR_RESULT_TOO_LARGE. A binary below it would apply
+	// the op, answer otherwise and keep another session record.
+	ResultBudget Level = 5
 
 	// Binary is the highest level this binary applies.
-	Binary = OrderedJoins
+	Binary = ResultBudget
 )
 
 // Allows reports whether a cluster at version cluster may use a feature of
