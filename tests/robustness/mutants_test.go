@@ -45,19 +45,7 @@ var mutantFaults = map[string][]faultKind{
 // failure is why the last history failed, for the mutant report.
 var failure struct{ why string }
 
-func noteFailure(illegal bool, lost int, err error) {
-	var why []string
-	if illegal {
-		why = append(why, "porcupine: not linearizable")
-	}
-	if lost > 0 {
-		why = append(why, fmt.Sprintf("%d acknowledged writes lost", lost))
-	}
-	if err != nil {
-		why = append(why, "read-back failed: "+err.Error())
-	}
-	failure.why = strings.Join(why, "; ")
-}
+func noteFailure(problems []string) { failure.why = strings.Join(problems, "; ") }
 
 // TestMutant hunts the mutant named by CONCORD_MUTANT for
 // CONCORD_MUTANT_BUDGET (default 2m) with histories of

@@ -228,13 +228,20 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
 	respOps := checkRESP(t, w)
-	failed := v.result == porcupine.Illegal || len(lost) > 0 || err != nil
-	noteFailure(v.result == porcupine.Illegal, len(lost), err)
+	problems := outcome{result: v.result, lost: len(lost), checked: checked, readErr: err}.problems()
+	failed := len(problems) > 0
+	noteFailure(problems)
 	if len(lost) > 0 {
 		t.Errorf("%d acknowledged writes lost, e.g. %v", len(lost), lost[:min(5, len(lost))])
 	}
 	if v.result == porcupine.Illegal {
 		t.Errorf("history is not linearizable (seed %d)", seed)
+	}
+	if v.result == porcupine.Unknown {
+		t.Errorf("history could not be checked: porcupine ran out of time (seed %d); an unchecked history is no evidence", seed)
+	}
+	if err == nil && checked == 0 {
+		t.Errorf("no acknowledged unique write to read back: the lost-writes check checked nothing")
 	}
 	if failed {
 		dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed%d", strings.ReplaceAll(t.Name(), "/", "_"), seed))
