@@ -220,28 +220,20 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	final := c.Client(t)
 	w.finalReads(final)
 	lost, checked, err := w.lostWrites(final)
-	if err != nil {
-		t.Errorf("reading back acknowledged writes: %v", err)
-	}
 	ops := w.rec.history()
 	v := check(ops, 2*time.Minute)
 	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
 	respOps := checkRESP(t, w)
-	problems := outcome{result: v.result, lost: len(lost), checked: checked, readErr: err}.problems()
+	o := outcome{result: v.result, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
+	problems := o.problems()
 	failed := len(problems) > 0
 	noteFailure(problems)
+	for _, p := range problems {
+		t.Errorf("%s (seed %d)", p, seed)
+	}
 	if len(lost) > 0 {
-		t.Errorf("%d acknowledged writes lost, e.g. %v", len(lost), lost[:min(5, len(lost))])
-	}
-	if v.result == porcupine.Illegal {
-		t.Errorf("history is not linearizable (seed %d)", seed)
-	}
-	if v.result == porcupine.Unknown {
-		t.Errorf("history could not be checked: porcupine ran out of time (seed %d); an unchecked history is no evidence", seed)
-	}
-	if err == nil && checked == 0 {
-		t.Errorf("no acknowledged unique write to read back: the lost-writes check checked nothing")
+		t.Logf("lost writes, e.g. %v", lost[:min(5, len(lost))])
 	}
 	if failed {
 		dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed%d", strings.ReplaceAll(t.Name(), "/", "_"), seed))
@@ -271,9 +263,9 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	summary.ambiguous[kinds] = [2]int{a[0] + len(ops), a[1] + w.rec.ambiguous}
 }
 
-// checkRESP logs the RESP clients' share of the history and fails the test
-// if none of their operations made it in: the check would then say nothing
-// about the Redis protocol. It returns how many did.
+// checkRESP logs the RESP clients' share of the history and returns how
+// many of their operations made it in (coverage.gaps fails a history with
+// no answered RESP read or mutation).
 func checkRESP(t *testing.T, w *workload) int {
 	var recorded, ambiguous, failed int64
 	for _, rc := range w.resp {
@@ -283,9 +275,6 @@ func checkRESP(t *testing.T, w *workload) int {
 	}
 	t.Logf("RESP clients: %d operations in the history (%d of them ambiguous), %d failed without effect",
 		recorded, ambiguous, failed)
-	if len(w.resp) > 0 && recorded == 0 {
-		t.Errorf("no RESP operation was recorded: the history does not cover the Redis protocol")
-	}
 	return int(recorded)
 }
 

@@ -13,6 +13,10 @@ type outcome struct {
 	// checked is how many acknowledged unique writes were read back.
 	checked int
 	readErr error // why reading them back stopped, if it did
+	// cover is what the history holds that constrains the checker, and
+	// resp whether RESP clients ran (so RESP operations are due in it).
+	cover coverage
+	resp  bool
 }
 
 // problems lists why the history fails; none means it passes. A check that
@@ -34,6 +38,60 @@ func (o outcome) problems() []string {
 		why = append(why, "read-back failed: "+o.readErr.Error())
 	} else if o.checked == 0 {
 		why = append(why, "no acknowledged unique write to read back: the lost-writes check checked nothing")
+	}
+	why = append(why, o.cover.gaps(o.resp)...)
+	return why
+}
+
+// protocol indexes coverage's counts.
+const (
+	overGRPC = iota
+	overRESP
+)
+
+var protocolNames = [...]string{overGRPC: "gRPC", overRESP: "RESP"}
+
+// coverage counts, per protocol, a history's operations that the checker
+// can hold to something: reads that returned a value (or absence), and
+// mutations that were answered. Ambiguous mutations constrain nothing, and
+// failed operations are not in the history.
+type coverage struct {
+	reads, writes [2]int
+}
+
+func coverageOf(ops []porcupine.Operation) coverage {
+	var c coverage
+	for _, o := range ops {
+		p := overGRPC
+		if o.ClientId >= respClientBase {
+			p = overRESP
+		}
+		switch {
+		case o.Input.(kvInput).Kind == opGet:
+			c.reads[p]++
+		case !o.Output.(kvOutput).Unknown:
+			c.writes[p]++
+		}
+	}
+	return c
+}
+
+// gaps says which protocol's reads or writes the history has none of: a
+// history whose reads all failed, or whose writes all were refused or
+// ambiguous, passes porcupine while checking nothing of that protocol.
+func (c coverage) gaps(resp bool) []string {
+	protocols := []int{overGRPC}
+	if resp {
+		protocols = append(protocols, overRESP)
+	}
+	var why []string
+	for _, p := range protocols {
+		if c.reads[p] == 0 {
+			why = append(why, fmt.Sprintf("no %s read succeeded: the history checks none", protocolNames[p]))
+		}
+		if c.writes[p] == 0 {
+			why = append(why, fmt.Sprintf("no %s mutation was answered: the history checks none", protocolNames[p]))
+		}
 	}
 	return why
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/concord-kv/concord/client"
 )
 
 // hardHistory is one key's history that porcupine cannot settle quickly:
@@ -38,20 +40,75 @@ func TestInconclusiveCheckFailsTheHistory(t *testing.T) {
 // lost write, a failed read-back, or a lost-writes check with nothing to
 // check; and passes only when every check ran and found nothing.
 func TestOutcomeProblems(t *testing.T) {
+	covered := coverage{reads: [2]int{1, 1}, writes: [2]int{1, 1}}
 	for _, tc := range []struct {
 		name string
 		o    outcome
 		fail bool
 	}{
-		{"all checked, nothing found", outcome{result: porcupine.Ok, checked: 5}, false},
-		{"not linearizable", outcome{result: porcupine.Illegal, checked: 5}, true},
-		{"inconclusive", outcome{result: porcupine.Unknown, checked: 5}, true},
-		{"a write lost", outcome{result: porcupine.Ok, checked: 5, lost: 1}, true},
-		{"read-back failed", outcome{result: porcupine.Ok, checked: 2, readErr: errors.New("timeout")}, true},
-		{"no unique write acknowledged", outcome{result: porcupine.Ok}, true},
+		{"all checked, nothing found", outcome{result: porcupine.Ok, checked: 5, cover: covered}, false},
+		{"not linearizable", outcome{result: porcupine.Illegal, checked: 5, cover: covered}, true},
+		{"inconclusive", outcome{result: porcupine.Unknown, checked: 5, cover: covered}, true},
+		{"a write lost", outcome{result: porcupine.Ok, checked: 5, lost: 1, cover: covered}, true},
+		{"read-back failed", outcome{result: porcupine.Ok, checked: 2, readErr: errors.New("timeout"), cover: covered}, true},
+		{"no unique write acknowledged", outcome{result: porcupine.Ok, cover: covered}, true},
 	} {
 		if got := len(tc.o.problems()) > 0; got != tc.fail {
 			t.Errorf("%s: fails = %v (%q), want %v", tc.name, got, tc.o.problems(), tc.fail)
+		}
+	}
+}
+
+// TestCoverageNeedsEachProtocolChecked: a history in which one protocol's
+// reads all failed, or its mutations all were refused or ambiguous, passes
+// porcupine while checking nothing of that protocol; it must fail. The
+// histories go through the recorder, as the workload's do.
+func TestCoverageNeedsEachProtocolChecked(t *testing.T) {
+	refused := errors.New("UNAVAILABLE not the leader")
+	ambiguous := fmt.Errorf("%w: i/o timeout", client.ErrAmbiguous)
+	record := func(rec *recorder, id int, in kvInput, out kvOutput, err error) {
+		rec.record(id, rec.now(), in, out, err)
+	}
+	full := func(rec *recorder) {
+		for id, k := range map[int]string{0: "a", respClientBase: "b"} {
+			record(rec, id, put(k, "1"), absent, nil)
+			record(rec, id, get(k), found("1"), nil)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		fill func(rec *recorder)
+		fail bool
+	}{
+		{"both protocols read and write", full, false},
+		{"every RESP read failed", func(rec *recorder) {
+			record(rec, 0, put("a", "1"), absent, nil)
+			record(rec, 0, get("a"), found("1"), nil)
+			record(rec, respClientBase, put("b", "2"), absent, nil)
+			record(rec, respClientBase, get("b"), kvOutput{}, refused)
+		}, true},
+		{"every RESP mutation ambiguous or refused", func(rec *recorder) {
+			record(rec, 0, put("a", "1"), absent, nil)
+			record(rec, 0, get("a"), found("1"), nil)
+			record(rec, respClientBase, put("a", "2"), kvOutput{}, ambiguous)
+			record(rec, respClientBase+1, incr("a"), kvOutput{}, refused)
+			record(rec, respClientBase, get("a"), found("1"), nil)
+		}, true},
+		{"no gRPC read", func(rec *recorder) {
+			record(rec, 0, put("a", "1"), absent, nil)
+			record(rec, respClientBase, put("b", "2"), absent, nil)
+			record(rec, respClientBase, get("b"), found("2"), nil)
+		}, true},
+	} {
+		rec := newRecorder()
+		tc.fill(rec)
+		ops := rec.history()
+		if r := check(ops, time.Minute).result; r != porcupine.Ok {
+			t.Fatalf("%s: the history is %v; the test needs one porcupine passes", tc.name, r)
+		}
+		o := outcome{result: porcupine.Ok, checked: 1, cover: coverageOf(ops), resp: true}
+		if got := len(o.problems()) > 0; got != tc.fail {
+			t.Errorf("%s: fails = %v (%q), want %v", tc.name, got, o.problems(), tc.fail)
 		}
 	}
 }
