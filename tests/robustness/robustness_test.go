@@ -140,6 +140,7 @@ func TestRobustnessSeed(t *testing.T) {
 // workload, restarts them, and checks the history across the crash and
 // that every acknowledged write survived.
 func TestWholeClusterCrash(t *testing.T) {
+	countHistory(t)
 	c := testcluster.New(t, testcluster.Options{ExtraArgs: []string{"--enable-fault-injection"}})
 	c.WaitReady(t, 60*time.Second)
 	w := newWorkload(t, c, 7)
@@ -160,6 +161,7 @@ func TestWholeClusterCrash(t *testing.T) {
 
 // runHistory runs the workload for d under faults of kinds and checks it.
 func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
+	countHistory(t)
 	t.Logf("seed %d, faults %v, %v (rerun: CONCORD_SEED=%d CONCORD_FAULTS=%s go test -run TestRobustnessSeed ./tests/robustness)",
 		seed, kinds, d, seed, joinKinds(kinds))
 	c := testcluster.New(t, clusterOptions(kinds))
@@ -213,6 +215,22 @@ func throughNodes(t *testing.T, c *testcluster.Cluster) *client.Client {
 	return cl
 }
 
+// countHistory counts t's history in the summary when t ends, as failed
+// if t failed for any reason: a history that never reached its checks (a
+// node that did not come back, a heal that did not settle) is no pass,
+// and neither is one that failed a check finish does not judge. Call it
+// first, so that it runs after every other cleanup.
+func countHistory(t *testing.T) {
+	t.Cleanup(func() {
+		summary.mu.Lock()
+		defer summary.mu.Unlock()
+		summary.histories++
+		if t.Failed() {
+			summary.failed++
+		}
+	})
+}
+
 // finish reads the final state, checks the history and the unique writes,
 // keeps a failing history, and adds to the summary (its ambiguous share
 // under kinds, the faults it ran under).
@@ -245,14 +263,10 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	}
 	summary.mu.Lock()
 	defer summary.mu.Unlock()
-	summary.histories++
 	summary.ops += len(ops)
 	summary.respOps += respOps
 	summary.faults += faults
 	summary.lost += len(lost)
-	if failed {
-		summary.failed++
-	}
 	if v.result == porcupine.Unknown {
 		summary.inconclusive++
 	}
