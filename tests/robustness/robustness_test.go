@@ -243,7 +243,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
 	respOps := checkRESP(t, w)
-	o := outcome{result: v.result, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
+	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
 	problems := o.problems()
 	failed := len(problems) > 0
 	noteFailure(problems)

@@ -9,6 +9,7 @@ import (
 // outcome is what the checks found in one history.
 type outcome struct {
 	result porcupine.CheckResult // porcupine's verdict on the history
+	faults int                   // faults injected while the workload ran
 	lost   int                   // acknowledged unique writes that did not read back
 	// checked is how many acknowledged unique writes were read back.
 	checked int
@@ -25,6 +26,9 @@ type outcome struct {
 // evidence only if every history was actually checked.
 func (o outcome) problems() []string {
 	var why []string
+	if o.faults == 0 {
+		why = append(why, "no fault was injected: the history says nothing of faults")
+	}
 	switch o.result {
 	case porcupine.Illegal:
 		why = append(why, "porcupine: not linearizable")

@@ -30,7 +30,7 @@ func TestInconclusiveCheckFailsTheHistory(t *testing.T) {
 	if v.result != porcupine.Unknown {
 		t.Fatalf("the hard history's check gave %v in 50ms; the test needs Unknown", v.result)
 	}
-	o := outcome{result: v.result, checked: 10}
+	o := outcome{result: v.result, faults: 1, checked: 10, cover: coverage{reads: [2]int{1, 1}, writes: [2]int{1, 1}}}
 	if len(o.problems()) == 0 {
 		t.Fatalf("an inconclusive check passes the history")
 	}
@@ -46,12 +46,13 @@ func TestOutcomeProblems(t *testing.T) {
 		o    outcome
 		fail bool
 	}{
-		{"all checked, nothing found", outcome{result: porcupine.Ok, checked: 5, cover: covered}, false},
-		{"not linearizable", outcome{result: porcupine.Illegal, checked: 5, cover: covered}, true},
-		{"inconclusive", outcome{result: porcupine.Unknown, checked: 5, cover: covered}, true},
-		{"a write lost", outcome{result: porcupine.Ok, checked: 5, lost: 1, cover: covered}, true},
-		{"read-back failed", outcome{result: porcupine.Ok, checked: 2, readErr: errors.New("timeout"), cover: covered}, true},
-		{"no unique write acknowledged", outcome{result: porcupine.Ok, cover: covered}, true},
+		{"all checked, nothing found", outcome{faults: 1, result: porcupine.Ok, checked: 5, cover: covered}, false},
+		{"not linearizable", outcome{faults: 1, result: porcupine.Illegal, checked: 5, cover: covered}, true},
+		{"inconclusive", outcome{faults: 1, result: porcupine.Unknown, checked: 5, cover: covered}, true},
+		{"a write lost", outcome{faults: 1, result: porcupine.Ok, checked: 5, lost: 1, cover: covered}, true},
+		{"read-back failed", outcome{faults: 1, result: porcupine.Ok, checked: 2, readErr: errors.New("timeout"), cover: covered}, true},
+		{"no unique write acknowledged", outcome{faults: 1, result: porcupine.Ok, cover: covered}, true},
+		{"no fault injected", outcome{result: porcupine.Ok, checked: 5, cover: covered}, true},
 	} {
 		if got := len(tc.o.problems()) > 0; got != tc.fail {
 			t.Errorf("%s: fails = %v (%q), want %v", tc.name, got, tc.o.problems(), tc.fail)
@@ -106,7 +107,7 @@ func TestCoverageNeedsEachProtocolChecked(t *testing.T) {
 		if r := check(ops, time.Minute).result; r != porcupine.Ok {
 			t.Fatalf("%s: the history is %v; the test needs one porcupine passes", tc.name, r)
 		}
-		o := outcome{result: porcupine.Ok, checked: 1, cover: coverageOf(ops), resp: true}
+		o := outcome{faults: 1, result: porcupine.Ok, checked: 1, cover: coverageOf(ops), resp: true}
 		if got := len(o.problems()) > 0; got != tc.fail {
 			t.Errorf("%s: fails = %v (%q), want %v", tc.name, got, o.problems(), tc.fail)
 		}
