@@ -246,7 +246,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
 	problems := o.problems()
 	failed := len(problems) > 0
-	noteFailure(problems)
+	noteFailure(o)
 	for _, p := range problems {
 		t.Errorf("%s (seed %d)", p, seed)
 	}

@@ -47,6 +47,14 @@ func (o outcome) problems() []string {
 	return why
 }
 
+// anomalous reports whether the history shows the product misbehaving (not
+// linearizable, a write lost, a read-back that failed on a healed cluster)
+// rather than only going unchecked: the difference between a mutant caught
+// and a history that says nothing.
+func (o outcome) anomalous() bool {
+	return o.result == porcupine.Illegal || o.lost > 0 || o.readErr != nil
+}
+
 // protocol indexes coverage's counts.
 const (
 	overGRPC = iota

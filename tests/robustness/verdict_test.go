@@ -42,20 +42,24 @@ func TestInconclusiveCheckFailsTheHistory(t *testing.T) {
 func TestOutcomeProblems(t *testing.T) {
 	covered := coverage{reads: [2]int{1, 1}, writes: [2]int{1, 1}}
 	for _, tc := range []struct {
-		name string
-		o    outcome
-		fail bool
+		name    string
+		o       outcome
+		fail    bool
+		anomaly bool // a mutant hunt counts it as caught
 	}{
-		{"all checked, nothing found", outcome{faults: 1, result: porcupine.Ok, checked: 5, cover: covered}, false},
-		{"not linearizable", outcome{faults: 1, result: porcupine.Illegal, checked: 5, cover: covered}, true},
-		{"inconclusive", outcome{faults: 1, result: porcupine.Unknown, checked: 5, cover: covered}, true},
-		{"a write lost", outcome{faults: 1, result: porcupine.Ok, checked: 5, lost: 1, cover: covered}, true},
-		{"read-back failed", outcome{faults: 1, result: porcupine.Ok, checked: 2, readErr: errors.New("timeout"), cover: covered}, true},
-		{"no unique write acknowledged", outcome{faults: 1, result: porcupine.Ok, cover: covered}, true},
-		{"no fault injected", outcome{result: porcupine.Ok, checked: 5, cover: covered}, true},
+		{"all checked, nothing found", outcome{faults: 1, result: porcupine.Ok, checked: 5, cover: covered}, false, false},
+		{"not linearizable", outcome{faults: 1, result: porcupine.Illegal, checked: 5, cover: covered}, true, true},
+		{"inconclusive", outcome{faults: 1, result: porcupine.Unknown, checked: 5, cover: covered}, true, false},
+		{"a write lost", outcome{faults: 1, result: porcupine.Ok, checked: 5, lost: 1, cover: covered}, true, true},
+		{"read-back failed", outcome{faults: 1, result: porcupine.Ok, checked: 2, readErr: errors.New("timeout"), cover: covered}, true, true},
+		{"no unique write acknowledged", outcome{faults: 1, result: porcupine.Ok, cover: covered}, true, false},
+		{"no fault injected", outcome{result: porcupine.Ok, checked: 5, cover: covered}, true, false},
 	} {
 		if got := len(tc.o.problems()) > 0; got != tc.fail {
 			t.Errorf("%s: fails = %v (%q), want %v", tc.name, got, tc.o.problems(), tc.fail)
+		}
+		if got := tc.o.anomalous(); got != tc.anomaly {
+			t.Errorf("%s: anomalous = %v, want %v", tc.name, got, tc.anomaly)
 		}
 	}
 }
