@@ -44,6 +44,9 @@ func printSummary() {
 	if summary.failed > 0 {
 		v = fmt.Sprintf("FAIL (%d histories)", summary.failed)
 	}
+	if summary.inconclusive > 0 {
+		v += fmt.Sprintf(", %d histories not checked for linearizability (porcupine ran out of time)", summary.inconclusive)
+	}
 	var amb []string
 	for _, k := range slices.Sorted(maps.Keys(summary.ambiguous)) {
 		n := summary.ambiguous[k]
