@@ -44,6 +44,9 @@ func printSummary() {
 	if summary.failed > 0 {
 		v = fmt.Sprintf("FAIL (%d histories)", summary.failed)
 	}
+	if summary.inconclusive > 0 {
+		v += fmt.Sprintf(", %d histories not checked for linearizability (porcupine ran out of time)", summary.inconclusive)
+	}
 	var amb []string
 	for _, k := range slices.Sorted(maps.Keys(summary.ambiguous)) {
 		n := summary.ambiguous[k]
@@ -140,6 +143,7 @@ func TestRobustnessSeed(t *testing.T) {
 // workload, restarts them, and checks the history across the crash and
 // that every acknowledged write survived.
 func TestWholeClusterCrash(t *testing.T) {
+	countHistory(t)
 	c := testcluster.New(t, testcluster.Options{ExtraArgs: []string{"--enable-fault-injection"}})
 	c.WaitReady(t, 60*time.Second)
 	w := newWorkload(t, c, 7)
@@ -160,6 +164,7 @@ func TestWholeClusterCrash(t *testing.T) {
 
 // runHistory runs the workload for d under faults of kinds and checks it.
 func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
+	countHistory(t)
 	t.Logf("seed %d, faults %v, %v (rerun: CONCORD_SEED=%d CONCORD_FAULTS=%s go test -run TestRobustnessSeed ./tests/robustness)",
 		seed, kinds, d, seed, joinKinds(kinds))
 	c := testcluster.New(t, clusterOptions(kinds))
@@ -213,6 +218,22 @@ func throughNodes(t *testing.T, c *testcluster.Cluster) *client.Client {
 	return cl
 }
 
+// countHistory counts t's history in the summary when t ends, as failed
+// if t failed for any reason: a history that never reached its checks (a
+// node that did not come back, a heal that did not settle) is no pass,
+// and neither is one that failed a check finish does not judge. Call it
+// first, so that it runs after every other cleanup.
+func countHistory(t *testing.T) {
+	t.Cleanup(func() {
+		summary.mu.Lock()
+		defer summary.mu.Unlock()
+		summary.histories++
+		if t.Failed() {
+			summary.failed++
+		}
+	})
+}
+
 // finish reads the final state, checks the history and the unique writes,
 // keeps a failing history, and adds to the summary (its ambiguous share
 // under kinds, the faults it ran under).
@@ -220,21 +241,20 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	final := c.Client(t)
 	w.finalReads(final)
 	lost, checked, err := w.lostWrites(final)
-	if err != nil {
-		t.Errorf("reading back acknowledged writes: %v", err)
-	}
 	ops := w.rec.history()
 	v := check(ops, 2*time.Minute)
 	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
 	respOps := checkRESP(t, w)
-	failed := v.result == porcupine.Illegal || len(lost) > 0 || err != nil
-	noteFailure(v.result == porcupine.Illegal, len(lost), err)
-	if len(lost) > 0 {
-		t.Errorf("%d acknowledged writes lost, e.g. %v", len(lost), lost[:min(5, len(lost))])
+	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
+	problems := o.problems()
+	failed := len(problems) > 0
+	noteFailure(o)
+	for _, p := range problems {
+		t.Errorf("%s (seed %d)", p, seed)
 	}
-	if v.result == porcupine.Illegal {
-		t.Errorf("history is not linearizable (seed %d)", seed)
+	if len(lost) > 0 {
+		t.Logf("lost writes, e.g. %v", lost[:min(5, len(lost))])
 	}
 	if failed {
 		dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed%d", strings.ReplaceAll(t.Name(), "/", "_"), seed))
@@ -246,14 +266,10 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	}
 	summary.mu.Lock()
 	defer summary.mu.Unlock()
-	summary.histories++
 	summary.ops += len(ops)
 	summary.respOps += respOps
 	summary.faults += faults
 	summary.lost += len(lost)
-	if failed {
-		summary.failed++
-	}
 	if v.result == porcupine.Unknown {
 		summary.inconclusive++
 	}
@@ -264,9 +280,9 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	summary.ambiguous[kinds] = [2]int{a[0] + len(ops), a[1] + w.rec.ambiguous}
 }
 
-// checkRESP logs the RESP clients' share of the history and fails the test
-// if none of their operations made it in: the check would then say nothing
-// about the Redis protocol. It returns how many did.
+// checkRESP logs the RESP clients' share of the history and returns how
+// many of their operations made it in (coverage.gaps fails a history with
+// no answered RESP read or mutation).
 func checkRESP(t *testing.T, w *workload) int {
 	var recorded, ambiguous, failed int64
 	for _, rc := range w.resp {
@@ -276,9 +292,6 @@ func checkRESP(t *testing.T, w *workload) int {
 	}
 	t.Logf("RESP clients: %d operations in the history (%d of them ambiguous), %d failed without effect",
 		recorded, ambiguous, failed)
-	if len(w.resp) > 0 && recorded == 0 {
-		t.Errorf("no RESP operation was recorded: the history does not cover the Redis protocol")
-	}
 	return int(recorded)
 }
 
