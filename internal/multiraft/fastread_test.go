@@ -54,6 +54,11 @@ func get(v *storage.ReadView, shard ids.ShardID, key string) (string, bool, erro
 func read(h *multiraft.Host, shard ids.ShardID, key string) readResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a guard against a hang, not a timing
 	defer cancel()
+	return readWith(ctx, h, shard, key)
+}
+
+// readWith is read with the caller's context.
+func readWith(ctx context.Context, h *multiraft.Host, shard ids.ShardID, key string) readResult {
 	v, err := h.ReadIndex(ctx, shard)
 	if err != nil {
 		return readResult{err: err}
@@ -63,14 +68,34 @@ func read(h *multiraft.Host, shard ids.ShardID, key string) readResult {
 	return readResult{val: val, found: found, err: err}
 }
 
-// readLoop runs read in the background while the cluster runs until it ends.
+// readLoop runs read in the background while the cluster runs: it ticks
+// until the loop has taken the read (a round issued for it, or served by
+// lease) or the read ended, then waits for the read's goroutine, which
+// needs no tick to end. Ticking until that goroutine itself reported its
+// end failed now and then: ticks synchronise with the loops only, and Go's
+// scheduler kept the goroutine off the CPU, before it had even queued the
+// read, for all the 100 ticks (multiraftest.Begin).
 func readLoop(t *testing.T, c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID, key string) readResult {
 	t.Helper()
-	var ended atomic.Bool
+	h := c.Node(node).Host
+	i0 := info(t, h, shard)
 	done := make(chan readResult, 1)
-	go func() { done <- read(c.Node(node).Host, shard, key); ended.Store(true) }()
-	c.RunUntil("the read to end", 100, ended.Load)
-	return <-done
+	ended := multiraftest.Begin(func(ctx context.Context) { done <- readWith(ctx, h, shard, key) })
+	c.RunUntil("the loop to take the read", 100, func() bool {
+		i := info(t, h, shard)
+		return i.ReadRounds > i0.ReadRounds || i.LeaseReads > i0.LeaseReads || isClosed(ended)
+	})
+	return await(t, done)
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // withLease makes node's replica of shard, its leader, hold a published
