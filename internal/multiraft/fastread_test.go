@@ -54,6 +54,11 @@ func get(v *storage.ReadView, shard ids.ShardID, key string) (string, bool, erro
 func read(h *multiraft.Host, shard ids.ShardID, key string) readResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a guard against a hang, not a timing
 	defer cancel()
+	return readWith(ctx, h, shard, key)
+}
+
+// readWith is read with the caller's context.
+func readWith(ctx context.Context, h *multiraft.Host, shard ids.ShardID, key string) readResult {
 	v, err := h.ReadIndex(ctx, shard)
 	if err != nil {
 		return readResult{err: err}
@@ -63,14 +68,34 @@ func read(h *multiraft.Host, shard ids.ShardID, key string) readResult {
 	return readResult{val: val, found: found, err: err}
 }
 
-// readLoop runs read in the background while the cluster runs until it ends.
+// readLoop runs read in the background while the cluster runs: it ticks
+// until the loop has taken the read (a round issued for it, or served by
+// lease) or the read ended, then waits for the read's goroutine, which
+// needs no tick to end. Ticking until that goroutine itself reported its
+// end failed now and then: ticks synchronise with the loops only, and Go's
+// scheduler kept the goroutine off the CPU, before it had even queued the
+// read, for all the 100 ticks (multiraftest.Begin).
 func readLoop(t *testing.T, c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID, key string) readResult {
 	t.Helper()
-	var ended atomic.Bool
+	h := c.Node(node).Host
+	i0 := info(t, h, shard)
 	done := make(chan readResult, 1)
-	go func() { done <- read(c.Node(node).Host, shard, key); ended.Store(true) }()
-	c.RunUntil("the read to end", 100, ended.Load)
-	return <-done
+	ended := multiraftest.Begin(func(ctx context.Context) { done <- readWith(ctx, h, shard, key) })
+	c.RunUntil("the loop to take the read", 100, func() bool {
+		i := info(t, h, shard)
+		return i.ReadRounds > i0.ReadRounds || i.LeaseReads > i0.LeaseReads || isClosed(ended)
+	})
+	return await(t, done)
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // withLease makes node's replica of shard, its leader, hold a published
@@ -312,8 +337,11 @@ func TestFastLeaseVoidedBeforeTransfer(t *testing.T) {
 		target = c.Nodes()[1].ID
 	}
 	done := make(chan error, 1)
-	go func() { done <- h.TransferLeader(context.Background(), 1, 0, ids.ReplicaID(target)) }()
+	multiraftest.Begin(func(ctx context.Context) { done <- h.TransferLeader(ctx, 1, 0, ids.ReplicaID(target)) })
 	c.RunUntil("the transfer", 200, func() bool { return c.Leader(1) == target })
+	if err := await(t, done); err != nil { // on the loops' state, then the caller, which polls it
+		t.Fatalf("transfer: %v", err)
+	}
 	check()
 	if sent.Load() == 0 {
 		t.Fatal("no MsgTimeoutNow seen; the test proves nothing")
@@ -406,15 +434,15 @@ func TestFastLeaseVoidedBeforeConfChangeCommits(t *testing.T) {
 			break
 		}
 	}
+	epoch := info(t, h, 1).Desc.GetEpoch()
 	done := make(chan error, 1)
-	var ended atomic.Bool
-	go func() {
-		_, err := h.ChangeReplicas(context.Background(), 1, 0, ids.ReplicaID(follower), added)
+	ended := multiraftest.Begin(func(ctx context.Context) {
+		_, err := h.ChangeReplicas(ctx, 1, 0, ids.ReplicaID(follower), added)
 		done <- err
-		ended.Store(true)
-	}()
-	c.RunUntil("the membership change", 500, ended.Load)
-	if err := <-done; err != nil {
+	})
+	// On the leader's state (the change applied), then the caller.
+	c.RunUntil("the membership change", 500, func() bool { return info(t, h, 1).Desc.GetEpoch() > epoch || isClosed(ended) })
+	if err := await(t, done); err != nil {
 		t.Fatalf("change: %v", err)
 	}
 	check()
@@ -447,12 +475,14 @@ func twoShardsOneLeader(t *testing.T) (c *multiraftest.Cluster, leader ids.NodeI
 	c = multiraftest.New(t, multiraftest.Options{Shards: 2, Configure: func(cfg *multiraft.Config) { cfg.NoLeaderPreference = true }})
 	leader = c.WaitLeader(1)
 	if l2 := c.WaitLeader(2); l2 != leader {
-		var ended atomic.Bool
-		go func() {
-			_ = c.Node(l2).Host.TransferLeader(context.Background(), 2, 0, ids.ReplicaID(leader)) // initial replica ids are node ids
-			ended.Store(true)
-		}()
-		c.RunUntil("shard 2's leadership to move", 500, func() bool { return c.Leader(2) == leader && ended.Load() })
+		done := make(chan error, 1)
+		ended := multiraftest.Begin(func(ctx context.Context) {
+			done <- c.Node(l2).Host.TransferLeader(ctx, 2, 0, ids.ReplicaID(leader)) // initial replica ids are node ids
+		})
+		c.RunUntil("shard 2's leadership to move", 500, func() bool { return c.Leader(2) == leader || isClosed(ended) })
+		if err := await(t, done); err != nil { // on the loops' state, then the caller, which polls it
+			t.Fatalf("shard 2's transfer: %v", err)
+		}
 	}
 	k1, k2 = keyOf(t, c, 1), keyOf(t, c, 2)
 	c.Put(k1, "v")
@@ -461,12 +491,12 @@ func twoShardsOneLeader(t *testing.T) (c *multiraftest.Cluster, leader ids.NodeI
 }
 
 // removeReplica replaces node's replica of shard 1 (which node leads) by
-// one on a new node, in the background.
+// one on a new node, in the background; it returns once the change is
+// proposed (or refused).
 func removeReplica(c *multiraftest.Cluster, node ids.NodeID) {
 	added := c.AddNode()
-	go func() {
-		_, _ = c.Node(node).Host.ChangeReplicas(context.Background(), 1, 0, ids.ReplicaID(node), added)
-	}()
+	h := c.Node(node).Host
+	multiraftest.Begin(func(ctx context.Context) { _, _ = h.ChangeReplicas(ctx, 1, 0, ids.ReplicaID(node), added) })
 }
 
 // TestFastReadNeverSeesDestroyedData protects fast reads against the
@@ -562,7 +592,15 @@ func TestFastReadsDuringRemoval(t *testing.T) {
 		}
 	}()
 	fastBefore := func() bool { i, ok := h.Info(1); return !ok || i.FastLeaseReads > f0+10 }
-	c.RunUntil("fast reads", 100, fastBefore)
+	// Fast reads need no tick (a lease late in its life is renewed by a
+	// round, which needs none either): wait for the readers' goroutines,
+	// which ticks could outrun while Go's scheduler keeps them off the CPU.
+	for deadline := time.Now().Add(30 * time.Second); !fastBefore(); { // a guard against a hang, not a timing
+		if time.Now().After(deadline) {
+			t.Fatal("no fast reads")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	removeReplica(c, leader)
 	c.RunUntil("the leader's replica of shard 1 destroyed", 500, func() bool { _, ok := h.Info(1); return !ok })
 	c.Tick(3) // reads and writes go on after the destruction

@@ -424,7 +424,7 @@ func lists(d *concordpb.ShardDescriptor, node ids.NodeID) bool {
 
 // Call is a proposal in flight.
 type Call struct {
-	done   chan struct{}
+	done   <-chan struct{}
 	Result *storepb.CommandResult
 	Err    error
 }
@@ -458,22 +458,41 @@ func (c *Cluster) ProposeAt(node ids.NodeID, shard ids.ShardID, unixNanos int64,
 
 // ProposeCommand is Propose of a whole command (a session and sequence
 // number, say). It returns once the proposal is in the host's inbox (or
-// refused): ticks and settling synchronise with the loops, not with the
-// proposing goroutine, which a busy test goroutine can keep off the CPU
-// for hundreds of ticks.
+// refused): see Begin.
 func (c *Cluster) ProposeCommand(node ids.NodeID, shard ids.ShardID, cmd *storepb.Command) *Call {
-	call := &Call{done: make(chan struct{})}
+	call := &Call{}
 	h := c.nodes[node].Host
+	call.done = Begin(func(ctx context.Context) { call.Result, call.Err = h.Propose(ctx, shard, cmd) })
+	return call
+}
+
+// Begin runs call on a goroutine of its own and returns once the Host call
+// that call makes with ctx has queued its work for the host's loop, or call
+// returned; the channel it returns is closed when call returns. Ticks and
+// settling synchronise with the loops, not with other goroutines: a test
+// that started a Host call with a bare go statement and then ticked
+// (RunUntil) could spend its whole budget of ticks before the call reached
+// the host, as Go's scheduler may keep a runnable goroutine off the CPU for
+// about 10 ms while the test's and the loops' goroutines hand it to each
+// other, hundreds of ticks. Tick then until the loops show the call's
+// effect, and wait for its goroutine (which needs no tick to end) only
+// after that.
+//
+// call must pass ctx itself to the Host call: a Host call asks ctx for Done
+// only once its work is queued, whereas a context derived from ctx
+// (context.WithTimeout) asks at once.
+func Begin(call func(ctx context.Context)) (ended <-chan struct{}) {
+	done := make(chan struct{})
 	ctx := &enqueuedCtx{Context: context.Background(), enqueued: make(chan struct{})}
 	go func() {
-		defer close(call.done)
-		call.Result, call.Err = h.Propose(ctx, shard, cmd)
+		defer close(done)
+		call(ctx)
 	}()
 	select {
 	case <-ctx.enqueued:
-	case <-call.done:
+	case <-done:
 	}
-	return call
+	return done
 }
 
 // enqueuedCtx tells when a Host call is queued: the call asks for Done

@@ -14,7 +14,9 @@
 //   - time: every Host gets a ManualTicks source. Cluster.Tick advances all
 //     running hosts one tick at a time and then lets the cluster settle
 //     (every host has processed everything it was sent), so tests are
-//     written in ticks, never in wall-clock sleeps;
+//     written in ticks, never in wall-clock sleeps. Ticks synchronise with
+//     the loops only: a Host call a test makes in the background is begun
+//     with Begin, which returns once the call has reached its host;
 //   - randomness: drops and id bases come from one seed, printed by Seed
 //     (rerun a failure with CONCORD_SEED=...). Raft's own randomized
 //     election timeouts use etcd raft's global source and are not seeded;

@@ -186,7 +186,7 @@ func TestTransferEndsLeaseForTheTerm(t *testing.T) {
 	t0 := term()
 	target := othersOf(c, leader)[0]
 	transfer := make(chan error, 1)
-	go func() { transfer <- h.TransferLeader(context.Background(), 1, 0, ids.ReplicaID(target)) }()
+	multiraftest.Begin(func(ctx context.Context) { transfer <- h.TransferLeader(ctx, 1, 0, ids.ReplicaID(target)) })
 	c.RunUntil("the transfer's MsgTimeoutNow", 100, func() bool { mu.Lock(); defer mu.Unlock(); return timeoutNows > 0 })
 	check := func(when string) {
 		t.Helper()
@@ -275,9 +275,9 @@ func TestRestartedVoterDoesNotCampaignInsideALease(t *testing.T) {
 	}
 	c.Put("k", "old")
 	transfer := make(chan error, 1)
-	go func() {
-		transfer <- c.Node(preferred).Host.TransferLeader(context.Background(), 1, 0, ids.ReplicaID(a))
-	}()
+	multiraftest.Begin(func(ctx context.Context) {
+		transfer <- c.Node(preferred).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(a))
+	})
 	c.RunUntil("node 2 to lead", 100, func() bool { return c.Leader(1) == a })
 	if err := await(t, transfer, "the transfer"); err != nil {
 		t.Fatalf("transfer: %v", err)
