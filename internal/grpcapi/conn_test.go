@@ -153,7 +153,7 @@ func TestConnAuthAndClose(t *testing.T) {
 func TestConnPingAndIdle(t *testing.T) {
 	f := newFakeNode(t, 1, 1, 1)
 	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
-	cs.idleTimeout = 300 * time.Millisecond
+	cs.idleTimeout = 1500 * time.Millisecond // far above the pings' 20 ms pace: 300 ms closed the pinging one under make test's load
 	pinging := dialConn(t, addr, "")
 	silent := dialConn(t, addr, "")
 	awaitOpen(t, cs, 2)
