@@ -267,31 +267,45 @@ func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
 	if err != nil {
 		return err
 	}
-	var stale [][]byte
-	for ok := it.First(); ok; ok = it.Next() {
-		var rec storepb.SessionRecord
-		if _, err := storage.GetProto(b, it.Key(), &rec); err != nil {
-			it.Close()
-			return err
-		}
-		if rec.GetLastActiveUnixNanos() < t {
-			stale = append(stale, append([]byte(nil), it.Key()...))
-		}
+	stale, err := sm.staleSessions(it, t)
+	if cerr := it.Close(); err == nil {
+		err = cerr
 	}
-	if err := it.Close(); err != nil {
+	if err != nil {
 		return err
 	}
-	for _, k := range stale {
-		if err := b.Delete(k, nil); err != nil {
+	for _, id := range stale {
+		if err := b.Delete(sm.deferred.sessionKey(sm.shard, id), nil); err != nil {
 			return err
 		}
-		id := keys.SessionOf(sm.shard, k)
 		delete(sm.sessions, id)
 		if w, ok := sm.windows[id]; ok {
 			sm.dropWindow(id, w)
 		}
 	}
 	return nil
+}
+
+// staleSessions reads the session records from it and returns the ids of
+// those last active before t. Each record is read from the iterator (no
+// second lookup), and only its activity time is decoded: the results the
+// records keep (up to the result budget each) are skipped, not
+// unmarshalled.
+func (sm *StateMachine) staleSessions(it *pebble.Iterator, t int64) (stale []uint64, err error) {
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		active, err := storepb.SessionLastActive(v)
+		if err != nil {
+			return nil, fmt.Errorf("kv: shard %d: session record %x: %w", sm.shard, it.Key(), err)
+		}
+		if active < t {
+			stale = append(stale, keys.SessionOf(sm.shard, it.Key()))
+		}
+	}
+	return stale, it.Error()
 }
 
 func get(r pebble.Reader, k []byte) ([]byte, bool, error) {
