@@ -78,8 +78,10 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 		// The proposer computed the cutoff from its own clock: the difference
 		// is the idle time (TTL) it means, which is right even when its
 		// clock is not. The cutoff itself is taken on the shard's clock.
-		idle := cmd.GetUnixNanos() - k.ExpireSessions.GetIdleBeforeUnixNanos()
-		return &storepb.CommandResult{}, sm.expireSessions(b, now-idle)
+		es := k.ExpireSessions
+		idle := cmd.GetUnixNanos() - es.GetIdleBeforeUnixNanos()
+		next, err := sm.expireSessions(b, now-idle, es.GetFromSessionId(), es.GetMaxRecords())
+		return &storepb.CommandResult{NextSessionId: next}, err
 	default:
 		return errResult(codes.InvalidArgument, "command %T is not a KV command", k), nil
 	}
@@ -252,46 +254,80 @@ func (sm *StateMachine) advanceClock(b *pebble.Batch, stamp int64) (now, high in
 	return c.now, c.high, nil
 }
 
+// MaxSessionsPerExpiry is the most session records an ExpireSessions
+// command of a leader reads (ExpireSessions.max_records, once the cluster's
+// version allows it): a few milliseconds of apply at 0.2-0.4 µs a record
+// (BenchmarkExpireSessions), so expiry never holds the host's apply loop,
+// which every shard of the host shares, for long; the leader proposes
+// again from where one stopped (node/sessions.go). With one new session per
+// request records pile up to rate x TTL (36M at 10k/s and 1 h), and one
+// unbounded scan of them took minutes.
+const MaxSessionsPerExpiry = 10_000
+
 // expireSessions deletes the records of sessions idle since before t, a time
-// on the shard's clock. It reads the records themselves, so the batch's
-// deferred ones are written first.
-func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64) error {
+// on the shard's clock, reading at most limit records (0: all) from
+// session id from on. next is the first session id it did not read, where the next
+// command resumes; 0 once it read to the end. It reads the records
+// themselves, so the batch's deferred ones are written first.
+func (sm *StateMachine) expireSessions(b *pebble.Batch, t int64, from uint64, limit uint32) (next uint64, err error) {
 	if err := sm.flushSessions(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := sm.flushWindows(); err != nil {
-		return err
+		return 0, err
 	}
 	lo, hi := keys.SessionSpan(sm.shard)
+	if from != 0 {
+		lo = keys.Session(sm.shard, from)
+	}
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	var stale [][]byte
-	for ok := it.First(); ok; ok = it.Next() {
-		var rec storepb.SessionRecord
-		if _, err := storage.GetProto(b, it.Key(), &rec); err != nil {
-			it.Close()
-			return err
-		}
-		if rec.GetLastActiveUnixNanos() < t {
-			stale = append(stale, append([]byte(nil), it.Key()...))
-		}
+	stale, next, err := sm.staleSessions(it, t, limit)
+	if cerr := it.Close(); err == nil {
+		err = cerr
 	}
-	if err := it.Close(); err != nil {
-		return err
+	if err != nil {
+		return 0, err
 	}
-	for _, k := range stale {
-		if err := b.Delete(k, nil); err != nil {
-			return err
+	for _, id := range stale {
+		if err := b.Delete(sm.deferred.sessionKey(sm.shard, id), nil); err != nil {
+			return 0, err
 		}
-		id := keys.SessionOf(sm.shard, k)
 		delete(sm.sessions, id)
 		if w, ok := sm.windows[id]; ok {
 			sm.dropWindow(id, w)
 		}
 	}
-	return nil
+	return next, nil
+}
+
+// staleSessions reads at most limit (0: all) session records from it and
+// returns the ids of those last active before t, and the id of the first
+// record it did not read (0: none left). Only the activity time of each is
+// decoded: the results the records keep (up to the result budget each) are
+// skipped, not unmarshalled.
+func (sm *StateMachine) staleSessions(it *pebble.Iterator, t int64, limit uint32) (stale []uint64, next uint64, err error) {
+	read := uint32(0)
+	for ok := it.First(); ok; ok = it.Next() {
+		if limit != 0 && read == limit {
+			return stale, keys.SessionOf(sm.shard, it.Key()), nil
+		}
+		read++
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, 0, err
+		}
+		active, err := storepb.SessionLastActive(v)
+		if err != nil {
+			return nil, 0, fmt.Errorf("kv: shard %d: session record %x: %w", sm.shard, it.Key(), err)
+		}
+		if active < t {
+			stale = append(stale, keys.SessionOf(sm.shard, it.Key()))
+		}
+	}
+	return stale, 0, it.Error()
 }
 
 func get(r pebble.Reader, k []byte) ([]byte, bool, error) {

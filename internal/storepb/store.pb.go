@@ -314,8 +314,19 @@ func (x *KVCommand) GetMaxResultBytes() int64 {
 type ExpireSessions struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	IdleBeforeUnixNanos int64                  `protobuf:"varint,1,opt,name=idle_before_unix_nanos,json=idleBeforeUnixNanos,proto3" json:"idle_before_unix_nanos,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The most session records one apply reads (kv.MaxSessionsPerExpiry):
+	// the scan stops there and the result's next_session_id says where the
+	// next command resumes, so one apply, in the host's loop on every
+	// replica, does bounded work however many records pile up. Set by
+	// leaders once the cluster's version allows it
+	// (version.BoundedSessionExpiry); a binary below it would read them all
+	// and expire another set. 0: every record.
+	MaxRecords uint32 `protobuf:"varint,2,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	// The session id the scan starts at (a previous command's
+	// next_session_id); 0: the first. Set with max_records only.
+	FromSessionId uint64 `protobuf:"varint,3,opt,name=from_session_id,json=fromSessionId,proto3" json:"from_session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExpireSessions) Reset() {
@@ -351,6 +362,20 @@ func (*ExpireSessions) Descriptor() ([]byte, []int) {
 func (x *ExpireSessions) GetIdleBeforeUnixNanos() int64 {
 	if x != nil {
 		return x.IdleBeforeUnixNanos
+	}
+	return 0
+}
+
+func (x *ExpireSessions) GetMaxRecords() uint32 {
+	if x != nil {
+		return x.MaxRecords
+	}
+	return 0
+}
+
+func (x *ExpireSessions) GetFromSessionId() uint64 {
+	if x != nil {
+		return x.FromSessionId
 	}
 	return 0
 }
@@ -541,10 +566,13 @@ type CommandResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Results []*concordpb.OpResult  `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	// error_code is a google.golang.org/grpc/codes value; 0 is success.
-	ErrorCode     uint32                      `protobuf:"varint,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	ErrorMessage  string                      `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	NodeId        uint64                      `protobuf:"varint,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Nodes         []*concordpb.NodeDescriptor `protobuf:"bytes,5,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	ErrorCode    uint32                      `protobuf:"varint,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage string                      `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	NodeId       uint64                      `protobuf:"varint,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Nodes        []*concordpb.NodeDescriptor `protobuf:"bytes,5,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// ExpireSessions with max_records: the first session id the scan did not
+	// read, where the next command resumes; 0: it read to the end.
+	NextSessionId uint64 `protobuf:"varint,6,opt,name=next_session_id,json=nextSessionId,proto3" json:"next_session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -612,6 +640,13 @@ func (x *CommandResult) GetNodes() []*concordpb.NodeDescriptor {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *CommandResult) GetNextSessionId() uint64 {
+	if x != nil {
+		return x.NextSessionId
+	}
+	return 0
 }
 
 // SessionRecord is a shard's memory of one client session.
@@ -1175,9 +1210,12 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\x12#\n" +
 	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\x12(\n" +
 	"\x10expiry_on_stamps\x18\x06 \x01(\bR\x0eexpiryOnStamps\x12(\n" +
-	"\x10max_result_bytes\x18\a \x01(\x03R\x0emaxResultBytes\"E\n" +
+	"\x10max_result_bytes\x18\a \x01(\x03R\x0emaxResultBytes\"\x8e\x01\n" +
 	"\x0eExpireSessions\x123\n" +
-	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\"X\n" +
+	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\x12\x1f\n" +
+	"\vmax_records\x18\x02 \x01(\rR\n" +
+	"maxRecords\x12&\n" +
+	"\x0ffrom_session_id\x18\x03 \x01(\x04R\rfromSessionId\"X\n" +
 	"\aAddNode\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1d\n" +
 	"\n" +
@@ -1188,14 +1226,15 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.concord.v1.NodeStateR\x05state\x12#\n" +
 	"\rmin_remaining\x18\x03 \x01(\rR\fminRemaining\"E\n" +
 	"\x10UpdateDescriptor\x121\n" +
-	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\"\xce\x01\n" +
+	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\"\xf6\x01\n" +
 	"\rCommandResult\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.concord.v1.OpResultR\aresults\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x02 \x01(\rR\terrorCode\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\x04R\x06nodeId\x120\n" +
-	"\x05nodes\x18\x05 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\"\xde\x01\n" +
+	"\x05nodes\x18\x05 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12&\n" +
+	"\x0fnext_session_id\x18\x06 \x01(\x04R\rnextSessionId\"\xde\x01\n" +
 	"\rSessionRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x127\n" +
 	"\x06result\x18\x02 \x01(\v2\x1f.concord.store.v1.CommandResultR\x06result\x123\n" +

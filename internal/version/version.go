@@ -53,9 +53,15 @@ const (
 	// fails with OP_ERROR_RESULT_TOO_LARGE. A binary below it would apply
 	// the op, answer otherwise and keep another session record.
 	ResultBudget Level = 5
+	// BoundedSessionExpiry: an ExpireSessions command may read at most
+	// max_records session records from from_session_id on, and answer
+	// where the next one resumes (CommandResult.next_session_id), so one
+	// apply does bounded work. A binary below it would read every record
+	// and expire another set.
+	BoundedSessionExpiry Level = 6
 
 	// Binary is the highest level this binary applies.
-	Binary = ResultBudget
+	Binary = BoundedSessionExpiry
 )
 
 // Allows reports whether a cluster at version cluster may use a feature of
