@@ -211,7 +211,7 @@ func (f *flakyServer) Send(s grpc.ClientStreamingServer[concordpb.RaftBatch, con
 }
 
 // serveTCP is flakyServer on the framed wire: it reads each connection's
-// hello and first frame, then closes it.
+// hello and first frame of messages, then closes it.
 func (f *flakyServer) serveTCP(l net.Listener) {
 	for {
 		c, err := l.Accept()
@@ -224,8 +224,12 @@ func (f *flakyServer) serveTCP(l net.Listener) {
 			if _, err := readHello(fr); err != nil {
 				return
 			}
-			if err := fr.Next(&concordpb.RaftBatch{}); err != nil {
-				return
+			// The first batch of messages, past the keepalives (the
+			// one after the hello, at least).
+			for b := (&concordpb.RaftBatch{}); len(b.GetMessages()) == 0; {
+				if err := fr.Next(b); err != nil {
+					return
+				}
 			}
 			f.mu.Lock()
 			f.batches++

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -18,18 +20,76 @@ func (t *Transport) tracked() int {
 // TestIdleRaftConnClosed (found by review): past its hello a framed
 // connection had no read deadline, so a peer that stalled (or vanished
 // without a FIN) held a receiver's goroutine and buffers for ever. One
-// that sends nothing after its hello, or stops inside a frame, is now
-// closed once idle for idleWait; one that keeps sending is not.
+// that has sent a keepalive and then sends nothing, or stops inside a
+// frame, is now closed once idle for idleWait.
 func TestIdleRaftConnClosed(t *testing.T) {
 	const idle = 200 * time.Millisecond
-	b, addr, rec := receiverWith(t, Config{}, func(b *Transport) { b.idleWait = idle })
-	closedByPeer(t, rawConn(t, addr, frames(t, "")), "silent after its hello")
-	half := frames(t, "", testBatch(t, 1))
+	b, addr, rec := receiverWith(t, Config{}, func(b *Transport) { b.idleWait, b.quietWait = idle, time.Hour })
+	closedByPeer(t, rawConn(t, addr, frames(t, "", testBatch(t))), "silent after a keepalive")
+	half := frames(t, "", testBatch(t), testBatch(t, 1))
 	closedByPeer(t, rawConn(t, addr, half[:len(half)-3]), "stalled inside a frame")
 	waitFor(t, "both connections untracked", func() bool { return b.tracked() == 0 })
 	if n := rec.messages(); n != 0 {
 		t.Fatalf("%d messages delivered from a stalled frame", n)
 	}
+}
+
+// TestQuietConnWithoutKeepalivesBounded: a connection that has sent no
+// keepalive (a sender from before them, or one that says its hello and
+// then nothing) is held to quietWait instead; it too ends.
+func TestQuietConnWithoutKeepalivesBounded(t *testing.T) {
+	const quiet = 300 * time.Millisecond
+	b, addr, _ := receiverWith(t, Config{}, func(b *Transport) { b.idleWait, b.quietWait = time.Hour, quiet })
+	closedByPeer(t, rawConn(t, addr, frames(t, "")), "silent after its hello")
+	waitFor(t, "the connection untracked", func() bool { return b.tracked() == 0 })
+}
+
+// TestOldSenderQuietLaneKept (rolling upgrade): a sender from before
+// keepalives sends none, so the receiver's idle deadline closed its quiet
+// lanes every idleWait, and each close made the old sender report this
+// node unreachable to raft and redial. Until a connection carries a
+// keepalive it is not held to idleWait: many idle periods after its last
+// frame it is still open and still delivers.
+func TestOldSenderQuietLaneKept(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	b, addr, rec := receiverWith(t, Config{}, func(b *Transport) { b.idleWait, b.quietWait = idle, time.Hour })
+	hb := testBatch(t)
+	hb.Messages = []*concordpb.RaftEnvelope{{ShardId: 1, Message: mustMarshalMsg(t, heartbeat(2))}}
+	c := rawConn(t, addr, frames(t, "", hb)) // an old sender: hello, a frame, no keepalive
+	waitFor(t, "the old sender's heartbeat", func() bool { return rec.messages() == 1 })
+	// The receiver closing c is what this waits for; ten idle periods
+	// without it pass the test.
+	_ = c.SetReadDeadline(time.Now().Add(10 * idle))
+	var ne net.Error
+	if _, err := c.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("the receiver closed an old sender's quiet lane: %v", err)
+	}
+	frame, err := appendFrame(nil, hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a heartbeat after the quiet spell", func() bool { return rec.messages() == 2 })
+	if got := b.tracked(); got != 1 {
+		t.Fatalf("the receiver serves %d connections, want the old sender's one", got)
+	}
+}
+
+// TestSenderKeepaliveFollowsHello: a lane's connection carries a
+// keepalive right after its hello, not only keepaliveWait later, so
+// that the receiver holds it to idleWait from the start (a receiver
+// treats a connection without one as an old sender's).
+func TestSenderKeepaliveFollowsHello(t *testing.T) {
+	b, addr, _ := receiverWith(t, Config{}, nil)
+	a := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	a.keepaliveWait = time.Hour
+	a.SetReceiver(&recorder{})
+	defer a.Stop()
+	a.Send(2, 1, heartbeat(2))
+	a.Flush()
+	waitFor(t, "a keepalive on each lane right after the hello", func() bool { return b.keepalives.Load() >= 2 })
 }
 
 // TestQuietLaneOutlivesIdleDeadline: the idle deadline never closes a

@@ -48,6 +48,15 @@ const (
 	// stalled or vanished one does not hold a goroutine and its buffers
 	// for ever.
 	idleTimeout = 10 * time.Second
+	// quietTimeout is idleTimeout for a connection that has carried no
+	// keepalive yet: its sender may be a node from before keepalives,
+	// whose lane says nothing for as long as its shards are quiet, and
+	// whose every closed connection reports this node unreachable to its
+	// raft (a rolling upgrade). Long, so that such lanes live; bounded, so
+	// that a sender that vanished without a FIN, or one that said its
+	// hello and then nothing, does not hold a goroutine for ever (the TCP
+	// keepalive of the accepted socket ends a dead host's sooner).
+	quietTimeout = 10 * time.Minute
 )
 
 // writeChunk is how many bytes of frames the sender gathers before a write.
@@ -69,6 +78,11 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	// A keepalive right after the hello tells the receiver that this
+	// sender keeps its connection alive: only then does it hold the
+	// connection to idleTimeout (ServeConn). A receiver from before
+	// keepalives delivers it as an empty batch, as every later one.
+	hello = append(hello, l.keepalive()...)
 	if err := t.writeAll(conn, hello); err != nil {
 		return false, err
 	}
@@ -197,8 +211,10 @@ func (t *Transport) dialPeer(addr string) (net.Conn, error) {
 //
 // At most Config.MaxInboundConns connections are served at once; one more
 // is closed at once (its sender retries). Past the hello, a connection
-// that sends nothing for idleTimeout is closed: a live sender's lanes send
-// at least a keepalive every keepaliveInterval.
+// that sends nothing for idleTimeout is closed once it has sent a
+// keepalive: a live sender's lanes send one right after the hello and
+// then every keepaliveInterval. Before its first keepalive (a sender from
+// before keepalives) the bound is quietTimeout.
 func (t *Transport) ServeConn(c net.Conn) {
 	if err := t.track(c); err != nil {
 		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
@@ -220,7 +236,8 @@ func (t *Transport) ServeConn(c net.Conn) {
 			return
 		}
 	}
-	fr := newFrameReader(&idleReader{c: c, wait: t.idleWait}, t.cfg.MaxFrameBytes)
+	idle := &idleReader{c: c, wait: t.quietWait}
+	fr := newFrameReader(idle, t.cfg.MaxFrameBytes)
 	var sender ids.NodeID
 	var dec batchDecoder
 	for {
@@ -240,6 +257,9 @@ func (t *Transport) ServeConn(c net.Conn) {
 		}
 		if len(b.GetMessages()) == 0 {
 			t.keepalives.Add(1)
+			// The sender sends keepalives: from now on its silence
+			// means it is gone.
+			idle.wait = t.idleWait
 		}
 		if err := t.receive(t.ctx, &sender, b); err != nil {
 			t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)

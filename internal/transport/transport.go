@@ -180,9 +180,10 @@ type Transport struct {
 	writeWait time.Duration
 	// keepaliveWait is how often a lane's idle connection carries a frame
 	// of no messages (keepaliveInterval), idleWait how long a received
-	// connection may send nothing (idleTimeout); tests shorten them. Set
-	// before traffic flows.
-	keepaliveWait, idleWait time.Duration
+	// connection may send nothing once it has sent a keepalive
+	// (idleTimeout), quietWait before (quietTimeout); tests shorten them.
+	// Set before traffic flows.
+	keepaliveWait, idleWait, quietWait time.Duration
 	// keepalives counts the frames of no messages received.
 	keepalives atomic.Uint64
 
@@ -236,7 +237,7 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
-		keepaliveWait: keepaliveInterval, idleWait: idleTimeout,
+		keepaliveWait: keepaliveInterval, idleWait: idleTimeout, quietWait: quietTimeout,
 		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots)}
 }
 
