@@ -149,3 +149,52 @@ func TestInboundRaftConnsBounded(t *testing.T) {
 	rawConn(t, addr, frames(t, "", good))
 	waitFor(t, "a frame on a connection within the bound", func() bool { return rec.messages() == 1 })
 }
+
+// inHello is how many framed connections t has in their hello.
+func (t *Transport) inHello() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.greeting)
+}
+
+// TestSilentConnsCannotKeepPeerOut (found by review): a connection took
+// one of the MaxInboundConns slots before its hello and held it for the
+// whole hello deadline (10 s), so anyone who could reach the port kept
+// real peers out with connections that send the magic and then nothing.
+// Those now hold slots of their own (MaxHelloConns), and one more pushes
+// the oldest out: a real peer is served at once while the slots are full
+// of silent connections that may stay for a minute, and they stay bounded.
+func TestSilentConnsCannotKeepPeerOut(t *testing.T) {
+	const slots = 4
+	b, addr, rec := receiverWith(t, Config{MaxHelloConns: slots, MaxInboundConns: slots},
+		func(b *Transport) { b.helloWait = time.Minute })
+	var silent []net.Conn
+	for range 3 * slots {
+		silent = append(silent, rawConn(t, addr, Magic))
+	}
+	waitFor(t, "the hello slots full", func() bool { return b.inHello() == slots })
+	a := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	a.SetReceiver(&recorder{})
+	defer a.Stop()
+	a.Send(2, 1, heartbeat(2))
+	a.Flush()
+	waitFor(t, "the real peer's heartbeat", func() bool { return rec.messages() == 1 })
+	waitFor(t, "the real peer's two lanes served", func() bool { return b.tracked() == 2 })
+	if n := b.inHello(); n > slots {
+		t.Fatalf("%d connections in their hello, at most %d", n, slots)
+	}
+	closedByPeer(t, silent[0], "the oldest silent connection")
+}
+
+// TestSilentConnClosedAfterHelloWait: a connection that sends the magic
+// and nothing more is closed after helloReadTimeout (2 s), not the 10 s
+// it had, so it holds a hello slot only briefly.
+func TestSilentConnClosedAfterHelloWait(t *testing.T) {
+	b, addr, _ := receiverWith(t, Config{}, nil)
+	start := time.Now()
+	closedByPeer(t, rawConn(t, addr, Magic), "silent in its hello")
+	if d := time.Since(start); d > helloReadTimeout+2*time.Second {
+		t.Fatalf("closed after %v, want about %v", d, helloReadTimeout)
+	}
+	waitFor(t, "the connection untracked", func() bool { return b.inHello() == 0 })
+}

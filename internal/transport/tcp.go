@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/concord-kv/concord/internal/ids"
@@ -29,8 +30,16 @@ const (
 // Timeouts of the framed wire.
 const (
 	dialTimeout = 5 * time.Second
-	// helloTimeout bounds a new connection's TLS handshake and hello.
+	// helloTimeout bounds the TLS handshake of a connection this node
+	// dials.
 	helloTimeout = 10 * time.Second
+	// helloReadTimeout bounds how long a receiver waits for an incoming
+	// connection's hello past the magic (Transport.helloWait, which tests
+	// change). The port mux has run the TLS handshake and read the magic
+	// already, and a sender writes its whole hello at once, so the rest
+	// is in flight: short, so that silent connections hold a hello slot
+	// (Config.MaxHelloConns) only briefly.
+	helloReadTimeout = 2 * time.Second
 	// writeTimeout bounds one write (Transport.writeWait, which tests
 	// shorten): a peer that takes no bytes for this long (stopped, or its
 	// host gone) costs the connection; what was queued is dropped and raft
@@ -209,33 +218,60 @@ func (t *Transport) dialPeer(addr string) (net.Conn, error) {
 // or sends anything malformed; then it closes the connection. It returns
 // at once, closing c, once the transport is stopped.
 //
-// At most Config.MaxInboundConns connections are served at once; one more
-// is closed at once (its sender retries). Past the hello, a connection
-// that sends nothing for idleTimeout is closed once it has sent a
-// keepalive: a live sender's lanes send one right after the hello and
-// then every keepaliveInterval. Before its first keepalive (a sender from
-// before keepalives) the bound is quietTimeout.
+// Until its hello is read and authenticated, a connection has
+// helloReadTimeout for it and holds one of Config.MaxHelloConns slots;
+// one more closes the oldest in its hello. Past the hello it holds one of
+// Config.MaxInboundConns; one more is closed at once (its sender
+// retries). Slots apart, so that connections that never finish a hello
+// cannot keep peers that do out. Past the hello, a connection that sends
+// nothing for idleTimeout is closed once it has sent a keepalive: a live
+// sender's lanes send one right after the hello and then every
+// keepaliveInterval. Before its first keepalive (a sender from before
+// keepalives) the bound is quietTimeout.
 func (t *Transport) ServeConn(c net.Conn) {
-	if err := t.track(c); err != nil {
+	oldest, err := t.trackHello(c)
+	if oldest != nil {
+		t.log.Debug("raft connection closed in its hello for a newer one", "remote", oldest.RemoteAddr())
+		_ = oldest.Close() // its own ServeConn untracks it
+	}
+	if err != nil {
 		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
 		_ = c.Close()
 		return
 	}
 	defer t.untrack(c)
-	// The hello is read from c itself, under one deadline for all of it;
-	// the frames after it through idleReader, which sets its own.
-	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	if !t.greet(c) {
+		return
+	}
+	if err := t.promote(c); err != nil {
+		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	t.serveFrames(c)
+}
+
+// greet reads c's hello, under one deadline for all of it, and checks its
+// token; it says whether c may go on.
+func (t *Transport) greet(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(t.helloWait))
 	token, err := readHello(c)
 	if err != nil {
 		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
-		return
+		return false
 	}
 	if t.cfg.AuthConn != nil {
 		if err := t.cfg.AuthConn(c, token); err != nil {
 			t.log.Warn("raft connection refused", "remote", c.RemoteAddr(), "err", err)
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// serveFrames reads and delivers c's frames past its hello until c ends or
+// sends anything malformed. They are read through idleReader, which sets
+// its own deadlines.
+func (t *Transport) serveFrames(c net.Conn) {
 	idle := &idleReader{c: c, wait: t.quietWait}
 	fr := newFrameReader(idle, t.cfg.MaxFrameBytes)
 	var sender ids.NodeID
@@ -268,19 +304,42 @@ func (t *Transport) ServeConn(c net.Conn) {
 	}
 }
 
-// track records an incoming connection, for Stop to close; an error once
-// the transport is stopped or it serves Config.MaxInboundConns already.
-func (t *Transport) track(c net.Conn) error {
+// trackHello records an incoming connection in its hello, for Stop to
+// close; an error once the transport is stopped. When Config.MaxHelloConns
+// are in their hello already, the oldest of them leaves the count and is
+// returned for the caller to close: not c, since a real peer says its
+// hello at once, so silent connections then push out only each other,
+// while refusing c would let them keep every peer out.
+func (t *Transport) trackHello(c net.Conn) (oldest net.Conn, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
-		return errors.New("transport: stopped")
+		return nil, errors.New("transport: stopped")
 	}
+	if len(t.greeting) >= t.cfg.MaxHelloConns {
+		oldest = t.greeting[0]
+		t.greeting = slices.Delete(t.greeting, 0, 1)
+	}
+	t.greeting = append(t.greeting, c)
+	t.wg.Add(1)
+	return oldest, nil
+}
+
+// promote moves c, past its hello, from the connections in their hello
+// to those served; an error when it was pushed out of its hello slot
+// meanwhile or Config.MaxInboundConns are served already.
+func (t *Transport) promote(c net.Conn) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := slices.Index(t.greeting, c)
+	if i < 0 {
+		return errors.New("transport: closed in its hello for a newer connection")
+	}
+	t.greeting = slices.Delete(t.greeting, i, i+1)
 	if len(t.conns) >= t.cfg.MaxInboundConns {
 		return fmt.Errorf("transport: %d raft connections open already (at most %d)", len(t.conns), t.cfg.MaxInboundConns)
 	}
 	t.conns[c] = struct{}{}
-	t.wg.Add(1)
 	return nil
 }
 
@@ -300,6 +359,9 @@ func (r *idleReader) Read(b []byte) (int, error) {
 func (t *Transport) untrack(c net.Conn) {
 	_ = c.Close()
 	t.mu.Lock()
+	if i := slices.Index(t.greeting, c); i >= 0 {
+		t.greeting = slices.Delete(t.greeting, i, i+1)
+	}
 	delete(t.conns, c)
 	t.mu.Unlock()
 	t.wg.Done()

@@ -127,24 +127,24 @@ func TestRaftConnectionAuth(t *testing.T) {
 }
 
 // TestStopClosesRaftConnections: Stop ends the receiving side's
-// connections (and returns), so a stopped node keeps no peer attached.
+// connections (and returns), so a stopped node keeps no peer attached;
+// those still in their hello too.
 func TestStopClosesRaftConnections(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := New(Config{ClusterID: 7, NodeID: 2, Resolve: func(n ids.NodeID) (string, bool) { return "x:1", n == 1 }}, nil)
+	b.helloWait = time.Minute
 	b.SetReceiver(&recorder{})
 	stop := serve(l, b)
 	defer stop()
 	c := rawConn(t, l.Addr().String(), frames(t, "", testBatch(t)))
-	waitFor(t, "the connection tracked", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.conns) == 1
-	})
+	greeting := rawConn(t, l.Addr().String(), Magic)
+	waitFor(t, "the connections tracked", func() bool { return b.tracked() == 1 && b.inHello() == 1 })
 	b.Stop()
 	closedByPeer(t, c, "after Stop")
+	closedByPeer(t, greeting, "in its hello, after Stop")
 }
 
 // BenchmarkSendTCP and BenchmarkSendGRPC: one frame of 8 appends (256-byte

@@ -144,9 +144,14 @@ type Config struct {
 	// MaxInboundConns bounds the framed raft connections served at once
 	// (default 256: two lanes for each of 128 peers, with room for a
 	// sender's new connections while its old ones close); one more is
-	// closed at once.
+	// closed at once. Connections still in their hello do not count.
 	MaxInboundConns int
-	Logger          *slog.Logger
+	// MaxHelloConns bounds the framed raft connections whose hello is not
+	// read and authenticated yet (default 64; each has 2 s for it); one
+	// more closes the oldest of them, so that connections that say
+	// nothing cannot keep a peer out.
+	MaxHelloConns int
+	Logger        *slog.Logger
 }
 
 // Transport sends and receives raft traffic. It implements multiraft.Transport
@@ -181,18 +186,22 @@ type Transport struct {
 	// keepaliveWait is how often a lane's idle connection carries a frame
 	// of no messages (keepaliveInterval), idleWait how long a received
 	// connection may send nothing once it has sent a keepalive
-	// (idleTimeout), quietWait before (quietTimeout); tests shorten them.
-	// Set before traffic flows.
-	keepaliveWait, idleWait, quietWait time.Duration
+	// (idleTimeout), quietWait before (quietTimeout), and helloWait how
+	// long one may take for its hello (helloReadTimeout); tests change
+	// them. Set before traffic flows.
+	keepaliveWait, idleWait, quietWait, helloWait time.Duration
 	// keepalives counts the frames of no messages received.
 	keepalives atomic.Uint64
 
 	// ctx ends with Stop: deliveries from framed connections wait on it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// conns are the incoming framed connections, closed by Stop.
-	conns   map[net.Conn]struct{} // guarded by mu
-	stopped bool                  // guarded by mu
+	// greeting are the incoming framed connections in their hello,
+	// oldest first (Config.MaxHelloConns), conns those past it
+	// (Config.MaxInboundConns); Stop closes both.
+	greeting []net.Conn            // guarded by mu
+	conns    map[net.Conn]struct{} // guarded by mu
+	stopped  bool                  // guarded by mu
 }
 
 // New creates a Transport that stages received snapshots in sink (the
@@ -234,10 +243,13 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.MaxInboundConns == 0 {
 		cfg.MaxInboundConns = DefaultMaxInboundConns
 	}
+	if cfg.MaxHelloConns == 0 {
+		cfg.MaxHelloConns = DefaultMaxHelloConns
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
-		keepaliveWait: keepaliveInterval, idleWait: idleTimeout, quietWait: quietTimeout,
+		keepaliveWait: keepaliveInterval, idleWait: idleTimeout, quietWait: quietTimeout, helloWait: helloReadTimeout,
 		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots)}
 }
 
@@ -258,6 +270,9 @@ func (t *Transport) Stop() {
 	for c := range t.conns {
 		_ = c.Close()
 	}
+	for _, c := range t.greeting {
+		_ = c.Close()
+	}
 	t.mu.Unlock()
 	t.wg.Wait()
 }
@@ -273,6 +288,10 @@ const (
 	DefaultQueueBytes = 64 << 20
 	// DefaultMaxInboundConns is the default Config.MaxInboundConns.
 	DefaultMaxInboundConns = 256
+	// DefaultMaxHelloConns is the default Config.MaxHelloConns: a real
+	// peer's hello takes a round trip at most, so even every lane of 32
+	// peers reconnecting at once rarely has this many in their hello.
+	DefaultMaxHelloConns = 64
 )
 
 // maxBatch bounds the messages in one RaftBatch; a lane's queue is also
