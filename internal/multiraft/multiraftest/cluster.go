@@ -482,8 +482,15 @@ func (c *Cluster) ProposeCommand(node ids.NodeID, shard ids.ShardID, cmd *storep
 // only once its work is queued, whereas a context derived from ctx
 // (context.WithTimeout) asks at once.
 func Begin(call func(ctx context.Context)) (ended <-chan struct{}) {
+	return BeginWith(context.Background(), call)
+}
+
+// BeginWith is Begin with the ctx that call gets derived from parent, so
+// that the test can end the call by cancelling parent (a promotion still
+// waiting for its learner, say).
+func BeginWith(parent context.Context, call func(ctx context.Context)) (ended <-chan struct{}) {
 	done := make(chan struct{})
-	ctx := &enqueuedCtx{Context: context.Background(), enqueued: make(chan struct{})}
+	ctx := &enqueuedCtx{Context: parent, enqueued: make(chan struct{})}
 	go func() {
 		defer close(done)
 		call(ctx)
