@@ -482,8 +482,15 @@ func (c *Cluster) ProposeCommand(node ids.NodeID, shard ids.ShardID, cmd *storep
 // only once its work is queued, whereas a context derived from ctx
 // (context.WithTimeout) asks at once.
 func Begin(call func(ctx context.Context)) (ended <-chan struct{}) {
+	return BeginWith(context.Background(), call)
+}
+
+// BeginWith is Begin with the ctx that call gets derived from parent, so
+// that the test can end the call by cancelling parent (a promotion still
+// waiting for its learner, say).
+func BeginWith(parent context.Context, call func(ctx context.Context)) (ended <-chan struct{}) {
 	done := make(chan struct{})
-	ctx := &enqueuedCtx{Context: context.Background(), enqueued: make(chan struct{})}
+	ctx := &enqueuedCtx{Context: parent, enqueued: make(chan struct{})}
 	go func() {
 		defer close(done)
 		call(ctx)
@@ -508,10 +515,26 @@ func (c *enqueuedCtx) Done() <-chan struct{} {
 	return c.Context.Done()
 }
 
-// Await ticks until call has its outcome.
+// Await ticks until call has its outcome. The ticks may run out before
+// the call's goroutine, which Go's scheduler can keep off the CPU for
+// longer than 1000 ticks take, has taken an outcome the loop already sent
+// it: then, the loops having had their ticks, it waits for the goroutine,
+// which needs no more, for up to 30 s (a guard against a hang, not a
+// timing).
 func (c *Cluster) Await(call *Call) *Call {
 	c.t.Helper()
-	c.RunUntil("a proposal's outcome", 1000, call.Done)
+	for range 1000 {
+		c.settle()
+		if call.Done() {
+			return call
+		}
+		c.Tick(1)
+	}
+	select {
+	case <-call.Ended():
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("no outcome for a proposal after 1000 ticks and 30 s")
+	}
 	return call
 }
 

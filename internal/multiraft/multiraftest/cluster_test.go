@@ -80,24 +80,18 @@ func TestFollowerRefuses(t *testing.T) {
 }
 
 // readAsync runs a ReadIndex on node in the background and returns once
-// the read is in the loop's inbox, or was served off the loop by lease.
+// the read is in the loop's inbox, or was served off the loop by lease
+// (multiraftest.Begin).
 func readAsync(c *multiraftest.Cluster, node ids.NodeID, shard ids.ShardID) chan error {
 	done := make(chan error, 1)
 	h := c.Node(node).Host
-	ctx := newEnqueuedCtx()
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
+	multiraftest.Begin(func(ctx context.Context) {
 		v, err := h.ReadIndex(ctx, shard)
 		if v != nil {
 			v.Release()
 		}
 		done <- err
-	}()
-	select {
-	case <-ctx.enqueued:
-	case <-ended:
-	}
+	})
 	return done
 }
 
@@ -274,13 +268,19 @@ func TestReplaceReplica(t *testing.T) {
 	removed := leader%3 + 1
 	removedReplica := ids.ReplicaID(removed) // in the initial placement a replica's id is its node's
 	h := c.Node(leader).Host
+	epoch := descOf(c, leader).GetEpoch()
 	changed := make(chan error, 1)
-	go func() { _, err := h.ChangeReplicas(context.Background(), 1, 0, removedReplica, added); changed <- err }()
+	ended := multiraftest.Begin(func(ctx context.Context) {
+		_, err := h.ChangeReplicas(ctx, 1, 0, removedReplica, added)
+		changed <- err
+	})
 	for i := range 5 {
 		c.Put(fmt.Sprintf("during%d", i), "2")
 	}
-	c.RunUntil("the replacement", 300, func() bool { return len(changed) > 0 })
-	if err := <-changed; err != nil {
+	// On the leader's state (the replacement applied), then the caller,
+	// which a tick budget could outrun.
+	c.RunUntil("the replacement", 300, func() bool { return descOf(c, leader).GetEpoch() > epoch || isClosed(ended) })
+	if err := await(t, changed, "the replacement"); err != nil {
 		t.Fatalf("ChangeReplicas: %v", err)
 	}
 	c.Put("after", "3")

@@ -87,19 +87,17 @@ func TestExpiredKeysSweptOnEveryReplica(t *testing.T) {
 		err     error
 	}
 	done := make(chan outcome, 1)
-	go func() {
-		n, err := expiry.Sweep(context.Background(), h, time.Now(), expiry.MaxKeysPerShard, true)
+	// Begun: the ticks start once the sweep's first proposal reached the
+	// leader; they go on until the leader's engine shows the deletion, and
+	// then the sweep, which needs no tick to end, is waited for: ticking
+	// until the sweep's goroutine ended could spend the budget while Go's
+	// scheduler kept it off the CPU.
+	ended := multiraftest.Begin(func(ctx context.Context) {
+		n, err := expiry.Sweep(ctx, h, time.Now(), expiry.MaxKeysPerShard, true)
 		done <- outcome{n, err}
-	}()
-	var out outcome
-	c.RunUntil("the sweep round", 1000, func() bool {
-		select {
-		case out = <-done:
-			return true
-		default:
-			return false
-		}
 	})
+	c.RunUntil("the sweep round", 1000, func() bool { return !stored(t, c, leader, shard, "gone") || isClosed(ended) })
+	out := await(t, done, "the sweep round")
 	if out.err != nil || out.deleted != 1 {
 		t.Fatalf("sweep deleted %d keys, err %v; want 1 (only the key not re-set)", out.deleted, out.err)
 	}

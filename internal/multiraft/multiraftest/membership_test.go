@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -14,20 +13,51 @@ import (
 	"github.com/concord-kv/concord/internal/multiraft/multiraftest"
 )
 
-// run calls f (a membership call on some host) in the background and ticks
-// the cluster until it returns, while puts of keys prefix0..prefixN-1 (if
-// n > 0) go through the shard's leader; it returns f's result.
-func run(t *testing.T, c *multiraftest.Cluster, what string, f func(context.Context) (*concordpb.ShardDescriptor, error)) (*concordpb.ShardDescriptor, error) {
+// run calls f, a membership call on h (shard 1's leader), in the
+// background and returns its result. It begins f with multiraftest.Begin,
+// ticks until h's loop shows the call's effect on shard 1 (a new epoch, a
+// new leader, the replica gone) or f returned, and only then waits for f's
+// goroutine, which needs no tick after that: a change's caller reads the
+// applied descriptor in one loop turn, a transfer's polls the published
+// leader, and a refusal has returned within Begin. Ticking until f itself
+// returned failed now and then under load: ticks synchronise with the
+// loops only, and Go's scheduler could keep f's goroutine off the CPU for
+// all 500 ticks.
+func run(t *testing.T, c *multiraftest.Cluster, h *multiraft.Host, what string, f func(context.Context, *multiraft.Host) (*concordpb.ShardDescriptor, error)) (*concordpb.ShardDescriptor, error) {
 	t.Helper()
 	type result struct {
 		d   *concordpb.ShardDescriptor
 		err error
 	}
+	before := viewOf(h)
 	done := make(chan result, 1)
-	go func() { d, err := f(context.Background()); done <- result{d, err} }()
-	c.RunUntil(what, 500, func() bool { return len(done) > 0 })
-	r := <-done
+	ended := multiraftest.Begin(func(ctx context.Context) { d, err := f(ctx, h); done <- result{d, err} })
+	c.RunUntil(what, 500, func() bool { return viewOf(h) != before || isClosed(ended) })
+	r := await(t, done, what)
 	return r.d, r.err
+}
+
+// shardView is what h's loop publishes of shard 1 that a membership call
+// changes: the descriptor's epoch, the leader, the replica itself.
+type shardView struct {
+	present bool
+	epoch   uint64
+	leader  ids.ReplicaID
+}
+
+func viewOf(h *multiraft.Host) shardView {
+	i, ok := h.Info(1)
+	return shardView{present: ok, epoch: i.Desc.GetEpoch(), leader: i.LeaderReplica}
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // descOf returns node's descriptor of shard 1.
@@ -85,8 +115,8 @@ func TestAddLearner(t *testing.T) {
 	before := putAll(c, "before", 5)
 	n4 := c.AddNode()
 	epoch := descOf(c, leader).GetEpoch()
-	d, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.AddLearner(ctx, 1, epoch, n4)
+	d, err := run(t, c, c.Node(leader).Host, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, epoch, n4)
 	})
 	if err != nil {
 		t.Fatalf("AddLearner: %v", err)
@@ -155,8 +185,8 @@ func TestAddLearnerBySnapshot(t *testing.T) {
 			snaps++
 		}
 	})
-	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	if _, err := run(t, c, c.Node(leader).Host, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, 0, n4)
 	}); err != nil {
 		t.Fatalf("AddLearner: %v", err)
 	}
@@ -175,15 +205,15 @@ func TestPromoteLearner(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{})
 	leader := c.WaitLeader(1)
 	n4 := c.AddNode()
-	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	if _, err := run(t, c, c.Node(leader).Host, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, 0, n4)
 	}); err != nil {
 		t.Fatalf("AddLearner: %v", err)
 	}
 	c.Put("caught-up", "v")
 	c.WaitValue("caught-up", "v", n4)
-	d, err := run(t, c, "the promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.PromoteLearner(ctx, 1, 0, 4)
+	d, err := run(t, c, c.Node(leader).Host, "the promotion", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.PromoteLearner(ctx, 1, 0, 4)
 	})
 	if err != nil {
 		t.Fatalf("PromoteLearner: %v", err)
@@ -219,8 +249,8 @@ func laggingLearner(t *testing.T) (c *multiraftest.Cluster, leader, n4 ids.NodeI
 	c = multiraftest.New(t, multiraftest.Options{})
 	leader = c.WaitLeader(1)
 	n4 = c.AddNode()
-	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.AddLearner(ctx, 1, 0, n4)
+	if _, err := run(t, c, c.Node(leader).Host, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, 0, n4)
 	}); err != nil {
 		t.Fatalf("AddLearner: %v", err)
 	}
@@ -245,8 +275,9 @@ func TestPromoteCancelledWhileQueued(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := h.PromoteLearner(ctx, 1, 0, 4); done <- err }()
 	close(hold)
-	c.RunUntil("the cancelled promotion", 100, func() bool { return len(done) > 0 })
-	if err := <-done; !errors.Is(err, multiraft.ErrNotCaughtUp) {
+	// Its check needs a loop turn and no tick: wait for the goroutine, which
+	// a tick budget could outrun.
+	if err := await(t, done, "the cancelled promotion"); !errors.Is(err, multiraft.ErrNotCaughtUp) {
 		t.Fatalf("promotion cancelled while its check was queued: %v, want ErrNotCaughtUp", err)
 	}
 	if role, _ := roleOf(descOf(c, leader), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
@@ -266,21 +297,25 @@ func TestPromoteWaitsForCatchUp(t *testing.T) {
 	h := c.Node(leader).Host
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { _, err := h.PromoteLearner(ctx, 1, 0, 4); done <- err }()
+	// Begun: the 50 ticks start once the promotion has checked the learner
+	// once and waits to look again.
+	multiraftest.BeginWith(ctx, func(ctx context.Context) { _, err := h.PromoteLearner(ctx, 1, 0, 4); done <- err })
 	c.Tick(50)
 	if len(done) > 0 {
 		t.Fatalf("a learner cut off behind writes was promoted (or refused) at once: %v", <-done)
 	}
 	cancel()
-	c.RunUntil("the cancelled promotion", 100, func() bool { return len(done) > 0 })
-	if err := <-done; !errors.Is(err, multiraft.ErrNotCaughtUp) {
+	// The cancelled promotion needs no tick to end: wait for its goroutine,
+	// which ticking until it ended could outrun (100 ticks ran out ~1 in 50
+	// runs under load).
+	if err := await(t, done, "the cancelled promotion"); !errors.Is(err, multiraft.ErrNotCaughtUp) {
 		t.Fatalf("promotion of a lagging learner: %v, want ErrNotCaughtUp", err)
 	}
 	if role, _ := roleOf(descOf(c, leader), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
 		t.Fatalf("a refused promotion changed replica 4 to %v", role)
 	}
 	c.Heal(n4)
-	d, err := run(t, c, "the promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+	d, err := run(t, c, h, "the promotion", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
 		return h.PromoteLearner(ctx, 1, 0, 4)
 	})
 	if err != nil {
@@ -302,18 +337,23 @@ func TestPromoteWaitsForCatchUp(t *testing.T) {
 func TestRemoveReplica(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{Nodes: 4})
 	leader := c.WaitLeader(1)
-	if _, err := run(t, c, "the leader's self-removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(leader), 0)
+	if _, err := run(t, c, c.Node(leader).Host, "the leader's self-removal", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.RemoveReplica(ctx, 1, 0, ids.ReplicaID(leader), 0)
 	}); !errors.Is(err, multiraft.ErrRefused) {
 		t.Fatalf("removing the leader itself: %v, want ErrRefused", err)
 	}
 	removed := others(leader, 4)[0]
 	h := c.Node(leader).Host
+	epoch := descOf(c, leader).GetEpoch()
 	done := make(chan error, 1)
-	go func() { _, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(removed), 0); done <- err }()
+	ended := multiraftest.Begin(func(ctx context.Context) {
+		_, err := h.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed), 0)
+		done <- err
+	})
 	during := putAll(c, "during", 5)
-	c.RunUntil("the removal", 500, func() bool { return len(done) > 0 })
-	if err := <-done; err != nil {
+	// On the leader's state (the removal applied), then the caller.
+	c.RunUntil("the removal", 500, func() bool { return descOf(c, leader).GetEpoch() > epoch || isClosed(ended) })
+	if err := await(t, done, "the removal"); err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
 	}
 	after := putAll(c, "after", 5)
@@ -365,7 +405,9 @@ func TestReplaceDeadReplicaSafely(t *testing.T) {
 	for i, s := range steps {
 		leader = c.WaitLeader(1)
 		h, epoch := c.Node(leader).Host, descOf(c, leader).GetEpoch()
-		if _, err := run(t, c, s.name, func(ctx context.Context) (*concordpb.ShardDescriptor, error) { return s.f(h, ctx, epoch) }); err != nil {
+		if _, err := run(t, c, h, s.name, func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+			return s.f(h, ctx, epoch)
+		}); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		acked = append(acked, putAll(c, fmt.Sprintf("step%d-", i), 3)...)
@@ -388,8 +430,8 @@ func TestTransferLeader(t *testing.T) {
 	c := multiraftest.New(t, multiraftest.Options{Configure: func(cfg *multiraft.Config) { cfg.NoLeaderPreference = true }})
 	leader := c.WaitLeader(1)
 	target := others(leader, 3)[1]
-	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
+	if _, err := run(t, c, c.Node(leader).Host, "the transfer", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return nil, h.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
 	}); err != nil {
 		t.Fatalf("TransferLeader: %v", err)
 	}
@@ -405,27 +447,27 @@ func TestTransferLeader(t *testing.T) {
 	h := c.Node(target).Host
 	stale := descOf(c, target).GetEpoch()
 	n4 := c.AddNode()
-	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+	if _, err := run(t, c, h, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
 		return h.AddLearner(ctx, 1, stale, n4)
 	}); err != nil {
 		t.Fatalf("AddLearner: %v", err)
 	}
-	if _, err := run(t, c, "a learner as target", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+	if _, err := run(t, c, h, "a learner as target", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
 		return nil, h.TransferLeader(ctx, 1, 0, 4)
 	}); !errors.Is(err, multiraft.ErrRefused) {
 		t.Fatalf("TransferLeader to a learner: %v, want ErrRefused", err)
 	}
-	if _, err := run(t, c, "a stale promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+	if _, err := run(t, c, h, "a stale promotion", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
 		return h.PromoteLearner(ctx, 1, stale, 4)
 	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
 		t.Fatalf("PromoteLearner at a stale epoch: %v, want ErrStaleEpoch", err)
 	}
-	if _, err := run(t, c, "a stale removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+	if _, err := run(t, c, h, "a stale removal", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
 		return h.RemoveReplica(ctx, 1, stale, ids.ReplicaID(leader), 0)
 	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
 		t.Fatalf("RemoveReplica at a stale epoch: %v, want ErrStaleEpoch", err)
 	}
-	if _, err := run(t, c, "a stale transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
+	if _, err := run(t, c, h, "a stale transfer", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
 		return nil, h.TransferLeader(ctx, 1, stale, ids.ReplicaID(leader))
 	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
 		t.Fatalf("TransferLeader at a stale epoch: %v, want ErrStaleEpoch", err)
@@ -469,8 +511,8 @@ func TestLeaderKnownHook(t *testing.T) {
 		}
 	}
 	target := others(leader, 3)[0]
-	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
+	if _, err := run(t, c, c.Node(leader).Host, "the transfer", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return nil, h.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
 	}); err != nil {
 		t.Fatalf("TransferLeader: %v", err)
 	}
@@ -507,8 +549,8 @@ func TestCollectStray(t *testing.T) {
 	// Past the victim's election timeout, as a slow removal took under
 	// load: cut off, it drops its leader and never learns another.
 	c.Tick(30)
-	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim), 0)
+	d, err := run(t, c, c.Node(leader).Host, "the removal", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim), 0)
 	})
 	if err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
@@ -566,25 +608,24 @@ func TestOneChangeAtATime(t *testing.T) {
 		c.Cut(n)
 	}
 	h := c.Node(leader).Host
-	errs := make(chan error, 2)
-	go func() { _, err := h.AddLearner(context.Background(), 1, 0, spare); errs <- err }()
-	go func() {
-		_, err := h.RemoveReplica(context.Background(), 1, 0, ids.ReplicaID(followers[0]), 0)
-		errs <- err
-	}()
-	select {
-	case err := <-errs:
-		if !errors.Is(err, multiraft.ErrChangePending) {
-			t.Fatalf("the second change: %v, want ErrChangePending", err)
-		}
-	case <-time.After(10 * time.Second): // a bound on failure, not a wait for success
-		t.Fatal("neither change was refused while the other was pending")
+	epoch := descOf(c, leader).GetEpoch()
+	first, second := make(chan error, 1), make(chan error, 1)
+	// Begin returns once the addition is proposed (it waits for its
+	// outcome), so the removal comes second, and is refused within Begin.
+	firstEnded := multiraftest.Begin(func(ctx context.Context) { _, err := h.AddLearner(ctx, 1, 0, spare); first <- err })
+	multiraftest.Begin(func(ctx context.Context) {
+		_, err := h.RemoveReplica(ctx, 1, 0, ids.ReplicaID(followers[0]), 0)
+		second <- err
+	})
+	if err := await(t, second, "the second change"); !errors.Is(err, multiraft.ErrChangePending) {
+		t.Fatalf("the second change: %v, want ErrChangePending", err)
 	}
 	for _, n := range followers {
 		c.Heal(n)
 	}
-	c.RunUntil("the first change", 500, func() bool { return len(errs) > 0 })
-	if err := <-errs; err != nil {
+	// On the leader's state (the addition applied), then the caller.
+	c.RunUntil("the first change", 500, func() bool { return descOf(c, leader).GetEpoch() > epoch || isClosed(firstEnded) })
+	if err := await(t, first, "the first change"); err != nil {
 		t.Fatalf("the first change: %v", err)
 	}
 }
@@ -611,8 +652,8 @@ func TestDescGenerationMoves(t *testing.T) {
 	}
 	n4 := c.AddNode()
 	epoch := descOf(c, leader).GetEpoch()
-	if _, err := run(t, c, "the learner's addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.AddLearner(ctx, 1, epoch, n4)
+	if _, err := run(t, c, c.Node(leader).Host, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, epoch, n4)
 	}); err != nil {
 		t.Fatalf("AddLearner: %v", err)
 	}
@@ -655,8 +696,8 @@ func TestLeaderAnswersAsInfo(t *testing.T) {
 	c.Put("k", "v")
 	c.WaitValue("k", "v") // every replica caught up: the transfer's condition
 	target := others(leader, 4)[0]
-	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
+	if _, err := run(t, c, c.Node(leader).Host, "the transfer", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return nil, h.TransferLeader(ctx, 1, 0, ids.ReplicaID(target))
 	}); err != nil {
 		t.Fatalf("TransferLeader: %v", err)
 	}
@@ -666,8 +707,8 @@ func TestLeaderAnswersAsInfo(t *testing.T) {
 	})
 	agree("Leader to agree with Info after the transfer")
 	removed := others(target, 4)[0]
-	if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(target).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed), 0)
+	if _, err := run(t, c, c.Node(target).Host, "the removal", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed), 0)
 	}); err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
 	}

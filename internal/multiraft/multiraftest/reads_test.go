@@ -33,15 +33,16 @@ func getFrom(t *testing.T, v *storage.ReadView, key string) (string, bool) {
 }
 
 // removeLeaderReplica replaces the leader's replica of shard 1 by one on a
-// new node, in the background, and returns its outcome's channel.
+// new node, in the background, and returns its outcome's channel once the
+// change is proposed (or refused): see multiraftest.Begin.
 func removeLeaderReplica(c *multiraftest.Cluster, leader ids.NodeID) chan error {
 	added := c.AddNode()
 	h := c.Node(leader).Host
 	changed := make(chan error, 1)
-	go func() {
-		_, err := h.ChangeReplicas(context.Background(), 1, 0, ids.ReplicaID(leader), added) // initial replica ids are node ids
+	multiraftest.Begin(func(ctx context.Context) {
+		_, err := h.ChangeReplicas(ctx, 1, 0, ids.ReplicaID(leader), added) // initial replica ids are node ids
 		changed <- err
-	}()
+	})
 	return changed
 }
 
@@ -62,9 +63,7 @@ func TestReadReleasedBeforeItsReplicaIsRemoved(t *testing.T) {
 	}
 	before := rounds(t, h)
 	done := make(chan result, 1)
-	ctx := newEnqueuedCtx()
-	go func() { v, err := h.ReadIndex(ctx, 1); done <- result{v, err} }()
-	<-ctx.enqueued
+	multiraftest.Begin(func(ctx context.Context) { v, err := h.ReadIndex(ctx, 1); done <- result{v, err} })
 	// Wait for the loop, not for done, which the goroutine fills later
 	// (await): once the round is out its answers need no tick.
 	c.RunUntil("the read's round", 100, func() bool { return rounds(t, h) > before })
@@ -164,10 +163,12 @@ func TestReadsWhileTheLeaderIsRemoved(t *testing.T) {
 		await(t, firstServed, "a reader's first read before the removal")
 	}
 	changed := removeLeaderReplica(c, leader)
-	c.RunUntil("the leader's replica to be destroyed", 500, func() bool { return len(changed) > 0 && gone() })
+	// On the loop's state, then the caller, which a tick budget could
+	// outrun: it needs no tick once the replica is gone.
+	c.RunUntil("the leader's replica to be destroyed", 500, gone)
 	stopReaders()
 	wg.Wait()
-	if err := <-changed; err != nil {
+	if err := await(t, changed, "the replacement"); err != nil {
 		t.Fatalf("ChangeReplicas: %v", err)
 	}
 	for _, v := range late {
@@ -192,33 +193,12 @@ type readResult struct {
 	err   error
 }
 
-// enqueuedCtx tells the test when ReadIndex has handed its read to the
-// loop: Host.ReadIndex enqueues first and only then waits on ctx.Done, so
-// the first call of Done means the read is in the loop's inbox.
-type enqueuedCtx struct {
-	context.Context
-	once     sync.Once
-	enqueued chan struct{}
-}
-
-func newEnqueuedCtx() *enqueuedCtx {
-	return &enqueuedCtx{Context: context.Background(), enqueued: make(chan struct{})}
-}
-
-func (c *enqueuedCtx) Done() <-chan struct{} {
-	c.once.Do(func() { close(c.enqueued) })
-	return c.Context.Done()
-}
-
 // readKey runs a linearizable read of key (shard 1) on h in the background
 // and returns once the read is in the loop's inbox, or was served off the
-// loop by lease (multiraft/fastread.go).
+// loop by lease (multiraft/fastread.go): see multiraftest.Begin.
 func readKey(t *testing.T, h *multiraft.Host, key string) chan readResult {
 	done := make(chan readResult, 1)
-	ctx := newEnqueuedCtx()
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
+	multiraftest.Begin(func(ctx context.Context) {
 		v, err := h.ReadIndex(ctx, 1)
 		if err != nil {
 			done <- readResult{err: err}
@@ -227,11 +207,7 @@ func readKey(t *testing.T, h *multiraft.Host, key string) chan readResult {
 		val, found := getFrom(t, v, key)
 		v.Release() // before the result: a test may end, and close the engine, once it has it
 		done <- readResult{val: val, found: found}
-	}()
-	select {
-	case <-ctx.enqueued:
-	case <-ended:
-	}
+	})
 	return done
 }
 

@@ -59,8 +59,8 @@ func TestCrashAfterApplyingOwnRemoval(t *testing.T) {
 		c.CrashImage(removed)
 		imaged.Store(true)
 	})
-	d, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed), 0)
+	d, err := run(t, c, c.Node(leader).Host, "the removal", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.RemoveReplica(ctx, 1, 0, ids.ReplicaID(removed), 0)
 	})
 	if err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
@@ -102,8 +102,8 @@ func TestCrashBetweenTombstoneAndDataRemoval(t *testing.T) {
 	victim := others(leader, 4)[0]
 	c.WaitValue("before", "v", victim)
 	c.Cut(victim)
-	if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(leader).Host.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim), 0)
+	if _, err := run(t, c, c.Node(leader).Host, "the removal", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.RemoveReplica(ctx, 1, 0, ids.ReplicaID(victim), 0)
 	}); err != nil {
 		t.Fatalf("RemoveReplica: %v", err)
 	}
@@ -133,8 +133,8 @@ func TestCrashBetweenTombstoneAndDataRemoval(t *testing.T) {
 	}
 
 	c.Put("later", "v")
-	if _, err := run(t, c, "the shard's return to the node", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return c.Node(c.WaitLeader(1)).Host.AddLearner(ctx, 1, 0, victim)
+	if _, err := run(t, c, c.Node(c.WaitLeader(1)).Host, "the shard's return to the node", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, 0, victim)
 	}); err != nil {
 		t.Fatalf("AddLearner: %v", err)
 	}
@@ -172,8 +172,8 @@ func TestRemoveAndReAddAcrossPowerCuts(t *testing.T) {
 	acked := putAll(c, "a", 10)
 	for round := range 3 {
 		old := replicaOn(victim)
-		if _, err := run(t, c, "the removal", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-			return c.Node(c.WaitLeader(1)).Host.RemoveReplica(ctx, 1, 0, old, 0)
+		if _, err := run(t, c, c.Node(c.WaitLeader(1)).Host, "the removal", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+			return h.RemoveReplica(ctx, 1, 0, old, 0)
 		}); err != nil {
 			t.Fatalf("round %d: RemoveReplica(%d): %v", round, old, err)
 		}
@@ -190,8 +190,8 @@ func TestRemoveAndReAddAcrossPowerCuts(t *testing.T) {
 		if _, found := c.Get(victim, "a0"); found {
 			t.Fatalf("round %d: the destroyed replica's data survived", round)
 		}
-		if _, err := run(t, c, "the re-addition", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-			return c.Node(c.WaitLeader(1)).Host.AddLearner(ctx, 1, 0, victim)
+		if _, err := run(t, c, c.Node(c.WaitLeader(1)).Host, "the re-addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+			return h.AddLearner(ctx, 1, 0, victim)
 		}); err != nil {
 			t.Fatalf("round %d: AddLearner: %v", round, err)
 		}
@@ -204,8 +204,8 @@ func TestRemoveAndReAddAcrossPowerCuts(t *testing.T) {
 		c.Start(victim)
 		acked = append(acked, putAll(c, fmt.Sprintf("t%d-", round), 10)...)
 		waitAll(c, acked, victim)
-		if _, err := run(t, c, "the promotion", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-			return c.Node(c.WaitLeader(1)).Host.PromoteLearner(ctx, 1, 0, replicaOn(victim))
+		if _, err := run(t, c, c.Node(c.WaitLeader(1)).Host, "the promotion", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+			return h.PromoteLearner(ctx, 1, 0, replicaOn(victim))
 		}); err != nil {
 			t.Fatalf("round %d: PromoteLearner: %v", round, err)
 		}

@@ -63,15 +63,17 @@ func TestSnapshotStreamOutlivesSendersReplica(t *testing.T) {
 
 	added := c.AddNode()
 	changed := make(chan error, 1)
-	go func() {
-		_, err := c.Node(leader).Host.ChangeReplicas(context.Background(), 1, 0, ids.ReplicaID(leader), added)
+	h := c.Node(leader).Host
+	// Begun: the ticks start once the change reached the leader's loop.
+	multiraftest.Begin(func(ctx context.Context) {
+		_, err := h.ChangeReplicas(ctx, 1, 0, ids.ReplicaID(leader), added)
 		changed <- err
-	}()
+	})
 	c.RunUntil("the leader's replica to be removed", 500, func() bool {
-		_, ok := c.Node(leader).Host.Info(1)
+		_, ok := h.Info(1)
 		return !ok
 	})
-	if err := <-changed; err != nil {
+	if err := await(t, changed, "the replacement"); err != nil {
 		t.Logf("ChangeReplicas: %v (the change applied: the replica is gone)", err)
 	}
 

@@ -161,8 +161,8 @@ func TestNewLeaderCatchesUpLaggingFollowerFromLog(t *testing.T) {
 		c.Put(fmt.Sprintf("k%d", i), "v")
 	}
 	c.Tick(30) // many truncation rounds
-	if _, err := run(t, c, "the transfer", func(ctx context.Context) (*concordpb.ShardDescriptor, error) {
-		return nil, c.Node(leader).Host.TransferLeader(ctx, 1, 0, ids.ReplicaID(next))
+	if _, err := run(t, c, c.Node(leader).Host, "the transfer", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return nil, h.TransferLeader(ctx, 1, 0, ids.ReplicaID(next))
 	}); err != nil {
 		t.Fatalf("TransferLeader: %v", err)
 	}
