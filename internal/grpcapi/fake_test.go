@@ -62,6 +62,9 @@ type fakeNode struct {
 	// unstamped makes the node forward as a binary older than
 	// StreamRequest.cluster_id does: without its cluster id.
 	unstamped bool
+	// dialOpts are added to the options of the connections Conn opens
+	// (a test's small message limits).
+	dialOpts []grpc.DialOption
 
 	mu         sync.Mutex
 	proposals  []*storepb.Command          // guarded by mu
@@ -165,8 +168,9 @@ func (f *fakeNode) Conn(addr string) (grpc.ClientConnInterface, error) {
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(StampFromNode(f.ID)))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(StampFromNode(f.ID))}, f.dialOpts...)
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,10 @@ import (
 // A merged batch the leader refuses as a whole (bad input it alone
 // checks) changed nothing: each part is then sent alone, so only a bad
 // part gets the error. Any other error (an ambiguous outcome included) is
-// every part's answer, as it would have been had each gone alone.
+// every part's answer, as it would have been had each gone alone; a
+// ResourceExhausted, which only gRPC answers a merged batch (a reply over
+// the message limit, after the leader applied it), is answered as the
+// ambiguous outcome it is (mergedWriteError).
 
 // errSendAlone tells a queued write to run the ordinary path: the merged
 // batch was refused as a whole, or this node leads the shard now.
@@ -112,7 +115,7 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 		}
 	}
 	if err != nil {
-		answerAll(batch, queuedResult{err: err})
+		answerAll(batch, queuedResult{err: mergedWriteError(err)})
 		return
 	}
 	answerParts(batch, resp.GetHeader(), results)
@@ -141,11 +144,27 @@ func answerAll(batch []*queuedOps, r queuedResult) {
 }
 
 // refusedWhole reports an error the leader returns for a batch before
-// proposing it (bad input, a limit): nothing of it applied.
+// proposing it, or the state machine for a command it refused whole: bad
+// input (InvalidArgument, checkBatch and kv's checks), so nothing of it
+// applied. Nothing else is: ResourceExhausted in particular is also
+// gRPC's answer to a reply larger than the forward's message limit, sent
+// after the leader applied the batch (the client tells its shard's
+// refusal by its text, client.windowFull; a batch without a session, as
+// every merged one is, has no window to be refused by), and sending the
+// parts again would apply them twice.
 func refusedWhole(err error) bool {
-	switch status.Code(err) {
-	case codes.InvalidArgument, codes.ResourceExhausted:
-		return true
+	return status.Code(err) == codes.InvalidArgument
+}
+
+// mergedWriteError is a merged write's answer for err, the forward's
+// error. ResourceExhausted came from gRPC (refusedWhole): the leader may
+// have applied the batch, and a part alone would have fit, so each part
+// is told its outcome is unknown (Unknown, "ambiguous", as toStatus
+// answers a proposal's), not that something of its own was too large.
+func mergedWriteError(err error) error {
+	if status.Code(err) != codes.ResourceExhausted {
+		return err
 	}
-	return false
+	return status.Errorf(codes.Unknown, "ambiguous: the merged write batch's reply was not received (%s); it may or may not have applied",
+		status.Convert(err).Message())
 }

@@ -3,8 +3,10 @@ package grpcapi
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -159,5 +161,67 @@ func TestForwardedWritesAbsorbed(t *testing.T) {
 	}
 	if n := kv1.WritesAbsorbed(); n != 1 {
 		t.Fatalf("WritesAbsorbed = %d after a refused batch, want still 1", n)
+	}
+}
+
+// TestMergedWriteReplyTooLargeIsAmbiguous protects at-most-once for
+// merged forwards: gRPC answers ResourceExhausted for a reply larger than
+// the forward's message limit, after the leader applied the merged batch.
+// That is no refusal: the parts must not be sent again alone (each would
+// apply a second time, an INCR counted twice), and each gets an ambiguous
+// answer (Unknown). Small limits stand in for the 64 MiB ones.
+func TestMergedWriteReplyTooLargeIsAmbiguous(t *testing.T) {
+	f1, f2 := newFakeNode(t, 1, 4, 2), newFakeNode(t, 2, 4, 2)
+	shard := f2.shardOfKey("k")
+	keys := keysOfShard(f2, shard, 32)
+	withStateMachine(t, f2)
+	gate := make(chan struct{})
+	f2.proposeGate = gate
+	// A part of 8 INCRs answers in ~110 bytes; three merged, ~270.
+	f1.dialOpts = []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(200))}
+	serve(t, f2, f1)
+	kv1 := NewKV(f1, testLimits)
+	part := func(i int) []*concordpb.Op {
+		var ops []*concordpb.Op
+		for _, k := range keys[8*i : 8*i+8] {
+			ops = append(ops, incrBy(k, 1))
+		}
+		return ops
+	}
+	queued := func() int { return kv1.wmerge.waiting(shard) }
+
+	first := sendBatch(kv1, nil, part(0)...)
+	waitFor(t, func() bool { return queued() == 0 }) // taken, and blocked in the leader's proposal
+	var parts []chan batchAnswer
+	for i := 1; i <= 3; i++ {
+		parts = append(parts, sendBatch(kv1, nil, part(i)...))
+	}
+	waitFor(t, func() bool { return queued() == 3 })
+	close(gate) // the first, the merged batch, and any parts sent again alone
+	if a := <-first; a.err != nil || len(a.res) != 8 {
+		t.Fatalf("the first batch, alone: %v, %v; want 8 results", a.res, a.err)
+	}
+	for i, ch := range parts {
+		a := <-ch
+		if status.Code(a.err) != codes.Unknown || !strings.Contains(a.err.Error(), "ambiguous") {
+			t.Errorf("part %d of the merged batch whose reply was too large: %v, %v; want Unknown, ambiguous", i+1, a.res, a.err)
+		}
+	}
+	proposed := map[string]int{}
+	f2.mu.Lock()
+	for _, cmd := range f2.proposals {
+		for _, op := range cmd.GetKv().GetOps() {
+			proposed[string(op.GetKey())]++
+		}
+	}
+	n := len(f2.proposals)
+	f2.mu.Unlock()
+	for _, k := range keys {
+		if proposed[k] != 1 {
+			t.Errorf("key %s was proposed (and applied) %d times, want once", k, proposed[k])
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d proposals at the leader, want 2 (the first batch, the merged one)", n)
 	}
 }
