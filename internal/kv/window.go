@@ -38,13 +38,20 @@ import (
 // so that replicas whose caches differ still agree.
 var errSessionMode = errors.New("kv: the session is of the other kind")
 
+// WindowFullMark is in the message of a window-full refusal, and in no
+// other ResourceExhausted: a front end tells by it a refusal that applied
+// nothing from gRPC's own ResourceExhausted (a reply over the message
+// limit), which may come after a write applied. The Go client's copy is
+// client.windowFullMark.
+const WindowFullMark = "the window is full"
+
 // MaxSessionWindow bounds the results a windowed session keeps on one
 // shard, and MaxSessionWindowBytes their encoded size: a command that finds
 // its session's window at either bound is refused (ResourceExhausted) and
 // applies nothing, until the client's floor frees room. The Go client
 // starts a new session long before (client.maxWindow), retries such a
 // refusal with its current floor, and knows it by its words ("the window
-// is full", client.windowFullMark) as one before applying.
+// is full", client.windowFullMark; WindowFullMark) as one before applying.
 const (
 	MaxSessionWindow      = 1024
 	MaxSessionWindowBytes = 1 << 20
@@ -140,7 +147,7 @@ func (sm *StateMachine) applyWindowed(b *pebble.Batch, desc *concordpb.ShardDesc
 	}
 	if len(w.entries) >= MaxSessionWindow || w.bytes >= MaxSessionWindowBytes {
 		return errResult(codes.ResourceExhausted,
-			"session %x: %d results (%d bytes) above the floor %d: the window is full", id, len(w.entries), w.bytes, w.floor), nil
+			"session %x: %d results (%d bytes) above the floor %d: "+WindowFullMark, id, len(w.entries), w.bytes, w.floor), nil
 	}
 	res, err := sm.applyOps(b, desc, e, c.GetOps())
 	if err != nil {

@@ -291,7 +291,7 @@ func (c *conn) execChain(ctx context.Context, cl *call) {
 	}
 	res, err := c.batch(ctx, ops)
 	switch {
-	case err != nil && refused(err) && !c.budget.Exhausted():
+	case err != nil && refused(err, cl.plan.read) && !c.budget.Exhausted():
 		c.execPlan(ctx, cl.plan, cl.out)
 		for _, x := range cl.chain {
 			c.execPlan(ctx, x.plan, x.out)
@@ -318,14 +318,20 @@ func answerFrom(x *call, res []*concordpb.OpResult) []*concordpb.OpResult {
 }
 
 // refused reports an error the KV service returns before proposing
-// anything: the batch changed nothing.
-func refused(err error) bool {
+// anything, so that the batch changed nothing: bad input
+// (InvalidArgument). A ResourceExhausted says so only for a read chain
+// (a read budget passed; a read changes nothing anyway): for writes it
+// is also gRPC's answer to a reply too large, after the leader applied
+// the batch, and running each command again would apply it twice.
+func refused(err error, read bool) bool {
 	if _, ok := err.(replyError); ok {
 		return false
 	}
 	switch status.Code(err) {
-	case codes.InvalidArgument, codes.ResourceExhausted:
+	case codes.InvalidArgument:
 		return true
+	case codes.ResourceExhausted:
+		return read
 	}
 	return false
 }

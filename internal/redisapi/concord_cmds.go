@@ -55,7 +55,7 @@ func cmdSession(c *conn, a [][]byte, w *resp.Writer) {
 	h.SessionId, h.Seq = sid, seq
 	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: h, Ops: p.ops})
 	if err == nil && len(r.GetResults()) != len(p.ops) {
-		err = replyError("ERR internal error: a batch answered with the wrong number of results")
+		err = errWrongResults
 	}
 	if err != nil {
 		w.Error(fromStatus(err, true).Error())

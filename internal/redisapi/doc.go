@@ -28,7 +28,9 @@
 //
 // Errors: a gRPC status from the KV service becomes a Redis error reply
 // (errors.go): InvalidArgument "ERR ...", Unavailable "UNAVAILABLE ...",
-// an ambiguous write (Unknown, DeadlineExceeded, Canceled) "AMBIGUOUS ...".
+// a write that may have applied (Unknown, DeadlineExceeded, Canceled,
+// Internal, gRPC's ResourceExhausted, an Unavailable that says it was
+// sent: mayHaveApplied) "AMBIGUOUS ...".
 // Nothing is retried here: a write that failed ambiguously may have
 // applied, and a retry without a session could apply it twice.
 //

@@ -1,8 +1,12 @@
 package redisapi
 
 import (
+	"strings"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/internal/kv"
 )
 
 // replyError is an error that is sent to the client as it is: its text
@@ -32,28 +36,63 @@ const (
 const errResultTooLarge = "ERR reply too large: the transaction's values exceed the 63 MiB one batch may return; " +
 	"this command was not run, run it outside the transaction or in a smaller one"
 
+// errWrongResults fails a batch answered with a number of results other
+// than its ops: it was served, so a write's outcome is unknown
+// (fromStatus answers it AMBIGUOUS), a read's an internal error.
+var errWrongResults = status.Error(codes.Internal, "a batch answered with the wrong number of results")
+
 // fromStatus turns an error of the KV service into a reply error. write
-// says whether the request could have changed something: an Unavailable
-// write is still reported as possibly applied when the message says so
-// (a forwarded request whose target did not answer).
+// says whether the request could have changed something: a write that
+// may have applied (mayHaveApplied) is AMBIGUOUS, whatever its code, as
+// docs/redis.md promises; a read never is.
 func fromStatus(err error, write bool) replyError {
 	if re, ok := err.(replyError); ok {
 		return re
 	}
 	st, _ := status.FromError(err)
 	msg := st.Message()
-	switch st.Code() {
-	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound, codes.FailedPrecondition:
-		return replyError("ERR " + msg)
-	case codes.Unavailable:
-		return replyError("UNAVAILABLE " + msg)
-	case codes.Unknown, codes.DeadlineExceeded, codes.Canceled:
-		if !write {
-			return replyError("UNAVAILABLE " + msg)
-		}
+	if write && mayHaveApplied(st) {
 		return replyError("AMBIGUOUS the write may or may not have applied: " + msg)
-	case codes.ResourceExhausted:
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound, codes.FailedPrecondition, codes.ResourceExhausted:
 		return replyError("ERR " + msg)
+	case codes.Unavailable, codes.Unknown, codes.DeadlineExceeded, codes.Canceled:
+		return replyError("UNAVAILABLE " + msg)
 	}
 	return replyError("ERR internal error: " + msg)
 }
+
+// mayHaveApplied reports whether a write that failed with st may have
+// applied, as the Go client judges (client.mayHaveApplied, isRefusal,
+// windowFull) but from what reaches this in-process caller. Certain
+// refusals are bad input and failed preconditions (checked before
+// proposing, or refused whole by the state machine), a session's full
+// window (kv.WindowFullMark: any other ResourceExhausted is gRPC's, for a
+// reply over the message limit, sent after the leader applied), and an
+// Unavailable that does not say the request was sent (sentMarks): a node
+// that refused it before proposing, or could not reach the leader.
+// Anything else (Unknown, a deadline, Internal after applying, DataLoss,
+// a code not expected here) may have applied.
+func mayHaveApplied(st *status.Status) bool {
+	switch st.Code() {
+	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists:
+		return false
+	case codes.ResourceExhausted:
+		return !strings.Contains(st.Message(), kv.WindowFullMark)
+	case codes.Unavailable:
+		for _, m := range sentMarks {
+			if strings.Contains(st.Message(), m) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// sentMarks are in the messages of the Unavailable errors of a write that
+// was sent and may have arrived: a forward whose target did not answer in
+// time (grpcapi.forward) and a forward whose request stream broke after
+// sending it (client.streamMux.broken, the framed wire's too).
+var sentMarks = []string{"may have received the request", "after the request was sent"}

@@ -317,7 +317,7 @@ func (c *conn) shardOfAll(ctx context.Context, ops []*concordpb.Op) (uint64, err
 func (c *conn) runBatch(ctx context.Context, ops []*concordpb.Op, write bool) ([]*concordpb.OpResult, error) {
 	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
 	if err == nil && len(r.GetResults()) != len(ops) {
-		err = replyError("ERR internal error: a batch answered with the wrong number of results")
+		err = errWrongResults
 	}
 	if err != nil {
 		return nil, fromStatus(err, write)

@@ -190,7 +190,7 @@ func (c *conn) batch(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpR
 	req.r.Header, req.r.Ops = &req.h, ops
 	r, err := c.s.b.Batch(ctx, &req.r)
 	if err == nil && len(r.GetResults()) != len(ops) {
-		err = replyError("ERR internal error: a batch answered with the wrong number of results")
+		err = errWrongResults
 	}
 	if err != nil {
 		// Cut short, or failed where it may still be queued or in flight:
