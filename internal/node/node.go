@@ -375,6 +375,7 @@ func (n *Node) startRaft() error {
 	hc.Placement = n.placementOf
 	hc.Observer = n.metrics
 	hc.OnLeaderKnown = func(ids.ShardID) { n.placement.reportSoon() }
+	hc.Ticks = n.testHooks.ticks
 	// Leaders go where `concord leader transfer` and the placement
 	// scheduler put them; the preferred replica campaigns only at start.
 	hc.NoLeaderPreference = true

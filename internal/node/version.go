@@ -10,6 +10,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -249,6 +250,10 @@ type testHooks struct {
 	// restoreFlushed runs in a restore's load after each batch it
 	// committed, before the next: where a test crashes the load midway.
 	restoreFlushed func()
+	// ticks, when set, replaces the raft loop's ticker (multiraft.Config.Ticks):
+	// a test that stops it freezes raft's clocks on this node, as a paused
+	// process's are, while its gRPC handlers and loops go on.
+	ticks multiraft.TickSource
 }
 
 // JoinVersionError is the refusal of a join from a binary below the
