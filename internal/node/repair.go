@@ -21,9 +21,20 @@ import (
 // repair runs on the placement leader: it asks the scheduler what the
 // cluster needs (internal/placement/scheduler, pure planning) and executes
 // the steps, each in the background, one at a time per shard.
-func (n *Node) repair(context.Context) {
+//
+// It plans only once this node's leadership of the meta shard is confirmed
+// (confirmPlacementLeader): a leader deposed without knowing it yet hears
+// no reports (the nodes report to its successor), so it would judge every
+// node silent, propose marks raft will refuse, and send shard leaders
+// steps planned from that stale view, which a leader whose shard did not
+// change since accepts (the epoch is all it checks).
+func (n *Node) repair(ctx context.Context) {
 	if _, local := n.leaderOf(routing.MetaShard); !local {
 		n.placement.stopObserving()
+		return
+	}
+	if err := n.confirmPlacementLeader(ctx); err != nil {
+		n.log.Debug("no scheduler round", "err", err)
 		return
 	}
 	v, err := n.placementView()

@@ -169,3 +169,28 @@ func TestDeposedPlacementLeaderAnswersNoHeartbeat(t *testing.T) {
 		t.Fatalf("deposed placement leader refused a heartbeat with %v; want Unavailable (retry elsewhere)", err)
 	}
 }
+
+// TestDeposedPlacementLeaderPlansNothing: a placement leader that was
+// deposed but does not know it yet runs no scheduler round. Its reports
+// stop with its leadership, so it judges every node silent (here SUSPECT,
+// itself included) and would act on that: propose marks (which raft
+// refuses, but only after holding them for their timeout) and send steps
+// to shard leaders planned from a stale view of liveness, which a leader
+// whose shard did not change accepts (its epoch check is all it checks).
+func TestDeposedPlacementLeaderPlansNothing(t *testing.T) {
+	_, stale, _ := deposedPlacementLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stale.repair(ctx)
+	// Marks only: a step the leader began while it still led (a transfer
+	// from leader balancing, say) may still be under way, and says
+	// nothing. A mark is planned only for a node silent past SuspectAfter,
+	// longer than the leader's lease outlives the partition.
+	stale.placement.mu.Lock()
+	defer stale.placement.mu.Unlock()
+	for key := range stale.placement.inflight {
+		if key&markBusy != 0 {
+			t.Errorf("deposed placement leader %d is marking node %d from its stale view", stale.ID(), uint64(key&^markBusy))
+		}
+	}
+}
