@@ -50,6 +50,9 @@ type placementState struct {
 	// scheduler judges silence from it for nodes that have not reported
 	// since, so a new placement leader declares nobody dead at once.
 	observedSince time.Time
+	// lastRound is when this node, as placement leader, last ran a
+	// scheduler round (guarded by mu); zero while it does not lead.
+	lastRound time.Time
 
 	// lastLeader is the placement leader named by the last heartbeat answer
 	// (an ids.NodeID; atomic has no typed uint64).
@@ -242,7 +245,24 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 func (m *placementState) stopObserving() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.observedSince = time.Time{}
+	m.observedSince, m.lastRound = time.Time{}, time.Time{}
+}
+
+// roundAt records a scheduler round at now. If the previous one was more
+// than maxGap earlier, this node's loops did not run in between (a paused
+// process, a stalled host) and it heard no reports then, through no fault
+// of the nodes: it begins observing afresh at now (observedSince), as a
+// new placement leader does, and reports true. Judged from their reports'
+// age instead, every node, this one included, would be silent for the
+// length of the pause: SUSPECT, or DEAD after a pause past DeadAfter.
+func (m *placementState) roundAt(now time.Time, maxGap time.Duration) (restarted bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.lastRound.IsZero() && now.Sub(m.lastRound) > maxGap {
+		m.observedSince, restarted = now, true
+	}
+	m.lastRound = now
+	return restarted
 }
 
 // descriptorBusy marks the busy keys of descriptor updates, a key space

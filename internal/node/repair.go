@@ -37,6 +37,9 @@ func (n *Node) repair(ctx context.Context) {
 		n.log.Debug("no scheduler round", "err", err)
 		return
 	}
+	if gap := n.roundGap(); n.placement.roundAt(time.Now(), gap) {
+		n.log.Warn("no scheduler round for longer than expected (was this process paused?): judging nodes' silence afresh", "gap", gap)
+	}
 	v, err := n.placementView()
 	if err != nil {
 		n.log.Debug("placement view", "err", err)
@@ -55,6 +58,15 @@ func (n *Node) repair(ctx context.Context) {
 	for _, s := range scheduler.Schedule(v) {
 		n.execute(s)
 	}
+}
+
+// roundGap is how long the placement leader may go without a scheduler
+// round before it takes itself to have stopped (placementState.roundAt):
+// several repair intervals, and half of SuspectAfter, so that a node that
+// reports on time is not judged silent over the gap (a heartbeat interval
+// plus the gap stays below SuspectAfter at the defaults: 1 s + 2.5 s < 5 s).
+func (n *Node) roundGap() time.Duration {
+	return max(n.cfg.SuspectAfter/2, 4*n.cfg.RepairInterval)
 }
 
 // execute runs step s in the background, at most one step per shard at a

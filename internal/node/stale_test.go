@@ -15,6 +15,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/version"
@@ -192,5 +193,113 @@ func TestDeposedPlacementLeaderPlansNothing(t *testing.T) {
 		if key&markBusy != 0 {
 			t.Errorf("deposed placement leader %d is marking node %d from its stale view", stale.ID(), uint64(key&^markBusy))
 		}
+	}
+}
+
+// TestPausedPlacementLeaderJudgesNoSilenceOverItsPause: a placement leader
+// whose own rounds stopped for longer than a node may be silent (a paused
+// process; here its loops send and run nothing until the test runs them)
+// and that still leads when it resumes (the other meta voters could not
+// elect meanwhile: paused too, or down) judges no node silent over that
+// gap: it heard nothing because it was not running, not because the nodes
+// were. Judged from their reports' age, every node, itself included, was
+// SUSPECT at its first round (DEAD after a pause past --dead-after), and
+// the marks it proposed commit, since it still leads.
+func TestPausedPlacementLeaderJudgesNoSilenceOverItsPause(t *testing.T) {
+	const suspectAfter = time.Second
+	nodes, _ := startClusterWith(t, []version.Level{0, 0, 0}, func(_ int, cfg *Config, hooks *testHooks) {
+		// The rounds' gap that reveals a pause (roundGap) is then half of
+		// SuspectAfter: the pause below is longer than both.
+		cfg.SuspectAfter, cfg.DeadAfter, cfg.RepairInterval = suspectAfter, time.Minute, 100*time.Millisecond
+		hooks.noHeartbeats, hooks.noRepairs = true, true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Rounds until the placement leader has nothing left to do (leader
+	// balancing may move the meta shard's leadership first).
+	var leader *Node
+	waitFor(t, 20*time.Second, func() error {
+		leader = nil
+		for _, n := range nodes {
+			n.sendHeartbeat(ctx)
+			if _, local := n.leaderOf(routing.MetaShard); local {
+				leader = n
+			}
+		}
+		if leader == nil {
+			return errors.New("no placement leader yet")
+		}
+		for _, n := range nodes {
+			if err := reportedSince([]*Node{leader}, n.ID(), time.Time{}); err != nil && n != leader {
+				return err
+			}
+		}
+		leader.repair(ctx)
+		return settled(leader)
+	})
+	// The pause: the fault this test injects, not a wait for anything.
+	time.Sleep(suspectAfter + suspectAfter/2)
+	leader.repair(ctx)
+	// The round's marks, if any, began before repair returned: wait until
+	// they are recorded (or failed), then look.
+	waitFor(t, 10*time.Second, func() error {
+		leader.placement.mu.Lock()
+		defer leader.placement.mu.Unlock()
+		for key := range leader.placement.inflight {
+			if key&markBusy != 0 {
+				return fmt.Errorf("placement leader %d is marking node %d", leader.ID(), uint64(key&^markBusy))
+			}
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		if st, _ := recordedState(t, leader, n.ID()); st != concordpb.NodeState_NODE_UP {
+			t.Errorf("placement leader %d recorded node %d %s after its own pause", leader.ID(), n.ID(), st)
+		}
+	}
+}
+
+// settled says what the placement leader n still does or plans: nil once
+// it has no step under way and its next round would plan none.
+func settled(n *Node) error {
+	n.placement.mu.Lock()
+	busy := len(n.placement.inflight)
+	n.placement.mu.Unlock()
+	if busy > 0 {
+		return fmt.Errorf("placement leader %d has %d steps under way", n.ID(), busy)
+	}
+	v, err := n.placementView()
+	if err != nil {
+		return err
+	}
+	if steps := scheduler.Schedule(v); len(steps) > 0 {
+		return fmt.Errorf("placement leader %d plans %s", n.ID(), scheduler.DescribeStep(steps[0]))
+	}
+	return nil
+}
+
+// TestRoundAtRestartsTheWatchAfterAGap: a round more than the gap after
+// the previous one restarts the placement leader's watch (observedSince
+// moves to it); the first round, rounds within the gap, and the first
+// round after the node stopped leading do not.
+func TestRoundAtRestartsTheWatchAfterAGap(t *testing.T) {
+	var m placementState
+	t0 := time.Unix(1000, 0)
+	m.observedSince = t0
+	for _, tc := range []struct {
+		at      time.Duration // after t0
+		restart bool
+	}{{0, false}, {time.Second, false}, {3 * time.Second, false}, {5*time.Second + time.Millisecond, true}, {6 * time.Second, false}} {
+		now := t0.Add(tc.at)
+		if got := m.roundAt(now, 2*time.Second); got != tc.restart {
+			t.Fatalf("round at +%v: restarted %v; want %v", tc.at, got, tc.restart)
+		}
+		if tc.restart && !m.observedSince.Equal(now) {
+			t.Fatalf("round at +%v restarted the watch, but it began at %v", tc.at, m.observedSince)
+		}
+	}
+	m.stopObserving()
+	if m.roundAt(t0.Add(time.Hour), 2*time.Second) {
+		t.Fatal("the first round after the node stopped leading restarted a watch")
 	}
 }

@@ -243,6 +243,9 @@ type testHooks struct {
 	// noHeartbeats: the node sends only the heartbeats a test sends
 	// (sendHeartbeat), none at start or on its own.
 	noHeartbeats bool
+	// noRepairs: the node runs only the scheduler rounds a test runs
+	// (repair), none on its own.
+	noRepairs bool
 	// restoreBatchBytes, when set, replaces loadBatchBytes: a restore's
 	// load commits a batch (not synced) every that many bytes of keys
 	// and values.
