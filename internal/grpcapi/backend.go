@@ -155,8 +155,10 @@ type ClusterBackend interface {
 	// nodes up than the replication factor.
 	RemoveNode(ctx context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error)
 	// HandleHeartbeat, on the placement leader, records a node's report and
-	// answers with the cluster's nodes and shard routes.
-	HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error)
+	// answers with the cluster's nodes and shard routes; it refuses
+	// (Unavailable) if it cannot confirm, within ctx, that this node still
+	// leads the meta shard: a deposed leader's state may be stale.
+	HandleHeartbeat(ctx context.Context, req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error)
 	// ClusterStatus is the placement leader's whole-cluster view.
 	ClusterStatus() (*concordpb.StatusResponse, error)
 	// LocalStatus reports only this node's replicas, for when the placement

@@ -132,7 +132,7 @@ func (s *Cluster) Heartbeat(ctx context.Context, req *concordpb.HeartbeatRequest
 			return c.Heartbeat(fctx, req)
 		})
 	}
-	resp, err := s.b.HandleHeartbeat(req)
+	resp, err := s.b.HandleHeartbeat(ctx, req)
 	return resp, toStatus(err)
 }
 

@@ -369,7 +369,7 @@ func (f *fakeNode) RemoveNode(_ context.Context, node ids.NodeID) (*concordpb.No
 	return &concordpb.NodeDescriptor{NodeId: uint64(node), State: concordpb.NodeState_NODE_LEAVING}, nil
 }
 
-func (f *fakeNode) HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
+func (f *fakeNode) HandleHeartbeat(_ context.Context, req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heartbeats = append(f.heartbeats, req.GetNode().GetNodeId())

@@ -293,8 +293,8 @@ func (b backend) RemoveNode(ctx context.Context, node ids.NodeID) (*concordpb.No
 	return b.n.removeNode(ctx, node)
 }
 
-func (b backend) HandleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
-	return b.n.handleHeartbeat(req)
+func (b backend) HandleHeartbeat(ctx context.Context, req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
+	return b.n.handleHeartbeat(ctx, req)
 }
 
 func (b backend) ClusterStatus() (*concordpb.StatusResponse, error) { return b.n.clusterStatus() }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -48,6 +50,9 @@ type placementState struct {
 	// scheduler judges silence from it for nodes that have not reported
 	// since, so a new placement leader declares nobody dead at once.
 	observedSince time.Time
+	// lastRound is when this node, as placement leader, last ran a
+	// scheduler round (guarded by mu); zero while it does not lead.
+	lastRound time.Time
 
 	// lastLeader is the placement leader named by the last heartbeat answer
 	// (an ids.NodeID; atomic has no typed uint64).
@@ -240,7 +245,24 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 func (m *placementState) stopObserving() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.observedSince = time.Time{}
+	m.observedSince, m.lastRound = time.Time{}, time.Time{}
+}
+
+// roundAt records a scheduler round at now. If the previous one was more
+// than maxGap earlier, this node's loops did not run in between (a paused
+// process, a stalled host) and it heard no reports then, through no fault
+// of the nodes: it begins observing afresh at now (observedSince), as a
+// new placement leader does, and reports true. Judged from their reports'
+// age instead, every node, this one included, would be silent for the
+// length of the pause: SUSPECT, or DEAD after a pause past DeadAfter.
+func (m *placementState) roundAt(now time.Time, maxGap time.Duration) (restarted bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.lastRound.IsZero() && now.Sub(m.lastRound) > maxGap {
+		m.observedSince, restarted = now, true
+	}
+	m.lastRound = now
+	return restarted
 }
 
 // descriptorBusy marks the busy keys of descriptor updates, a key space
@@ -337,7 +359,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 	var resp *concordpb.HeartbeatResponse
 	var err error
 	if leader, local := n.leaderOf(routing.MetaShard); local {
-		resp, err = n.handleHeartbeat(req)
+		resp, err = n.handleHeartbeat(ctx, req)
 	} else {
 		target := leader
 		if target == 0 || n.placement.heartbeatFailed.Load() {
@@ -410,12 +432,18 @@ func (n *Node) nextOther(ok func(concordpb.NodeState) bool) ids.NodeID {
 
 // handleHeartbeat runs on the placement leader: it records the report,
 // proposes any newer descriptor a shard leader sent, and answers with the
-// nodes and the shard routes.
+// nodes and the shard routes. It first confirms that this node still leads
+// the meta shard (confirmPlacementLeader), and refuses (Unavailable: the
+// sender tries another node, which forwards) if it cannot: the sender
+// writes the answer into its address book and routes over what it knew.
 //
 // A node whose binary is below the cluster's version is answered (a binary
 // with versions stops itself on the answer) but not heard: its report is
 // not recorded, so placement judges it silent, as it would a dead node.
-func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
+func (n *Node) handleHeartbeat(ctx context.Context, req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error) {
+	if err := n.confirmPlacementLeader(ctx); err != nil {
+		return nil, err
+	}
 	cv, err := n.readClusterVersion()
 	if err != nil {
 		return nil, err
@@ -438,6 +466,32 @@ func (n *Node) handleHeartbeat(req *concordpb.HeartbeatRequest) (*concordpb.Hear
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})
 	}
 	return resp, nil
+}
+
+// confirmTicks bounds confirmPlacementLeader's wait, in raft ticks: an
+// election timeout (multiraft's ElectionTicks), after which raft's
+// CheckQuorum steps down a leader that no quorum answers.
+const confirmTicks = 10
+
+// confirmPlacementLeader returns nil once a linearizable read of the meta
+// shard succeeded here: this node's meta replica leads, confirmed by a
+// quorum (a ReadIndex round) or by its lease after the call began, and the
+// placement state applied here holds everything the meta shard committed
+// before (the engine only moves forward, so reads of it after the barrier
+// see at least that). A leader deposed without knowing it yet (cut off,
+// or a paused process resumed before a message with the new term or
+// CheckQuorum stepped it down) cannot confirm: its state and its reports
+// may be older than what its successor committed and told other nodes. The
+// error is Unavailable: nothing was read or changed.
+func (n *Node) confirmPlacementLeader(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, confirmTicks*n.cfg.TickInterval)
+	defer cancel()
+	v, err := n.host.ReadIndex(ctx, routing.MetaShard)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "placement leadership of node %d not confirmed: %v", n.ID(), err)
+	}
+	v.Release()
+	return nil
 }
 
 // newerDescriptors returns the descriptors of led that are newer than

@@ -375,6 +375,7 @@ func (n *Node) startRaft() error {
 	hc.Placement = n.placementOf
 	hc.Observer = n.metrics
 	hc.OnLeaderKnown = func(ids.ShardID) { n.placement.reportSoon() }
+	hc.Ticks = n.testHooks.ticks
 	// Leaders go where `concord leader transfer` and the placement
 	// scheduler put them; the preferred replica campaigns only at start.
 	hc.NoLeaderPreference = true
@@ -403,7 +404,9 @@ func (n *Node) startLoops() {
 	if !n.testHooks.noHeartbeats {
 		n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, n.placement.report, true)
 	}
-	n.goLoop(n.cfg.RepairInterval, n.repair, n.placement.kick, false)
+	if !n.testHooks.noRepairs {
+		n.goLoop(n.cfg.RepairInterval, n.repair, n.placement.kick, false)
+	}
 	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions, nil, false)
 	n.goLoop(expiry.Interval, n.sweepExpired, nil, false)
 }

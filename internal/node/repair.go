@@ -21,10 +21,24 @@ import (
 // repair runs on the placement leader: it asks the scheduler what the
 // cluster needs (internal/placement/scheduler, pure planning) and executes
 // the steps, each in the background, one at a time per shard.
-func (n *Node) repair(context.Context) {
+//
+// It plans only once this node's leadership of the meta shard is confirmed
+// (confirmPlacementLeader): a leader deposed without knowing it yet hears
+// no reports (the nodes report to its successor), so it would judge every
+// node silent, propose marks raft will refuse, and send shard leaders
+// steps planned from that stale view, which a leader whose shard did not
+// change since accepts (the epoch is all it checks).
+func (n *Node) repair(ctx context.Context) {
 	if _, local := n.leaderOf(routing.MetaShard); !local {
 		n.placement.stopObserving()
 		return
+	}
+	if err := n.confirmPlacementLeader(ctx); err != nil {
+		n.log.Debug("no scheduler round", "err", err)
+		return
+	}
+	if gap := n.roundGap(); n.placement.roundAt(time.Now(), gap) {
+		n.log.Warn("no scheduler round for longer than expected (was this process paused?): judging nodes' silence afresh", "gap", gap)
 	}
 	v, err := n.placementView()
 	if err != nil {
@@ -44,6 +58,15 @@ func (n *Node) repair(context.Context) {
 	for _, s := range scheduler.Schedule(v) {
 		n.execute(s)
 	}
+}
+
+// roundGap is how long the placement leader may go without a scheduler
+// round before it takes itself to have stopped (placementState.roundAt):
+// several repair intervals, and half of SuspectAfter, so that a node that
+// reports on time is not judged silent over the gap (a heartbeat interval
+// plus the gap stays below SuspectAfter at the defaults: 1 s + 2.5 s < 5 s).
+func (n *Node) roundGap() time.Duration {
+	return max(n.cfg.SuspectAfter/2, 4*n.cfg.RepairInterval)
 }
 
 // execute runs step s in the background, at most one step per shard at a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/multiraft"
 	"github.com/concord-kv/concord/internal/placement"
 	"github.com/concord-kv/concord/internal/storage"
 	"github.com/concord-kv/concord/internal/storepb"
@@ -242,6 +243,9 @@ type testHooks struct {
 	// noHeartbeats: the node sends only the heartbeats a test sends
 	// (sendHeartbeat), none at start or on its own.
 	noHeartbeats bool
+	// noRepairs: the node runs only the scheduler rounds a test runs
+	// (repair), none on its own.
+	noRepairs bool
 	// restoreBatchBytes, when set, replaces loadBatchBytes: a restore's
 	// load commits a batch (not synced) every that many bytes of keys
 	// and values.
@@ -249,6 +253,10 @@ type testHooks struct {
 	// restoreFlushed runs in a restore's load after each batch it
 	// committed, before the next: where a test crashes the load midway.
 	restoreFlushed func()
+	// ticks, when set, replaces the raft loop's ticker (multiraft.Config.Ticks):
+	// a test that stops it freezes raft's clocks on this node, as a paused
+	// process's are, while its gRPC handlers and loops go on.
+	ticks multiraft.TickSource
 }
 
 // JoinVersionError is the refusal of a join from a binary below the

@@ -266,7 +266,7 @@ func TestClusterVersionGate(t *testing.T) {
 	}
 	node3 := nodes[2].ID()
 	before := leader.placement.loadOf(node3).version
-	resp, err := leader.handleHeartbeat(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: uint64(node3)}})
+	resp, err := leader.handleHeartbeat(context.Background(), &concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: uint64(node3)}})
 	if err != nil || resp.GetClusterVersion() != uint32(version.Binary) {
 		t.Fatalf("heartbeat from a binary before versions: %v, %v; want an answer with version %d", resp, err, version.Binary)
 	}
