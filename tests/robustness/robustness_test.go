@@ -256,7 +256,10 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	if len(lost) > 0 {
 		t.Logf("lost writes, e.g. %v", lost[:min(5, len(lost))])
 	}
-	if failed {
+	if v.result == porcupine.Unknown {
+		t.Logf("porcupine ran out of time: this history was not checked for linearizability (kept, to study what makes it hard)")
+	}
+	if failed || v.result == porcupine.Unknown {
 		dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed%d", strings.ReplaceAll(t.Name(), "/", "_"), seed))
 		if kerr := keep(dir, ops, v); kerr != nil {
 			t.Logf("could not keep the history: %v", kerr)
