@@ -2,10 +2,12 @@ package grpcapi
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -217,4 +219,95 @@ func FuzzConnFrames(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestConnCountBounded (found by review): a node served every framed
+// client connection that said a hello, however many, each able to hold a
+// frame being read and thousands of calls. Past maxConns one more is
+// refused with ResourceExhausted (the client retries it as Unavailable)
+// and closed; once one ends, a new one is served.
+func TestConnCountBounded(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
+	cs.maxConns = 3
+	first := dialConn(t, addr, "")
+	for range cs.maxConns - 1 {
+		dialConn(t, addr, "")
+	}
+	awaitServed(t, cs, cs.maxConns)
+	over := dialConn(t, addr, "")
+	_ = over.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := &concordpb.StreamResponse{}
+	if err := frame.NewReader(over, 1<<20).Next(resp); err != nil || len(resp.GetReplies()) != 1 ||
+		codes.Code(resp.GetReplies()[0].GetCode()) != codes.ResourceExhausted {
+		t.Fatalf("a connection past the cap: %v, %v; want one ResourceExhausted refusal", resp, err)
+	}
+	if _, err := over.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the refused connection was not closed")
+	}
+	awaitOpen(t, cs, cs.maxConns)
+	first.Close()
+	awaitOpen(t, cs, cs.maxConns-1)
+	dialConn(t, addr, "")
+	awaitServed(t, cs, cs.maxConns)
+}
+
+// TestSilentHellosCannotKeepClientsOut: connections that say nothing
+// after connecting (no hello) hold at most maxHellos slots, the oldest
+// closed for each new one, so a client whose hello follows at once is
+// served while they flood the port, and they never count as served.
+func TestSilentHellosCannotKeepClientsOut(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
+	cs.maxHellos = 4
+	var silent []net.Conn
+	for range 50 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		silent = append(silent, c)
+	}
+	awaitOpen(t, cs, cs.maxHellos)
+	for _, c := range silent[:40] {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var ne net.Error
+		if _, err := c.Read(make([]byte, 1)); errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("a silent connection past the hello slots is still open")
+		}
+	}
+	good := dialConn(t, addr, "")
+	ping, err := frame.Append(nil, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1 << 40,
+		Request: &concordpb.StreamCall_Ping{Ping: &concordpb.KeepalivePing{}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := good.Write(ping); err != nil {
+		t.Fatal(err)
+	}
+	_ = good.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := &concordpb.StreamResponse{}
+	if err := frame.NewReader(good, 1<<20).Next(resp); err != nil || len(resp.GetReplies()) != 1 || resp.GetReplies()[0].GetPong() == nil {
+		t.Fatalf("a client among silent connections: %v, %v; want a pong", resp, err)
+	}
+	awaitServed(t, cs, 1)
+}
+
+// awaitServed polls until cs serves n connections past their hello.
+func awaitServed(t *testing.T, cs *ConnServer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for cs.servedConns() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections served, want %d", cs.servedConns(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (cs *ConnServer) servedConns() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.served
 }
