@@ -84,9 +84,10 @@ type ConnServer struct {
 	// writeTimeout and idleTimeout are connWriteTimeout and
 	// connIdleTimeout; tests shorten them.
 	writeTimeout, idleTimeout time.Duration
-	// maxConns and maxHellos are connMaxConns and connMaxHellos; tests
-	// lower them.
+	// maxConns and maxHellos are connMaxConns and connMaxHellos, and
+	// maxInFlight maxStreamInFlightBytes; tests lower them.
 	maxConns, maxHellos int
+	maxInFlight         int64
 
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{} // every connection, for Close
@@ -104,7 +105,7 @@ func (s *KV) NewConnServer(auth func(c net.Conn, token string) error, maxFrame i
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, writeTimeout: connWriteTimeout, idleTimeout: connIdleTimeout,
-		maxConns: connMaxConns, maxHellos: connMaxHellos, conns: map[net.Conn]struct{}{}}
+		maxConns: connMaxConns, maxHellos: connMaxHellos, maxInFlight: maxStreamInFlightBytes, conns: map[net.Conn]struct{}{}}
 }
 
 // Serve serves the connections l accepts until it fails (the port closes).
@@ -224,7 +225,8 @@ func (cs *ConnServer) serveConn(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, idle: cs.idleTimeout, cancel: cancel}
+	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, idle: cs.idleTimeout, cancel: cancel,
+		maxInFlight: cs.maxInFlight}
 	if err := cs.kv.serveStream(ctx, st); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
 		cs.log.Debug("client connection ended", "remote", c.RemoteAddr(), "err", err)
 	}
@@ -263,6 +265,10 @@ type connStream struct {
 	idle         time.Duration
 	cancel       context.CancelFunc
 	buf          []byte
+	// lastBytes is the size of the frame Recv read last; maxInFlight
+	// bounds the bytes of the calls in flight (sizedStream).
+	lastBytes   int
+	maxInFlight int64
 	// refreshAt is when the read deadline (idle from when it was set) is
 	// next pushed back: not on every read, which would cost a timer update
 	// per message, but often enough that at least 7/8 of idle remains.
@@ -279,6 +285,7 @@ func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
 		s.refreshAt = now.Add(s.idle / 8)
 	}
 	data, err := s.fr.NextBytes()
+	s.lastBytes = len(data)
 	var req *concordpb.StreamRequest
 	if err == nil {
 		req, err = decodeRequest(data) // copies data: the calls outlive the frame buffer
@@ -290,6 +297,9 @@ func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
 	}
 	return req, nil
 }
+
+func (s *connStream) lastRecvBytes() int      { return s.lastBytes }
+func (s *connStream) maxInFlightBytes() int64 { return s.maxInFlight }
 
 // Send writes resp as one frame (appendResponse), within writeTimeout. A failed write
 // closes the connection, which ends Recv too.

@@ -2,7 +2,9 @@ package grpcapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/frame"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // serveConns serves kv's framed wire on 127.0.0.1 and returns its server
@@ -310,4 +313,102 @@ func (cs *ConnServer) servedConns() int {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return cs.served
+}
+
+// TestConnInFlightBytesBounded (found by review): a framed connection
+// read on while it had fewer than 4,096 calls in flight, whatever their
+// size, so calls that wait (a proposal raft has not taken yet) held up to
+// 4,096 messages of up to 64 MiB each. The reader now stops once the
+// calls in flight hold maxInFlight bytes of their messages, and reads on
+// as they end.
+func TestConnInFlightBytesBounded(t *testing.T) {
+	const shards, value = 16, 256 << 10
+	f := newFakeNode(t, 1, shards, 1)
+	f.proposeGate = make(chan struct{})
+	cs, addr := serveConns(t, NewKV(f, Limits{MaxKeyBytes: 64, MaxValueBytes: 1 << 20}), nil, 4<<20)
+	cs.maxInFlight = 4 * (value + 1024) // four puts, each a frame of the value, its key and framing
+	// One put a shard, so that no two merge into one proposal.
+	keys := map[ids.ShardID]string{}
+	for i := 0; len(keys) < shards; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if _, ok := keys[f.shardOfKey(k)]; !ok {
+			keys[f.shardOfKey(k)] = k
+		}
+	}
+	c := dialConn(t, addr, "")
+	id := uint64(0)
+	for _, k := range keys {
+		id++
+		msg, err := frame.Append(nil, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: id,
+			Request: &concordpb.StreamCall_Put{Put: &concordpb.PutRequest{Key: []byte(k), Value: make([]byte, value)}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reader takes four puts (the budget) and waits. Their proposals
+	// arrive, gated.
+	deadline := time.Now().Add(10 * time.Second)
+	for f.proposing.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d proposals arrived, want 4", f.proposing.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Every proposal let through frees a share: the rest follow, and each
+	// arrives only after one before it was let through.
+	for done := 1; done <= shards; done++ {
+		f.proposeGate <- struct{}{}
+		for int(f.proposing.Load()) < min(done+4, shards) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d proposals arrived with %d let through, want %d", f.proposing.Load(), done, min(done+4, shards))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if n := int(f.proposing.Load()); n > done+4 {
+			t.Fatalf("%d proposals arrived with %d let through: more than 4 puts' bytes in flight", n, done)
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fr := frame.NewReader(c, 4<<20)
+	for got := 0; got < shards; {
+		resp := &concordpb.StreamResponse{}
+		if err := fr.Next(resp); err != nil {
+			t.Fatalf("after %d replies: %v", got, err)
+		}
+		for _, r := range resp.GetReplies() {
+			if r.GetCode() != 0 {
+				t.Fatalf("put %d: %v", r.GetId(), r)
+			}
+			got++
+		}
+	}
+}
+
+// TestByteBudgetPassesOneLargeMessage: a message larger than the whole
+// budget is still read when nothing is in flight (a client's largest
+// legitimate batch must not wait for ever); the next waits until it is
+// given back, and a cancelled wait returns.
+func TestByteBudgetPassesOneLargeMessage(t *testing.T) {
+	b := newByteBudget(10)
+	if err := b.acquire(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { got <- b.acquire(ctx, 1) }()
+	b.release(100)
+	if err := <-got; err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	if err := b.acquire(context.Background(), 9); err != nil {
+		t.Fatal(err)
+	}
+	go func() { got <- b.acquire(ctx, 5) }()
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a wait cancelled: %v", err)
+	}
 }
