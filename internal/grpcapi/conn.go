@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,6 +58,19 @@ const (
 	connIdleTimeout = time.Minute
 )
 
+// Bounds on a node's framed client connections. A Go client opens one per
+// node (and a node one per peer, for forwarding), so ten thousand served
+// are ten thousand client processes; each may hold a frame being read (up
+// to the message limit) and maxStreamInFlight calls. A connection in its
+// hello holds one of connMaxHellos slots apart from them: a client writes
+// its hello at once, so those are few, and one more closes the oldest (a
+// silent connection), never the newest (maybe a client), as the raft
+// transport's hello slots do.
+const (
+	connMaxConns  = 10000
+	connMaxHellos = 256
+)
+
 // keepReplyBuf is the largest reply buffer a connection keeps between
 // writes.
 const keepReplyBuf = 1 << 20
@@ -70,11 +84,17 @@ type ConnServer struct {
 	// writeTimeout and idleTimeout are connWriteTimeout and
 	// connIdleTimeout; tests shorten them.
 	writeTimeout, idleTimeout time.Duration
+	// maxConns and maxHellos are connMaxConns and connMaxHellos, and
+	// maxInFlight maxStreamInFlightBytes; tests lower them.
+	maxConns, maxHellos int
+	maxInFlight         int64
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // every connection, for Close
+	greeting []net.Conn            // those in their hello, oldest first
+	served   int                   // those past it
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 // NewConnServer serves s's calls over framed connections. auth checks a
@@ -84,7 +104,8 @@ func (s *KV) NewConnServer(auth func(c net.Conn, token string) error, maxFrame i
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, writeTimeout: connWriteTimeout, idleTimeout: connIdleTimeout, conns: map[net.Conn]struct{}{}}
+	return &ConnServer{kv: s, auth: auth, maxFrame: maxFrame, log: log, writeTimeout: connWriteTimeout, idleTimeout: connIdleTimeout,
+		maxConns: connMaxConns, maxHellos: connMaxHellos, maxInFlight: maxStreamInFlightBytes, conns: map[net.Conn]struct{}{}}
 }
 
 // Serve serves the connections l accepts until it fails (the port closes).
@@ -94,7 +115,12 @@ func (cs *ConnServer) Serve(l net.Listener) error {
 		if err != nil {
 			return err
 		}
-		if !cs.track(c) {
+		ok, oldest := cs.track(c)
+		if oldest != nil {
+			cs.log.Debug("client connection closed in its hello for a newer one", "remote", oldest.RemoteAddr())
+			_ = oldest.Close() // its own goroutine untracks it
+		}
+		if !ok {
 			_ = c.Close()
 			continue
 		}
@@ -124,21 +150,52 @@ func (cs *ConnServer) Open() int {
 	return len(cs.conns)
 }
 
-func (cs *ConnServer) track(c net.Conn) bool {
+// track records c, in its hello; false once the server is closed. When
+// maxHellos are in their hello already, the oldest of them leaves the
+// count and is returned for the caller to close.
+func (cs *ConnServer) track(c net.Conn) (ok bool, oldest net.Conn) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.closed {
-		return false
+		return false, nil
 	}
+	if len(cs.greeting) >= cs.maxHellos {
+		oldest = cs.greeting[0]
+		cs.greeting = slices.Delete(cs.greeting, 0, 1)
+	}
+	cs.greeting = append(cs.greeting, c)
 	cs.conns[c] = struct{}{}
 	cs.wg.Add(1)
-	return true
+	return true, oldest
+}
+
+// promote moves c, past its authenticated hello, from the connections in
+// their hello to those served; an error when it was pushed out of its
+// hello slot meanwhile (it is closed) or maxConns are served already.
+func (cs *ConnServer) promote(c net.Conn) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	i := slices.Index(cs.greeting, c)
+	if i < 0 {
+		return errors.New("closed in its hello for a newer connection")
+	}
+	cs.greeting = slices.Delete(cs.greeting, i, i+1)
+	if cs.served >= cs.maxConns {
+		// Not Unauthenticated: the client reports it Unavailable and
+		// retries, here or at another node.
+		return status.Errorf(codes.ResourceExhausted, "concord: %d framed client connections open on this node already (at most %d)", cs.served, cs.maxConns)
+	}
+	cs.served++
+	return nil
 }
 
 func (cs *ConnServer) untrack(c net.Conn) {
 	_ = c.Close()
 	cs.mu.Lock()
 	delete(cs.conns, c)
+	if i := slices.Index(cs.greeting, c); i >= 0 {
+		cs.greeting = slices.Delete(cs.greeting, i, i+1)
+	}
 	cs.mu.Unlock()
 	cs.wg.Done()
 }
@@ -159,13 +216,27 @@ func (cs *ConnServer) serveConn(c net.Conn) {
 			return
 		}
 	}
+	if err := cs.promote(c); err != nil {
+		cs.log.Debug("client connection refused", "remote", c.RemoteAddr(), "err", err)
+		refuse(c, err)
+		return
+	}
+	defer cs.demote()
 	_ = c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, idle: cs.idleTimeout, cancel: cancel}
+	st := &connStream{c: c, fr: fr, max: cs.maxFrame, writeTimeout: cs.writeTimeout, idle: cs.idleTimeout, cancel: cancel,
+		maxInFlight: cs.maxInFlight}
 	if err := cs.kv.serveStream(ctx, st); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
 		cs.log.Debug("client connection ended", "remote", c.RemoteAddr(), "err", err)
 	}
+}
+
+// demote takes a served connection, ending, off the count.
+func (cs *ConnServer) demote() {
+	cs.mu.Lock()
+	cs.served--
+	cs.mu.Unlock()
 }
 
 // refuse tells the client why its hello was refused: one reply, id 0, with
@@ -194,6 +265,10 @@ type connStream struct {
 	idle         time.Duration
 	cancel       context.CancelFunc
 	buf          []byte
+	// lastBytes is the size of the frame Recv read last; maxInFlight
+	// bounds the bytes of the calls in flight (sizedStream).
+	lastBytes   int
+	maxInFlight int64
 	// refreshAt is when the read deadline (idle from when it was set) is
 	// next pushed back: not on every read, which would cost a timer update
 	// per message, but often enough that at least 7/8 of idle remains.
@@ -210,6 +285,7 @@ func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
 		s.refreshAt = now.Add(s.idle / 8)
 	}
 	data, err := s.fr.NextBytes()
+	s.lastBytes = len(data)
 	var req *concordpb.StreamRequest
 	if err == nil {
 		req, err = decodeRequest(data) // copies data: the calls outlive the frame buffer
@@ -221,6 +297,9 @@ func (s *connStream) Recv() (*concordpb.StreamRequest, error) {
 	}
 	return req, nil
 }
+
+func (s *connStream) lastRecvBytes() int      { return s.lastBytes }
+func (s *connStream) maxInFlightBytes() int64 { return s.maxInFlight }
 
 // Send writes resp as one frame (appendResponse), within writeTimeout. A failed write
 // closes the connection, which ends Recv too.

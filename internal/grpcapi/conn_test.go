@@ -2,14 +2,19 @@ package grpcapi
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/frame"
+	"github.com/concord-kv/concord/internal/ids"
 )
 
 // serveConns serves kv's framed wire on 127.0.0.1 and returns its server
@@ -217,4 +222,193 @@ func FuzzConnFrames(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestConnCountBounded (found by review): a node served every framed
+// client connection that said a hello, however many, each able to hold a
+// frame being read and thousands of calls. Past maxConns one more is
+// refused with ResourceExhausted (the client retries it as Unavailable)
+// and closed; once one ends, a new one is served.
+func TestConnCountBounded(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
+	cs.maxConns = 3
+	first := dialConn(t, addr, "")
+	for range cs.maxConns - 1 {
+		dialConn(t, addr, "")
+	}
+	awaitServed(t, cs, cs.maxConns)
+	over := dialConn(t, addr, "")
+	_ = over.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := &concordpb.StreamResponse{}
+	if err := frame.NewReader(over, 1<<20).Next(resp); err != nil || len(resp.GetReplies()) != 1 ||
+		codes.Code(resp.GetReplies()[0].GetCode()) != codes.ResourceExhausted {
+		t.Fatalf("a connection past the cap: %v, %v; want one ResourceExhausted refusal", resp, err)
+	}
+	if _, err := over.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the refused connection was not closed")
+	}
+	awaitOpen(t, cs, cs.maxConns)
+	first.Close()
+	awaitOpen(t, cs, cs.maxConns-1)
+	dialConn(t, addr, "")
+	awaitServed(t, cs, cs.maxConns)
+}
+
+// TestSilentHellosCannotKeepClientsOut: connections that say nothing
+// after connecting (no hello) hold at most maxHellos slots, the oldest
+// closed for each new one, so a client whose hello follows at once is
+// served while they flood the port, and they never count as served.
+func TestSilentHellosCannotKeepClientsOut(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
+	cs.maxHellos = 4
+	var silent []net.Conn
+	for range 50 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		silent = append(silent, c)
+	}
+	awaitOpen(t, cs, cs.maxHellos)
+	for _, c := range silent[:40] {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var ne net.Error
+		if _, err := c.Read(make([]byte, 1)); errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("a silent connection past the hello slots is still open")
+		}
+	}
+	good := dialConn(t, addr, "")
+	ping, err := frame.Append(nil, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: 1 << 40,
+		Request: &concordpb.StreamCall_Ping{Ping: &concordpb.KeepalivePing{}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := good.Write(ping); err != nil {
+		t.Fatal(err)
+	}
+	_ = good.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := &concordpb.StreamResponse{}
+	if err := frame.NewReader(good, 1<<20).Next(resp); err != nil || len(resp.GetReplies()) != 1 || resp.GetReplies()[0].GetPong() == nil {
+		t.Fatalf("a client among silent connections: %v, %v; want a pong", resp, err)
+	}
+	awaitServed(t, cs, 1)
+}
+
+// awaitServed polls until cs serves n connections past their hello.
+func awaitServed(t *testing.T, cs *ConnServer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for cs.servedConns() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections served, want %d", cs.servedConns(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (cs *ConnServer) servedConns() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.served
+}
+
+// TestConnInFlightBytesBounded (found by review): a framed connection
+// read on while it had fewer than 4,096 calls in flight, whatever their
+// size, so calls that wait (a proposal raft has not taken yet) held up to
+// 4,096 messages of up to 64 MiB each. The reader now stops once the
+// calls in flight hold maxInFlight bytes of their messages, and reads on
+// as they end.
+func TestConnInFlightBytesBounded(t *testing.T) {
+	const shards, value = 16, 256 << 10
+	f := newFakeNode(t, 1, shards, 1)
+	f.proposeGate = make(chan struct{})
+	cs, addr := serveConns(t, NewKV(f, Limits{MaxKeyBytes: 64, MaxValueBytes: 1 << 20}), nil, 4<<20)
+	cs.maxInFlight = 4 * (value + 1024) // four puts, each a frame of the value, its key and framing
+	// One put a shard, so that no two merge into one proposal.
+	keys := map[ids.ShardID]string{}
+	for i := 0; len(keys) < shards; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if _, ok := keys[f.shardOfKey(k)]; !ok {
+			keys[f.shardOfKey(k)] = k
+		}
+	}
+	c := dialConn(t, addr, "")
+	id := uint64(0)
+	for _, k := range keys {
+		id++
+		msg, err := frame.Append(nil, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: id,
+			Request: &concordpb.StreamCall_Put{Put: &concordpb.PutRequest{Key: []byte(k), Value: make([]byte, value)}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reader takes four puts (the budget) and waits. Their proposals
+	// arrive, gated.
+	deadline := time.Now().Add(10 * time.Second)
+	for f.proposing.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d proposals arrived, want 4", f.proposing.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Every proposal let through frees a share: the rest follow, and each
+	// arrives only after one before it was let through.
+	for done := 1; done <= shards; done++ {
+		f.proposeGate <- struct{}{}
+		for int(f.proposing.Load()) < min(done+4, shards) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d proposals arrived with %d let through, want %d", f.proposing.Load(), done, min(done+4, shards))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if n := int(f.proposing.Load()); n > done+4 {
+			t.Fatalf("%d proposals arrived with %d let through: more than 4 puts' bytes in flight", n, done)
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fr := frame.NewReader(c, 4<<20)
+	for got := 0; got < shards; {
+		resp := &concordpb.StreamResponse{}
+		if err := fr.Next(resp); err != nil {
+			t.Fatalf("after %d replies: %v", got, err)
+		}
+		for _, r := range resp.GetReplies() {
+			if r.GetCode() != 0 {
+				t.Fatalf("put %d: %v", r.GetId(), r)
+			}
+			got++
+		}
+	}
+}
+
+// TestByteBudgetPassesOneLargeMessage: a message larger than the whole
+// budget is still read when nothing is in flight (a client's largest
+// legitimate batch must not wait for ever); the next waits until it is
+// given back, and a cancelled wait returns.
+func TestByteBudgetPassesOneLargeMessage(t *testing.T) {
+	b := newByteBudget(10)
+	if err := b.acquire(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { got <- b.acquire(ctx, 1) }()
+	b.release(100)
+	if err := <-got; err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	if err := b.acquire(context.Background(), 9); err != nil {
+		t.Fatal(err)
+	}
+	go func() { got <- b.acquire(ctx, 5) }()
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a wait cancelled: %v", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,6 +26,16 @@ const (
 	maxRepliesPerMessage = 512
 	defaultCallTimeout   = 30 * time.Second
 )
+
+// maxStreamInFlightBytes bounds the request bytes of a framed
+// connection's calls in flight (each call charged its share of its
+// message): past it the reader waits for calls to end, as it waits for a
+// slot. A call may hold its message's bytes (a put's value, or unknown
+// fields proto keeps) until it ends, so 4,096 calls of a 64 MiB message
+// each were 256 GiB. A message is read whenever nothing is in flight,
+// however large. A gRPC stream reports no message sizes: gRPC bounds
+// only each message (MaxRecvMsgSize).
+const maxStreamInFlightBytes = 64 << 20
 
 // WithCallInterceptors sets what runs around every call of a Stream, as
 // the server's unary interceptors run around a unary call (tracking,
@@ -98,6 +109,14 @@ type callStream interface {
 	Send(*concordpb.StreamResponse) error
 }
 
+// sizedStream is a callStream that knows the size on the wire of the
+// message Recv returned last (a framed connection's frame), and bounds
+// the bytes of its calls in flight.
+type sizedStream interface {
+	lastRecvBytes() int
+	maxInFlightBytes() int64
+}
+
 // serveStream serves the calls of stream until its client closes its side
 // or it fails, then answers those in flight.
 func (s *KV) serveStream(ctx context.Context, stream callStream) error {
@@ -108,6 +127,9 @@ func (s *KV) serveStream(ctx context.Context, stream callStream) error {
 	slots := make(chan struct{}, maxStreamInFlight)
 	var calls sync.WaitGroup
 	w := &callWorkers{s: s, ctx: ctx, slots: slots, calls: &calls, replies: replies, work: make(chan streamWork)}
+	if ss, ok := stream.(sizedStream); ok {
+		w.bytes = newByteBudget(ss.maxInFlightBytes())
+	}
 	recvErr := s.startCalls(ctx, stream, w)
 	w.deadlines.close()
 	close(w.work) // idle workers end; busy ones end after their call
@@ -129,6 +151,10 @@ func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) 
 			return err
 		}
 		cut := s.refusal(req)
+		share, extra, err := w.charge(ctx, stream, req, cut)
+		if err != nil {
+			return err
+		}
 		for _, call := range req.GetCalls() {
 			if call.GetPing() != nil {
 				if err := w.pong(call); err != nil {
@@ -147,8 +173,78 @@ func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) 
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			w.start(call)
+			w.start(call, share+extra)
+			extra = 0
 		}
+	}
+}
+
+// charge takes from w's byte budget the size of req's message, waiting
+// while the calls in flight hold the budget; it returns each call's share
+// of it (and the rest, for the first call) for the call to give back when
+// it ends. Nothing when the stream reports no sizes or no call of req
+// runs (pings, a refused message).
+func (w *callWorkers) charge(ctx context.Context, stream callStream, req *concordpb.StreamRequest, cut error) (share, extra int64, err error) {
+	if w.bytes == nil || cut != nil {
+		return 0, 0, nil
+	}
+	runs := 0
+	for _, call := range req.GetCalls() {
+		if call.GetPing() == nil {
+			runs++
+		}
+	}
+	if runs == 0 {
+		return 0, 0, nil
+	}
+	n := int64(stream.(sizedStream).lastRecvBytes())
+	if err := w.bytes.acquire(ctx, n); err != nil {
+		return 0, 0, err
+	}
+	share = n / int64(runs)
+	return share, n - share*int64(runs), nil
+}
+
+// byteBudget bounds the bytes of a stream's calls in flight: the reader
+// takes, the calls' workers give back.
+type byteBudget struct {
+	limit int64
+	used  atomic.Int64
+	freed chan struct{} // a token after each release, for a waiting acquire
+}
+
+func newByteBudget(limit int64) *byteBudget {
+	return &byteBudget{limit: limit, freed: make(chan struct{}, 1)}
+}
+
+// acquire takes n, waiting until it fits under the limit or nothing is in
+// flight (so that any one message passes).
+func (b *byteBudget) acquire(ctx context.Context, n int64) error {
+	for {
+		used := b.used.Load()
+		if used == 0 || used+n <= b.limit {
+			if b.used.CompareAndSwap(used, used+n) {
+				return nil
+			}
+			continue
+		}
+		select {
+		case <-b.freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives back n (nil-safe; 0 is nothing).
+func (b *byteBudget) release(n int64) {
+	if b == nil || n == 0 {
+		return
+	}
+	b.used.Add(-n)
+	select {
+	case b.freed <- struct{}{}:
+	default:
 	}
 }
 
@@ -168,19 +264,23 @@ type callWorkers struct {
 	n       int             // workers started; touched only by startCalls
 	// deadlines gives each call its context; touched only by startCalls.
 	deadlines callDeadlines
+	// bytes bounds the request bytes of the calls in flight; nil: no
+	// bound (the stream reports no sizes).
+	bytes *byteBudget
 }
 
 // streamWork is a call handed to a worker, with its deadline's context.
 type streamWork struct {
 	call     *concordpb.StreamCall
 	deadline *sharedDeadline
+	bytes    int64 // taken from callWorkers.bytes, given back when it ends
 }
 
 // start runs call, the caller holding a slot for it, on an idle worker or a
 // new one; once every allowed worker exists it waits for one to be idle
 // (soon: a slot was free, so at least one has finished its call).
-func (w *callWorkers) start(call *concordpb.StreamCall) {
-	c := streamWork{call: call, deadline: w.deadlines.forCall(w.ctx, call, time.Now())}
+func (w *callWorkers) start(call *concordpb.StreamCall, bytes int64) {
+	c := streamWork{call: call, deadline: w.deadlines.forCall(w.ctx, call, time.Now()), bytes: bytes}
 	select {
 	case w.work <- c:
 		return
@@ -269,6 +369,7 @@ func (w *callWorkers) run(c streamWork) {
 		r := w.s.serveCall(c.deadline.ctx, c.call)
 		c.deadline.release()
 		w.replies <- r
+		w.bytes.release(c.bytes)
 		<-w.slots
 	}
 }

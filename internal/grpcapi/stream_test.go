@@ -121,7 +121,7 @@ func TestStreamCallWorkersAreReused(t *testing.T) {
 		calls: &calls, replies: replies, work: make(chan streamWork)}
 	for i := uint64(1); i <= 50; i++ {
 		w.slots <- struct{}{}
-		w.start(&concordpb.StreamCall{Id: i}) // no request: answered at once with InvalidArgument
+		w.start(&concordpb.StreamCall{Id: i}, 0) // no request: answered at once with InvalidArgument
 		if r := <-replies; r.GetId() != i || codes.Code(r.GetCode()) != codes.InvalidArgument {
 			t.Fatalf("call %d: reply %v", i, r)
 		}

@@ -82,6 +82,11 @@ type Config struct {
 	// RedisOutputBufferLimit bounds the replies one Redis connection holds
 	// for one pipeline (0: redisapi's default, 64 MiB).
 	RedisOutputBufferLimit int
+	// RedisMaxClients bounds the node's RESP connections, on --addr and
+	// --redis-addr together (0: redisapi's default, 10,000, Redis's
+	// maxclients); one more is answered "ERR max number of clients
+	// reached" and closed.
+	RedisMaxClients int
 	// PeerDialer, when set, makes the node forward KV calls to peers over
 	// their framed wire (grpcapi.WithPeerWire); the CLI sets it to the
 	// public client's (client.NewPeerKV), which this layer may not import.
@@ -226,6 +231,8 @@ func (c *Config) validate() error {
 		// Zero took the default above: this is a value given.
 		return fmt.Errorf("--session-ttl must be at least %v (a client's retries must find its session; the shard's clock may run up to %v ahead), got %v",
 			minSessionTTL, time.Duration(kv.MaxClockStep), c.SessionTTL)
+	case c.RedisMaxClients < 0:
+		return fmt.Errorf("--redis-max-clients must not be negative (0: 10000), got %d", c.RedisMaxClients)
 	case c.MaxMovesPerNode < 0:
 		return fmt.Errorf("--max-moves-per-node must not be negative, got %d", c.MaxMovesPerNode)
 	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:

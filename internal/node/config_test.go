@@ -1,6 +1,8 @@
 package node
 
 import (
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -42,4 +44,44 @@ func TestSessionTTLBelowRetryWindowRefused(t *testing.T) {
 			t.Errorf("--session-ttl %v: validate said %v, want it taken", ttl, err)
 		}
 	}
+}
+
+// TestRedisMaxClientsNegativeRefused: --redis-max-clients below zero is
+// refused at start, naming the flag; zero (the default, 10,000) passes.
+func TestRedisMaxClientsNegativeRefused(t *testing.T) {
+	c := Config{RedisMaxClients: -1}
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--redis-max-clients") {
+		t.Fatalf("--redis-max-clients -1: validate said %v, want an error naming the flag", err)
+	}
+	c = Config{RedisMaxClients: 0}
+	if err := c.validate(); err != nil && strings.Contains(err.Error(), "--redis-max-clients") {
+		t.Fatalf("--redis-max-clients 0: %v", err)
+	}
+}
+
+// TestRedisMaxClientsReachesServer: --redis-max-clients bounds the node's
+// RESP connections on its port: past it, Redis's error, and the node's
+// maxclients says the figure.
+func TestRedisMaxClientsReachesServer(t *testing.T) {
+	n := startSolo(t, func(c *Config) { c.RedisMaxClients = 1 })
+	// ask sends cmd on a new connection, which stays open, and reads as
+	// many bytes as want has.
+	ask := func(cmd, want string) {
+		c, err := net.DialTimeout("tcp", n.Addr(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(want))
+		k, err := io.ReadFull(c, got)
+		if string(got[:k]) != want {
+			t.Fatalf("%q: %q, %v; want %q", cmd, got[:k], err, want)
+		}
+	}
+	ask("*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$10\r\nmaxclients\r\n", "*2\r\n$10\r\nmaxclients\r\n$1\r\n1\r\n")
+	ask("PING\r\n", "-ERR max number of clients reached\r\n")
 }

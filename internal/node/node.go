@@ -33,8 +33,12 @@ import (
 )
 
 // muxTimeout bounds how long a new connection to the node's port may take
-// to send the bytes that tell gRPC from RESP (every client speaks first).
-const muxTimeout = time.Minute
+// (TLS handshake included) to send the bytes that tell gRPC from RESP and
+// the framed wires: every client speaks first, at once, so this is all
+// slack; short, so that silent connections hold the mux's pending slots
+// (portmux.DefaultMaxPending) only briefly. A RESP client that connects
+// and says nothing for this long reconnects.
+const muxTimeout = 10 * time.Second
 
 // maxMsgBytes bounds a gRPC message; larger requests are refused by gRPC
 // with ResourceExhausted.

@@ -71,6 +71,7 @@ func (n *Node) newRedis() *redisapi.Server {
 		MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes,
 		EnableFlush: n.cfg.RedisEnableFlush, EnableFaultInjection: n.cfg.EnableFaultInjection,
 		AuthToken: n.cfg.AuthToken, Logger: n.log, OutputBufferLimit: n.cfg.RedisOutputBufferLimit,
+		MaxClients: n.cfg.RedisMaxClients,
 		Observe: func(cmd, errCode string, d time.Duration) {
 			n.metrics.Request("resp", cmd, cmp.Or(errCode, "OK"), d)
 		},

@@ -12,15 +12,27 @@
 // sniffs are the decrypted ones, so both protocols work over TLS on the one
 // port. A connection it hands on still exposes the TLS state beneath
 // (NetConn), for gRPC's credentials.
+//
+// A connection not yet told apart holds a goroutine and a socket: it has
+// the mux's timeout to say which it is, and at most SetMaxPending of them
+// wait at once; one more closes the oldest, so a flood of silent
+// connections pushes out only itself, never a client that speaks at once.
 package portmux
 
 import (
 	"bytes"
+	"container/list"
 	"errors"
 	"net"
 	"sync"
 	"time"
 )
+
+// DefaultMaxPending is how many connections may wait for their first bytes
+// at once unless SetMaxPending says otherwise: every client speaks at once,
+// so a connection waits here for a round trip (and a TLS handshake), and
+// a thousand clients reconnecting together fit.
+const DefaultMaxPending = 1024
 
 // preface opens every HTTP/2 connection (RFC 9113, section 3.4).
 var preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -35,6 +47,12 @@ type Mux struct {
 	// gRPC's preface and those of Match. Fixed once Serve starts.
 	routes []route
 
+	// maxPending bounds pending: the connections not yet told apart
+	// (each holds a goroutine, a socket and, with TLS, its handshake).
+	maxPending int
+	mu         sync.Mutex
+	pending    *list.List // guarded by mu: of net.Conn, oldest first
+
 	closeOnce sync.Once
 	doneC     chan struct{}
 }
@@ -42,7 +60,7 @@ type Mux struct {
 // New splits l. timeout bounds how long a new connection may take to send
 // enough bytes to be told apart; one that takes longer is closed.
 func New(l net.Listener, timeout time.Duration) *Mux {
-	m := &Mux{l: l, timeout: timeout, doneC: make(chan struct{})}
+	m := &Mux{l: l, timeout: timeout, maxPending: DefaultMaxPending, pending: list.New(), doneC: make(chan struct{})}
 	m.grpc = &sub{m: m, c: make(chan net.Conn)}
 	m.other = &sub{m: m, c: make(chan net.Conn)}
 	m.routes = []route{{prefix: preface, sub: m.grpc}}
@@ -62,6 +80,19 @@ func (m *Mux) Match(prefix []byte) net.Listener {
 	s := &sub{m: m, c: make(chan net.Conn)}
 	m.routes = append(m.routes, route{prefix: append([]byte(nil), prefix...), sub: s})
 	return s
+}
+
+// SetMaxPending bounds the connections waiting for their first bytes (n
+// at least 1; DefaultMaxPending otherwise). Call it before Serve.
+func (m *Mux) SetMaxPending(n int) {
+	m.maxPending = max(n, 1)
+}
+
+// Pending is how many connections wait for their first bytes.
+func (m *Mux) Pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pending.Len()
 }
 
 // GRPC is the listener of HTTP/2 connections.
@@ -94,8 +125,40 @@ func (m *Mux) Serve() error {
 			}
 		}
 		delay = 0
-		go m.route(c)
+		e, oldest := m.admit(c)
+		if oldest != nil {
+			_ = oldest.Close() // its route goroutine ends on the failed read
+		}
+		go m.route(c, e)
 	}
+}
+
+// admit records c as pending. When maxPending are pending already, the
+// oldest of them leaves the count and is returned for the caller to close:
+// not c, since a real client speaks at once, so silent connections then
+// push out only each other, while refusing c would let them keep every
+// client out (the rule of the raft transport's hello slots).
+func (m *Mux) admit(c net.Conn) (e *list.Element, oldest net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pending.Len() >= m.maxPending {
+		front := m.pending.Front()
+		oldest = m.pending.Remove(front).(net.Conn)
+		front.Value = nil // for settle: pushed out
+	}
+	return m.pending.PushBack(c), oldest
+}
+
+// settle takes e's connection off the pending ones; false when admit
+// pushed it out meanwhile (and closed it, or is about to).
+func (m *Mux) settle(e *list.Element) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.Value == nil {
+		return false
+	}
+	m.pending.Remove(e)
+	return true
 }
 
 // temporary reports whether an Accept error may pass (EMFILE, ENFILE,
@@ -112,13 +175,19 @@ func (m *Mux) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.doneC)
 		err = m.l.Close()
+		m.mu.Lock()
+		for e := m.pending.Front(); e != nil; e = e.Next() {
+			_ = e.Value.(net.Conn).Close()
+		}
+		m.mu.Unlock()
 	})
 	return err
 }
 
 // route reads c's first bytes and hands it to the listener they belong to:
 // the route whose prefix they are, or Other as soon as they match none.
-func (m *Mux) route(c net.Conn) {
+// Until then it is pending, as e.
+func (m *Mux) route(c net.Conn, e *list.Element) {
 	_ = c.SetReadDeadline(time.Now().Add(m.timeout))
 	longest := 0
 	for _, r := range m.routes {
@@ -136,9 +205,14 @@ func (m *Mux) route(c net.Conn) {
 			dst = m.other
 		}
 		if dst == nil && err != nil {
-			_ = c.Close() // ended or silent before saying which it is
+			m.settle(e)
+			_ = c.Close() // ended, silent or pushed out before saying which it is
 			return
 		}
+	}
+	if !m.settle(e) {
+		_ = c.Close()
+		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	pc := &peeked{Conn: c, head: buf[:n]}

@@ -98,6 +98,13 @@ func newConn(s *Server, nc net.Conn, id int64) *conn {
 		budget: kv.NewBudget(int64(s.cfg.OutputBufferLimit), nil)}
 }
 
+// clientGone says whether the client has closed the connection: a long
+// command (a walk of the keyspace, a costly match) asks it now and then to
+// stop early for a client that left.
+func (c *conn) clientGone() bool {
+	return c.nc != nil && peerClosed(c.nc)
+}
+
 // call is one command read from the stream, and its reply once run.
 type call struct {
 	args [][]byte

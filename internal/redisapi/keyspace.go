@@ -57,7 +57,7 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 		}
 		switch strings.ToUpper(string(a[i])) {
 		case "MATCH":
-			if match, err = newGlobber(a[i+1]); err != nil {
+			if match, err = newGlobber(a[i+1], c.clientGone); err != nil {
 				w.Error(err.Error())
 				return
 			}
@@ -130,7 +130,7 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 // it, an error (use SCAN). It looks at no more than keysScanCap keys.
 func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 	limit := c.s.cfg.KeysLimit
-	match, err := newGlobber(a[1])
+	match, err := newGlobber(a[1], c.clientGone)
 	if err != nil {
 		w.Error(err.Error())
 		return
@@ -160,10 +160,14 @@ func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 }
 
 // walk calls f for every key in order, at most cap keys (then an error).
+// Between pages it stops if the client has left.
 func (c *conn) walk(cap int, f func(*concordpb.KeyValue) error) error {
 	var start []byte
 	seen := 0
 	for {
+		if start != nil && c.clientGone() {
+			return errClientGone
+		}
 		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 		r, err := c.scan(ctx, start, 1000)
 		cancel()
@@ -270,6 +274,14 @@ const (
 	maxMatchSteps   = 1 << 26
 )
 
+// goneCheckSteps is how many matching steps (about 4 ms) pass between two
+// looks at whether the client is still there.
+const goneCheckSteps = 1 << 20
+
+// errClientGone ends a command whose client has left: nobody reads its
+// reply, and a walk of the keyspace or a long match would run on for it.
+const errClientGone = replyError("ERR client disconnected")
+
 const (
 	errPatternTooLong    = replyError("ERR pattern is longer than 65536 bytes")
 	errPatternTooComplex = replyError("ERR pattern too complex: matching it took more than 2^26 steps; use a simpler pattern or a smaller COUNT")
@@ -280,22 +292,33 @@ const (
 type globber struct {
 	pattern []byte
 	left    int // steps left
+	// gone, when set, says whether the client has left; asked between
+	// keys once goneCheckSteps have passed since checked (left then).
+	gone    func() bool
+	checked int
 }
 
-// newGlobber checks pattern's length and returns its matcher.
-func newGlobber(pattern []byte) (*globber, error) {
+// newGlobber checks pattern's length and returns its matcher; gone (nil:
+// never) says whether the command's client has left.
+func newGlobber(pattern []byte, gone func() bool) (*globber, error) {
 	if len(pattern) > maxPatternBytes {
 		return nil, errPatternTooLong
 	}
-	return &globber{pattern: pattern, left: maxMatchSteps}, nil
+	return &globber{pattern: pattern, left: maxMatchSteps, gone: gone, checked: maxMatchSteps}, nil
 }
 
 // match reports whether s matches the pattern; it fails once the
-// command's matching has taken maxMatchSteps.
+// command's matching has taken maxMatchSteps, or its client has left.
 func (g *globber) match(s []byte) (bool, error) {
 	ok := globMatchSteps(g.pattern, s, &g.left)
 	if g.left < 0 {
 		return false, errPatternTooComplex
+	}
+	if g.gone != nil && g.checked-g.left >= goneCheckSteps {
+		g.checked = g.left
+		if g.gone() {
+			return false, errClientGone
+		}
 	}
 	return ok, nil
 }

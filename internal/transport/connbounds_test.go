@@ -131,13 +131,14 @@ func TestQuietLaneOutlivesIdleDeadline(t *testing.T) {
 
 // TestInboundRaftConnsBounded (found by review): nothing bounded the
 // framed connections a node serves, each a goroutine and up to a frame's
-// buffers. Past MaxInboundConns a new connection is closed at once;
+// buffers. Past MaxInboundConns of connections that have carried an
+// accepted frame (a keepalive here), a new connection is closed at once;
 // once one closes, a new one is served again.
 func TestInboundRaftConnsBounded(t *testing.T) {
 	b, addr, rec := receiverWith(t, Config{MaxInboundConns: 2}, nil)
-	first := rawConn(t, addr, frames(t, ""))
-	rawConn(t, addr, frames(t, ""))
-	waitFor(t, "two connections served", func() bool { return b.tracked() == 2 })
+	first := rawConn(t, addr, frames(t, "", testBatch(t)))
+	rawConn(t, addr, frames(t, "", testBatch(t)))
+	waitFor(t, "two connections served, each past a keepalive", func() bool { return b.tracked() == 2 && b.unprovenConns() == 0 })
 	good := testBatch(t)
 	good.Messages = []*concordpb.RaftEnvelope{{ShardId: 1, Message: mustMarshalMsg(t, heartbeat(2))}}
 	closedByPeer(t, rawConn(t, addr, frames(t, "", good)), "a third connection")
@@ -197,4 +198,57 @@ func TestSilentConnClosedAfterHelloWait(t *testing.T) {
 		t.Fatalf("closed after %v, want about %v", d, helloReadTimeout)
 	}
 	waitFor(t, "the connection untracked", func() bool { return b.inHello() == 0 })
+}
+
+// unprovenConns is how many served connections have carried no accepted
+// frame yet.
+func (t *Transport) unprovenConns() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.unproven)
+}
+
+// TestHelloOnlyConnsCannotKeepPeerOut (found by review): a connection
+// that said its hello (the token, or nothing without auth) and then
+// nothing held one of the MaxInboundConns slots for quietWait (10 min),
+// proving nothing of being a peer, so such connections kept real peers
+// out once they filled the slots. Past the bound, a new connection now
+// closes the oldest that has carried no accepted frame: a real peer's
+// lanes are served while hello-only connections flood, and those stay
+// bounded.
+func TestHelloOnlyConnsCannotKeepPeerOut(t *testing.T) {
+	const slots = 4
+	b, addr, rec := receiverWith(t, Config{MaxInboundConns: slots}, nil)
+	var silent []net.Conn
+	for i := range 3 * slots {
+		silent = append(silent, rawConn(t, addr, frames(t, "")))
+		waitFor(t, "the hello-only connection served", func() bool { return b.tracked() == min(i+1, slots) && b.inHello() == 0 })
+	}
+	closedByPeer(t, silent[0], "the oldest hello-only connection")
+	a := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	a.SetReceiver(&recorder{})
+	defer a.Stop()
+	a.Send(2, 1, heartbeat(2))
+	a.Flush()
+	waitFor(t, "the real peer's heartbeat", func() bool { return rec.messages() == 1 })
+	waitFor(t, "the real peer's two lanes proven", func() bool { return b.tracked() == slots && b.unprovenConns() == slots-2 })
+}
+
+// TestProvenRaftConnKeptOverNewer: a connection that has carried a frame
+// of this cluster from a known node is not closed for a newer one; a
+// connection whose first frame is refused (another cluster) never proves
+// itself.
+func TestProvenRaftConnKeptOverNewer(t *testing.T) {
+	b, addr, _ := receiverWith(t, Config{MaxInboundConns: 1}, nil)
+	peerConn := rawConn(t, addr, frames(t, "", testBatch(t)))
+	waitFor(t, "the peer's connection proven", func() bool { return b.tracked() == 1 && b.unprovenConns() == 0 })
+	closedByPeer(t, rawConn(t, addr, frames(t, "")), "a hello-only connection past the bound")
+	other := testBatch(t)
+	other.ClusterId = 8
+	closedByPeer(t, rawConn(t, addr, frames(t, "", other)), "a connection of another cluster")
+	_ = peerConn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var ne net.Error
+	if _, err := peerConn.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("the proven connection was closed: %v", err)
+	}
 }

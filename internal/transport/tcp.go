@@ -243,7 +243,12 @@ func (t *Transport) ServeConn(c net.Conn) {
 	if !t.greet(c) {
 		return
 	}
-	if err := t.promote(c); err != nil {
+	unproven, err := t.promote(c)
+	if unproven != nil {
+		t.log.Debug("raft connection that carried no frame closed for a newer one", "remote", unproven.RemoteAddr())
+		_ = unproven.Close() // its own ServeConn untracks it
+	}
+	if err != nil {
 		t.log.Debug("raft connection refused", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
@@ -276,6 +281,7 @@ func (t *Transport) serveFrames(c net.Conn) {
 	fr := newFrameReader(idle, t.cfg.MaxFrameBytes)
 	var sender ids.NodeID
 	var dec batchDecoder
+	proven := false
 	for {
 		data, err := fr.NextBytes()
 		if err != nil {
@@ -301,6 +307,21 @@ func (t *Transport) serveFrames(c net.Conn) {
 			t.log.Warn("raft connection ended", "remote", c.RemoteAddr(), "from_node", sender, "err", err)
 			return
 		}
+		if !proven {
+			t.prove(c)
+			proven = true
+		}
+	}
+}
+
+// prove marks c as having carried an accepted frame: from a node of this
+// cluster's address book, to this node. Only then is it kept over a new
+// connection at MaxInboundConns.
+func (t *Transport) prove(c net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if i := slices.Index(t.unproven, c); i >= 0 {
+		t.unproven = slices.Delete(t.unproven, i, i+1)
 	}
 }
 
@@ -326,21 +347,34 @@ func (t *Transport) trackHello(c net.Conn) (oldest net.Conn, err error) {
 }
 
 // promote moves c, past its hello, from the connections in their hello
-// to those served; an error when it was pushed out of its hello slot
-// meanwhile or Config.MaxInboundConns are served already.
-func (t *Transport) promote(c net.Conn) error {
+// to those served, as unproven; an error when it was pushed out of its
+// hello slot meanwhile. When Config.MaxInboundConns are served already,
+// the oldest unproven one leaves them and is returned for the caller to
+// close, or, if every one has proven itself, c is refused: a token (or
+// none, without auth) is all a hello shows, so connections that say their
+// hello and then nothing push out only each other, while peers' lanes,
+// which carry a keepalive at once, are kept. A lane of a sender from
+// before keepalives is unproven until its first message, so on a node at
+// the bound it may be closed; it redials.
+func (t *Transport) promote(c net.Conn) (unproven net.Conn, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	i := slices.Index(t.greeting, c)
 	if i < 0 {
-		return errors.New("transport: closed in its hello for a newer connection")
+		return nil, errors.New("transport: closed in its hello for a newer connection")
 	}
 	t.greeting = slices.Delete(t.greeting, i, i+1)
 	if len(t.conns) >= t.cfg.MaxInboundConns {
-		return fmt.Errorf("transport: %d raft connections open already (at most %d)", len(t.conns), t.cfg.MaxInboundConns)
+		if len(t.unproven) == 0 {
+			return nil, fmt.Errorf("transport: %d raft connections open already (at most %d), each past its first frame", len(t.conns), t.cfg.MaxInboundConns)
+		}
+		unproven = t.unproven[0]
+		t.unproven = slices.Delete(t.unproven, 0, 1)
+		delete(t.conns, unproven)
 	}
 	t.conns[c] = struct{}{}
-	return nil
+	t.unproven = append(t.unproven, c)
+	return unproven, nil
 }
 
 // idleReader reads a connection under an idle deadline: each read must
@@ -363,6 +397,9 @@ func (t *Transport) untrack(c net.Conn) {
 		t.greeting = slices.Delete(t.greeting, i, i+1)
 	}
 	delete(t.conns, c)
+	if i := slices.Index(t.unproven, c); i >= 0 {
+		t.unproven = slices.Delete(t.unproven, i, i+1)
+	}
 	t.mu.Unlock()
 	t.wg.Done()
 }

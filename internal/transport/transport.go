@@ -143,8 +143,11 @@ type Config struct {
 	SnapshotIdleTimeout time.Duration
 	// MaxInboundConns bounds the framed raft connections served at once
 	// (default 256: two lanes for each of 128 peers, with room for a
-	// sender's new connections while its old ones close); one more is
-	// closed at once. Connections still in their hello do not count.
+	// sender's new connections while its old ones close). One more closes
+	// the oldest of those that have not yet carried a frame this node
+	// accepted (its cluster, this node, a sender in the address book: the
+	// hello proves only the token), or, when every one has, is closed at
+	// once. Connections still in their hello do not count.
 	MaxInboundConns int
 	// MaxHelloConns bounds the framed raft connections whose hello is not
 	// read and authenticated yet (default 64; each has 2 s for it); one
@@ -201,7 +204,10 @@ type Transport struct {
 	// (Config.MaxInboundConns); Stop closes both.
 	greeting []net.Conn            // guarded by mu
 	conns    map[net.Conn]struct{} // guarded by mu
-	stopped  bool                  // guarded by mu
+	// unproven are those of conns that have carried no accepted frame
+	// yet, oldest first: the first closed for a new connection.
+	unproven []net.Conn // guarded by mu
+	stopped  bool       // guarded by mu
 }
 
 // New creates a Transport that stages received snapshots in sink (the
