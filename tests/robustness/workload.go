@@ -12,8 +12,10 @@ import (
 )
 
 // workload drives the clients: linearizable Get/Put/Delete/CAS on a small
-// key set (recorded for the checker) over gRPC and over the Redis protocol,
-// and a writer of unique keys whose acknowledged writes must all survive.
+// key set, and atomic multi-key operations over groups of keys that share
+// a shard (multi.go), recorded for the checker, over gRPC and over the
+// Redis protocol; and a writer of unique keys whose acknowledged writes
+// must all survive.
 type workload struct {
 	clients []*client.Client
 	resp    []*respClient // recorded in the same history, ids from respClientBase
