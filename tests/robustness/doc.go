@@ -1,6 +1,8 @@
 // Package robustness runs a real 3-node Concord cluster under injected faults
 // while several clients issue Get, Put, Delete and CompareAndSwap on a small
-// key set, records every operation with its invocation and return times, and
+// key set, and atomic multi-key operations over groups of keys that share a
+// hash tag (groups.go, multi.go; Redis commands too, respclient.go),
+// records every operation with its invocation and return times, and
 // checks the history for linearizability with porcupine. It also writes
 // unique keys throughout and checks, after healing, that every acknowledged
 // one is present.

@@ -42,7 +42,7 @@ func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, er
 	defer r.mu.Unlock()
 	switch {
 	case err == nil:
-	case in.Kind != opGet && errors.Is(err, client.ErrAmbiguous):
+	case !in.Kind.isRead() && errors.Is(err, client.ErrAmbiguous):
 		out, ret = kvOutput{Unknown: true}, math.MaxInt64
 		r.ambiguous++
 	default:

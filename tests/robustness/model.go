@@ -21,9 +21,21 @@ const (
 	// one, absent counting as 0; a value that is not an integer refuses it
 	// (Ok false) and changes nothing.
 	opIncr
+	// The multi-key kinds (groups.go) act on Keys, keys of one group (one
+	// hash tag, so one shard), atomically.
+	opMGet   // every key's value, from one view of the shard
+	opMSet   // put Values[i] under Keys[i]; unless Blind, answer each key's state before
+	opMDel   // delete every key; answer which existed (or, CountOnly, how many)
+	opMSetNX // MSETNX: put every key only if none exists (Ok: they were put)
 )
 
-func (k opKind) String() string { return [...]string{"get", "put", "del", "cas", "incr"}[k] }
+func (k opKind) String() string {
+	return [...]string{"get", "put", "del", "cas", "incr", "mget", "mset", "mdel", "msetnx"}[k]
+}
+
+// isRead reports whether the kind changes nothing: a failed read is left
+// out of the history, never ambiguous.
+func (k opKind) isRead() bool { return k == opGet || k == opMGet }
 
 // kvInput is an operation's input.
 type kvInput struct {
@@ -35,6 +47,14 @@ type kvInput struct {
 	// Blind: a put that does not return the previous value (Redis SET
 	// without GET), so its output says nothing of the state before.
 	Blind bool
+	// The multi-key kinds: Keys (distinct, one group's) and, for mset and
+	// msetnx, Values in the same order.
+	Keys, Values []string
+	// CountOnly: an mdel that answers how many keys existed (Redis DEL),
+	// not which.
+	CountOnly bool
+	// Tx: sent over RESP as MULTI/EXEC rather than as one command.
+	Tx bool
 }
 
 // kvOutput is what the operation returned. Unknown marks an ambiguous
@@ -44,9 +64,15 @@ type kvOutput struct {
 	Ok      bool   // get: found; put: previous existed; del: existed; cas: swapped; incr: applied (Value: the new value)
 	Value   string // get: value; put: previous value; cas: value before
 	Exists  bool   // cas: whether the key existed before
+	// Multi: per key of a multi-key op, in Keys' order: mget, the state
+	// read; mset (not Blind), the state before; mdel (not CountOnly), the
+	// state before (only Exists is compared).
+	Multi []kvState
+	N     int // mdel with CountOnly: how many keys existed
 }
 
-// kvState is one key's state; the model is partitioned by key.
+// kvState is one key's state; the model is partitioned by key, except that
+// the keys of one group (groups.go) form one partition, with a groupState.
 type kvState struct {
 	Exists bool
 	Value  string
@@ -58,7 +84,7 @@ var kvModel = porcupine.Model{
 		byKey := map[string][]porcupine.Operation{}
 		var keys []string
 		for _, op := range history {
-			k := op.Input.(kvInput).Key
+			k := partitionOf(op.Input.(kvInput))
 			if _, ok := byKey[k]; !ok {
 				keys = append(keys, k)
 			}
@@ -70,16 +96,29 @@ var kvModel = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() interface{} { return kvState{} },
+	// A partition's state is a kvState or, for a group, a groupState; the
+	// initial state is nil (nothing written yet) because Init cannot know
+	// which partition it starts.
+	Init: func() interface{} { return nil },
 	Step: func(state, input, output interface{}) (bool, interface{}) {
-		return step(state.(kvState), input.(kvInput), output.(kvOutput))
+		in := input.(kvInput)
+		if _, grouped := groupOf(keyOf(in)); grouped {
+			g, _ := state.(groupState) // nil: the zero state
+			return stepGroup(g, in, output.(kvOutput))
+		}
+		s, _ := state.(kvState)
+		return step(s, in, output.(kvOutput))
 	},
-	Equal: func(a, b interface{}) bool { return a.(kvState) == b.(kvState) },
+	// Both state types are comparable (no slices or maps).
+	Equal: func(a, b interface{}) bool { return a == b },
 	DescribeOperation: func(input, output interface{}) string {
 		return describe(input.(kvInput), output.(kvOutput))
 	},
 	DescribeState: func(state interface{}) string {
-		s := state.(kvState)
+		if g, ok := state.(groupState); ok {
+			return g.String()
+		}
+		s, _ := state.(kvState)
 		if !s.Exists {
 			return "(absent)"
 		}
@@ -126,6 +165,9 @@ func step(s kvState, in kvInput, out kvOutput) (bool, interface{}) {
 }
 
 func describe(in kvInput, out kvOutput) string {
+	if len(in.Keys) > 0 {
+		return describeMulti(in, out)
+	}
 	var b strings.Builder
 	switch in.Kind {
 	case opGet:

@@ -54,7 +54,13 @@ func (rc *respClient) close() {
 func (rc *respClient) run(ctx context.Context, w *workload) {
 	rng := rand.New(rand.NewPCG(w.seed, uint64(rc.id)))
 	for n := 0; ctx.Err() == nil; n++ {
-		in := rc.nextOp(rng, n, w.keys[rng.IntN(len(w.keys))])
+		k, keys := w.pick(rng)
+		var in kvInput
+		if keys != nil {
+			in = nextRESPMulti(rng, fmt.Sprintf("r%d.%d", rc.id, n), keys)
+		} else {
+			in = rc.nextOp(rng, n, k)
+		}
 		node := rc.nodes[rc.pick(rng.IntN(len(rc.nodes)), w.members)]
 		call := w.rec.now()
 		out, err := rc.do(node, in, w.opTimeout)
@@ -119,6 +125,8 @@ func (rc *respClient) do(node *redis.Client, in kvInput, timeout time.Duration) 
 	var out kvOutput
 	var err error
 	switch in.Kind {
+	case opMGet, opMSet, opMDel, opMSetNX:
+		out, err = doRESPMulti(ctx, node, in)
 	case opGet:
 		var v string
 		v, err = node.Get(ctx, in.Key).Result()
@@ -152,7 +160,7 @@ func (rc *respClient) do(node *redis.Client, in kvInput, timeout time.Duration) 
 	if errors.Is(err, redis.Nil) {
 		err = nil // absent: a valid answer, not a failure
 	}
-	if err != nil && in.Kind != opGet && !refused(err) {
+	if err != nil && !in.Kind.isRead() && !refused(err) {
 		err = fmt.Errorf("%w: %w", client.ErrAmbiguous, err)
 	}
 	return out, err

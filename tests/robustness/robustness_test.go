@@ -189,6 +189,9 @@ func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
 
 func newWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *workload {
 	w := &workload{keys: []string{"k0", "k1", "k2", "k3", "k4", "k5"}, rec: newRecorder(), seed: seed, opTimeout: 3 * time.Second}
+	for _, tag := range groupTags {
+		w.groups = append(w.groups, groupKeys(tag))
+	}
 	// Two clients send each request to its shard's leader; two send it to
 	// any node, which serves or forwards it: the checker must see the nodes'
 	// own guarantees, not only the client library's routing.
@@ -247,6 +250,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
 	respOps := checkRESP(t, w)
 	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
+	t.Logf("operations by kind: %s", kindCounts(ops, o.cover))
 	problems := o.problems()
 	failed := len(problems) > 0
 	noteFailure(o)

@@ -69,6 +69,7 @@ var protocolNames = [...]string{overGRPC: "gRPC", overRESP: "RESP"}
 // failed operations are not in the history.
 type coverage struct {
 	reads, writes [2]int
+	multi         [2]map[string]int // multi-key ops per form (multi.go)
 }
 
 func coverageOf(ops []porcupine.Operation) coverage {
@@ -78,8 +79,10 @@ func coverageOf(ops []porcupine.Operation) coverage {
 		if o.ClientId >= respClientBase {
 			p = overRESP
 		}
-		switch {
-		case o.Input.(kvInput).Kind == opGet:
+		switch in := o.Input.(kvInput); {
+		case len(in.Keys) > 0:
+			c.countMulti(p, in, o.Output.(kvOutput))
+		case in.Kind == opGet:
 			c.reads[p]++
 		case !o.Output.(kvOutput).Unknown:
 			c.writes[p]++
@@ -104,6 +107,7 @@ func (c coverage) gaps(resp bool) []string {
 		if c.writes[p] == 0 {
 			why = append(why, fmt.Sprintf("no %s mutation was answered: the history checks none", protocolNames[p]))
 		}
+		why = append(why, c.multiGaps(p)...)
 	}
 	return why
 }

@@ -30,7 +30,7 @@ func TestInconclusiveCheckIsNoAnomaly(t *testing.T) {
 	if v.result != porcupine.Unknown {
 		t.Fatalf("the hard history's check gave %v in 50ms; the test needs Unknown", v.result)
 	}
-	o := outcome{result: v.result, faults: 1, checked: 10, cover: coverage{reads: [2]int{1, 1}, writes: [2]int{1, 1}}}
+	o := outcome{result: v.result, faults: 1, checked: 10, cover: fullCoverage()}
 	if len(o.problems()) != 0 || o.anomalous() {
 		t.Fatalf("an inconclusive check fails the history: %q", o.problems())
 	}
@@ -40,7 +40,7 @@ func TestInconclusiveCheckIsNoAnomaly(t *testing.T) {
 // lost write, a failed read-back, or a lost-writes check with nothing to
 // check; and passes only when every check ran and found nothing.
 func TestOutcomeProblems(t *testing.T) {
-	covered := coverage{reads: [2]int{1, 1}, writes: [2]int{1, 1}}
+	covered := fullCoverage()
 	for _, tc := range []struct {
 		name    string
 		o       outcome
@@ -78,6 +78,9 @@ func TestCoverageNeedsEachProtocolChecked(t *testing.T) {
 		for id, k := range map[int]string{0: "a", respClientBase: "b"} {
 			record(rec, id, put(k, "1"), absent, nil)
 			record(rec, id, get(k), found("1"), nil)
+		}
+		for _, o := range everyMultiForm() { // multi_test.go
+			record(rec, o.ClientId, o.Input.(kvInput), o.Output.(kvOutput), nil)
 		}
 	}
 	for _, tc := range []struct {

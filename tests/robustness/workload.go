@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,14 +12,18 @@ import (
 )
 
 // workload drives the clients: linearizable Get/Put/Delete/CAS on a small
-// key set (recorded for the checker) over gRPC and over the Redis protocol,
-// and a writer of unique keys whose acknowledged writes must all survive.
+// key set, and atomic multi-key operations over groups of keys that share
+// a shard (multi.go), recorded for the checker, over gRPC and over the
+// Redis protocol; and a writer of unique keys whose acknowledged writes
+// must all survive.
 type workload struct {
 	clients []*client.Client
 	resp    []*respClient // recorded in the same history, ids from respClientBase
 	keys    []string
-	rec     *recorder
-	seed    uint64
+	// groups are keys sharing a hash tag (groups.go), for multi-key ops.
+	groups [][]string
+	rec    *recorder
+	seed   uint64
 	// opTimeout bounds one operation, retries included.
 	opTimeout time.Duration
 	// members says which nodes are gone for good (nil: none ever is); the
@@ -48,15 +53,18 @@ func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
 	rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
 	seen := map[string]string{} // the last value this client saw per key
 	for n := 0; ctx.Err() == nil; n++ {
-		k := w.keys[rng.IntN(len(w.keys))]
-		in := w.nextOp(rng, id, n, k, seen)
+		k, keys := w.pick(rng)
+		var in kvInput
+		if keys != nil {
+			in = nextGRPCMulti(rng, fmt.Sprintf("c%d.%d", id, n), keys)
+		} else {
+			in = w.nextOp(rng, id, n, k, seen)
+		}
 		call := w.rec.now()
 		out, err := w.do(c, in)
 		w.rec.record(id, call, in, out, err)
 		if err == nil {
-			if v, ok := observed(in, out); ok {
-				seen[k] = v
-			}
+			noteSeen(seen, in, out)
 		}
 	}
 }
@@ -95,6 +103,8 @@ func (w *workload) do(c *client.Client, in kvInput) (kvOutput, error) {
 	defer cancel()
 	key := []byte(in.Key)
 	switch in.Kind {
+	case opMGet, opMSet, opMDel:
+		return doBatch(ctx, c, in)
 	case opGet:
 		v, found, err := c.Get(ctx, key)
 		return kvOutput{Ok: found, Value: string(v)}, err
@@ -127,9 +137,15 @@ func (w *workload) runUniqueWriter(ctx context.Context, id int, c *client.Client
 	}
 }
 
-// finalReads reads every key once more, linearizably, into the history.
+// finalReads reads every key once more, linearizably, into the history:
+// one Get each, also of the groups' keys (so that they are no multi-key
+// read the coverage could count).
 func (w *workload) finalReads(c *client.Client) {
-	for _, k := range w.keys {
+	keys := slices.Clone(w.keys)
+	for _, g := range w.groups {
+		keys = append(keys, g...)
+	}
+	for _, k := range keys {
 		in := kvInput{Kind: opGet, Key: k}
 		call := w.rec.now()
 		out, err := w.do(c, in)
