@@ -106,7 +106,8 @@ robustness: build
 # message encoder against both decoders (FuzzEncodeThenDecode in
 # internal/multiraft), and the receive side's hand decoders of raft frames
 # (FuzzDecodeBatch) and client put messages (FuzzDecodeRequest) against
-# proto.Unmarshal. A failing input is kept in the
+# proto.Unmarshal, and the element count all of them take before decoding
+# (FuzzCount in internal/pbcount). A failing input is kept in the
 # package's testdata/fuzz/<target>/. make test runs only their seed
 # corpora, as ordinary test cases.
 FUZZTIME ?= 5m
@@ -119,6 +120,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEncodeThenDecode$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/multiraft/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzCount$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/pbcount/
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each
 # planted bug (internal/mutant) with the robustness suite, one after another,

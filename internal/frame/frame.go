@@ -20,7 +20,6 @@ import (
 	"io"
 	"slices"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -182,27 +181,4 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-// CountField counts the occurrences of the length-delimited field num in a
-// message, without decoding it: what a decoder checks against its bounds
-// before it allocates per element. False if data does not parse.
-func CountField(data []byte, num protowire.Number) (int, bool) {
-	n := 0
-	for len(data) > 0 {
-		f, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		l = protowire.ConsumeFieldValue(f, typ, data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		if f == num && typ == protowire.BytesType {
-			n++
-		}
-	}
-	return n, true
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/frame"
+	"github.com/concord-kv/concord/internal/pbcount"
 	"github.com/concord-kv/concord/internal/storepb"
 )
 
@@ -230,7 +231,7 @@ func (b *fastCall) decodeFields(data []byte, put bool) bool {
 // (storepb.DecodeOp). An op it refuses (an unknown field, a wrong wire
 // type) sends the whole request to proto.
 func (b *fastCall) decodeBatch(data []byte) bool {
-	n, ok := frame.CountField(data, 2)
+	n, ok := pbcount.Count(data, 2)
 	if !ok {
 		return false
 	}
@@ -275,26 +276,21 @@ func (b *fastCall) decodeBatch(data []byte) bool {
 // a call or a batch does not parse (proto.Unmarshal would refuse it too).
 func countCalls(data []byte) (int, bool) {
 	calls, elems := 0, 0
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
+	f := pbcount.Walk(data)
+	for f.Next() {
+		call, ok := f.Bytes(1)
+		if !ok {
+			continue
+		}
+		ops, ok := countBatchOps(call)
+		if !ok {
 			return 0, false
 		}
-		data = data[l:]
-		l = protowire.ConsumeFieldValue(num, typ, data)
-		if l < 0 {
-			return 0, false
-		}
-		if num == 1 && typ == protowire.BytesType {
-			call, _ := protowire.ConsumeBytes(data)
-			ops, ok := countBatchOps(call)
-			if !ok {
-				return 0, false
-			}
-			calls++
-			elems += 1 + ops
-		}
-		data = data[l:]
+		calls++
+		elems += 1 + ops
+	}
+	if !f.OK() {
+		return 0, false
 	}
 	if elems > frame.MaxStreamCalls {
 		return -1, true
@@ -306,25 +302,20 @@ func countCalls(data []byte) (int, bool) {
 // given more than once, proto merges them); false if it does not parse.
 func countBatchOps(call []byte) (int, bool) {
 	ops := 0
-	for len(call) > 0 {
-		num, typ, l := protowire.ConsumeTag(call)
-		if l < 0 {
+	f := pbcount.Walk(call)
+	for f.Next() {
+		batch, ok := f.Bytes(8)
+		if !ok {
+			continue
+		}
+		n, ok := pbcount.Count(batch, 2)
+		if !ok {
 			return 0, false
 		}
-		call = call[l:]
-		l = protowire.ConsumeFieldValue(num, typ, call)
-		if l < 0 {
-			return 0, false
-		}
-		if num == 8 && typ == protowire.BytesType {
-			batch, _ := protowire.ConsumeBytes(call)
-			n, ok := frame.CountField(batch, 2)
-			if !ok {
-				return 0, false
-			}
-			ops += n
-		}
-		call = call[l:]
+		ops += n
+	}
+	if !f.OK() {
+		return 0, false
 	}
 	return ops, true
 }

@@ -73,16 +73,9 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	if len(batch) > 1 {
 		ops = mergedOps(batch)
 	}
-	// Writes a later blind PUT of the same key overwrites unobserved are
-	// left out of the command (kv.Absorb: the rule and why it is safe);
-	// each still gets the result it would have had. Then a run of INCRs
-	// of one key goes as one op (kv.Coalesce), once every replica applies
-	// such an op as the run (the cluster's version allows it).
-	kept, dropped := kv.Absorb(ops)
-	var runs []uint32
-	if s.b.ClusterVersion().Allows(version.IncrRepeat) {
-		kept, runs = kv.Coalesce(kept)
-	}
+	// Each write shrinkMerged leaves out still gets the result it would
+	// have had (expandMerged).
+	kept, runs, dropped := s.shrinkMerged(ops)
 	// The waiters' own deadlines end their waits; the proposal is bounded
 	// as a forwarded one is at its leader.
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
@@ -115,6 +108,21 @@ func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
 	default:
 		answerParts(batch, header(s.b, shard), results)
 	}
+}
+
+// shrinkMerged is what a merged write proposes or forwards of ops: less
+// the writes a later blind PUT of the same key overwrites unobserved
+// (kv.Absorb: the rule and why it is safe), then with each run of INCRs of
+// one key as one op (kv.Coalesce), once every replica applies such an op
+// as the run (the cluster's version allows it). expandMerged undoes it.
+// The leader's proposal and a node's forward shrink alike, so that both
+// ask the version gate in one place.
+func (s *KV) shrinkMerged(ops []*concordpb.Op) (kept []*concordpb.Op, runs []uint32, dropped []bool) {
+	kept, dropped = kv.Absorb(ops)
+	if s.b.ClusterVersion().Allows(version.IncrRepeat) {
+		kept, runs = kv.Coalesce(kept)
+	}
+	return kept, runs, dropped
 }
 
 // expandMerged returns the results of the n merged ops from res, those of

@@ -12,6 +12,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/frame"
+	"github.com/concord-kv/concord/internal/pbcount"
 	"github.com/concord-kv/concord/internal/transport"
 )
 
@@ -106,28 +107,27 @@ func bounded(name string, f fields) func([]byte) error {
 // theirs in each; false if it does not parse.
 func countElems(data []byte, f fields) (int, bool) {
 	n := 0
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return 0, false
+	w := pbcount.Walk(data)
+	for w.Next() {
+		inner, ok := f[w.Num()]
+		if !ok {
+			continue
 		}
-		data = data[l:]
-		l = protowire.ConsumeFieldValue(num, typ, data)
-		if l < 0 {
-			return 0, false
+		v, ok := w.Bytes(w.Num())
+		if !ok {
+			continue
 		}
-		if inner, ok := f[num]; ok && typ == protowire.BytesType {
-			n++
-			if len(inner) > 0 {
-				v, _ := protowire.ConsumeBytes(data)
-				k, ok := countElems(v, inner)
-				if !ok {
-					return 0, false
-				}
-				n += k
+		n++
+		if len(inner) > 0 {
+			k, ok := countElems(v, inner)
+			if !ok {
+				return 0, false
 			}
+			n += k
 		}
-		data = data[l:]
+	}
+	if !w.OK() {
+		return 0, false
 	}
 	return n, true
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
-	"github.com/concord-kv/concord/internal/version"
 )
 
 // Write batches that this node forwards to a shard's leader are merged as
@@ -80,17 +79,12 @@ func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
 		return
 	}
 	ops := mergedOps(batch)
-	// Absorbed here already (kv.Absorb), as the leader would: fewer bytes
-	// to send, and the leader finds nothing more to drop. Runs of INCRs
-	// go as one op each too (kv.Coalesce), once the cluster's version
-	// allows it: the leader takes them from a node (hops 1) and answers
-	// each with one result, expanded here. A leader that has not learned
-	// the version yet refuses the batch whole, and its parts go alone.
-	kept, dropped := kv.Absorb(ops)
-	var runs []uint32
-	if s.b.ClusterVersion().Allows(version.IncrRepeat) {
-		kept, runs = kv.Coalesce(kept)
-	}
+	// Shrunk here already, as the leader would: fewer bytes to send, and
+	// the leader finds nothing more to drop. It takes a run of INCRs as
+	// one op from a node (hops 1) and answers it with one result, expanded
+	// here. A leader that has not learned the cluster's version yet
+	// refuses the batch whole, and its parts go alone.
+	kept, runs, dropped := s.shrinkMerged(ops)
 	ctx, cancel := context.WithTimeout(context.Background(), maxForwardTimeout)
 	defer cancel()
 	var resp *concordpb.BatchResponse

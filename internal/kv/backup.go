@@ -13,29 +13,18 @@ import (
 // time. Keys expired at nowMs are left out. more reports that records may
 // follow the last one returned.
 func Export(r pebble.Reader, shard uint64, start []byte, maxBytes int, nowMs int64) (recs []*concordpb.BackupRecord, more bool, err error) {
-	lo, hi := keys.UserSpan(shard, start, nil)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return nil, false, err
-	}
 	size := 0
-	ok := it.First()
-	for ; ok && (size < maxBytes || len(recs) == 0); ok = it.Next() {
-		value, expireAt, err := decodeValue(it.Value())
-		if err != nil {
-			_ = it.Close()
-			return nil, false, err
-		}
-		if !live(expireAt, nowMs) {
-			continue
-		}
-		key := keys.UserKey(shard, it.Key())
+	full := func() bool { return size >= maxBytes && len(recs) > 0 }
+	more, err = eachLive(r, shard, start, nil, nowMs, full, func(key, value []byte, expireAt int64) {
 		recs = append(recs, &concordpb.BackupRecord{
 			Key: append([]byte(nil), key...), Value: append([]byte(nil), value...), ExpireAtUnixMs: expireAt,
 		})
 		size += len(key) + len(value)
+	})
+	if err != nil {
+		return nil, false, err
 	}
-	return recs, ok, it.Close()
+	return recs, more, nil
 }
 
 // Load writes a restored key into shard's state as applying a PUT would

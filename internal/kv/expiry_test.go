@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 	"time"
 
@@ -109,7 +110,7 @@ func TestReadsAtNow(t *testing.T) {
 		{exp, "", 10, []string{"a", "e", "f"}},
 		{t0 + 3_600_000, "", 10, []string{"a", "f"}},
 	} {
-		if got := scan(tc.now, tc.start, tc.limit); !equal(got, tc.want) {
+		if got := scan(tc.now, tc.start, tc.limit); !slices.Equal(got, tc.want) {
 			t.Fatalf("Scan(%q, limit %d) at %d = %q, want %q", tc.start, tc.limit, tc.now, got, tc.want)
 		}
 	}
@@ -142,7 +143,7 @@ func TestExpiredFromIndex(t *testing.T) {
 			}
 			got = append(got, string(k.Key))
 		}
-		if !equal(got, tc.want) {
+		if !slices.Equal(got, tc.want) {
 			t.Fatalf("Expired(%d, %d) = %q, want %q", tc.now, tc.limit, got, tc.want)
 		}
 	}

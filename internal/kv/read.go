@@ -40,36 +40,48 @@ type Page struct {
 // exist and the byte bound does not end the page first. more reports that
 // the page ended at a bound (pairs may follow it).
 func Scan(r pebble.Reader, shard uint64, start, end []byte, page Page, nowMs int64) (kvs []*concordpb.KeyValue, more bool, err error) {
-	lo, hi := keys.UserSpan(shard, start, end)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	size := 0
+	full := func() bool { return len(kvs) >= page.Limit || (page.MaxBytes > 0 && size >= page.MaxBytes) }
+	more, err = eachLive(r, shard, start, end, nowMs, full, func(key, value []byte, _ int64) {
+		pair := &concordpb.KeyValue{Key: append([]byte(nil), key...)}
+		if !page.KeysOnly {
+			pair.Value = append([]byte(nil), value...)
+		}
+		size += len(pair.Key) + len(pair.Value)
+		kvs = append(kvs, pair)
+	})
 	if err != nil {
 		return nil, false, err
 	}
-	size := 0
+	return kvs, more, nil
+}
+
+// eachLive hands add the live pairs of shard with keys in [start, end) at
+// nowMs, in key order (an empty end: no bound), their key and value
+// aliasing the iterator's, until full reports true before a pair: then
+// more reports that the range held more (live or expired). Scan and Export
+// both page through a shard this way.
+func eachLive(r pebble.Reader, shard uint64, start, end []byte, nowMs int64, full func() bool, add func(key, value []byte, expireAt int64)) (more bool, err error) {
+	lo, hi := keys.UserSpan(shard, start, end)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return false, err
+	}
 	for ok := it.First(); ok; ok = it.Next() {
-		if len(kvs) >= page.Limit || (page.MaxBytes > 0 && size >= page.MaxBytes) {
+		if full() {
 			more = true
 			break
 		}
 		value, expireAt, err := decodeValue(it.Value())
 		if err != nil {
 			_ = it.Close()
-			return nil, false, err
+			return false, err
 		}
-		if !live(expireAt, nowMs) {
-			continue
+		if live(expireAt, nowMs) {
+			add(keys.UserKey(shard, it.Key()), value, expireAt)
 		}
-		pair := &concordpb.KeyValue{Key: append([]byte(nil), keys.UserKey(shard, it.Key())...)}
-		if !page.KeysOnly {
-			pair.Value = append([]byte(nil), value...)
-		}
-		size += len(pair.Key) + len(pair.Value)
-		kvs = append(kvs, pair)
 	}
-	if err := it.Close(); err != nil {
-		return nil, false, err
-	}
-	return kvs, more, nil
+	return more, it.Close()
 }
 
 // ExpiredKey is one entry of a shard's expiry index: a user key and the

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -28,18 +29,6 @@ func scanKeys(t *testing.T, r pebble.Reader, start, end string, limit int) []str
 		out = append(out, string(kv.GetKey()))
 	}
 	return out
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // seed stores user keys of shard, each with value "v-<key>", plus keys of
@@ -80,7 +69,7 @@ func TestScanBoundsAndOrder(t *testing.T) {
 		{"a", "", 0, nil},
 		{"e", "f", 10, nil},
 	} {
-		if got := scanKeys(t, f.db, tc.start, tc.end, tc.limit); !equal(got, tc.want) {
+		if got := scanKeys(t, f.db, tc.start, tc.end, tc.limit); !slices.Equal(got, tc.want) {
 			t.Fatalf("Scan(%q, %q, %d) = %q, want %q", tc.start, tc.end, tc.limit, got, tc.want)
 		}
 	}
@@ -97,7 +86,7 @@ func TestGetAndScanOverSnapshot(t *testing.T) {
 	if v, _, found, err := Get(snap, shard, []byte("a"), 0); err != nil || !found || string(v) != "v-a" {
 		t.Fatalf("Get over snapshot = %q, %v, %v; want the old value", v, found, err)
 	}
-	if got := scanKeys(t, snap, "", "", 10); !equal(got, []string{"a", "b"}) {
+	if got := scanKeys(t, snap, "", "", 10); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("Scan over snapshot = %q", got)
 	}
 	f.value("a", []byte("new"))

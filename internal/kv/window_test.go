@@ -2,6 +2,7 @@ package kv
 
 import (
 	"math/rand"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -215,7 +216,7 @@ func TestWindowRandomAgainstModel(t *testing.T) {
 			enc, _ := proto.Marshal(res)
 			switch {
 			case res.GetErrorCode() == uint32(codes.FailedPrecondition):
-				if seq >= floor() && contains(inflight, seq) {
+				if seq >= floor() && slices.Contains(inflight, seq) {
 					t.Fatalf("round %d: in-flight seq %d refused as stale: %v", round, seq, res)
 				}
 			case res.GetErrorCode() != 0:
@@ -271,15 +272,6 @@ func TestWindowRandomAgainstModel(t *testing.T) {
 	if len(firstAnswer) < 300 {
 		t.Fatalf("only %d seqs applied: the model exercised too little", len(firstAnswer))
 	}
-}
-
-func contains(s []uint64, x uint64) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // TestSessionKindsDoNotMix protects determinism: a session is windowed or

@@ -138,6 +138,9 @@ var layerTable = []layer{
 	{n: 0, pkgs: []string{
 		"internal/version", // levels of what replicas apply: the cluster version gate
 	}},
+	{n: 0, pkgs: []string{
+		"internal/pbcount", // counts a protobuf message's repeated elements before it is decoded
+	}},
 	{n: 1, pkgs: []string{
 		"api/...",             // concordpb: the public protocol
 		"internal/keys",       // the Pebble key layout

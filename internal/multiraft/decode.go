@@ -6,6 +6,8 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/internal/pbcount"
 )
 
 // decodeMessage decodes a raft message a peer sent, as proto.Unmarshal
@@ -146,23 +148,11 @@ var errShortEntry = errors.New("a raft entry too short to hold its term and inde
 // shortEntry reports whether data, a message that parses, holds an entry
 // shorter than minEntryBytes.
 func shortEntry(data []byte) bool {
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return false
+	f := pbcount.Walk(data)
+	for f.Next() {
+		if v, ok := f.Bytes(7); ok && len(v) < minEntryBytes {
+			return true
 		}
-		data = data[l:]
-		if num == 7 && typ == protowire.BytesType {
-			v, l := protowire.ConsumeBytes(data)
-			if l >= 0 && len(v) < minEntryBytes {
-				return true
-			}
-		}
-		l = protowire.ConsumeFieldValue(num, typ, data)
-		if l < 0 {
-			return false
-		}
-		data = data[l:]
 	}
 	return false
 }
@@ -171,26 +161,20 @@ func shortEntry(data []byte) bool {
 // says whether its decoded form would alias data (entries or a context);
 // false if it does not parse.
 func countEntries(data []byte) (n int, aliased, ok bool) {
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return 0, false, false
-		}
-		data = data[l:]
-		l = protowire.ConsumeFieldValue(num, typ, data)
-		if l < 0 {
-			return 0, false, false
-		}
-		if num == 7 && typ == protowire.BytesType && l < 1+minEntryBytes {
-			return 0, false, false // too short an entry (decodeMessage)
-		}
-		data = data[l:]
-		if typ == protowire.BytesType && (num == 7 || num == 12) {
-			aliased = true
-			if num == 7 {
-				n++
+	f := pbcount.Walk(data)
+	for f.Next() {
+		if e, ok := f.Bytes(7); ok {
+			if len(e) < minEntryBytes {
+				return 0, false, false // too short an entry (decodeMessage)
 			}
+			n++
+			aliased = true
+		} else if _, ok := f.Bytes(12); ok {
+			aliased = true
 		}
+	}
+	if !f.OK() {
+		return 0, false, false
 	}
 	return n, aliased, true
 }

@@ -128,35 +128,22 @@ func (h *Host) RemoveReplica(ctx context.Context, shard ids.ShardID, epoch uint6
 func (h *Host) changeConf(ctx context.Context, shard ids.ShardID, epoch uint64, build func(r *replica.Replica, id uint64) (*pb.ConfChangeV2, error)) (*concordpb.ShardDescriptor, error) {
 	id := h.nextID()
 	done := make(chan replica.Outcome, 1)
-	var perr error
-	// Not abandoned when ctx ends: f may propose once queued, so the caller
-	// waits for it (one loop turn) to learn whether it did. Otherwise a
-	// promotion cancelled here returned ctx's error while f went on to
-	// check, and a learner that caught up just then was still promoted
-	// (PromoteLearner promises ErrNotCaughtUp and nothing proposed).
-	err := h.Do(context.WithoutCancel(ctx), func() {
-		r, err := h.leaderReplica(shard, epoch)
-		if err != nil {
-			perr = err
-			return
-		}
+	err := h.onLeader(ctx, shard, epoch, func(r *replica.Replica) error {
 		if r.ConfChangePending() {
-			perr = fmt.Errorf("shard %d: %w", shard, ErrChangePending)
-			return
+			return fmt.Errorf("shard %d: %w", shard, ErrChangePending)
 		}
 		cc, err := build(r, id)
 		switch {
 		case errors.Is(err, ErrNotCaughtUp):
-			perr = err
-			return
+			return err
 		case err != nil:
-			perr = fmt.Errorf("%w: %w", ErrRefused, err)
-			return
+			return fmt.Errorf("%w: %w", ErrRefused, err)
 		}
 		r.ProposeConfChange(&replica.Proposal{ID: id, CC: cc, Done: done})
 		h.dirty[shard] = r
+		return nil
 	})
-	if err := errors.Join(err, perr); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if _, err := h.wait(ctx, &replica.Proposal{Done: done}); err != nil {
@@ -177,6 +164,26 @@ func (h *Host) changeConf(ctx context.Context, shard ids.ShardID, epoch uint64, 
 		desc = info.Desc
 	}
 	return desc, nil
+}
+
+// onLeader runs f on the loop with shard's replica, if it leads at epoch
+// (leaderReplica), and returns what Do, that check or f refused. Not
+// abandoned when ctx ends: f may propose once queued, so the caller waits
+// for it (one loop turn) to learn whether it did. Otherwise a promotion
+// cancelled here returned ctx's error while f went on to check, and a
+// learner that caught up just then was still promoted (PromoteLearner
+// promises ErrNotCaughtUp and nothing proposed).
+func (h *Host) onLeader(ctx context.Context, shard ids.ShardID, epoch uint64, f func(r *replica.Replica) error) error {
+	var ferr error
+	err := h.Do(context.WithoutCancel(ctx), func() {
+		r, err := h.leaderReplica(shard, epoch)
+		if err != nil {
+			ferr = err
+			return
+		}
+		ferr = f(r)
+	})
+	return errors.Join(err, ferr)
 }
 
 // leaderReplica returns shard's replica if it leads and its descriptor is
@@ -200,35 +207,23 @@ func (h *Host) leaderReplica(shard ids.ShardID, epoch uint64) (*replica.Replica,
 // timeout if target does not take over), or ctx ends. Must run on the
 // shard's leader; a target that already leads is success.
 func (h *Host) TransferLeader(ctx context.Context, shard ids.ShardID, epoch uint64, target ids.ReplicaID) error {
-	var perr error
-	// Not abandoned when ctx ends: f may propose once queued, so the caller
-	// waits for it (one loop turn) to learn whether it did. Otherwise a
-	// promotion cancelled here returned ctx's error while f went on to
-	// check, and a learner that caught up just then was still promoted
-	// (PromoteLearner promises ErrNotCaughtUp and nothing proposed).
-	err := h.Do(context.WithoutCancel(ctx), func() {
-		r, err := h.leaderReplica(shard, epoch)
-		if err != nil {
-			perr = err
-			return
-		}
+	err := h.onLeader(ctx, shard, epoch, func(r *replica.Replica) error {
 		if r.ID() == target {
-			return
+			return nil
 		}
 		rd := memberDesc(r.Descriptor(), target)
 		switch {
 		case rd == nil:
-			perr = fmt.Errorf("%w: shard %d has no replica %d", ErrRefused, shard, target)
-			return
+			return fmt.Errorf("%w: shard %d has no replica %d", ErrRefused, shard, target)
 		case rd.GetRole() != concordpb.ReplicaRole_REPLICA_VOTER:
-			perr = fmt.Errorf("%w: replica %d of shard %d is a learner, which cannot lead", ErrRefused, target, shard)
-			return
+			return fmt.Errorf("%w: replica %d of shard %d is a learner, which cannot lead", ErrRefused, target, shard)
 		}
-		perr = r.TransferLeader(target)
+		err := r.TransferLeader(target)
 		h.publish(r) // so the wait below sees the transfer under way
 		h.dirty[shard] = r
+		return err
 	})
-	if err := errors.Join(err, perr); err != nil {
+	if err != nil {
 		return err
 	}
 	for {

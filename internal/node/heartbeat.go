@@ -516,7 +516,23 @@ func newerDescriptors(known, led []*concordpb.ShardDescriptor) []*concordpb.Shar
 // recordDescriptor proposes a newer shard descriptor to the placement
 // state, in the background (a heartbeat must not wait on raft).
 func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
-	key := ids.ShardID(d.GetShardId()) | descriptorBusy
+	n.placementJob(ids.ShardID(d.GetShardId())|descriptorBusy, func(ctx context.Context) {
+		if err := n.proposeDescriptor(ctx, d); err != nil {
+			n.log.Debug("record shard descriptor", "shard", d.GetShardId(), "err", err)
+		}
+	})
+}
+
+// placementJobTimeout bounds a background placement proposal, so that a
+// job stuck (a meta shard without a leader) frees its key and a later
+// round can try again.
+const placementJobTimeout = 5 * time.Second
+
+// placementJob runs job in the background, bounded by
+// placementJobTimeout, with key marked busy in the placement state
+// meanwhile: one job a key at a time, the node's stop waiting for it. A
+// key already busy means the same work is under way, and job is dropped.
+func (n *Node) placementJob(key ids.ShardID, job func(ctx context.Context)) {
 	if !n.placement.begin(key) {
 		return
 	}
@@ -524,11 +540,9 @@ func (n *Node) recordDescriptor(d *concordpb.ShardDescriptor) {
 	go func() {
 		defer n.wg.Done()
 		defer n.placement.end(key)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), placementJobTimeout)
 		defer cancel()
-		if err := n.proposeDescriptor(ctx, d); err != nil {
-			n.log.Debug("record shard descriptor", "shard", d.GetShardId(), "err", err)
-		}
+		job(ctx)
 	}()
 }
 

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -44,16 +43,7 @@ const markBusy = 1 << 62
 // of a node in the meta shard, in the background, one mark per node at a
 // time.
 func (n *Node) markNode(s scheduler.Step) {
-	key := ids.ShardID(s.Target) | markBusy
-	if !n.placement.begin(key) {
-		return
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		defer n.placement.end(key)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	n.placementJob(ids.ShardID(s.Target)|markBusy, func(ctx context.Context) {
 		_, err := n.proposeMeta(ctx, &storepb.Command{Kind: &storepb.Command_MarkNode{MarkNode: &storepb.MarkNode{
 			NodeId: uint64(s.Target), State: s.State,
 		}}})
@@ -62,5 +52,5 @@ func (n *Node) markNode(s scheduler.Step) {
 			return
 		}
 		n.log.Info("node state recorded", "node", s.Target, "state", s.State)
-	}()
+	})
 }

@@ -17,6 +17,8 @@ package raftwire
 import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/concord-kv/concord/internal/pbcount"
 )
 
 // Field numbers of raftpb.Message and raftpb.Entry (raft.proto);
@@ -61,21 +63,9 @@ func Overhead(m *pb.Message) int {
 // DecodedOverhead is Overhead of an encoded message, from a count of its
 // entries (nothing is decoded); false if data does not parse.
 func DecodedOverhead(data []byte) (int, bool) {
-	n := 0
-	for len(data) > 0 {
-		num, typ, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		l = protowire.ConsumeFieldValue(num, typ, data)
-		if l < 0 {
-			return 0, false
-		}
-		data = data[l:]
-		if num == fEntries && typ == protowire.BytesType {
-			n++
-		}
+	n, ok := pbcount.Count(data, fEntries)
+	if !ok {
+		return 0, false
 	}
 	return DecodedMessageBytes + DecodedEntryBytes*n, true
 }

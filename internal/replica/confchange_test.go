@@ -2,6 +2,7 @@ package replica
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -37,7 +38,7 @@ func TestReplaceChange(t *testing.T) {
 		t.Fatalf("context %v, want command 99 adding replica 7 on node 5", &ctx)
 	}
 	next := nextDescriptor(desc, cc, &ctx)
-	if !sameIDs(replicaIDs(next), []uint64{1, 7, 3}) || next.GetNextReplicaId() != 8 {
+	if !slices.Equal(replicaIDs(next), []uint64{1, 7, 3}) || next.GetNextReplicaId() != 8 {
 		t.Fatalf("descriptor after the change %v, want replicas [1 7 3], next id 8", next)
 	}
 }
@@ -94,7 +95,7 @@ func TestAddLearnerChange(t *testing.T) {
 		t.Fatalf("changes %v, want add learner 7", cc.GetChanges())
 	}
 	next := applied(t, desc, cc)
-	if !sameIDs(replicaIDs(next), []uint64{1, 2, 3, 7}) || !proto.Equal(next.GetReplicas()[3], learner(7, 5)) ||
+	if !slices.Equal(replicaIDs(next), []uint64{1, 2, 3, 7}) || !proto.Equal(next.GetReplicas()[3], learner(7, 5)) ||
 		next.GetEpoch() != 5 || next.GetNextReplicaId() != 8 {
 		t.Fatalf("descriptor after the change %v, want learner 7 on node 5 appended, epoch 5, next id 8", next)
 	}
@@ -121,7 +122,7 @@ func TestPromoteChange(t *testing.T) {
 		t.Fatalf("changes %v, want add node 7", cc.GetChanges())
 	}
 	next := applied(t, desc, cc)
-	if !sameIDs(replicaIDs(next), []uint64{1, 2, 3, 7}) || !proto.Equal(next.GetReplicas()[3], rep(7, 5)) ||
+	if !slices.Equal(replicaIDs(next), []uint64{1, 2, 3, 7}) || !proto.Equal(next.GetReplicas()[3], rep(7, 5)) ||
 		next.GetEpoch() != 6 || next.GetNextReplicaId() != 8 {
 		t.Fatalf("descriptor after the change %v, want voter 7 on node 5, epoch 6, next id 8", next)
 	}
@@ -148,7 +149,7 @@ func TestRemoveChange(t *testing.T) {
 		t.Fatalf("changes %v, want remove 2", cc.GetChanges())
 	}
 	next := applied(t, desc, cc)
-	if !sameIDs(replicaIDs(next), []uint64{1, 3, 7}) || next.GetEpoch() != 7 {
+	if !slices.Equal(replicaIDs(next), []uint64{1, 3, 7}) || next.GetEpoch() != 7 {
 		t.Fatalf("descriptor after the change %v, want replicas [1 3 7], epoch 7", next)
 	}
 	if _, err := RemoveChange(desc, 1, 7, 1, 0); err != nil {

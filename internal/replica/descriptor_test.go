@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -25,18 +26,6 @@ func replicaIDs(d *concordpb.ShardDescriptor) []uint64 {
 		ids = append(ids, r.GetReplicaId())
 	}
 	return ids
-}
-
-func sameIDs(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestNextDescriptor protects the shard descriptor's evolution through
@@ -66,7 +55,7 @@ func TestNextDescriptor(t *testing.T) {
 	} {
 		orig := proto.Clone(base).(*concordpb.ShardDescriptor)
 		d := nextDescriptor(base, &pb.ConfChangeV2{Changes: tc.changes}, &storepb.ConfChangeContext{Added: tc.added})
-		if !sameIDs(replicaIDs(d), tc.wantIDs) || d.GetEpoch() != 8 || d.GetNextReplicaId() != tc.wantNext {
+		if !slices.Equal(replicaIDs(d), tc.wantIDs) || d.GetEpoch() != 8 || d.GetNextReplicaId() != tc.wantNext {
 			t.Errorf("%s: replicas %v epoch %d next %d; want %v, 8, %d",
 				tc.name, replicaIDs(d), d.GetEpoch(), d.GetNextReplicaId(), tc.wantIDs, tc.wantNext)
 		}

@@ -117,6 +117,33 @@ func (m *serverMix) puts(b *testing.B, e *Engine, n int) {
 	}
 }
 
+// openServerMix opens the engine cfg describes (and a log engine of its
+// own, if cfg asks), both closed when b ends, and a mix of 16 shards and
+// 10,000 user keys over them.
+func openServerMix(b *testing.B, cfg serverMixConfig) (*Engine, *serverMix) {
+	b.Helper()
+	e, err := openTuned(vfsDefault(), b.TempDir(), cfg.tune)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	if cfg.pebbleFlush {
+		stopFlusher(e)
+	}
+	var logEng *Engine
+	if cfg.logApart {
+		if logEng, err = openTuned(vfsDefault(), b.TempDir(), nil); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { logEng.Close() })
+	}
+	m := newServerMix(b, e, logEng, 16, 10_000)
+	if cfg.logKeep > 0 {
+		m.keep, m.trunc = cfg.logKeep, cfg.logKeep
+	}
+	return e, m
+}
+
 // BenchmarkServerMixRead is a linearizable get's Pebble read on a node
 // that has served puts: a random user key through a read view, after
 // `puts` puts filled the memtable(s) with the mix above. Random keys make
@@ -127,25 +154,7 @@ func BenchmarkServerMixRead(b *testing.B) {
 	for _, cfg := range serverMixConfigs {
 		for _, puts := range []int{0, 30_000, 100_000, 200_000} {
 			b.Run(fmt.Sprintf("%s/puts=%d", cfg.name, puts), func(b *testing.B) {
-				e, err := openTuned(vfsDefault(), b.TempDir(), cfg.tune)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer e.Close()
-				if cfg.pebbleFlush {
-					stopFlusher(e)
-				}
-				var logEng *Engine
-				if cfg.logApart {
-					if logEng, err = openTuned(vfsDefault(), b.TempDir(), nil); err != nil {
-						b.Fatal(err)
-					}
-					defer logEng.Close()
-				}
-				m := newServerMix(b, e, logEng, 16, 10_000)
-				if cfg.logKeep > 0 {
-					m.keep, m.trunc = cfg.logKeep, cfg.logKeep
-				}
+				e, m := openServerMix(b, cfg)
 				for range puts / 15 {
 					m.puts(b, e, 15)
 				}
@@ -201,25 +210,7 @@ func waitQuiet(b *testing.B, e *Engine) {
 func BenchmarkServerMixWrite(b *testing.B) {
 	for _, cfg := range serverMixConfigs {
 		b.Run(cfg.name, func(b *testing.B) {
-			e, err := openTuned(vfsDefault(), b.TempDir(), cfg.tune)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
-			if cfg.pebbleFlush {
-				stopFlusher(e)
-			}
-			var logEng *Engine
-			if cfg.logApart {
-				if logEng, err = openTuned(vfsDefault(), b.TempDir(), nil); err != nil {
-					b.Fatal(err)
-				}
-				defer logEng.Close()
-			}
-			m := newServerMix(b, e, logEng, 16, 10_000)
-			if cfg.logKeep > 0 {
-				m.keep, m.trunc = cfg.logKeep, cfg.logKeep
-			}
+			e, m := openServerMix(b, cfg)
 			m.walOnly = cfg.logWALOnly
 			waitQuiet(b, e)
 			b.ReportAllocs()
@@ -237,7 +228,8 @@ func BenchmarkServerMixWrite(b *testing.B) {
 	}
 }
 
-var serverMixConfigs = []struct {
+// serverMixConfig is one engine set-up the server-mix benchmarks compare.
+type serverMixConfig struct {
 	name     string
 	tune     func(*pebble.Options)
 	logApart bool
@@ -253,7 +245,9 @@ var serverMixConfigs = []struct {
 	// flushed or compacted): the bound on what a raft log of its own, as
 	// etcd's WAL keeps it, could save a put in the data engine.
 	logWALOnly bool
-}{
+}
+
+var serverMixConfigs = []serverMixConfig{
 	{"engine", nil, false, false, 0, false},
 	// The engine before issue 14's storage work: Pebble's default cache,
 	// 8 MiB shared with the memtables' reservations.

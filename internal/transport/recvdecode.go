@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
-	"github.com/concord-kv/concord/internal/frame"
+	"github.com/concord-kv/concord/internal/pbcount"
 )
 
 // batchDecoder decodes the RaftBatch frames of one framed connection
@@ -56,7 +56,7 @@ func (d *batchDecoder) decode(data []byte) (*concordpb.RaftBatch, error) {
 // wires check before a batch is decoded (the gRPC server's codec,
 // internal/grpcapi ServerCodec, calls it before proto.Unmarshal).
 func CheckBatchBytes(data []byte) error {
-	n, ok := frame.CountField(data, batchMessagesField)
+	n, ok := pbcount.Count(data, batchMessagesField)
 	if !ok {
 		return errors.New("not a RaftBatch")
 	}
@@ -71,7 +71,7 @@ func CheckBatchBytes(data []byte) error {
 // (the gRPC server's codec calls it before proto.Unmarshal): a pair of two
 // bytes on the wire decodes into some eighty.
 func CheckChunkBytes(data []byte) error {
-	n, ok := frame.CountField(data, chunkKVsField)
+	n, ok := pbcount.Count(data, chunkKVsField)
 	if !ok {
 		return errors.New("not a SnapshotChunk")
 	}

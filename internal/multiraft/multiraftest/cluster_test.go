@@ -209,6 +209,22 @@ func TestCatchUpByLog(t *testing.T) {
 	}
 }
 
+// putPastTruncation writes k0 to k19 (value "v") and waits for leader to
+// truncate its log of shard 1 past index 15: a follower cut off before
+// then can only catch up by snapshot. It returns the index truncated at.
+func putPastTruncation(t *testing.T, c *multiraftest.Cluster, leader ids.NodeID) uint64 {
+	t.Helper()
+	for i := range 20 {
+		c.Put(fmt.Sprintf("k%d", i), "v")
+	}
+	var gap uint64
+	c.RunUntil("the leader to truncate its log", 100, func() bool {
+		gap = truncated(t, c, leader)
+		return gap > 15
+	})
+	return gap
+}
+
 // truncated returns the index node's log of shard 1 is truncated at.
 func truncated(t *testing.T, c *multiraftest.Cluster, node ids.NodeID) uint64 {
 	t.Helper()
@@ -230,14 +246,7 @@ func TestCatchUpBySnapshot(t *testing.T) {
 	leader := c.WaitLeader(1)
 	lagging := leader%3 + 1
 	c.Cut(lagging)
-	for i := range 20 {
-		c.Put(fmt.Sprintf("k%d", i), "v")
-	}
-	var gap uint64
-	c.RunUntil("the leader to truncate its log", 100, func() bool {
-		gap = truncated(t, c, leader)
-		return gap > 15
-	})
+	gap := putPastTruncation(t, c, leader)
 	c.Heal(lagging)
 	c.Put("after", "x")
 	c.WaitValue("after", "x", lagging)

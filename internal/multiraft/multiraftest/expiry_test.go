@@ -2,7 +2,6 @@ package multiraftest_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -128,14 +127,7 @@ func TestExpiryIndexTravelsInSnapshots(t *testing.T) {
 	ttl := time.Hour
 	c.Await(c.ProposeAt(leader, 1, time.Now().UnixNano(),
 		&concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("t"), Value: []byte("v"), TtlMs: ttl.Milliseconds()}))
-	for i := range 20 {
-		c.Put(fmt.Sprintf("k%d", i), "v")
-	}
-	var gap uint64
-	c.RunUntil("the leader to truncate its log", 100, func() bool {
-		gap = truncated(t, c, leader)
-		return gap > 15
-	})
+	gap := putPastTruncation(t, c, leader)
 	c.Heal(lagging)
 	c.WaitValue("k19", "v", lagging)
 	if idx := truncated(t, c, lagging); idx < gap {

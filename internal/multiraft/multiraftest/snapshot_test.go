@@ -34,14 +34,7 @@ func TestSnapshotStreamOutlivesSendersReplica(t *testing.T) {
 	leader := c.WaitLeader(1)
 	lagging := leader%3 + 1
 	c.Cut(lagging)
-	for i := range 20 {
-		c.Put(fmt.Sprintf("k%d", i), "v")
-	}
-	var gap uint64
-	c.RunUntil("the leader to truncate its log", 100, func() bool {
-		gap = truncated(t, c, leader)
-		return gap > 15
-	})
+	gap := putPastTruncation(t, c, leader)
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	c.Net.OnSnapshotStream(func(from, to ids.NodeID, shard ids.ShardID) {
@@ -139,14 +132,7 @@ func TestSnapshotResetsSessionCache(t *testing.T) {
 	c.WaitValue("k", "a", all...) // every replica has cached session 77 at seq 1
 	c.Cut(lagging)
 	first := propose(appendCmd(2))
-	for i := range 20 {
-		c.Put(fmt.Sprintf("k%d", i), "v")
-	}
-	var gap uint64
-	c.RunUntil("the leader to truncate its log", 100, func() bool {
-		gap = truncated(t, c, leader)
-		return gap > 15
-	})
+	gap := putPastTruncation(t, c, leader)
 	c.Heal(lagging)
 	c.WaitValue("k", "ab", lagging)
 	if idx := truncated(t, c, lagging); idx < gap {
