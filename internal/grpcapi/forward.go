@@ -34,7 +34,9 @@ const maxForwardTimeout = 5 * time.Second
 // this node still answers in time, with Unavailable, and the caller can try
 // another node. The node forwarded to may have received the request, so that
 // answer does not read as a refusal: a client retrying a write counts it as
-// possibly applied (and retries with the same session and sequence number).
+// possibly applied (and retries with the same session and sequence number),
+// and the Redis port answers such a write AMBIGUOUS. A unary call whose
+// connection broke says so too (answeredConn, below).
 func forward[T any](ctx context.Context, node ids.NodeID, call func(context.Context) (T, error)) (T, error) {
 	d := maxForwardTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -70,8 +72,8 @@ func (s *KV) kvClientFor(node ids.NodeID, hops uint32, shard ids.ShardID) (conco
 // connection that broke, often after the request was sent ("error reading
 // from server: EOF"), when the node may have applied the write. Both are
 // Unavailable, and nothing in a status says which, so a node marks every
-// error it answers with the trailer answeredKey (MarkAnswered, first in
-// its chain of interceptors) and a forwarding node reads the trailer
+// error it answers with the trailer answeredKey (MarkAnswered, ahead of
+// every interceptor that answers an error) and a forwarding node reads the trailer
 // (answeredConn): an Unavailable without it that does not say the
 // connection was never made (notSentMark) becomes the error of a request
 // sent and not answered ("after the request was sent"), the words the
