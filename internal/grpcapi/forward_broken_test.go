@@ -155,6 +155,7 @@ func TestBrokenForwardIsAmbiguousOverRedis(t *testing.T) {
 		{"SET", []string{"SET k v"}, true},
 		{"INCR chain", []string{"INCR k", "INCR k"}, true},
 		{"MULTI", []string{"MULTI", "SET k v", "INCR n", "EXEC"}, true},
+		{"session", []string{"CONCORD.SESSION 7 1 SET k v"}, true}, // forwarded alone, not merged
 		{"GET", []string{"GET k"}, false},
 	}
 	for pname, path := range paths {
