@@ -108,7 +108,19 @@ func unaryLeader(t *testing.T, f1, f2 *fakeNode) (*KV, leaderBreak) {
 func framedLeader(t *testing.T, f1, f2 *fakeNode) (*KV, leaderBreak) {
 	_, cs2, _ := serveWire(t, f2, false, f1)
 	kv1, _, _ := serveWire(t, f1, false, f2)
-	return kv1, func() { go cs2.Close() }
+	return kv1, func() {
+		wantForwarded(t, kv1, true)
+		go cs2.Close()
+	}
+}
+
+// wantForwarded fails t unless kv forwarded its calls on request streams,
+// over the framed wire (framed) or gRPC's KV.Stream: the path under test.
+func wantForwarded(t *testing.T, kv *KV, framed bool) {
+	t.Helper()
+	if f, g := kv.ForwardedCalls(); (f > 0) != framed || (g > 0) == framed {
+		t.Errorf("forwarded %d calls over the framed wire and %d over gRPC's stream; want them over the framed wire: %v", f, g, framed)
+	}
 }
 
 // noStreamKV is the KV service of a node without KV.Stream (a binary
@@ -122,12 +134,26 @@ func (noStreamKV) Stream(grpc.BidiStreamingServer[concordpb.StreamRequest, conco
 // fallbackLeader serves f2 over gRPC without KV.Stream, and f1 forwards
 // with its request streams (WithPeerWire), which fall back to unary calls.
 func fallbackLeader(t *testing.T, f1, f2 *fakeNode) (*KV, leaderBreak) {
+	return grpcOnlyLeader(t, f1, f2, noStreamKV{NewKV(f2, testLimits)})
+}
+
+// grpcStreamLeader serves f2 over gRPC alone (no framed wire), and f1's
+// request streams fall back to KV.Stream over gRPC.
+func grpcStreamLeader(t *testing.T, f1, f2 *fakeNode) (*KV, leaderBreak) {
+	kv1, cut := grpcOnlyLeader(t, f1, f2, NewKV(f2, testLimits))
+	return kv1, func() {
+		wantForwarded(t, kv1, false)
+		cut()
+	}
+}
+
+func grpcOnlyLeader(t *testing.T, f1, f2 *fakeNode, kv2 concordpb.KVServer) (*KV, leaderBreak) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(MarkAnswered(), DropPartitioned(f2.Blocked)))
-	concordpb.RegisterKVServer(srv, noStreamKV{NewKV(f2, testLimits)})
+	concordpb.RegisterKVServer(srv, kv2)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	announce(t, f2, lis.Addr().String(), []*fakeNode{f1})
@@ -146,6 +172,7 @@ func TestBrokenForwardIsAmbiguousOverRedis(t *testing.T) {
 		"unary":          unaryLeader,
 		"framed":         framedLeader,
 		"unary fallback": fallbackLeader,
+		"grpc stream":    grpcStreamLeader,
 	}
 	cases := []struct {
 		name  string
