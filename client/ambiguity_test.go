@@ -476,3 +476,47 @@ func TestCloseEndsCallsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardedWriteSentWithoutAnswerIsAmbiguous protects what a node's
+// answer for a write it forwarded and got no answer for means to the
+// client (grpcapi/forward.go: the leader stalled past the forward's
+// deadline, or the connection to it broke after the request was sent): the
+// write may have applied, so the client retries it with the same session
+// and sequence number, and when it gives up reports ErrAmbiguous, not the
+// Unavailable. A forward that could not connect to the leader sent
+// nothing: a plain error.
+func TestForwardedWriteSentWithoutAnswerIsAmbiguous(t *testing.T) {
+	sent := []error{
+		status.Error(codes.Unavailable, "the connection to the node broke after the request was sent, before its answer (it may have received the request): error reading from server: EOF"),
+		status.Error(codes.Unavailable, "forwarded to node 2, which did not answer within 750ms (it may have received the request)"),
+		status.Error(codes.Unavailable, "concord: the request stream to the node broke (Unavailable) after the request was sent"),
+	}
+	unsent := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:9: connect: connection refused"`)
+	put := func(c *Client) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		_, _, err := c.Put(ctx, []byte("k"), []byte("v"))
+		return err
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for _, answer := range sent {
+				f, c := scriptedNode(t, p.opts, func(int, *concordpb.RequestHeader) error { return answer })
+				err := put(c)
+				hs := f.received()
+				if !errors.Is(err, ErrAmbiguous) || len(hs) < 2 {
+					t.Fatalf("answered %q: %v after %d attempts; want ErrAmbiguous after retries", status.Convert(answer).Message(), err, len(hs))
+				}
+				for _, h := range hs[1:] {
+					if h.GetSessionId() == 0 || h.GetSessionId() != hs[0].GetSessionId() || h.GetSeq() != hs[0].GetSeq() {
+						t.Fatalf("a retry carried session %x seq %d, the first attempt %x seq %d", h.GetSessionId(), h.GetSeq(), hs[0].GetSessionId(), hs[0].GetSeq())
+					}
+				}
+			}
+			_, c := scriptedNode(t, p.opts, func(int, *concordpb.RequestHeader) error { return unsent })
+			if err := put(c); err == nil || errors.Is(err, ErrAmbiguous) {
+				t.Fatalf("a forward that never connected: %v; want a plain error", err)
+			}
+		})
+	}
+}

@@ -55,7 +55,7 @@
 //
 //	auth := grpcapi.Auth{Token: token, TLS: tlsOn}
 //	srv := grpc.NewServer(grpc.Creds(grpcapi.AlreadyTLS()), // TLS only: the listener under the port mux decrypts
-//		grpc.ChainUnaryInterceptor(auth.Unary(), grpcapi.RefuseOtherCluster(clusterID), grpcapi.DropPartitioned(blocked)),
+//		grpc.ChainUnaryInterceptor(auth.Unary(), grpcapi.MarkAnswered(), grpcapi.RefuseOtherCluster(clusterID), grpcapi.DropPartitioned(blocked)),
 //		grpc.StreamInterceptor(auth.Stream()))
 //	concordpb.RegisterKVServer(srv, grpcapi.NewKV(b, grpcapi.Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20}))
 //	concordpb.RegisterClusterServer(srv, grpcapi.NewCluster(b))

@@ -45,6 +45,7 @@ type fakeNode struct {
 	lostFirst     int // guarded by mu: read barriers that fail as leadership moves
 	readIndexErr  error
 	readGate      chan struct{} // when set, each read barrier waits for a value from it
+	reading       atomic.Int32  // read barriers asked for (counted before readGate)
 	proposeGate   chan struct{} // when set, each proposal waits for a value from it
 	proposing     atomic.Int32  // proposals that have arrived (counted before proposeGate)
 	// echo, when set, answers a proposal with one result per op (the op's
@@ -223,6 +224,7 @@ func (f *fakeNode) Propose(ctx context.Context, shard ids.ShardID, cmd *storepb.
 }
 
 func (f *fakeNode) ReadIndex(_ context.Context, shard ids.ShardID) (ShardView, error) {
+	f.reading.Add(1)
 	if f.readGate != nil {
 		<-f.readGate
 	}
@@ -421,11 +423,24 @@ var testLimits = Limits{MaxKeyBytes: 4, MaxValueBytes: 8}
 // returns a client connection to it.
 func serve(t *testing.T, f *fakeNode, peers ...*fakeNode) *grpc.ClientConn {
 	t.Helper()
+	_, conn := serveOn(t, f, peers...)
+	return conn
+}
+
+// serveGRPC is serve that returns the server, for a test that stops it.
+func serveGRPC(t *testing.T, f *fakeNode, peers ...*fakeNode) *grpc.Server {
+	t.Helper()
+	srv, _ := serveOn(t, f, peers...)
+	return srv
+}
+
+func serveOn(t *testing.T, f *fakeNode, peers ...*fakeNode) (*grpc.Server, *grpc.ClientConn) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(DropPartitioned(f.Blocked)))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(MarkAnswered(), DropPartitioned(f.Blocked)))
 	kv := NewKV(f, testLimits)
 	concordpb.RegisterKVServer(srv, kv)
 	concordpb.RegisterBackupServer(srv, NewBackup(kv))
@@ -434,7 +449,7 @@ func serve(t *testing.T, f *fakeNode, peers ...*fakeNode) *grpc.ClientConn {
 	concordpb.RegisterRaftTransportServer(srv, NewRaftTransport(f))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return announce(t, f, lis.Addr().String(), peers)
+	return srv, announce(t, f, lis.Addr().String(), peers)
 }
 
 // announce puts f's address addr into f's and peers' address books and

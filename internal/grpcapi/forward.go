@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,7 +34,9 @@ const maxForwardTimeout = 5 * time.Second
 // this node still answers in time, with Unavailable, and the caller can try
 // another node. The node forwarded to may have received the request, so that
 // answer does not read as a refusal: a client retrying a write counts it as
-// possibly applied (and retries with the same session and sequence number).
+// possibly applied (and retries with the same session and sequence number),
+// and the Redis port answers such a write AMBIGUOUS. A unary call whose
+// connection broke says so too (answeredConn, below).
 func forward[T any](ctx context.Context, node ids.NodeID, call func(context.Context) (T, error)) (T, error) {
 	d := maxForwardTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -50,7 +53,8 @@ func forward[T any](ctx context.Context, node ids.NodeID, call func(context.Cont
 
 // kvClientFor returns a KV client for node: its request stream with
 // WithPeerWire (peerwire.go), else unary gRPC calls; or Unavailable if this
-// request may not be forwarded further.
+// request may not be forwarded further. Its unary calls tell a broken
+// connection from the node's answer (answeredConn).
 func (s *KV) kvClientFor(node ids.NodeID, hops uint32, shard ids.ShardID) (concordpb.KVClient, error) {
 	addr, conn, err := peerConnFor(s.b, node, hops, shard)
 	if err != nil {
@@ -59,7 +63,80 @@ func (s *KV) kvClientFor(node ids.NodeID, hops uint32, shard ids.ShardID) (conco
 	if s.peers != nil {
 		return s.peers.get(addr, conn), nil
 	}
-	return concordpb.NewKVClient(conn), nil
+	return concordpb.NewKVClient(answeredConn{conn}), nil
+}
+
+// Unary forwards and the outcome of a write. A unary call that fails
+// returns a status either way: the node's answer (a refusal such as "not
+// the leader" or "partitioned from node N", certain), or gRPC's own for a
+// connection that broke, often after the request was sent ("error reading
+// from server: EOF"), when the node may have applied the write. Both are
+// Unavailable, and nothing in a status says which, so a node marks every
+// error it answers with the trailer answeredKey (MarkAnswered, ahead of
+// every interceptor that answers an error) and a forwarding node reads the trailer
+// (answeredConn): an Unavailable without it that does not say the
+// connection was never made (notSentMark) becomes the error of a request
+// sent and not answered ("after the request was sent"), the words the
+// request stream uses for its broken connections (client.streamMux) and
+// the front ends read as "may have applied" (redisapi.sentMarks; the Go
+// client counts any Unavailable it cannot tell as refused or unsent as
+// possibly applied, and retries with the same session). A node of a
+// binary before the mark answers unmarked: its refusals then read as
+// sent, which costs an AMBIGUOUS reply that could have been UNAVAILABLE,
+// never the other way round.
+
+// answeredKey is the trailer a node sets on every error it answers.
+const answeredKey = "concord-answered"
+
+// sentMark is in the message of an Unavailable for a request that was sent
+// and got no answer, as in client.streamMux.broken's.
+const sentMark = "after the request was sent"
+
+// notSentMark is in gRPC's message for a call that found no connection
+// (the dial failed): nothing was sent.
+const notSentMark = "Error while dialing"
+
+// MarkAnswered returns the server interceptor that marks the errors this
+// node answers (answeredKey), so that a node forwarding to it with a
+// unary call tells them from a connection that broke. It must come before
+// any interceptor that answers with an error of its own (DropPartitioned).
+func MarkAnswered() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil {
+			_ = grpc.SetTrailer(ctx, answeredTrailer)
+		}
+		return resp, err
+	}
+}
+
+var answeredTrailer = metadata.Pairs(answeredKey, "1")
+
+// answeredConn is a peer connection whose unary calls that fail without the
+// node's answer, after the request may have been sent, say so (sentMark).
+// Streams pass through: the request stream words its own failures.
+type answeredConn struct{ grpc.ClientConnInterface }
+
+func (c answeredConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	var tr metadata.MD
+	err := c.ClientConnInterface.Invoke(ctx, method, args, reply, append(opts, grpc.Trailer(&tr))...)
+	if err == nil || len(tr.Get(answeredKey)) > 0 {
+		return err
+	}
+	return unanswered(err)
+}
+
+// unanswered is the error of a unary call that failed without the node's
+// answer: an Unavailable, unless gRPC says no connection was made, is a
+// request sent and not answered. Other codes keep their meaning (a
+// deadline: forward words it; Internal already reads as "may have
+// applied").
+func unanswered(err error) error {
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || strings.Contains(st.Message(), notSentMark) || strings.Contains(st.Message(), sentMark) {
+		return err
+	}
+	return status.Errorf(codes.Unavailable, "the connection to the node broke %s, before its answer (it may have received the request): %s", sentMark, st.Message())
 }
 
 // peerConnFor returns node's address and gRPC connection, or Unavailable

@@ -98,7 +98,9 @@ func (p *peerPool) get(addr string, conn grpc.ClientConnInterface) concordpb.KVC
 	}
 	k, ok := p.m[addr]
 	if !ok {
-		k = p.dial(conn, addr, p.wire)
+		// Its unary calls (to a node without Stream) tell a broken
+		// connection from the node's answer, as kvClientFor's do.
+		k = p.dial(answeredConn{conn}, addr, p.wire)
 		p.m[addr] = k
 	}
 	return k

@@ -40,7 +40,7 @@ func serveWire(t *testing.T, f *fakeNode, grpcOnly bool, peers ...*fakeNode) (*K
 	}
 	kv := NewKV(f, testLimits).WithPeerWire(clientPeerKV, w)
 	t.Cleanup(kv.ClosePeers)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(DropPartitioned(f.Blocked)))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(MarkAnswered(), DropPartitioned(f.Blocked)))
 	concordpb.RegisterKVServer(srv, kv)
 	var cs *ConnServer
 	if grpcOnly {

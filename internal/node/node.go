@@ -289,7 +289,10 @@ func (n *Node) newServer() *grpc.Server {
 		grpc.ForceServerCodecV2(grpcapi.ServerCodec()),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
 		// Auth first: a refused call is neither counted nor timed.
-		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
+		// MarkAnswered before every interceptor that answers with an
+		// error, so a node forwarding here tells each from a broken
+		// connection (grpcapi/forward.go).
+		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), grpcapi.MarkAnswered(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
 			grpcapi.DropPartitioned(n.blocked)),
 		grpc.ChainStreamInterceptor(n.sec.auth.Stream(), n.trackStream))...)
 	b := n.backend()

@@ -93,6 +93,8 @@ func mayHaveApplied(st *status.Status) bool {
 
 // sentMarks are in the messages of the Unavailable errors of a write that
 // was sent and may have arrived: a forward whose target did not answer in
-// time (grpcapi.forward) and a forward whose request stream broke after
-// sending it (client.streamMux.broken, the framed wire's too).
+// time (grpcapi.forward), a forward whose request stream broke after
+// sending it (client.streamMux.broken, the framed wire's too), and a unary
+// forward whose connection broke without the target's answer
+// (grpcapi.answeredConn).
 var sentMarks = []string{"may have received the request", "after the request was sent"}
