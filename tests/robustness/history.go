@@ -59,18 +59,37 @@ func (r *recorder) history() []porcupine.Operation {
 	return append([]porcupine.Operation(nil), r.ops...)
 }
 
+// jsonOp is an operation as keep writes it to history.json.
+type jsonOp struct {
+	Client int      `json:"client"`
+	Call   int64    `json:"call_ns"`
+	Return int64    `json:"return_ns"`
+	Input  kvInput  `json:"input"`
+	Output kvOutput `json:"output"`
+}
+
+// readKept reads a history.json that keep wrote.
+func readKept(path string) ([]porcupine.Operation, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var in []jsonOp
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	ops := make([]porcupine.Operation, 0, len(in))
+	for _, o := range in {
+		ops = append(ops, porcupine.Operation{ClientId: o.Client, Call: o.Call, Return: o.Return, Input: o.Input, Output: o.Output})
+	}
+	return ops, nil
+}
+
 // keep writes a failing history into dir, with porcupine's visualisation of
 // each key whose check did not pass (history-KEY.html).
 func keep(dir string, ops []porcupine.Operation, v verdict) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
-	}
-	type jsonOp struct {
-		Client int      `json:"client"`
-		Call   int64    `json:"call_ns"`
-		Return int64    `json:"return_ns"`
-		Input  kvInput  `json:"input"`
-		Output kvOutput `json:"output"`
 	}
 	out := make([]jsonOp, 0, len(ops))
 	for _, o := range ops {

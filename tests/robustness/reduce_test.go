@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,4 +262,62 @@ func describeHistory(h []porcupine.Operation) string {
 		fmt.Fprintf(&b, "  [%d, %d] client %d: %s\n", o.Call, o.Return, o.ClientId, describe(o.Input.(kvInput), o.Output.(kvOutput)))
 	}
 	return b.String()
+}
+
+// TestCheckKeptHistories judges the histories keep wrote (CONCORD_CHECK_KEPT:
+// history.json files, separated by commas) with porcupine alone and with the
+// staged check, each within CONCORD_CHECK_TIMEOUT (default 2m), to study
+// what makes a history hard and what the stages make of it. It fails if the
+// two disagree where both are conclusive.
+func TestCheckKeptHistories(t *testing.T) {
+	files := os.Getenv("CONCORD_CHECK_KEPT")
+	if files == "" {
+		t.Skip("set CONCORD_CHECK_KEPT to history.json files kept under robustness-out/")
+	}
+	timeout := envDuration(t, "CONCORD_CHECK_TIMEOUT", 2*time.Minute)
+	for _, f := range strings.Split(files, ",") {
+		ops, err := readKept(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		alone := porcupine.CheckOperationsTimeout(kvModel, ops, timeout)
+		took := time.Since(start)
+		start = time.Now()
+		v := check(ops, timeout)
+		t.Logf("%s: %d operations; porcupine alone %v in %v; staged %v in %v", f, len(ops), alone, took.Round(time.Millisecond), v.result, time.Since(start).Round(time.Millisecond))
+		logKeys(t, v)
+		if alone != porcupine.Unknown && v.result != porcupine.Unknown && alone != v.result {
+			t.Errorf("%s: porcupine alone says %v, the staged check %v", f, alone, v.result)
+		}
+	}
+}
+
+// TestKeptHistoryReadsBack: keep writes a history that readKept reads back
+// as it was, and a visualisation of each key that did not pass (only).
+func TestKeptHistoryReadsBack(t *testing.T) {
+	ops := append(manyAmbiguousPuts(20), op(7, 0, 10, put("b/1", "1"), absent), op(8, 20, 30, get("b/1"), absent))
+	v := check(ops, time.Minute)
+	if v.result != porcupine.Illegal {
+		t.Fatalf("the history is %v; the test needs an illegal one", v.result)
+	}
+	dir := t.TempDir()
+	if err := keep(dir, ops, v); err != nil {
+		t.Fatal(err)
+	}
+	back, err := readKept(filepath.Join(dir, "history.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, ops) {
+		t.Fatalf("read back %v, want %v", back, ops)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"history-b_1.html", "history.json"}) {
+		t.Fatalf("kept %v, want history.json and the illegal key's history-b_1.html", names)
+	}
 }
