@@ -245,11 +245,17 @@ func checkKey(ops []porcupine.Operation, timeout time.Duration, deadline time.Ti
 		{stageWithoutAmbiguous, withoutAmbiguous(full)},
 		{stageObserved, withObserved(full)},
 	}
-	tried := -1
+	tried, settles := -1, stageFull
 	for _, try := range tries {
 		// A stage that holds no fewer operations than the whole, or no
-		// more than the stage before, would only repeat a check.
-		if len(try.ops) == len(full) || len(try.ops) == tried {
+		// more than the stage before, would only repeat a check; the
+		// whole's pass is its pass (a key with no ambiguous mutation
+		// passes "without ambiguous").
+		if len(try.ops) == len(full) {
+			settles = min(settles, try.stage)
+			continue
+		}
+		if len(try.ops) == tried {
 			continue
 		}
 		tried = len(try.ops)
@@ -267,6 +273,9 @@ func checkKey(ops []porcupine.Operation, timeout time.Duration, deadline time.Ti
 	if left := time.Until(deadline); left > 0 {
 		kv.result, kv.info = porcupine.CheckOperationsVerbose(kvModel, full, left)
 		kv.hasInfo = true
+	}
+	if kv.result == porcupine.Ok {
+		kv.stage = settles
 	}
 	return kv
 }

@@ -184,7 +184,7 @@ func TestStagedCheckAgreesWithPorcupine(t *testing.T) {
 		}
 	}
 	// Each reduction must have had its say, or the test proves nothing of it.
-	if legal < 500 || illegal < 500 || tails < 100 || slices.Min(byStage[:]) < 100 {
+	if legal < 500 || illegal < 500 || tails < 100 || slices.Min(byStage[:]) < 50 {
 		t.Fatalf("%d legal (by stage %v) and %d illegal histories, %d with a tail: the test needs many of each",
 			legal, byStage, illegal, tails)
 	}
