@@ -74,10 +74,15 @@ func (s checkStage) String() string { return stageNames[s] }
 
 // removable reports whether op is an ambiguous mutation that may be
 // linearized after every other operation of its history: its output is
-// unknown (F1 holds for mutations only: step judges a get by its output
-// alone) and it returns no earlier than maxCall, the history's last call.
+// unknown, it is of a kind F1 was shown for (step judges a get by its output
+// alone; a kind added later is not removable until its step is checked), and
+// it returns no earlier than maxCall, the history's last call.
 func removable(op porcupine.Operation, maxCall int64) bool {
-	return op.Input.(kvInput).Kind != opGet && op.Output.(kvOutput).Unknown && op.Return >= maxCall
+	switch op.Input.(kvInput).Kind {
+	case opPut, opDelete, opCAS, opIncr:
+		return op.Output.(kvOutput).Unknown && op.Return >= maxCall
+	}
+	return false
 }
 
 func lastCall(ops []porcupine.Operation) int64 {

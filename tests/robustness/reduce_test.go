@@ -95,6 +95,12 @@ func TestStagedCheckStillFindsViolations(t *testing.T) {
 		op(0, 0, 10, blindPut("a", "x"), kvOutput{Unknown: true}),
 		op(1, 20, 30, get("a"), absent),
 	}
+	// The recorder never records a get so, but the model judges a get by
+	// its output alone: one that never returned is no ambiguous mutation.
+	unknownGet := []porcupine.Operation{
+		op(0, 0, 10, put("a", "1"), absent),
+		op(1, 20, math.MaxInt64, get("a"), kvOutput{Unknown: true}),
+	}
 	for _, tc := range []struct {
 		name string
 		h    []porcupine.Operation
@@ -102,6 +108,7 @@ func TestStagedCheckStillFindsViolations(t *testing.T) {
 	}{
 		{"forty ambiguous puts after a stale read", late, 40},
 		{"an unknown put that returned before a read", returned, 0},
+		{"a get that never returned", unknownGet, 0},
 		{"twelve ambiguous puts before a read of nothing written", early, 0},
 	} {
 		if porcupine.CheckOperations(kvModel, tc.h) {
