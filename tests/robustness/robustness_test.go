@@ -266,7 +266,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 		t.Logf("lost writes, e.g. %v", lost[:min(5, len(lost))])
 	}
 	if v.result == porcupine.Unknown {
-		t.Logf("porcupine ran out of time: this history was not checked for linearizability (kept, to study what makes it hard)")
+		t.Logf("porcupine ran out of time on the full check of a key (above): this history was not checked for linearizability (kept, to study what makes it hard: CONCORD_CHECK_KEPT)")
 	}
 	if failed || v.result == porcupine.Unknown {
 		dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed%d", strings.ReplaceAll(t.Name(), "/", "_"), seed))
