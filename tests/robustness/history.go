@@ -59,29 +59,37 @@ func (r *recorder) history() []porcupine.Operation {
 	return append([]porcupine.Operation(nil), r.ops...)
 }
 
-// verdict is the checker's judgement of one history.
-type verdict struct {
-	result porcupine.CheckResult
-	info   porcupine.LinearizationInfo
+// jsonOp is an operation as keep writes it to history.json.
+type jsonOp struct {
+	Client int      `json:"client"`
+	Call   int64    `json:"call_ns"`
+	Return int64    `json:"return_ns"`
+	Input  kvInput  `json:"input"`
+	Output kvOutput `json:"output"`
 }
 
-// check runs porcupine over the history, bounded by timeout.
-func check(ops []porcupine.Operation, timeout time.Duration) verdict {
-	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, timeout)
-	return verdict{result: res, info: info}
+// readKept reads a history.json that keep wrote.
+func readKept(path string) ([]porcupine.Operation, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var in []jsonOp
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	ops := make([]porcupine.Operation, 0, len(in))
+	for _, o := range in {
+		ops = append(ops, porcupine.Operation{ClientId: o.Client, Call: o.Call, Return: o.Return, Input: o.Input, Output: o.Output})
+	}
+	return ops, nil
 }
 
-// keep writes a failing history and porcupine's visualisation into dir.
+// keep writes a failing history into dir, with porcupine's visualisation of
+// each key whose check did not pass (history-KEY.html).
 func keep(dir string, ops []porcupine.Operation, v verdict) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
-	}
-	type jsonOp struct {
-		Client int      `json:"client"`
-		Call   int64    `json:"call_ns"`
-		Return int64    `json:"return_ns"`
-		Input  kvInput  `json:"input"`
-		Output kvOutput `json:"output"`
 	}
 	out := make([]jsonOp, 0, len(ops))
 	for _, o := range ops {
@@ -94,8 +102,24 @@ func keep(dir string, ops []porcupine.Operation, v verdict) error {
 	if err := os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644); err != nil {
 		return err
 	}
-	if err := porcupine.VisualizePath(kvModel, v.info, filepath.Join(dir, "history.html")); err != nil {
-		return fmt.Errorf("visualize: %w", err)
+	for _, k := range v.keys {
+		if k.result == porcupine.Ok || !k.hasInfo {
+			continue
+		}
+		if err := porcupine.VisualizePath(kvModel, k.info, filepath.Join(dir, "history-"+fileSafe(k.key)+".html")); err != nil {
+			return fmt.Errorf("visualize %s: %w", k.key, err)
+		}
 	}
 	return nil
+}
+
+// fileSafe is s with every byte but letters, digits, '-' and '_' made '_'.
+func fileSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }

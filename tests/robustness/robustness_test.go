@@ -26,6 +26,9 @@ var summary struct {
 	histories, ops, faults, lost, failed int
 	respOps                              int // of ops, those over the Redis protocol
 	inconclusive                         int
+	// byStage counts the linearizable histories by the furthest stage
+	// of the check (reduce.go) any of their keys needed.
+	byStage [len(stageNames)]int
 	// ambiguous counts, per fault kind (as joinKinds names the kinds of a
 	// history), the history's operations and its ambiguous ones.
 	ambiguous map[string][2]int
@@ -52,8 +55,13 @@ func printSummary() {
 		n := summary.ambiguous[k]
 		amb = append(amb, fmt.Sprintf("%s %.2f%%", k, 100*float64(n[1])/float64(max(n[0], 1))))
 	}
-	fmt.Printf("robustness: %d histories, %d operations (%d over RESP), %d faults injected, %d acknowledged writes lost, %d checks inconclusive, ambiguous: %s, verdict: %s\n",
-		summary.histories, summary.ops, summary.respOps, summary.faults, summary.lost, summary.inconclusive, strings.Join(amb, ", "), v)
+	var stages []string
+	for s, n := range summary.byStage {
+		stages = append(stages, fmt.Sprintf("%d %s", n, checkStage(s)))
+	}
+	fmt.Printf("robustness: %d histories, %d operations (%d over RESP), %d faults injected, %d acknowledged writes lost, %d checks inconclusive, linearizable: %s, ambiguous: %s, verdict: %s\n",
+		summary.histories, summary.ops, summary.respOps, summary.faults, summary.lost, summary.inconclusive,
+		strings.Join(stages, ", "), strings.Join(amb, ", "), v)
 }
 
 // boundedRuns are the histories `make test` checks: one fault kind each,
@@ -248,6 +256,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	v := check(ops, 2*time.Minute)
 	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
 		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
+	logKeys(t, v)
 	respOps := checkRESP(t, w)
 	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
 	t.Logf("operations by kind: %s", kindCounts(ops, o.cover))
@@ -261,7 +270,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 		t.Logf("lost writes, e.g. %v", lost[:min(5, len(lost))])
 	}
 	if v.result == porcupine.Unknown {
-		t.Logf("porcupine ran out of time: this history was not checked for linearizability (kept, to study what makes it hard)")
+		t.Logf("porcupine ran out of time on the full check of a key (above): this history was not checked for linearizability (kept, to study what makes it hard: CONCORD_CHECK_KEPT)")
 	}
 	if failed || v.result == porcupine.Unknown {
 		dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed%d", strings.ReplaceAll(t.Name(), "/", "_"), seed))
@@ -277,14 +286,27 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	summary.respOps += respOps
 	summary.faults += faults
 	summary.lost += len(lost)
-	if v.result == porcupine.Unknown {
+	switch v.result {
+	case porcupine.Unknown:
 		summary.inconclusive++
+	case porcupine.Ok:
+		summary.byStage[v.stage()]++
 	}
 	if summary.ambiguous == nil {
 		summary.ambiguous = map[string][2]int{}
 	}
 	a := summary.ambiguous[kinds]
 	summary.ambiguous[kinds] = [2]int{a[0] + len(ops), a[1] + w.rec.ambiguous}
+}
+
+// logKeys logs, per key, the check's verdict and the stage that settled it.
+func logKeys(t *testing.T, v verdict) {
+	var parts []string
+	for _, k := range v.keys {
+		parts = append(parts, fmt.Sprintf("%s %s by the %s check (%d ops, %d ambiguous after every answer dropped)",
+			k.key, k.result, k.stage, k.ops, k.tail))
+	}
+	t.Logf("linearizability per key: %s", strings.Join(parts, "; "))
 }
 
 // checkRESP logs the RESP clients' share of the history and returns how
