@@ -259,29 +259,44 @@ func laggingLearner(t *testing.T) (c *multiraftest.Cluster, leader, n4 ids.NodeI
 }
 
 // TestPromoteCancelledWhileQueued protects PromoteLearner's promise that a
-// promotion whose context ends before the learner caught up reports
-// ErrNotCaughtUp and proposed nothing, also when the context ends while
-// its check waits for the loop: the check still runs once queued, so the
-// caller must wait for it rather than return the bare context error (which
-// made TestPromoteWaitsForCatchUp flaky under load).
+// promotion whose context ends first proposes nothing and reports
+// ErrNotCaughtUp, also when the context ends while its turn waits for the
+// loop. The learner here has caught up, so a check that ran in that turn
+// regardless would promote it: the test fails if the turn proposes. (The
+// caller still waits for the turn, rather than return the bare context
+// error while the turn might yet propose, which made
+// TestPromoteWaitsForCatchUp flaky under load.)
 func TestPromoteCancelledWhileQueued(t *testing.T) {
-	c, leader, _, _ := laggingLearner(t)
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	n4 := c.AddNode()
+	if _, err := run(t, c, c.Node(leader).Host, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, 0, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.Put("caught-up", "v")
+	c.WaitValue("caught-up", "v", n4)
 	h := c.Node(leader).Host
 	hold, held := make(chan struct{}), make(chan struct{})
 	go func() { _ = h.Do(context.Background(), func() { close(held); <-hold }) }()
-	<-held // the loop is busy: the promotion's check queues behind this turn
+	<-held // the loop is busy: the promotion's turn queues behind this one
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	cancel() // ended before the turn runs: the turn must see that
 	done := make(chan error, 1)
 	go func() { _, err := h.PromoteLearner(ctx, 1, 0, 4); done <- err }()
 	close(hold)
-	// Its check needs a loop turn and no tick: wait for the goroutine, which
-	// a tick budget could outrun.
+	// Its turn needs no tick: wait for the goroutine, which a tick budget
+	// could outrun.
 	if err := await(t, done, "the cancelled promotion"); !errors.Is(err, multiraft.ErrNotCaughtUp) {
-		t.Fatalf("promotion cancelled while its check was queued: %v, want ErrNotCaughtUp", err)
+		t.Fatalf("promotion cancelled while its turn was queued: %v, want ErrNotCaughtUp", err)
 	}
-	if role, _ := roleOf(descOf(c, leader), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
-		t.Fatalf("a refused promotion changed replica 4 to %v", role)
+	// A proposal made in that turn would commit within these ticks.
+	c.Tick(20)
+	for _, n := range []ids.NodeID{leader, n4} {
+		if role, _ := roleOf(descOf(c, n), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
+			t.Fatalf("a promotion cancelled while queued made replica 4 a %v on node %d", role, n)
+		}
 	}
 }
 
