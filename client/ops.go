@@ -227,11 +227,15 @@ func (c *Client) RoutingTable(ctx context.Context) (rt *concordpb.RoutingTableRe
 	return rt, err
 }
 
-// Status returns the cluster's status as the placement leader sees it (or,
-// if it cannot be reached, as the answering node sees it).
-func (c *Client) Status(ctx context.Context) (st *concordpb.StatusResponse, err error) {
+// Status returns the cluster's status as the placement leader sees it,
+// once it has confirmed that it leads (linearizable, as etcd's member list
+// is). With Stale, the answering node does not wait for that
+// confirmation, and answers with its own view if it cannot reach the
+// placement leader: a deposed leader's, or a cut-off node's, may be old.
+func (c *Client) Status(ctx context.Context, opts ...ReadOption) (st *concordpb.StatusResponse, err error) {
+	req := &concordpb.StatusRequest{Stale: readConsistency(opts) == concordpb.Consistency_STALE}
 	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
-		st, err = concordpb.NewClusterClient(conn).Status(ctx, &concordpb.StatusRequest{})
+		st, err = concordpb.NewClusterClient(conn).Status(ctx, req)
 		return err
 	})
 	return st, err
