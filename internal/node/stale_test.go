@@ -404,3 +404,31 @@ func TestStatusFromACutOffNode(t *testing.T) {
 			follower.ID(), resp.GetAnsweredByNodeId(), err)
 	}
 }
+
+// TestDeposedPlacementLeaderPromotesNothing: a placement leader deposed
+// without knowing it yet judges no learner's node promotable, even one
+// whose report it holds fresh (here one recorded just now, as if it had
+// arrived just before the partition): its successor may have marked that
+// node LEAVING meanwhile, which its stale state does not show. A
+// promotion it planned while it led is therefore not sent to the shard's
+// leader.
+func TestDeposedPlacementLeaderPromotesNothing(t *testing.T) {
+	nodes, stale, fresh := deposedPlacementLeader(t)
+	var other *Node
+	for _, n := range nodes {
+		if n != stale && n != fresh {
+			other = n
+		}
+	}
+	stale.placement.record(&concordpb.HeartbeatRequest{Node: other.book.get(other.ID()), Version: uint32(other.level())})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stale.promotable(ctx, other.ID()); !errors.Is(err, errNotPromotable) {
+		t.Fatalf("deposed placement leader %d judged node %d promotable: %v; want errNotPromotable", stale.ID(), other.ID(), err)
+	}
+	l := &recordingLeader{}
+	promote := scheduler.Step{Kind: scheduler.StepPromoteLearner, Shard: 1, Via: other.ID(), Epoch: 2, Replica: 2, ReplicaNode: other.ID()}
+	if stale.runStepOn(ctx, ctx, l, promote) || len(l.asked()) != 0 {
+		t.Fatalf("deposed placement leader %d sent a promotion: asked the leader for %v", stale.ID(), l.asked())
+	}
+}
