@@ -188,7 +188,7 @@ func TestStatusSkipsAStalledNode(t *testing.T) {
 }
 
 // TestStatusAsksStaleOnlyWithStale: Status asks for a linearizable status
-// (what `concord status` shows by default) unless given Stale.
+// (what `concord status` shows by default), StaleStatus for a stale one.
 func TestStatusAsksStaleOnlyWithStale(t *testing.T) {
 	_, _, c := twoNodes(t, answer, answer, Options{})
 	l := listen(t)
@@ -197,8 +197,8 @@ func TestStatusAsksStaleOnlyWithStale(t *testing.T) {
 	c.endpoints = []string{l.Addr().String()}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	for _, opts := range [][]ReadOption{nil, {Stale()}} {
-		if _, err := c.Status(ctx, opts...); err != nil {
+	for _, status := range []func(context.Context) (*concordpb.StatusResponse, error){c.Status, c.StaleStatus} {
+		if _, err := status(ctx); err != nil {
 			t.Fatalf("Status: %v", err)
 		}
 	}

@@ -229,11 +229,20 @@ func (c *Client) RoutingTable(ctx context.Context) (rt *concordpb.RoutingTableRe
 
 // Status returns the cluster's status as the placement leader sees it,
 // once it has confirmed that it leads (linearizable, as etcd's member list
-// is). With Stale, the answering node does not wait for that
-// confirmation, and answers with its own view if it cannot reach the
-// placement leader: a deposed leader's, or a cut-off node's, may be old.
-func (c *Client) Status(ctx context.Context, opts ...ReadOption) (st *concordpb.StatusResponse, err error) {
-	req := &concordpb.StatusRequest{Stale: readConsistency(opts) == concordpb.Consistency_STALE}
+// is).
+func (c *Client) Status(ctx context.Context) (*concordpb.StatusResponse, error) {
+	return c.status(ctx, &concordpb.StatusRequest{})
+}
+
+// StaleStatus is Status without the placement leader's confirmation, and
+// with the answering node's own view if it cannot reach the placement
+// leader: a deposed leader's, or a cut-off node's, may be old. It answers
+// where Status cannot: without a quorum of the meta shard.
+func (c *Client) StaleStatus(ctx context.Context) (*concordpb.StatusResponse, error) {
+	return c.status(ctx, &concordpb.StatusRequest{Stale: true})
+}
+
+func (c *Client) status(ctx context.Context, req *concordpb.StatusRequest) (st *concordpb.StatusResponse, err error) {
 	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		st, err = concordpb.NewClusterClient(conn).Status(ctx, req)
 		return err

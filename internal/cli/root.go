@@ -137,7 +137,7 @@ func (f *clientFlags) status(stale bool) (*concordpb.StatusResponse, error) {
 	}
 	defer done()
 	if stale {
-		return c.Status(ctx, client.Stale())
+		return c.StaleStatus(ctx)
 	}
 	return c.Status(ctx)
 }
