@@ -38,6 +38,7 @@ type stallNode struct {
 
 	mu      sync.Mutex
 	headers []*concordpb.RequestHeader // guarded by mu
+	stale   []bool                     // guarded by mu: each Status request's Stale
 }
 
 func (f *stallNode) behave(b behaviour) error {
@@ -55,7 +56,10 @@ func (f *stallNode) RoutingTable(context.Context, *concordpb.RoutingTableRequest
 	return f.rt, nil
 }
 
-func (f *stallNode) Status(context.Context, *concordpb.StatusRequest) (*concordpb.StatusResponse, error) {
+func (f *stallNode) Status(_ context.Context, req *concordpb.StatusRequest) (*concordpb.StatusResponse, error) {
+	f.mu.Lock()
+	f.stale = append(f.stale, req.GetStale())
+	f.mu.Unlock()
 	if err := f.behave(f.status); err != nil {
 		return nil, err
 	}
@@ -180,6 +184,28 @@ func TestStatusSkipsAStalledNode(t *testing.T) {
 	defer cancel()
 	if _, err := c.Status(ctx); err != nil {
 		t.Fatalf("Status with a stalled first node: %v", err)
+	}
+}
+
+// TestStatusAsksStaleOnlyWithStale: Status asks for a linearizable status
+// (what `concord status` shows by default), StaleStatus for a stale one.
+func TestStatusAsksStaleOnlyWithStale(t *testing.T) {
+	_, _, c := twoNodes(t, answer, answer, Options{})
+	l := listen(t)
+	node := &stallNode{rt: &concordpb.RoutingTableResponse{}, status: answer, release: make(chan struct{})}
+	serveStall(t, l, node)
+	c.endpoints = []string{l.Addr().String()}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, status := range []func(context.Context) (*concordpb.StatusResponse, error){c.Status, c.StaleStatus} {
+		if _, err := status(ctx); err != nil {
+			t.Fatalf("Status: %v", err)
+		}
+	}
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	if len(node.stale) != 2 || node.stale[0] || !node.stale[1] {
+		t.Fatalf("Status requests asked stale %v; want [false true]", node.stale)
 	}
 }
 

@@ -227,11 +227,24 @@ func (c *Client) RoutingTable(ctx context.Context) (rt *concordpb.RoutingTableRe
 	return rt, err
 }
 
-// Status returns the cluster's status as the placement leader sees it (or,
-// if it cannot be reached, as the answering node sees it).
-func (c *Client) Status(ctx context.Context) (st *concordpb.StatusResponse, err error) {
+// Status returns the cluster's status as the placement leader sees it,
+// once it has confirmed that it leads (linearizable, as etcd's member list
+// is).
+func (c *Client) Status(ctx context.Context) (*concordpb.StatusResponse, error) {
+	return c.status(ctx, &concordpb.StatusRequest{})
+}
+
+// StaleStatus is Status without the placement leader's confirmation, and
+// with the answering node's own view if it cannot reach the placement
+// leader: a deposed leader's, or a cut-off node's, may be old. It answers
+// where Status cannot: without a quorum of the meta shard.
+func (c *Client) StaleStatus(ctx context.Context) (*concordpb.StatusResponse, error) {
+	return c.status(ctx, &concordpb.StatusRequest{Stale: true})
+}
+
+func (c *Client) status(ctx context.Context, req *concordpb.StatusRequest) (st *concordpb.StatusResponse, err error) {
 	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
-		st, err = concordpb.NewClusterClient(conn).Status(ctx, &concordpb.StatusRequest{})
+		st, err = concordpb.NewClusterClient(conn).Status(ctx, req)
 		return err
 	})
 	return st, err

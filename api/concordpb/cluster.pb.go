@@ -575,7 +575,15 @@ func (x *RoutingTableResponse) GetShards() []*ShardRoute {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By default the answer is linearizable: the placement leader confirms
+	// it still leads the meta shard (a ReadIndex round, or its lease) and
+	// answers from the placement state applied up to that point, or the
+	// call fails (Unavailable). With stale, the node asked answers without
+	// that round: as placement leader from its own state (which a leader
+	// deposed without knowing it yet has stale), else through the
+	// placement leader it knows, else with its own replicas only.
+	Stale         bool `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,6 +616,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StatusRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type ReplicaStatus struct {
@@ -1827,8 +1842,9 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x120\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
-	"\x06shards\x18\x03 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\"\x0f\n" +
-	"\rStatusRequest\"\xdf\x02\n" +
+	"\x06shards\x18\x03 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\"%\n" +
+	"\rStatusRequest\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\"\xdf\x02\n" +
 	"\rReplicaStatus\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1d\n" +
 	"\n" +

@@ -36,12 +36,13 @@ type nodeJSON struct {
 
 func newNodeListCmd() *cobra.Command {
 	var f clientFlags
+	var stale bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "Show every node: id, address, state, replicas, leaders, last heartbeat",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.status()
+			st, err := f.status(stale)
 			if err != nil {
 				return err
 			}
@@ -53,6 +54,7 @@ func newNodeListCmd() *cobra.Command {
 		},
 	}
 	addClientFlags(cmd, &f)
+	addStaleStatusFlag(cmd, &stale)
 	return cmd
 }
 

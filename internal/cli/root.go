@@ -128,14 +128,24 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 }
 
 // status connects, asks the cluster for its status (what status, node list
-// and shard list print) and disconnects.
-func (f *clientFlags) status() (*concordpb.StatusResponse, error) {
+// and shard list print; stale: without the placement leader confirming its
+// leadership) and disconnects.
+func (f *clientFlags) status(stale bool) (*concordpb.StatusResponse, error) {
 	c, ctx, done, err := f.connect()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	if stale {
+		return c.StaleStatus(ctx)
+	}
 	return c.Status(ctx)
+}
+
+// addStaleStatusFlag adds --stale to a verb that prints the cluster's status.
+func addStaleStatusFlag(cmd *cobra.Command, stale *bool) {
+	cmd.Flags().BoolVar(stale, "stale", false,
+		"answer without the placement leader confirming it still leads, and with the answering node's own view if the leader cannot be reached (may be behind)")
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -42,13 +42,14 @@ type shardJSON struct {
 
 func newShardListCmd() *cobra.Command {
 	var f clientFlags
+	var stale bool
 	var meta bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "Show every user shard: hash range, replicas with roles, leader, epoch, under-replication",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.status()
+			st, err := f.status(stale)
 			if err != nil {
 				return err
 			}
@@ -61,6 +62,7 @@ func newShardListCmd() *cobra.Command {
 		},
 	}
 	addClientFlags(cmd, &f)
+	addStaleStatusFlag(cmd, &stale)
 	cmd.Flags().BoolVar(&meta, "meta", false, "also list the meta shard (shard 0, the placement service)")
 	return cmd
 }

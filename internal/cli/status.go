@@ -13,12 +13,13 @@ import (
 
 func newStatusCmd() *cobra.Command {
 	var f clientFlags
+	var stale bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster's nodes and every shard's leader, term, applied index and replicas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := f.status()
+			st, err := f.status(stale)
 			if err != nil {
 				return err
 			}
@@ -30,6 +31,7 @@ func newStatusCmd() *cobra.Command {
 		},
 	}
 	addClientFlags(cmd, &f)
+	addStaleStatusFlag(cmd, &stale)
 	return cmd
 }
 

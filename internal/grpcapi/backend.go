@@ -159,10 +159,13 @@ type ClusterBackend interface {
 	// (Unavailable) if it cannot confirm, within ctx, that this node still
 	// leads the meta shard: a deposed leader's state may be stale.
 	HandleHeartbeat(ctx context.Context, req *concordpb.HeartbeatRequest) (*concordpb.HeartbeatResponse, error)
-	// ClusterStatus is the placement leader's whole-cluster view.
-	ClusterStatus() (*concordpb.StatusResponse, error)
-	// LocalStatus reports only this node's replicas, for when the placement
-	// leader cannot be reached.
+	// ClusterStatus is the placement leader's whole-cluster view. If
+	// linearizable, it first confirms, within ctx, that this node still
+	// leads the meta shard, and refuses (Unavailable) if it cannot: a
+	// deposed leader's state may be stale.
+	ClusterStatus(ctx context.Context, linearizable bool) (*concordpb.StatusResponse, error)
+	// LocalStatus reports only this node's replicas, for a stale status
+	// request when the placement leader cannot be reached.
 	LocalStatus() *concordpb.StatusResponse
 }
 

@@ -210,9 +210,13 @@ func (s *Cluster) RoutingTable(context.Context, *concordpb.RoutingTableRequest) 
 	return resp, nil
 }
 
-// Status is the placement leader's view of the cluster, or this node's own
-// when the placement leader cannot be reached.
-func (s *Cluster) Status(ctx context.Context, _ *concordpb.StatusRequest) (*concordpb.StatusResponse, error) {
+// Status is the placement leader's view of the cluster. By default it is
+// linearizable, as etcd's member list is: the placement leader confirms
+// its leadership first, and a node that cannot reach a leader that can
+// fails the call (Unavailable; the client asks another node). A stale
+// request is answered without that confirmation, and with this node's own
+// view when the placement leader cannot be reached.
+func (s *Cluster) Status(ctx context.Context, req *concordpb.StatusRequest) (*concordpb.StatusResponse, error) {
 	if err := ready(s.b, notReady); err != nil {
 		return nil, err
 	}
@@ -223,14 +227,19 @@ func (s *Cluster) Status(ctx context.Context, _ *concordpb.StatusRequest) (*conc
 			if err != nil {
 				return nil, err
 			}
-			return c.Status(fctx, &concordpb.StatusRequest{})
+			return c.Status(fctx, &concordpb.StatusRequest{Stale: req.GetStale()})
 		})
-		if err == nil {
+		switch {
+		case err == nil:
 			return resp, nil
+		case req.GetStale():
+			return s.b.LocalStatus(), nil // the placement leader is unreachable: say what this node sees
+		default:
+			return nil, status.Errorf(codes.Unavailable, "placement leader (node %d) not reached from node %d: %s (a stale status answers from this node's own view)",
+				node, s.b.ID(), status.Convert(err).Message())
 		}
-		return s.b.LocalStatus(), nil // the placement leader is unreachable: say what this node sees
 	}
-	resp, err := s.b.ClusterStatus()
+	resp, err := s.b.ClusterStatus(ctx, !req.GetStale())
 	if err != nil {
 		return nil, toStatus(err)
 	}

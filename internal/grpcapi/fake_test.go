@@ -378,7 +378,7 @@ func (f *fakeNode) HandleHeartbeat(_ context.Context, req *concordpb.HeartbeatRe
 	return &concordpb.HeartbeatResponse{MetaLeaderNodeId: uint64(f.id)}, nil
 }
 
-func (f *fakeNode) ClusterStatus() (*concordpb.StatusResponse, error) {
+func (f *fakeNode) ClusterStatus(context.Context, bool) (*concordpb.StatusResponse, error) {
 	return &concordpb.StatusResponse{AnsweredByNodeId: uint64(f.id)}, nil
 }
 

@@ -57,6 +57,10 @@ func (h *Host) AddLearner(ctx context.Context, shard ids.ShardID, epoch uint64, 
 // caller's deadline: nothing was proposed; retrying later is safe.
 var ErrNotCaughtUp = errors.New("multiraft: learner has not caught up")
 
+// errAbandoned: a change's context ended before its turn on the loop ran,
+// so the turn proposed nothing.
+var errAbandoned = errors.New("multiraft: abandoned before proposing")
+
 // promotePoll is how often PromoteLearner looks again at a lagging
 // learner's progress.
 const promotePoll = 5 * time.Millisecond
@@ -86,6 +90,11 @@ func (h *Host) PromoteLearner(ctx context.Context, shard ids.ShardID, epoch uint
 			}
 			return cc, caughtUp(r, learner, target)
 		})
+		if errors.Is(err, errAbandoned) {
+			// Ended before the learner was judged caught up: the promise
+			// is ErrNotCaughtUp, nothing proposed.
+			return nil, fmt.Errorf("%w: %w", ErrNotCaughtUp, err)
+		}
 		if !errors.Is(err, ErrNotCaughtUp) {
 			return d, err
 		}
@@ -176,6 +185,14 @@ func (h *Host) changeConf(ctx context.Context, shard ids.ShardID, epoch uint64, 
 func (h *Host) onLeader(ctx context.Context, shard ids.ShardID, epoch uint64, f func(r *replica.Replica) error) error {
 	var ferr error
 	err := h.Do(context.WithoutCancel(ctx), func() {
+		if cause := context.Cause(ctx); cause != nil {
+			// The caller gave up while this turn was queued: it is told
+			// nothing was proposed, so nothing may be (a promotion its
+			// caller was told did not happen would still raise the
+			// quorum, on a node it may have judged down meanwhile).
+			ferr = fmt.Errorf("shard %d: %w: %w", shard, errAbandoned, cause)
+			return
+		}
 		r, err := h.leaderReplica(shard, epoch)
 		if err != nil {
 			ferr = err

@@ -297,8 +297,10 @@ func (b backend) HandleHeartbeat(ctx context.Context, req *concordpb.HeartbeatRe
 	return b.n.handleHeartbeat(ctx, req)
 }
 
-func (b backend) ClusterStatus() (*concordpb.StatusResponse, error) { return b.n.clusterStatus() }
-func (b backend) LocalStatus() *concordpb.StatusResponse            { return b.n.localStatus() }
+func (b backend) ClusterStatus(ctx context.Context, linearizable bool) (*concordpb.StatusResponse, error) {
+	return b.n.clusterStatus(ctx, linearizable)
+}
+func (b backend) LocalStatus() *concordpb.StatusResponse { return b.n.localStatus() }
 
 func (b backend) RaftReceiver() concordpb.RaftTransportServer { return b.n.transport.Server() }
 

@@ -70,7 +70,7 @@ func joinReported(t *testing.T, n *Node, addr string) ids.NodeID {
 		t.Fatal(err)
 	}
 	n.placement.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: uint64(id), Address: addr}})
-	if err := n.promotable(id); err != nil {
+	if err := n.promotable(context.Background(), id); err != nil {
 		t.Fatalf("a node that just reported: %v", err)
 	}
 	return id

@@ -197,8 +197,9 @@ func promotionOf(s scheduler.Step, d *concordpb.ShardDescriptor) (scheduler.Step
 }
 
 // errNotPromotable: a learner's node is not UP, as this placement leader
-// judges it now.
-var errNotPromotable = errors.New("learner's node is not UP: not promoted")
+// judges it now, or this node cannot confirm that it still leads
+// placement, so judges nothing.
+var errNotPromotable = errors.New("not promoted")
 
 // promotablePoll is how often promoteWhileUp judges the learner's node
 // again while the leader waits for the learner to catch up.
@@ -213,7 +214,7 @@ const promotablePoll = 50 * time.Millisecond
 // node is judged again every promotablePoll meanwhile and the request
 // cancelled once it is not UP: the leader then proposes nothing.
 func (n *Node) promoteWhileUp(ctx context.Context, c clusterCaller, p scheduler.Step) (*concordpb.ShardDescriptor, error) {
-	if err := n.promotable(p.ReplicaNode); err != nil {
+	if err := n.promotable(ctx, p.ReplicaNode); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -241,7 +242,7 @@ func (n *Node) cancelUnlessPromotable(ctx context.Context, cancel context.Cancel
 			return
 		case <-t.C:
 		}
-		if err := n.promotable(node); errors.Is(err, errNotPromotable) {
+		if err := n.promotable(ctx, node); errors.Is(err, errNotPromotable) && ctx.Err() == nil {
 			cancel(err)
 			return
 		}
@@ -250,19 +251,25 @@ func (n *Node) cancelUnlessPromotable(ctx context.Context, cancel context.Cancel
 
 // promotable returns nil if node is UP as the scheduler judges it from
 // this placement leader's state now (its recorded state, its reports),
-// else an error wrapping errNotPromotable, or the error reading the
-// state.
-func (n *Node) promotable(node ids.NodeID) error {
+// once that state is confirmed current (confirmPlacementLeader); else an
+// error wrapping errNotPromotable, or the error reading the state. A
+// leader deposed without knowing it yet (its promotion planned while it
+// led) holds a state its successor may have moved on from (the node
+// marked LEAVING there), and its reports of the node may still be fresh.
+func (n *Node) promotable(ctx context.Context, node ids.NodeID) error {
+	if err := n.confirmPlacementLeader(ctx); err != nil {
+		return fmt.Errorf("%w: %w", errNotPromotable, err)
+	}
 	v, err := n.placementView()
 	if err != nil {
 		return err
 	}
 	st, known := scheduler.NodeStates(v)[node]
 	if !known {
-		return fmt.Errorf("%w: node %d is not a member", errNotPromotable, node)
+		return fmt.Errorf("%w: learner's node %d is not a member", errNotPromotable, node)
 	}
 	if st != concordpb.NodeState_NODE_UP {
-		return fmt.Errorf("%w: node %d is %s", errNotPromotable, node, strings.TrimPrefix(st.String(), "NODE_"))
+		return fmt.Errorf("%w: learner's node %d is %s", errNotPromotable, node, strings.TrimPrefix(st.String(), "NODE_"))
 	}
 	return nil
 }

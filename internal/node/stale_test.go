@@ -327,3 +327,108 @@ func TestRoundAtRestartsTheWatchAfterAGap(t *testing.T) {
 		t.Fatal("the first round after the node stopped leading restarted a watch")
 	}
 }
+
+// TestDeposedPlacementLeaderAnswersNoStatus: a status request is
+// linearizable by default, as etcd's member list is. A placement leader
+// deposed without knowing it yet refuses it (Unavailable: the client asks
+// another node) rather than answer from its own state, which is stale: it
+// hears no reports, so it shows every node silent (SUSPECT), itself
+// included, where its successor has the others UP. Asked for a stale
+// status, it answers from that state, as the request allows.
+func TestDeposedPlacementLeaderAnswersNoStatus(t *testing.T) {
+	_, stale, fresh := deposedPlacementLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := stale.cluster.Status(ctx, &concordpb.StatusRequest{})
+	if err == nil {
+		var states []string
+		for _, ns := range resp.GetNodes() {
+			states = append(states, fmt.Sprintf("%d %s", ns.GetNode().GetNodeId(), ns.GetNode().GetState()))
+		}
+		t.Fatalf("deposed placement leader %d answered a status request (answered by %d, nodes %v; node %d leads placement)",
+			stale.ID(), resp.GetAnsweredByNodeId(), states, fresh.ID())
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("deposed placement leader refused a status request with %v; want Unavailable (retry elsewhere)", err)
+	}
+	resp, err = stale.cluster.Status(ctx, &concordpb.StatusRequest{Stale: true})
+	if err != nil {
+		t.Fatalf("a stale status request: %v", err)
+	}
+	if resp.GetAnsweredByNodeId() != uint64(stale.ID()) || len(resp.GetNodes()) != 3 {
+		t.Fatalf("a stale status request was answered by node %d with %d nodes; want node %d's own view of 3",
+			resp.GetAnsweredByNodeId(), len(resp.GetNodes()), stale.ID())
+	}
+}
+
+// TestStatusFromACutOffNode: a node that cannot reach the placement leader
+// fails a default (linearizable) status request, Unavailable, so that the
+// client asks another node; it no longer answers with its own view, whose
+// node states are those of its last heartbeat answer. A stale request gets
+// that view. A node that reaches the leader forwards either kind to it.
+func TestStatusFromACutOffNode(t *testing.T) {
+	nodes, _ := startCluster(t, []version.Level{0, 0, 0})
+	leader, _ := pickPlacementLeader(t, nodes)
+	var follower *Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Polled: the start-up leader balancing may move the meta shard's
+	// leadership meanwhile, and a request then finds no leader for a while.
+	for _, stale := range []bool{false, true} {
+		waitFor(t, 10*time.Second, func() error {
+			resp, err := follower.cluster.Status(ctx, &concordpb.StatusRequest{Stale: stale})
+			if err != nil || resp.GetAnsweredByNodeId() == uint64(follower.ID()) {
+				return fmt.Errorf("status (stale %t) through node %d: answered by %d, %v; want the placement leader's answer",
+					stale, follower.ID(), resp.GetAnsweredByNodeId(), err)
+			}
+			return nil
+		})
+	}
+	follower.partitionFrom(nil)
+	defer follower.heal()
+	resp, err := follower.cluster.Status(ctx, &concordpb.StatusRequest{})
+	if err == nil {
+		t.Fatalf("node %d, cut off, answered a linearizable status request (answered by %d)", follower.ID(), resp.GetAnsweredByNodeId())
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("node %d, cut off, refused a status request with %v; want Unavailable", follower.ID(), err)
+	}
+	resp, err = follower.cluster.Status(ctx, &concordpb.StatusRequest{Stale: true})
+	if err != nil || resp.GetAnsweredByNodeId() != uint64(follower.ID()) {
+		t.Fatalf("a stale status request to node %d, cut off: answered by %d, %v; want its own view",
+			follower.ID(), resp.GetAnsweredByNodeId(), err)
+	}
+}
+
+// TestDeposedPlacementLeaderPromotesNothing: a placement leader deposed
+// without knowing it yet judges no learner's node promotable, even one
+// whose report it holds fresh (here one recorded just now, as if it had
+// arrived just before the partition): its successor may have marked that
+// node LEAVING meanwhile, which its stale state does not show. A
+// promotion it planned while it led is therefore not sent to the shard's
+// leader.
+func TestDeposedPlacementLeaderPromotesNothing(t *testing.T) {
+	nodes, stale, fresh := deposedPlacementLeader(t)
+	var other *Node
+	for _, n := range nodes {
+		if n != stale && n != fresh {
+			other = n
+		}
+	}
+	stale.placement.record(&concordpb.HeartbeatRequest{Node: other.book.get(other.ID()), Version: uint32(other.level())})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stale.promotable(ctx, other.ID()); !errors.Is(err, errNotPromotable) {
+		t.Fatalf("deposed placement leader %d judged node %d promotable: %v; want errNotPromotable", stale.ID(), other.ID(), err)
+	}
+	l := &recordingLeader{}
+	promote := scheduler.Step{Kind: scheduler.StepPromoteLearner, Shard: 1, Via: other.ID(), Epoch: 2, Replica: 2, ReplicaNode: other.ID()}
+	if stale.runStepOn(ctx, ctx, l, promote) || len(l.asked()) != 0 {
+		t.Fatalf("deposed placement leader %d sent a promotion: asked the leader for %v", stale.ID(), l.asked())
+	}
+}

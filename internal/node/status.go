@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -35,7 +36,19 @@ func (n *Node) localStatus() *concordpb.StatusResponse {
 // state, with each node's last heartbeat report. A node's state is the
 // scheduler's judgement as of now (the meta shard records it within a
 // repair round), and each shard says whether it is under-replicated.
-func (n *Node) clusterStatus() (*concordpb.StatusResponse, error) {
+//
+// If linearizable, it first confirms this node's leadership of the meta
+// shard (confirmPlacementLeader), as a heartbeat's answer does: a leader
+// deposed without knowing it yet holds a placement state older than its
+// successor's and hears no reports, so it would show every node silent
+// (SUSPECT) and the states and descriptors its successor changed as they
+// were. Unavailable if it cannot.
+func (n *Node) clusterStatus(ctx context.Context, linearizable bool) (*concordpb.StatusResponse, error) {
+	if linearizable {
+		if err := n.confirmPlacementLeader(ctx); err != nil {
+			return nil, err
+		}
+	}
 	v, err := n.placementView()
 	if err != nil {
 		return nil, err

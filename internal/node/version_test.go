@@ -178,7 +178,7 @@ func restart(t *testing.T, nodes []*Node, cfgs []Config, i int, level version.Le
 func placementStatus(nodes []*Node) (*concordpb.StatusResponse, error) {
 	for _, n := range nodes {
 		if _, local := n.leaderOf(routing.MetaShard); local {
-			return n.clusterStatus()
+			return n.clusterStatus(context.Background(), true)
 		}
 	}
 	return nil, errors.New("no placement leader yet")

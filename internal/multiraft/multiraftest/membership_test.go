@@ -259,29 +259,44 @@ func laggingLearner(t *testing.T) (c *multiraftest.Cluster, leader, n4 ids.NodeI
 }
 
 // TestPromoteCancelledWhileQueued protects PromoteLearner's promise that a
-// promotion whose context ends before the learner caught up reports
-// ErrNotCaughtUp and proposed nothing, also when the context ends while
-// its check waits for the loop: the check still runs once queued, so the
-// caller must wait for it rather than return the bare context error (which
-// made TestPromoteWaitsForCatchUp flaky under load).
+// promotion whose context ends first proposes nothing and reports
+// ErrNotCaughtUp, also when the context ends while its turn waits for the
+// loop. The learner here has caught up, so a check that ran in that turn
+// regardless would promote it: the test fails if the turn proposes. (The
+// caller still waits for the turn, rather than return the bare context
+// error while the turn might yet propose, which made
+// TestPromoteWaitsForCatchUp flaky under load.)
 func TestPromoteCancelledWhileQueued(t *testing.T) {
-	c, leader, _, _ := laggingLearner(t)
+	c := multiraftest.New(t, multiraftest.Options{})
+	leader := c.WaitLeader(1)
+	n4 := c.AddNode()
+	if _, err := run(t, c, c.Node(leader).Host, "the learner's addition", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, 0, n4)
+	}); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	c.Put("caught-up", "v")
+	c.WaitValue("caught-up", "v", n4)
 	h := c.Node(leader).Host
 	hold, held := make(chan struct{}), make(chan struct{})
 	go func() { _ = h.Do(context.Background(), func() { close(held); <-hold }) }()
-	<-held // the loop is busy: the promotion's check queues behind this turn
+	<-held // the loop is busy: the promotion's turn queues behind this one
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	cancel() // ended before the turn runs: the turn must see that
 	done := make(chan error, 1)
 	go func() { _, err := h.PromoteLearner(ctx, 1, 0, 4); done <- err }()
 	close(hold)
-	// Its check needs a loop turn and no tick: wait for the goroutine, which
-	// a tick budget could outrun.
+	// Its turn needs no tick: wait for the goroutine, which a tick budget
+	// could outrun.
 	if err := await(t, done, "the cancelled promotion"); !errors.Is(err, multiraft.ErrNotCaughtUp) {
-		t.Fatalf("promotion cancelled while its check was queued: %v, want ErrNotCaughtUp", err)
+		t.Fatalf("promotion cancelled while its turn was queued: %v, want ErrNotCaughtUp", err)
 	}
-	if role, _ := roleOf(descOf(c, leader), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
-		t.Fatalf("a refused promotion changed replica 4 to %v", role)
+	// A proposal made in that turn would commit within these ticks.
+	c.Tick(20)
+	for _, n := range []ids.NodeID{leader, n4} {
+		if role, _ := roleOf(descOf(c, n), 4); role != concordpb.ReplicaRole_REPLICA_LEARNER {
+			t.Fatalf("a promotion cancelled while queued made replica 4 a %v on node %d", role, n)
+		}
 	}
 }
 
@@ -717,4 +732,112 @@ func TestLeaderAnswersAsInfo(t *testing.T) {
 		return !ok
 	})
 	agree("Leader to agree with Info after the removal")
+}
+
+// TestStepsPlannedAtOneEpochDoNotBothApply protects what keeps two
+// placement leaders' steps apart: a new placement leader does not see a
+// step its predecessor proposed but which has not applied (its recorded
+// descriptor is the one both planned from), and may plan another on the
+// same shard at the same epoch. The shard's leader makes only one of
+// them: while the first is pending the second is refused
+// (ErrChangePending); once it applied, a step planned at the old epoch is
+// refused (ErrStaleEpoch); and if the first never committed (its leader was
+// cut off with it, and the shard elected another), the second applies
+// instead, the first is lost, and the descriptors hold the second alone.
+func TestStepsPlannedAtOneEpochDoNotBothApply(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{})
+	a := c.WaitLeader(1)
+	n4, n5 := c.AddNode(), c.AddNode()
+	voters := others(a, 3)
+	epoch := descOf(c, a).GetEpoch()
+	h := c.Node(a).Host
+
+	// The old placement leader's step, pending: the voters are cut off.
+	for _, n := range voters {
+		c.Cut(n)
+	}
+	first := make(chan error, 1)
+	firstEnded := multiraftest.Begin(func(ctx context.Context) { _, err := h.AddLearner(ctx, 1, epoch, n4); first <- err })
+	second := make(chan error, 1)
+	multiraftest.Begin(func(ctx context.Context) { _, err := h.AddLearner(ctx, 1, epoch, n5); second <- err })
+	if err := await(t, second, "the new placement leader's step"); !errors.Is(err, multiraft.ErrChangePending) {
+		t.Fatalf("a step planned at epoch %d while another is pending: %v, want ErrChangePending", epoch, err)
+	}
+	for _, n := range voters {
+		c.Heal(n)
+	}
+	c.RunUntil("the first step", 500, func() bool { return descOf(c, a).GetEpoch() > epoch || isClosed(firstEnded) })
+	if err := await(t, first, "the old placement leader's step"); err != nil {
+		t.Fatalf("the first step: %v", err)
+	}
+	if _, err := run(t, c, h, "the new placement leader's step again", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+		return h.AddLearner(ctx, 1, epoch, n5)
+	}); !errors.Is(err, multiraft.ErrStaleEpoch) {
+		t.Fatalf("a step planned at epoch %d after another applied: %v, want ErrStaleEpoch", epoch, err)
+	}
+	if _, ok := roleOf(descOf(c, a), ids.ReplicaID(n4)); !ok || listsNode(descOf(c, a), n5) {
+		t.Fatalf("descriptor %v after two steps at one epoch; want the first's learner on node %d alone", descOf(c, a), n4)
+	}
+
+	// The old step only in its leader's log, which is then cut off: the
+	// shard elects another leader, where the new step applies.
+	epoch = descOf(c, a).GetEpoch()
+	for _, n := range append([]ids.NodeID{n4}, voters...) {
+		c.Cut(n)
+	}
+	lost := make(chan error, 1)
+	multiraftest.Begin(func(ctx context.Context) { _, err := h.RemoveReplica(ctx, 1, epoch, ids.ReplicaID(n4), 0); lost <- err })
+	c.Cut(a)
+	for _, n := range append([]ids.NodeID{n4}, voters...) {
+		c.Heal(n)
+	}
+	var b ids.NodeID
+	c.RunUntil("a new shard leader", 500, func() bool {
+		b = c.Leader(1)
+		return b != 0 && b != a
+	})
+	var err error
+	for range 100 { // a new leader refuses changes until it applied its predecessors' log
+		if _, err = run(t, c, c.Node(b).Host, "the new step", func(ctx context.Context, h *multiraft.Host) (*concordpb.ShardDescriptor, error) {
+			return h.AddLearner(ctx, 1, epoch, n5)
+		}); !errors.Is(err, multiraft.ErrChangePending) {
+			break
+		}
+		c.Tick(1)
+	}
+	if err != nil {
+		t.Fatalf("the new step on the new shard leader %d: %v", b, err)
+	}
+	c.Heal(a)
+	c.RunUntil("the old shard leader to step down", 500, func() bool {
+		isLeader, _, _ := h.Leader(1)
+		return !isLeader
+	})
+	if err := await(t, lost, "the old step"); err == nil {
+		t.Fatal("the old step, cut off with its leader, reports success")
+	}
+	c.RunUntil("every replica to apply the new step", 500, func() bool {
+		for _, n := range []ids.NodeID{1, 2, 3} {
+			if descOf(c, n).GetEpoch() != epoch+1 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range []ids.NodeID{1, 2, 3} {
+		d := descOf(c, n)
+		if !listsNode(d, n4) || !listsNode(d, n5) {
+			t.Fatalf("node %d's descriptor %v; want the learner on node %d kept (the old step lost) and one on %d added", n, d, n4, n5)
+		}
+	}
+}
+
+// listsNode reports whether d has a replica on node.
+func listsNode(d *concordpb.ShardDescriptor, node ids.NodeID) bool {
+	for _, r := range d.GetReplicas() {
+		if ids.NodeID(r.GetNodeId()) == node {
+			return true
+		}
+	}
+	return false
 }

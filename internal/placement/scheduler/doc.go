@@ -96,9 +96,12 @@
 //
 // A node takes part in at most Settings.MaxMovesPerNode moves at a time:
 // the learners it hosts, the steps in flight (View.InFlightSteps) that add
-// or remove a replica on it, and the excess voters predicted to leave it;
-// no learner goes to a node at its cap, and no balancing move takes a
-// replica from one.
+// or remove a replica on it, the excess voters predicted to leave it, and,
+// within StepTimeout of View.ObservedSince, the replicas fresh reports
+// show on it that its shard's descriptor does not list (an earlier
+// placement leader's add whose result the meta shard does not record
+// yet); no learner goes to a node at its cap, and no balancing move takes
+// a replica from one.
 //
 // # Concurrency
 //

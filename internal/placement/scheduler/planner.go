@@ -106,6 +106,9 @@ func newPlanner(v View) *planner {
 		}
 		p.countInFlight(shard, s)
 	}
+	for k := range p.unrecordedReplicas() {
+		moving[pair{k.shard, k.node}] = true
+	}
 	for _, d := range p.shards {
 		p.predictVictims(d)
 	}
@@ -412,6 +415,43 @@ func (p *planner) inheritedShards() map[ids.ShardID]bool {
 		for _, r := range d.GetReplicas() {
 			if !isVoter(r) {
 				out[shard] = true
+			}
+		}
+	}
+	return out
+}
+
+// shardNode is a shard's replica on a node.
+type shardNode struct {
+	shard ids.ShardID
+	node  ids.NodeID
+}
+
+// unrecordedReplicas returns, while an earlier placement leader's steps
+// may still run (inheritedShards' window), the replicas a fresh report
+// shows that the view's descriptor of their shard does not list: a
+// learner an old step added whose result the meta shard does not record
+// yet (the old leader died in between). Each is a move on its node: the
+// old leader counted it against the node's cap, and a new leader that
+// did not would send that node more than MaxMovesPerNode at once. Outside
+// the window such a replica is a stray awaiting collection, not a move.
+func (p *planner) unrecordedReplicas() map[shardNode]bool {
+	if p.inherited == nil {
+		return nil
+	}
+	listed := map[ids.ShardID]*concordpb.ShardDescriptor{}
+	for _, d := range p.shards {
+		listed[ids.ShardID(d.GetShardId())] = d
+	}
+	out := map[shardNode]bool{}
+	for node, rep := range p.v.Reports {
+		if !rep.Fresh(p.v.Now, p.s) {
+			continue
+		}
+		for _, rs := range rep.Replicas {
+			shard := ids.ShardID(rs.GetShardId())
+			if d, ok := listed[shard]; ok && replicaOn(d, node) == nil {
+				out[shardNode{shard, node}] = true
 			}
 		}
 	}

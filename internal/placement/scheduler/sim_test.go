@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 )
@@ -128,7 +130,7 @@ func (s *sim) report() {
 			leader := replicaOn(d, s.leader[shard])
 			rep.Replicas = append(rep.Replicas, &concordpb.ReplicaStatus{ShardId: uint64(shard), ReplicaId: r.GetReplicaId(),
 				NodeId: uint64(node), LeaderReplicaId: leader.GetReplicaId(), Term: 1, CommitIndex: s.commit, AppliedIndex: s.commit,
-				IsLeader: s.leader[shard] == node})
+				IsLeader: s.leader[shard] == node, DescriptorEpoch: d.GetEpoch()})
 		}
 		s.v.Reports[node] = rep
 	}
@@ -527,6 +529,94 @@ func TestSimJoinBalancesLeaders(t *testing.T) {
 					t.Fatalf("%d→%d nodes, %d shards, %d%% in flight: after %d rounds leaders %v, replicas %v\n%s",
 						n, n+1, shards, inflight, rounds, p.leads, p.replicas, s)
 				}
+			}
+		}
+	}
+}
+
+// TestSimRaiseAcrossPlacementLeaders protects the move caps of a
+// replication-factor raise (2 → 3 replicas on every shard) when the
+// placement leadership moves mid-raise. The old leader's steps still
+// running are in its memory only (View.InFlightSteps), and the new one
+// starts without them. Here each has applied its change on its shard (the
+// learner exists and its node reports it, the shard's leader reports the
+// new epoch) but the meta shard does not record it yet: the old leader
+// died between the change and recording it. Counting only the descriptors,
+// the new leader took those learners' nodes for idle and sent them more
+// (one more per unrecorded learner) than MaxMovesPerNode at once. It must
+// count them from the reports; it plans nothing on their shards (the
+// wait for steps it cannot see). After the window the raise completes with
+// every shard at three voters.
+func TestSimRaiseAcrossPlacementLeaders(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		n, shards := 3+rng.Uint64N(4), 6+rng.Uint64N(20)
+		s := roundRobin(n, shards)
+		s.v.Settings.MetaReplication = 0 // every shard wants Replication
+		s.v.Settings.MaxMovesPerNode = 1 + rng.IntN(3)
+		for _, d := range s.v.Shards { // the raise: every shard had two
+			d.Replicas = d.Replicas[:2]
+		}
+		s.report()
+		for range 1 + rng.IntN(3) { // the old leader's rounds
+			s.round(t, rng, 30+rng.IntN(70))
+		}
+		old := maps(s.v.InFlightSteps)
+		// The old steps applied on their shards, unrecorded: the reports
+		// show them, the meta shard's descriptors (the view's) do not.
+		recorded := make([]*concordpb.ShardDescriptor, len(s.v.Shards))
+		for i, d := range s.v.Shards {
+			recorded[i] = proto.CloneOf(d)
+		}
+		for _, st := range sortedSteps(old) {
+			if st.Kind == StepPromoteLearner {
+				continue // the learner is recorded: it counts already
+			}
+			s.apply(st)
+		}
+		s.v.InFlightSteps = map[ids.ShardID]Step{}
+		s.v.Now = s.v.Now.Add(time.Second)
+		s.v.ObservedSince = s.v.Now // the new leader's watch begins
+		s.report()
+		actual := s.v.Shards
+		s.v.Shards = recorded
+		steps := Schedule(s.v)
+		checkSteps(t, s.v, steps)
+		moves := map[ids.NodeID]int{} // learners on each node, as the shards have them
+		for _, d := range actual {
+			for _, r := range d.GetReplicas() {
+				if r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER {
+					moves[ids.NodeID(r.GetNodeId())]++
+				}
+			}
+		}
+		for _, st := range steps {
+			if st.Kind != StepAddLearner {
+				continue
+			}
+			if _, busy := old[st.Shard]; busy {
+				t.Fatalf("seed %d: %s, on a shard whose old step the new leader cannot see\n%s", seed, DescribeStep(st), s)
+			}
+			if moves[st.Target]++; moves[st.Target] > s.v.Settings.MaxMovesPerNode {
+				t.Fatalf("seed %d: %s takes n%d to %d moves at once, over its cap of %d (the old leader's steps: %s)\n%s",
+					seed, DescribeStep(st), st.Target, moves[st.Target], s.v.Settings.MaxMovesPerNode, DescribeSteps(sortedSteps(old)), s)
+			}
+		}
+		// The meta shard records the old steps' results (the shards'
+		// leaders report them); the window ends (they ended within
+		// StepTimeout); the new leader completes the raise.
+		s.v.Shards = actual
+		for _, st := range steps {
+			if st.Kind != StepMarkNode {
+				s.apply(st)
+			}
+		}
+		s.v.Now = s.v.Now.Add(s.v.Settings.StepTimeout)
+		s.settle(t, rng, 30, 200)
+		p := newPlanner(s.v)
+		for _, d := range s.v.Shards {
+			if c := p.classify(d, 0); c.voters != 3 || c.goodVoters != 3 {
+				t.Fatalf("seed %d: s%d has %d voters after the raise\n%s", seed, c.id, c.voters, s)
 			}
 		}
 	}
