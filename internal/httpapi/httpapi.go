@@ -38,8 +38,9 @@ var dashboardFiles embed.FS
 type Backend interface {
 	// Ready returns nil if the node is ready to serve, else why not.
 	Ready() error
-	// Status is the cluster's status, as the gRPC Cluster.Status answers.
-	Status(ctx context.Context) (*concordpb.StatusResponse, error)
+	// Status is the cluster's status, as the gRPC Cluster.Status answers:
+	// linearizable, or with stale the node's own view (StatusRequest.stale).
+	Status(ctx context.Context, stale bool) (*concordpb.StatusResponse, error)
 }
 
 // Config configures the handler.
@@ -84,7 +85,11 @@ func statusHandler(b Backend, timeout time.Duration) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		st, err := b.Status(ctx)
+		// ?stale=1: the node's own view, for a cluster whose meta shard has
+		// no quorum (the dashboard falls back to it when the default,
+		// linearizable answer fails).
+		stale := r.URL.Query().Get("stale") == "1"
+		st, err := b.Status(ctx, stale)
 		if err != nil {
 			text(w, http.StatusServiceUnavailable, "status unavailable: "+err.Error())
 			return

@@ -15,10 +15,15 @@ type fakeBackend struct {
 	ready     error
 	status    *concordpb.StatusResponse
 	statusErr error
+	// staleStatus: the answer with ?stale=1 (nil: as without).
+	staleStatus *concordpb.StatusResponse
 }
 
 func (f fakeBackend) Ready() error { return f.ready }
-func (f fakeBackend) Status(context.Context) (*concordpb.StatusResponse, error) {
+func (f fakeBackend) Status(_ context.Context, stale bool) (*concordpb.StatusResponse, error) {
+	if stale && f.staleStatus != nil {
+		return f.staleStatus, nil
+	}
 	return f.status, f.statusErr
 }
 
@@ -42,6 +47,16 @@ func TestRoutes(t *testing.T) {
 	}
 	if w := serve(notReady, "GET", "/api/status", ""); w.Code != 503 || !strings.Contains(w.Body.String(), "no placement leader") {
 		t.Errorf("/api/status failing = %d %q", w.Code, w.Body)
+	}
+	// ?stale=1 asks for the node's own view, which answers where the
+	// linearizable status cannot (the dashboard's fallback).
+	staleOnly := Handler(fakeBackend{statusErr: errors.New("no placement leader"),
+		staleStatus: &concordpb.StatusResponse{ClusterId: 7, AnsweredByNodeId: 3}}, Config{})
+	if w := serve(staleOnly, "GET", "/api/status", ""); w.Code != 503 {
+		t.Errorf("/api/status without quorum = %d %q, want 503", w.Code, w.Body)
+	}
+	if w := serve(staleOnly, "GET", "/api/status?stale=1", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `"answeredByNodeId":"3"`) {
+		t.Errorf("/api/status?stale=1 = %d %q, want the stale view", w.Code, w.Body)
 	}
 	if w := serve(notReady, "GET", "/metrics", ""); w.Code != 404 {
 		t.Errorf("/metrics without a registry = %d, want 404", w.Code)

@@ -87,11 +87,11 @@ type httpBackend struct{ n *Node }
 
 func (b httpBackend) Ready() error { return b.n.readiness() }
 
-func (b httpBackend) Status(ctx context.Context) (*concordpb.StatusResponse, error) {
+func (b httpBackend) Status(ctx context.Context, stale bool) (*concordpb.StatusResponse, error) {
 	if !b.n.isReady() {
 		return nil, errors.New("the node has not started raft yet")
 	}
-	return b.n.cluster.Status(ctx, &concordpb.StatusRequest{})
+	return b.n.cluster.Status(ctx, &concordpb.StatusRequest{Stale: stale})
 }
 
 // readiness is nil once the node is a member whose replicas all know a

@@ -40,7 +40,8 @@ function renderSummary(st) {
   $("#summary").innerHTML =
     `cluster <b>${esc(BigInt(st.clusterId || 0).toString(16))}</b> · ${st.nodes.length} nodes · ` +
     `${st.shards.length} shards (${under} under-replicated) · answered by node ${esc(st.answeredByNodeId)} · ` +
-    `updated ${new Date().toLocaleTimeString()}`;
+    `updated ${new Date().toLocaleTimeString()}` +
+    (st.staleReason ? ` · <b class="stale">stale: this node's own view (${esc(st.staleReason)})</b>` : "");
 }
 
 function renderNodes(st) {
@@ -154,9 +155,18 @@ function drawChart(canvas, series, colors) {
 
 async function poll() {
   try {
-    const resp = await fetch("api/status", { cache: "no-store", headers });
+    // The default answer is linearizable; when it fails (the meta shard
+    // has no quorum, or this node cannot reach its leader) show the node's
+    // own view, marked stale, rather than nothing.
+    let resp = await fetch("api/status", { cache: "no-store", headers });
+    let stale = "";
+    if (resp.status === 503) {
+      stale = await resp.text();
+      resp = await fetch("api/status?stale=1", { cache: "no-store", headers });
+    }
     if (!resp.ok) throw new Error(resp.status + " " + (await resp.text()));
     const st = await resp.json();
+    st.staleReason = stale;
     st.nodes = st.nodes || [];
     st.shards = st.shards || [];
     renderSummary(st);
