@@ -49,6 +49,28 @@ func TestClientCertIsNotANode(t *testing.T) {
 	if err := raftSend(t, n.Addr(), asClient); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("RaftTransport.Send with the client certificate: err %v, want Unauthenticated", err)
 	}
+	// Every method, so that one added later is classified too: exactly the
+	// raft transport's and Probe, Join, Heartbeat are for nodes.
+	opts, err := asClient.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dial.Dial(n.Addr(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	nodeOnly := map[string]bool{"/concord.v1.RaftTransport/Send": true, "/concord.v1.RaftTransport/SendSnapshot": true,
+		"/concord.v1.Cluster/Probe": true, "/concord.v1.Cluster/Join": true, "/concord.v1.Cluster/Heartbeat": true}
+	for svc, info := range n.srv.GetServiceInfo() {
+		for _, m := range info.Methods {
+			method := "/" + svc + "/" + m.Name
+			err := callEmpty(conn, method, m.IsClientStream || m.IsServerStream)
+			if refused := status.Code(err) == codes.Unauthenticated; refused != nodeOnly[method] {
+				t.Errorf("%s with the client certificate: %v (node-only: %v)", method, err, nodeOnly[method])
+			}
+		}
+	}
 	clientTLS, err := certs.ClientConfig(f(certs.CAFile), f(certs.ClientFile), f(certs.ClientKey))
 	if err != nil {
 		t.Fatal(err)
