@@ -66,6 +66,25 @@ func ClientConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 // a certificate that the configured CA signed.
 func Verified(st tls.ConnectionState) bool { return len(st.VerifiedChains) > 0 }
 
+// VerifiedNode reports whether the peer of a server-side connection
+// presented a certificate that the configured CA signed for a node: one
+// whose extended key usage includes server authentication (or any usage),
+// as a node's must, since it also serves. The CA signs client certificates
+// too (client authentication only: Generate's client.crt); those are
+// Verified but do not make their holder a node, who could otherwise send
+// raft messages or join.
+func VerifiedNode(st tls.ConnectionState) bool {
+	if !Verified(st) || len(st.PeerCertificates) == 0 {
+		return false
+	}
+	for _, u := range st.PeerCertificates[0].ExtKeyUsage {
+		if u == x509.ExtKeyUsageServerAuth || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
+}
+
 // loadCA reads a PEM file of one or more CA certificates into a pool.
 func loadCA(path string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(path)

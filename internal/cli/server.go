@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/frame"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/node"
 )
@@ -102,7 +103,8 @@ func newServerCmd() *cobra.Command {
 }
 
 // readToken reads an auth token file: its content without surrounding
-// white space, which must not be empty.
+// white space, which must not be empty and must be a token the wires can
+// carry (frame.CheckToken).
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -111,6 +113,9 @@ func readToken(path string) (string, error) {
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
 		return "", fmt.Errorf("--auth-token-file %s is empty", path)
+	}
+	if err := frame.CheckToken(tok); err != nil {
+		return "", fmt.Errorf("--auth-token-file %s: %w", path, err)
 	}
 	return tok, nil
 }

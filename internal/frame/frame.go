@@ -40,6 +40,24 @@ const MaxStreamCalls = 1 << 17
 // MaxTokenBytes bounds the token in a hello.
 const MaxTokenBytes = 4096
 
+// CheckToken says whether token can be a cluster's auth token. It travels
+// in a hello (at most MaxTokenBytes), as an HTTP header and gRPC metadata
+// value ("Bearer TOKEN") and as a RESP AUTH argument, so it must be visible
+// ASCII: no spaces, control characters or other bytes those refuse or
+// split on. A longer one would let a node start whose framed connections
+// to its peers all fail at their hello. The error never quotes the token.
+func CheckToken(token string) error {
+	if len(token) > MaxTokenBytes {
+		return fmt.Errorf("auth token of %d bytes: at most %d", len(token), MaxTokenBytes)
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("auth token has a byte 0x%02x at offset %d: only visible ASCII (no spaces or control characters) may travel in its headers", c, i)
+		}
+	}
+	return nil
+}
+
 // Header is the bytes before each frame's message: its length.
 const Header = 4
 

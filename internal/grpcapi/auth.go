@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/certs"
@@ -24,8 +25,9 @@ import (
 //
 //   - The calls only nodes make (the raft transport; Cluster's Probe,
 //     Join and Heartbeat), when the port is TLS, only from a peer that
-//     presented a certificate signed by the cluster's CA (mutual TLS):
-//     a token does not make a caller a node.
+//     presented a node certificate signed by the cluster's CA (mutual
+//     TLS; certs.VerifiedNode): neither a token nor a client certificate
+//     makes a caller a node.
 //   - Everything else (KV, Cluster, Admin; the peer calls without TLS),
 //     when Token is set, from a caller with a CA-signed certificate or
 //     with metadata "authorization: Bearer <Token>". Nodes dial their
@@ -56,6 +58,18 @@ func (a Auth) Unary() grpc.UnaryServerInterceptor {
 	}
 }
 
+// Tap applies a when a call's headers arrive, before gRPC reads or
+// decodes its message: without it an unauthenticated caller could make
+// the node read and decode up to the message limit on each of any number
+// of streams, only to be refused by the interceptors. It runs under the
+// connection's lock, and check neither blocks nor allocates much. The
+// interceptors stay, for servers built without it.
+func (a Auth) Tap() tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		return ctx, a.check(ctx, info.FullMethodName)
+	}
+}
+
 // Stream is the interceptor that applies a to streams.
 func (a Auth) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -67,15 +81,15 @@ func (a Auth) Stream() grpc.StreamServerInterceptor {
 }
 
 func (a Auth) check(ctx context.Context, method string) error {
-	verified := verifiedPeer(ctx)
+	st, hasTLS := peerTLS(ctx)
 	if a.TLS && peerOnly(method) {
-		if !verified {
-			return status.Errorf(codes.Unauthenticated, "%s is for cluster nodes: it needs a client certificate signed by the cluster's CA "+
-				"(mutual TLS; start the node with --tls-cert and --tls-key issued by the CA in --tls-ca)", method)
+		if !hasTLS || !certs.VerifiedNode(st) {
+			return status.Errorf(codes.Unauthenticated, "%s is for cluster nodes: it needs a node certificate (server and client use) signed by the cluster's CA "+
+				"(mutual TLS; start the node with --tls-cert and --tls-key issued by the CA in --tls-ca; a client certificate is not a node's)", method)
 		}
 		return nil
 	}
-	if a.Token == "" || verified {
+	if a.Token == "" || (hasTLS && certs.Verified(st)) {
 		return nil
 	}
 	vals := metadata.ValueFromIncomingContext(ctx, dial.TokenKey)
@@ -92,12 +106,12 @@ func (a Auth) check(ctx context.Context, method string) error {
 
 // CheckPeerConn applies the rule for the calls only nodes make to a framed
 // raft connection (internal/transport's TCP wire), given the token of its
-// hello: with TLS the peer must have presented a CA-signed certificate;
+// hello: with TLS the peer must have presented a CA-signed node certificate;
 // without, it must give the token when one is set.
 func (a Auth) CheckPeerConn(c net.Conn, token string) error {
 	if a.TLS {
-		if tc := findTLS(c); tc == nil || !certs.Verified(tc.ConnectionState()) {
-			return errors.New("raft connections are for cluster nodes: they need a client certificate signed by the cluster's CA (mutual TLS)")
+		if tc := findTLS(c); tc == nil || !certs.VerifiedNode(tc.ConnectionState()) {
+			return errors.New("raft connections are for cluster nodes: they need a node certificate (server and client use) signed by the cluster's CA (mutual TLS)")
 		}
 		return nil
 	}
@@ -107,15 +121,14 @@ func (a Auth) CheckPeerConn(c net.Conn, token string) error {
 	return nil
 }
 
-// verifiedPeer reports whether the caller presented a certificate the CA
-// signed.
-func verifiedPeer(ctx context.Context) bool {
+// peerTLS returns the TLS state of the caller's connection, if it is TLS.
+func peerTLS(ctx context.Context) (tls.ConnectionState, bool) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return false
+		return tls.ConnectionState{}, false
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	return ok && certs.Verified(info.State)
+	return info.State, ok
 }
 
 // AlreadyTLS returns the server transport credentials of a port whose

@@ -24,13 +24,19 @@ func TestAuthCheck(t *testing.T) {
 	withToken := func(ctx context.Context, tok string) context.Context {
 		return metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+tok))
 	}
-	tlsPeer := func(verified bool) context.Context {
+	// tlsPeer is a TLS caller; verified: its certificate (with usage)
+	// chains to the CA.
+	tlsPeer := func(verified bool, usage ...x509.ExtKeyUsage) context.Context {
 		st := tls.ConnectionState{}
 		if verified {
-			st.VerifiedChains = [][]*x509.Certificate{{{}}}
+			leaf := &x509.Certificate{ExtKeyUsage: usage}
+			st.PeerCertificates = []*x509.Certificate{leaf}
+			st.VerifiedChains = [][]*x509.Certificate{{leaf}}
 		}
 		return peer.NewContext(plain, &peer.Peer{AuthInfo: credentials.TLSInfo{State: st}})
 	}
+	node := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	clientOnly := x509.ExtKeyUsageClientAuth
 	for _, tc := range []struct {
 		name   string
 		auth   Auth
@@ -51,7 +57,11 @@ func TestAuthCheck(t *testing.T) {
 		{"raft over TLS without cert", Auth{TLS: true}, tlsPeer(false), raft, false},
 		{"raft over TLS, token is not a cert", Auth{Token: "s", TLS: true}, withToken(tlsPeer(false), "s"), raft, false},
 		{"join over TLS without cert", Auth{TLS: true}, tlsPeer(false), join, false},
-		{"raft over mutual TLS", Auth{TLS: true}, tlsPeer(true), raft, true},
+		{"raft over mutual TLS", Auth{TLS: true}, tlsPeer(true, node...), raft, true},
+		{"raft with a client certificate", Auth{TLS: true}, tlsPeer(true, clientOnly), raft, false},
+		{"join with a client certificate", Auth{TLS: true}, tlsPeer(true, clientOnly), join, false},
+		{"join with a client certificate and the token", Auth{Token: "s", TLS: true}, withToken(tlsPeer(true, clientOnly), "s"), join, false},
+		{"client certificate, KV", Auth{Token: "s", TLS: true}, tlsPeer(true, clientOnly), get, true},
 	} {
 		err := tc.auth.check(tc.ctx, tc.method)
 		if tc.ok && err != nil {

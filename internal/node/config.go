@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/concord-kv/concord/internal/frame"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/transport"
@@ -242,6 +243,9 @@ func (c *Config) validate() error {
 	}
 	if (c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != "") && (c.TLSCertFile == "" || c.TLSKeyFile == "" || c.TLSCAFile == "") {
 		return errors.New("--tls-cert, --tls-key and --tls-ca go together: the node presents its certificate and checks its peers' against the CA")
+	}
+	if err := frame.CheckToken(c.AuthToken); err != nil {
+		return fmt.Errorf("--auth-token-file: %w", err)
 	}
 	if c.RedisAddr != "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {

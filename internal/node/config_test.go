@@ -85,3 +85,30 @@ func TestRedisMaxClientsReachesServer(t *testing.T) {
 	ask("*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$10\r\nmaxclients\r\n", "*2\r\n$10\r\nmaxclients\r\n$1\r\n1\r\n")
 	ask("PING\r\n", "-ERR max number of clients reached\r\n")
 }
+
+// TestAuthTokenChecked: a node refuses to start with a token its wires
+// cannot carry (every framed hello refuses one over 4,096 bytes, so the
+// node's raft connections to its peers would all fail; gRPC metadata and
+// HTTP headers refuse control characters), with an error that does not
+// quote the token.
+func TestAuthTokenChecked(t *testing.T) {
+	for _, tok := range []string{strings.Repeat("x", 4097), "s3c\nret", "s3c ret", "\x00s3cret"} {
+		c := DefaultConfig()
+		c.AuthToken = tok
+		err := c.validate()
+		if err == nil || !strings.Contains(err.Error(), "--auth-token-file") {
+			t.Errorf("token of %d bytes %.8q: validate said %v, want an error naming the flag", len(tok), tok, err)
+			continue
+		}
+		if strings.Contains(err.Error(), tok) {
+			t.Errorf("the error quotes the token: %v", err)
+		}
+	}
+	for _, tok := range []string{"", "s3cret", strings.Repeat("y", 4096)} {
+		c := DefaultConfig()
+		c.AuthToken = tok
+		if err := c.validate(); err != nil {
+			t.Errorf("token of %d bytes: %v, want it taken", len(tok), err)
+		}
+	}
+}

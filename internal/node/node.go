@@ -288,6 +288,8 @@ func (n *Node) newServer() *grpc.Server {
 	srv := grpc.NewServer(append(n.sec.grpcOptions(), grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.ForceServerCodecV2(grpcapi.ServerCodec()),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
+		// Auth as a call's headers arrive, before its message is read.
+		grpc.InTapHandle(n.sec.auth.Tap()),
 		// Auth first: a refused call is neither counted nor timed.
 		// MarkAnswered before every interceptor that answers with an
 		// error, so a node forwarding here tells each from a broken

@@ -93,9 +93,30 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn, id int64) *conn {
-	return &conn{s: s, nc: nc, id: id, r: resp.NewReader(nc, s.limits), bw: bufio.NewWriterSize(nc, 64<<10),
-		created: time.Now(), proto: 2, authed: s.cfg.AuthToken == "",
+	c := &conn{s: s, nc: nc, id: id, r: resp.NewReader(nc, s.limits), bw: bufio.NewWriterSize(nc, 64<<10),
+		created: time.Now(), proto: 2,
 		budget: kv.NewBudget(int64(s.cfg.OutputBufferLimit), nil)}
+	c.setAuthed(s.cfg.AuthToken == "")
+	return c
+}
+
+// unauthLimits bound the commands of a connection that has not given the
+// token, as Redis bounds an unauthenticated client's (10 arguments, 16 KiB
+// each): enough for AUTH and HELLO AUTH, while a client without the token
+// cannot make the node buffer a large command (or a pipeline of them) only
+// to answer NOAUTH.
+var unauthLimits = resp.Limits{MaxBulkBytes: 16 << 10, MaxArgs: 10, MaxInlineBytes: 16 << 10, MaxCommandBytes: 10 * (16 << 10),
+	Unauthenticated: true}
+
+// setAuthed records whether the connection may run every command, and
+// gives its reader the limits that go with that.
+func (c *conn) setAuthed(ok bool) {
+	c.authed = ok
+	if ok {
+		c.r.SetLimits(c.s.limits)
+	} else {
+		c.r.SetLimits(unauthLimits)
+	}
 }
 
 // clientGone says whether the client has closed the connection: a long
@@ -208,7 +229,9 @@ func (c *conn) readPipeline() ([]*call, error) {
 	used := 0
 	size := 0
 	for len(calls) < maxPipeline && size < maxPipelineBytes {
-		if len(calls) > 0 && c.r.Buffered() == 0 {
+		// Unauthenticated, one command at a time: an AUTH runs, and lifts
+		// the reader's limits, before the command after it is read.
+		if len(calls) > 0 && (c.r.Buffered() == 0 || !c.authed) {
 			return calls, nil
 		}
 		args, n, err := c.r.ReadCommand()

@@ -52,7 +52,7 @@ func cmdQuit(c *conn, _ [][]byte, w *resp.Writer) {
 func cmdReset(c *conn, _ [][]byte, w *resp.Writer) {
 	c.multi, c.consistency, c.proto = nil, concordpb.Consistency_LINEARIZABLE, 2
 	c.unwatch()
-	c.authed = c.s.cfg.AuthToken == ""
+	c.setAuthed(c.s.cfg.AuthToken == "")
 	c.setName("")
 	*w = *resp.NewWriter(2)
 	w.SimpleString("RESET")
@@ -83,7 +83,7 @@ func (c *conn) checkAuth(user, pass []byte) error {
 	if (user != nil && string(user) != "default") || subtle.ConstantTimeCompare(pass, []byte(tok)) != 1 {
 		return errWrongPass
 	}
-	c.authed = true
+	c.setAuthed(true)
 	return nil
 }
 

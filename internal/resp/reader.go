@@ -21,6 +21,11 @@ type Limits struct {
 	MaxInlineBytes int
 	// MaxCommandBytes bounds the sum of one command's argument lengths.
 	MaxCommandBytes int
+	// Unauthenticated marks the (smaller) limits of a client that has not
+	// given the server's password: a count or length over them is then
+	// "unauthenticated multibulk/bulk length", in Redis's words, so the
+	// client learns why.
+	Unauthenticated bool
 }
 
 // DefaultLimits are the limits of a Reader given a zero Limits field.
@@ -70,6 +75,20 @@ func NewReader(r io.Reader, limits Limits) *Reader {
 // when positive, another command (or part of one) has already arrived, so
 // the caller can gather a pipeline without waiting.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+// SetLimits replaces the limits of the commands read from now on (zero
+// fields: DefaultLimits): a server lifts an unauthenticated client's small
+// ones once it has authenticated.
+func (r *Reader) SetLimits(l Limits) { r.limits = l.withDefaults() }
+
+// overLimit is the error of a count or length ("multibulk", "bulk") over
+// the limits.
+func (r *Reader) overLimit(what string) error {
+	if r.limits.Unauthenticated {
+		return protoErr("unauthenticated %s length", what)
+	}
+	return protoErr("invalid %s length", what)
+}
 
 // ReadCommand reads one command and returns its arguments (the first is the
 // command's name), the bytes it took on the wire, and an error: io.EOF at a
@@ -186,8 +205,11 @@ func (r *Reader) readMultibulk() ([][]byte, int, error) {
 	}
 	n := len(line) + 2
 	count, ok := parseLen(line[1:])
-	if !ok || count > int64(r.limits.MaxArgs) {
+	if !ok {
 		return nil, n, protoErr("invalid multibulk length")
+	}
+	if count > int64(r.limits.MaxArgs) {
+		return nil, n, r.overLimit("multibulk")
 	}
 	if count <= 0 {
 		return nil, n, nil // "*0" and "*-1": nothing to run, as in Redis
@@ -305,8 +327,11 @@ func (r *Reader) readBulk() ([]byte, int, error) {
 		return nil, n, protoErr("expected '$', got '%c'", c)
 	}
 	size, ok := parseLen(line[1:])
-	if !ok || size < 0 || size > int64(r.limits.MaxBulkBytes) {
+	if !ok || size < 0 {
 		return nil, n, protoErr("invalid bulk length")
+	}
+	if size > int64(r.limits.MaxBulkBytes) {
+		return nil, n, r.overLimit("bulk")
 	}
 	buf, err := r.readArg(int(size) + 2)
 	if err != nil {
@@ -457,7 +482,7 @@ func (r *Reader) readInline() ([][]byte, int, error) {
 		return nil, n, protoErr("unbalanced quotes in request")
 	}
 	if len(args) > r.limits.MaxArgs {
-		return nil, n, protoErr("invalid multibulk length")
+		return nil, n, r.overLimit("multibulk")
 	}
 	return args, n, nil
 }
