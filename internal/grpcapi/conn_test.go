@@ -18,14 +18,18 @@ import (
 )
 
 // serveConns serves kv's framed wire on 127.0.0.1 and returns its server
-// and address.
-func serveConns(t *testing.T, kv *KV, auth func(net.Conn, string) error, maxFrame int) (*ConnServer, string) {
+// and address. set changes the server's settings before it serves (after,
+// the race detector sees the write race the accept loop's reads).
+func serveConns(t *testing.T, kv *KV, auth func(net.Conn, string) error, maxFrame int, set ...func(*ConnServer)) (*ConnServer, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cs := kv.NewConnServer(auth, maxFrame, nil)
+	for _, f := range set {
+		f(cs)
+	}
 	go func() { _ = cs.Serve(l) }()
 	t.Cleanup(func() { l.Close(); cs.Close() })
 	return cs, l.Addr().String()
@@ -115,8 +119,7 @@ func TestConnSlowReaderIsCut(t *testing.T) {
 	}
 	// Replies of at most 512 × 64 KiB per message: under the limit, so
 	// only the write timeout can end the connection.
-	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 64<<20)
-	cs.writeTimeout = 200 * time.Millisecond
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 64<<20, func(cs *ConnServer) { cs.writeTimeout = 200 * time.Millisecond })
 	c := dialConn(t, addr, "")
 	awaitOpen(t, cs, 1)
 	// 2,000 replies of 64 KiB: far more than the sockets' buffers.
@@ -157,8 +160,10 @@ func TestConnAuthAndClose(t *testing.T) {
 // timeout is closed.
 func TestConnPingAndIdle(t *testing.T) {
 	f := newFakeNode(t, 1, 1, 1)
-	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
-	cs.idleTimeout = 1500 * time.Millisecond // far above the pings' 20 ms pace: 300 ms closed the pinging one under make test's load
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20,
+		// Far above the pings' 20 ms pace: 300 ms closed the pinging one
+		// under make test's load.
+		func(cs *ConnServer) { cs.idleTimeout = 1500 * time.Millisecond })
 	pinging := dialConn(t, addr, "")
 	silent := dialConn(t, addr, "")
 	awaitOpen(t, cs, 2)
@@ -231,8 +236,7 @@ func FuzzConnFrames(f *testing.F) {
 // and closed; once one ends, a new one is served.
 func TestConnCountBounded(t *testing.T) {
 	f := newFakeNode(t, 1, 1, 1)
-	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
-	cs.maxConns = 3
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20, func(cs *ConnServer) { cs.maxConns = 3 })
 	first := dialConn(t, addr, "")
 	for range cs.maxConns - 1 {
 		dialConn(t, addr, "")
@@ -261,8 +265,7 @@ func TestConnCountBounded(t *testing.T) {
 // served while they flood the port, and they never count as served.
 func TestSilentHellosCannotKeepClientsOut(t *testing.T) {
 	f := newFakeNode(t, 1, 1, 1)
-	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20)
-	cs.maxHellos = 4
+	cs, addr := serveConns(t, NewKV(f, testLimits), nil, 1<<20, func(cs *ConnServer) { cs.maxHellos = 4 })
 	var silent []net.Conn
 	for range 50 {
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -325,8 +328,9 @@ func TestConnInFlightBytesBounded(t *testing.T) {
 	const shards, value = 16, 256 << 10
 	f := newFakeNode(t, 1, shards, 1)
 	f.proposeGate = make(chan struct{})
-	cs, addr := serveConns(t, NewKV(f, Limits{MaxKeyBytes: 64, MaxValueBytes: 1 << 20}), nil, 4<<20)
-	cs.maxInFlight = 4 * (value + 1024) // four puts, each a frame of the value, its key and framing
+	// Four puts, each a frame of the value, its key and framing.
+	_, addr := serveConns(t, NewKV(f, Limits{MaxKeyBytes: 64, MaxValueBytes: 1 << 20}), nil, 4<<20,
+		func(cs *ConnServer) { cs.maxInFlight = 4 * (value + 1024) })
 	// One put a shard, so that no two merge into one proposal.
 	keys := map[ids.ShardID]string{}
 	for i := 0; len(keys) < shards; i++ {
