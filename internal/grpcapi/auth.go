@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/certs"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/frame"
 )
 
 // Auth says who may call a node's gRPC services.
@@ -98,7 +98,7 @@ func (a Auth) check(ctx context.Context, method string) error {
 			"(metadata \"authorization: Bearer TOKEN\")")
 	}
 	got, ok := strings.CutPrefix(vals[0], "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) != 1 {
+	if !ok || !frame.TokenEqual([]byte(got), []byte(a.Token)) {
 		return status.Error(codes.Unauthenticated, "auth token rejected: it is not the node's --auth-token-file token")
 	}
 	return nil
@@ -115,7 +115,7 @@ func (a Auth) CheckPeerConn(c net.Conn, token string) error {
 		}
 		return nil
 	}
-	if a.Token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(a.Token)) != 1 {
+	if a.Token != "" && !frame.TokenEqual([]byte(token), []byte(a.Token)) {
 		return errors.New("raft connection: auth token missing or rejected")
 	}
 	return nil
@@ -188,7 +188,7 @@ func (a Auth) CheckClientConn(c net.Conn, token string) error {
 			return nil
 		}
 	}
-	if subtle.ConstantTimeCompare([]byte(token), []byte(a.Token)) != 1 {
+	if !frame.TokenEqual([]byte(token), []byte(a.Token)) {
 		return status.Error(codes.Unauthenticated, "auth token missing or rejected: this cluster requires its --auth-token-file token")
 	}
 	return nil

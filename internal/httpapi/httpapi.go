@@ -19,7 +19,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"embed"
 	"io/fs"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
 )
 
 //go:embed dashboard
@@ -112,7 +112,7 @@ func authorized(token string, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		if !ok || !frame.TokenEqual([]byte(got), []byte(token)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="concord"`)
 			text(w, http.StatusUnauthorized, "unauthorized: this route needs the node's auth token as \"Authorization: Bearer TOKEN\"")
 			return

@@ -1,7 +1,6 @@
 package redisapi
 
 import (
-	"crypto/subtle"
 	"fmt"
 	"runtime"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/frame"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -80,7 +80,7 @@ func (c *conn) checkAuth(user, pass []byte) error {
 	if tok == "" {
 		return replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 	}
-	if (user != nil && string(user) != "default") || subtle.ConstantTimeCompare(pass, []byte(tok)) != 1 {
+	if (user != nil && string(user) != "default") || !frame.TokenEqual(pass, []byte(tok)) {
 		return errWrongPass
 	}
 	c.setAuthed(true)
