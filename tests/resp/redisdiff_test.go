@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,30 +52,40 @@ func TestRedisServerDifferential(t *testing.T) {
 // purpose, by script name and step as written in diffScripts, with the
 // reason.
 var knownDifferences = map[string]string{
-	`connection: SELECT 1`:                          "one database (docs/redis.md, Refused: SELECT n, n != 0)",
-	`GET SET: SET "" v`:                             "an empty key is bad input (docs/redis.md, Errors)",
-	`GET SET: GET ""`:                               "an empty key is bad input (docs/redis.md, Errors)",
-	`server: CONFIG GET appendonly`:                 "Concord reports its real persistence, appendonly yes (docs/redis.md, CONFIG GET)",
-	`server: CONFIG GET databases`:                  "one database (docs/redis.md, CONFIG GET)",
-	`server: CONFIG SET timeout 0`:                  "settings are the node's flags (docs/redis.md, Refused: CONFIG SET)",
-	`keyspace: FLUSHDB`:                             "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHDB)",
-	`keyspace: FLUSHALL`:                            "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHALL)",
-	`MULTI with PING: PING`:                         "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
-	`MULTI with PING: EXEC`:                         "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
-	`EXPIRE: EXPIRE {t}k 100 XX LT`:                 "no op condition for XX with LT; refused (docs/redis.md, Refused)",
-	`SETRANGE: SETRANGE {t}k 9223372036854775807 x`: "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
-	`INCRBYFLOAT: INCRBYFLOAT {t}f 0x10`:            "decimal numbers only, no hexadecimal floats (docs/redis.md, Partial: INCRBYFLOAT)",
-	`INCRBYFLOAT: INCRBYFLOAT {t}i 1`:               "a stored inf is not a valid float (docs/redis.md, Partial: INCRBYFLOAT)",
-	`keyspace: SCAN -1`:                             "a cursor is an id in the node's table; an unknown one is an error (docs/redis.md, Partial: SCAN)",
-	`unknown commands: LPUSH {t}l x`:                "values are strings only; lists are an unknown command (docs/redis.md, Refused)",
-	`SETRANGE: SETRANGE {t}k 600000000 x`:           "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
+	`connection: SELECT 1`:                                                "one database (docs/redis.md, Refused: SELECT n, n != 0)",
+	`GET SET: SET "" v`:                                                   "an empty key is bad input (docs/redis.md, Errors)",
+	`GET SET: GET ""`:                                                     "an empty key is bad input (docs/redis.md, Errors)",
+	`server: CONFIG GET appendonly`:                                       "Concord reports its real persistence, appendonly yes (docs/redis.md, CONFIG GET)",
+	`server: CONFIG GET databases`:                                        "one database (docs/redis.md, CONFIG GET)",
+	`server: CONFIG SET timeout 0`:                                        "settings are the node's flags (docs/redis.md, Refused: CONFIG SET)",
+	`keyspace: FLUSHDB`:                                                   "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHDB)",
+	`keyspace: FLUSHALL`:                                                  "refused without --redis-enable-flush (docs/redis.md, Refused: FLUSHALL)",
+	`MULTI with PING: PING`:                                               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
+	`MULTI with PING: EXEC`:                                               "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
+	`EXPIRE: EXPIRE {t}k 100 XX LT`:                                       "no op condition for XX with LT; refused (docs/redis.md, Refused)",
+	`SETRANGE: SETRANGE {t}k 9223372036854775807 x`:                       "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
+	`INCRBYFLOAT: INCRBYFLOAT {t}f 0x10`:                                  "decimal numbers only, no hexadecimal floats (docs/redis.md, Partial: INCRBYFLOAT)",
+	`INCRBYFLOAT: INCRBYFLOAT {t}i 1`:                                     "a stored inf is not a valid float (docs/redis.md, Partial: INCRBYFLOAT)",
+	`keyspace: SCAN -1`:                                                   "a cursor is an id in the node's table; an unknown one is an error (docs/redis.md, Partial: SCAN)",
+	`unknown commands: LPUSH {t}l x`:                                      "values are strings only; lists are an unknown command (docs/redis.md, Refused)",
+	`SETRANGE: SETRANGE {t}k 600000000 x`:                                 "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
+	`APPEND GETRANGE SETRANGE edges: SETRANGE {t}k 536870912 x`:           "the limit is --max-value-bytes, not 512 MiB (docs/redis.md, Errors: op failures)",
+	`INCRBYFLOAT edges: INCRBYFLOAT {t}f 1e400`:                           "the increment is read as a double, not a long double (docs/redis.md, Partial: INCRBYFLOAT)",
+	`INCRBYFLOAT edges: GET {t}f`:                                         "the increment is read as a double, not a long double (docs/redis.md, Partial: INCRBYFLOAT)",
+	`INCRBYFLOAT edges: INCRBYFLOAT {t}u 1e4932`:                          "the increment is read as a double, not a long double (docs/redis.md, Partial: INCRBYFLOAT)",
+	`INCRBYFLOAT edges: INCRBYFLOAT {t}a 3.0000000000000001`:              "the increment is read as a double, not a long double (docs/redis.md, Partial: INCRBYFLOAT)",
+	`INCRBYFLOAT edges: INCRBYFLOAT {t}y -123456789012345678901234567890`: "the increment is read as a double, not a long double (docs/redis.md, Partial: INCRBYFLOAT)",
+	`INCRBYFLOAT edges: INCRBYFLOAT {t}q 1`:                               "a stored number too small for a long double reads as itself, not as an error (docs/redis.md, Partial: INCRBYFLOAT)",
+	`handshake: COMMAND INFO get`:                                         "no ACL categories nor key specifications (docs/redis.md, Partial: COMMAND)",
+	`handshake: CONFIG GET maxmemor*`:                                     "CONFIG GET knows a few settings only (docs/redis.md, Partial: CONFIG GET)",
 }
 
 // diffScript is a named list of steps run on one connection to each
 // server. A step is a command line: words split at spaces, a word in
 // double quotes is a Go string literal ("" is empty, "\x00" a zero byte).
-// "{t}" in a word becomes the script's hash tag. A leading "~N " compares
-// integer replies within N of each other (times to live).
+// "{t}" in a word becomes the script's hash tag. A prefix changes how the
+// replies are compared (stepMode): "~N " integers within N of each other,
+// "@ " in any order, "^ " by shape only.
 type diffScript struct {
 	name  string
 	steps []string
@@ -249,6 +260,101 @@ var diffScripts = []diffScript{
 		`WATCH {t}a`, `MULTI`, `DISCARD`, `UNWATCH x`,
 	}},
 	{"RESET QUIT", []string{`MULTI`, `RESET`, `EXEC`, `RESET x`, `QUIT`}},
+	{"SET options edges", []string{
+		`SET {t}k v EX 10 PXAT 100`, `SET {t}k v PX 10 KEEPTTL`, `SET {t}k v EXAT 10 KEEPTTL`, `SET {t}k v PXAT 0`, `SET {t}k v EXAT -1`,
+		`SET {t}k v PX -1`, `SET {t}k v PX 1.5`, `SET {t}k v PX 9223372036854775806`, `SET {t}k v EXAT 9223372036854775807`,
+		`SET {t}k v PXAT 9223372036854775807`, `SET {t}k v EX ""`, `SET {t}k v EX " 10"`, `SET {t}k v EX 10x`,
+		`SET {t}k v EX 9223372036854775808`, `SET {t}k v EX -9223372036854775808`, `SET {t}k v KEEPTTL KEEPTTL`,
+		`SET {t}k v GET EX`, `SET {t}k v NX EX 10 XX`, `SET {t}k v ex 10 nx`, `~1 TTL {t}k`, `SET {t}k w ex 10 nx GET`, `GET {t}k`,
+		`SET {t}k v EX 010`, `~1 TTL {t}k`, `SET {t}k v EX +20`, `~1 TTL {t}k`, `SET {t}k w XX GET KEEPTTL`, `~1 TTL {t}k`,
+		`SET {t}k "" XX`, `GET {t}k`, `SET {t}k v PXAT 1`, `EXISTS {t}k`, `SET {t}k v EXAT 1 GET`, `SET {t}k v XX EXAT 1 GET`, `EXISTS {t}k`,
+		`SET {t}k`, `SET {t}k v EX 10 x`, `SET {t}k v EXAT`, `SET {t}k v PXAT`,
+	}},
+	{"GETEX GETDEL GETSET edges", []string{
+		`GETEX {t}none PERSIST`, `GETEX {t}none EX 10`, `GETEX {t}none EX 0`, `GETEX {t}none FOO`, `EXISTS {t}none`,
+		`SET {t}k v`, `GETEX {t}k PXAT 0`, `EXISTS {t}k`, `SET {t}k v`, `GETEX {t}k EXAT -1`, `EXISTS {t}k`,
+		`SET {t}k v`, `GETEX {t}k PX 0`, `GETEX {t}k PX -1`, `GETEX {t}k EX 10 EXAT 20`, `GETEX {t}k persist`, `GETEX {t}k ex 100`, `~1 TTL {t}k`,
+		`GETEX {t}k EX 9223372036854775`, `GETEX {t}k EXAT 9223372036854775807`, `GETEX {t}k PXAT 9223372036854775807`, `GETEX {t}k EX " 1"`,
+		`GETEX {t}k EX 1.5`, `GETEX {t}k PERSIST x`, `GETEX {t}k EX 10 PERSIST`,
+		`SET {t}g v EX 100`, `GETSET {t}g w`, `TTL {t}g`, `GETSET {t}g ""`, `GET {t}g`, `GETDEL {t}g`, `GETDEL {t}g`,
+	}},
+	{"SETNX SETEX PSETEX edges", []string{
+		`SETEX {t}e 1.5 v`, `SETEX {t}e "" v`, `SETEX {t}e 0100 v`, `~1 TTL {t}e`, `SETEX {t}e +100 v`, `SETEX {t}e -9223372036854775808 v`,
+		`SETEX {t}e 9223372036854776 v`, `SETEX {t}e 100 ""`, `GET {t}e`,
+		`PSETEX {t}p -1 v`, `PSETEX {t}p 9223372036854775807 v`, `PSETEX {t}p x v`, `PSETEX {t}p "" v`, `PSETEX {t}p 1 v`,
+		`SETNX {t}k ""`, `SETNX {t}k x`, `GET {t}k`, `SETNX {t}k`, `SETEX {t}k 10`, `PSETEX {t}k 10`,
+	}},
+	{"MGET MSETNX edges", []string{
+		`MGET {t}x`, `MGET {t}x {t}y {t}x`, `MSETNX`, `MSET`, `MSETNX {t}a "" {t}b ""`, `MGET {t}a {t}b {t}x`,
+		`MSETNX {t}x 1 {t}a 2`, `MGET {t}x {t}a`, `MSET {t}a 1 {t}b 2 {t}c`,
+	}},
+	{"INCR edges", []string{
+		`INCRBY {t}n -9223372036854775808`, `DECR {t}n`, `INCRBY {t}n 9223372036854775807`, `INCR {t}n`, `INCRBY {t}n -1`,
+		`INCRBY {t}m 9223372036854775807`, `INCRBY {t}m 1`, `DECRBY {t}m -1`, `DECRBY {t}z -9223372036854775807`, `DECRBY {t}z 1`,
+		`INCRBY {t}n -0`, `INCRBY {t}n 00`, `INCRBY {t}n "-"`, `INCRBY {t}n "1\x00"`, `INCRBY {t}n 9223372036854775808`,
+		`INCRBY {t}n -9223372036854775809`, `DECRBY {t}n x`, `DECRBY {t}n ""`,
+		`SET {t}s "+1"`, `INCR {t}s`, `SET {t}s "1 "`, `INCR {t}s`, `SET {t}s 9223372036854775808`, `INCR {t}s`,
+		`SET {t}s -9223372036854775809`, `DECR {t}s`, `SET {t}s "-"`, `INCR {t}s`, `SET {t}s 0`, `INCRBY {t}s -9223372036854775808`,
+		`DECR {t}s`, `SET {t}s -00`, `INCR {t}s`, `SET {t}s 1e3`, `INCR {t}s`, `SET {t}s "\x001"`, `INCR {t}s`,
+		`SET {t}s -9223372036854775808`, `DECRBY {t}s 1`, `INCRBY {t}s -1`, `GET {t}s`,
+	}},
+	{"INCRBYFLOAT edges", []string{
+		`INCRBYFLOAT {t}f 1e400`, `GET {t}f`, `INCRBYFLOAT {t}a 1.0e-5`, `INCRBYFLOAT {t}a 3.0000000000000001`, `INCRBYFLOAT {t}z -0`,
+		`INCRBYFLOAT {t}z2 -0.0`, `INCRBYFLOAT {t}b 1.7976931348623157e308`, `INCRBYFLOAT {t}c +1`, `INCRBYFLOAT {t}c .5`, `INCRBYFLOAT {t}c 5.`,
+		`INCRBYFLOAT {t}c 1e`, `INCRBYFLOAT {t}c infinity`, `INCRBYFLOAT {t}c NaN`,
+		`SET {t}x 1.5e3`, `INCRBYFLOAT {t}x 0`, `SET {t}x "  1.5"`, `INCRBYFLOAT {t}x 1`, `SET {t}x "1.5 "`, `INCRBYFLOAT {t}x 1`,
+		`SET {t}y 123456789012345678901234567890`, `INCRBYFLOAT {t}y 1`, `INCRBYFLOAT {t}y 1e-30`, `INCRBYFLOAT {t}y -123456789012345678901234567890`,
+		`SET {t}w 0.1`, `INCRBYFLOAT {t}w 0.1`, `INCRBYFLOAT {t}w 0.1`, `INCRBYFLOAT {t}w 1e-10`, `INCRBYFLOAT {t}w 1e10`, `INCRBYFLOAT {t}w 1e20`,
+		`SET {t}v 1e-300`, `INCRBYFLOAT {t}v 0`, `SET {t}u 9223372036854775807`, `INCRBYFLOAT {t}u 1`,
+		`SET {t}u -1.50`, `INCRBYFLOAT {t}u 0.25`, `SET {t}u ""`, `INCRBYFLOAT {t}u 1`, `SET {t}u 1`, `INCRBYFLOAT {t}u 1e4932`,
+		`SET {t}u 1e308`, `INCRBYFLOAT {t}u 1e308`, `INCRBYFLOAT {t}u -1.5e308`, `SET {t}u 1e4000`, `INCRBYFLOAT {t}u 1`,
+		`SET {t}u 1e5000`, `INCRBYFLOAT {t}u 1`, `SET {t}q 1e-5000`, `INCRBYFLOAT {t}q 1`, `INCRBYFLOAT {t}u 1e-400`, `INCRBYFLOAT {t}u 0e-5000`,
+		`INCRBYFLOAT {t}u 1E2`,
+	}},
+	{"APPEND GETRANGE SETRANGE edges", []string{
+		`SET {t}k abcdef`, `GETRANGE {t}k 0 -100`, `GETRANGE {t}k -100 -100`, `GETRANGE {t}k -6 -6`, `GETRANGE {t}k -7 0`, `GETRANGE {t}k 5 5`,
+		`GETRANGE {t}k 6 6`, `GETRANGE {t}k 2 -3`, `GETRANGE {t}k 2 -5`, `GETRANGE {t}none 5 3`, `GETRANGE {t}none 0 -1`, `GETRANGE {t}k "" 1`,
+		`GETRANGE {t}k 0 9223372036854775808`, `GETRANGE {t}k -9223372036854775808 -1`, `SUBSTR {t}k -3 -1`,
+		`SETRANGE {t}k -1 ""`, `SETRANGE {t}k 9223372036854775808 x`, `SETRANGE {t}k 6 gh`, `GET {t}k`, `SETRANGE {t}k 0 "\x00"`, `GET {t}k`,
+		`SETRANGE {t}k 536870912 x`, `SETRANGE {t}k 536870912 ""`, `SETRANGE {t}none 536870912 ""`, `SETRANGE {t}k "" x`,
+		`APPEND {t}n ""`, `STRLEN {t}n`, `EXISTS {t}n`, `APPEND {t}n "\x00\xff"`, `STRLEN {t}n`, `SET {t}e ""`, `STRLEN {t}e`, `APPEND {t}e ""`,
+	}},
+	{"EXPIRE edges", []string{
+		`SET {t}k v`, `EXPIRE {t}k 100 GT`, `TTL {t}k`, `EXPIRE {t}k 100 LT`, `~1 TTL {t}k`, `PERSIST {t}k`, `PEXPIRE {t}k 100000 nx`, `~2000 PTTL {t}k`,
+		`EXPIRE {t}k 50 gt gt`, `EXPIRE {t}k 200 lt lt`, `EXPIRE {t}k 200 gt gt`, `EXPIRE {t}k 100 lt lt`, `~1 TTL {t}k`, `EXPIRE {t}k ""`, `EXPIRE {t}k " 1"`,
+		`EXPIRE {t}none 100 NX`, `EXPIRE {t}none 100 GT`, `EXPIRE {t}none 100 LT`, `PERSIST {t}none`,
+		`EXPIRE {t}k -9223372036854775807`, `EXISTS {t}k`, `SET {t}k v`, `PEXPIRE {t}k -9223372036854775808`, `EXISTS {t}k`,
+		`SET {t}k v`, `EXPIREAT {t}k -1`, `EXISTS {t}k`, `SET {t}k v`, `PEXPIREAT {t}k 9223372036854775807`, `~5 TTL {t}k`, `~5000 PTTL {t}k`, `PEXPIRETIME {t}k`,
+		`PEXPIREAT {t}k 9223372036854775806 GT`, `PEXPIRETIME {t}k`, `EXPIREAT {t}k 9223372036854775`, `EXPIRETIME {t}k`, `EXPIREAT {t}k 9223372036854776`,
+		`PEXPIRE {t}k 9223372036854775806`, `EXPIRE {t}k 9223372036854776`, `EXPIRE {t}k 100 XX GT LT`, `EXPIRE {t}k 100 NX LT`,
+		`EXPIRE {t}k 0 GT`, `EXISTS {t}k`, `EXPIRE {t}k 0 LT`, `EXISTS {t}k`, `SET {t}k v EX 100`, `EXPIRE {t}k -1 NX`, `EXISTS {t}k`, `EXPIRE {t}k -1 XX`, `EXISTS {t}k`,
+	}},
+	{"keys and scan", []string{
+		`SET {t}a1 x`, `SET {t}b1 x`, `SET {t}c1 x`, `SET {t}a*b x`, `SET {t}]1 x`, `SET {t}^1 x`, `SET {t}a\b x`,
+		`KEYS {t}[a]1`, `@ KEYS {t}[^ab]1`, `KEYS {t}[c-c]1`, `KEYS {t}[c-d]1`, `KEYS {t}[d-c]1`, `KEYS {t}a\*b`, `KEYS {t}a\b`, `KEYS {t}a\\b`,
+		`KEYS {t}[\]]1`, `KEYS {t}[]]1`, `KEYS {t}[\^]1`, `KEYS {t}[^^]1x`, `KEYS {t}?1x`, `KEYS {t}a[`, `KEYS {t}a*b\`, `KEYS {t}a[*`,
+		`KEYS {t}a1*`, `KEYS {t}*[`, `KEYS {t}[-a]1`, `KEYS {t}[!a]1`,
+		`TYPE {t}a1`, `TYPE {t}none`, `EXISTS {t}a1 {t}a1 {t}a1`, `DEL {t}a1 {t}a1`, `UNLINK {t}b1 {t}c1 {t}b1`, `UNLINK {t}none`,
+		`SCAN 0 MATCH {t}]1 COUNT 100000`, `SCAN 0 MATCH {t}]1 COUNT 100000 TYPE string`, `SCAN 0 MATCH {t}]1 COUNT 100000 TYPE list`,
+		`SCAN 0 MATCH {t}]1 COUNT 100000 TYPE STRING`, `SCAN 0 TYPE`, `SCAN 0 COUNT -1`, `SCAN 0 COUNT 1.5`, `SCAN 18446744073709551616`,
+		`SCAN 1.5`, `SCAN + MATCH {t}]1`, `SCAN " 0"`,
+		`SCAN 0 MATCH {t}]1 MATCH {t}^1 COUNT 100000`, `SCAN 0 count 100000 match {t}^1`,
+	}},
+	{"MULTI edges", []string{
+		`MULTI`, `GETEX {t}a FOO`, `SETRANGE {t}a -1 x`, `SET {t}a 1 EX 0`, `INCRBYFLOAT {t}a x`, `SET {t}b 1`, `EXEC`, `GET {t}b`,
+		`MULTI`, `NOSUCH`, `DISCARD`, `EXEC`, `MULTI`, `GET`, `GET {t}a`, `EXEC`, `EXEC`,
+		`WATCH {t}w`, `MULTI`, `EXEC`, `MULTI`, `MULTI`, `MULTI`, `DISCARD`,
+		`MULTI`, `SET {t}c 1`, `WATCH`, `EXEC`, `MULTI`, `MSET {t}d`, `EXEC`,
+	}},
+	{"handshake", []string{
+		`HELLO 2 AUTH`, `HELLO 2 AUTH default`, `HELLO 2 SETNAME`, `HELLO 0`, `HELLO -1`, `HELLO 1`, `HELLO 2x`,
+		`HELLO 3 SETNAME "a b"`, `HELLO 2 FOO bar`, `HELLO 99999999999999999999`, `AUTH a b c`,
+		`CLIENT SETNAME ""`, `CLIENT GETNAME`, `CLIENT SETNAME "a\nb"`, `CLIENT SETNAME "\x7f"`, `CLIENT SETNAME "é"`, `CLIENT GETNAME`,
+		`CLIENT ID x`, `client getname x`, `client setname`,
+		`COMMAND COUNT x`, `COMMAND INFO get`, `COMMAND INFO nosuch`, `COMMAND INFO nosuch nosuch2`, `COMMAND DOCS nosuch`,
+		`@ CONFIG GET maxmemory timeout`, `@ CONFIG GET maxmemory maxmemory`, `CONFIG GET maxmemor*`, `CONFIG SET`, `CONFIG SET x`, `CONFIG RESETSTAT x`, `CONFIG help x`,
+		`ECHO ""`, `PING ""`, `QUIT x`,
+	}},
 }
 
 // arityChecks are each command of docs/redis.md with too few arguments and,
@@ -292,13 +398,13 @@ func runDiffScript(t *testing.T, s diffScript, proto int, tag, redisAddr, concor
 		}
 	}
 	for _, step := range s.steps {
-		tol, line := stepTolerance(t, step)
+		mode, line := parseStepMode(t, step)
 		args := splitDiffLine(t, line)
 		for i := range args {
 			args[i] = strings.ReplaceAll(args[i], "{t}", tag)
 		}
 		want, got := rc.do(t, args), cc.do(t, args)
-		same := sameReply(want, got, tol)
+		same := mode.same(want, got)
 		why, known := knownDifferences[s.name+": "+line]
 		switch {
 		case !same && !known:
@@ -314,17 +420,74 @@ func runDiffScript(t *testing.T, s diffScript, proto int, tag, redisAddr, concor
 	}
 }
 
-// stepTolerance splits a leading "~N " off a step.
-func stepTolerance(t *testing.T, step string) (int64, string) {
-	if !strings.HasPrefix(step, "~") {
-		return 0, step
+// stepMode is how a step's two replies are compared, from the step's
+// prefix: "~N " lets integers differ by up to N (times to live), "@ "
+// ignores the order of the reply's elements (a map's pairs), since Redis
+// answers KEYS or CONFIG GET in its hash table's order and Concord in byte
+// order, and "^ " compares types and sizes only, for a reply that names
+// the server's own version and connection id (HELLO).
+type stepMode struct {
+	tol       int64
+	unordered bool
+	shape     bool
+}
+
+// parseStepMode splits a step's prefix off.
+func parseStepMode(t *testing.T, step string) (stepMode, string) {
+	switch {
+	case strings.HasPrefix(step, "@ "):
+		return stepMode{unordered: true}, step[2:]
+	case strings.HasPrefix(step, "^ "):
+		return stepMode{shape: true}, step[2:]
+	case !strings.HasPrefix(step, "~"):
+		return stepMode{}, step
 	}
 	n, rest, _ := strings.Cut(step[1:], " ")
 	tol, err := strconv.ParseInt(n, 10, 64)
 	if err != nil {
 		t.Fatalf("bad step %q", step)
 	}
-	return tol, rest
+	return stepMode{tol: tol}, rest
+}
+
+func (m stepMode) same(a, b diffReply) bool {
+	if m.unordered {
+		a, b = sortedElems(a), sortedElems(b)
+	}
+	if m.shape {
+		return sameShape(a, b)
+	}
+	return sameReply(a, b, m.tol)
+}
+
+// sortedElems returns r with its elements (a map's pairs) in sorted order.
+func sortedElems(r diffReply) diffReply {
+	width := 1
+	if r.typ == '%' {
+		width = 2
+	}
+	groups := make([][]diffReply, 0, len(r.elems)/width)
+	for i := 0; i+width <= len(r.elems); i += width {
+		groups = append(groups, r.elems[i:i+width])
+	}
+	key := func(g []diffReply) string { return diffReply{typ: '*', elems: g}.String() }
+	slices.SortFunc(groups, func(x, y []diffReply) int { return strings.Compare(key(x), key(y)) })
+	out := r
+	out.elems = slices.Concat(groups...)
+	return out
+}
+
+// sameShape compares types, nulls and sizes, not text.
+func sameShape(a, b diffReply) bool {
+	if a.typ != b.typ || a.null != b.null || len(a.elems) != len(b.elems) {
+		return false
+	}
+	for i := range a.elems {
+		if !sameShape(a.elems[i], b.elems[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // splitDiffLine splits a step into words; a word in double quotes is a Go
