@@ -74,13 +74,24 @@ func cmdConsistency(c *conn, a [][]byte, w *resp.Writer) {
 }
 
 // checkAuth compares a password with the token in constant time. The user
-// name, if given, must be "default" (Concord has no ACL users).
+// name, if given, must be "default" (Concord has no ACL users). Without a
+// token the node is a Redis whose default user has no password ("nopass"):
+// the old one-argument AUTH is an error, but "default" with any password is
+// accepted, since a client configured with a user and password (go-redis
+// sends HELLO 3 AUTH default pw) must connect as it does to such a Redis.
 func (c *conn) checkAuth(user, pass []byte) error {
 	tok := c.s.cfg.AuthToken
-	if tok == "" {
+	if tok == "" && user == nil {
 		return replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 	}
-	if (user != nil && string(user) != "default") || !frame.TokenEqual(pass, []byte(tok)) {
+	if user != nil && string(user) != "default" {
+		return errWrongPass
+	}
+	if tok == "" {
+		c.setAuthed(true)
+		return nil
+	}
+	if !frame.TokenEqual(pass, []byte(tok)) {
 		return errWrongPass
 	}
 	c.setAuthed(true)

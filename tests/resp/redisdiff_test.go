@@ -260,6 +260,14 @@ var diffScripts = []diffScript{
 		`WATCH {t}a`, `MULTI`, `DISCARD`, `UNWATCH x`,
 	}},
 	{"RESET QUIT", []string{`MULTI`, `RESET`, `EXEC`, `RESET x`, `QUIT`}},
+	{"HELLO AUTH without a password", []string{
+		// A node without --auth-token-file is a Redis whose default user
+		// has no password: "default" with any password logs in (go-redis
+		// sends HELLO 3 AUTH default pw when given a password), another
+		// user is refused. GET shows the protocol the HELLO chose.
+		`^ HELLO 3 AUTH default x`, `GET {t}none`, `HELLO 2 AUTH nobody x`, `GET {t}none`, `^ HELLO 2 AUTH default "" SETNAME me`,
+		`GET {t}none`, `CLIENT GETNAME`, `HELLO 3 AUTH nobody x SETNAME you`, `CLIENT GETNAME`, `AUTH nobody x`, `AUTH x`,
+	}},
 	{"SET options edges", []string{
 		`SET {t}k v EX 10 PXAT 100`, `SET {t}k v PX 10 KEEPTTL`, `SET {t}k v EXAT 10 KEEPTTL`, `SET {t}k v PXAT 0`, `SET {t}k v EXAT -1`,
 		`SET {t}k v PX -1`, `SET {t}k v PX 1.5`, `SET {t}k v PX 9223372036854775806`, `SET {t}k v EXAT 9223372036854775807`,
@@ -348,7 +356,7 @@ var diffScripts = []diffScript{
 	}},
 	{"handshake", []string{
 		`HELLO 2 AUTH`, `HELLO 2 AUTH default`, `HELLO 2 SETNAME`, `HELLO 0`, `HELLO -1`, `HELLO 1`, `HELLO 2x`,
-		`HELLO 3 SETNAME "a b"`, `HELLO 2 FOO bar`, `HELLO 99999999999999999999`, `AUTH a b c`,
+		`HELLO 3 SETNAME "a b"`, `HELLO 2 FOO bar`, `HELLO 99999999999999999999`, `AUTH a b`, `AUTH a b c`, `AUTH default ""`, `AUTH default x`, `AUTH DEFAULT x`, `HELLO 2 AUTH nobody x`,
 		`CLIENT SETNAME ""`, `CLIENT GETNAME`, `CLIENT SETNAME "a\nb"`, `CLIENT SETNAME "\x7f"`, `CLIENT SETNAME "é"`, `CLIENT GETNAME`,
 		`CLIENT ID x`, `client getname x`, `client setname`,
 		`COMMAND COUNT x`, `COMMAND INFO get`, `COMMAND INFO nosuch`, `COMMAND INFO nosuch nosuch2`, `COMMAND DOCS nosuch`,
