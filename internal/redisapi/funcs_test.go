@@ -231,3 +231,28 @@ func TestSetPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestParseFloat: increments parse as Redis's string2ld parses them, within
+// a double: no '_' (strconv takes "1_0"), no number a long double rounds
+// to zero; a double's underflow that a long double holds reads as zero.
+func TestParseFloat(t *testing.T) {
+	for in, ok := range map[string]bool{"1.5": true, "-.5e1": true, "5.": true, "+1": true, "1e-400": true, "0e-5000": true,
+		"inf": true, "1_0": false, "_1": false, "1e-5000": false, "-1e-5000": false, "nan": false, "": false, " 1": false,
+		"1 ": false, "1e": false, "1e400": false} {
+		if _, err := parseFloat([]byte(in)); (err == nil) != ok {
+			t.Errorf("parseFloat(%q): err = %v, want ok %v", in, err, ok)
+		}
+	}
+}
+
+// TestStoredFloatOK: what Redis's string2ld takes as a stored number, which
+// decides INCRBYFLOAT's error for an infinite increment.
+func TestStoredFloatOK(t *testing.T) {
+	for in, ok := range map[string]bool{"1": true, "-1.5": true, "1e4000": true, "inf": true, "-Infinity": true, "+INF": true,
+		"0e-9999": true, "1e5000": false, "1e-5000": false, "": false, " 1": false, "1 ": false, "--inf": false, "1_0": false,
+		"nan": false, "1e": false, "abc": false, "1" + strings.Repeat("0", maxLongDoubleChars): false} {
+		if got := storedFloatOK([]byte(in)); got != ok {
+			t.Errorf("storedFloatOK(%.20q) = %v, want %v", in, got, ok)
+		}
+	}
+}

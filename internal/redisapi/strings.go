@@ -2,6 +2,7 @@ package redisapi
 
 import (
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -132,16 +133,35 @@ func parseInt(b []byte) (int64, error) {
 	return v, nil
 }
 
+// parseFloat accepts what Redis's string2ld does, within a double's range:
+// no spaces, no NaN, no '_' (which strconv takes between digits and strtold
+// does not), and no number so small that a long double rounds it to zero
+// (strtold's underflow, which Redis refuses).
 func parseFloat(b []byte) (float64, error) {
 	s := string(b)
-	if s == "" || strings.ContainsAny(s, " \t") {
+	if s == "" || strings.ContainsAny(s, " \t_") {
 		return 0, errNotFloat
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(f) {
+	if err != nil || math.IsNaN(f) || (f == 0 && underflowsLongDouble(s)) {
 		return 0, errNotFloat
 	}
 	return f, nil
+}
+
+// maxLongDoubleExp is the big.Float exponent past which a long double
+// overflows (strtold's ERANGE, which Redis refuses).
+const maxLongDoubleExp = 16384
+
+// minLongDoubleExp is the big.Float exponent of the x87 long double's
+// smallest subnormal, 2^-16445; a nonzero decimal below it reads as zero.
+const minLongDoubleExp = -16444
+
+// underflowsLongDouble reports whether s is a nonzero decimal that strtold
+// would round to zero (ERANGE).
+func underflowsLongDouble(s string) bool {
+	n, _, err := big.ParseFloat(s, 10, 64, big.ToNearestEven)
+	return err == nil && n.Sign() != 0 && n.MantExp(nil) < minLongDoubleExp
 }
 
 func planGet(c *conn, a [][]byte) (*plan, error) {
@@ -446,16 +466,57 @@ func planIncr(sign int64, withArg bool) func(*conn, [][]byte) (*plan, error) {
 	}
 }
 
-func planIncrFloat(_ *conn, a [][]byte) (*plan, error) {
+func planIncrFloat(c *conn, a [][]byte) (*plan, error) {
 	d, err := parseFloat(a[2])
 	if err != nil {
 		return nil, err
 	}
 	if math.IsInf(d, 0) {
-		return nil, errNaN
+		return infIncrPlan(c, a[1]), nil
 	}
 	op := &concordpb.Op{Type: concordpb.OpType_OP_INCR_FLOAT, Key: a[1], FloatDelta: d}
 	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Bulk(r.GetValue()) }), nil
+}
+
+// infIncrPlan answers INCRBYFLOAT by an infinite increment, which is an
+// error whatever the key holds, and changes nothing: Redis reads the stored
+// number before the increment, so a key that holds no number answers "not
+// a valid float" and any other "would produce NaN or Infinity". The key is
+// read to tell which (the op cannot carry an infinite delta).
+func infIncrPlan(c *conn, key []byte) *plan {
+	return readPlan(c, [][]byte{key}, func(w *resp.Writer, res []*concordpb.OpResult) {
+		if res[0].GetOk() && !storedFloatOK(res[0].GetValue()) {
+			w.Error(string(errNotFloat))
+			return
+		}
+		w.Error(string(errNaN))
+	})
+}
+
+// maxLongDoubleChars is the longest text Redis's string2ld reads.
+const maxLongDoubleChars = 5 * 1024
+
+// storedFloatOK reports whether Redis's string2ld takes v as a number: a
+// decimal (Concord reads no hexadecimal floats) or an infinity, whole, no
+// spaces, within a long double's range and not rounded to zero.
+func storedFloatOK(v []byte) bool {
+	s := string(v)
+	if s == "" || len(s) >= maxLongDoubleChars || strings.ContainsAny(s, " \t\r\n\v\f_") {
+		return false
+	}
+	unsigned := s
+	if s[0] == '+' || s[0] == '-' {
+		unsigned = s[1:]
+	}
+	if u := strings.ToLower(unsigned); u == "inf" || u == "infinity" {
+		return true
+	}
+	n, _, err := big.ParseFloat(s, 10, 64, big.ToNearestEven)
+	if err != nil {
+		return false
+	}
+	exp := n.MantExp(nil)
+	return n.Sign() == 0 || (exp >= minLongDoubleExp && exp <= maxLongDoubleExp)
 }
 
 func planAppend(_ *conn, a [][]byte) (*plan, error) {
