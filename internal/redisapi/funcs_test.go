@@ -21,6 +21,10 @@ func TestGlobMatch(t *testing.T) {
 		{`h\*llo`, "hello", false}, {"*a*b", "xxaxxb", true}, {"*a*b", "xxaxxbx", false},
 		{"ks:*", "ks:07", true}, {"ks:1?", "ks:12", true}, {"ks:1?", "ks:2", false},
 		{"a**b", "ab", true},
+		// As Redis's stringmatchlen: any byte after "x-" ends a range, ']'
+		// too, so "[a-]" is the range ']'..'a' and the class is unclosed.
+		{"[a-]1", "a1", false}, {"[a-]1", "]", true}, {"[a-]1", "^", true}, {"[a-]1", "-", false}, {"[a-]", "a", true},
+		{"[]-a]1", "^1", false}, {`[\]-a]1`, "-1", true}, {"[z-a]", "m", true}, {"[a-c]", "-", false},
 	} {
 		if got := globMatch([]byte(tc.p), []byte(tc.s)); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.p, tc.s, got, tc.want)

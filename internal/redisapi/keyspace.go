@@ -409,7 +409,9 @@ func matchClass(p []byte, c byte) ([]byte, bool) {
 		case p[0] == '\\' && len(p) > 1:
 			match = match || p[1] == c
 			p = p[2:]
-		case len(p) > 2 && p[1] == '-' && p[2] != ']':
+		case len(p) > 2 && p[1] == '-':
+			// Any third byte ends the range, ']' too, as in Redis's
+			// stringmatchlen: "[a-]" is the range ']'..'a', unclosed.
 			lo, hi := p[0], p[2]
 			if lo > hi {
 				lo, hi = hi, lo
