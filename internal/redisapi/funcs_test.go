@@ -260,3 +260,18 @@ func TestStoredFloatOK(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCursor: SCAN cursors parse as Redis's strtoul reads them: empty
+// is 0, a '+' may lead; no spaces, signs past one '+', or overflow.
+func TestParseCursor(t *testing.T) {
+	for in, want := range map[string]int64{"": 0, "0": 0, "+0": 0, "+12": 12, "007": 7, "18446744073709551615": -1,
+		"+": -2, " 0": -2, "0 ": -2, "++1": -2, "1.5": -2, "18446744073709551616": -2, "x": -2} {
+		got, err := parseCursor([]byte(in))
+		switch {
+		case want == -2 && err == nil:
+			t.Errorf("parseCursor(%q) = %d, want an error", in, got)
+		case want != -2 && (err != nil || got != uint64(want)):
+			t.Errorf("parseCursor(%q) = %d, %v; want %d", in, got, err, uint64(want))
+		}
+	}
+}

@@ -38,12 +38,24 @@ func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.Sc
 	return r, nil
 }
 
+// parseCursor reads a cursor as Redis's strtoul does: an empty one is 0
+// and a '+' may lead.
+func parseCursor(b []byte) (uint64, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if b[0] == '+' {
+		b = b[1:]
+	}
+	return strconv.ParseUint(string(b), 10, 64)
+}
+
 // cmdScan: SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]. The cursor is an
 // id in the node's cursor table for the key the next page starts at; 0
 // starts and ends a scan. Every key present for the whole scan is returned
 // once (keys come in byte order).
 func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
-	cur, err := strconv.ParseUint(string(a[1]), 10, 64)
+	cur, err := parseCursor(a[1])
 	if err != nil {
 		w.Error("ERR invalid cursor")
 		return

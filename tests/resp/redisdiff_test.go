@@ -350,7 +350,7 @@ var diffScripts = []diffScript{
 		`TYPE {t}a1`, `TYPE {t}none`, `EXISTS {t}a1 {t}a1 {t}a1`, `DEL {t}a1 {t}a1`, `UNLINK {t}b1 {t}c1 {t}b1`, `UNLINK {t}none`,
 		`SCAN 0 MATCH {t}]1 COUNT 100000`, `SCAN 0 MATCH {t}]1 COUNT 100000 TYPE string`, `SCAN 0 MATCH {t}]1 COUNT 100000 TYPE list`,
 		`SCAN 0 MATCH {t}]1 COUNT 100000 TYPE STRING`, `SCAN 0 TYPE`, `SCAN 0 COUNT -1`, `SCAN 0 COUNT 1.5`, `SCAN 18446744073709551616`,
-		`SCAN 1.5`, `SCAN + MATCH {t}]1`, `SCAN " 0"`,
+		`SCAN 1.5`, `SCAN "" MATCH {t}]1 COUNT 100000`, `SCAN +0 MATCH {t}]1 COUNT 100000`, `SCAN + MATCH {t}]1`, `SCAN " 0"`,
 		`SCAN 0 MATCH {t}]1 MATCH {t}^1 COUNT 100000`, `SCAN 0 count 100000 match {t}^1`, `SCAN 0 MATCH {t}[a-]1 COUNT 100000`,
 		`@ KEYS {t}[^ab]1`, `@ KEYS {t}[]-a]1`, `@ KEYS {t}[a-]`, `@ KEYS {t}[a-]1]`, `@ KEYS {t}[\]-a]1`, `@ KEYS {t}[A-C]1`,
 	}},
