@@ -261,7 +261,12 @@ func cmdClient(c *conn, a [][]byte, w *resp.Writer) {
 	case sub == "INFO":
 		w.Verbatim("txt", []byte(c.describe()+"\n"))
 	case sub == "LIST":
-		w.Verbatim("txt", []byte(c.s.clientList()))
+		list, err := c.s.clientListFiltered(a[2:])
+		if err != nil {
+			w.Error(err.Error())
+			return
+		}
+		w.Verbatim("txt", []byte(list))
 	case sub == "SETINFO":
 		w.SimpleString("OK")
 	case sub == "HELP":
@@ -294,12 +299,60 @@ func (s *Server) clientList() string {
 	}
 	s.mu.Unlock()
 	slices.SortFunc(conns, func(a, b *conn) int { return int(a.id - b.id) })
+	return describeAll(conns)
+}
+
+// describeAll is CLIENT LIST's text: a line per connection.
+func describeAll(conns []*conn) string {
 	var b strings.Builder
 	for _, c := range conns {
 		b.WriteString(c.describe())
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// clientListFiltered answers CLIENT LIST's options as Redis 7.0 parses
+// them: TYPE t (every Concord connection is a normal client; there are no
+// replicas or subscribers) or ID id..., in the order given, an unknown id
+// skipped; anything else is a syntax error.
+func (s *Server) clientListFiltered(opts [][]byte) (string, error) {
+	switch {
+	case len(opts) == 0:
+		return s.clientList(), nil
+	case len(opts) == 2 && strings.EqualFold(string(opts[0]), "type"):
+		switch strings.ToLower(string(opts[1])) {
+		case "normal":
+			return s.clientList(), nil
+		case "master", "replica", "slave", "pubsub":
+			return "", nil
+		}
+		return "", replyError("ERR Unknown client type '" + cString(opts[1], len(opts[1])) + "'")
+	case len(opts) > 1 && strings.EqualFold(string(opts[0]), "id"):
+		return s.clientsByID(opts[1:])
+	}
+	return "", errSyntax
+}
+
+// clientsByID describes the connections named by ids, in their order.
+func (s *Server) clientsByID(ids [][]byte) (string, error) {
+	want := make([]int64, len(ids))
+	for i, id := range ids {
+		n, err := parseInt(id)
+		if err != nil {
+			return "", replyError("ERR Invalid client ID")
+		}
+		want[i] = n
+	}
+	s.mu.Lock()
+	var conns []*conn
+	for _, id := range want {
+		if c, ok := s.clients[id]; ok {
+			conns = append(conns, c)
+		}
+	}
+	s.mu.Unlock()
+	return describeAll(conns), nil
 }
 
 // cmdCommand: COMMAND, COMMAND COUNT | INFO [names] | DOCS [names] | LIST.
