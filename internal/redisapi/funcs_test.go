@@ -261,6 +261,17 @@ func TestStoredFloatOK(t *testing.T) {
 	}
 }
 
+// TestCommandInfoTypes: in RESP3 a command's flags, ACL categories, tips,
+// key specifications and subcommands are sets, as Redis 7.0 answers them.
+func TestCommandInfoTypes(t *testing.T) {
+	w := resp.NewWriter(3)
+	writeCommandInfo(w, lookup([]byte("get")))
+	want := "*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n~0\r\n~0\r\n~0\r\n~0\r\n"
+	if got := string(w.Bytes()); got != want {
+		t.Errorf("COMMAND INFO get in RESP3 = %q, want %q", got, want)
+	}
+}
+
 // TestParseCursor: SCAN cursors parse as Redis's strtoul reads them: empty
 // is 0, a '+' may lead; no spaces, signs past one '+', or overflow.
 func TestParseCursor(t *testing.T) {

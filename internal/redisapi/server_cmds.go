@@ -1,6 +1,7 @@
 package redisapi
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
 	"slices"
@@ -374,10 +375,14 @@ func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
 	case sub == "COUNT" && len(a) == 2:
 		w.Int(int64(len(commands)))
 	case sub == "LIST":
-		all := sortedCommands()
-		w.Array(len(all))
-		for _, cmd := range all {
-			w.BulkString(cmd.name)
+		names, err := listCommands(a[2:])
+		if err != nil {
+			w.Error(err.Error())
+			return
+		}
+		w.Array(len(names))
+		for _, n := range names {
+			w.BulkString(n)
 		}
 	case sub == "INFO":
 		cmds := requested(a[2:])
@@ -410,6 +415,34 @@ func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
 	}
 }
 
+// listCommands answers COMMAND LIST [FILTERBY MODULE m | ACLCAT c |
+// PATTERN p], parsed as Redis 7.0 parses it: one FILTERBY, last, or a
+// syntax error. PATTERN matches case-insensitively, as Redis's does.
+// Concord has no modules and gives its commands no ACL categories
+// (COMMAND INFO), so those two filters match nothing.
+func listCommands(opts [][]byte) ([]string, error) {
+	if len(opts) != 0 && (len(opts) != 3 || !strings.EqualFold(string(opts[0]), "filterby")) {
+		return nil, errSyntax
+	}
+	filter, pattern := "", []byte(nil)
+	if len(opts) == 3 {
+		filter, pattern = strings.ToLower(string(opts[1])), bytes.ToLower(opts[2])
+		if filter != "module" && filter != "aclcat" && filter != "pattern" {
+			return nil, errSyntax
+		}
+		if len(pattern) > maxPatternBytes {
+			return nil, errPatternTooLong
+		}
+	}
+	var names []string
+	for _, cmd := range sortedCommands() {
+		if filter == "" || (filter == "pattern" && globMatch(pattern, []byte(cmd.name))) {
+			names = append(names, cmd.name)
+		}
+	}
+	return names, nil
+}
+
 // requested returns the commands named (nil for unknown names), or every
 // command when no name is given.
 func requested(names [][]byte) []*command {
@@ -437,8 +470,8 @@ func writeCommandInfo(w *resp.Writer, cmd *command) {
 	w.Int(int64(cmd.step))
 	w.Set(0) // ACL categories
 	w.Set(0) // tips
-	w.Array(0)
-	w.Array(0)
+	w.Set(0) // key specifications (Redis 7.0 answers a set)
+	w.Set(0) // subcommands (a set too)
 }
 
 // cmdConfig: CONFIG GET pattern...: the few settings clients and
