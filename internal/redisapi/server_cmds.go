@@ -495,20 +495,42 @@ func cmdConfig(c *conn, a [][]byte, w *resp.Writer) {
 			return
 		}
 	}
-	var out [][2]string
-	for _, kv := range settings {
-		for _, p := range a[2:] {
-			if globMatch([]byte(strings.ToLower(string(p))), []byte(kv[0])) {
-				out = append(out, kv)
-				break
-			}
-		}
-	}
+	out := configMatches(settings, a[2:])
 	w.Map(len(out))
 	for _, kv := range out {
 		w.BulkString(kv[0])
 		w.BulkString(kv[1])
 	}
+}
+
+// configMatches picks the settings CONFIG GET's arguments name, as Redis
+// 7.0 does: an argument without glob characters names one setting, any
+// case, and is answered under the name as given (CONFIG GET MAXMEMORY
+// answers MAXMEMORY); a pattern matches without regard to case and answers
+// the settings' own names. A setting is answered once, under the first
+// argument that named it.
+func configMatches(settings [][2]string, args [][]byte) [][2]string {
+	var out [][2]string
+	seen := make(map[string]bool)
+	add := func(name string, kv [2]string) {
+		if !seen[kv[0]] {
+			seen[kv[0]] = true
+			out = append(out, [2]string{name, kv[1]})
+		}
+	}
+	for _, arg := range args {
+		exact := !bytes.ContainsAny(arg, "[*?")
+		pattern := bytes.ToLower(arg)
+		for _, kv := range settings {
+			switch {
+			case exact && strings.EqualFold(string(arg), kv[0]):
+				add(string(arg), kv)
+			case !exact && globMatch(pattern, []byte(kv[0])):
+				add(kv[0], kv)
+			}
+		}
+	}
+	return out
 }
 
 // cmdInfo: INFO [section...]: server, clients, keyspace, replication,

@@ -76,6 +76,8 @@ var knownDifferences = map[string]string{
 	`INCRBYFLOAT edges: INCRBYFLOAT {t}a 3.0000000000000001`:              "the increment is read as a double, not a long double (docs/redis.md, Partial: INCRBYFLOAT)",
 	`INCRBYFLOAT edges: INCRBYFLOAT {t}y -123456789012345678901234567890`: "the increment is read as a double, not a long double (docs/redis.md, Partial: INCRBYFLOAT)",
 	`INCRBYFLOAT edges: INCRBYFLOAT {t}q 1`:                               "a stored number too small for a long double reads as itself, not as an error (docs/redis.md, Partial: INCRBYFLOAT)",
+	`server and connection edges: COMMAND DOCS get`:                       "COMMAND DOCS gives a group, not a summary (docs/redis.md, commands: server)",
+	`server and connection edges: CLIENT SETINFO lib-name x`:              "Concord answers as Redis 7.2, which has CLIENT SETINFO; 7.0 has not (docs/redis.md, commands: connection)",
 	`handshake: COMMAND INFO get`:                                         "no ACL categories nor key specifications (docs/redis.md, Partial: COMMAND)",
 	`handshake: CONFIG GET maxmemor*`:                                     "CONFIG GET knows a few settings only (docs/redis.md, Partial: CONFIG GET)",
 }
@@ -260,6 +262,17 @@ var diffScripts = []diffScript{
 		`WATCH {t}a`, `MULTI`, `DISCARD`, `UNWATCH x`,
 	}},
 	{"RESET QUIT", []string{`MULTI`, `RESET`, `EXEC`, `RESET x`, `QUIT`}},
+	{"server and connection edges", []string{
+		`^ HELLO`, `^ HELLO 2`, `HELLO 3 AUTH default`, `HELLO 3 SETNAME`, `^ HELLO 3 SETNAME a AUTH default x`, `CLIENT GETNAME`, `HELLO 2 SETNAME "a b"`,
+		`^ CLIENT INFO`, `^ CLIENT ID`, `^ COMMAND COUNT`, `^ DBSIZE`, `INFO nosuch`, `SELECT 00`, `SELECT +0`, `SELECT " 0"`, `SELECT 99999999999999999999`,
+		`CONFIG GET save`, `CONFIG GET maxclients`, `CONFIG GET timeout x`, `CONFIG GET ""`, `CONFIG GET MAXMEMORY`, `@ CONFIG GET TIMEOUT timeout`,
+		`@ CONFIG GET timeout TIMEOUT`, `@ CONFIG GET TIMEOU?`, `@ CONFIG GET Maxmemory-Policy MAXMEMORY-P*`, `@ CONFIG GET maxmemory-p* MAXMEMORY-POLICY`,
+		`COMMAND DOCS get`, `PING "\x00"`, `ECHO "\xff"`, `CLIENT HELP x`, `CONFIG HELP x`,
+		`GETEX {t}k PERSIST`, `SET {t}k v`, `GETEX {t}k EX 100 PERSIST`, `EXPIRE {t}k 100 NX GT`, `EXPIRE {t}k 100 nx gt lt`, `PEXPIRE {t}k 100 XX LT FOO`,
+		`TTL {t}k`, `PERSIST {t}k x`, `PERSIST`, `TYPE {t}k`, `RANDOMKEY x`, `DBSIZE x`,
+		`SET {t}k v EX 10 PX`, `SET {t}k v GET EX 10 NX XX`, `SET {t}k v NX GET EX 0`, `SETNX {t}k`, `GETDEL {t}k x`, `MSETNX {t}a 1 {t}a`,
+		`MULTI`, `MULTI`, `QUIT`,
+	}},
 	{"HELLO AUTH without a password", []string{
 		// A node without --auth-token-file is a Redis whose default user
 		// has no password: "default" with any password logs in (go-redis
