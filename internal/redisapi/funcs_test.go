@@ -92,6 +92,7 @@ func TestSubcommandErrors(t *testing.T) {
 		"CONFIG GET":           "-ERR wrong number of arguments for 'config|get' command\r\n",
 		"CONFIG FOO":           "-ERR unknown subcommand 'FOO'. Try CONFIG HELP.\r\n",
 		"COMMAND COUNT x":      "-ERR wrong number of arguments for 'command|count' command\r\n",
+		"COMMAND HELP x":       "-ERR wrong number of arguments for 'command|help' command\r\n",
 		"CLIENT GETNAME":       "",
 		"config get maxmemory": "",
 	} {

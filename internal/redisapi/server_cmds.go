@@ -234,7 +234,7 @@ func subcommandOK(container string, arities map[string]int, a [][]byte, w *resp.
 var (
 	clientArities  = map[string]int{"id": 2, "setname": 3, "getname": 2, "info": 2, "list": -2, "setinfo": 4, "help": 2}
 	configArities  = map[string]int{"get": -3, "set": -4, "rewrite": 2, "resetstat": 2, "help": 2}
-	commandArities = map[string]int{"count": 2, "list": -2, "info": -2, "docs": -2}
+	commandArities = map[string]int{"count": 2, "list": -2, "info": -2, "docs": -2, "help": 2}
 )
 
 // cmdClient: CLIENT ID | SETNAME | GETNAME | INFO | LIST | SETINFO.
@@ -394,6 +394,9 @@ func cmdCommand(c *conn, a [][]byte, w *resp.Writer) {
 				writeCommandInfo(w, cmd)
 			}
 		}
+	case sub == "HELP":
+		w.Array(1)
+		w.SimpleString("COMMAND | COMMAND COUNT | LIST [FILTERBY PATTERN pattern] | INFO [name ...] | DOCS [name ...]")
 	case sub == "DOCS":
 		var cmds []*command
 		for _, cmd := range requested(a[2:]) {
