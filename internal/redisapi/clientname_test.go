@@ -44,3 +44,23 @@ func TestClientNameBounded(t *testing.T) {
 		t.Fatalf("GETNAME after the refused names answered %q, want the 256-byte name", line)
 	}
 }
+
+// TestClientSetInfo: CLIENT SETINFO takes lib-name and lib-ver (any case)
+// and shows them in CLIENT INFO; an unknown attribute, a value with a space
+// or a control byte, and a value over 256 bytes are refused with Redis
+// 7.2's texts (the bound is Concord's) and change nothing. Before, every
+// SETINFO answered OK and CLIENT INFO always showed them empty.
+func TestClientSetInfo(t *testing.T) {
+	c := serveOnSocket(t, New(&fakeKV{counters: map[string]int64{}}, Config{}))
+	c.send(encode("CLIENT SETINFO lib-name go-redis", "CLIENT SETINFO LIB-VER 9.7.0", "CLIENT SETINFO foo x",
+		"CLIENT SETINFO Lib-Name a\x01b", "CLIENT SETINFO lib-name "+strings.Repeat("n", 257), "CLIENT INFO"))
+	for _, want := range []string{"OK", "OK", "ERR Unrecognized option 'foo'",
+		"ERR Lib-Name cannot contain spaces, newlines or special characters.", "ERR lib-name cannot be longer than 256 bytes"} {
+		if v := c.reply(); v.Str != want {
+			t.Fatalf("answered %+v, want %q", v, want)
+		}
+	}
+	if v := c.reply(); !strings.Contains(v.Str, " lib-name=go-redis lib-ver=9.7.0") {
+		t.Fatalf("CLIENT INFO = %q, want lib-name=go-redis lib-ver=9.7.0", v.Str)
+	}
+}

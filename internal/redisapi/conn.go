@@ -88,6 +88,8 @@ type conn struct {
 
 	mu       sync.Mutex
 	name     string // guarded by mu
+	libName  string // guarded by mu: CLIENT SETINFO lib-name
+	libVer   string // guarded by mu: CLIENT SETINFO lib-ver
 	lastCmd  string // guarded by mu
 	nWatched int    // guarded by mu: len(watch.keys), for CLIENT LIST
 }

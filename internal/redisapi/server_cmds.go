@@ -269,6 +269,10 @@ func cmdClient(c *conn, a [][]byte, w *resp.Writer) {
 		}
 		w.Verbatim("txt", []byte(list))
 	case sub == "SETINFO":
+		if err := c.setInfo(a[2], a[3]); err != nil {
+			w.Error(err.Error())
+			return
+		}
 		w.SimpleString("OK")
 	case sub == "HELP":
 		w.Array(1)
@@ -276,13 +280,42 @@ func cmdClient(c *conn, a [][]byte, w *resp.Writer) {
 	}
 }
 
+// setInfo is CLIENT SETINFO lib-name|lib-ver value, checked as Redis 7.2
+// checks it (an unknown attribute, or a value with bytes outside '!'..'~',
+// which would break CLIENT LIST's fields, is refused) and bounded as a
+// connection's name is, since every CLIENT LIST prints both.
+func (c *conn) setInfo(attr, val []byte) error {
+	name := cString(attr, len(attr))
+	var dst *string
+	switch strings.ToLower(string(attr)) {
+	case "lib-name":
+		dst = &c.libName
+	case "lib-ver":
+		dst = &c.libVer
+	default:
+		return replyError("ERR Unrecognized option '" + name + "'")
+	}
+	if len(val) > maxClientName {
+		return replyError(fmt.Sprintf("ERR %s cannot be longer than %d bytes", name, maxClientName))
+	}
+	for _, ch := range val {
+		if ch < '!' || ch > '~' {
+			return replyError("ERR " + name + " cannot contain spaces, newlines or special characters.")
+		}
+	}
+	c.mu.Lock()
+	*dst = string(val)
+	c.mu.Unlock()
+	return nil
+}
+
 // describe is the connection's line in CLIENT LIST.
 func (c *conn) describe() string {
 	c.mu.Lock()
-	name, last, watched := c.name, c.lastCmd, c.nWatched
+	name, last, watched, libName, libVer := c.name, c.lastCmd, c.nWatched, c.libName, c.libVer
 	c.mu.Unlock()
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name= lib-ver=",
-		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), watched, cmdOrNull(last), c.proto)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), watched, cmdOrNull(last), c.proto, libName, libVer)
 }
 
 func cmdOrNull(s string) string {

@@ -267,7 +267,7 @@ var diffScripts = []diffScript{
 		`^ CLIENT INFO`, `^ CLIENT ID`, `^ COMMAND COUNT`, `^ DBSIZE`, `INFO nosuch`, `SELECT 00`, `SELECT +0`, `SELECT " 0"`, `SELECT 99999999999999999999`,
 		`CONFIG GET save`, `CONFIG GET maxclients`, `CONFIG GET timeout x`, `CONFIG GET ""`, `CONFIG GET MAXMEMORY`, `@ CONFIG GET TIMEOUT timeout`,
 		`@ CONFIG GET timeout TIMEOUT`, `@ CONFIG GET TIMEOU?`, `@ CONFIG GET Maxmemory-Policy MAXMEMORY-P*`, `@ CONFIG GET maxmemory-p* MAXMEMORY-POLICY`,
-		`COMMAND DOCS get`, `PING "\x00"`, `ECHO "\xff"`, `COMMAND HELP x`, `CLIENT HELP x`, `CONFIG HELP x`,
+		`COMMAND DOCS get`, `PING "\x00"`, `ECHO "\xff"`, `COMMAND HELP x`, `CLIENT HELP x`, `CONFIG HELP x`, `CLIENT SETINFO lib-name x`,
 		`GETEX {t}k PERSIST`, `SET {t}k v`, `GETEX {t}k EX 100 PERSIST`, `EXPIRE {t}k 100 NX GT`, `EXPIRE {t}k 100 nx gt lt`, `PEXPIRE {t}k 100 XX LT FOO`,
 		`TTL {t}k`, `PERSIST {t}k x`, `PERSIST`, `TYPE {t}k`, `RANDOMKEY x`, `DBSIZE x`,
 		`SET {t}k v EX 10 PX`, `SET {t}k v GET EX 10 NX XX`, `SET {t}k v NX GET EX 0`, `SETNX {t}k`, `GETDEL {t}k x`, `MSETNX {t}a 1 {t}a`,
