@@ -273,6 +273,26 @@ var diffScripts = []diffScript{
 		`SET {t}k v EX 10 PX`, `SET {t}k v GET EX 10 NX XX`, `SET {t}k v NX GET EX 0`, `SETNX {t}k`, `GETDEL {t}k x`, `MSETNX {t}a 1 {t}a`,
 		`MULTI`, `MULTI`, `QUIT`,
 	}},
+	{"expiry kept or cleared", []string{
+		`SET {t}k v EX 100`, `APPEND {t}k x`, `~1 TTL {t}k`, `SETRANGE {t}k 0 y`, `~1 TTL {t}k`, `SET {t}n 1 EX 100`, `INCR {t}n`, `~1 TTL {t}n`,
+		`INCRBYFLOAT {t}n 1.5`, `~1 TTL {t}n`, `DECRBY {t}n 1`, `~1 TTL {t}n`, `SETNX {t}k z`, `~1 TTL {t}k`, `MSETNX {t}k z`, `~1 TTL {t}k`,
+		`MSET {t}k z`, `TTL {t}k`, `SET {t}k v EX 100`, `GETEX {t}k`, `~1 TTL {t}k`, `GETDEL {t}k`, `TTL {t}k`, `SET {t}k v PX 100000`,
+		`SET {t}k w KEEPTTL GET`, `~2000 PTTL {t}k`, `SET {t}k w XX KEEPTTL`, `~1 TTL {t}k`, `SET {t}k w NX EX 10`, `~1 TTL {t}k`,
+		`EXPIRE {t}none 0`, `PEXPIRE {t}none -1`, `SET {t}k v EXAT 1`, `TTL {t}k`, `PTTL {t}k`, `EXPIRETIME {t}k`, `SET {t}k v EX 1 NX`, `TTL {t}k`,
+	}},
+	{"INCRBYFLOAT formatting", []string{
+		`SET {t}f 0.00000000000000001`, `INCRBYFLOAT {t}f 0`, `INCRBYFLOAT {t}s 1e-18`, `INCRBYFLOAT {t}s -1e-18`, `INCRBYFLOAT {t}m -0.000000000000000001`,
+		`GET {t}m`, `SET {t}g 1.10`, `INCRBYFLOAT {t}g 0`, `SET {t}g 100`, `INCRBYFLOAT {t}g 0.5`, `INCRBYFLOAT {t}g -100.5`, `SET {t}g 1e2`, `INCRBYFLOAT {t}g 1e-2`,
+		`SET {t}g 123456789.123456789`, `INCRBYFLOAT {t}g 0`, `SET {t}g 0.1`, `INCRBYFLOAT {t}g 0.7`, `INCRBYFLOAT {t}g 1.2345678901234567`,
+		`SET {t}g 9007199254740993`, `INCRBYFLOAT {t}g 0`, `INCRBYFLOAT {t}g 1`, `SET {t}g -1.5e-7`, `INCRBYFLOAT {t}g 0`, `SET {t}g 1.5e+3`, `INCRBYFLOAT {t}g 0`,
+		`SET {t}g 3.0e0`, `INCRBYFLOAT {t}g -3`, `SET {t}g 0.1e1`, `INCRBYFLOAT {t}g .1`, `SET {t}g +.5`, `INCRBYFLOAT {t}g -.5`, `SET {t}g 5e-324`, `INCRBYFLOAT {t}g 0`,
+	}},
+	{"WATCH own writes and RESP3 nulls", []string{
+		`SET {t}a 1`, `WATCH {t}a`, `SET {t}a 2`, `MULTI`, `GET {t}a`, `EXEC`, `WATCH {t}a`, `DEL {t}a`, `MULTI`, `EXEC`,
+		`WATCH {t}none`, `SET {t}none x`, `MULTI`, `EXEC`, `WATCH {t}none2`, `MULTI`, `GET {t}none2`, `MGET {t}none2 {t}none`, `EXEC`,
+		`MGET {t}x {t}y`, `GETEX {t}x`, `GETDEL {t}x`, `GETSET {t}x 1`, `SET {t}y 1 GET`, `SET {t}z 1 NX GET`, `SET {t}z 2 NX GET`,
+		`CLIENT GETNAME`, `GETRANGE {t}x 5 1`,
+	}},
 	{"HELLO AUTH without a password", []string{
 		// A node without --auth-token-file is a Redis whose default user
 		// has no password: "default" with any password logs in (go-redis
