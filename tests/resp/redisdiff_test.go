@@ -87,7 +87,10 @@ var knownDifferences = map[string]string{
 // double quotes is a Go string literal ("" is empty, "\x00" a zero byte).
 // "{t}" in a word becomes the script's hash tag. A prefix changes how the
 // replies are compared (stepMode): "~N " integers within N of each other,
-// "@ " in any order, "^ " by shape only.
+// "@ " in any order, "^ " by shape only. "> " sends the rest of the line
+// as it is, an inline command (as telnet sends). "! " before the others
+// marks the script's last step, after which the servers close the
+// connection (a protocol error).
 type diffScript struct {
 	name  string
 	steps []string
@@ -293,6 +296,14 @@ var diffScripts = []diffScript{
 		`MGET {t}x {t}y`, `GETEX {t}x`, `GETDEL {t}x`, `GETSET {t}x 1`, `SET {t}y 1 GET`, `SET {t}z 1 NX GET`, `SET {t}z 2 NX GET`,
 		`CLIENT GETNAME`, `GETRANGE {t}x 5 1`,
 	}},
+	{"inline commands", []string{
+		`> ECHO "a b"`, `> ECHO 'a\'b'`, `> ECHO "\x41\x4a"`, `> ECHO "\t\n\r\b\a\\"`, `> ECHO "\x4"`, `> ECHO "\xzz"`, `> ECHO 'a\nb'`,
+		`> ECHO a   b`, `>    PING   `, `> pInG x`, `> SET {t}k "x y"`, `> GET {t}k`, `> ECHO ""`, `> ECHO ''`, `> ECHO "\u0041"`,
+		"> ECHO \"a\tb\"", "> ECHO a\tb", `> ECHO "a"`, `> NOSUCH a "b c"`,
+		`! > ECHO "a"b`,
+	}},
+	{"inline unbalanced quotes", []string{`! > ECHO "a`}},
+	{"inline unbalanced single quote", []string{`> ECHO 'a'`, `! > ECHO 'a'b`}},
 	{"HELLO AUTH without a password", []string{
 		// A node without --auth-token-file is a Redis whose default user
 		// has no password: "default" with any password logs in (go-redis
@@ -451,11 +462,19 @@ func runDiffScript(t *testing.T, s diffScript, proto int, tag, redisAddr, concor
 	}
 	for _, step := range s.steps {
 		mode, line := parseStepMode(t, step)
-		args := splitDiffLine(t, line)
-		for i := range args {
-			args[i] = strings.ReplaceAll(args[i], "{t}", tag)
+		var want, got diffReply
+		var args []string
+		if inline, ok := strings.CutPrefix(line, "> "); ok {
+			raw := strings.ReplaceAll(inline, "{t}", tag)
+			args = strings.Fields(raw)
+			want, got = rc.send(t, raw+"\r\n"), cc.send(t, raw+"\r\n")
+		} else {
+			args = splitDiffLine(t, line)
+			for i := range args {
+				args[i] = strings.ReplaceAll(args[i], "{t}", tag)
+			}
+			want, got = rc.do(t, args), cc.do(t, args)
 		}
-		want, got := rc.do(t, args), cc.do(t, args)
 		same := mode.same(want, got)
 		why, known := knownDifferences[s.name+": "+line]
 		switch {
@@ -466,7 +485,7 @@ func runDiffScript(t *testing.T, s diffScript, proto int, tag, redisAddr, concor
 		case !same:
 			t.Logf("%s: %s: known difference (%s): redis-server %s, concord %s", s.name, line, why, want, got)
 		}
-		if args[0] == "QUIT" {
+		if len(args) > 0 && strings.EqualFold(args[0], "QUIT") || mode.last {
 			return
 		}
 	}
@@ -482,10 +501,16 @@ type stepMode struct {
 	tol       int64
 	unordered bool
 	shape     bool
+	last      bool // the server closes the connection after it
 }
 
 // parseStepMode splits a step's prefix off.
 func parseStepMode(t *testing.T, step string) (stepMode, string) {
+	if rest, ok := strings.CutPrefix(step, "! "); ok {
+		m, line := parseStepMode(t, rest)
+		m.last = true
+		return m, line
+	}
 	switch {
 	case strings.HasPrefix(step, "@ "):
 		return stepMode{unordered: true}, step[2:]
@@ -642,13 +667,19 @@ func (c *diffConn) do(t *testing.T, args []string) diffReply {
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
+	return c.send(t, b.String())
+}
+
+// send writes raw bytes (a command) and reads one reply.
+func (c *diffConn) send(t *testing.T, raw string) diffReply {
+	t.Helper()
 	_ = c.nc.SetDeadline(time.Now().Add(15 * time.Second))
-	if _, err := c.nc.Write([]byte(b.String())); err != nil {
-		t.Fatalf("%s: write %q: %v", c.addr, args, err)
+	if _, err := c.nc.Write([]byte(raw)); err != nil {
+		t.Fatalf("%s: write %q: %v", c.addr, raw, err)
 	}
 	r, err := readDiffReply(c.br, 0)
 	if err != nil {
-		t.Fatalf("%s: reading the reply to %q: %v", c.addr, args, err)
+		t.Fatalf("%s: reading the reply to %q: %v", c.addr, raw, err)
 	}
 	return r
 }
