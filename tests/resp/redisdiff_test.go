@@ -78,6 +78,7 @@ var knownDifferences = map[string]string{
 	`INCRBYFLOAT edges: INCRBYFLOAT {t}q 1`:                               "a stored number too small for a long double reads as itself, not as an error (docs/redis.md, Partial: INCRBYFLOAT)",
 	`server and connection edges: COMMAND DOCS get`:                       "COMMAND DOCS gives a group, not a summary (docs/redis.md, commands: server)",
 	`server and connection edges: CLIENT SETINFO lib-name x`:              "Concord answers as Redis 7.2, which has CLIENT SETINFO; 7.0 has not (docs/redis.md, commands: connection)",
+	`INFO shapes, RESET, QUIT in MULTI: ECHO x`:                           "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
 	`handshake: COMMAND INFO get`:                                         "no ACL categories nor key specifications (docs/redis.md, Partial: COMMAND)",
 	`handshake: CONFIG GET maxmemor*`:                                     "CONFIG GET knows a few settings only (docs/redis.md, Partial: CONFIG GET)",
 }
@@ -304,6 +305,13 @@ var diffScripts = []diffScript{
 	}},
 	{"inline unbalanced quotes", []string{`! > ECHO "a`}},
 	{"inline unbalanced single quote", []string{`> ECHO 'a'`, `! > ECHO 'a'b`}},
+	{"INFO shapes, RESET, QUIT in MULTI", []string{
+		`^ INFO server`, `^ INFO`, `^ INFO keyspace`, `^ CLIENT LIST`, `^ INFO server clients`, `INFO nosuch other`,
+		`KEYS ""`, `SCAN 0 MATCH "" COUNT 100000`, `SCAN 0 MATCH {t}* COUNT 100000 TYPE hash`,
+		`CLIENT SETNAME a`, `SET {t}w 1`, `WATCH {t}w`, `^ HELLO 3`, `RESET`, `CLIENT GETNAME`, `GET {t}none`, `MULTI`, `EXEC`,
+		`MULTI`, `SET {t}a 1`, `RESET`, `EXISTS {t}a`, `MULTI`, `ECHO x`, `DISCARD`,
+		`MULTI`, `WATCH {t}a`, `EXEC`, `MULTI`, `UNWATCH x`, `EXEC`, `MULTI`, `SET {t}a 1`, `QUIT`,
+	}},
 	{"HELLO AUTH without a password", []string{
 		// A node without --auth-token-file is a Redis whose default user
 		// has no password: "default" with any password logs in (go-redis
