@@ -64,3 +64,26 @@ func TestClientSetInfo(t *testing.T) {
 		t.Fatalf("CLIENT INFO = %q, want lib-name=go-redis lib-ver=9.7.0", v.Str)
 	}
 }
+
+// TestHelloRefusedAuthenticatesNothing: a HELLO with the right token but a
+// bad option or name after it is refused and leaves the connection
+// unauthenticated (before, AUTH logged in as it was read: the connection
+// was logged in by a command answered with an error, as Redis 7.0 does);
+// a wrong AUTH is answered first, as in Redis 7.0.
+func TestHelloRefusedAuthenticatesNothing(t *testing.T) {
+	c := serveOnSocket(t, New(&fakeKV{counters: map[string]int64{}}, Config{AuthToken: "s3cret"}))
+	c.send(encode("HELLO 2 AUTH default s3cret FOO", "GET k", "HELLO 2 AUTH default s3cret SETNAME a\x01b", "GET k",
+		"HELLO 2 AUTH nobody s3cret FOO", "GET k", "HELLO 2 AUTH default s3cret SETNAME me", "CLIENT GETNAME"))
+	for i, want := range []string{"ERR Syntax error in HELLO option 'FOO'", "NOAUTH", "ERR Client names cannot contain spaces",
+		"NOAUTH", "WRONGPASS", "NOAUTH"} {
+		if v := c.reply(); !strings.HasPrefix(v.Str, want) {
+			t.Fatalf("reply %d = %+v, want %q", i, v, want)
+		}
+	}
+	if v := c.reply(); v.Type != '*' && v.Type != '%' {
+		t.Fatalf("HELLO with the token = %+v, want its map", v)
+	}
+	if v := c.reply(); v.Str != "me" {
+		t.Fatalf("CLIENT GETNAME = %+v, want me", v)
+	}
+}

@@ -81,6 +81,15 @@ func cmdConsistency(c *conn, a [][]byte, w *resp.Writer) {
 // accepted, since a client configured with a user and password (go-redis
 // sends HELLO 3 AUTH default pw) must connect as it does to such a Redis.
 func (c *conn) checkAuth(user, pass []byte) error {
+	if err := c.verifyAuth(user, pass); err != nil {
+		return err
+	}
+	c.setAuthed(true)
+	return nil
+}
+
+// verifyAuth is checkAuth without logging in.
+func (c *conn) verifyAuth(user, pass []byte) error {
 	tok := c.s.cfg.AuthToken
 	if tok == "" && user == nil {
 		return replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
@@ -88,14 +97,9 @@ func (c *conn) checkAuth(user, pass []byte) error {
 	if user != nil && string(user) != "default" {
 		return errWrongPass
 	}
-	if tok == "" {
-		c.setAuthed(true)
-		return nil
-	}
-	if !frame.TokenEqual(pass, []byte(tok)) {
+	if tok != "" && !frame.TokenEqual(pass, []byte(tok)) {
 		return errWrongPass
 	}
-	c.setAuthed(true)
 	return nil
 }
 
@@ -116,6 +120,34 @@ func cmdAuth(c *conn, a [][]byte, w *resp.Writer) {
 	w.SimpleString("OK")
 }
 
+// helloOptions parses HELLO's options in order and answers the first
+// error as Redis 7.0 does: a wrong AUTH as it is read, a SETNAME's bad name
+// as it is read, an unknown option. It only checks the credentials
+// (loggedIn: an AUTH was right); the caller logs in once every option
+// parsed, so a refused HELLO changes nothing (Redis 7.0 keeps the login of
+// an AUTH before the bad option).
+func (c *conn) helloOptions(opts [][]byte) (name []byte, loggedIn bool, err error) {
+	for i := 0; i < len(opts); i++ {
+		switch opt := strings.ToUpper(string(opts[i])); {
+		case opt == "AUTH" && i+2 < len(opts):
+			if err := c.verifyAuth(opts[i+1], opts[i+2]); err != nil {
+				return nil, false, err
+			}
+			loggedIn = true
+			i += 2
+		case opt == "SETNAME" && i+1 < len(opts):
+			if err := validName(opts[i+1]); err != nil {
+				return nil, false, err
+			}
+			name = opts[i+1]
+			i++
+		default:
+			return nil, false, replyError("ERR Syntax error in HELLO option '" + cString(opts[i], len(opts[i])) + "'")
+		}
+	}
+	return name, loggedIn, nil
+}
+
 // cmdHello: HELLO [protover [AUTH user pass] [SETNAME name]].
 func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
 	proto := c.proto
@@ -131,32 +163,19 @@ func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
 		}
 		proto = int(v)
 	}
-	var name []byte
-	for i := 2; i < len(a); i++ {
-		switch opt := strings.ToUpper(string(a[i])); {
-		case opt == "AUTH" && i+2 < len(a):
-			if err := c.checkAuth(a[i+1], a[i+2]); err != nil {
-				w.Error(err.Error())
-				return
-			}
-			i += 2
-		case opt == "SETNAME" && i+1 < len(a):
-			name = a[i+1]
-			i++
-		default:
-			w.Error("ERR Syntax error in HELLO option '" + cString(a[i], len(a[i])) + "'")
-			return
-		}
+	name, loggedIn, err := c.helloOptions(a[min(2, len(a)):])
+	if err != nil {
+		w.Error(err.Error())
+		return
+	}
+	if loggedIn {
+		c.setAuthed(true)
 	}
 	if !c.authed {
 		w.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return
 	}
 	if name != nil {
-		if err := validName(name); err != nil {
-			w.Error(err.Error())
-			return
-		}
 		c.setName(string(name))
 	}
 	c.proto = proto

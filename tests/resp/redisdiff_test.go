@@ -79,6 +79,7 @@ var knownDifferences = map[string]string{
 	`server and connection edges: COMMAND DOCS get`:                       "COMMAND DOCS gives a group, not a summary (docs/redis.md, commands: server)",
 	`server and connection edges: CLIENT SETINFO lib-name x`:              "Concord answers as Redis 7.2, which has CLIENT SETINFO; 7.0 has not (docs/redis.md, commands: connection)",
 	`INFO shapes, RESET, QUIT in MULTI: ECHO x`:                           "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
+	`HELLO option order: CLIENT GETNAME`:                                  "a refused HELLO changes nothing; Redis 7.0 keeps the SETNAME before the bad option (docs/redis.md, commands: connection)",
 	`handshake: COMMAND INFO get`:                                         "no ACL categories nor key specifications (docs/redis.md, Partial: COMMAND)",
 	`handshake: CONFIG GET maxmemor*`:                                     "CONFIG GET knows a few settings only (docs/redis.md, Partial: CONFIG GET)",
 }
@@ -311,6 +312,13 @@ var diffScripts = []diffScript{
 		`CLIENT SETNAME a`, `SET {t}w 1`, `WATCH {t}w`, `^ HELLO 3`, `RESET`, `CLIENT GETNAME`, `GET {t}none`, `MULTI`, `EXEC`,
 		`MULTI`, `SET {t}a 1`, `RESET`, `EXISTS {t}a`, `MULTI`, `ECHO x`, `DISCARD`,
 		`MULTI`, `WATCH {t}a`, `EXEC`, `MULTI`, `UNWATCH x`, `EXEC`, `MULTI`, `SET {t}a 1`, `QUIT`,
+	}},
+	{"HELLO option order", []string{
+		// Redis 7.0 answers the first bad option as it reads them: a wrong
+		// AUTH, a bad name, an unknown option; nothing is set.
+		`HELLO 3 AUTH nobody x SETNAME "a b"`, `HELLO 3 SETNAME "a b" FOO`, `HELLO 3 AUTH default x FOO`, `HELLO 3 SETNAME ok FOO`, `CLIENT GETNAME`,
+		`HELLO 3 AUTH nobody x FOO`, `HELLO 3 FOO SETNAME "a b"`, `HELLO 3 SETNAME "a b" AUTH nobody x`, `HELLO 3 AUTH nobody x AUTH default x`, `GET {t}none`,
+		`^ HELLO`, `GET {t}none`,
 	}},
 	{"HELLO AUTH without a password", []string{
 		// A node without --auth-token-file is a Redis whose default user
