@@ -61,7 +61,9 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 		return
 	}
 	var match *globber
-	count, typ := scanDefaultCount, ""
+	// Every key is a string: no TYPE, or TYPE string in any case, keeps
+	// them all; any other TYPE, "" too, none (as Redis compares it).
+	count, typ := scanDefaultCount, "string"
 	for i := 2; i < len(a); i += 2 {
 		if i+1 >= len(a) {
 			w.Error(string(errSyntax))
@@ -112,7 +114,7 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 	}
 	var keys [][]byte
 	for _, kv := range r.GetKvs() {
-		if typ != "" && typ != "string" {
+		if typ != "string" {
 			break
 		}
 		if ctx.Err() != nil { // the command's time is up, or the server closes

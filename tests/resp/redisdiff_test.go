@@ -320,6 +320,15 @@ var diffScripts = []diffScript{
 		`HELLO 3 AUTH nobody x FOO`, `HELLO 3 FOO SETNAME "a b"`, `HELLO 3 SETNAME "a b" AUTH nobody x`, `HELLO 3 AUTH nobody x AUTH default x`, `GET {t}none`,
 		`^ HELLO`, `GET {t}none`,
 	}},
+	{"SCAN KEYS and numbers edges", []string{
+		`SET {t}x 1`, `SCAN 0 MATCH {t}x COUNT 9223372036854775807`, `SCAN 0 MATCH {t}x COUNT 9223372036854775808`, `SCAN 0 MATCH {t}x MATCH`,
+		`SCAN 0 MATCH {t}x COUNT 100000 TYPE string TYPE none`, `SCAN 0 MATCH {t}x COUNT 10 COUNT 100000`, `SCAN 0 MATCH {t}x COUNT 100000 TYPE ""`,
+		`SCAN 0 MATCH {t}x COUNT 100000 type String`, `SCAN 0 COUNT 100000 MATCH {t}[\x]`, `KEYS {t}[\x]`, `KEYS {t}[x\]`, `KEYS {t}\x`, `KEYS {t}x\`,
+		`KEYS {t}[^]x`, `KEYS {t}[^x`, `KEYS {t}[x-`, `KEYS {t}?`, `KEYS {t}??`, `KEYS {t}*x*`, `KEYS {t}***`, `KEYS {t}[[]x`,
+		`EXISTS {t}x {t}x {t}x {t}x {t}x {t}x {t}x {t}x {t}x {t}x`, `TYPE {t}x`, `SELECT 0`, `ECHO "\x00\x01\xfe\xff"`,
+		`SET {t}x 10 GET`, `INCRBY {t}x 5`, `APPEND {t}x 5`, `INCR {t}x`, `GETRANGE {t}x -2 -1`, `SETRANGE {t}x 0 9`, `DECR {t}x`,
+		`SET {t}y " "`, `INCRBYFLOAT {t}y 1`, `SET {t}y "1e+2"`, `INCRBYFLOAT {t}y 1`, `SET {t}y "1.e2"`, `INCRBYFLOAT {t}y 1`,
+	}},
 	{"HELLO AUTH without a password", []string{
 		// A node without --auth-token-file is a Redis whose default user
 		// has no password: "default" with any password logs in (go-redis
