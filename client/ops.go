@@ -242,12 +242,32 @@ func (c *Client) StaleStatus(ctx context.Context) (*concordpb.StatusResponse, er
 	return c.status(ctx, &concordpb.StatusRequest{Stale: true})
 }
 
+// status asks the nodes in turn, and asks them all again, with backoff,
+// while every one answers Unavailable, until ctx's deadline (DefaultTimeout
+// if none). A linearizable status needs a placement leader that can
+// confirm it leads: for the election after the leader's node died, every
+// node answers Unavailable, and a caller that asked then (`concord status`
+// right after a crash) wants the answer once the election is over, as a
+// KV call does.
 func (c *Client) status(ctx context.Context, req *concordpb.StatusRequest) (st *concordpb.StatusResponse, err error) {
-	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
-		st, err = concordpb.NewClusterClient(conn).Status(ctx, req)
-		return err
-	})
-	return st, err
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	for attempt := 0; ; attempt++ {
+		err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+			st, err = concordpb.NewClusterClient(conn).Status(ctx, req)
+			return err
+		})
+		if err == nil || status.Code(err) != codes.Unavailable {
+			return st, err
+		}
+		if sleep(ctx, backoff(attempt), deadline) != nil {
+			return nil, err
+		}
+	}
 }
 
 // anyNode calls f on each known node in turn until one call succeeds, each
