@@ -179,19 +179,23 @@ func (w *workload) lostWrites(c *client.Client) (lost []string, checked int, err
 }
 
 // ttlShare is the percentage of puts on an ungrouped key that carry a TTL.
-const ttlShare = 8
+const ttlShare = 10
 
 // pickTTL is the TTL in milliseconds of a put on k: none mostly; else half
-// the time 1-49 ms, which expire before the next write of the key more
-// often than not (the keys are written every few milliseconds), half the
-// time 50-799 ms. A key of a group gets none: the multi-key ops' model is
-// not time-aware (ttl.go).
+// the time 1-9 ms, which run out before the key's next write more often
+// than not (a key is written every 10-20 ms), so that reads see them
+// expire; a quarter 10-49 ms; a quarter 50-799 ms, mostly overwritten
+// before they run out. A key of a group gets none: the multi-key ops'
+// model is not time-aware (ttl.go).
 func pickTTL(rng *rand.Rand, k string) int64 {
 	if _, grouped := groupOf(k); grouped || rng.IntN(100) >= ttlShare {
 		return 0
 	}
-	if rng.IntN(2) == 0 {
-		return 1 + rng.Int64N(49)
+	switch rng.IntN(4) {
+	case 0, 1:
+		return 1 + rng.Int64N(9)
+	case 2:
+		return 10 + rng.Int64N(40)
 	}
 	return 50 + rng.Int64N(750)
 }
