@@ -81,7 +81,9 @@ func slotOf(key string) int {
 // operation on a member steps that member alone, as step does.
 func stepGroup(s groupState, in kvInput, out kvOutput) (bool, interface{}) {
 	slots, ok := slotsOf(in)
-	if !ok {
+	// A TTL on a member is refused: the multi-key steps cannot judge a
+	// value that may have expired, and the workload puts none (pickTTL).
+	if !ok || in.TTLMs != 0 {
 		return false, s
 	}
 	switch in.Kind {

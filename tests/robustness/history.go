@@ -30,6 +30,14 @@ func newRecorder() *recorder { return &recorder{start: time.Now()} }
 // now is the time since the recorder started, from Go's monotonic clock.
 func (r *recorder) now() int64 { return time.Since(r.start).Nanoseconds() }
 
+// begin is now, for an operation about to be called with input in, which
+// it stamps with the wall clock first (CallWall: what expiry is judged
+// against, ttl.go), so the call's instants bracket the op from before.
+func (r *recorder) begin(in *kvInput) int64 {
+	in.CallWall = time.Now().UnixNano()
+	return r.now()
+}
+
 // record adds an operation invoked at call that returned out or err, and
 // reports whether it went into the history. An ambiguous mutation (an error
 // wrapping client.ErrAmbiguous, from either protocol) never returns, as far
@@ -38,6 +46,7 @@ func (r *recorder) now() int64 { return time.Since(r.start).Nanoseconds() }
 // certain), so it is left out.
 func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, err error) bool {
 	ret := r.now()
+	out.ReturnWall = time.Now().UnixNano() // after ret: the instants bracket the op
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {

@@ -55,6 +55,13 @@ type kvInput struct {
 	CountOnly bool
 	// Tx: sent over RESP as MULTI/EXEC rather than as one command.
 	Tx bool
+	// TTLMs: a put that makes the key expire this many milliseconds after
+	// the shard places it (ttl.go); 0: none, and the put clears any expiry.
+	TTLMs int64
+	// CallWall is the wall clock (Unix ns) read just before the call: the
+	// checker compares expiry times, which the servers take from the same
+	// wall clock, with it (ttl.go).
+	CallWall int64
 }
 
 // kvOutput is what the operation returned. Unknown marks an ambiguous
@@ -69,6 +76,9 @@ type kvOutput struct {
 	// state before (only Exists is compared).
 	Multi []kvState
 	N     int // mdel with CountOnly: how many keys existed
+	// ReturnWall is the wall clock (Unix ns) read just after the return;
+	// 0 for an ambiguous mutation, which never returned (ttl.go).
+	ReturnWall int64
 }
 
 // kvState is one key's state; the model is partitioned by key, except that
@@ -76,6 +86,13 @@ type kvOutput struct {
 type kvState struct {
 	Exists bool
 	Value  string
+	// Expires: the value expires at an instant (wall clock, Unix ns) known
+	// to lie in [ExpLo, ExpHi] (ttl.go). Unsure: the model no longer knows
+	// the key's state and accepts anything of it until a write replaces
+	// it whatever it held. Neither is ever set on a group's member.
+	Expires      bool
+	ExpLo, ExpHi int64
+	Unsure       bool
 }
 
 // kvModel is the sequential specification of one key of Concord's KV API.
@@ -107,7 +124,7 @@ var kvModel = porcupine.Model{
 			return stepGroup(g, in, output.(kvOutput))
 		}
 		s, _ := state.(kvState)
-		return step(s, in, output.(kvOutput))
+		return stepTimed(s, in, output.(kvOutput))
 	},
 	// Both state types are comparable (no slices or maps).
 	Equal: func(a, b interface{}) bool { return a == b },
@@ -119,10 +136,7 @@ var kvModel = porcupine.Model{
 			return g.String()
 		}
 		s, _ := state.(kvState)
-		if !s.Exists {
-			return "(absent)"
-		}
-		return fmt.Sprintf("%q", s.Value)
+		return describeState(s)
 	},
 }
 
@@ -174,6 +188,9 @@ func describe(in kvInput, out kvOutput) string {
 		fmt.Fprintf(&b, "get(%s)", in.Key)
 	case opPut:
 		fmt.Fprintf(&b, "put(%s, %s)", in.Key, in.Value)
+		if in.TTLMs > 0 {
+			fmt.Fprintf(&b, " ttl %dms", in.TTLMs)
+		}
 	case opDelete:
 		fmt.Fprintf(&b, "del(%s)", in.Key)
 	case opCAS:

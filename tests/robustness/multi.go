@@ -264,5 +264,6 @@ func kindCounts(ops []porcupine.Operation, c coverage) string {
 			s += fmt.Sprintf(" %s %s %d,", protocolNames[p], f, c.multi[p][f])
 		}
 	}
-	return strings.TrimSuffix(s, ",")
+	s = strings.TrimSuffix(s, ",")
+	return s + fmt.Sprintf("; answered puts with a TTL %d, reads that saw one run out %d", c.ttlPuts, c.expiredReads)
 }

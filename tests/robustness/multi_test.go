@@ -40,6 +40,7 @@ func everyMultiForm() []porcupine.Operation {
 func fullCoverage() coverage {
 	c := coverageOf(everyMultiForm())
 	c.reads, c.writes = [2]int{1, 1}, [2]int{1, 1}
+	c.ttlPuts, c.expiredReads = 1, 1
 	return c
 }
 
@@ -70,6 +71,7 @@ func TestCoverageNeedsEveryMultiForm(t *testing.T) {
 		} {
 			c := coverageOf(tc.hist)
 			c.reads, c.writes = [2]int{1, 1}, [2]int{1, 1}
+			c.ttlPuts, c.expiredReads = 1, 1
 			gaps := c.gaps(true)
 			want := fmt.Sprintf("no %s %s was answered", protocolNames[p], form)
 			if len(gaps) != 1 || !strings.Contains(gaps[0], want) {

@@ -62,7 +62,7 @@ func (rc *respClient) run(ctx context.Context, w *workload) {
 			in = rc.nextOp(rng, n, k)
 		}
 		node := rc.nodes[rc.pick(rng.IntN(len(rc.nodes)), w.members)]
-		call := w.rec.now()
+		call := w.rec.begin(&in)
 		out, err := rc.do(node, in, w.opTimeout)
 		if w.rec.record(rc.id, call, in, out, err) {
 			rc.recorded.Add(1)
@@ -94,10 +94,10 @@ func (rc *respClient) pick(i int, members *liveSet) int {
 	return i
 }
 
-// nextOp picks an operation: 35% GET, 20% SET, 15% SET ... GET, 10% DEL,
-// 10% SET ... NX GET (a CAS expecting the key absent), 10% INCR (which a
-// key's leader may merge with other connections' INCRs of the key into
-// one op: INCR runs). Values SET here are not integers, so an INCR counts
+// nextOp picks an operation: 35% GET, 20% SET, 15% SET ... GET (SETs
+// some with a TTL: pickTTL), 10% DEL, 10% SET ... NX GET (a CAS expecting
+// the key absent), 10% INCR (which a key's leader may merge with other
+// connections' INCRs of the key into one op: INCR runs). Values SET here are not integers, so an INCR counts
 // from a DEL or an absent key, or is refused.
 func (rc *respClient) nextOp(rng *rand.Rand, n int, k string) kvInput {
 	v := fmt.Sprintf("r%d.%d", rc.id, n)
@@ -107,9 +107,9 @@ func (rc *respClient) nextOp(rng *rand.Rand, n int, k string) kvInput {
 	case p < 45:
 		return kvInput{Kind: opIncr, Key: k}
 	case p < 65:
-		return kvInput{Kind: opPut, Key: k, Value: v, Blind: true}
+		return kvInput{Kind: opPut, Key: k, Value: v, Blind: true, TTLMs: pickTTL(rng, k)}
 	case p < 80:
-		return kvInput{Kind: opPut, Key: k, Value: v}
+		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: pickTTL(rng, k)}
 	case p < 90:
 		return kvInput{Kind: opDelete, Key: k}
 	default:
@@ -132,12 +132,15 @@ func (rc *respClient) do(node *redis.Client, in kvInput, timeout time.Duration) 
 		v, err = node.Get(ctx, in.Key).Result()
 		out = kvOutput{Ok: err == nil, Value: v}
 	case opPut:
+		// A TTL goes as SET ... PX (go-redis sends PX for a duration that
+		// is not whole seconds, EX otherwise: either places the same time).
+		ttl := time.Duration(in.TTLMs) * time.Millisecond
 		if in.Blind {
-			err = node.Set(ctx, in.Key, in.Value, 0).Err()
+			err = node.Set(ctx, in.Key, in.Value, ttl).Err()
 			break
 		}
 		var prev string
-		prev, err = node.SetArgs(ctx, in.Key, in.Value, redis.SetArgs{Get: true}).Result()
+		prev, err = node.SetArgs(ctx, in.Key, in.Value, redis.SetArgs{Get: true, TTL: ttl}).Result()
 		out = kvOutput{Ok: err == nil, Value: prev}
 	case opDelete:
 		var n int64

@@ -70,10 +70,14 @@ var protocolNames = [...]string{overGRPC: "gRPC", overRESP: "RESP"}
 type coverage struct {
 	reads, writes [2]int
 	multi         [2]map[string]int // multi-key ops per form (multi.go)
+	// ttlPuts are answered puts with a TTL; expiredReads, reads that
+	// certainly observed a TTL run out (ttl.go, expiryCounts).
+	ttlPuts, expiredReads int
 }
 
 func coverageOf(ops []porcupine.Operation) coverage {
 	var c coverage
+	c.ttlPuts, c.expiredReads = expiryCounts(ops)
 	for _, o := range ops {
 		p := overGRPC
 		if o.ClientId >= respClientBase {
@@ -108,6 +112,9 @@ func (c coverage) gaps(resp bool) []string {
 			why = append(why, fmt.Sprintf("no %s mutation was answered: the history checks none", protocolNames[p]))
 		}
 		why = append(why, c.multiGaps(p)...)
+	}
+	if c.expiredReads == 0 {
+		why = append(why, "no read observed a TTL run out: the history checks no key expiry")
 	}
 	return why
 }

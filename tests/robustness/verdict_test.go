@@ -72,9 +72,10 @@ func TestCoverageNeedsEachProtocolChecked(t *testing.T) {
 	refused := errors.New("UNAVAILABLE not the leader")
 	ambiguous := fmt.Errorf("%w: i/o timeout", client.ErrAmbiguous)
 	record := func(rec *recorder, id int, in kvInput, out kvOutput, err error) {
-		rec.record(id, rec.now(), in, out, err)
+		call := rec.begin(&in)
+		rec.record(id, call, in, out, err)
 	}
-	full := func(rec *recorder) {
+	noExpiry := func(rec *recorder) {
 		for id, k := range map[int]string{0: "a", respClientBase: "b"} {
 			record(rec, id, put(k, "1"), absent, nil)
 			record(rec, id, get(k), found("1"), nil)
@@ -82,6 +83,14 @@ func TestCoverageNeedsEachProtocolChecked(t *testing.T) {
 		for _, o := range everyMultiForm() { // multi_test.go
 			record(rec, o.ClientId, o.Input.(kvInput), o.Output.(kvOutput), nil)
 		}
+	}
+	full := func(rec *recorder) {
+		noExpiry(rec)
+		// A put with a TTL of 1ms, and, once it has run out, a read that
+		// finds the key absent: a read that observed an expiry.
+		record(rec, 0, ttlPut("t", "e", 1), absent, nil)
+		time.Sleep(5 * time.Millisecond) // the TTL's run, not a wait for an event
+		record(rec, 0, get("t"), absent, nil)
 	}
 	for _, tc := range []struct {
 		name string
@@ -101,6 +110,11 @@ func TestCoverageNeedsEachProtocolChecked(t *testing.T) {
 			record(rec, respClientBase, put("a", "2"), kvOutput{}, ambiguous)
 			record(rec, respClientBase+1, incr("a"), kvOutput{}, refused)
 			record(rec, respClientBase, get("a"), found("1"), nil)
+		}, true},
+		{"no TTL ran out", func(rec *recorder) {
+			noExpiry(rec)
+			record(rec, 0, ttlPut("t", "e", 60_000), absent, nil)
+			record(rec, 0, get("t"), found("e"), nil)
 		}, true},
 		{"no gRPC read", func(rec *recorder) {
 			record(rec, 0, put("a", "1"), absent, nil)

@@ -60,7 +60,7 @@ func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
 		} else {
 			in = w.nextOp(rng, id, n, k, seen)
 		}
-		call := w.rec.now()
+		call := w.rec.begin(&in)
 		out, err := w.do(c, in)
 		w.rec.record(id, call, in, out, err)
 		if err == nil {
@@ -69,14 +69,15 @@ func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
 	}
 }
 
-// nextOp picks an operation: 40% get, 30% put, 10% delete, 20% CAS.
+// nextOp picks an operation: 40% get, 30% put (some with a TTL: pickTTL),
+// 10% delete, 20% CAS.
 func (w *workload) nextOp(rng *rand.Rand, id, n int, k string, seen map[string]string) kvInput {
 	v := fmt.Sprintf("c%d.%d", id, n)
 	switch p := rng.IntN(100); {
 	case p < 40:
 		return kvInput{Kind: opGet, Key: k}
 	case p < 70:
-		return kvInput{Kind: opPut, Key: k, Value: v}
+		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: pickTTL(rng, k)}
 	case p < 80:
 		return kvInput{Kind: opDelete, Key: k}
 	default:
@@ -110,7 +111,11 @@ func (w *workload) do(c *client.Client, in kvInput) (kvOutput, error) {
 		return kvOutput{Ok: found, Value: string(v)}, err
 	case opPut:
 		// The model checks the previous value: ask for it.
-		prev, existed, err := c.Put(ctx, key, []byte(in.Value), client.ReturnPrev())
+		opts := []client.PutOption{client.ReturnPrev()}
+		if in.TTLMs > 0 {
+			opts = append(opts, client.TTL(time.Duration(in.TTLMs)*time.Millisecond))
+		}
+		prev, existed, err := c.Put(ctx, key, []byte(in.Value), opts...)
 		return kvOutput{Ok: existed, Value: string(prev)}, err
 	case opDelete:
 		existed, err := c.Delete(ctx, key)
@@ -147,7 +152,7 @@ func (w *workload) finalReads(c *client.Client) {
 	}
 	for _, k := range keys {
 		in := kvInput{Kind: opGet, Key: k}
-		call := w.rec.now()
+		call := w.rec.begin(&in)
 		out, err := w.do(c, in)
 		w.rec.record(len(w.clients), call, in, out, err)
 	}
@@ -171,4 +176,26 @@ func (w *workload) lostWrites(c *client.Client) (lost []string, checked int, err
 		}
 	}
 	return lost, checked, nil
+}
+
+// ttlShare is the percentage of puts on an ungrouped key that carry a TTL.
+const ttlShare = 10
+
+// pickTTL is the TTL in milliseconds of a put on k: none mostly; else half
+// the time 1-9 ms, which run out before the key's next write more often
+// than not (a key is written every 10-20 ms), so that reads see them
+// expire; a quarter 10-49 ms; a quarter 50-799 ms, mostly overwritten
+// before they run out. A key of a group gets none: the multi-key ops'
+// model is not time-aware (ttl.go).
+func pickTTL(rng *rand.Rand, k string) int64 {
+	if _, grouped := groupOf(k); grouped || rng.IntN(100) >= ttlShare {
+		return 0
+	}
+	switch rng.IntN(4) {
+	case 0, 1:
+		return 1 + rng.Int64N(9)
+	case 2:
+		return 10 + rng.Int64N(40)
+	}
+	return 50 + rng.Int64N(750)
 }
