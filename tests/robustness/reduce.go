@@ -242,7 +242,7 @@ func check(ops []porcupine.Operation, timeout time.Duration) verdict {
 // find the key Illegal.
 func checkKey(ops []porcupine.Operation, timeout time.Duration, deadline time.Time) keyVerdict {
 	full, tail := withoutTail(ops)
-	kv := keyVerdict{key: ops[0].Input.(kvInput).Key, ops: len(ops), tail: tail}
+	kv := keyVerdict{key: partitionOf(ops[0].Input.(kvInput)), ops: len(ops), tail: tail}
 	tries := []struct {
 		stage checkStage
 		ops   []porcupine.Operation
