@@ -48,6 +48,8 @@ type fakeNode struct {
 	reading       atomic.Int32  // read barriers asked for (counted before readGate)
 	proposeGate   chan struct{} // when set, each proposal waits for a value from it
 	proposing     atomic.Int32  // proposals that have arrived (counted before proposeGate)
+	changeGate    chan struct{} // when set, each ChangeReplicas waits for a value from it
+	changing      atomic.Int32  // ChangeReplicas calls that have arrived (counted before changeGate)
 	// echo, when set, answers a proposal with one result per op (the op's
 	// key as its value), or refuses it whole (InvalidArgument) if a value is
 	// "bad", as the state machine refuses a batch with a bad op.
@@ -338,6 +340,10 @@ func (f *fakeNode) AnswerProbe(*concordpb.ProbeRequest) *concordpb.ProbeResponse
 func (f *fakeNode) PlacementLeaderHint() ids.NodeID { return f.hint }
 
 func (f *fakeNode) ChangeReplicas(_ context.Context, c Change) (*concordpb.ShardDescriptor, error) {
+	f.changing.Add(1)
+	if f.changeGate != nil {
+		<-f.changeGate
+	}
 	return f.descs[c.Shard], nil
 }
 

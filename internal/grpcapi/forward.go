@@ -166,7 +166,11 @@ func peerConnFor(r Router, node ids.NodeID, hops uint32, shard ids.ShardID) (str
 // it with, which carries the forwarding hop count (one more than ctx's
 // incoming count). It fails with Unavailable when node is unknown or this
 // node itself, the hop limit is reached, or a partition cuts node off. The
-// node's own loops use it too, so that they obey the same rules.
+// node's own loops use it too, so that they obey the same rules. Its calls
+// tell a broken connection from the node's answer (answeredConn), as a KV
+// forward's do: a change or a removal whose connection broke after it was
+// sent may have been made, and a client must not read that as a refusal
+// and make it again on another node.
 func ClusterClientFor(ctx context.Context, r Router, node ids.NodeID) (concordpb.ClusterClient, context.Context, error) {
 	hops := incomingHops(ctx)
 	if node == 0 || node == r.ID() {
@@ -187,7 +191,7 @@ func ClusterClientFor(ctx context.Context, r Router, node ids.NodeID) (concordpb
 		return nil, ctx, status.Errorf(codes.Unavailable, "connect to node %d at %s: %v", node, addr, err)
 	}
 	out := metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(int(hops+1)))
-	return concordpb.NewClusterClient(conn), out, nil
+	return concordpb.NewClusterClient(answeredConn{conn}), out, nil
 }
 
 func incomingHops(ctx context.Context) uint32 {
