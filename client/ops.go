@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -314,15 +316,52 @@ func (c *Client) TransferLeader(ctx context.Context, shard, node uint64) (resp *
 }
 
 // ChangeReplicas makes one membership change (see the Cluster service),
-// forwarded to the shard's leader like TransferLeader. Set req's
-// planned_epoch: a retry after an ambiguous failure is then refused
-// (Aborted) instead of made twice.
+// forwarded to the shard's leader like TransferLeader. Only a node that
+// refused the request, or was never reached, makes the client try the
+// next. A request that was sent and got no answer (the connection to the
+// node, or the node's forward to the leader, broke; an attempt timed out)
+// may have been made: the call stops with an error wrapping ErrAmbiguous,
+// for the caller to read the shard's descriptor before asking again. Set
+// req's planned_epoch too: a repeat is then refused (Aborted) instead of
+// made twice.
 func (c *Client) ChangeReplicas(ctx context.Context, req *concordpb.ChangeReplicasRequest) (resp *concordpb.ChangeReplicasResponse, err error) {
 	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
-		resp, err = concordpb.NewClusterClient(conn).ChangeReplicas(ctx, req)
+		var tr metadata.MD
+		resp, err = concordpb.NewClusterClient(conn).ChangeReplicas(ctx, req, grpc.Trailer(&tr))
+		if sentUnanswered(err, tr) {
+			return finalError{fmt.Errorf("%w: %w", ErrAmbiguous, err)}
+		}
 		return stopUnlessUnavailable(err)
 	})
 	return resp, unwrapFinal(err)
+}
+
+// answeredKey is the trailer a node sets on every error it answers
+// (grpcapi.MarkAnswered).
+const answeredKey = "concord-answered"
+
+// sentUnanswered reports whether a Cluster call that failed with err (and
+// trailer tr) may have been carried out: it timed out, or it is an
+// Unavailable that is neither a node's refusal (marked answered, and not
+// a forward that says it was sent) nor a connection never made. A node of
+// a binary before the mark answers unmarked: its refusals read as
+// unanswered, which stops a call that could have gone on, never the other
+// way round.
+func sentUnanswered(err error, tr metadata.MD) bool {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return true
+	case codes.Unavailable:
+	default:
+		return false
+	}
+	for _, m := range []string{"after the request was sent", "may have received the request"} {
+		if strings.Contains(st.Message(), m) {
+			return true // a forward that broke or stalled after sending
+		}
+	}
+	return len(tr.Get(answeredKey)) == 0 && !notSent(err)
 }
 
 // finalError is an answer anyNode must not retry elsewhere.

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/client"
 )
 
 // addLearner is a ChangeReplicas without planned_epoch, as the client
@@ -53,4 +55,65 @@ func TestBrokenClusterForwardSaysSent(t *testing.T) {
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "after the request was sent") {
 		t.Fatalf("got %v %q; want Unavailable saying the request was sent (outcome unknown)", st.Code(), st.Message())
 	}
+}
+
+// TestClientDoesNotRepeatAnUnknownChange protects a ChangeReplicas whose
+// forward broke after the shard's leader received it: the client must
+// report the outcome unknown (ErrAmbiguous), not ask the next node, which
+// would make the change a second time (here f3, which leads the shard in
+// its own view, as a new leader would).
+// The same holds when the client's own connection to the leader breaks.
+func TestClientDoesNotRepeatAnUnknownChange(t *testing.T) {
+	for _, via := range []string{"forwarded", "direct"} {
+		t.Run(via, func(t *testing.T) {
+			f1, f2, f3, cut := brokenChangeForward(t)
+			first := f1.addrs[1]
+			if via == "direct" {
+				first = f2.addrs[2]
+			}
+			c := newAdminClient(t, first, f3.addrs[3])
+			errs := make(chan error, 1)
+			go func() {
+				_, err := c.ChangeReplicas(context.Background(), addLearner)
+				errs <- err
+			}()
+			cut()
+			err := <-errs
+			if !errors.Is(err, client.ErrAmbiguous) {
+				t.Errorf("ChangeReplicas: %v; want ErrAmbiguous", err)
+			}
+			if n := f3.changing.Load(); n != 0 {
+				t.Errorf("the client asked the next node %d times after the first may have made the change", n)
+			}
+		})
+	}
+}
+
+// TestClientRetriesAChangeRefusedBeforeSending protects the other side: a
+// node that could not forward the change at all (no address for the
+// leader) refused it, so the client asks the next node.
+func TestClientRetriesAChangeRefusedBeforeSending(t *testing.T) {
+	f1, f3 := newFakeNode(t, 1, 1, 2), newFakeNode(t, 3, 1, 3)
+	serve(t, f1)
+	serve(t, f3)
+	c := newAdminClient(t, f1.addrs[1], f3.addrs[3])
+	if _, err := c.ChangeReplicas(context.Background(), addLearner); err != nil {
+		t.Fatalf("ChangeReplicas: %v; want the next node's answer", err)
+	}
+	if n := f3.changing.Load(); n != 1 {
+		t.Fatalf("the next node made %d changes; want 1", n)
+	}
+}
+
+// newAdminClient is a client that asks the nodes at addrs in that order.
+func newAdminClient(t *testing.T, addrs ...string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.NewWithOptions(ctx, client.Options{Endpoints: addrs, Unary: true, AttemptTimeout: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
