@@ -388,22 +388,32 @@ func unwrapFinal(err error) error {
 // RemoveNode starts draining node id out of the cluster (`concord node
 // remove`): the placement service marks it LEAVING, moves its replicas away
 // and marks it REMOVED once it holds nothing. It returns the node's
-// descriptor after the change. Asking again is harmless. A refusal (the
-// node is unknown, already removed, or too few nodes would remain) is
-// returned as it is, without asking other nodes.
+// descriptor after the change. Asking again is harmless (a LEAVING node
+// marked LEAVING again is success), so a request sent and not answered is
+// asked of the next node. A refusal (the node is unknown, already
+// removed, or too few nodes would remain) is returned as it is, without
+// asking other nodes; after a request that was sent and not answered it
+// wraps ErrAmbiguous: the first request may have marked the node, which
+// may since have drained and become REMOVED.
 func (c *Client) RemoveNode(ctx context.Context, id uint64) (d *concordpb.NodeDescriptor, err error) {
 	var refused error
+	uncertain := false // an earlier request may have marked the node
 	err = c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
-		resp, err := concordpb.NewClusterClient(conn).RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: id})
+		var tr metadata.MD
+		resp, err := concordpb.NewClusterClient(conn).RemoveNode(ctx, &concordpb.RemoveNodeRequest{NodeId: id}, grpc.Trailer(&tr))
 		switch status.Code(err) {
 		case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound:
 			refused = err
 			return nil
 		}
+		uncertain = uncertain || sentUnanswered(err, tr)
 		d = resp.GetNode()
 		return err
 	})
-	if refused != nil {
+	switch {
+	case refused != nil && uncertain:
+		return nil, fmt.Errorf("%w: %w", ErrAmbiguous, refused)
+	case refused != nil:
 		return nil, refused
 	}
 	return d, err

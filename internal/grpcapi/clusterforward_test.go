@@ -117,3 +117,34 @@ func newAdminClient(t *testing.T, addrs ...string) *client.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestClientRemoveAfterAnUnknownMarkIsAmbiguous protects `concord node
+// remove` when its first request was sent and not answered: asking the
+// next node is harmless (a LEAVING node marked LEAVING again is success),
+// but a refusal from it may come from the first request's own mark (the
+// node drained and became REMOVED meanwhile), so it is reported as an
+// unknown outcome, not as a removal refused.
+func TestClientRemoveAfterAnUnknownMarkIsAmbiguous(t *testing.T) {
+	f1, f2, f3 := newFakeNode(t, 1, 1, 2), newFakeNode(t, 2, 1, 2), newFakeNode(t, 3, 1, 3)
+	f2.removeGate = make(chan struct{})
+	f3.proposeErr = status.Error(codes.FailedPrecondition, "node 4: it was removed, which is final")
+	srv2 := serveGRPC(t, f2, f1)
+	t.Cleanup(func() { close(f2.removeGate) })
+	serve(t, f1, f2)
+	serve(t, f3)
+	c := newAdminClient(t, f1.addrs[1], f3.addrs[3])
+	errs := make(chan error, 1)
+	go func() {
+		_, err := c.RemoveNode(context.Background(), 4)
+		errs <- err
+	}()
+	waitCount(t, "removals reached the placement leader", 1, f2.removing.Load)
+	go srv2.Stop()
+	err := <-errs
+	if !errors.Is(err, client.ErrAmbiguous) || status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("RemoveNode: %v; want ErrAmbiguous wrapping the next node's refusal", err)
+	}
+	if n := f3.removing.Load(); n != 1 {
+		t.Fatalf("the next node was asked %d times; want 1", n)
+	}
+}

@@ -50,6 +50,8 @@ type fakeNode struct {
 	proposing     atomic.Int32  // proposals that have arrived (counted before proposeGate)
 	changeGate    chan struct{} // when set, each ChangeReplicas waits for a value from it
 	changing      atomic.Int32  // ChangeReplicas calls that have arrived (counted before changeGate)
+	removeGate    chan struct{} // when set, each RemoveNode waits for a value from it
+	removing      atomic.Int32  // RemoveNode calls that have arrived (counted before removeGate)
 	// echo, when set, answers a proposal with one result per op (the op's
 	// key as its value), or refuses it whole (InvalidArgument) if a value is
 	// "bad", as the state machine refuses a batch with a bad op.
@@ -364,6 +366,10 @@ func (f *fakeNode) AddressRejoining(addr string) {
 // RemoveNode proposes to the meta shard, as the node's does: dropFirst
 // and proposeErr apply to it too.
 func (f *fakeNode) RemoveNode(_ context.Context, node ids.NodeID) (*concordpb.NodeDescriptor, error) {
+	f.removing.Add(1)
+	if f.removeGate != nil {
+		<-f.removeGate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removals++
