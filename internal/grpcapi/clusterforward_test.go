@@ -59,9 +59,12 @@ func TestBrokenClusterForwardSaysSent(t *testing.T) {
 
 // TestClientDoesNotRepeatAnUnknownChange protects a ChangeReplicas whose
 // forward broke after the shard's leader received it: the client must
-// report the outcome unknown (ErrAmbiguous), not ask the next node, which
-// would make the change a second time (here f3, which leads the shard in
-// its own view, as a new leader would).
+// report the outcome unknown (ErrAmbiguous), not ask the next node (here
+// f3, which leads the shard in its own view, as a new leader would, and
+// makes any change it is asked). A real leader refuses a repeat of a
+// change made (the node already holds a replica; Aborted with
+// planned_epoch), which the caller would read as a change not made, or,
+// without planned_epoch, makes it again if it was undone meanwhile.
 // The same holds when the client's own connection to the leader breaks.
 func TestClientDoesNotRepeatAnUnknownChange(t *testing.T) {
 	for _, via := range []string{"forwarded", "direct"} {
