@@ -52,6 +52,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/frame"
 	"github.com/concord-kv/concord/internal/routing"
 )
 
@@ -144,7 +145,9 @@ type Options struct {
 	TLSCAFile, TLSCertFile, TLSKeyFile string
 	// AuthToken is sent with every call ("authorization: Bearer TOKEN") to
 	// a cluster started with --auth-token-file. A wrong or missing token
-	// fails calls with codes.Unauthenticated, at once, without retries.
+	// fails calls with codes.Unauthenticated, at once, without retries. It
+	// must be visible ASCII of at most 4,096 bytes (no spaces or
+	// newlines: trim a token read from a file), or New refuses it.
 	AuthToken string
 	// Unary sends each request as its own gRPC call. By default requests
 	// to a node share one KV.Stream, many to a message (fewer frames and
@@ -161,11 +164,26 @@ type Options struct {
 	Wire string
 }
 
+// checkToken refuses a token the wires cannot carry, as a node refuses its
+// --auth-token-file at start: sent as it is, a newline left from a file
+// read without trimming failed every call, after New had retried until its
+// deadline, with gRPC's words about a header value. The error never quotes
+// the token.
+func checkToken(token string) error {
+	if err := frame.CheckToken(token); err != nil {
+		return fmt.Errorf("concord: Options.AuthToken: %w (read from a file? trim its surrounding white space, as concord --auth-token-file does)", err)
+	}
+	return nil
+}
+
 // NewWithOptions is New with Options.
 func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 	endpoints := opts.Endpoints
 	if len(endpoints) == 0 {
 		return nil, ErrNoEndpoints
+	}
+	if err := checkToken(opts.AuthToken); err != nil {
+		return nil, err
 	}
 	dialOpts, err := dial.Security{CAFile: opts.TLSCAFile, CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile, Token: opts.AuthToken}.Options()
 	if err != nil {

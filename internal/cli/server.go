@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -54,7 +56,9 @@ func newServerCmd() *cobra.Command {
 				cfg.AuthToken = tok
 			}
 			if pprofAddr != "" {
-				servePprof(pprofAddr, logger)
+				if _, _, err := servePprof(pprofAddr, defaultPprofTimeouts, logger); err != nil {
+					return err
+				}
 			}
 			return runServer(cfg)
 		},
@@ -162,17 +166,50 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	}
 }
 
-// servePprof serves net/http/pprof on addr, for profiling a running node.
-func servePprof(addr string, logger *slog.Logger) {
+// pprofTimeouts are the deadlines of the --pprof-addr server.
+type pprofTimeouts struct {
+	readHeader, idle time.Duration
+}
+
+// defaultPprofTimeouts are the main HTTP server's (internal/node/http.go).
+var defaultPprofTimeouts = pprofTimeouts{readHeader: 10 * time.Second, idle: 2 * time.Minute}
+
+// newPprofServer is the HTTP server of net/http/pprof's handlers. A client
+// that opens connections and leaves them idle, or never finishes its
+// request headers, holds a goroutine and a socket only until t's
+// deadlines. It has no WriteTimeout, which a CPU profile or trace (30 s
+// by default, ?seconds=N) would outlast, and no ReadTimeout: that read
+// deadline stays on the connection while the handler runs, and net/http
+// cancels the request's context when it passes, which ends a profile
+// early.
+func newPprofServer(t pprofTimeouts) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: t.readHeader,
+		IdleTimeout:       t.idle,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// servePprof serves net/http/pprof on addr, for profiling a running node,
+// and returns the server and the address it listens on. It listens before
+// returning, so an address that cannot be bound fails the start.
+func servePprof(addr string, t pprofTimeouts, logger *slog.Logger) (*http.Server, string, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--pprof-addr: %w", err)
+	}
+	srv := newPprofServer(t)
 	go func() {
-		if err := http.ListenAndServe(addr, mux); err != nil {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("pprof server stopped", "addr", addr, "err", err)
 		}
 	}()
+	return srv, lis.Addr().String(), nil
 }
 
 // peerKV is the node's PeerDialer: forwards to peers travel on the public

@@ -51,3 +51,31 @@ func TestReadToken(t *testing.T) {
 		t.Errorf("a missing file: %v, want an error naming the flag", err)
 	}
 }
+
+// TestClientFlagsTrimToken: the client verbs read --auth-token-file as the
+// server does (readToken): the token they hand the Go client is the file's
+// content without its surrounding white space, which client.New would
+// refuse; a file the server would refuse is refused here too, before
+// anything is dialed.
+func TestClientFlagsTrimToken(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("  s3cret\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := securityFlags{tokenFile: good}.clientOptions()
+	if err != nil || opts.AuthToken != "s3cret" {
+		t.Errorf("clientOptions: token %q, %v; want s3cret", opts.AuthToken, err)
+	}
+	sec, err := securityFlags{tokenFile: good}.security()
+	if err != nil || sec.Token != "s3cret" {
+		t.Errorf("security (the dial options' token): %q, %v; want s3cret", sec.Token, err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("s3cret\nsecond\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (securityFlags{tokenFile: bad}).clientOptions(); err == nil || !strings.Contains(err.Error(), bad) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("a two-line token file: %v, want an error naming the file without quoting it", err)
+	}
+}

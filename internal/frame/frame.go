@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -210,4 +211,19 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// BearerToken returns the token of an Authorization value (an HTTP header
+// or gRPC metadata) in the Bearer scheme. The scheme matches in any case:
+// RFC 7235 section 2.1 (and RFC 6750 section 2.1 for Bearer) make schemes
+// case-insensitive, and some clients send "bearer". One or more spaces
+// part it from the token (RFC 7235's 1*SP); the token itself is compared
+// exactly by the caller.
+func BearerToken(value string) (string, bool) {
+	const scheme = "Bearer"
+	if len(value) <= len(scheme) || !strings.EqualFold(value[:len(scheme)], scheme) || value[len(scheme)] != ' ' {
+		return "", false
+	}
+	token := strings.TrimLeft(value[len(scheme):], " ")
+	return token, token != ""
 }

@@ -40,3 +40,20 @@ func TestCheckToken(t *testing.T) {
 		}
 	}
 }
+
+// TestBearerToken: the scheme of an Authorization value matches in any
+// case (RFC 7235 section 2.1, RFC 6750 section 2.1), with one or more
+// spaces before the token; another scheme, no token, or no space is no
+// bearer token.
+func TestBearerToken(t *testing.T) {
+	for _, v := range []string{"Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR s3cret", "Bearer   s3cret"} {
+		if got, ok := BearerToken(v); !ok || got != "s3cret" {
+			t.Errorf("BearerToken(%q) = %q, %v; want s3cret", v, got, ok)
+		}
+	}
+	for _, v := range []string{"", "Bearer", "Bearer ", "Bearers3cret", "Basic s3cret", "Bearer\ts3cret", " Bearer s3cret", "Bear s3cret"} {
+		if got, ok := BearerToken(v); ok {
+			t.Errorf("BearerToken(%q) = %q, true; want no bearer token", v, got)
+		}
+	}
+}

@@ -30,7 +30,8 @@ import (
 //     makes a caller a node.
 //   - Everything else (KV, Cluster, Admin; the peer calls without TLS),
 //     when Token is set, from a caller with a CA-signed certificate or
-//     with metadata "authorization: Bearer <Token>". Nodes dial their
+//     with metadata "authorization: Bearer <Token>" (the scheme in any
+//     case, frame.BearerToken). Nodes dial their
 //     peers with both, so forwarding works either way.
 //
 // The zero Auth lets every call through.
@@ -97,7 +98,7 @@ func (a Auth) check(ctx context.Context, method string) error {
 		return status.Error(codes.Unauthenticated, "this cluster requires an auth token: give it with --auth-token-file "+
 			"(metadata \"authorization: Bearer TOKEN\")")
 	}
-	got, ok := strings.CutPrefix(vals[0], "Bearer ")
+	got, ok := frame.BearerToken(vals[0])
 	if !ok || !frame.TokenEqual([]byte(got), []byte(a.Token)) {
 		return status.Error(codes.Unauthenticated, "auth token rejected: it is not the node's --auth-token-file token")
 	}

@@ -22,7 +22,6 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -105,13 +104,14 @@ func statusHandler(b Backend, timeout time.Duration) http.HandlerFunc {
 	}
 }
 
-// authorized requires "Authorization: Bearer token" when token is set.
+// authorized requires "Authorization: Bearer token" when token is set (the
+// scheme in any case: frame.BearerToken).
 func authorized(token string, h http.Handler) http.Handler {
 	if token == "" {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := frame.BearerToken(r.Header.Get("Authorization"))
 		if !ok || !frame.TokenEqual([]byte(got), []byte(token)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="concord"`)
 			text(w, http.StatusUnauthorized, "unauthorized: this route needs the node's auth token as \"Authorization: Bearer TOKEN\"")

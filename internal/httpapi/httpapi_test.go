@@ -85,6 +85,9 @@ func TestRoutes(t *testing.T) {
 	if w := serve(ready, "GET", "/api/status", "Bearer nope"); w.Code != 401 {
 		t.Errorf("/api/status, wrong token = %d, want 401", w.Code)
 	}
+	if w := serve(ready, "GET", "/api/status", "bearer tok"); w.Code != 200 {
+		t.Errorf("/api/status, scheme in lower case = %d, want 200 (RFC 7235: the scheme is case-insensitive)", w.Code)
+	}
 	w := serve(ready, "GET", "/api/status", "Bearer tok")
 	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" || !strings.Contains(w.Body.String(), `"answeredByNodeId":"2"`) {
 		t.Errorf("/api/status = %d %s %q", w.Code, w.Header().Get("Content-Type"), w.Body)

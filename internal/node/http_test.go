@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -29,23 +32,10 @@ func withHTTP(token string) func(*Config) {
 
 func httpGet(t *testing.T, url, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
+	if token == "" {
+		return httpGetAuth(t, url, "")
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return httpGetAuth(t, url, "Bearer "+token)
 }
 
 // awaitReady polls /readyz until it answers 200.
@@ -280,4 +270,68 @@ func TestHTTPIdleConnectionClosed(t *testing.T) {
 	if _, err := r.ReadByte(); err != io.EOF {
 		t.Fatalf("the idle connection was not closed by the node: read %v, want EOF", err)
 	}
+}
+
+// TestBearerSchemeAnyCase: the "Bearer" scheme of an Authorization value
+// is case-insensitive (RFC 7235 section 2.1, RFC 6750 section 2.1), on
+// both doors that read it: HTTP /api/status and gRPC metadata. Before,
+// only "Bearer" itself was taken, and a client that sent "bearer TOKEN"
+// was refused with the right token.
+func TestBearerSchemeAnyCase(t *testing.T) {
+	const token = "s3cret"
+	n := startSolo(t, withHTTP(token))
+	base := "http://" + n.HTTPAddr()
+	awaitReady(t, base)
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cl := concordpb.NewClusterClient(conn)
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER", "bEaReR"} {
+		code, body := httpGetAuth(t, base+"/api/status", scheme+" "+token)
+		if code != http.StatusOK {
+			t.Errorf("HTTP /api/status with %q TOKEN = %d %q, want 200", scheme, code, body)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", scheme+" "+token)
+		_, err := cl.Status(ctx, &concordpb.StatusRequest{})
+		cancel()
+		if err != nil {
+			t.Errorf("gRPC Status with %q TOKEN: %v, want an answer", scheme, err)
+		}
+	}
+	// The scheme's case is free; the token's is not.
+	if code, _ := httpGetAuth(t, base+"/api/status", "bearer S3CRET"); code != http.StatusUnauthorized {
+		t.Errorf("HTTP /api/status with the token in another case = %d, want 401", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "bearer S3CRET")
+	if _, err := cl.Status(ctx, &concordpb.StatusRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("gRPC Status with the token in another case: %v, want Unauthenticated", err)
+	}
+}
+
+// httpGetAuth gets url with auth as its Authorization value (none if
+// empty).
+func httpGetAuth(t *testing.T, url, auth string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
