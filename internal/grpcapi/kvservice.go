@@ -46,6 +46,8 @@ type KV struct {
 	// peers are the request streams forwards take (peerwire.go); nil:
 	// unary gRPC calls.
 	peers *peerPool
+	// maxQueuedReplyBytes, when set, replaces maxQueuedReplyBytes (tests).
+	maxQueuedReplyBytes int64
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.

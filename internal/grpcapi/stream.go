@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -36,6 +37,17 @@ const (
 // however large. A gRPC stream reports no message sizes: gRPC bounds
 // only each message (MaxRecvMsgSize).
 const maxStreamInFlightBytes = 64 << 20
+
+// maxQueuedReplyBytes bounds the bytes of a stream's replies that are
+// ready and not yet sent (queued, or in the message being sent): past it
+// a call's worker waits, holding its slot, for the sender to catch up, as
+// the reader waits on maxStreamInFlightBytes. Up to maxStreamInFlight
+// finished calls and two messages of maxRepliesPerMessage replies were
+// otherwise held whole, however large their values (a scan page or a get
+// of megabytes each) while the client read slowly. A reply larger than
+// the bound alone is sent when nothing else is queued. A reply counts the
+// keys and values it carries (replyBytes).
+const maxQueuedReplyBytes = 64 << 20
 
 // WithCallInterceptors sets what runs around every call of a Stream, as
 // the server's unary interceptors run around a unary call (tracking,
@@ -121,12 +133,13 @@ type sizedStream interface {
 // or it fails, then answers those in flight.
 func (s *KV) serveStream(ctx context.Context, stream callStream) error {
 	replies := make(chan *concordpb.StreamReply, maxRepliesPerMessage)
+	queued := newByteBudget(cmp.Or(s.maxQueuedReplyBytes, maxQueuedReplyBytes))
 	sent := make(chan error, 1)
-	go func() { sent <- sendReplies(stream, replies) }()
+	go func() { sent <- sendReplies(stream, replies, queued) }()
 
 	slots := make(chan struct{}, maxStreamInFlight)
 	var calls sync.WaitGroup
-	w := &callWorkers{s: s, ctx: ctx, slots: slots, calls: &calls, replies: replies, work: make(chan streamWork)}
+	w := &callWorkers{s: s, ctx: ctx, slots: slots, calls: &calls, replies: replies, queued: queued, work: make(chan streamWork)}
 	if ss, ok := stream.(sizedStream); ok {
 		w.bytes = newByteBudget(ss.maxInFlightBytes())
 	}
@@ -260,8 +273,11 @@ type callWorkers struct {
 	slots   chan struct{} // one per call in flight; the caller takes it
 	calls   *sync.WaitGroup
 	replies chan<- *concordpb.StreamReply
-	work    chan streamWork // unbuffered: only idle workers take from it
-	n       int             // workers started; touched only by startCalls
+	// queued bounds the bytes of the replies ready and not yet sent: a
+	// worker takes its reply's, the sender gives them back once sent.
+	queued *byteBudget
+	work   chan streamWork // unbuffered: only idle workers take from it
+	n      int             // workers started; touched only by startCalls
 	// deadlines gives each call its context; touched only by startCalls.
 	deadlines callDeadlines
 	// bytes bounds the request bytes of the calls in flight; nil: no
@@ -368,15 +384,51 @@ func (w *callWorkers) run(c streamWork) {
 	for ok := true; ok; c, ok = <-w.work {
 		r := w.s.serveCall(c.deadline.ctx, c.call)
 		c.deadline.release()
-		w.replies <- r
+		w.queue(r)
 		w.bytes.release(c.bytes)
 		<-w.slots
 	}
 }
 
+// queue hands r to the sender once its bytes fit under the queued
+// replies' bound. When the stream ends first it is queued all the same:
+// the sender drains every reply and gives back what it counts.
+func (w *callWorkers) queue(r *concordpb.StreamReply) {
+	if n := replyBytes(r); n > 0 && w.queued.acquire(w.ctx, n) != nil {
+		w.queued.used.Add(n)
+	}
+	w.replies <- r
+}
+
+// replyBytes is what r counts against the queued replies' bound: the
+// bytes of the keys and values it carries (their framing aside, a few
+// bytes each, and the few bytes of a reply without data, bounded by their
+// number). Lengths only, no size computation: the put path pays a type
+// switch.
+func replyBytes(r *concordpb.StreamReply) int64 {
+	var n int
+	switch x := r.GetResponse().(type) {
+	case *concordpb.StreamReply_Get:
+		n = len(x.Get.GetValue())
+	case *concordpb.StreamReply_CompareAndSwap:
+		n = len(x.CompareAndSwap.GetCurrentValue())
+	case *concordpb.StreamReply_Scan:
+		n = len(x.Scan.GetNextStart())
+		for _, kv := range x.Scan.GetKvs() {
+			n += len(kv.GetKey()) + len(kv.GetValue())
+		}
+	case *concordpb.StreamReply_Batch:
+		for _, res := range x.Batch.GetResults() {
+			n += len(res.GetValue())
+		}
+	}
+	return int64(n)
+}
+
 // sendReplies batches the replies that are ready into one message each
 // time; after a send fails it keeps draining, so no call blocks on it.
-func sendReplies(stream callStream, replies <-chan *concordpb.StreamReply) error {
+// Once a message is sent (or dropped) its replies' bytes go back to queued.
+func sendReplies(stream callStream, replies <-chan *concordpb.StreamReply, queued *byteBudget) error {
 	var failed error
 	_, yield := stream.(*connStream)
 	for r := range replies {
@@ -392,6 +444,11 @@ func sendReplies(stream callStream, replies <-chan *concordpb.StreamReply) error
 		if failed == nil {
 			failed = stream.Send(&concordpb.StreamResponse{Replies: batch})
 		}
+		var n int64
+		for _, r := range batch {
+			n += replyBytes(r)
+		}
+		queued.release(n)
 	}
 	return failed
 }

@@ -85,9 +85,13 @@ type Config struct {
 	RedisOutputBufferLimit int
 	// RedisMaxClients bounds the node's RESP connections, on --addr and
 	// --redis-addr together (0: redisapi's default, 10,000, Redis's
-	// maxclients); one more is answered "ERR max number of clients
-	// reached" and closed.
+	// maxclients); one more closes the oldest that has sent no command
+	// or, when all have, is answered "ERR max number of clients reached"
+	// and closed.
 	RedisMaxClients int
+	// GRPCMaxConns bounds the node's gRPC connections on --addr (0:
+	// DefaultGRPCMaxConns); one more is closed as soon as it is accepted.
+	GRPCMaxConns int
 	// PeerDialer, when set, makes the node forward KV calls to peers over
 	// their framed wire (grpcapi.WithPeerWire); the CLI sets it to the
 	// public client's (client.NewPeerKV), which this layer may not import.
@@ -234,6 +238,8 @@ func (c *Config) validate() error {
 			minSessionTTL, time.Duration(kv.MaxClockStep), c.SessionTTL)
 	case c.RedisMaxClients < 0:
 		return fmt.Errorf("--redis-max-clients must not be negative (0: 10000), got %d", c.RedisMaxClients)
+	case c.GRPCMaxConns < 0:
+		return fmt.Errorf("--grpc-max-conns must not be negative (0: %d), got %d", DefaultGRPCMaxConns, c.GRPCMaxConns)
 	case c.MaxMovesPerNode < 0:
 		return fmt.Errorf("--max-moves-per-node must not be negative, got %d", c.MaxMovesPerNode)
 	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -110,5 +111,52 @@ func TestAuthTokenChecked(t *testing.T) {
 		if err := c.validate(); err != nil {
 			t.Errorf("token of %d bytes: %v, want it taken", len(tok), err)
 		}
+	}
+}
+
+// TestGRPCMaxConnsReachesServer: --grpc-max-conns bounds the gRPC
+// connections on the node's port: with a cap of 2, of 5 connections that
+// open as HTTP/2 does at least 3 are closed by the node at once (the
+// others may include the node's own). Before, gRPC kept every one.
+func TestGRPCMaxConnsReachesServer(t *testing.T) {
+	n := startSolo(t, func(c *Config) { c.GRPCMaxConns = 2 })
+	closed := make(chan struct{}, 5)
+	for range 5 {
+		c, err := net.DialTimeout("tcp", n.Addr(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		go func() {
+			// The node's SETTINGS, then, past the cap, the end.
+			if _, err := io.Copy(io.Discard, c); err == nil || !isTimeout(err) {
+				closed <- struct{}{}
+			}
+		}()
+	}
+	for i := range 3 {
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 5 gRPC connections closed, want at least 3 past a cap of 2", i)
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestGRPCMaxConnsNegativeRefused: --grpc-max-conns below zero is refused
+// at start, naming the flag.
+func TestGRPCMaxConnsNegativeRefused(t *testing.T) {
+	c := Config{GRPCMaxConns: -1}
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--grpc-max-conns") {
+		t.Fatalf("--grpc-max-conns -1: validate said %v, want an error naming the flag", err)
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,13 @@ import (
 // (portmux.DefaultMaxPending) only briefly. A RESP client that connects
 // and says nothing for this long reconnects.
 const muxTimeout = 10 * time.Second
+
+// DefaultGRPCMaxConns bounds the gRPC connections on the node's port unless
+// --grpc-max-conns says otherwise: each holds a goroutine, HTTP/2 buffers
+// and a socket, and grpc-go bounds only the streams of one connection.
+// Generous, as --redis-max-clients' 10,000: a client multiplexes its calls
+// over one connection (or a few), so only a flood comes near it.
+const DefaultGRPCMaxConns = 10000
 
 // maxMsgBytes bounds a gRPC message; larger requests are refused by gRPC
 // with ResourceExhausted.
@@ -257,7 +265,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer n.wg.Done()
-		if err := n.srv.Serve(mux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := n.srv.Serve(portmux.Limit(mux.GRPC(), cmp.Or(n.cfg.GRPCMaxConns, DefaultGRPCMaxConns))); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("grpc server stopped", "err", err)
 		}
 	}()

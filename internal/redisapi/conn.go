@@ -3,6 +3,7 @@ package redisapi
 import (
 	"bufio"
 	"bytes"
+	"container/list"
 	"context"
 	"errors"
 	"io"
@@ -85,6 +86,13 @@ type conn struct {
 	budget   *kv.Budget
 	outBytes int
 	over     bool
+
+	// silent is set by Server.admit while the connection has sent no
+	// command: its first one lifts the first-command deadline
+	// (Server.spoke). silentAt is its place among the server's silent
+	// connections until then, guarded by the server's mu.
+	silent   bool
+	silentAt *list.Element
 
 	mu       sync.Mutex
 	name     string // guarded by mu
@@ -242,6 +250,10 @@ func (c *conn) readPipeline() ([]*call, error) {
 		}
 		size += n
 		if len(args) > 0 {
+			if c.silent {
+				c.silent = false
+				c.s.spoke(c)
+			}
 			if len(block) == cap(block) {
 				block = c.callBlock(used)
 				used++

@@ -1,6 +1,7 @@
 package redisapi
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"log/slog"
@@ -76,6 +77,12 @@ type Config struct {
 	// MaxClients bounds open connections; more are refused with an error.
 	// Default 10,000.
 	MaxClients int
+	// FirstCommandTimeout bounds how long a new connection may take to
+	// send its first command (its TLS handshake included); a silent one is
+	// then closed. After its first command a connection may idle for ever
+	// (Redis's timeout 0). Default 10 s, the port mux's: a real client
+	// speaks at once, and a silent socket must not hold a MaxClients slot.
+	FirstCommandTimeout time.Duration
 	// OutputBufferLimit bounds the replies a connection holds in memory for
 	// one pipeline; a client whose replies exceed it is disconnected.
 	// Default 64 MiB.
@@ -116,6 +123,9 @@ func (c *Config) fill() {
 	if c.MaxClients <= 0 {
 		c.MaxClients = 10000
 	}
+	if c.FirstCommandTimeout <= 0 {
+		c.FirstCommandTimeout = 10 * time.Second
+	}
 	if c.OutputBufferLimit <= 0 {
 		c.OutputBufferLimit = 64 << 20
 	}
@@ -152,15 +162,19 @@ type Server struct {
 	mu      sync.Mutex
 	lis     []net.Listener  // guarded by mu: every listener served
 	clients map[int64]*conn // guarded by mu
-	closed  bool            // guarded by mu
-	wg      sync.WaitGroup  // the accept loop and one per connection
+	// silent are the connections that have sent no command yet, oldest
+	// first (of *conn): at MaxClients a new connection closes the oldest
+	// of them rather than be refused.
+	silent *list.List     // guarded by mu
+	closed bool           // guarded by mu
+	wg     sync.WaitGroup // the accept loop and one per connection
 }
 
 // New returns a server of b's KV service.
 func New(b Backend, cfg Config) *Server {
 	cfg.fill()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, b: b, started: time.Now(), ctx: ctx, cancel: cancel, clients: map[int64]*conn{}}
+	s := &Server{cfg: cfg, b: b, started: time.Now(), ctx: ctx, cancel: cancel, clients: map[int64]*conn{}, silent: list.New()}
 	// A bulk string may carry a value, or a key, or an option; one command
 	// may carry a whole batch (MSET): the batch limit, with room for framing.
 	s.limits = resp.Limits{
@@ -233,7 +247,7 @@ func (s *Server) admit(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	if len(s.clients) >= s.cfg.MaxClients {
+	if len(s.clients) >= s.cfg.MaxClients && !s.evictSilentLocked() {
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
 		nc.Close()
@@ -241,14 +255,58 @@ func (s *Server) admit(nc net.Conn) {
 	}
 	c := newConn(s, nc, s.nextID.Add(1))
 	s.clients[c.id] = c
+	// The deadline of the first command; its first read also runs the TLS
+	// handshake, under the same deadline. spoke lifts it.
+	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.FirstCommandTimeout))
+	c.silent, c.silentAt = true, s.silent.PushBack(c)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		c.serve()
-		s.mu.Lock()
-		delete(s.clients, c.id)
-		s.mu.Unlock()
+		s.forget(c)
 	}()
+}
+
+// evictSilentLocked closes the oldest connection that has sent no command
+// and forgets it, making room for a new one; false when every connection
+// has spoken. A real client speaks at once, so a flood of silent sockets
+// pushes out only itself (the port mux's rule), never a client that spoke,
+// and a new client is served while the flood holds every slot.
+func (s *Server) evictSilentLocked() bool {
+	front := s.silent.Front()
+	if front == nil {
+		return false
+	}
+	c := s.silent.Remove(front).(*conn)
+	c.silentAt = nil
+	delete(s.clients, c.id)
+	_ = c.nc.Close() // its goroutine ends on the failed read
+	return true
+}
+
+// spoke records that c has sent its first command: it may now idle for
+// ever (Redis's timeout 0) and is no longer pushed out for a new one.
+func (s *Server) spoke(c *conn) {
+	_ = c.nc.SetReadDeadline(time.Time{})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.silentAt != nil {
+		s.silent.Remove(c.silentAt)
+		c.silentAt = nil
+	}
+}
+
+// forget takes c off the server's books once its goroutine ends.
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.silentAt != nil {
+		s.silent.Remove(c.silentAt)
+		c.silentAt = nil
+	}
+	if s.clients[c.id] == c {
+		delete(s.clients, c.id)
+	}
 }
 
 // Clients is the number of open connections.
