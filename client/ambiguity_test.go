@@ -520,3 +520,19 @@ func TestForwardedWriteSentWithoutAnswerIsAmbiguous(t *testing.T) {
 		})
 	}
 }
+
+// TestClosedBeforePrefaceIsNotSent: a connection a node closed at accept
+// (past its --grpc-max-conns) fails gRPC's calls with "error reading server
+// preface"; gRPC sends no call before the preface, so the request was not
+// sent: not ambiguous, and another node may be asked.
+func TestClosedBeforePrefaceIsNotSent(t *testing.T) {
+	for _, msg := range []string{
+		`connection error: desc = "error reading server preface: EOF"`,
+		`connection error: desc = "error reading server preface: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"`,
+	} {
+		err := status.Error(codes.Unavailable, msg)
+		if !notSent(err) || sentUnanswered(err, nil) {
+			t.Errorf("%q: notSent %v, sentUnanswered %v; want a request not sent", msg, notSent(err), sentUnanswered(err, nil))
+		}
+	}
+}

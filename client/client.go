@@ -672,7 +672,10 @@ const windowFullMark = "the window is full"
 func notSent(err error) bool {
 	st, _ := status.FromError(err)
 	return st.Code() == codes.Unavailable &&
-		(strings.Contains(st.Message(), "Error while dialing") || strings.Contains(st.Message(), notSentMark))
+		(strings.Contains(st.Message(), "Error while dialing") || strings.Contains(st.Message(), notSentMark) ||
+			// a connection closed before the server's HTTP/2 preface (a
+			// node past its --grpc-max-conns): gRPC sends no call before it
+			strings.Contains(st.Message(), "error reading server preface"))
 }
 
 // notSentMark is in the message of the client's own errors for a request

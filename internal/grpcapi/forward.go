@@ -93,8 +93,14 @@ const answeredKey = "concord-answered"
 const sentMark = "after the request was sent"
 
 // notSentMark is in gRPC's message for a call that found no connection
-// (the dial failed): nothing was sent.
-const notSentMark = "Error while dialing"
+// (the dial failed): nothing was sent. So is notSentPreface, for a
+// connection closed before the server's HTTP/2 preface (a node past its
+// --grpc-max-conns closes it at accept): gRPC sends no call on a
+// connection before the preface arrived.
+const (
+	notSentMark    = "Error while dialing"
+	notSentPreface = "error reading server preface"
+)
 
 // MarkAnswered returns the server interceptor that marks the errors this
 // node answers (answeredKey), so that a node forwarding to it with a
@@ -133,7 +139,8 @@ func (c answeredConn) Invoke(ctx context.Context, method string, args, reply any
 // applied").
 func unanswered(err error) error {
 	st := status.Convert(err)
-	if st.Code() != codes.Unavailable || strings.Contains(st.Message(), notSentMark) || strings.Contains(st.Message(), sentMark) {
+	if st.Code() != codes.Unavailable || strings.Contains(st.Message(), notSentMark) || strings.Contains(st.Message(), notSentPreface) ||
+		strings.Contains(st.Message(), sentMark) {
 		return err
 	}
 	return status.Errorf(codes.Unavailable, "the connection to the node broke %s, before its answer (it may have received the request): %s", sentMark, st.Message())

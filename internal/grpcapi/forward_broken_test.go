@@ -272,6 +272,33 @@ func TestUnsentUnaryForwardIsARefusal(t *testing.T) {
 			t.Fatalf("SET: %q; want UNAVAILABLE", rep)
 		}
 	})
+	t.Run("closed at accept", func(t *testing.T) {
+		// A node past its --grpc-max-conns closes a connection as soon as
+		// it accepts it (portmux.Limit), before the HTTP/2 preface: gRPC
+		// sends no call on it, and says "error reading server preface".
+		f1 := newFakeNode(t, 1, 4, 2)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lis.Close() })
+		go func() {
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		f1.addrs[2] = lis.Addr().String()
+		c1 := concordpb.NewKVClient(serve(t, f1))
+		_, err = c1.Put(context.Background(), &concordpb.PutRequest{Header: &concordpb.RequestHeader{SessionId: 5, Seq: 1}, Key: []byte("k")})
+		if st := status.Convert(err); st.Code() != codes.Unavailable || strings.Contains(st.Message(), "after the request was sent") ||
+			strings.Contains(st.Message(), "may have received") {
+			t.Fatalf("got %v %q; want Unavailable, not marked sent", st.Code(), st.Message())
+		}
+	})
 	t.Run("leader refuses", func(t *testing.T) {
 		// f2 refuses what f1 forwards: it is cut off from f1 (a
 		// partition, which the leader's interceptor answers).
