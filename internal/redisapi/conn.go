@@ -129,6 +129,14 @@ func (c *conn) setAuthed(ok bool) {
 	}
 }
 
+// login marks c authenticated by AUTH or HELLO ... AUTH: the node's
+// limits, and it is no longer pushed out for a new connection (it has
+// spoken: the command that logged it in).
+func (c *conn) login() {
+	c.setAuthed(true)
+	c.s.proven(c)
+}
+
 // clientGone says whether the client has closed the connection: a long
 // command (a walk of the keyspace, a costly match) asks it now and then to
 // stop early for a client that left.

@@ -248,9 +248,15 @@ func (s *Server) admit(nc net.Conn) {
 		return
 	}
 	if len(s.clients) >= s.cfg.MaxClients && !s.evictSilentLocked() {
-		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
-		nc.Close()
+		// Not under s.mu: on a TLS port the write runs the handshake
+		// first, which waits for the client's hello; a client that sends
+		// none would hold the lock, and with it every accept, for as long
+		// as it liked. The deadline bounds the handshake's reads too.
+		go func() {
+			_ = nc.SetDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			nc.Close()
+		}()
 		return
 	}
 	c := newConn(s, nc, s.nextID.Add(1))
@@ -268,8 +274,8 @@ func (s *Server) admit(nc net.Conn) {
 }
 
 // evictSilentLocked closes the oldest connection that has sent no command
-// and forgets it, making room for a new one; false when every connection
-// has spoken. A real client speaks at once, so a flood of silent sockets
+// (or, with a token, has not authenticated) and forgets it, making room
+// for a new one; false when every connection has spoken and logged in. A real client speaks at once, so a flood of silent sockets
 // pushes out only itself (the port mux's rule), never a client that spoke,
 // and a new client is served while the flood holds every slot.
 func (s *Server) evictSilentLocked() bool {
@@ -285,9 +291,20 @@ func (s *Server) evictSilentLocked() bool {
 }
 
 // spoke records that c has sent its first command: it may now idle for
-// ever (Redis's timeout 0) and is no longer pushed out for a new one.
+// ever (Redis's timeout 0). Once it is also authenticated (proven) it is
+// no longer pushed out for a new one: an unauthenticated client that sent
+// a PING would otherwise hold its slot for good, and a flood of them
+// would keep every real client out.
 func (s *Server) spoke(c *conn) {
 	_ = c.nc.SetReadDeadline(time.Time{})
+	if c.authed {
+		s.proven(c)
+	}
+}
+
+// proven takes c off the list of connections pushed out for new ones: it
+// has spoken and is authenticated.
+func (s *Server) proven(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.silentAt != nil {

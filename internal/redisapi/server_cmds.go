@@ -84,7 +84,7 @@ func (c *conn) checkAuth(user, pass []byte) error {
 	if err := c.verifyAuth(user, pass); err != nil {
 		return err
 	}
-	c.setAuthed(true)
+	c.login()
 	return nil
 }
 
@@ -169,7 +169,7 @@ func cmdHello(c *conn, a [][]byte, w *resp.Writer) {
 		return
 	}
 	if loggedIn {
-		c.setAuthed(true)
+		c.login()
 	}
 	if !c.authed {
 		w.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")

@@ -141,3 +141,89 @@ func pingOn(nc net.Conn) string {
 func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded)
 }
+
+// TestUnauthenticatedClientsPushedOut: with a token, a connection that
+// has spoken but not authenticated (a PING, refused NOAUTH) is still
+// pushed out for a new one at MaxClients; before, its first command made
+// it unevictable, so a flood of PINGs kept every real client out. One
+// that authenticated is never pushed out.
+func TestUnauthenticatedClientsPushedOut(t *testing.T) {
+	const max = 4
+	s := New(&fakeKV{counters: map[string]int64{}}, Config{MaxClients: max, AuthToken: "tok"})
+	authed := serveOnSocket(t, s)
+	authed.send(encode("AUTH tok"))
+	if v := authed.reply(); v.Str != "OK" {
+		t.Fatalf("AUTH: %v", v)
+	}
+	var flood []net.Conn
+	for range max - 1 {
+		nc := dialRESP(t, s)
+		if got := pingOn(nc); got[:7] != "-NOAUTH" {
+			t.Fatalf("PING without AUTH: %q", got)
+		}
+		flood = append(flood, nc)
+	}
+	real := dialRESP(t, s)
+	_ = real.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = real.Write([]byte(encode("AUTH tok") + encode("PING")))
+	br := bufio.NewReader(real)
+	for _, want := range []string{"+OK\r\n", "+PONG\r\n"} {
+		if got, _ := br.ReadString('\n'); got != want {
+			t.Fatalf("a client while unauthenticated ones hold every slot: %q, want %q", got, want)
+		}
+	}
+	_ = flood[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := flood[0].Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the oldest unauthenticated client: read %v, want it closed", err)
+	}
+	authed.send(encode("PING"))
+	if v := authed.reply(); v.Str != "PONG" {
+		t.Fatalf("the authenticated client after the flood: %v", v)
+	}
+}
+
+// TestRefusalDoesNotHoldTheServer: on a TLS port at MaxClients with every
+// client proven, the refusal of a new connection that sends nothing (its
+// write waits for a TLS hello) no longer holds the server's lock: a client
+// that leaves frees its slot and a new one is served. Before, the refusal
+// ran under the lock with no read deadline, and every accept, every
+// connection's end and Close waited on it for good.
+func TestRefusalDoesNotHoldTheServer(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := certs.Generate(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	srvCfg, err := certs.ServerConfig(filepath.Join(dir, certs.NodeFile), filepath.Join(dir, certs.NodeKey), filepath.Join(dir, certs.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliCfg, err := certs.ClientConfig(filepath.Join(dir, certs.CAFile), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(&fakeKV{counters: map[string]int64{}}, Config{MaxClients: 1})
+	s.Serve(tls.NewListener(l, srvCfg))
+	t.Cleanup(func() { s.Close(time.Second) })
+	first, err := tls.Dial("tcp", s.Addr().String(), cliCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pingOn(first); got != "+PONG\r\n" {
+		t.Fatalf("PING: %q", got)
+	}
+	dialRESP(t, s) // silent: no TLS hello; refused, its refusal's write waits
+	first.Close()
+	pollUntil(t, "the first client forgotten", func() bool { return s.Clients() == 0 })
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.Addr().String(), cliCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := pingOn(c); got != "+PONG\r\n" {
+		t.Fatalf("a client after the first left: %q", got)
+	}
+}
