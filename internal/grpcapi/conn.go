@@ -177,7 +177,9 @@ func (cs *ConnServer) promote(c net.Conn) error {
 	defer cs.mu.Unlock()
 	i := slices.Index(cs.greeting, c)
 	if i < 0 {
-		return errors.New("closed in its hello for a newer connection")
+		// Unavailable, not the Unauthenticated an unknown error is
+		// refused with: its token was good, and the client retries.
+		return status.Error(codes.Unavailable, "closed in its hello for a newer connection")
 	}
 	cs.greeting = slices.Delete(cs.greeting, i, i+1)
 	if cs.served >= cs.maxConns {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -414,5 +415,19 @@ func TestByteBudgetPassesOneLargeMessage(t *testing.T) {
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a wait cancelled: %v", err)
+	}
+}
+
+// TestPushedOutHelloIsRetryable: a connection pushed out of its hello slot
+// while its good hello was checked is refused Unavailable, which the client
+// retries, not Unauthenticated (refuse's answer to an unknown error), which
+// it takes as final.
+func TestPushedOutHelloIsRetryable(t *testing.T) {
+	cs := NewKV(newFakeNode(t, 1, 1, 1), testLimits).NewConnServer(nil, 1<<20, nil)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if err := cs.promote(a); status.Code(err) != codes.Unavailable {
+		t.Fatalf("promote of a connection no longer in its hello: %v, want Unavailable", err)
 	}
 }
