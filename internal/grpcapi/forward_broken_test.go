@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -274,8 +275,12 @@ func TestUnsentUnaryForwardIsARefusal(t *testing.T) {
 	})
 	t.Run("closed at accept", func(t *testing.T) {
 		// A node past its --grpc-max-conns closes a connection as soon as
-		// it accepts it (portmux.Limit), before the HTTP/2 preface: gRPC
+		// it accepts it (portmux.Limit), before its HTTP/2 preface: gRPC
 		// sends no call on it, and says "error reading server preface".
+		// (Closed before the client wrote its own preface, gRPC says only
+		// "broken pipe", which a broken call says too: that one stays
+		// "may have been sent", the safe side.) So the test reads the
+		// client's preface before it closes.
 		f1 := newFakeNode(t, 1, 4, 2)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -288,6 +293,8 @@ func TestUnsentUnaryForwardIsARefusal(t *testing.T) {
 				if err != nil {
 					return
 				}
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, _ = io.ReadFull(c, make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")))
 				c.Close()
 			}
 		}()

@@ -209,17 +209,18 @@ func TestRedisKeyspaceWalksReadNoValues(t *testing.T) {
 	// TotalAlloc counts the whole process, whose flushes and compactions of
 	// the 80 MiB just written may run during a walk; a walk that reads the
 	// values allocates at least 3 x 80 MiB every time, so the least of a
-	// few walks tells them apart.
+	// few walks, against half of that, tells them apart (under make
+	// test's load a flush ran through all of three walks: 62 MiB each).
 	least := uint64(1 << 62)
-	for range 3 {
+	for range 5 {
 		if alloc := walkKeyspace(t, nc, r); alloc < least {
 			least = alloc
 		}
-		if least <= 40<<20 {
+		if least <= 120<<20 {
 			return
 		}
 	}
-	t.Fatalf("DBSIZE, KEYS and SCAN allocated at least %d MiB in each of 3 walks; a keys-only walk reads no values", least>>20)
+	t.Fatalf("DBSIZE, KEYS and SCAN allocated at least %d MiB in each of 5 walks; a keys-only walk reads no values", least>>20)
 }
 
 // walkKeyspace runs DBSIZE, KEYS and a whole SCAN of the 80 big keys, and

@@ -42,22 +42,7 @@ func TestSilentConnectionsClosed(t *testing.T) {
 // handshake and stalls is closed at FirstCommandTimeout too (the handshake
 // runs on the first read, under its deadline), and a TLS client is served.
 func TestStalledTLSHandshakeClosed(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := certs.Generate(dir, certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	srvCfg, err := certs.ServerConfig(filepath.Join(dir, certs.NodeFile), filepath.Join(dir, certs.NodeKey), filepath.Join(dir, certs.CAFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliCfg, err := certs.ClientConfig(filepath.Join(dir, certs.CAFile), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, srvCfg, cliCfg := tlsListener(t)
 	s := New(&fakeKV{counters: map[string]int64{}}, Config{FirstCommandTimeout: 300 * time.Millisecond})
 	s.Serve(tls.NewListener(l, srvCfg))
 	t.Cleanup(func() { s.Close(time.Second) })
@@ -189,22 +174,7 @@ func TestUnauthenticatedClientsPushedOut(t *testing.T) {
 // ran under the lock with no read deadline, and every accept, every
 // connection's end and Close waited on it for good.
 func TestRefusalDoesNotHoldTheServer(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := certs.Generate(dir, certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	srvCfg, err := certs.ServerConfig(filepath.Join(dir, certs.NodeFile), filepath.Join(dir, certs.NodeKey), filepath.Join(dir, certs.CAFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliCfg, err := certs.ClientConfig(filepath.Join(dir, certs.CAFile), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, srvCfg, cliCfg := tlsListener(t)
 	s := New(&fakeKV{counters: map[string]int64{}}, Config{MaxClients: 1})
 	s.Serve(tls.NewListener(l, srvCfg))
 	t.Cleanup(func() { s.Close(time.Second) })
@@ -226,4 +196,27 @@ func TestRefusalDoesNotHoldTheServer(t *testing.T) {
 	if got := pingOn(c); got != "+PONG\r\n" {
 		t.Fatalf("a client after the first left: %q", got)
 	}
+}
+
+// tlsListener returns a listener on 127.0.0.1 and the server and client
+// TLS configurations of a CA made for the test.
+func tlsListener(t *testing.T) (net.Listener, *tls.Config, *tls.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := certs.Generate(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	srvCfg, err := certs.ServerConfig(filepath.Join(dir, certs.NodeFile), filepath.Join(dir, certs.NodeKey), filepath.Join(dir, certs.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliCfg, err := certs.ClientConfig(filepath.Join(dir, certs.CAFile), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, srvCfg, cliCfg
 }
