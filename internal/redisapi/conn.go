@@ -88,9 +88,11 @@ type conn struct {
 	over     bool
 
 	// silent is set by Server.admit while the connection has sent no
-	// command: its first one lifts the first-command deadline
+	// command: each read of its first one's bytes moves the first-command
+	// deadline on (progressReader), and the command, once whole, lifts it
 	// (Server.spoke). silentAt is its place among the server's silent
-	// connections until then, guarded by the server's mu.
+	// connections until then (and, with a token, until it logs in),
+	// guarded by the server's mu.
 	silent   bool
 	silentAt *list.Element
 
@@ -103,11 +105,27 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn, id int64) *conn {
-	c := &conn{s: s, nc: nc, id: id, r: resp.NewReader(nc, s.limits), bw: bufio.NewWriterSize(nc, 64<<10),
+	c := &conn{s: s, nc: nc, id: id, bw: bufio.NewWriterSize(nc, 64<<10),
 		created: time.Now(), proto: 2,
 		budget: kv.NewBudget(int64(s.cfg.OutputBufferLimit), nil)}
+	c.r = resp.NewReader(progressReader{c}, s.limits)
 	c.setAuthed(s.cfg.AuthToken == "")
 	return c
+}
+
+// progressReader is the connection as its command reader reads it: while
+// the first command arrives (silent), each read that returns bytes moves
+// the first-command deadline on (Server.progressed). The deadline is for
+// starting to speak, and then for progress: a large first command over a
+// slow link may take longer than it in all.
+type progressReader struct{ c *conn }
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.c.nc.Read(b)
+	if n > 0 && p.c.silent {
+		p.c.s.progressed(p.c)
+	}
+	return n, err
 }
 
 // unauthLimits bound the commands of a connection that has not given the

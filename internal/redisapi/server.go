@@ -78,8 +78,11 @@ type Config struct {
 	// Default 10,000.
 	MaxClients int
 	// FirstCommandTimeout bounds how long a new connection may take to
-	// send its first command (its TLS handshake included); a silent one is
-	// then closed. After its first command a connection may idle for ever
+	// start sending its first command (its TLS handshake included), and
+	// then each wait for more of it: a connection silent for that long
+	// before its first command is whole is closed. A large first command
+	// over a slow link may take longer in all, as long as its bytes keep
+	// coming. After its first command a connection may idle for ever
 	// (Redis's timeout 0). Default 10 s, the port mux's: a real client
 	// speaks at once, and a silent socket must not hold a MaxClients slot.
 	FirstCommandTimeout time.Duration
@@ -261,8 +264,9 @@ func (s *Server) admit(nc net.Conn) {
 	}
 	c := newConn(s, nc, s.nextID.Add(1))
 	s.clients[c.id] = c
-	// The deadline of the first command; its first read also runs the TLS
-	// handshake, under the same deadline. spoke lifts it.
+	// The deadline of the first command's first bytes; its first read
+	// also runs the TLS handshake, under the same deadline. Each read of
+	// the command's bytes moves it on (progressed); spoke lifts it.
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.FirstCommandTimeout))
 	c.silent, c.silentAt = true, s.silent.PushBack(c)
 	s.wg.Add(1)
@@ -275,9 +279,10 @@ func (s *Server) admit(nc net.Conn) {
 
 // evictSilentLocked closes the oldest connection that has sent no command
 // (or, with a token, has not authenticated) and forgets it, making room
-// for a new one; false when every connection has spoken and logged in. A real client speaks at once, so a flood of silent sockets
-// pushes out only itself (the port mux's rule), never a client that spoke,
-// and a new client is served while the flood holds every slot.
+// for a new one; false when every connection has spoken and logged in. A
+// real client speaks at once, so a flood of silent sockets pushes out only
+// itself (the port mux's rule), never a client that spoke, and a new
+// client is served while the flood holds every slot.
 func (s *Server) evictSilentLocked() bool {
 	front := s.silent.Front()
 	if front == nil {
@@ -288,6 +293,12 @@ func (s *Server) evictSilentLocked() bool {
 	delete(s.clients, c.id)
 	_ = c.nc.Close() // its goroutine ends on the failed read
 	return true
+}
+
+// progressed records that bytes of c's first command have arrived: it has
+// FirstCommandTimeout again for the next ones.
+func (s *Server) progressed(c *conn) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.FirstCommandTimeout))
 }
 
 // spoke records that c has sent its first command: it may now idle for
