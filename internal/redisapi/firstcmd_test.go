@@ -163,3 +163,72 @@ func TestSlowUnauthenticatedFirstCommandBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestProgressingFirstCommandNotPushedOutFirst: at MaxClients a new
+// connection closes the connection that has waited longest without
+// sending a byte of its first command: one whose first command is still
+// arriving, slowly, counts from its last bytes, so silent sockets that
+// came after it go first, and it is served once its command is whole.
+// It is still pushed out once it is the longest waiting: otherwise a
+// flood of sockets that send a byte now and then would hold every slot.
+func TestProgressingFirstCommandNotPushedOutFirst(t *testing.T) {
+	const max = 3
+	f := &fakeKV{counters: map[string]int64{}}
+	s := New(f, Config{MaxClients: max, FirstCommandTimeout: 10 * time.Second})
+	slow := dialFirstCmd(t, s, "plain")
+	set := []byte(encode("SET k " + strings.Repeat("v", 1000)))
+	trickle(t, slow, set[:10], 1)
+	silent := dialRESP(t, s)
+	pollUntil(t, "both admitted", func() bool { return s.Clients() == 2 })
+	trickle(t, slow, set[10:20], 1)
+	pollUntil(t, "the slow client's bytes read", func() bool { return lastSilentIs(s, slow) })
+	dialRESP(t, s)                                         // the third: the cap
+	if got := pingOn(dialRESP(t, s)); got != "+PONG\r\n" { // the fourth pushes one out
+		t.Fatalf("a client at the cap: %q", got)
+	}
+	_ = silent.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the silent socket: read %v, want it closed", err)
+	}
+	trickle(t, slow, set[20:], 1)
+	c := &sockClient{t: t, nc: slow, br: bufio.NewReader(slow)}
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if v := c.reply(); v.Str != "OK" {
+		t.Fatalf("the slow client's SET: %v", v)
+	}
+}
+
+// lastSilentIs says whether nc's server side is the last of the
+// connections pushed out for new ones (the one pushed out last).
+func lastSilentIs(s *Server, nc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	back := s.silent.Back()
+	return back != nil && back.Value.(*conn).nc.RemoteAddr().String() == nc.LocalAddr().String()
+}
+
+// TestProgressingFirstCommandStillPushedOut: at MaxClients, with every
+// other connection having spoken, a connection whose first command is
+// still arriving is the one pushed out for a new one: sending bytes now
+// and then does not make a socket safe from eviction.
+func TestProgressingFirstCommandStillPushedOut(t *testing.T) {
+	const max = 2
+	s := New(&fakeKV{counters: map[string]int64{}}, Config{MaxClients: max, FirstCommandTimeout: 10 * time.Second})
+	spoke := dialFirstCmd(t, s, "plain")
+	if got := pingOn(spoke); got != "+PONG\r\n" {
+		t.Fatalf("PING: %q", got)
+	}
+	slow := dialRESP(t, s)
+	trickle(t, slow, []byte(encode("SET k v")[:10]), 1)
+	pollUntil(t, "the slow client's bytes read", func() bool { return lastSilentIs(s, slow) })
+	if got := pingOn(dialRESP(t, s)); got != "+PONG\r\n" {
+		t.Fatalf("a client at the cap: %q", got)
+	}
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := slow.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the connection still in its first command: read %v, want it closed", err)
+	}
+	if got := pingOn(spoke); got != "+PONG\r\n" {
+		t.Fatalf("the client that spoke: %q", got)
+	}
+}

@@ -282,7 +282,10 @@ func (s *Server) admit(nc net.Conn) {
 // for a new one; false when every connection has spoken and logged in. A
 // real client speaks at once, so a flood of silent sockets pushes out only
 // itself (the port mux's rule), never a client that spoke, and a new
-// client is served while the flood holds every slot.
+// client is served while the flood holds every slot. A connection whose
+// first command is still arriving counts from its last bytes (progressed):
+// silent sockets go before it, but it is not safe from eviction, or a
+// flood that sent a byte now and then would hold every slot for good.
 func (s *Server) evictSilentLocked() bool {
 	front := s.silent.Front()
 	if front == nil {
@@ -296,9 +299,16 @@ func (s *Server) evictSilentLocked() bool {
 }
 
 // progressed records that bytes of c's first command have arrived: it has
-// FirstCommandTimeout again for the next ones.
+// FirstCommandTimeout again for the next ones, and it goes to the back of
+// the connections pushed out for new ones (a large first command over a
+// slow link is not pushed out before sockets that have sent nothing).
 func (s *Server) progressed(c *conn) {
 	_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.FirstCommandTimeout))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.silentAt != nil {
+		s.silent.MoveToBack(c.silentAt)
+	}
 }
 
 // spoke records that c has sent its first command: it may now idle for
