@@ -15,9 +15,9 @@ import (
 
 // firstDeadline is the first-command deadline of these tests: the
 // trickles below take several times as long.
-const firstDeadline = 200 * time.Millisecond
+const firstDeadline = 400 * time.Millisecond
 
-// trickle writes b to nc in n chunks, one every 50 ms: a slow link. The
+// trickle writes b to nc in n chunks, one every 40 ms: a slow link. The
 // pause is the test's pace, not synchronisation.
 func trickle(t *testing.T, nc net.Conn, b []byte, n int) {
 	t.Helper()
@@ -29,7 +29,7 @@ func trickle(t *testing.T, nc net.Conn, b []byte, n int) {
 		}
 		b = b[k:]
 		if len(b) > 0 {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(40 * time.Millisecond)
 		}
 	}
 }
@@ -48,7 +48,7 @@ func TestSlowFirstCommandServed(t *testing.T) {
 			s := New(f, Config{FirstCommandTimeout: firstDeadline})
 			nc := dialFirstCmd(t, s, how)
 			start := time.Now()
-			trickle(t, nc, set, 12) // 550 ms
+			trickle(t, nc, set, 24) // 920 ms
 			if took := time.Since(start); took < 2*firstDeadline {
 				t.Fatalf("the trickle took %v, not past the deadline", took)
 			}
@@ -153,7 +153,7 @@ func TestSlowUnauthenticatedFirstCommandBounded(t *testing.T) {
 		f := &fakeKV{counters: map[string]int64{}}
 		s := New(f, Config{AuthToken: "s3cret", FirstCommandTimeout: firstDeadline})
 		nc := dialFirstCmd(t, s, "plain")
-		trickle(t, nc, []byte(encode("AUTH s3cret", "SET k "+strings.Repeat("v", 64<<10))), 12)
+		trickle(t, nc, []byte(encode("AUTH s3cret", "SET k "+strings.Repeat("v", 64<<10))), 24)
 		c := &sockClient{t: t, nc: nc, br: bufio.NewReader(nc)}
 		_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 		for _, want := range []string{"OK", "OK"} {
