@@ -201,7 +201,8 @@ func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) 
 // while the calls in flight hold the budget; it returns each call's share
 // of it (and the rest, for the first call) for the call to give back when
 // it ends. Nothing when the stream reports no sizes or no call of req
-// runs (pings, a refused message).
+// runs (pings, a refused message). The reader is the budget's only taker
+// and reads messages in order, so no later message passes one that waits.
 func (w *callWorkers) charge(ctx context.Context, stream callStream, req *concordpb.StreamRequest, cut error) (share, extra int64, err error) {
 	if w.bytes == nil || cut != nil {
 		return 0, 0, nil
