@@ -392,6 +392,73 @@ func TestConnInFlightBytesBounded(t *testing.T) {
 	}
 }
 
+// TestConnLargeFrameNotStarved: a frame larger than a connection's
+// in-flight bytes is read once the calls before it have ended, before the
+// small frames behind it, whose calls could fit beside those still in
+// flight. The reader is the budget's only taker and reads frames in
+// order, so the small ones cannot pass it: no starvation on the request
+// side, unlike the queued replies' (TestLargeReplyNotStarvedBySmallOnes).
+func TestConnLargeFrameNotStarved(t *testing.T) {
+	const shards, value = 16, 64 << 10
+	f := newFakeNode(t, 1, shards, 1)
+	f.proposeGate = make(chan struct{})
+	_, addr := serveConns(t, NewKV(f, Limits{MaxKeyBytes: 64, MaxValueBytes: 1 << 20}), nil, 4<<20,
+		func(cs *ConnServer) { cs.maxInFlight = 2 * (value + 1024) })
+	// One put a shard, so that no two merge into one proposal: two small,
+	// the large one (more than the whole budget),
+	// then three small.
+	sizes := []int{value, value, 3 * value, value, value, value}
+	var keys []string
+	seen := map[ids.ShardID]bool{}
+	for i := 0; len(keys) < len(sizes); i++ {
+		k := fmt.Sprintf("k%d", i)
+		if !seen[f.shardOfKey(k)] {
+			seen[f.shardOfKey(k)] = true
+			keys = append(keys, k)
+		}
+	}
+	c := dialConn(t, addr, "")
+	for i, k := range keys {
+		msg, err := frame.Append(nil, &concordpb.StreamRequest{Calls: []*concordpb.StreamCall{{Id: uint64(i + 1),
+			Request: &concordpb.StreamCall_Put{Put: &concordpb.PutRequest{Key: []byte(k), Value: make([]byte, sizes[i])}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The two small puts fill the budget; the large one waits for both.
+	waitFor(t, func() bool { return f.proposing.Load() == 2 })
+	f.proposeGate <- struct{}{}
+	f.proposeGate <- struct{}{}
+	// Then it alone is read: its proposal is the next one.
+	waitFor(t, func() bool { return f.proposing.Load() == 3 })
+	f.proposeGate <- struct{}{}
+	waitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.proposals) == 3 })
+	f.mu.Lock()
+	third := string(f.proposals[2].GetKv().GetOps()[0].GetKey())
+	f.mu.Unlock()
+	if third != keys[2] {
+		t.Fatalf("third proposal: %q, want the large put's %q", third, keys[2])
+	}
+	close(f.proposeGate)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fr := frame.NewReader(c, 4<<20)
+	for got := 0; got < len(keys); {
+		resp := &concordpb.StreamResponse{}
+		if err := fr.Next(resp); err != nil {
+			t.Fatalf("after %d replies: %v", got, err)
+		}
+		for _, r := range resp.GetReplies() {
+			if r.GetCode() != 0 {
+				t.Fatalf("put %d: %v", r.GetId(), r)
+			}
+			got++
+		}
+	}
+}
+
 // TestByteBudgetPassesOneLargeMessage: a message larger than the whole
 // budget is still read when nothing is in flight (a client's largest
 // legitimate batch must not wait for ever); the next waits until it is

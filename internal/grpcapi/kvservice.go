@@ -48,6 +48,9 @@ type KV struct {
 	peers *peerPool
 	// maxQueuedReplyBytes, when set, replaces maxQueuedReplyBytes (tests).
 	maxQueuedReplyBytes int64
+	// replyBudgetSeen, when set, is shown each stream's budget of queued
+	// replies as the stream starts (tests, to see who waits on it).
+	replyBudgetSeen func(*byteBudget)
 }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.

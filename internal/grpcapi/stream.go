@@ -7,7 +7,6 @@ import (
 	"io"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,9 +43,12 @@ const maxStreamInFlightBytes = 64 << 20
 // the reader waits on maxStreamInFlightBytes. Up to maxStreamInFlight
 // finished calls and two messages of maxRepliesPerMessage replies were
 // otherwise held whole, however large their values (a scan page or a get
-// of megabytes each) while the client read slowly. A reply larger than
-// the bound alone is sent when nothing else is queued. A reply counts the
-// keys and values it carries (replyBytes).
+// of megabytes each) while the client read slowly. The calls waiting get
+// room in the order they began to wait (byteBudget): a large reply holds
+// back the later ones until it fits, and one larger than the bound goes,
+// alone, once the replies queued before it are sent; a steady stream of
+// small replies cannot starve it. A reply counts the keys and values it
+// carries (replyBytes); one that carries none does not wait.
 const maxQueuedReplyBytes = 64 << 20
 
 // WithCallInterceptors sets what runs around every call of a Stream, as
@@ -134,6 +136,9 @@ type sizedStream interface {
 func (s *KV) serveStream(ctx context.Context, stream callStream) error {
 	replies := make(chan *concordpb.StreamReply, maxRepliesPerMessage)
 	queued := newByteBudget(cmp.Or(s.maxQueuedReplyBytes, maxQueuedReplyBytes))
+	if s.replyBudgetSeen != nil {
+		s.replyBudgetSeen(queued)
+	}
 	sent := make(chan error, 1)
 	go func() { sent <- sendReplies(stream, replies, queued) }()
 
@@ -196,7 +201,8 @@ func (s *KV) startCalls(ctx context.Context, stream callStream, w *callWorkers) 
 // while the calls in flight hold the budget; it returns each call's share
 // of it (and the rest, for the first call) for the call to give back when
 // it ends. Nothing when the stream reports no sizes or no call of req
-// runs (pings, a refused message).
+// runs (pings, a refused message). The reader is the budget's only taker
+// and reads messages in order, so no later message passes one that waits.
 func (w *callWorkers) charge(ctx context.Context, stream callStream, req *concordpb.StreamRequest, cut error) (share, extra int64, err error) {
 	if w.bytes == nil || cut != nil {
 		return 0, 0, nil
@@ -216,49 +222,6 @@ func (w *callWorkers) charge(ctx context.Context, stream callStream, req *concor
 	}
 	share = n / int64(runs)
 	return share, n - share*int64(runs), nil
-}
-
-// byteBudget bounds the bytes of a stream's calls in flight: the reader
-// takes, the calls' workers give back.
-type byteBudget struct {
-	limit int64
-	used  atomic.Int64
-	freed chan struct{} // a token after each release, for a waiting acquire
-}
-
-func newByteBudget(limit int64) *byteBudget {
-	return &byteBudget{limit: limit, freed: make(chan struct{}, 1)}
-}
-
-// acquire takes n, waiting until it fits under the limit or nothing is in
-// flight (so that any one message passes).
-func (b *byteBudget) acquire(ctx context.Context, n int64) error {
-	for {
-		used := b.used.Load()
-		if used == 0 || used+n <= b.limit {
-			if b.used.CompareAndSwap(used, used+n) {
-				return nil
-			}
-			continue
-		}
-		select {
-		case <-b.freed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// release gives back n (nil-safe; 0 is nothing).
-func (b *byteBudget) release(n int64) {
-	if b == nil || n == 0 {
-		return
-	}
-	b.used.Add(-n)
-	select {
-	case b.freed <- struct{}{}:
-	default:
-	}
 }
 
 // callWorkers run a stream's calls. A worker outlives its call and takes
@@ -391,11 +354,12 @@ func (w *callWorkers) run(c streamWork) {
 }
 
 // queue hands r to the sender once its bytes fit under the queued
-// replies' bound. When the stream ends first it is queued all the same:
+// replies' bound, after the replies that waited for room before it. When
+// the stream ends first it is queued all the same:
 // the sender drains every reply and gives back what it counts.
 func (w *callWorkers) queue(r *concordpb.StreamReply) {
 	if n := replyBytes(r); n > 0 && w.queued.acquire(w.ctx, n) != nil {
-		w.queued.used.Add(n)
+		w.queued.take(n)
 	}
 	w.replies <- r
 }
