@@ -96,11 +96,12 @@ static uint64_t new_session(void)
 	return v;
 }
 
-static long long now_ms(void)
+/* until is the deadline of one step that may take ms, within the call's
+ * deadline. */
+static long long until(long long deadline, int ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	long long t = conn_now_ms() + ms;
+	return t < deadline ? t : deadline;
 }
 
 static void sleep_ms(int ms)
@@ -157,13 +158,6 @@ static int parse_name(const char *name, server *sv)
 
 /* ---- slots ---- */
 
-static void slot_close(slot *s)
-{
-	for (unsigned i = 0; i < MAX_SERVERS; i++)
-		if (s->conns[i] != NULL)
-			conn_close(s->conns[i]);
-}
-
 static void slot_free(slot *s)
 {
 	for (unsigned i = 0; i < MAX_SERVERS; i++)
@@ -178,7 +172,9 @@ static void slot_free(slot *s)
 static void after_fork(void)
 {
 	for (slot *s = g.all; s != NULL; s = s->next_all) {
-		slot_close(s);
+		for (unsigned i = 0; i < MAX_SERVERS; i++)
+			if (s->conns[i] != NULL)
+				conn_forget(s->conns[i]);
 		s->session = new_session();
 		s->seq = 1;
 	}
@@ -233,34 +229,38 @@ static void free_all(void)
 
 /* learn adds the members c's server reports (CONCORD.MEMBERS) to the
  * server list, so that gets and puts still find a server when the given
- * ones are down. Failures are ignored: it is asked again next time. */
-static void learn(conn *c)
+ * ones are down. Failures are ignored: it is asked again next time. The
+ * names are parsed (looked up: network I/O) before mu is taken. */
+static void learn(conn *c, long long deadline)
 {
 	const char *argv[] = {"CONCORD.MEMBERS"};
 	size_t lens[] = {15};
 	reply r;
-	if (conn_call(c, 1, argv, lens, &r, IO_TIMEOUT_MS) < 0)
+	if (conn_call(c, 1, argv, lens, &r, deadline) < 0)
 		return;
 	if (r.kind == R_ARRAY) {
+		server *found = calloc(r.n > 0 ? r.n : 1, sizeof *found);
+		size_t nfound = 0;
+		for (size_t i = 0; found != NULL && i < r.n; i++)
+			if (r.elems[i].kind == R_BULK && parse_name(r.elems[i].str, &found[nfound]) == 0)
+				nfound++;
 		lock();
-		for (size_t i = 0; i < r.n; i++) {
-			server sv;
+		for (size_t i = 0; i < nfound; i++) {
 			int known = 0;
-			if (r.elems[i].kind != R_BULK || parse_name(r.elems[i].str, &sv) < 0)
-				continue;
 			for (unsigned j = 0; j < g.nservers && !known; j++)
-				known = strcmp(g.servers[j].name, sv.name) == 0;
+				known = strcmp(g.servers[j].name, found[i].name) == 0;
 			if (!known && g.nservers < MAX_SERVERS)
-				g.servers[g.nservers++] = sv;
+				g.servers[g.nservers++] = found[i];
 		}
-		g.learned = 1;
+		g.learned = found != NULL;
 		unlock();
+		free(found);
 	}
 	reply_free(&r);
 }
 
 /* connect_slot makes sure s has a live connection to server i. */
-static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale)
+static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale, long long deadline)
 {
 	if (s->conns[i] == NULL) {
 		if ((s->conns[i] = malloc(sizeof(conn))) == NULL)
@@ -270,13 +270,13 @@ static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale)
 	conn *c = s->conns[i];
 	if (c->fd >= 0)
 		return c;
-	if (conn_open(c, sv->host, sv->port, CONNECT_TIMEOUT_MS) < 0)
+	if (conn_open(c, sv->host, sv->port, until(deadline, CONNECT_TIMEOUT_MS)) < 0)
 		return NULL;
 	if (stale) {
 		const char *argv[] = {"CONCORD.CONSISTENCY", "stale"};
 		size_t lens[] = {19, 5};
 		reply r;
-		if (conn_call(c, 2, argv, lens, &r, IO_TIMEOUT_MS) < 0)
+		if (conn_call(c, 2, argv, lens, &r, until(deadline, IO_TIMEOUT_MS)) < 0)
 			return NULL;
 		int ok = r.kind == R_STATUS;
 		reply_free(&r);
@@ -293,7 +293,9 @@ static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale)
  * 0 with the answer in r, or -1. */
 static int call(slot *s, int argc, const char **argv, const size_t *lens, reply *r)
 {
-	long long deadline = now_ms() + g.deadline_ms;
+	lock();
+	long long deadline = conn_now_ms() + g.deadline_ms;
+	unlock();
 	int backoff = 20;
 	for (unsigned tried = 0;; tried++) {
 		lock();
@@ -301,19 +303,24 @@ static int call(slot *s, int argc, const char **argv, const size_t *lens, reply 
 		server sv = g.servers[i];
 		int learned = g.learned, stale = g.stale;
 		unlock();
-		conn *c = connect_slot(s, i, &sv, stale);
-		if (c != NULL && !learned)
-			learn(c);
-		if (c != NULL && c->fd >= 0 && conn_call(c, argc, argv, lens, r, IO_TIMEOUT_MS) == 0) {
+		conn *c = connect_slot(s, i, &sv, stale, deadline);
+		if (c != NULL && !learned) {
+			learn(c, until(deadline, IO_TIMEOUT_MS));
+			/* A server that garbles the member list may still answer
+			 * the call: learning must not cost the attempt. */
+			c = connect_slot(s, i, &sv, stale, deadline);
+		}
+		if (c != NULL && conn_call(c, argc, argv, lens, r, until(deadline, IO_TIMEOUT_MS)) == 0) {
 			if (r->kind != R_ERROR)
 				return 0;
 			reply_free(r); /* unavailable, timed out, not yet ready: another server may do */
 		}
 		s->cur = i + 1;
-		if (now_ms() >= deadline)
+		long long left = deadline - conn_now_ms();
+		if (left <= 0)
 			return -1;
 		if ((tried + 1) % n == 0) { /* every server failed once: wait a little */
-			sleep_ms(backoff);
+			sleep_ms(backoff < left ? backoff : (int)left);
 			backoff = backoff * 2 > 500 ? 500 : backoff * 2;
 		}
 	}
@@ -427,9 +434,9 @@ API int kv739_put(char *key, char *value, char *old_value)
 	return rc;
 }
 
-/* given_server copies the init-list server called name into sv; -1 if
- * there is none. */
-static int given_server(const char *name, server *sv)
+/* given_server copies the init-list server called name into sv, and the
+ * deadline of a call starting now into deadline; -1 if there is none. */
+static int given_server(const char *name, server *sv, long long *deadline)
 {
 	int rc = -1;
 	if (name == NULL)
@@ -440,23 +447,26 @@ static int given_server(const char *name, server *sv)
 			*sv = g.servers[i];
 			rc = 0;
 		}
+	*deadline = conn_now_ms() + g.deadline_ms;
 	unlock();
 	return rc;
 }
 
 /* fault sends a CONCORD.FAULT command to sv on a connection of its own.
- * dropped_ok: a connection that ends without an answer counts as success
- * (a server that dies may not answer). */
-static int fault(const server *sv, int argc, const char **argv, const size_t *lens, int dropped_ok)
+ * dropped_ok: a connection that the server closes without an answer counts
+ * as success (a server that dies may not answer); one that is silent until
+ * the deadline does not (it may never have been asked). */
+static int fault(const server *sv, int argc, const char **argv, const size_t *lens, int dropped_ok,
+                 long long deadline)
 {
 	conn c;
 	reply r;
 	conn_init(&c);
-	if (conn_open(&c, sv->host, sv->port, CONNECT_TIMEOUT_MS) < 0)
+	if (conn_open(&c, sv->host, sv->port, until(deadline, CONNECT_TIMEOUT_MS)) < 0)
 		return -1;
-	int rc = conn_call(&c, argc, argv, lens, &r, IO_TIMEOUT_MS);
+	int rc = conn_call(&c, argc, argv, lens, &r, until(deadline, IO_TIMEOUT_MS));
 	if (rc < 0)
-		return dropped_ok ? 0 : -1;
+		return dropped_ok && rc == CONN_DROPPED ? 0 : -1;
 	rc = r.kind == R_ERROR ? -1 : 0;
 	reply_free(&r);
 	conn_close(&c);
@@ -466,19 +476,21 @@ static int fault(const server *sv, int argc, const char **argv, const size_t *le
 API int kv739_die(char *server_name, int clean)
 {
 	server sv;
-	if (given_server(server_name, &sv) < 0)
+	long long deadline;
+	if (given_server(server_name, &sv, &deadline) < 0)
 		return -1;
 	const char *mode = clean ? "CLEAN" : "UNCLEAN";
 	const char *argv[] = {"CONCORD.FAULT", "DIE", mode};
 	size_t lens[] = {13, 3, strlen(mode)};
-	return fault(&sv, 3, argv, lens, 1);
+	return fault(&sv, 3, argv, lens, 1, deadline);
 }
 
 API int kv739_partition(char *server_name, char **reachable)
 {
 	server sv;
+	long long deadline;
 	int n = 0;
-	if (given_server(server_name, &sv) < 0 || reachable == NULL)
+	if (given_server(server_name, &sv, &deadline) < 0 || reachable == NULL)
 		return -1;
 	while (reachable[n] != NULL && reachable[n][0] != '\0')
 		n++;
@@ -490,5 +502,5 @@ API int kv739_partition(char *server_name, char **reachable)
 		argv[i + 2] = reachable[i];
 		lens[i + 2] = strlen(reachable[i]);
 	}
-	return fault(&sv, n + 2, argv, lens, 0);
+	return fault(&sv, n + 2, argv, lens, 0, deadline);
 }
