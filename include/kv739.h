@@ -17,7 +17,8 @@
  * reached, or did not answer in time); retrying it is safe.
  *
  * Every call is safe from many threads at once, and from both sides of a
- * fork(). Call kv739_shutdown only when no other call is in flight.
+ * fork(). kv739_init and kv739_shutdown may run while other calls are in
+ * flight: those end with their answer or -1 (a put's outcome then unknown).
  */
 #ifndef KV739_H
 #define KV739_H

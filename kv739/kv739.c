@@ -10,7 +10,10 @@
  * connection to each server. A call takes a free slot (or makes one) under
  * mu, does its network I/O without any lock, and gives the slot back; so
  * calls from many threads run in parallel, each on its own sockets, and a
- * session never has two requests in flight.
+ * session never has two requests in flight. kv739_init and kv739_shutdown
+ * may run under calls: a slot in use is not freed but orphaned (its gen is
+ * older than g.gen), its call fails at its next attempt, and release frees
+ * it.
  *
  * Fork. pthread_atfork keeps mu consistent across fork(); the first call in
  * the child sees a new pid and, before using anything, closes the child's
@@ -61,6 +64,8 @@ typedef struct slot {
 	uint64_t session, seq;
 	unsigned cur;                /* the server this slot tries first */
 	conn *conns[MAX_SERVERS];    /* by server index; allocated on first use */
+	unsigned gen;                /* the init it belongs to (g.gen) */
+	int busy;                    /* a call holds it */
 	struct slot *next_free, *next_all;
 } slot;
 
@@ -74,7 +79,9 @@ static struct {
 	int stale;   /* KV739_CONSISTENCY=stale */
 	int deadline_ms;
 	unsigned next_start;
+	unsigned gen; /* counts inits and shutdowns: a slot of an older one is stale */
 	slot *free, *all;
+	slot *orphans; /* slots that calls held when init or shutdown ran */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -168,16 +175,39 @@ static void slot_free(slot *s)
 	free(s);
 }
 
-/* after_fork runs, under mu, in the first call of a forked child. */
+/* slot_forget frees s in a forked child: the descriptors are the
+ * parent's. */
+static void slot_forget(slot *s)
+{
+	for (unsigned i = 0; i < MAX_SERVERS; i++)
+		if (s->conns[i] != NULL) {
+			conn_forget(s->conns[i]);
+			free(s->conns[i]);
+		}
+	free(s);
+}
+
+/* after_fork runs, under mu, in the first call of a forked child. The
+ * threads that held slots at the fork are not in the child: every slot is
+ * free again, and the orphans will never be released. */
 static void after_fork(void)
 {
+	g.free = NULL;
 	for (slot *s = g.all; s != NULL; s = s->next_all) {
 		for (unsigned i = 0; i < MAX_SERVERS; i++)
 			if (s->conns[i] != NULL)
 				conn_forget(s->conns[i]);
 		s->session = new_session();
 		s->seq = 1;
+		s->busy = 0;
+		s->next_free = g.free;
+		g.free = s;
 	}
+	for (slot *s = g.orphans, *next; s != NULL; s = next) {
+		next = s->next_all;
+		slot_forget(s);
+	}
+	g.orphans = NULL;
 	g.pid = getpid();
 }
 
@@ -197,32 +227,54 @@ static slot *acquire(void)
 		s->session = new_session();
 		s->seq = 1;
 		s->cur = g.next_start++;
+		s->gen = g.gen;
 		s->next_all = g.all;
 		g.all = s;
 	}
+	if (s != NULL)
+		s->busy = 1;
 	unlock();
 	return s;
 }
 
+/* release gives s back; an orphan (its init was replaced or shut down
+ * while the call ran) is freed instead. */
 static void release(slot *s)
 {
 	lock();
-	s->next_free = g.free;
-	g.free = s;
+	s->busy = 0;
+	if (s->gen == g.gen) {
+		s->next_free = g.free;
+		g.free = s;
+	} else {
+		slot **p = &g.orphans;
+		while (*p != s)
+			p = &(*p)->next_all;
+		*p = s->next_all;
+		slot_free(s);
+	}
 	unlock();
 }
 
-/* free_all drops every slot and server, under mu. */
+/* free_all drops every slot and server, under mu. A slot that a call
+ * holds becomes an orphan, freed when the call releases it: the call sees
+ * its init gone and fails. */
 static void free_all(void)
 {
 	for (slot *s = g.all, *next; s != NULL; s = next) {
 		next = s->next_all;
-		slot_free(s);
+		if (s->busy) {
+			s->next_all = g.orphans;
+			g.orphans = s;
+		} else {
+			slot_free(s);
+		}
 	}
 	g.all = g.free = NULL;
 	g.nservers = 0;
 	g.learned = 0;
 	g.initialized = 0;
+	g.gen++;
 }
 
 /* ---- calls ---- */
@@ -231,7 +283,7 @@ static void free_all(void)
  * server list, so that gets and puts still find a server when the given
  * ones are down. Failures are ignored: it is asked again next time. The
  * names are parsed (looked up: network I/O) before mu is taken. */
-static void learn(conn *c, long long deadline)
+static void learn(conn *c, long long deadline, unsigned gen)
 {
 	const char *argv[] = {"CONCORD.MEMBERS"};
 	size_t lens[] = {15};
@@ -245,14 +297,15 @@ static void learn(conn *c, long long deadline)
 			if (r.elems[i].kind == R_BULK && parse_name(r.elems[i].str, &found[nfound]) == 0)
 				nfound++;
 		lock();
-		for (size_t i = 0; i < nfound; i++) {
+		for (size_t i = 0; g.gen == gen && i < nfound; i++) { /* not into a newer init's list */
 			int known = 0;
 			for (unsigned j = 0; j < g.nservers && !known; j++)
 				known = strcmp(g.servers[j].name, found[i].name) == 0;
 			if (!known && g.nservers < MAX_SERVERS)
 				g.servers[g.nservers++] = found[i];
 		}
-		g.learned = found != NULL;
+		if (g.gen == gen)
+			g.learned = found != NULL;
 		unlock();
 		free(found);
 	}
@@ -299,13 +352,17 @@ static int call(slot *s, int argc, const char **argv, const size_t *lens, reply 
 	int backoff = 20;
 	for (unsigned tried = 0;; tried++) {
 		lock();
+		if (s->gen != g.gen) { /* init or shutdown ran: the list s was for is gone */
+			unlock();
+			return -1;
+		}
 		unsigned n = g.nservers, i = s->cur % n;
 		server sv = g.servers[i];
 		int learned = g.learned, stale = g.stale;
 		unlock();
 		conn *c = connect_slot(s, i, &sv, stale, deadline);
 		if (c != NULL && !learned) {
-			learn(c, until(deadline, IO_TIMEOUT_MS));
+			learn(c, until(deadline, IO_TIMEOUT_MS), s->gen);
 			/* A server that garbles the member list may still answer
 			 * the call: learning must not cost the attempt. */
 			c = connect_slot(s, i, &sv, stale, deadline);

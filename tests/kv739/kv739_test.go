@@ -86,20 +86,26 @@ func TestCLibrary(t *testing.T) {
 // malformed, huge, truncated, split and nested replies; servers that never
 // answer, answer half a reply or a byte at a time (every call returns
 // within its deadline); servers that are down; die's answer when a server
-// is silent; a forked child that reuses the inherited descriptors; and a
-// slow name lookup of a learned member that must not stall other threads.
+// is silent; a forked child that reuses the inherited descriptors; a
+// slow name lookup of a learned member that must not stall other threads;
+// and 8 threads calling while the main thread initialises and shuts the
+// library down under them. It runs again built with ThreadSanitizer.
 // -rdynamic lets the program's getaddrinfo stand in for libc's.
 func TestCHostile(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not found")
 	}
-	dir := t.TempDir()
-	build(t, dir, []string{"-fsanitize=address"}, "kv739_hostile_test", "-rdynamic", "-ldl")
-	cmd := exec.Command(filepath.Join(dir, "kv739_hostile_test"))
-	cmd.Env = append(os.Environ(), "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "OK") {
-		t.Fatalf("kv739_hostile_test: %v\n%s", err, out)
+	for _, sanitizer := range []string{"address", "thread"} {
+		t.Run(sanitizer, func(t *testing.T) {
+			dir := t.TempDir()
+			build(t, dir, []string{"-fsanitize=" + sanitizer}, "kv739_hostile_test", "-rdynamic", "-ldl")
+			cmd := exec.Command(filepath.Join(dir, "kv739_hostile_test"))
+			cmd.Env = append(os.Environ(), "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0", "TSAN_OPTIONS=halt_on_error=1")
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "OK") {
+				t.Fatalf("kv739_hostile_test (-fsanitize=%s): %v\n%s", sanitizer, err, out)
+			}
+		})
 	}
 }
 
