@@ -51,6 +51,15 @@ void conn_close(conn *c)
 	conn_init(c);
 }
 
+int conn_idle(conn *c)
+{
+	char b;
+	if (c->fd < 0 || c->start != c->end)
+		return 0;
+	ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 void conn_forget(conn *c)
 {
 	struct stat st;

@@ -48,6 +48,10 @@ void conn_init(conn *c);
  * lookup (getaddrinfo) is bounded by the resolver's own timeouts only. */
 int conn_open(conn *c, const char *host, const char *port, long long deadline);
 void conn_close(conn *c);
+/* conn_idle reports whether c is open with nothing unread: no bytes
+ * buffered or waiting on the socket, and not closed by the peer. A reply
+ * nobody asked for would be taken as the next command's answer. */
+int conn_idle(conn *c);
 /* conn_forget drops the connection in a forked child: it closes the
  * descriptor only if it still is the socket conn_open made (the child may
  * have closed it and reused the number for a file of its own). */

@@ -52,6 +52,7 @@
 #define CONNECT_TIMEOUT_MS 1000
 #define IO_TIMEOUT_MS 5000
 #define DEFAULT_DEADLINE_MS 15000
+#define MAX_DEADLINE_MS 86400000
 
 typedef struct server {
 	char name[MAX_NAME]; /* as given, or as a member reported it */
@@ -161,6 +162,21 @@ static int parse_name(const char *name, server *sv)
 		return -1;
 	freeaddrinfo(res);
 	return 0;
+}
+
+/* parse_deadline reads KV739_TIMEOUT_MS: unset or empty is the default,
+ * else a whole number of milliseconds from 1 to a day; -1 if not. */
+static int parse_deadline(const char *s)
+{
+	long v = 0;
+	if (s == NULL || *s == '\0')
+		return DEFAULT_DEADLINE_MS;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9' || v > MAX_DEADLINE_MS)
+			return -1;
+		v = v * 10 + (*s - '0');
+	}
+	return v >= 1 && v <= MAX_DEADLINE_MS ? (int)v : -1;
 }
 
 /* ---- slots ---- */
@@ -321,7 +337,7 @@ static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale, long
 		conn_init(s->conns[i]);
 	}
 	conn *c = s->conns[i];
-	if (c->fd >= 0)
+	if (conn_idle(c))
 		return c;
 	if (conn_open(c, sv->host, sv->port, until(deadline, CONNECT_TIMEOUT_MS)) < 0)
 		return NULL;
@@ -417,14 +433,18 @@ API int kv739_init(char **server_names)
 		free(list);
 		return -1;
 	}
-	const char *deadline = getenv("KV739_TIMEOUT_MS");
+	int deadline_ms = parse_deadline(getenv("KV739_TIMEOUT_MS"));
+	if (deadline_ms < 0) {
+		free(list);
+		return -1;
+	}
 	lock();
 	if (g.initialized)
 		free_all();
 	memcpy(g.servers, list, n * sizeof *list);
 	g.nservers = n;
 	g.stale = mode != NULL && strcmp(mode, "stale") == 0;
-	g.deadline_ms = deadline != NULL && atoi(deadline) > 0 ? atoi(deadline) : DEFAULT_DEADLINE_MS;
+	g.deadline_ms = deadline_ms;
 	g.pid = getpid();
 	g.initialized = 1;
 	unlock();

@@ -532,6 +532,52 @@ static void slow_lookup(void)
 	fake_stop(&f);
 }
 
+/* bad_env: a KV739_TIMEOUT_MS that is not a whole number of milliseconds
+ * from 1 to 86,400,000 makes init fail and change nothing (it used to be
+ * ignored, or read as its leading digits: "1e3" was 1 ms). */
+static void bad_env(void)
+{
+	fake f = {.members = S(EMPTY_MEMBERS), .reply = S("$1\r\nx\r\n")};
+	char v[2049];
+	const char *bad[] = {"abc", "0", "-5", "1e3", "500ms", " 500", "99999999999", "86400001"};
+	fake_start(&f);
+	char *list[] = {f.addr, NULL};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		setenv("KV739_TIMEOUT_MS", bad[i], 1);
+		CHECK(kv739_init(list) == -1, "init with KV739_TIMEOUT_MS='%s'", bad[i]);
+		CHECK(kv739_get("k", v) == -1, "a failed init initialises nothing");
+	}
+	init_one(f.addr, "86400000");
+	setenv("KV739_TIMEOUT_MS", "abc", 1);
+	CHECK(kv739_init(list) == -1, "re-init with a bad KV739_TIMEOUT_MS");
+	CHECK(kv739_get("k", v) == 0, "a failed re-init leaves the library as it was");
+	CHECK(kv739_shutdown() == 0, "shutdown");
+	unsetenv("KV739_TIMEOUT_MS");
+	CHECK(kv739_init(list) == 0, "init without KV739_TIMEOUT_MS");
+	CHECK(kv739_shutdown() == 0, "shutdown");
+	setenv("KV739_TIMEOUT_MS", "", 1);
+	CHECK(kv739_init(list) == 0, "init with an empty KV739_TIMEOUT_MS (the default)");
+	CHECK(kv739_shutdown() == 0, "shutdown");
+	fake_stop(&f);
+}
+
+/* out_of_step: a server that sends two replies to one command must not
+ * have the second taken as the answer to the next command (a get would
+ * return another key's value, a put another old value). */
+static void out_of_step(void)
+{
+	fake f = {.members = S(EMPTY_MEMBERS), .reply = S("$1\r\nx\r\n$5\r\nextra\r\n")};
+	char v[2049];
+	fake_start(&f);
+	init_one(f.addr, "5000");
+	for (int i = 0; i < 5; i++) {
+		CHECK(kv739_get("k", v) == 0, "get %d", i);
+		CHECK(strcmp(v, "x") == 0, "get %d returned '%s', a reply meant for nothing", i, v);
+	}
+	CHECK(kv739_shutdown() == 0, "shutdown");
+	fake_stop(&f);
+}
+
 /* ---- many threads, and init and shutdown under them ---- */
 
 static atomic_int workers_stop, bad_rc;
@@ -593,6 +639,8 @@ int main(int argc, char **argv)
 	    {"fork_reused_fds", fork_reused_fds},
 	    {"slow_lookup", slow_lookup},
 	    {"reinit", reinit},
+	    {"bad_env", bad_env},
+	    {"out_of_step", out_of_step},
 	};
 	setvbuf(stdout, NULL, _IONBF, 0);
 	for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
