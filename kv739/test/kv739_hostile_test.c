@@ -578,6 +578,47 @@ static void out_of_step(void)
 	fake_stop(&f);
 }
 
+static int open_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 1024; fd++)
+		n += fcntl(fd, F_GETFD) != -1;
+	return n;
+}
+
+/* fd_leaks: init, calls that succeed and fail (an answer, a garbled one,
+ * a silent server, a refused port), die and partition, and shutdown leave
+ * no descriptor open. */
+static void fd_leaks(void)
+{
+	fake good = {.members = S(EMPTY_MEMBERS), .reply = S("$1\r\nx\r\n")};
+	fake garbled = {.members = S(EMPTY_MEMBERS), .reply = S("$9\r\nab"), .close_after = 1};
+	fake silent = {.members = NULL, .reply = NULL};
+	char down[32], v[2049], old[2049];
+	int before = open_fds(); /* the fakes' own descriptors are all closed when they stop */
+	fake_start(&good);
+	fake_start(&garbled);
+	fake_start(&silent);
+	close(listen_any(down, sizeof down));
+	setenv("KV739_TIMEOUT_MS", "100", 1);
+	for (int i = 0; i < 20; i++) {
+		char *list[] = {down, garbled.addr, silent.addr, good.addr, NULL};
+		char *none[] = {NULL};
+		CHECK(kv739_init(list) == 0, "init");
+		kv739_get("k", v);
+		kv739_put("k", "v", old);
+		kv739_die(silent.addr, 0);
+		kv739_die(garbled.addr, 0);
+		kv739_partition(good.addr, none);
+		kv739_die(down, 0);
+		CHECK(kv739_shutdown() == 0, "shutdown");
+	}
+	fake_stop(&good);
+	fake_stop(&garbled);
+	fake_stop(&silent);
+	CHECK(open_fds() == before, "%d descriptors open after 20 cycles, %d before", open_fds(), before);
+}
+
 /* ---- many threads, and init and shutdown under them ---- */
 
 static atomic_int workers_stop, bad_rc;
@@ -641,6 +682,7 @@ int main(int argc, char **argv)
 	    {"reinit", reinit},
 	    {"bad_env", bad_env},
 	    {"out_of_step", out_of_step},
+	    {"fd_leaks", fd_leaks},
 	};
 	setvbuf(stdout, NULL, _IONBF, 0);
 	for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
