@@ -23,8 +23,11 @@
 #include <unistd.h>
 
 /* Replies larger than this are refused: values are at most 2,048 bytes and
- * member lists are short, so anything bigger is not an answer to us. */
-#define MAX_BULK (1 << 20)
+ * member lists are short, so anything bigger is not an answer to us. The
+ * limit is on the whole reply (its bulks' bytes and its elements' structs
+ * together), not on each bulk: an array of bulks each within a per-bulk
+ * limit could otherwise hold gigabytes. */
+#define MAX_REPLY (1 << 20)
 #define MAX_ELEMS 4096
 #define MAX_DEPTH 4
 
@@ -213,7 +216,17 @@ static int parse_int(const char *s, long long *out)
 	return 0;
 }
 
-static int read_reply(conn *c, reply *r, long long deadline, int depth)
+/* charge takes n bytes from what is left of the reply's budget; -1 if
+ * they are not there. */
+static int charge(size_t *budget, long long n)
+{
+	if (n < 0 || (unsigned long long)n > *budget)
+		return -1;
+	*budget -= (size_t)n;
+	return 0;
+}
+
+static int read_reply(conn *c, reply *r, long long deadline, int depth, size_t *budget)
 {
 	memset(r, 0, sizeof *r);
 	char *line = read_line(c, deadline);
@@ -227,13 +240,15 @@ static int read_reply(conn *c, reply *r, long long deadline, int depth)
 	case '-':
 		r->kind = type == '+' ? R_STATUS : R_ERROR;
 		r->len = strlen(rest);
+		if (charge(budget, (long long)r->len) < 0)
+			return -1;
 		r->str = strdup(rest);
 		return r->str != NULL ? 0 : -1;
 	case ':':
 		r->kind = R_INT;
 		return parse_int(rest, &r->integer);
 	case '$':
-		if (parse_int(rest, &n) < 0 || n < -1 || n > MAX_BULK)
+		if (parse_int(rest, &n) < 0 || n < -1 || (n >= 0 && charge(budget, n) < 0))
 			return -1;
 		if (n == -1) {
 			r->kind = R_NIL;
@@ -248,7 +263,8 @@ static int read_reply(conn *c, reply *r, long long deadline, int depth)
 		r->str[n] = '\0';
 		return 0;
 	case '*':
-		if (parse_int(rest, &n) < 0 || n < -1 || n > MAX_ELEMS || depth >= MAX_DEPTH)
+		if (parse_int(rest, &n) < 0 || n < -1 || n > MAX_ELEMS || depth >= MAX_DEPTH ||
+		    (n > 0 && charge(budget, n * (long long)sizeof(reply)) < 0))
 			return -1;
 		if (n == -1) {
 			r->kind = R_NIL;
@@ -260,7 +276,7 @@ static int read_reply(conn *c, reply *r, long long deadline, int depth)
 		if ((r->elems = calloc((size_t)n, sizeof *r->elems)) == NULL)
 			return -1;
 		for (r->n = 0; r->n < (size_t)n; r->n++)
-			if (read_reply(c, &r->elems[r->n], deadline, depth + 1) < 0) {
+			if (read_reply(c, &r->elems[r->n], deadline, depth + 1, budget) < 0) {
 				r->n++; /* free the partial element too */
 				return -1;
 			}
@@ -299,8 +315,9 @@ int conn_call(conn *c, int argc, const char **argv, const size_t *lens, reply *r
 	int rc = write_all(c, msg, (size_t)(p - msg), deadline);
 	free(msg);
 	c->dropped = 0;
+	size_t budget = MAX_REPLY;
 	if (rc == 0)
-		rc = read_reply(c, r, deadline, 0);
+		rc = read_reply(c, r, deadline, 0, &budget);
 	if (rc < 0) {
 		rc = c->dropped ? CONN_DROPPED : -1;
 		reply_free(r);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -619,6 +620,36 @@ static void fd_leaks(void)
 	CHECK(open_fds() == before, "%d descriptors open after 20 cycles, %d before", open_fds(), before);
 }
 
+/* reply_budget: a reply as a whole is bounded, not only each bulk in it:
+ * an array of 64 bulks of 1 MB each (every one within the bulk limit) used
+ * to be read and held whole, 64 MB, before the library found it was not a
+ * value. */
+static void reply_budget(void)
+{
+	size_t n = 5, one = 10 + (1 << 20) + 2;
+	char *r = malloc(n + 64 * one);
+	CHECK(r != NULL, "malloc");
+	memcpy(r, "*64\r\n", 5);
+	for (int i = 0; i < 64; i++, n += one) {
+		memcpy(r + n, "$1048576\r\n", 10);
+		memset(r + n + 10, 'b', 1 << 20);
+		memcpy(r + n + 10 + (1 << 20), "\r\n", 2);
+	}
+	fake f = {.members = S(EMPTY_MEMBERS), .reply = r, .reply_len = n, .close_after = 1};
+	struct rusage before, after;
+	char v[2049];
+	fake_start(&f);
+	init_one(f.addr, "2000");
+	getrusage(RUSAGE_SELF, &before);
+	CHECK(kv739_get("k", v) == -1, "get answered with 64 MB");
+	getrusage(RUSAGE_SELF, &after);
+	CHECK(after.ru_maxrss - before.ru_maxrss < 16 * 1024, "a 64 MB reply grew the peak memory by %ld KB",
+	      after.ru_maxrss - before.ru_maxrss);
+	CHECK(kv739_shutdown() == 0, "shutdown");
+	fake_stop(&f);
+	free(r);
+}
+
 /* ---- many threads, and init and shutdown under them ---- */
 
 static atomic_int workers_stop, bad_rc;
@@ -683,6 +714,7 @@ int main(int argc, char **argv)
 	    {"bad_env", bad_env},
 	    {"out_of_step", out_of_step},
 	    {"fd_leaks", fd_leaks},
+	    {"reply_budget", reply_budget},
 	};
 	setvbuf(stdout, NULL, _IONBF, 0);
 	for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
