@@ -17,7 +17,8 @@
  * reached, or did not answer in time); retrying it is safe.
  *
  * Every call is safe from many threads at once, and from both sides of a
- * fork(). Call kv739_shutdown only when no other call is in flight.
+ * fork(). kv739_init and kv739_shutdown may run while other calls are in
+ * flight: those end with their answer or -1 (a put's outcome then unknown).
  */
 #ifndef KV739_H
 #define KV739_H
@@ -47,8 +48,9 @@ int kv739_put(char *key, char *value, char *old_value);
 
 /* kv739_die asks server_name, which must be in the init list, to exit:
  * cleanly (clean != 0) or at once, as after a crash. 0 once asked (also
- * when the server drops the connection as it dies), -1 if the server is
- * not in the list or refused (fault injection disabled). */
+ * when the server closes the connection as it dies), -1 if the server is
+ * not in the list, refused (fault injection disabled), or neither answered
+ * nor closed the connection by the call's deadline. */
 int kv739_die(char *server_name, int clean);
 
 /* kv739_partition makes server_name (in the init list) talk only to the

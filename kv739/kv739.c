@@ -10,7 +10,10 @@
  * connection to each server. A call takes a free slot (or makes one) under
  * mu, does its network I/O without any lock, and gives the slot back; so
  * calls from many threads run in parallel, each on its own sockets, and a
- * session never has two requests in flight.
+ * session never has two requests in flight. kv739_init and kv739_shutdown
+ * may run under calls: a slot in use is not freed but orphaned (its gen is
+ * older than g.gen), its call fails at its next attempt, and release frees
+ * it.
  *
  * Fork. pthread_atfork keeps mu consistent across fork(); the first call in
  * the child sees a new pid and, before using anything, closes the child's
@@ -49,6 +52,7 @@
 #define CONNECT_TIMEOUT_MS 1000
 #define IO_TIMEOUT_MS 5000
 #define DEFAULT_DEADLINE_MS 15000
+#define MAX_DEADLINE_MS 86400000
 
 typedef struct server {
 	char name[MAX_NAME]; /* as given, or as a member reported it */
@@ -61,6 +65,8 @@ typedef struct slot {
 	uint64_t session, seq;
 	unsigned cur;                /* the server this slot tries first */
 	conn *conns[MAX_SERVERS];    /* by server index; allocated on first use */
+	unsigned gen;                /* the init it belongs to (g.gen) */
+	int busy;                    /* a call holds it */
 	struct slot *next_free, *next_all;
 } slot;
 
@@ -74,7 +80,9 @@ static struct {
 	int stale;   /* KV739_CONSISTENCY=stale */
 	int deadline_ms;
 	unsigned next_start;
+	unsigned gen; /* counts inits and shutdowns: a slot of an older one is stale */
 	slot *free, *all;
+	slot *orphans; /* slots that calls held when init or shutdown ran */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -96,11 +104,12 @@ static uint64_t new_session(void)
 	return v;
 }
 
-static long long now_ms(void)
+/* until is the deadline of one step that may take ms, within the call's
+ * deadline. */
+static long long until(long long deadline, int ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	long long t = conn_now_ms() + ms;
+	return t < deadline ? t : deadline;
 }
 
 static void sleep_ms(int ms)
@@ -155,14 +164,22 @@ static int parse_name(const char *name, server *sv)
 	return 0;
 }
 
-/* ---- slots ---- */
-
-static void slot_close(slot *s)
+/* parse_deadline reads KV739_TIMEOUT_MS: unset or empty is the default,
+ * else a whole number of milliseconds from 1 to a day; -1 if not. */
+static int parse_deadline(const char *s)
 {
-	for (unsigned i = 0; i < MAX_SERVERS; i++)
-		if (s->conns[i] != NULL)
-			conn_close(s->conns[i]);
+	long v = 0;
+	if (s == NULL || *s == '\0')
+		return DEFAULT_DEADLINE_MS;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9' || v > MAX_DEADLINE_MS)
+			return -1;
+		v = v * 10 + (*s - '0');
+	}
+	return v >= 1 && v <= MAX_DEADLINE_MS ? (int)v : -1;
 }
+
+/* ---- slots ---- */
 
 static void slot_free(slot *s)
 {
@@ -174,14 +191,39 @@ static void slot_free(slot *s)
 	free(s);
 }
 
-/* after_fork runs, under mu, in the first call of a forked child. */
+/* slot_forget frees s in a forked child: the descriptors are the
+ * parent's. */
+static void slot_forget(slot *s)
+{
+	for (unsigned i = 0; i < MAX_SERVERS; i++)
+		if (s->conns[i] != NULL) {
+			conn_forget(s->conns[i]);
+			free(s->conns[i]);
+		}
+	free(s);
+}
+
+/* after_fork runs, under mu, in the first call of a forked child. The
+ * threads that held slots at the fork are not in the child: every slot is
+ * free again, and the orphans will never be released. */
 static void after_fork(void)
 {
+	g.free = NULL;
 	for (slot *s = g.all; s != NULL; s = s->next_all) {
-		slot_close(s);
+		for (unsigned i = 0; i < MAX_SERVERS; i++)
+			if (s->conns[i] != NULL)
+				conn_forget(s->conns[i]);
 		s->session = new_session();
 		s->seq = 1;
+		s->busy = 0;
+		s->next_free = g.free;
+		g.free = s;
 	}
+	for (slot *s = g.orphans, *next; s != NULL; s = next) {
+		next = s->next_all;
+		slot_forget(s);
+	}
+	g.orphans = NULL;
 	g.pid = getpid();
 }
 
@@ -201,66 +243,93 @@ static slot *acquire(void)
 		s->session = new_session();
 		s->seq = 1;
 		s->cur = g.next_start++;
+		s->gen = g.gen;
 		s->next_all = g.all;
 		g.all = s;
 	}
+	if (s != NULL)
+		s->busy = 1;
 	unlock();
 	return s;
 }
 
+/* release gives s back; an orphan (its init was replaced or shut down
+ * while the call ran) is freed instead. */
 static void release(slot *s)
 {
 	lock();
-	s->next_free = g.free;
-	g.free = s;
+	s->busy = 0;
+	if (s->gen == g.gen) {
+		s->next_free = g.free;
+		g.free = s;
+	} else {
+		slot **p = &g.orphans;
+		while (*p != s)
+			p = &(*p)->next_all;
+		*p = s->next_all;
+		slot_free(s);
+	}
 	unlock();
 }
 
-/* free_all drops every slot and server, under mu. */
+/* free_all drops every slot and server, under mu. A slot that a call
+ * holds becomes an orphan, freed when the call releases it: the call sees
+ * its init gone and fails. */
 static void free_all(void)
 {
 	for (slot *s = g.all, *next; s != NULL; s = next) {
 		next = s->next_all;
-		slot_free(s);
+		if (s->busy) {
+			s->next_all = g.orphans;
+			g.orphans = s;
+		} else {
+			slot_free(s);
+		}
 	}
 	g.all = g.free = NULL;
 	g.nservers = 0;
 	g.learned = 0;
 	g.initialized = 0;
+	g.gen++;
 }
 
 /* ---- calls ---- */
 
 /* learn adds the members c's server reports (CONCORD.MEMBERS) to the
  * server list, so that gets and puts still find a server when the given
- * ones are down. Failures are ignored: it is asked again next time. */
-static void learn(conn *c)
+ * ones are down. Failures are ignored: it is asked again next time. The
+ * names are parsed (looked up: network I/O) before mu is taken. */
+static void learn(conn *c, long long deadline, unsigned gen)
 {
 	const char *argv[] = {"CONCORD.MEMBERS"};
 	size_t lens[] = {15};
 	reply r;
-	if (conn_call(c, 1, argv, lens, &r, IO_TIMEOUT_MS) < 0)
+	if (conn_call(c, 1, argv, lens, &r, deadline) < 0)
 		return;
 	if (r.kind == R_ARRAY) {
+		server *found = calloc(r.n > 0 ? r.n : 1, sizeof *found);
+		size_t nfound = 0;
+		for (size_t i = 0; found != NULL && i < r.n; i++)
+			if (r.elems[i].kind == R_BULK && parse_name(r.elems[i].str, &found[nfound]) == 0)
+				nfound++;
 		lock();
-		for (size_t i = 0; i < r.n; i++) {
-			server sv;
+		for (size_t i = 0; g.gen == gen && i < nfound; i++) { /* not into a newer init's list */
 			int known = 0;
-			if (r.elems[i].kind != R_BULK || parse_name(r.elems[i].str, &sv) < 0)
-				continue;
 			for (unsigned j = 0; j < g.nservers && !known; j++)
-				known = strcmp(g.servers[j].name, sv.name) == 0;
+				known = strcmp(g.servers[j].name, found[i].name) == 0;
 			if (!known && g.nservers < MAX_SERVERS)
-				g.servers[g.nservers++] = sv;
+				g.servers[g.nservers++] = found[i];
 		}
-		g.learned = 1;
+		if (g.gen == gen)
+			g.learned = found != NULL;
 		unlock();
+		free(found);
 	}
 	reply_free(&r);
 }
 
 /* connect_slot makes sure s has a live connection to server i. */
-static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale)
+static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale, long long deadline)
 {
 	if (s->conns[i] == NULL) {
 		if ((s->conns[i] = malloc(sizeof(conn))) == NULL)
@@ -268,15 +337,15 @@ static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale)
 		conn_init(s->conns[i]);
 	}
 	conn *c = s->conns[i];
-	if (c->fd >= 0)
+	if (conn_idle(c))
 		return c;
-	if (conn_open(c, sv->host, sv->port, CONNECT_TIMEOUT_MS) < 0)
+	if (conn_open(c, sv->host, sv->port, until(deadline, CONNECT_TIMEOUT_MS)) < 0)
 		return NULL;
 	if (stale) {
 		const char *argv[] = {"CONCORD.CONSISTENCY", "stale"};
 		size_t lens[] = {19, 5};
 		reply r;
-		if (conn_call(c, 2, argv, lens, &r, IO_TIMEOUT_MS) < 0)
+		if (conn_call(c, 2, argv, lens, &r, until(deadline, IO_TIMEOUT_MS)) < 0)
 			return NULL;
 		int ok = r.kind == R_STATUS;
 		reply_free(&r);
@@ -293,27 +362,38 @@ static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale)
  * 0 with the answer in r, or -1. */
 static int call(slot *s, int argc, const char **argv, const size_t *lens, reply *r)
 {
-	long long deadline = now_ms() + g.deadline_ms;
+	lock();
+	long long deadline = conn_now_ms() + g.deadline_ms;
+	unlock();
 	int backoff = 20;
 	for (unsigned tried = 0;; tried++) {
 		lock();
+		if (s->gen != g.gen) { /* init or shutdown ran: the list s was for is gone */
+			unlock();
+			return -1;
+		}
 		unsigned n = g.nservers, i = s->cur % n;
 		server sv = g.servers[i];
 		int learned = g.learned, stale = g.stale;
 		unlock();
-		conn *c = connect_slot(s, i, &sv, stale);
-		if (c != NULL && !learned)
-			learn(c);
-		if (c != NULL && c->fd >= 0 && conn_call(c, argc, argv, lens, r, IO_TIMEOUT_MS) == 0) {
+		conn *c = connect_slot(s, i, &sv, stale, deadline);
+		if (c != NULL && !learned) {
+			learn(c, until(deadline, IO_TIMEOUT_MS), s->gen);
+			/* A server that garbles the member list may still answer
+			 * the call: learning must not cost the attempt. */
+			c = connect_slot(s, i, &sv, stale, deadline);
+		}
+		if (c != NULL && conn_call(c, argc, argv, lens, r, until(deadline, IO_TIMEOUT_MS)) == 0) {
 			if (r->kind != R_ERROR)
 				return 0;
 			reply_free(r); /* unavailable, timed out, not yet ready: another server may do */
 		}
 		s->cur = i + 1;
-		if (now_ms() >= deadline)
+		long long left = deadline - conn_now_ms();
+		if (left <= 0)
 			return -1;
 		if ((tried + 1) % n == 0) { /* every server failed once: wait a little */
-			sleep_ms(backoff);
+			sleep_ms(backoff < left ? backoff : (int)left);
 			backoff = backoff * 2 > 500 ? 500 : backoff * 2;
 		}
 	}
@@ -353,14 +433,18 @@ API int kv739_init(char **server_names)
 		free(list);
 		return -1;
 	}
-	const char *deadline = getenv("KV739_TIMEOUT_MS");
+	int deadline_ms = parse_deadline(getenv("KV739_TIMEOUT_MS"));
+	if (deadline_ms < 0) {
+		free(list);
+		return -1;
+	}
 	lock();
 	if (g.initialized)
 		free_all();
 	memcpy(g.servers, list, n * sizeof *list);
 	g.nservers = n;
 	g.stale = mode != NULL && strcmp(mode, "stale") == 0;
-	g.deadline_ms = deadline != NULL && atoi(deadline) > 0 ? atoi(deadline) : DEFAULT_DEADLINE_MS;
+	g.deadline_ms = deadline_ms;
 	g.pid = getpid();
 	g.initialized = 1;
 	unlock();
@@ -427,9 +511,9 @@ API int kv739_put(char *key, char *value, char *old_value)
 	return rc;
 }
 
-/* given_server copies the init-list server called name into sv; -1 if
- * there is none. */
-static int given_server(const char *name, server *sv)
+/* given_server copies the init-list server called name into sv, and the
+ * deadline of a call starting now into deadline; -1 if there is none. */
+static int given_server(const char *name, server *sv, long long *deadline)
 {
 	int rc = -1;
 	if (name == NULL)
@@ -440,23 +524,26 @@ static int given_server(const char *name, server *sv)
 			*sv = g.servers[i];
 			rc = 0;
 		}
+	*deadline = conn_now_ms() + g.deadline_ms;
 	unlock();
 	return rc;
 }
 
 /* fault sends a CONCORD.FAULT command to sv on a connection of its own.
- * dropped_ok: a connection that ends without an answer counts as success
- * (a server that dies may not answer). */
-static int fault(const server *sv, int argc, const char **argv, const size_t *lens, int dropped_ok)
+ * dropped_ok: a connection that the server closes without an answer counts
+ * as success (a server that dies may not answer); one that is silent until
+ * the deadline does not (it may never have been asked). */
+static int fault(const server *sv, int argc, const char **argv, const size_t *lens, int dropped_ok,
+                 long long deadline)
 {
 	conn c;
 	reply r;
 	conn_init(&c);
-	if (conn_open(&c, sv->host, sv->port, CONNECT_TIMEOUT_MS) < 0)
+	if (conn_open(&c, sv->host, sv->port, until(deadline, CONNECT_TIMEOUT_MS)) < 0)
 		return -1;
-	int rc = conn_call(&c, argc, argv, lens, &r, IO_TIMEOUT_MS);
+	int rc = conn_call(&c, argc, argv, lens, &r, until(deadline, IO_TIMEOUT_MS));
 	if (rc < 0)
-		return dropped_ok ? 0 : -1;
+		return dropped_ok && rc == CONN_DROPPED ? 0 : -1;
 	rc = r.kind == R_ERROR ? -1 : 0;
 	reply_free(&r);
 	conn_close(&c);
@@ -466,19 +553,21 @@ static int fault(const server *sv, int argc, const char **argv, const size_t *le
 API int kv739_die(char *server_name, int clean)
 {
 	server sv;
-	if (given_server(server_name, &sv) < 0)
+	long long deadline;
+	if (given_server(server_name, &sv, &deadline) < 0)
 		return -1;
 	const char *mode = clean ? "CLEAN" : "UNCLEAN";
 	const char *argv[] = {"CONCORD.FAULT", "DIE", mode};
 	size_t lens[] = {13, 3, strlen(mode)};
-	return fault(&sv, 3, argv, lens, 1);
+	return fault(&sv, 3, argv, lens, 1, deadline);
 }
 
 API int kv739_partition(char *server_name, char **reachable)
 {
 	server sv;
+	long long deadline;
 	int n = 0;
-	if (given_server(server_name, &sv) < 0 || reachable == NULL)
+	if (given_server(server_name, &sv, &deadline) < 0 || reachable == NULL)
 		return -1;
 	while (reachable[n] != NULL && reachable[n][0] != '\0')
 		n++;
@@ -490,5 +579,5 @@ API int kv739_partition(char *server_name, char **reachable)
 		argv[i + 2] = reachable[i];
 		lens[i + 2] = strlen(reachable[i]);
 	}
-	return fault(&sv, n + 2, argv, lens, 0);
+	return fault(&sv, n + 2, argv, lens, 0, deadline);
 }

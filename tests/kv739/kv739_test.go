@@ -23,9 +23,10 @@ import (
 
 func TestMain(m *testing.M) { testcluster.Main(m) }
 
-// build compiles the library (and, given test, the C test program against
-// it) into dir with the extra compiler flags, and returns dir.
-func build(t *testing.T, dir string, flags []string, test bool) {
+// build compiles the library (and, given test, the C test program
+// kv739/test/<test>.c against it, linked with the extra flags too) into dir
+// with the extra compiler flags.
+func build(t *testing.T, dir string, flags []string, test string, linkFlags ...string) {
 	t.Helper()
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
@@ -35,10 +36,10 @@ func build(t *testing.T, dir string, flags []string, test bool) {
 		"-o", filepath.Join(dir, "lib739kv.so"),
 		filepath.Join(root, "kv739/kv739.c"), filepath.Join(root, "kv739/conn.c"), "-lpthread"}, flags...)
 	run(t, "gcc", lib...)
-	if test {
+	if test != "" {
 		prog := append([]string{"-g", "-Wall", "-Wextra", "-Werror", "-std=c11", "-I", filepath.Join(root, "include"),
-			filepath.Join(root, "kv739/test/kv739_test.c"), "-L", dir, "-l739kv", "-Wl,-rpath," + dir, "-lpthread",
-			"-o", filepath.Join(dir, "kv739_test")}, flags...)
+			filepath.Join(root, "kv739/test", test+".c"), "-L", dir, "-l739kv", "-Wl,-rpath," + dir, "-lpthread",
+			"-o", filepath.Join(dir, test)}, append(flags, linkFlags...)...)
 		run(t, "gcc", prog...)
 	}
 }
@@ -61,7 +62,7 @@ func TestCLibrary(t *testing.T) {
 		t.Skip("gcc not found")
 	}
 	dir := t.TempDir()
-	build(t, dir, []string{"-fsanitize=address"}, true)
+	build(t, dir, []string{"-fsanitize=address"}, "kv739_test")
 	c := testcluster.New(t, testcluster.Options{Nodes: 3, FaultInjection: true, Supervise: true})
 	c.WaitReady(t, 60*time.Second)
 	p := startDropProxy(t, c.Addr(0))
@@ -80,6 +81,34 @@ func TestCLibrary(t *testing.T) {
 	t.Logf("kv739_test: %s", strings.TrimSpace(out.String()))
 }
 
+// TestCHostile runs kv739/test/kv739_hostile_test.c under AddressSanitizer
+// (leaks included) against the fake RESP servers it starts itself:
+// malformed, huge, truncated, split and nested replies; servers that never
+// answer, answer half a reply or a byte at a time (every call returns
+// within its deadline); servers that are down; die's answer when a server
+// is silent; a forked child that reuses the inherited descriptors; a
+// slow name lookup of a learned member that must not stall other threads;
+// and 8 threads calling while the main thread initialises and shuts the
+// library down under them. It runs again built with ThreadSanitizer.
+// -rdynamic lets the program's getaddrinfo stand in for libc's.
+func TestCHostile(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found")
+	}
+	for _, sanitizer := range []string{"address", "thread"} {
+		t.Run(sanitizer, func(t *testing.T) {
+			dir := t.TempDir()
+			build(t, dir, []string{"-fsanitize=" + sanitizer}, "kv739_hostile_test", "-rdynamic", "-ldl")
+			cmd := exec.Command(filepath.Join(dir, "kv739_hostile_test"))
+			cmd.Env = append(os.Environ(), "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0", "TSAN_OPTIONS=halt_on_error=1")
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "OK") {
+				t.Fatalf("kv739_hostile_test (-fsanitize=%s): %v\n%s", sanitizer, err, out)
+			}
+		})
+	}
+}
+
 // TestPythonFork loads the library with ctypes and uses it from processes
 // forked by multiprocessing after the parent had used it.
 func TestPythonFork(t *testing.T) {
@@ -90,7 +119,7 @@ func TestPythonFork(t *testing.T) {
 		t.Skip("gcc not found")
 	}
 	dir := t.TempDir()
-	build(t, dir, nil, false)
+	build(t, dir, nil, "")
 	c := testcluster.New(t, testcluster.Options{Nodes: 3})
 	c.WaitReady(t, 60*time.Second)
 	root, _ := testcluster.ModuleRoot()
