@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/dial"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // TestIdleGRPCConnectionsClosedClientsCarryOn: the node closes a gRPC
@@ -143,5 +145,57 @@ func admitIdleHolder(t *testing.T, addr string) {
 		}
 		c.Close()
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestForwardsCarryOnAcrossIdleCloses: a node's own connections to its
+// peers (Dial's, here the one a follower forwards KV calls on) are closed
+// by the peer after GRPCMaxConnIdle like any other, and the next forward on
+// them succeeds: the caller, calling the follower directly with no retries
+// of its own, sees no error.
+func TestForwardsCarryOnAcrossIdleCloses(t *testing.T) {
+	nodes, _ := startClusterWith(t, make([]version.Level, 3), func(_ int, c *Config, _ *testHooks) {
+		c.GRPCMaxConnIdle = 150 * time.Millisecond
+		// Heartbeats leave the connections idle between them.
+		c.HeartbeatInterval = time.Second
+	})
+	var follower *Node
+	var leaderAddr string
+	waitFor(t, 20*time.Second, func() error {
+		for _, n := range nodes {
+			if l, local := n.leaderOf(1); !local && l != 0 {
+				if addr, ok := n.book.resolve(l); ok {
+					follower, leaderAddr = n, addr
+					return nil
+				}
+			}
+		}
+		return errors.New("no follower of shard 1 knows its leader's address yet")
+	})
+	cc, err := dial.Dial(follower.cfg.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	kv := concordpb.NewKVClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	peer, err := follower.conns.get(leaderAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		if _, err := kv.Put(ctx, &concordpb.PutRequest{Key: []byte("fwd"), Value: fmt.Appendf(nil, "v%d", round)}); err != nil {
+			t.Fatalf("round %d: a put forwarded on a connection the leader closed for idleness: %v", round, err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		left := peer.WaitForStateChange(wctx, connectivity.Ready)
+		wcancel()
+		if !left {
+			t.Fatalf("round %d: the follower's connection to the leader still open after 10 s idle; want it closed after %v", round, 150*time.Millisecond)
+		}
+	}
+	if _, err := kv.Put(ctx, &concordpb.PutRequest{Key: []byte("fwd"), Value: []byte("last")}); err != nil {
+		t.Fatalf("a put forwarded on a connection the leader closed for idleness: %v", err)
 	}
 }
