@@ -97,7 +97,7 @@ func newServerCmd() *cobra.Command {
 	f.Uint64Var(&cfg.LogTailEntries, "raft-log-tail-entries", cfg.LogTailEntries, "entries a leader keeps below its slowest follower's position")
 	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "fewest entries a log truncation removes")
 	f.IntVar(&cfg.RedisMaxClients, "redis-max-clients", 0, "most RESP connections the node serves at once, --addr and --redis-addr together; one more closes the oldest that has sent no command, or, when all have, gets \"ERR max number of clients reached\" (0: 10000)")
-	f.IntVar(&cfg.GRPCMaxConns, "grpc-max-conns", 0, "most gRPC connections the node serves at once on --addr; one more is closed at once (its client sees Unavailable and retries) (0: 10000)")
+	f.IntVar(&cfg.GRPCMaxConns, "grpc-max-conns", 0, "most gRPC connections the node serves at once on --addr; one more takes the place of one idle for 30 s (no call in flight, nothing read), or, when none is, is closed at once (its client sees Unavailable and retries) (0: 10000)")
 	f.IntVar(&cfg.RedisOutputBufferLimit, "redis-output-buffer-limit", 0, "bytes of replies one Redis connection may hold for one pipeline (0: 64 MiB)")
 	_ = f.MarkHidden("redis-output-buffer-limit")
 	_ = f.MarkHidden("tick-interval")

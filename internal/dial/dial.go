@@ -30,6 +30,21 @@ var Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 3 * 
 // connection of a client that sends them.)
 var KeepaliveEnforcement = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
 
+// ServerKeepalive is the rest of the servers' side (every Concord gRPC
+// server must use it too, grpc.KeepaliveParams): a connection with no call
+// in flight for MaxConnectionIdle gets an HTTP/2 GOAWAY and is closed, so
+// that connections opened and left idle (a leaky client pool, a flood)
+// do not hold the server's connection slots (--grpc-max-conns) for ever.
+// Keepalive's pings do not count as calls: an idle client that pings is
+// closed all the same. The close is graceful: a call that races it is
+// retried by gRPC on a new connection, and a client's next call simply
+// reconnects (Dial's connections, every Concord client's, see no error).
+// Long-lived streams (raft's, KV.Stream) are calls in flight and keep
+// their connection. Generous, as etcd's and most gRPC services': a client
+// busy now and then keeps its connection. The servers' own pings
+// (Time, Timeout) stay at gRPC's defaults (2 h, 20 s).
+var ServerKeepalive = keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}
+
 // Dial returns a lazily connecting client connection to addr: plaintext
 // unless extra carries other transport credentials (Security.Options).
 //

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/concord-kv/concord/internal/portmux"
 )
 
 // blackHole is a TCP proxy on 127.0.0.1 that, once cut, keeps its
@@ -106,4 +108,55 @@ func TestKeepaliveNoticesABlackHoledPeer(t *testing.T) {
 			time.Since(start), Keepalive.Time+Keepalive.Timeout)
 	}
 	t.Logf("connection left READY %v after the peer went silent (now %v)", time.Since(start).Round(time.Millisecond), conn.GetState())
+}
+
+// TestIdleConnectionClosedAndRedialled: a server with ServerKeepalive
+// closes a connection that has had no call in flight for
+// MaxConnectionIdle (with a GOAWAY), and the
+// client's next call, on Dial's connection, succeeds on a new one.
+// Before, idle connections stayed open for ever, holding the server's
+// connection slots. Calls made as the server closes the connection (each
+// one just as it has been idle for MaxConnectionIdle) never fail either:
+// the close is graceful, and gRPC retries a call it refused.
+func TestIdleConnectionClosedAndRedialled(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll := portmux.Limit(lis, 100) // counts the server's open connections
+	kp := ServerKeepalive
+	kp.MaxConnectionIdle = 100 * time.Millisecond
+	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(KeepaliveEnforcement), grpc.KeepaliveParams(kp))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(ll) }()
+	t.Cleanup(srv.Stop)
+	conn, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	check := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("a call on a connection the server closed for idleness: %v", err)
+		}
+	}
+	for range 3 {
+		check()
+		deadline := time.Now().Add(10 * time.Second)
+		for ll.Open() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections still open %v after the last call; want them closed after %v idle", ll.Open(), 10*time.Second, kp.MaxConnectionIdle)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Pacing, not synchronisation: calls spaced around MaxConnectionIdle
+	// land on the server's close in every phase of it.
+	for i := range 40 {
+		check()
+		time.Sleep(kp.MaxConnectionIdle - 10*time.Millisecond + time.Duration(i%20)*time.Millisecond)
+	}
 }

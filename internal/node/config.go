@@ -90,8 +90,19 @@ type Config struct {
 	// and closed.
 	RedisMaxClients int
 	// GRPCMaxConns bounds the node's gRPC connections on --addr (0:
-	// DefaultGRPCMaxConns); one more is closed as soon as it is accepted.
+	// DefaultGRPCMaxConns); one more takes the place of one idle for
+	// GRPCEvictIdleAfter or, when none is, is closed as soon as it is
+	// accepted.
 	GRPCMaxConns int
+	// GRPCMaxConnIdle closes a gRPC connection with no call in flight for
+	// that long, with a GOAWAY (clients reconnect for their next call); 0
+	// means dial.ServerKeepalive's (5 min). No flag: tests shorten it.
+	GRPCMaxConnIdle time.Duration
+	// GRPCEvictIdleAfter: at GRPCMaxConns, a new connection is served in
+	// place of the one idle longest (no call in flight, nothing read) if it
+	// has been idle this long (portmux.LimitListener.EvictIdle); 0 means
+	// defaultGRPCEvictIdleAfter (30 s). No flag: tests shorten it.
+	GRPCEvictIdleAfter time.Duration
 	// PeerDialer, when set, makes the node forward KV calls to peers over
 	// their framed wire (grpcapi.WithPeerWire); the CLI sets it to the
 	// public client's (client.NewPeerKV), which this layer may not import.
@@ -240,6 +251,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--redis-max-clients must not be negative (0: 10000), got %d", c.RedisMaxClients)
 	case c.GRPCMaxConns < 0:
 		return fmt.Errorf("--grpc-max-conns must not be negative (0: %d), got %d", DefaultGRPCMaxConns, c.GRPCMaxConns)
+	case c.GRPCMaxConnIdle < 0 || c.GRPCEvictIdleAfter < 0:
+		return fmt.Errorf("the gRPC idle times must not be negative (0: their defaults), got %v and %v", c.GRPCMaxConnIdle, c.GRPCEvictIdleAfter)
 	case c.MaxMovesPerNode < 0:
 		return fmt.Errorf("--max-moves-per-node must not be negative, got %d", c.MaxMovesPerNode)
 	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:

@@ -160,3 +160,13 @@ func TestGRPCMaxConnsNegativeRefused(t *testing.T) {
 		t.Fatalf("--grpc-max-conns -1: validate said %v, want an error naming the flag", err)
 	}
 }
+
+// TestGRPCIdleTimesNegativeRefused: a negative GRPCMaxConnIdle or
+// GRPCEvictIdleAfter is refused at start, not taken as "at once".
+func TestGRPCIdleTimesNegativeRefused(t *testing.T) {
+	for _, c := range []Config{{GRPCMaxConnIdle: -time.Second}, {GRPCEvictIdleAfter: -time.Second}} {
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "gRPC idle times") {
+			t.Errorf("%v, %v: validate said %v, want an error about the idle times", c.GRPCMaxConnIdle, c.GRPCEvictIdleAfter, err)
+		}
+	}
+}

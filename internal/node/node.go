@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
@@ -48,6 +50,14 @@ const muxTimeout = 10 * time.Second
 // over one connection (or a few), so only a flood comes near it.
 const DefaultGRPCMaxConns = 10000
 
+// defaultGRPCEvictIdleAfter is how long a gRPC connection must have had no
+// call in flight and read nothing before, at --grpc-max-conns, a new one
+// is served in its place (Config.GRPCEvictIdleAfter): three of the
+// keepalive pings every Concord client sends (dial.Keepalive), so that
+// theirs are never taken for idle; a silent connection (a flood's, or a
+// leaky pool's) goes.
+const defaultGRPCEvictIdleAfter = 30 * time.Second
+
 // maxMsgBytes bounds a gRPC message; larger requests are refused by gRPC
 // with ResourceExhausted.
 const maxMsgBytes = dial.MaxMsgBytes
@@ -59,7 +69,9 @@ type Node struct {
 	eng *storage.Engine
 	lis net.Listener
 	srv *grpc.Server
-	sec security // TLS and auth settings, loaded by New
+	// grpcLis bounds srv's connections (--grpc-max-conns).
+	grpcLis *portmux.LimitListener
+	sec     security // TLS and auth settings, loaded by New
 	// kv is the KV service, registered on srv and called in process by
 	// redis, the Redis protocol server (on the node's port, and on
 	// --redis-addr if set).
@@ -190,6 +202,36 @@ func (n *Node) trackStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerIn
 	return h(srv, ss)
 }
 
+// connCallsUnary counts the call in flight on its connection, for
+// --grpc-max-conns' eviction of idle ones (portmux.CallStarted): O(1).
+func connCallsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	addr := peerAddr(ctx)
+	portmux.CallStarted(addr)
+	defer portmux.CallEnded(addr)
+	return h(ctx, req)
+}
+
+func connCallsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	addr := peerAddr(ss.Context())
+	portmux.CallStarted(addr)
+	defer portmux.CallEnded(addr)
+	return h(srv, ss)
+}
+
+func peerAddr(ctx context.Context) net.Addr {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr
+	}
+	return nil
+}
+
+// serverKeepalive is dial.ServerKeepalive with Config.GRPCMaxConnIdle.
+func (n *Node) serverKeepalive() keepalive.ServerParameters {
+	kp := dial.ServerKeepalive
+	kp.MaxConnectionIdle = cmp.Or(n.cfg.GRPCMaxConnIdle, kp.MaxConnectionIdle)
+	return kp
+}
+
 // New validates cfg and returns a node that Start will run.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
@@ -258,6 +300,10 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startHTTP(); err != nil {
 		return n.abort(err)
 	}
+	// Every call is counted on its connection (connCallsUnary), so that
+	// one with a call in flight is never taken for idle.
+	n.grpcLis = portmux.Limit(mux.GRPC(), cmp.Or(n.cfg.GRPCMaxConns, DefaultGRPCMaxConns)).
+		EvictIdle(cmp.Or(n.cfg.GRPCEvictIdleAfter, defaultGRPCEvictIdleAfter))
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
@@ -265,7 +311,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer n.wg.Done()
-		if err := n.srv.Serve(portmux.Limit(mux.GRPC(), cmp.Or(n.cfg.GRPCMaxConns, DefaultGRPCMaxConns))); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := n.srv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("grpc server stopped", "err", err)
 		}
 	}()
@@ -295,16 +341,17 @@ func (n *Node) newServer() *grpc.Server {
 	// ServerCodec counts a request's repeated elements before it decodes it.
 	srv := grpc.NewServer(append(n.sec.grpcOptions(), grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.ForceServerCodecV2(grpcapi.ServerCodec()),
-		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement),
+		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement), grpc.KeepaliveParams(n.serverKeepalive()),
 		// Auth as a call's headers arrive, before its message is read.
 		grpc.InTapHandle(n.sec.auth.Tap()),
 		// Auth first: a refused call is neither counted nor timed.
 		// MarkAnswered before every interceptor that answers with an
 		// error, so a node forwarding here tells each from a broken
 		// connection (grpcapi/forward.go).
-		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), grpcapi.MarkAnswered(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
+		// connCalls first: every call, refused or not, is in flight.
+		grpc.ChainUnaryInterceptor(connCallsUnary, n.sec.auth.Unary(), grpcapi.MarkAnswered(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
 			grpcapi.DropPartitioned(n.blocked)),
-		grpc.ChainStreamInterceptor(n.sec.auth.Stream(), n.trackStream))...)
+		grpc.ChainStreamInterceptor(connCallsStream, n.sec.auth.Stream(), n.trackStream))...)
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	// Stream calls get the per-call accounting the unary chain gives.
