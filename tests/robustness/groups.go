@@ -81,9 +81,10 @@ func slotOf(key string) int {
 // operation on a member steps that member alone, as step does.
 func stepGroup(s groupState, in kvInput, out kvOutput) (bool, interface{}) {
 	slots, ok := slotsOf(in)
-	// A TTL on a member is refused: the multi-key steps cannot judge a
-	// value that may have expired, and the workload puts none (pickTTL).
-	if !ok || in.TTLMs != 0 {
+	// A TTL on a member is refused, and so is anything that keeps or
+	// changes one: the multi-key steps cannot judge a value that may have
+	// expired, and the workload sends none (pickTTL, keepTTL, nextOp).
+	if !ok || in.TTLMs != 0 || in.KeepTTL || in.Kind == opExpire {
 		return false, s
 	}
 	switch in.Kind {

@@ -255,13 +255,19 @@ func kindCounts(ops []porcupine.Operation, c coverage) string {
 		n[o.Input.(kvInput).Kind]++
 	}
 	var parts []string
-	for k := opGet; k <= opMSetNX; k++ {
+	for k := opGet; k <= opExpire; k++ {
 		parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
 	}
 	s := strings.Join(parts, ", ") + "; answered multi-key:"
 	for p, forms := range multiForms {
 		for _, f := range forms {
 			s += fmt.Sprintf(" %s %s %d,", protocolNames[p], f, c.multi[p][f])
+		}
+	}
+	s = strings.TrimSuffix(s, ",") + "; answered expiry commands:"
+	for p, forms := range expiryForms {
+		for _, f := range forms {
+			s += fmt.Sprintf(" %s %s %d,", protocolNames[p], f, c.expiry[p][f])
 		}
 	}
 	s = strings.TrimSuffix(s, ",")

@@ -41,6 +41,7 @@ func fullCoverage() coverage {
 	c := coverageOf(everyMultiForm())
 	c.reads, c.writes = [2]int{1, 1}, [2]int{1, 1}
 	c.ttlPuts, c.expiredReads = 1, 1
+	c.expiry = coverageOf(everyExpiryForm()).expiry
 	return c
 }
 
@@ -72,6 +73,7 @@ func TestCoverageNeedsEveryMultiForm(t *testing.T) {
 			c := coverageOf(tc.hist)
 			c.reads, c.writes = [2]int{1, 1}, [2]int{1, 1}
 			c.ttlPuts, c.expiredReads = 1, 1
+			c.expiry = fullCoverage().expiry
 			gaps := c.gaps(true)
 			want := fmt.Sprintf("no %s %s was answered", protocolNames[p], form)
 			if len(gaps) != 1 || !strings.Contains(gaps[0], want) {

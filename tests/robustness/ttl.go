@@ -88,25 +88,20 @@ func timedStep(s kvState, in kvInput, out kvOutput) (bool, kvState) {
 	}
 	c, r := window(in, out)
 	if !s.Expires {
-		ok, next := step(s, in, out)
-		return ok, settle(s, s, next.(kvState), in, c, r)
+		return stepView(s, s, in, out, c, r)
 	}
 	live := kvState{Exists: true, Value: s.Value}
 	okLive, nextLive := false, s
 	if c < s.ExpHi {
 		seen := s
 		seen.ExpLo = max(s.ExpLo, c) // seen live at some t >= c: E > c
-		var next interface{}
-		okLive, next = step(live, in, out)
-		nextLive = settle(live, seen, next.(kvState), in, c, r)
+		okLive, nextLive = stepView(live, seen, in, out, c, r)
 	}
 	okGone, nextGone := false, s
 	if r >= s.ExpLo {
 		seen := s
 		seen.ExpHi = min(s.ExpHi, r) // seen expired at some t <= r: E <= r
-		var next interface{}
-		okGone, next = step(kvState{}, in, out)
-		nextGone = settle(kvState{}, seen, next.(kvState), in, c, r)
+		okGone, nextGone = stepView(kvState{}, seen, in, out, c, r)
 	}
 	switch {
 	case okLive && okGone:
@@ -119,13 +114,30 @@ func timedStep(s kvState, in kvInput, out kvOutput) (bool, kvState) {
 	return false, s
 }
 
+// stepView steps the key as the op saw it (view: the value live, or
+// absent) and returns the model's next state: an expire by stepExpire
+// (expire.go), which needs seen's expiry, anything else by step and settle.
+func stepView(view, seen kvState, in kvInput, out kvOutput, c, r int64) (bool, kvState) {
+	if in.Kind == opExpire {
+		return stepExpire(view, seen, in, out, c, r)
+	}
+	ok, next := step(view, in, out)
+	return ok, settle(view, seen, next.(kvState), in, c, r)
+}
+
 // settle turns step's next state from view (the key as the op saw it) into
 // the model's: an op that left the key as it was leaves seen (the stored
-// value and what this op says of its expiry); a put sets its own expiry;
-// an INCR of a live value keeps its expiry; anything else (a delete, a
-// swap, an INCR from absent) leaves a value without one.
+// value and what this op says of its expiry); a put sets its own expiry,
+// or with KeepTTL keeps the live value's (a value it found absent had
+// none); an INCR of a live value keeps its expiry; anything else (a
+// delete, a swap, an INCR from absent) leaves a value without one.
 func settle(view, seen, next kvState, in kvInput, c, r int64) kvState {
 	switch {
+	case in.Kind == opPut && in.KeepTTL:
+		if view.Exists && seen.Expires {
+			next.Expires, next.ExpLo, next.ExpHi = true, seen.ExpLo, seen.ExpHi
+		}
+		return next
 	case in.Kind == opPut:
 		return withTTL(next, in.TTLMs, c, r)
 	case next == view && in.Kind != opDelete:
@@ -178,11 +190,12 @@ func join(a, b kvState) kvState {
 
 // afterUnsure is the state after an op the Unsure state accepted whatever
 // it answered: what a put, a delete or an answered swap leaves, whatever
-// the key held; else still Unsure.
+// the key held; else still Unsure (so after an expire, and after a put
+// that keeps an expiry the model does not know, KEEPTTL).
 func afterUnsure(in kvInput, out kvOutput) kvState {
 	c, r := window(in, out)
 	switch {
-	case in.Kind == opPut:
+	case in.Kind == opPut && !in.KeepTTL:
 		return withTTL(kvState{Exists: true, Value: in.Value}, in.TTLMs, c, r)
 	case in.Kind == opDelete:
 		return kvState{}

@@ -148,12 +148,17 @@ func TestAmbiguousMutationsLegalInTimedStates(t *testing.T) {
 		{Exists: true, Value: "1", Expires: true, ExpLo: wallBase + 100*ms, ExpHi: wallBase + 110*ms},
 		{Exists: true, Value: "7", Expires: true, ExpLo: wallBase + 100*ms, ExpHi: math.MaxInt64},
 		{Unsure: true},
+		{Exists: true, Value: "1"}, {},
 	}
 	muts := []kvInput{
 		put("a", "2"), ttlPut("a", "2", 5), {Kind: opPut, Key: "a", Value: "2", Blind: true, TTLMs: 5},
 		{Kind: opDelete, Key: "a"}, {Kind: opCAS, Key: "a", Value: "2", Absent: true},
-		{Kind: opCAS, Key: "a", Value: "2", Expected: "1"}, incr("a"),
+		{Kind: opCAS, Key: "a", Value: "2", Expected: "1"}, incr("a"), keepPut("a", "2"),
 	}
+	for _, c := range expireConds {
+		muts = append(muts, pexpire("a", 5, c), pexpire("a", 0, c))
+	}
+	muts = append(muts, persist("a"), getex("a", 5), getex("a", 0))
 	for _, s := range states {
 		for _, in := range muts {
 			for _, callMs := range []int64{0, 105, 1000} {

@@ -69,16 +69,21 @@ func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
 	}
 }
 
-// nextOp picks an operation: 40% get, 30% put (some with a TTL: pickTTL),
-// 10% delete, 20% CAS.
+// nextOp picks an operation: 37% get, 28% put (some with a TTL: pickTTL;
+// some keeping the key's: keepTTL), 9% delete, 18% CAS; on an ungrouped
+// key, 8% an EXPIRE op (expire.go; a get on a group's key).
 func (w *workload) nextOp(rng *rand.Rand, id, n int, k string, seen map[string]string) kvInput {
 	v := fmt.Sprintf("c%d.%d", id, n)
+	_, grouped := groupOf(k)
 	switch p := rng.IntN(100); {
-	case p < 40:
+	case p < 8 && !grouped:
+		return nextGRPCExpire(rng, k)
+	case p < 45:
 		return kvInput{Kind: opGet, Key: k}
-	case p < 70:
-		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: pickTTL(rng, k)}
-	case p < 80:
+	case p < 73:
+		ttl := pickTTL(rng, k)
+		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: ttl, KeepTTL: keepTTL(rng, k, ttl)}
+	case p < 82:
 		return kvInput{Kind: opDelete, Key: k}
 	default:
 		exp, ok := seen[k]
@@ -106,10 +111,15 @@ func (w *workload) do(c *client.Client, in kvInput) (kvOutput, error) {
 	switch in.Kind {
 	case opMGet, opMSet, opMDel:
 		return doBatch(ctx, c, in)
+	case opExpire:
+		return doGRPCSingle(ctx, c, in)
 	case opGet:
 		v, found, err := c.Get(ctx, key)
 		return kvOutput{Ok: found, Value: string(v)}, err
 	case opPut:
+		if in.KeepTTL {
+			return doGRPCSingle(ctx, c, in)
+		}
 		// The model checks the previous value: ask for it.
 		opts := []client.PutOption{client.ReturnPrev()}
 		if in.TTLMs > 0 {
@@ -191,6 +201,12 @@ func pickTTL(rng *rand.Rand, k string) int64 {
 	if _, grouped := groupOf(k); grouped || rng.IntN(100) >= ttlShare {
 		return 0
 	}
+	return ttlMs(rng)
+}
+
+// ttlMs is a TTL in milliseconds, for a put or an expire command: half the
+// time 1-9 ms, a quarter 10-49 ms, a quarter 50-799 ms.
+func ttlMs(rng *rand.Rand) int64 {
 	switch rng.IntN(4) {
 	case 0, 1:
 		return 1 + rng.Int64N(9)
