@@ -177,19 +177,19 @@ func keepTTL(rng *rand.Rand, k string, ttlMs int64) bool {
 var expireConds = []concordpb.Condition{concordpb.Condition_CONDITION_NONE, concordpb.Condition_CONDITION_NX,
 	concordpb.Condition_CONDITION_XX, concordpb.Condition_CONDITION_GT, concordpb.Condition_CONDITION_LT}
 
-// nextRESPExpire picks a Redis expiry command on k: 40 % PEXPIRE (its
+// nextRESPExpire picks a Redis expiry command on k: 50 % PEXPIRE (its
 // condition none, NX, XX, GT or LT alike), 10 % EXPIRE of 0 or 1 s (0:
-// deletes the key), 20 % PERSIST, 15 % GETEX PX, 15 % GETEX PERSIST.
+// deletes the key), 15 % PERSIST, 12 % GETEX PX, 13 % GETEX PERSIST.
 func nextRESPExpire(rng *rand.Rand, k string) kvInput {
 	in := kvInput{Kind: opExpire, Key: k}
 	switch p := rng.IntN(100); {
-	case p < 40:
-		in.TTLMs, in.Cond = ttlMs(rng), expireConds[rng.IntN(len(expireConds))]
 	case p < 50:
+		in.TTLMs, in.Cond = ttlMs(rng), expireConds[rng.IntN(len(expireConds))]
+	case p < 60:
 		in.TTLMs, in.Seconds = 1000*rng.Int64N(2), true
-	case p < 70:
+	case p < 75:
 		in.Persist = true
-	case p < 85:
+	case p < 87:
 		in.TTLMs, in.Reply = ttlMs(rng), replyBefore
 	default:
 		in.Persist, in.Reply = true, replyBefore

@@ -94,9 +94,9 @@ func (rc *respClient) pick(i int, members *liveSet) int {
 	return i
 }
 
-// nextOp picks an operation: on an ungrouped key, 10% an expiry command
+// nextOp picks an operation: on an ungrouped key, 15% an expiry command
 // (PEXPIRE, PERSIST, GETEX, ...: expire.go; a GET on a group's key); then
-// 25% GET, 10% INCR (which a key's leader may merge with other
+// 20% GET, 10% INCR (which a key's leader may merge with other
 // connections' INCRs of the key into one op: INCR runs), 20% SET, 15%
 // SET ... GET (SETs some with a TTL, pickTTL, some KEEPTTL, keepTTL), 10%
 // DEL, 10% SET ... NX GET (a CAS expecting the key absent). Values SET
@@ -106,7 +106,7 @@ func (rc *respClient) nextOp(rng *rand.Rand, n int, k string) kvInput {
 	v := fmt.Sprintf("r%d.%d", rc.id, n)
 	_, grouped := groupOf(k)
 	switch p := rng.IntN(100); {
-	case p < 10 && !grouped:
+	case p < 15 && !grouped:
 		return nextRESPExpire(rng, k)
 	case p < 35:
 		return kvInput{Kind: opGet, Key: k}
