@@ -164,14 +164,13 @@ func compareOutcomes(seen, set kvState, later bool) []expireOutcome {
 	return outs
 }
 
-// keepTTLShare is the percentage of puts on an ungrouped key without a TTL
-// that keep the key's instead.
+// keepTTLShare is the percentage of single-key puts without a TTL that
+// keep the key's instead.
 const keepTTLShare = 12
 
-// keepTTL says whether a put on k without a TTL keeps the key's expiry.
-func keepTTL(rng *rand.Rand, k string, ttlMs int64) bool {
-	_, grouped := groupOf(k)
-	return !grouped && ttlMs == 0 && rng.IntN(100) < keepTTLShare
+// keepTTL says whether a put without a TTL keeps the key's expiry.
+func keepTTL(rng *rand.Rand, ttlMs int64) bool {
+	return ttlMs == 0 && rng.IntN(100) < keepTTLShare
 }
 
 var expireConds = []concordpb.Condition{concordpb.Condition_CONDITION_NONE, concordpb.Condition_CONDITION_NX,

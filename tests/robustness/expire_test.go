@@ -242,3 +242,78 @@ func TestRESPExpireArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestModelJudgesGroupExpiry: a multi-key write of puts with a TTL gives
+// each key of the group an expiry held to the write's window, which reads
+// of the group (MGET, a member's GET) and its other multi-key operations
+// judge as an ungrouped key's reads do; a member's expiry commands act on
+// it alone. The write w expires in [97, 112] ms.
+func TestModelJudgesGroupExpiry(t *testing.T) {
+	a, b := "{g0}a", "{g0}b"
+	ttlMSet := func(ttl int64) kvInput {
+		in := mset(a, b)
+		in.TTLMs = ttl
+		return in
+	}
+	w := timed(0, 0, 10, ttlMSet(100), kvOutput{})
+	none, unknown := kvState{}, kvOutput{Unknown: true}
+	msetnx := kvInput{Kind: opMSetNX, Keys: []string{a, b}, Values: []string{"2@" + a, "2@" + b}}
+	for _, tc := range []struct {
+		name string
+		ok   bool
+		h    []porcupine.Operation
+	}{
+		{"MGET after the window finds both gone", true, []porcupine.Operation{
+			w, timed(1, 500, 510, mget(a, b), seen(none, none)),
+		}},
+		{"MGET after the window still sees one", false, []porcupine.Operation{
+			w, timed(1, 500, 510, mget(a, b), seen(has(a), none)),
+		}},
+		{"MGET before the window finds one gone", false, []porcupine.Operation{
+			w, timed(1, 20, 30, mget(a, b), seen(has(a), none)),
+		}},
+		{"MGET in the window sees both, then both gone", true, []porcupine.Operation{
+			w, timed(1, 100, 104, mget(a, b), seen(has(a), has(b))), timed(1, 200, 210, mget(a, b), seen(none, none)),
+		}},
+		{"a member's GET after the window sees it", false, []porcupine.Operation{
+			w, timed(1, 500, 510, get(a), found("1@"+a)),
+		}},
+		{"an MSET without a TTL clears the expiry", true, []porcupine.Operation{
+			w, timed(1, 20, 30, mset(a, b), kvOutput{}), timed(1, 500, 510, mget(a, b), seen(has(a), has(b))),
+		}},
+		{"MSETNX after the window puts", true, []porcupine.Operation{
+			w, timed(1, 300, 310, msetnx, kvOutput{Ok: true}),
+		}},
+		{"MSETNX after the window refused", false, []porcupine.Operation{
+			w, timed(1, 300, 310, msetnx, kvOutput{Ok: false}),
+		}},
+		{"DEL after the window counts them", false, []porcupine.Operation{
+			w, timed(1, 300, 310, kvInput{Kind: opMDel, Keys: []string{a, b}, CountOnly: true}, kvOutput{N: 2}),
+		}},
+		{"DEL after the window counts none", true, []porcupine.Operation{
+			w, timed(1, 300, 310, kvInput{Kind: opMDel, Keys: []string{a, b}, CountOnly: true}, kvOutput{N: 0}),
+		}},
+		{"PERSIST of one member keeps it alone", true, []porcupine.Operation{
+			w, timed(1, 20, 30, persist(a), changed(true)), timed(1, 500, 510, mget(a, b), seen(has(a), none)),
+		}},
+		{"PERSIST of one member kept the other too", false, []porcupine.Operation{
+			w, timed(1, 20, 30, persist(a), changed(true)), timed(1, 500, 510, mget(a, b), seen(has(a), has(b))),
+		}},
+		{"an ambiguous MSETNX in the window: its values", true, []porcupine.Operation{
+			w, timed(1, 95, 0, msetnx, unknown), timed(1, 500, 510, get(b), found("2@"+b)),
+		}},
+		{"an ambiguous MSETNX in the window: nothing", true, []porcupine.Operation{
+			w, timed(1, 95, 0, msetnx, unknown), timed(1, 500, 510, mget(a, b), seen(none, none)),
+		}},
+		{"MSETNX before the window puts", false, []porcupine.Operation{
+			w, timed(1, 20, 30, msetnx, kvOutput{Ok: true}),
+		}},
+	} {
+		if got := porcupine.CheckOperations(kvModel, tc.h); got != tc.ok {
+			t.Errorf("%s: linearizable = %v, want %v", tc.name, got, tc.ok)
+		}
+		if got := check(tc.h, time.Minute).result == porcupine.Ok; got != tc.ok {
+			t.Errorf("%s: the staged check says linearizable = %v, want %v", tc.name, got, tc.ok)
+		}
+	}
+}

@@ -106,7 +106,8 @@ type kvState struct {
 	// Expires: the value expires at an instant (wall clock, Unix ns) known
 	// to lie in [ExpLo, ExpHi] (ttl.go). Unsure: the model no longer knows
 	// the key's state and accepts anything of it until a write replaces
-	// it whatever it held. Neither is ever set on a group's member.
+	// it whatever it held. A group's members hold them too (groups.go,
+	// stepGroup).
 	Expires      bool
 	ExpLo, ExpHi int64
 	Unsure       bool

@@ -94,9 +94,8 @@ func (rc *respClient) pick(i int, members *liveSet) int {
 	return i
 }
 
-// nextOp picks an operation: on an ungrouped key, 15% an expiry command
-// (PEXPIRE, PERSIST, GETEX, ...: expire.go; a GET on a group's key); then
-// 20% GET, 10% INCR (which a key's leader may merge with other
+// nextOp picks an operation: 15% an expiry command (PEXPIRE, PERSIST,
+// GETEX, ...: expire.go), 20% GET, 10% INCR (which a key's leader may merge with other
 // connections' INCRs of the key into one op: INCR runs), 20% SET, 15%
 // SET ... GET (SETs some with a TTL, pickTTL, some KEEPTTL, keepTTL), 10%
 // DEL, 10% SET ... NX GET (a CAS expecting the key absent). Values SET
@@ -104,20 +103,19 @@ func (rc *respClient) pick(i int, members *liveSet) int {
 // or is refused.
 func (rc *respClient) nextOp(rng *rand.Rand, n int, k string) kvInput {
 	v := fmt.Sprintf("r%d.%d", rc.id, n)
-	_, grouped := groupOf(k)
 	switch p := rng.IntN(100); {
-	case p < 15 && !grouped:
+	case p < 15:
 		return nextRESPExpire(rng, k)
 	case p < 35:
 		return kvInput{Kind: opGet, Key: k}
 	case p < 45:
 		return kvInput{Kind: opIncr, Key: k}
 	case p < 65:
-		ttl := pickTTL(rng, k)
-		return kvInput{Kind: opPut, Key: k, Value: v, Blind: true, TTLMs: ttl, KeepTTL: keepTTL(rng, k, ttl)}
+		ttl := pickTTL(rng, ttlShare)
+		return kvInput{Kind: opPut, Key: k, Value: v, Blind: true, TTLMs: ttl, KeepTTL: keepTTL(rng, ttl)}
 	case p < 80:
-		ttl := pickTTL(rng, k)
-		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: ttl, KeepTTL: keepTTL(rng, k, ttl)}
+		ttl := pickTTL(rng, ttlShare)
+		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: ttl, KeepTTL: keepTTL(rng, ttl)}
 	case p < 90:
 		return kvInput{Kind: opDelete, Key: k}
 	default:

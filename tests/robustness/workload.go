@@ -70,19 +70,18 @@ func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
 }
 
 // nextOp picks an operation: 37% get, 28% put (some with a TTL: pickTTL;
-// some keeping the key's: keepTTL), 9% delete, 18% CAS; on an ungrouped
-// key, 8% an EXPIRE op (expire.go; a get on a group's key).
+// some keeping the key's: keepTTL), 9% delete, 18% CAS, 8% an EXPIRE op
+// (expire.go).
 func (w *workload) nextOp(rng *rand.Rand, id, n int, k string, seen map[string]string) kvInput {
 	v := fmt.Sprintf("c%d.%d", id, n)
-	_, grouped := groupOf(k)
 	switch p := rng.IntN(100); {
-	case p < 8 && !grouped:
+	case p < 8:
 		return nextGRPCExpire(rng, k)
 	case p < 45:
 		return kvInput{Kind: opGet, Key: k}
 	case p < 73:
-		ttl := pickTTL(rng, k)
-		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: ttl, KeepTTL: keepTTL(rng, k, ttl)}
+		ttl := pickTTL(rng, ttlShare)
+		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: ttl, KeepTTL: keepTTL(rng, ttl)}
 	case p < 82:
 		return kvInput{Kind: opDelete, Key: k}
 	default:
@@ -188,24 +187,28 @@ func (w *workload) lostWrites(c *client.Client) (lost []string, checked int, err
 	return lost, checked, nil
 }
 
-// ttlShare is the percentage of puts on an ungrouped key that carry a TTL.
-const ttlShare = 10
+// ttlShare is the percentage of single-key puts that carry a TTL;
+// multiTTLShare, of multi-key writes of puts that can (a gRPC Batch of
+// PUTs, a MULTI/EXEC of SET ... GETs), rarer than single-key puts.
+const (
+	ttlShare      = 10
+	multiTTLShare = 30
+)
 
-// pickTTL is the TTL in milliseconds of a put on k: none mostly; else half
-// the time 1-9 ms, which run out before the key's next write more often
-// than not (a key is written every 10-20 ms), so that reads see them
-// expire; a quarter 10-49 ms; a quarter 50-799 ms, mostly overwritten
-// before they run out. A key of a group gets none: the multi-key ops'
-// model is not time-aware (ttl.go).
-func pickTTL(rng *rand.Rand, k string) int64 {
-	if _, grouped := groupOf(k); grouped || rng.IntN(100) >= ttlShare {
+// pickTTL is the TTL in milliseconds of a put, share percent of the time,
+// else none (ttlMs says which), so that reads see many run out: a key is
+// written every 10-20 ms, a group's member every 50 or so.
+func pickTTL(rng *rand.Rand, share int) int64 {
+	if rng.IntN(100) >= share {
 		return 0
 	}
 	return ttlMs(rng)
 }
 
 // ttlMs is a TTL in milliseconds, for a put or an expire command: half the
-// time 1-9 ms, a quarter 10-49 ms, a quarter 50-799 ms.
+// time 1-9 ms, which run out before the key's next write more often than
+// not, a quarter 10-49 ms, a quarter 50-799 ms, mostly overwritten before
+// they run out.
 func ttlMs(rng *rand.Rand) int64 {
 	switch rng.IntN(4) {
 	case 0, 1:
