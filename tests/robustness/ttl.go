@@ -227,7 +227,8 @@ func wallString(ns int64) string {
 // expiryCounts counts the history's answered puts with a TTL, and its reads
 // that certainly observed an expiry: an answered get that found the key
 // absent where the key's last mutation before it was an answered put with
-// a TTL, which returned before the read was called, and no other mutation
+// a TTL, or an expire that says it gave the live key one (setsExpiry),
+// which returned before the read was called, and no other mutation
 // (answered or ambiguous) may have come between (none was called before the
 // read returned that had not returned before the put was called). Nothing
 // but the expiry can explain such a read; a history with none never saw
@@ -261,8 +262,7 @@ func expiryCounts(ops []porcupine.Operation) (ttlPuts, expiredReads int) {
 	}
 	for _, r := range reads {
 		if p, ok := byKey[r.Input.(kvInput).Key].alone(r.Return); ok && p.Return < r.Call {
-			in := p.Input.(kvInput)
-			if in.Kind == opPut && in.TTLMs > 0 && !p.Output.(kvOutput).Unknown {
+			if setsExpiry(p.Input.(kvInput), p.Output.(kvOutput)) {
 				expiredReads++
 			}
 		}
@@ -299,4 +299,21 @@ func (m lastMutations) alone(t int64) (porcupine.Operation, bool) {
 	}
 	p := m.ops[i-1]
 	return p, m.maxRetBefore[i-1] < p.Call
+}
+
+// setsExpiry reports whether an answered mutation certainly left the key
+// with a value and an expiry in the future: a put with a TTL, or an expire
+// with a TTL that changed the key (a GETEX PX that found it did).
+func setsExpiry(in kvInput, out kvOutput) bool {
+	switch {
+	case out.Unknown || in.TTLMs <= 0:
+		return false
+	case in.Kind == opPut:
+		return true
+	case in.Kind != opExpire || in.Persist:
+		return false
+	case in.Reply == replyBefore:
+		return out.Exists
+	}
+	return out.Ok
 }

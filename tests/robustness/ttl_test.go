@@ -197,3 +197,29 @@ func TestExpiryCountsCountOnlyCertainExpiries(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiryCountsCountExpireCommands: a read that finds the key absent
+// after an expire that gave it a TTL, alone before it, saw that TTL run
+// out; after one that did not change the key, or removed the expiry, it
+// proves nothing.
+func TestExpiryCountsCountExpireCommands(t *testing.T) {
+	p := timed(0, 0, 10, put("a", "1"), absent)
+	read := timed(1, 200, 210, get("a"), absent)
+	for _, tc := range []struct {
+		name string
+		op   porcupine.Operation
+		want int
+	}{
+		{"PEXPIRE that changed it", timed(2, 20, 30, pexpire("a", 5, condNone), changed(true)), 1},
+		{"PEXPIRE that did not", timed(2, 20, 30, pexpire("a", 5, condNX), changed(false)), 0},
+		{"an ambiguous PEXPIRE", timed(2, 20, 0, pexpire("a", 5, condNone), kvOutput{Unknown: true}), 0},
+		{"GETEX PX that found it", timed(2, 20, 30, getex("a", 5), kvOutput{Exists: true, Value: "1"}), 1},
+		{"GETEX PX that did not", timed(2, 20, 30, getex("a", 5), absent), 0},
+		{"PERSIST", timed(2, 20, 30, persist("a"), changed(true)), 0},
+		{"EXPIRE in the past", timed(2, 20, 30, pexpire("a", 0, condNone), changed(true)), 0},
+	} {
+		if _, got := expiryCounts([]porcupine.Operation{p, tc.op, read}); got != tc.want {
+			t.Errorf("%s: %d reads saw an expiry, want %d", tc.name, got, tc.want)
+		}
+	}
+}

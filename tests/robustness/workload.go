@@ -189,10 +189,11 @@ func (w *workload) lostWrites(c *client.Client) (lost []string, checked int, err
 
 // ttlShare is the percentage of single-key puts that carry a TTL;
 // multiTTLShare, of multi-key writes of puts that can (a gRPC Batch of
-// PUTs, a MULTI/EXEC of SET ... GETs), rarer than single-key puts.
+// PUTs, a MULTI/EXEC of SET ... GETs): more, since those are rarer (a
+// RESP client's MULTI/EXEC of SETs is 1 % of its operations).
 const (
 	ttlShare      = 10
-	multiTTLShare = 30
+	multiTTLShare = 50
 )
 
 // pickTTL is the TTL in milliseconds of a put, share percent of the time,
