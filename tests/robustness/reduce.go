@@ -75,8 +75,12 @@ func (s checkStage) String() string { return stageNames[s] }
 // removable reports whether op is an ambiguous mutation that may be
 // linearized after every other operation of its history: its output is
 // unknown, it is of a kind F1 was shown for (step judges a get by its output
-// alone; a kind added later is not removable until its step is checked), and
-// it returns no earlier than maxCall, the history's last call.
+// alone; a kind added later is not removable until its step is checked: for
+// the expire kind expire.go shows it and
+// TestAmbiguousMutationsLegalInTimedStates checks it; a single-key kind on a
+// group's member is stepped as on any key, by timedStep; the multi-key kinds
+// are never removable), and it returns no earlier than maxCall, the
+// history's last call.
 func removable(op porcupine.Operation, maxCall int64) bool {
 	switch op.Input.(kvInput).Kind {
 	case opPut, opDelete, opCAS, opIncr, opExpire:

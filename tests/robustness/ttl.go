@@ -13,8 +13,8 @@ import (
 // Key expiry in the model. docs/architecture.md ("Key expiry") promises an
 // expired key reads as absent on every path from the moment it expires,
 // the moment being decided once and replicated. The workload puts some
-// values with a short TTL (ungrouped keys only: the multi-key steps are
-// not time-aware), and the model checks that promise against the wall
+// values with a short TTL (a group's keys too: groupttl.go; and changes
+// expiries without writing values: expire.go), and the model checks that promise against the wall
 // clock, which the recorder reads around every operation (CallWall,
 // ReturnWall) and the servers read too: all processes run on one machine,
 // so they share CLOCK_REALTIME, and a pause (SIGSTOP) stops a process, not
