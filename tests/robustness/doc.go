@@ -1,6 +1,7 @@
 // Package robustness runs a real 3-node Concord cluster under injected faults
-// while several clients issue Get, Put, Delete and CompareAndSwap on a small
-// key set, and atomic multi-key operations over groups of keys that share a
+// while several clients issue Get, Put, Delete, CompareAndSwap and expiry
+// commands (some puts with a TTL; ttl.go, expire.go) on a small key set,
+// and atomic multi-key operations over groups of keys that share a
 // hash tag (groups.go, multi.go; Redis commands too, respclient.go),
 // records every operation with its invocation and return times, and
 // checks the history for linearizability with porcupine. It also writes

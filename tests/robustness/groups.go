@@ -78,14 +78,33 @@ func slotOf(key string) int {
 
 // stepGroup applies in to the group's state s and reports whether out is a
 // result the real system could have returned from s. A single-key
-// operation on a member steps that member alone, as step does.
+// operation on a member steps that member alone, as an ungrouped key's
+// (timedStep, expiry included); a multi-key one steps every way its
+// members may have been seen, live or expired (stepMultiTimed).
 func stepGroup(s groupState, in kvInput, out kvOutput) (bool, interface{}) {
 	slots, ok := slotsOf(in)
-	// A TTL on a member is refused: the multi-key steps cannot judge a
-	// value that may have expired, and the workload puts none (pickTTL).
-	if !ok || in.TTLMs != 0 {
+	switch {
+	case !ok:
 		return false, s
+	case len(in.Keys) == 0:
+		legal, next := timedStep(s[slots[0]], in, out)
+		s[slots[0]] = next
+		return legal, s
+	case in.KeepTTL || (in.TTLMs != 0 && in.Kind != opMSet):
+		return false, s // no multi-key op but a put of each key takes a TTL
 	}
+	for _, i := range slots {
+		if s[i].Unsure {
+			return true, afterUnsureMulti(s, slots, in, out)
+		}
+	}
+	c, r := window(in, out)
+	return stepMultiTimed(s, slots, in, out, c, r)
+}
+
+// stepMulti is a multi-key operation's step on members as it saw them
+// (each live or absent, none with an expiry).
+func stepMulti(s groupState, slots []int, in kvInput, out kvOutput) (bool, groupState) {
 	switch in.Kind {
 	case opMGet:
 		return out.Unknown || sawEach(s, slots, out, false), s
@@ -106,10 +125,7 @@ func stepGroup(s groupState, in kvInput, out kvOutput) (bool, interface{}) {
 		}
 		return out.Unknown || out.Ok == none, next
 	}
-	i := slots[0]
-	legal, next := step(s[i], in, out)
-	s[i] = next.(kvState)
-	return legal, s
+	return false, s
 }
 
 // slotsOf returns the state indexes of in's keys, and false if any key is
@@ -182,7 +198,7 @@ func keyState(exists bool, v string) kvState {
 func (g groupState) String() string {
 	parts := make([]string, len(g))
 	for i, s := range g {
-		parts[i] = groupMembers[i] + "=" + stateString(s.Exists, s.Value)
+		parts[i] = groupMembers[i] + "=" + describeState(s)
 	}
 	return strings.Join(parts, " ")
 }

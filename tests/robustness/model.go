@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/concord-kv/concord/api/concordpb"
 )
 
 // opKind is an operation of the workload.
@@ -27,10 +29,13 @@ const (
 	opMSet   // put Values[i] under Keys[i]; unless Blind, answer each key's state before
 	opMDel   // delete every key; answer which existed (or, CountOnly, how many)
 	opMSetNX // MSETNX: put every key only if none exists (Ok: they were put)
+	// opExpire changes a key's expiry without writing its value (expire.go):
+	// PEXPIRE, EXPIRE, PERSIST, GETEX PX|PERSIST, a gRPC EXPIRE op.
+	opExpire
 )
 
 func (k opKind) String() string {
-	return [...]string{"get", "put", "del", "cas", "incr", "mget", "mset", "mdel", "msetnx"}[k]
+	return [...]string{"get", "put", "del", "cas", "incr", "mget", "mset", "mdel", "msetnx", "expire"}[k]
 }
 
 // isRead reports whether the kind changes nothing: a failed read is left
@@ -58,6 +63,18 @@ type kvInput struct {
 	// TTLMs: a put that makes the key expire this many milliseconds after
 	// the shard places it (ttl.go); 0: none, and the put clears any expiry.
 	TTLMs int64
+	// KeepTTL: a put that keeps the key's expiry (SET ... KEEPTTL, a gRPC
+	// PUT op with keep_ttl) rather than clearing it.
+	KeepTTL bool
+	// The expire kind (expire.go): Persist removes the expiry; otherwise
+	// TTLMs > 0 sets one that many milliseconds after the shard applies
+	// it, and TTLMs <= 0 names a time not in the future, which deletes the
+	// key. Cond restricts it (NX, XX, GT, LT); Reply says what its answer
+	// holds; Seconds: sent as EXPIRE (TTLMs a whole number of seconds).
+	Persist bool
+	Cond    concordpb.Condition
+	Reply   expireReply
+	Seconds bool
 	// CallWall is the wall clock (Unix ns) read just before the call: the
 	// checker compares expiry times, which the servers take from the same
 	// wall clock, with it (ttl.go).
@@ -68,9 +85,9 @@ type kvInput struct {
 // mutation: nothing is known of its result.
 type kvOutput struct {
 	Unknown bool
-	Ok      bool   // get: found; put: previous existed; del: existed; cas: swapped; incr: applied (Value: the new value)
-	Value   string // get: value; put: previous value; cas: value before
-	Exists  bool   // cas: whether the key existed before
+	Ok      bool   // get: found; put: previous existed; del: existed; cas: swapped; incr: applied (Value: the new value); expire: changed
+	Value   string // get: value; put: previous value; cas, expire: value before
+	Exists  bool   // cas, expire: whether the key existed before
 	// Multi: per key of a multi-key op, in Keys' order: mget, the state
 	// read; mset (not Blind), the state before; mdel (not CountOnly), the
 	// state before (only Exists is compared).
@@ -89,7 +106,8 @@ type kvState struct {
 	// Expires: the value expires at an instant (wall clock, Unix ns) known
 	// to lie in [ExpLo, ExpHi] (ttl.go). Unsure: the model no longer knows
 	// the key's state and accepts anything of it until a write replaces
-	// it whatever it held. Neither is ever set on a group's member.
+	// it whatever it held. A group's members hold them too (groups.go,
+	// stepGroup).
 	Expires      bool
 	ExpLo, ExpHi int64
 	Unsure       bool
@@ -191,6 +209,9 @@ func describe(in kvInput, out kvOutput) string {
 		if in.TTLMs > 0 {
 			fmt.Fprintf(&b, " ttl %dms", in.TTLMs)
 		}
+		if in.KeepTTL {
+			b.WriteString(" keepttl")
+		}
 	case opDelete:
 		fmt.Fprintf(&b, "del(%s)", in.Key)
 	case opCAS:
@@ -201,6 +222,8 @@ func describe(in kvInput, out kvOutput) string {
 		fmt.Fprintf(&b, "cas(%s, %s → %s)", in.Key, exp, in.Value)
 	case opIncr:
 		fmt.Fprintf(&b, "incr(%s)", in.Key)
+	case opExpire:
+		return describeExpire(in, out)
 	}
 	switch {
 	case out.Unknown:

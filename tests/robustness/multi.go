@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
@@ -52,21 +53,23 @@ func multiValues(v string, keys []string) []string {
 }
 
 // nextGRPCMulti picks a gRPC multi-key operation, a Batch over keys: 40 %
-// gets, 40 % puts returning each previous value, 20 % deletes.
+// gets, 40 % puts returning each previous value (some with a TTL, one for
+// every key: pickTTL), 20 % deletes.
 func nextGRPCMulti(rng *rand.Rand, v string, keys []string) kvInput {
 	switch p := rng.IntN(100); {
 	case p < 40:
 		return kvInput{Kind: opMGet, Keys: keys}
 	case p < 80:
-		return kvInput{Kind: opMSet, Keys: keys, Values: multiValues(v, keys)}
+		return kvInput{Kind: opMSet, Keys: keys, Values: multiValues(v, keys), TTLMs: pickTTL(rng, multiTTLShare)}
 	default:
 		return kvInput{Kind: opMDel, Keys: keys}
 	}
 }
 
 // nextRESPMulti picks a Redis multi-key command over keys: 15 % MGET, 15 %
-// MULTI/EXEC of GETs, 20 % MSET (blind), 20 % MULTI/EXEC of SET ... GETs,
-// 15 % DEL (answers a count), 15 % MSETNX.
+// MULTI/EXEC of GETs, 20 % MSET (blind), 20 % MULTI/EXEC of SET ... GETs
+// (some SET ... PX ... GETs, one TTL for every key: pickTTL), 15 % DEL
+// (answers a count), 15 % MSETNX.
 func nextRESPMulti(rng *rand.Rand, v string, keys []string) kvInput {
 	switch p := rng.IntN(100); {
 	case p < 15:
@@ -76,7 +79,7 @@ func nextRESPMulti(rng *rand.Rand, v string, keys []string) kvInput {
 	case p < 50:
 		return kvInput{Kind: opMSet, Keys: keys, Values: multiValues(v, keys), Blind: true}
 	case p < 70:
-		return kvInput{Kind: opMSet, Keys: keys, Values: multiValues(v, keys), Tx: true}
+		return kvInput{Kind: opMSet, Keys: keys, Values: multiValues(v, keys), Tx: true, TTLMs: pickTTL(rng, multiTTLShare)}
 	case p < 85:
 		return kvInput{Kind: opMDel, Keys: keys, CountOnly: true}
 	default:
@@ -95,7 +98,7 @@ func doBatch(ctx context.Context, c *client.Client, in kvInput) (kvOutput, error
 		ops[j] = &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: []byte(k)}
 		switch in.Kind {
 		case opMSet:
-			ops[j] = &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(in.Values[j]), ReturnPrev: true}
+			ops[j] = &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte(in.Values[j]), ReturnPrev: true, TtlMs: in.TTLMs}
 		case opMDel:
 			ops[j].Type = concordpb.OpType_OP_DELETE
 		}
@@ -157,7 +160,8 @@ func doTx(ctx context.Context, node *redis.Client, in kvInput) (kvOutput, error)
 			if in.Kind == opMGet {
 				cmds = append(cmds, p.Get(ctx, k))
 			} else {
-				cmds = append(cmds, p.SetArgs(ctx, k, in.Values[j], redis.SetArgs{Get: true}))
+				ttl := time.Duration(in.TTLMs) * time.Millisecond // 0: none
+				cmds = append(cmds, p.SetArgs(ctx, k, in.Values[j], redis.SetArgs{Get: true, TTL: ttl}))
 			}
 		}
 		return nil
@@ -180,16 +184,22 @@ func doTx(ctx context.Context, node *redis.Client, in kvInput) (kvOutput, error)
 // workload sends; a history in which one was never answered (every try
 // failed or was ambiguous) checks nothing of it and fails (coverage.gaps).
 var multiForms = [2][]string{
-	overGRPC: {"batch of gets", "batch of puts", "batch of deletes"},
-	overRESP: {"MGET", "MULTI/EXEC of GETs", "MSET", "MULTI/EXEC of SET ... GETs", "DEL of several keys", "MSETNX"},
+	overGRPC: {"batch of gets", "batch of puts", "batch of puts with a TTL", "batch of deletes"},
+	overRESP: {"MGET", "MULTI/EXEC of GETs", "MSET", "MULTI/EXEC of SET ... GETs", "MULTI/EXEC of SET ... PX ... GETs",
+		"DEL of several keys", "MSETNX"},
 }
 
 // formOf names in's form in multiForms.
 func formOf(in kvInput, p int) string {
+	if p == overGRPC && in.Kind == opMSet && in.TTLMs > 0 {
+		return "batch of puts with a TTL"
+	}
 	if p == overGRPC {
 		return map[opKind]string{opMGet: "batch of gets", opMSet: "batch of puts", opMDel: "batch of deletes"}[in.Kind]
 	}
 	switch {
+	case in.Kind == opMSet && in.Tx && in.TTLMs > 0:
+		return "MULTI/EXEC of SET ... PX ... GETs"
 	case in.Kind == opMGet && in.Tx:
 		return "MULTI/EXEC of GETs"
 	case in.Kind == opMGet:
@@ -255,13 +265,19 @@ func kindCounts(ops []porcupine.Operation, c coverage) string {
 		n[o.Input.(kvInput).Kind]++
 	}
 	var parts []string
-	for k := opGet; k <= opMSetNX; k++ {
+	for k := opGet; k <= opExpire; k++ {
 		parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
 	}
 	s := strings.Join(parts, ", ") + "; answered multi-key:"
 	for p, forms := range multiForms {
 		for _, f := range forms {
 			s += fmt.Sprintf(" %s %s %d,", protocolNames[p], f, c.multi[p][f])
+		}
+	}
+	s = strings.TrimSuffix(s, ",") + "; answered expiry commands:"
+	for p, forms := range expiryForms {
+		for _, f := range forms {
+			s += fmt.Sprintf(" %s %s %d,", protocolNames[p], f, c.expiry[p][f])
 		}
 	}
 	s = strings.TrimSuffix(s, ",")

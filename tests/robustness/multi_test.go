@@ -23,13 +23,15 @@ func everyMultiForm() []porcupine.Operation {
 	none := kvOutput{Multi: []kvState{{}, {}, {}}}
 	all := kvOutput{Multi: []kvState{has(g[0]), has(g[1]), has(g[2])}}
 	add(0, kvInput{Kind: opMGet, Keys: g}, none)
-	add(0, kvInput{Kind: opMSet, Keys: g, Values: vals}, none)
+	add(0, kvInput{Kind: opMSet, Keys: g, Values: vals, TTLMs: 60_000}, none)
+	add(0, kvInput{Kind: opMSet, Keys: g, Values: vals}, all)
 	add(0, kvInput{Kind: opMDel, Keys: g}, all)
 	r := respClientBase
 	add(r, kvInput{Kind: opMGet, Keys: g}, none)
 	add(r, kvInput{Kind: opMGet, Keys: g, Tx: true}, none)
 	add(r, kvInput{Kind: opMSet, Keys: g, Values: vals, Blind: true}, kvOutput{})
 	add(r, kvInput{Kind: opMSet, Keys: g, Values: vals, Tx: true}, all)
+	add(r, kvInput{Kind: opMSet, Keys: g, Values: vals, Tx: true, TTLMs: 60_000}, all)
 	add(r, kvInput{Kind: opMDel, Keys: g, CountOnly: true}, kvOutput{N: 3})
 	add(r, kvInput{Kind: opMSetNX, Keys: g, Values: vals}, kvOutput{Ok: true})
 	return ops
@@ -41,6 +43,7 @@ func fullCoverage() coverage {
 	c := coverageOf(everyMultiForm())
 	c.reads, c.writes = [2]int{1, 1}, [2]int{1, 1}
 	c.ttlPuts, c.expiredReads = 1, 1
+	c.expiry = coverageOf(everyExpiryForm()).expiry
 	return c
 }
 
@@ -72,6 +75,7 @@ func TestCoverageNeedsEveryMultiForm(t *testing.T) {
 			c := coverageOf(tc.hist)
 			c.reads, c.writes = [2]int{1, 1}, [2]int{1, 1}
 			c.ttlPuts, c.expiredReads = 1, 1
+			c.expiry = fullCoverage().expiry
 			gaps := c.gaps(true)
 			want := fmt.Sprintf("no %s %s was answered", protocolNames[p], form)
 			if len(gaps) != 1 || !strings.Contains(gaps[0], want) {

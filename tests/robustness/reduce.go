@@ -75,11 +75,15 @@ func (s checkStage) String() string { return stageNames[s] }
 // removable reports whether op is an ambiguous mutation that may be
 // linearized after every other operation of its history: its output is
 // unknown, it is of a kind F1 was shown for (step judges a get by its output
-// alone; a kind added later is not removable until its step is checked), and
-// it returns no earlier than maxCall, the history's last call.
+// alone; a kind added later is not removable until its step is checked: for
+// the expire kind expire.go shows it and
+// TestAmbiguousMutationsLegalInTimedStates checks it; a single-key kind on a
+// group's member is stepped as on any key, by timedStep; the multi-key kinds
+// are never removable), and it returns no earlier than maxCall, the
+// history's last call.
 func removable(op porcupine.Operation, maxCall int64) bool {
 	switch op.Input.(kvInput).Kind {
-	case opPut, opDelete, opCAS, opIncr:
+	case opPut, opDelete, opCAS, opIncr, opExpire:
 		return op.Output.(kvOutput).Unknown && op.Return >= maxCall
 	}
 	return false
@@ -123,7 +127,9 @@ func withoutAmbiguous(ops []porcupine.Operation) []porcupine.Operation {
 // right. A put's or CAS's value is unique to it, so it was seen if some
 // answer shows that value. An INCR's effect is an integer, so it may have
 // been seen if some answer shows an integer. A DEL's effect (absence) is
-// what many answers show for other reasons: every ambiguous DEL is kept.
+// what many answers show for other reasons: every ambiguous DEL is kept,
+// and so is every ambiguous expire (its effect, an expiry, shows only as a
+// later absence).
 func withObserved(ops []porcupine.Operation) []porcupine.Operation {
 	maxCall := lastCall(ops)
 	seen := map[string]bool{}
@@ -164,6 +170,8 @@ func shownValue(in kvInput, out kvOutput) (string, bool) {
 		return out.Value, out.Ok && !in.Blind
 	case opCAS:
 		return out.Value, out.Exists
+	case opExpire:
+		return out.Value, out.Exists && in.Reply != replyChanged
 	}
 	return "", false
 }

@@ -94,22 +94,28 @@ func (rc *respClient) pick(i int, members *liveSet) int {
 	return i
 }
 
-// nextOp picks an operation: 35% GET, 20% SET, 15% SET ... GET (SETs
-// some with a TTL: pickTTL), 10% DEL, 10% SET ... NX GET (a CAS expecting
-// the key absent), 10% INCR (which a key's leader may merge with other
-// connections' INCRs of the key into one op: INCR runs). Values SET here are not integers, so an INCR counts
-// from a DEL or an absent key, or is refused.
+// nextOp picks an operation: 15% an expiry command (PEXPIRE, PERSIST,
+// GETEX, ...: expire.go), 20% GET, 10% INCR (which a key's leader may merge with other
+// connections' INCRs of the key into one op: INCR runs), 20% SET, 15%
+// SET ... GET (SETs some with a TTL, pickTTL, some KEEPTTL, keepTTL), 10%
+// DEL, 10% SET ... NX GET (a CAS expecting the key absent). Values SET
+// here are not integers, so an INCR counts from a DEL or an absent key,
+// or is refused.
 func (rc *respClient) nextOp(rng *rand.Rand, n int, k string) kvInput {
 	v := fmt.Sprintf("r%d.%d", rc.id, n)
 	switch p := rng.IntN(100); {
+	case p < 15:
+		return nextRESPExpire(rng, k)
 	case p < 35:
 		return kvInput{Kind: opGet, Key: k}
 	case p < 45:
 		return kvInput{Kind: opIncr, Key: k}
 	case p < 65:
-		return kvInput{Kind: opPut, Key: k, Value: v, Blind: true, TTLMs: pickTTL(rng, k)}
+		ttl := pickTTL(rng, ttlShare)
+		return kvInput{Kind: opPut, Key: k, Value: v, Blind: true, TTLMs: ttl, KeepTTL: keepTTL(rng, ttl)}
 	case p < 80:
-		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: pickTTL(rng, k)}
+		ttl := pickTTL(rng, ttlShare)
+		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: ttl, KeepTTL: keepTTL(rng, ttl)}
 	case p < 90:
 		return kvInput{Kind: opDelete, Key: k}
 	default:
@@ -127,11 +133,17 @@ func (rc *respClient) do(node *redis.Client, in kvInput, timeout time.Duration) 
 	switch in.Kind {
 	case opMGet, opMSet, opMDel, opMSetNX:
 		out, err = doRESPMulti(ctx, node, in)
+	case opExpire:
+		out, err = doRESPExpire(ctx, node, in)
 	case opGet:
 		var v string
 		v, err = node.Get(ctx, in.Key).Result()
 		out = kvOutput{Ok: err == nil, Value: v}
 	case opPut:
+		if in.KeepTTL {
+			out, err = respKeepTTLSet(ctx, node, in)
+			break
+		}
 		// A TTL goes as SET ... PX (go-redis sends PX for a duration that
 		// is not whole seconds, EX otherwise: either places the same time).
 		ttl := time.Duration(in.TTLMs) * time.Millisecond

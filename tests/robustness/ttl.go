@@ -13,8 +13,8 @@ import (
 // Key expiry in the model. docs/architecture.md ("Key expiry") promises an
 // expired key reads as absent on every path from the moment it expires,
 // the moment being decided once and replicated. The workload puts some
-// values with a short TTL (ungrouped keys only: the multi-key steps are
-// not time-aware), and the model checks that promise against the wall
+// values with a short TTL (a group's keys too: groupttl.go; and changes
+// expiries without writing values: expire.go), and the model checks that promise against the wall
 // clock, which the recorder reads around every operation (CallWall,
 // ReturnWall) and the servers read too: all processes run on one machine,
 // so they share CLOCK_REALTIME, and a pause (SIGSTOP) stops a process, not
@@ -88,25 +88,20 @@ func timedStep(s kvState, in kvInput, out kvOutput) (bool, kvState) {
 	}
 	c, r := window(in, out)
 	if !s.Expires {
-		ok, next := step(s, in, out)
-		return ok, settle(s, s, next.(kvState), in, c, r)
+		return stepView(s, s, in, out, c, r)
 	}
 	live := kvState{Exists: true, Value: s.Value}
 	okLive, nextLive := false, s
 	if c < s.ExpHi {
 		seen := s
 		seen.ExpLo = max(s.ExpLo, c) // seen live at some t >= c: E > c
-		var next interface{}
-		okLive, next = step(live, in, out)
-		nextLive = settle(live, seen, next.(kvState), in, c, r)
+		okLive, nextLive = stepView(live, seen, in, out, c, r)
 	}
 	okGone, nextGone := false, s
 	if r >= s.ExpLo {
 		seen := s
 		seen.ExpHi = min(s.ExpHi, r) // seen expired at some t <= r: E <= r
-		var next interface{}
-		okGone, next = step(kvState{}, in, out)
-		nextGone = settle(kvState{}, seen, next.(kvState), in, c, r)
+		okGone, nextGone = stepView(kvState{}, seen, in, out, c, r)
 	}
 	switch {
 	case okLive && okGone:
@@ -119,13 +114,30 @@ func timedStep(s kvState, in kvInput, out kvOutput) (bool, kvState) {
 	return false, s
 }
 
+// stepView steps the key as the op saw it (view: the value live, or
+// absent) and returns the model's next state: an expire by stepExpire
+// (expire.go), which needs seen's expiry, anything else by step and settle.
+func stepView(view, seen kvState, in kvInput, out kvOutput, c, r int64) (bool, kvState) {
+	if in.Kind == opExpire {
+		return stepExpire(view, seen, in, out, c, r)
+	}
+	ok, next := step(view, in, out)
+	return ok, settle(view, seen, next.(kvState), in, c, r)
+}
+
 // settle turns step's next state from view (the key as the op saw it) into
 // the model's: an op that left the key as it was leaves seen (the stored
-// value and what this op says of its expiry); a put sets its own expiry;
-// an INCR of a live value keeps its expiry; anything else (a delete, a
-// swap, an INCR from absent) leaves a value without one.
+// value and what this op says of its expiry); a put sets its own expiry,
+// or with KeepTTL keeps the live value's (a value it found absent had
+// none); an INCR of a live value keeps its expiry; anything else (a
+// delete, a swap, an INCR from absent) leaves a value without one.
 func settle(view, seen, next kvState, in kvInput, c, r int64) kvState {
 	switch {
+	case in.Kind == opPut && in.KeepTTL:
+		if view.Exists && seen.Expires {
+			next.Expires, next.ExpLo, next.ExpHi = true, seen.ExpLo, seen.ExpHi
+		}
+		return next
 	case in.Kind == opPut:
 		return withTTL(next, in.TTLMs, c, r)
 	case next == view && in.Kind != opDelete:
@@ -178,11 +190,12 @@ func join(a, b kvState) kvState {
 
 // afterUnsure is the state after an op the Unsure state accepted whatever
 // it answered: what a put, a delete or an answered swap leaves, whatever
-// the key held; else still Unsure.
+// the key held; else still Unsure (so after an expire, and after a put
+// that keeps an expiry the model does not know, KEEPTTL).
 func afterUnsure(in kvInput, out kvOutput) kvState {
 	c, r := window(in, out)
 	switch {
-	case in.Kind == opPut:
+	case in.Kind == opPut && !in.KeepTTL:
 		return withTTL(kvState{Exists: true, Value: in.Value}, in.TTLMs, c, r)
 	case in.Kind == opDelete:
 		return kvState{}
@@ -214,7 +227,8 @@ func wallString(ns int64) string {
 // expiryCounts counts the history's answered puts with a TTL, and its reads
 // that certainly observed an expiry: an answered get that found the key
 // absent where the key's last mutation before it was an answered put with
-// a TTL, which returned before the read was called, and no other mutation
+// a TTL, or an expire that says it gave the live key one (setsExpiry),
+// which returned before the read was called, and no other mutation
 // (answered or ambiguous) may have come between (none was called before the
 // read returned that had not returned before the put was called). Nothing
 // but the expiry can explain such a read; a history with none never saw
@@ -248,8 +262,7 @@ func expiryCounts(ops []porcupine.Operation) (ttlPuts, expiredReads int) {
 	}
 	for _, r := range reads {
 		if p, ok := byKey[r.Input.(kvInput).Key].alone(r.Return); ok && p.Return < r.Call {
-			in := p.Input.(kvInput)
-			if in.Kind == opPut && in.TTLMs > 0 && !p.Output.(kvOutput).Unknown {
+			if setsExpiry(p.Input.(kvInput), p.Output.(kvOutput)) {
 				expiredReads++
 			}
 		}
@@ -286,4 +299,21 @@ func (m lastMutations) alone(t int64) (porcupine.Operation, bool) {
 	}
 	p := m.ops[i-1]
 	return p, m.maxRetBefore[i-1] < p.Call
+}
+
+// setsExpiry reports whether an answered mutation certainly left the key
+// with a value and an expiry in the future: a put with a TTL, or an expire
+// with a TTL that changed the key (a GETEX PX that found it did).
+func setsExpiry(in kvInput, out kvOutput) bool {
+	switch {
+	case out.Unknown || in.TTLMs <= 0:
+		return false
+	case in.Kind == opPut:
+		return true
+	case in.Kind != opExpire || in.Persist:
+		return false
+	case in.Reply == replyBefore:
+		return out.Exists
+	}
+	return out.Ok
 }

@@ -148,12 +148,17 @@ func TestAmbiguousMutationsLegalInTimedStates(t *testing.T) {
 		{Exists: true, Value: "1", Expires: true, ExpLo: wallBase + 100*ms, ExpHi: wallBase + 110*ms},
 		{Exists: true, Value: "7", Expires: true, ExpLo: wallBase + 100*ms, ExpHi: math.MaxInt64},
 		{Unsure: true},
+		{Exists: true, Value: "1"}, {},
 	}
 	muts := []kvInput{
 		put("a", "2"), ttlPut("a", "2", 5), {Kind: opPut, Key: "a", Value: "2", Blind: true, TTLMs: 5},
 		{Kind: opDelete, Key: "a"}, {Kind: opCAS, Key: "a", Value: "2", Absent: true},
-		{Kind: opCAS, Key: "a", Value: "2", Expected: "1"}, incr("a"),
+		{Kind: opCAS, Key: "a", Value: "2", Expected: "1"}, incr("a"), keepPut("a", "2"),
 	}
+	for _, c := range expireConds {
+		muts = append(muts, pexpire("a", 5, c), pexpire("a", 0, c))
+	}
+	muts = append(muts, persist("a"), getex("a", 5), getex("a", 0))
 	for _, s := range states {
 		for _, in := range muts {
 			for _, callMs := range []int64{0, 105, 1000} {
@@ -188,6 +193,32 @@ func TestExpiryCountsCountOnlyCertainExpiries(t *testing.T) {
 			timed(1, 200, 210, get("a"), absent)}, 1},
 	} {
 		if _, got := expiryCounts(tc.h); got != tc.want {
+			t.Errorf("%s: %d reads saw an expiry, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestExpiryCountsCountExpireCommands: a read that finds the key absent
+// after an expire that gave it a TTL, alone before it, saw that TTL run
+// out; after one that did not change the key, or removed the expiry, it
+// proves nothing.
+func TestExpiryCountsCountExpireCommands(t *testing.T) {
+	p := timed(0, 0, 10, put("a", "1"), absent)
+	read := timed(1, 200, 210, get("a"), absent)
+	for _, tc := range []struct {
+		name string
+		op   porcupine.Operation
+		want int
+	}{
+		{"PEXPIRE that changed it", timed(2, 20, 30, pexpire("a", 5, condNone), changed(true)), 1},
+		{"PEXPIRE that did not", timed(2, 20, 30, pexpire("a", 5, condNX), changed(false)), 0},
+		{"an ambiguous PEXPIRE", timed(2, 20, 0, pexpire("a", 5, condNone), kvOutput{Unknown: true}), 0},
+		{"GETEX PX that found it", timed(2, 20, 30, getex("a", 5), kvOutput{Exists: true, Value: "1"}), 1},
+		{"GETEX PX that did not", timed(2, 20, 30, getex("a", 5), absent), 0},
+		{"PERSIST", timed(2, 20, 30, persist("a"), changed(true)), 0},
+		{"EXPIRE in the past", timed(2, 20, 30, pexpire("a", 0, condNone), changed(true)), 0},
+	} {
+		if _, got := expiryCounts([]porcupine.Operation{p, tc.op, read}); got != tc.want {
 			t.Errorf("%s: %d reads saw an expiry, want %d", tc.name, got, tc.want)
 		}
 	}

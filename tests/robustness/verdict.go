@@ -70,6 +70,7 @@ var protocolNames = [...]string{overGRPC: "gRPC", overRESP: "RESP"}
 type coverage struct {
 	reads, writes [2]int
 	multi         [2]map[string]int // multi-key ops per form (multi.go)
+	expiry        [2]map[string]int // expiry commands per form (expire.go)
 	// ttlPuts are answered puts with a TTL; expiredReads, reads that
 	// certainly observed a TTL run out (ttl.go, expiryCounts).
 	ttlPuts, expiredReads int
@@ -83,7 +84,9 @@ func coverageOf(ops []porcupine.Operation) coverage {
 		if o.ClientId >= respClientBase {
 			p = overRESP
 		}
-		switch in := o.Input.(kvInput); {
+		in := o.Input.(kvInput)
+		c.countExpiry(p, in, o.Output.(kvOutput))
+		switch {
 		case len(in.Keys) > 0:
 			c.countMulti(p, in, o.Output.(kvOutput))
 		case in.Kind == opGet:
@@ -112,6 +115,7 @@ func (c coverage) gaps(resp bool) []string {
 			why = append(why, fmt.Sprintf("no %s mutation was answered: the history checks none", protocolNames[p]))
 		}
 		why = append(why, c.multiGaps(p)...)
+		why = append(why, c.expiryGaps(p)...)
 	}
 	if c.expiredReads == 0 {
 		why = append(why, "no read observed a TTL run out: the history checks no key expiry")

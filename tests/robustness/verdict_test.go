@@ -80,7 +80,7 @@ func TestCoverageNeedsEachProtocolChecked(t *testing.T) {
 			record(rec, id, put(k, "1"), absent, nil)
 			record(rec, id, get(k), found("1"), nil)
 		}
-		for _, o := range everyMultiForm() { // multi_test.go
+		for _, o := range append(everyMultiForm(), everyExpiryForm()...) { // multi_test.go, expire_test.go
 			record(rec, o.ClientId, o.Input.(kvInput), o.Output.(kvOutput), nil)
 		}
 	}

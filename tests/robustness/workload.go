@@ -69,16 +69,20 @@ func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
 	}
 }
 
-// nextOp picks an operation: 40% get, 30% put (some with a TTL: pickTTL),
-// 10% delete, 20% CAS.
+// nextOp picks an operation: 37% get, 28% put (some with a TTL: pickTTL;
+// some keeping the key's: keepTTL), 9% delete, 18% CAS, 8% an EXPIRE op
+// (expire.go).
 func (w *workload) nextOp(rng *rand.Rand, id, n int, k string, seen map[string]string) kvInput {
 	v := fmt.Sprintf("c%d.%d", id, n)
 	switch p := rng.IntN(100); {
-	case p < 40:
+	case p < 8:
+		return nextGRPCExpire(rng, k)
+	case p < 45:
 		return kvInput{Kind: opGet, Key: k}
-	case p < 70:
-		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: pickTTL(rng, k)}
-	case p < 80:
+	case p < 73:
+		ttl := pickTTL(rng, ttlShare)
+		return kvInput{Kind: opPut, Key: k, Value: v, TTLMs: ttl, KeepTTL: keepTTL(rng, ttl)}
+	case p < 82:
 		return kvInput{Kind: opDelete, Key: k}
 	default:
 		exp, ok := seen[k]
@@ -106,10 +110,15 @@ func (w *workload) do(c *client.Client, in kvInput) (kvOutput, error) {
 	switch in.Kind {
 	case opMGet, opMSet, opMDel:
 		return doBatch(ctx, c, in)
+	case opExpire:
+		return doGRPCSingle(ctx, c, in)
 	case opGet:
 		v, found, err := c.Get(ctx, key)
 		return kvOutput{Ok: found, Value: string(v)}, err
 	case opPut:
+		if in.KeepTTL {
+			return doGRPCSingle(ctx, c, in)
+		}
 		// The model checks the previous value: ask for it.
 		opts := []client.PutOption{client.ReturnPrev()}
 		if in.TTLMs > 0 {
@@ -178,19 +187,30 @@ func (w *workload) lostWrites(c *client.Client) (lost []string, checked int, err
 	return lost, checked, nil
 }
 
-// ttlShare is the percentage of puts on an ungrouped key that carry a TTL.
-const ttlShare = 10
+// ttlShare is the percentage of single-key puts that carry a TTL;
+// multiTTLShare, of multi-key writes of puts that can (a gRPC Batch of
+// PUTs, a MULTI/EXEC of SET ... GETs): more, since those are rarer (a
+// RESP client's MULTI/EXEC of SETs is 1 % of its operations).
+const (
+	ttlShare      = 10
+	multiTTLShare = 50
+)
 
-// pickTTL is the TTL in milliseconds of a put on k: none mostly; else half
-// the time 1-9 ms, which run out before the key's next write more often
-// than not (a key is written every 10-20 ms), so that reads see them
-// expire; a quarter 10-49 ms; a quarter 50-799 ms, mostly overwritten
-// before they run out. A key of a group gets none: the multi-key ops'
-// model is not time-aware (ttl.go).
-func pickTTL(rng *rand.Rand, k string) int64 {
-	if _, grouped := groupOf(k); grouped || rng.IntN(100) >= ttlShare {
+// pickTTL is the TTL in milliseconds of a put, share percent of the time,
+// else none (ttlMs says which), so that reads see many run out: a key is
+// written every 10-20 ms, a group's member every 50 or so.
+func pickTTL(rng *rand.Rand, share int) int64 {
+	if rng.IntN(100) >= share {
 		return 0
 	}
+	return ttlMs(rng)
+}
+
+// ttlMs is a TTL in milliseconds, for a put or an expire command: half the
+// time 1-9 ms, which run out before the key's next write more often than
+// not, a quarter 10-49 ms, a quarter 50-799 ms, mostly overwritten before
+// they run out.
+func ttlMs(rng *rand.Rand) int64 {
 	switch rng.IntN(4) {
 	case 0, 1:
 		return 1 + rng.Int64N(9)
