@@ -99,8 +99,14 @@ type Writer struct {
 // Create starts a backup file at path with header h (its Version is set).
 func Create(path string, h Header) (*Writer, error) {
 	tmp := path + ".partial"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	// Owner only: the file holds every key of the cluster. Chmod too, for
+	// a FILE.partial an interrupted backup left, whose mode O_TRUNC keeps.
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
 		return nil, err
 	}
 	h.Version = Version
@@ -502,7 +508,7 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // every key of the cluster: owner only
 	if err != nil {
 		return err
 	}

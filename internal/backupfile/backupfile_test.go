@@ -197,3 +197,35 @@ func TestStage(t *testing.T) {
 		t.Fatalf("a refused restore created %s: %v", dir2, err)
 	}
 }
+
+// TestFilesArePrivate: a backup holds every key of the cluster, so the file
+// (and the copy restore stages in a data dir) is readable by its owner
+// only, whatever the umask, and even where an interrupted earlier backup
+// left a world-readable FILE.partial behind.
+func TestFilesArePrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "b.bak")
+	must(t, os.WriteFile(path+".partial", []byte("left by a killed backup"), 0o666))
+	must(t, os.Chmod(path+".partial", 0o666)) // past the umask
+	w, err := Create(path, Header{ClusterID: 1, Created: time.Now()})
+	must(t, err)
+	must(t, w.BeginShard(Shard{ID: 1}))
+	must(t, w.Add(Record{Key: []byte("k"), Value: []byte("secret")}))
+	must(t, w.EndShard())
+	_, err = w.Close()
+	must(t, err)
+	wantPrivate(t, path)
+	staged := filepath.Join(t.TempDir(), "new")
+	_, err = Stage(path, staged)
+	must(t, err)
+	wantPrivate(t, filepath.Join(staged, PendingName))
+}
+
+func wantPrivate(t *testing.T, path string) {
+	t.Helper()
+	st, err := os.Stat(path)
+	must(t, err)
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("%s has mode %v, want -rw------- (it holds every key of the cluster)", path, st.Mode().Perm())
+	}
+}
