@@ -11,11 +11,13 @@
 //	... more shards ...
 //	'T' <records 8> <shards 4> <SHA-256 of every byte before it, 32>
 //
-// Nothing may follow the trailer. A reader verifies the whole file (the
-// frames, each shard's count, the totals and the digest) before it hands
-// out any record, so a restore never starts from a truncated or corrupt
-// file. The digest is written last, over the finished file, so a writer may
-// drop a shard it failed to read completely (AbortShard) and read it again.
+// Nothing may follow the trailer. A key is at most MaxKeyBytes, a value
+// at most MaxValueBytes, and a file holds at most MaxShards sections. A
+// reader verifies the whole file (the frames, each shard's count, the
+// totals and the digest) before it hands out any record, so a restore
+// never starts from a truncated or corrupt file. The digest is written
+// last, over the finished file, so a writer may drop a shard it failed to
+// read completely (AbortShard) and read it again.
 package backupfile
 
 import (
@@ -37,6 +39,18 @@ const Magic = "CONCORDB"
 
 // Version is the format version this package writes and reads.
 const Version = 1
+
+// The largest record fields and the most shard sections a file may hold:
+// what a node can store (--max-key-bytes is capped at 64 KiB,
+// --max-value-bytes at 8 MiB, --shards at 4096; a test in internal/node
+// keeps them in step). A reader refuses a length past them before reading
+// the field, so a hostile file cannot make it hold more than this in
+// memory whatever the lengths it announces.
+const (
+	MaxKeyBytes   = 64 << 10
+	MaxValueBytes = 8 << 20
+	MaxShards     = 4096
+)
 
 // PendingName is the file, in a data dir, that `concord restore` stages a
 // verified backup in and that a node's first start loads.
@@ -148,6 +162,11 @@ func (w *Writer) BeginShard(s Shard) error {
 func (w *Writer) Add(r Record) error {
 	if w.cur == nil {
 		return errors.New("backupfile: record outside a shard")
+	}
+	if len(r.Key) > MaxKeyBytes || len(r.Value) > MaxValueBytes {
+		// Never write what a reader refuses.
+		return fmt.Errorf("backupfile: a record of a %d-byte key and %d-byte value is over the format's limits (%d, %d)",
+			len(r.Key), len(r.Value), MaxKeyBytes, MaxValueBytes)
 	}
 	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(r.Key)+len(r.Value)+8)
 	b = append(b, frameRecord)
@@ -373,6 +392,9 @@ func (s *scanner) scan() (Summary, error) {
 			if cur != nil {
 				return sum, fmt.Errorf("at byte %d: a shard begins inside shard %d", s.pos-1, cur.ID)
 			}
+			if len(sum.Shards) == MaxShards {
+				return sum, fmt.Errorf("at byte %d: more than %d shards, more than any cluster has", s.pos-1, MaxShards)
+			}
 			cur = &Shard{}
 			for _, p := range []*uint64{&cur.ID, &cur.StartHash, &cur.EndHash, &cur.AppliedIndex} {
 				if *p, err = s.u64(); err != nil {
@@ -411,10 +433,18 @@ func (s *scanner) scan() (Summary, error) {
 
 func (s *scanner) record(sh Shard) error {
 	var r Record
-	for _, p := range []*[]byte{&r.Key, &r.Value} {
+	for _, f := range []struct {
+		p    *[]byte
+		name string
+		max  uint64
+	}{{&r.Key, "key", MaxKeyBytes}, {&r.Value, "value", MaxValueBytes}} {
+		p := f.p
 		n, err := s.uvarint()
 		if err != nil {
 			return err
+		}
+		if n > f.max {
+			return fmt.Errorf("at byte %d: a record's %s of %d bytes, more than any node stores (%d)", s.pos, f.name, n, f.max)
 		}
 		if n > uint64(s.size-s.pos) {
 			return fmt.Errorf("at byte %d: a record field of %d bytes, %d left in the file", s.pos, n, s.size-s.pos)

@@ -329,3 +329,25 @@ func userKeys(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// TestBackupFormatHoldsWhatANodeStores keeps the backup format's limits in
+// step with the node's: the largest key, value and shard count a node can
+// be configured to hold must fit in a backup file (whose reader refuses
+// anything larger before reading it), and one past each is refused by
+// the node's own validation.
+func TestBackupFormatHoldsWhatANodeStores(t *testing.T) {
+	if MaxKeyBytesCap > backupfile.MaxKeyBytes || grpcapi.DefaultMaxBatchBytes > backupfile.MaxValueBytes {
+		t.Fatalf("a node may store keys of %d bytes and values of %d, a backup file holds %d and %d",
+			MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes, backupfile.MaxKeyBytes, backupfile.MaxValueBytes)
+	}
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Peers = "127.0.0.1:1", []string{"127.0.0.1:1"}
+	cfg.Shards, cfg.MaxKeyBytes, cfg.MaxValueBytes = backupfile.MaxShards, MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("the largest settings a backup holds: %v", err)
+	}
+	cfg.Shards = backupfile.MaxShards + 1
+	if err := cfg.validate(); err == nil {
+		t.Fatalf("--shards %d accepted: a backup of the cluster would be refused", cfg.Shards)
+	}
+}
