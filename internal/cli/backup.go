@@ -26,7 +26,8 @@ func newBackupCmd() *cobra.Command {
 		Long: "Write every live key of the cluster, with its value and expiry, to FILE. Each shard is read at one\n" +
 			"linearizable point on its leader: every write acknowledged before the backup started is in it.\n" +
 			"Shards are read one after another, so the file is consistent per shard, not across shards.\n" +
-			"Restore it with `concord restore FILE --data-dir DIR`. FILE appears only once complete.",
+			"Restore it with `concord restore FILE --data-dir DIR`. FILE appears only once complete, readable by\n" +
+			"its owner only (mode 0600): it holds every key.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ctx, done, err := f.connect()
