@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,7 +38,15 @@ func newBackupCmd() *cobra.Command {
 				return err
 			}
 			defer done()
+			// Ctrl-C or SIGTERM ends the backup through ctx, so that
+			// writeBackup removes FILE.partial (the shards read so far)
+			// rather than the signal killing the process where it stands.
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			sum, err := writeBackup(ctx, c, args[0], cmd.ErrOrStderr())
+			if err != nil && ctx.Err() == context.Canceled {
+				return fmt.Errorf("interrupted: no backup written, %s.partial removed (%w)", args[0], err)
+			}
 			if err != nil {
 				return err
 			}

@@ -260,3 +260,65 @@ func newTestClient(t *testing.T, addr string) *client.Client {
 	})
 	return cl
 }
+
+// TestBackupInterruptedLeavesNothing: `concord backup` interrupted (Ctrl-C,
+// SIGTERM) while it reads a shard removes its FILE.partial, which holds the
+// shards read so far, and exits with an error; neither FILE nor
+// FILE.partial is left. Before, the signal killed the process where it
+// stood, leaving FILE.partial behind. Two of the three nodes are paused so
+// that the shards they lead cannot be read: the backup stays under way
+// until it is interrupted.
+func TestBackupInterruptedLeavesNothing(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, testcluster.Options{Shards: 3})
+	cl := c.Client(t)
+	for i := range 30 {
+		if _, _, err := cl.Put(context.Background(), fmt.Appendf(nil, "k%02d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Pause(1)
+	c.Pause(2)
+	defer c.Resume(2)
+	defer c.Resume(1)
+
+	file := filepath.Join(t.TempDir(), "cluster.bak")
+	var stderr strings.Builder
+	cmd := exec.Command(testcluster.Binary(t), "backup", file, "--endpoints", c.Addr(0), "--timeout", "2m")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		select {
+		case err := <-exited:
+			t.Fatalf("the backup ended before it was interrupted: %v: %s", err, stderr.String())
+		default:
+		}
+		_, err := os.Stat(file + ".partial")
+		return err
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Fatalf("an interrupted backup exited 0: %s", stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the backup did not end within 30 s of its interrupt: %s", stderr.String())
+	}
+	for _, p := range []string{file, file + ".partial"} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("an interrupted backup left %s (%v); stderr: %s", p, err, stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("the interrupted backup's error does not say so: %s", stderr.String())
+	}
+	t.Logf("the interrupted backup said: %s", stderr.String())
+}
