@@ -322,3 +322,47 @@ func TestBackupInterruptedLeavesNothing(t *testing.T) {
 	}
 	t.Logf("the interrupted backup said: %s", stderr.String())
 }
+
+// TestBackupCompletesAcrossALostLeader: the leader of a shard stops
+// answering (SIGSTOP) just before `concord backup` runs; the backup still
+// completes once the other nodes elect a new leader (a stream to the
+// silent node fails by keepalive and the shard is read again through
+// another node), and holds every key written exactly once.
+func TestBackupCompletesAcrossALostLeader(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, testcluster.Options{Shards: 3})
+	cl := c.Client(t)
+	want := map[string]string{}
+	for i := range 300 {
+		k, v := fmt.Sprintf("k%03d", i), fmt.Sprintf("v%d", i)
+		if _, _, err := cl.Put(context.Background(), []byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = v
+	}
+	leader := c.LeaderOf(t, 1, 10*time.Second)
+	c.Pause(leader)
+	defer c.Resume(leader)
+	var others []string
+	for i := range c.N() {
+		if i != leader {
+			others = append(others, c.Addr(i))
+		}
+	}
+	file := filepath.Join(t.TempDir(), "cluster.bak")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := runConcord(ctx, t, "backup", file, "--endpoints", strings.Join(others, ","), "--timeout", "90s")
+	if err != nil {
+		t.Fatalf("backup with shard 1's leader silent: %v (%s)", err, out)
+	}
+	got := readBackup(t, file) // fails on a key twice
+	if len(got) != len(want) {
+		t.Fatalf("the backup holds %d keys, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if string(got[k].Value) != v {
+			t.Fatalf("key %s: %q in the backup, want %q", k, got[k].Value, v)
+		}
+	}
+}
