@@ -96,6 +96,9 @@ type Summary struct {
 	Header
 	Shards  []Shard
 	Records uint64
+	// Digest is the file's SHA-256 trailer (set by a reader, once the
+	// whole file verified): what identifies the file.
+	Digest []byte
 }
 
 // Writer writes a backup file. It writes to PATH.partial and renames it to
@@ -321,6 +324,8 @@ type scanner struct {
 	pos  int64
 	fn   func(Shard, Record) error
 	buf  []byte
+	// digest is the trailer's digest, once it matched.
+	digest []byte
 }
 
 func (s *scanner) read(n int64) ([]byte, error) {
@@ -424,7 +429,11 @@ func (s *scanner) scan() (Summary, error) {
 			sum.Records += n
 			cur = nil
 		case frameTrailer:
-			return sum, s.trailer(sum, cur)
+			if err := s.trailer(sum, cur); err != nil {
+				return sum, err
+			}
+			sum.Digest = s.digest
+			return sum, nil
 		default:
 			return sum, fmt.Errorf("at byte %d: unknown frame %q", s.pos-1, frame[0])
 		}
@@ -494,7 +503,31 @@ func (s *scanner) trailer(sum Summary, open *Shard) error {
 	case s.pos != s.size:
 		return fmt.Errorf("%d bytes follow the trailer", s.size-s.pos)
 	}
+	s.digest = bytes.Clone(got)
 	return nil
+}
+
+// TrailerDigest returns the last sha256.Size bytes of the file at path,
+// where a complete file's digest is, without verifying anything: enough to
+// tell whether it is the file whose Summary.Digest was recorded.
+func TrailerDigest(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() < int64(headerLen+sha256.Size) {
+		return nil, fmt.Errorf("%s: %w: %d bytes", path, ErrCorrupt, st.Size())
+	}
+	b := make([]byte, sha256.Size)
+	if _, err := f.ReadAt(b, st.Size()-sha256.Size); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Stage verifies the backup at src and copies it into dataDir as
