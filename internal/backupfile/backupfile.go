@@ -101,8 +101,10 @@ type Summary struct {
 	Digest []byte
 }
 
-// Writer writes a backup file. It writes to PATH.partial and renames it to
-// PATH only in Close, so an interrupted backup never leaves a file at PATH.
+// Writer writes a backup file. It writes to a new PATH.partial-RANDOM and
+// renames it to PATH only in Close, so an interrupted backup never leaves
+// a file at PATH, and backups to one PATH at once never share a file (the
+// last to finish is at PATH).
 type Writer struct {
 	path, tmp string
 	f         *os.File
@@ -115,17 +117,14 @@ type Writer struct {
 
 // Create starts a backup file at path with header h (its Version is set).
 func Create(path string, h Header) (*Writer, error) {
-	tmp := path + ".partial"
-	// Owner only: the file holds every key of the cluster. Chmod too, for
-	// a FILE.partial an interrupted backup left, whose mode O_TRUNC keeps.
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A new file of this writer's own (PATH.partial-RANDOM), never one
+	// another backup to PATH is writing; created owner-only (0600): it
+	// holds every key of the cluster.
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".partial-*")
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Chmod(0o600); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
+	tmp := f.Name()
 	h.Version = Version
 	w := &Writer{path: path, tmp: tmp, f: f, bw: bufio.NewWriterSize(f, 1<<20), shardOff: -1}
 	w.sum.Header = h

@@ -56,8 +56,8 @@ func writeSample(t *testing.T) (string, []entry) {
 	if sum.Records != 80 || len(sum.Shards) != 2 {
 		t.Fatalf("writer summary %+v", sum)
 	}
-	if _, err := os.Stat(path + ".partial"); !os.IsNotExist(err) {
-		t.Fatalf("partial file left behind: %v", err)
+	if left, err := filepath.Glob(path + ".partial*"); err != nil || len(left) != 0 {
+		t.Fatalf("partial file left behind: %v %v", left, err)
 	}
 	return path, want
 }
@@ -203,8 +203,8 @@ func TestStage(t *testing.T) {
 
 // TestFilesArePrivate: a backup holds every key of the cluster, so the file
 // (and the copy restore stages in a data dir) is readable by its owner
-// only, whatever the umask, and even where an interrupted earlier backup
-// left a world-readable FILE.partial behind.
+// only, whatever the umask, and whatever an interrupted earlier backup
+// left behind (here a world-readable FILE.partial).
 func TestFilesArePrivate(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "b.bak")
@@ -306,5 +306,45 @@ func TestTooManyShardsRefused(t *testing.T) {
 	must(t, err)
 	if _, err := Verify(path); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "more than 4096 shards") {
 		t.Fatalf("err %v, want a refusal of the shard count", err)
+	}
+}
+
+// TestConcurrentWritersToOnePath: two backups to the same FILE at once (a
+// scheduled one overlapping a manual one) each write a file of their own
+// and each renames a complete, verifiable file into place. Before, both
+// wrote FILE.partial, the second truncating the first's: the first then
+// reported success for a FILE that did not verify, renamed over the good
+// backup that FILE held.
+func TestConcurrentWritersToOnePath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.bak")
+	open := func(id uint64) *Writer {
+		w, err := Create(path, Header{ClusterID: id, Created: time.Now()})
+		must(t, err)
+		must(t, w.BeginShard(Shard{ID: 1}))
+		must(t, w.Add(Record{Key: fmt.Appendf(nil, "from-%d", id), Value: bytes.Repeat([]byte{'v'}, 100)}))
+		return w
+	}
+	closeAndVerify := func(w *Writer, id uint64) {
+		t.Helper()
+		must(t, w.EndShard())
+		_, err := w.Close()
+		must(t, err)
+		sum, err := Verify(path)
+		if err != nil || sum.ClusterID != id || sum.Records != 1 {
+			t.Fatalf("after writer %d closed: %+v, %v", id, sum, err)
+		}
+	}
+	first := open(1)
+	second := open(2)
+	closeAndVerify(first, 1)
+	must(t, second.Add(Record{Key: []byte("more"), Value: []byte("x")}))
+	must(t, second.AbortShard()) // rewinds its own file only
+	must(t, second.BeginShard(Shard{ID: 1}))
+	must(t, second.Add(Record{Key: []byte("from-2"), Value: []byte("y")}))
+	closeAndVerify(second, 2)
+	left, err := filepath.Glob(path + ".partial*")
+	must(t, err)
+	if len(left) != 0 {
+		t.Fatalf("partial files left behind: %v", left)
 	}
 }

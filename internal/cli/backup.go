@@ -39,13 +39,13 @@ func newBackupCmd() *cobra.Command {
 			}
 			defer done()
 			// Ctrl-C or SIGTERM ends the backup through ctx, so that
-			// writeBackup removes FILE.partial (the shards read so far)
+			// writeBackup removes its partial file (the shards read so far)
 			// rather than the signal killing the process where it stands.
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			sum, err := writeBackup(ctx, c, args[0], cmd.ErrOrStderr())
 			if err != nil && ctx.Err() == context.Canceled {
-				return fmt.Errorf("interrupted: no backup written, %s.partial removed (%w)", args[0], err)
+				return fmt.Errorf("interrupted: no backup written to %s, its partial file removed (%w)", args[0], err)
 			}
 			if err != nil {
 				return err

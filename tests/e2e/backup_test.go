@@ -262,10 +262,10 @@ func newTestClient(t *testing.T, addr string) *client.Client {
 }
 
 // TestBackupInterruptedLeavesNothing: `concord backup` interrupted (Ctrl-C,
-// SIGTERM) while it reads a shard removes its FILE.partial, which holds the
-// shards read so far, and exits with an error; neither FILE nor
-// FILE.partial is left. Before, the signal killed the process where it
-// stood, leaving FILE.partial behind. Two of the three nodes are paused so
+// SIGTERM) while it reads a shard removes its partial file
+// (FILE.partial-RANDOM), which holds the shards read so far, and exits with
+// an error; neither FILE nor a partial file is left. Before, the signal
+// killed the process where it stood, leaving the partial file behind. Two of the three nodes are paused so
 // that the shards they lead cannot be read: the backup stays under way
 // until it is interrupted.
 func TestBackupInterruptedLeavesNothing(t *testing.T) {
@@ -297,8 +297,10 @@ func TestBackupInterruptedLeavesNothing(t *testing.T) {
 			t.Fatalf("the backup ended before it was interrupted: %v: %s", err, stderr.String())
 		default:
 		}
-		_, err := os.Stat(file + ".partial")
-		return err
+		if partial, err := filepath.Glob(file + ".partial*"); err != nil || len(partial) == 0 {
+			return fmt.Errorf("no partial file yet (%v)", err)
+		}
+		return nil
 	})
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -312,10 +314,11 @@ func TestBackupInterruptedLeavesNothing(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatalf("the backup did not end within 30 s of its interrupt: %s", stderr.String())
 	}
-	for _, p := range []string{file, file + ".partial"} {
-		if _, err := os.Stat(p); !os.IsNotExist(err) {
-			t.Fatalf("an interrupted backup left %s (%v); stderr: %s", p, err, stderr.String())
-		}
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("an interrupted backup left %s (%v); stderr: %s", file, err, stderr.String())
+	}
+	if partial, err := filepath.Glob(file + ".partial*"); err != nil || len(partial) != 0 {
+		t.Fatalf("an interrupted backup left %v (%v); stderr: %s", partial, err, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "interrupted") {
 		t.Fatalf("the interrupted backup's error does not say so: %s", stderr.String())
