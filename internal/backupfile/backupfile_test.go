@@ -324,17 +324,21 @@ func TestConcurrentWritersToOnePath(t *testing.T) {
 		must(t, w.Add(Record{Key: fmt.Appendf(nil, "from-%d", id), Value: bytes.Repeat([]byte{'v'}, 100)}))
 		return w
 	}
+	want := map[uint64]uint64{1: 21, 2: 1}
 	closeAndVerify := func(w *Writer, id uint64) {
 		t.Helper()
 		must(t, w.EndShard())
 		_, err := w.Close()
 		must(t, err)
 		sum, err := Verify(path)
-		if err != nil || sum.ClusterID != id || sum.Records != 1 {
+		if err != nil || sum.ClusterID != id || sum.Records != want[id] {
 			t.Fatalf("after writer %d closed: %+v, %v", id, sum, err)
 		}
 	}
 	first := open(1)
+	for i := range 20 { // past the writer's 1 MiB buffer: on disk before the second starts
+		must(t, first.Add(Record{Key: fmt.Appendf(nil, "big-%d", i), Value: bytes.Repeat([]byte{'b'}, 100<<10)}))
+	}
 	second := open(2)
 	closeAndVerify(first, 1)
 	must(t, second.Add(Record{Key: []byte("more"), Value: []byte("x")}))
