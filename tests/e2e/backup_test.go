@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -366,6 +367,62 @@ func TestBackupCompletesAcrossALostLeader(t *testing.T) {
 	for k, v := range want {
 		if string(got[k].Value) != v {
 			t.Fatalf("key %s: %q in the backup, want %q", k, got[k].Value, v)
+		}
+	}
+}
+
+// TestBackupRestoreAtTheLimits: keys and values at the largest limits a
+// node accepts (--max-key-bytes 64 KiB, --max-value-bytes 8 MiB: values
+// as large as a write can carry) go
+// through a backup (streamed in chunks, relayed by a node that does not
+// lead every shard) and a restore onto a node with the same limits, byte
+// for byte.
+func TestBackupRestoreAtTheLimits(t *testing.T) {
+	t.Parallel()
+	limits := []string{"--max-key-bytes=65536", "--max-value-bytes=8388608"}
+	c := startCluster(t, testcluster.Options{Shards: 2, ExtraArgs: limits})
+	cl := c.Client(t)
+	ctx := context.Background()
+	want := map[string][]byte{}
+	for i := range 3 {
+		k := fmt.Sprintf("big-value-%d", i)
+		// A write carries at most 8 MiB of keys and values in all, so
+		// the largest value one can write is that less its key.
+		want[k] = bytes.Repeat([]byte{byte('a' + i)}, 8<<20-len(k))
+	}
+	want[strings.Repeat("K", 64<<10)] = []byte("long key")
+	for k, v := range want {
+		if _, _, err := cl.Put(ctx, []byte(k), v); err != nil {
+			t.Fatalf("put %.20s (%d-byte key, %d-byte value): %v", k, len(k), len(v), err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "big.bak")
+	bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if out, err := runConcord(bctx, t, "backup", file, "--endpoints", c.Addr(0)); err != nil {
+		t.Fatalf("backup: %v (%s)", err, out)
+	}
+	got := readBackup(t, file)
+	if len(got) != len(want) {
+		t.Fatalf("the backup holds %d keys, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if !bytes.Equal(got[k].Value, v) {
+			t.Fatalf("key %.20s: %d bytes in the backup, want %d", k, len(got[k].Value), len(v))
+		}
+	}
+	c.KillAll()
+
+	dir := filepath.Join(t.TempDir(), "restored")
+	bin := testcluster.Binary(t)
+	if out, err := exec.Command(bin, "restore", file, "--data-dir", dir).CombinedOutput(); err != nil {
+		t.Fatalf("restore: %v: %s", err, out)
+	}
+	rc := newTestClient(t, startRestored(t, bin, dir, limits...))
+	for k, v := range want {
+		got, found, err := rc.Get(ctx, []byte(k))
+		if err != nil || !found || !bytes.Equal(got, v) {
+			t.Fatalf("restored node: %.20s: %d bytes, found %v, %v; want %d bytes", k, len(got), found, err, len(v))
 		}
 	}
 }
