@@ -11,11 +11,13 @@
 //	... more shards ...
 //	'T' <records 8> <shards 4> <SHA-256 of every byte before it, 32>
 //
-// Nothing may follow the trailer. A reader verifies the whole file (the
-// frames, each shard's count, the totals and the digest) before it hands
-// out any record, so a restore never starts from a truncated or corrupt
-// file. The digest is written last, over the finished file, so a writer may
-// drop a shard it failed to read completely (AbortShard) and read it again.
+// Nothing may follow the trailer. A key is at most MaxKeyBytes, a value
+// at most MaxValueBytes, and a file holds at most MaxShards sections. A
+// reader verifies the whole file (the frames, each shard's count, the
+// totals and the digest) before it hands out any record, so a restore
+// never starts from a truncated or corrupt file. The digest is written
+// last, over the finished file, so a writer may drop a shard it failed to
+// read completely (AbortShard) and read it again.
 package backupfile
 
 import (
@@ -37,6 +39,18 @@ const Magic = "CONCORDB"
 
 // Version is the format version this package writes and reads.
 const Version = 1
+
+// The largest record fields and the most shard sections a file may hold:
+// what a node can store (--max-key-bytes is capped at 64 KiB,
+// --max-value-bytes at 8 MiB, --shards at 4096; a test in internal/node
+// keeps them in step). A reader refuses a length past them before reading
+// the field, so a hostile file cannot make it hold more than this in
+// memory whatever the lengths it announces.
+const (
+	MaxKeyBytes   = 64 << 10
+	MaxValueBytes = 8 << 20
+	MaxShards     = 4096
+)
 
 // PendingName is the file, in a data dir, that `concord restore` stages a
 // verified backup in and that a node's first start loads.
@@ -82,10 +96,15 @@ type Summary struct {
 	Header
 	Shards  []Shard
 	Records uint64
+	// Digest is the file's SHA-256 trailer (set by a reader, once the
+	// whole file verified): what identifies the file.
+	Digest []byte
 }
 
-// Writer writes a backup file. It writes to PATH.partial and renames it to
-// PATH only in Close, so an interrupted backup never leaves a file at PATH.
+// Writer writes a backup file. It writes to a new PATH.partial-RANDOM and
+// renames it to PATH only in Close, so an interrupted backup never leaves
+// a file at PATH, and backups to one PATH at once never share a file (the
+// last to finish is at PATH).
 type Writer struct {
 	path, tmp string
 	f         *os.File
@@ -98,11 +117,14 @@ type Writer struct {
 
 // Create starts a backup file at path with header h (its Version is set).
 func Create(path string, h Header) (*Writer, error) {
-	tmp := path + ".partial"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	// A new file of this writer's own (PATH.partial-RANDOM), never one
+	// another backup to PATH is writing; created owner-only (0600): it
+	// holds every key of the cluster.
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".partial-*")
 	if err != nil {
 		return nil, err
 	}
+	tmp := f.Name()
 	h.Version = Version
 	w := &Writer{path: path, tmp: tmp, f: f, bw: bufio.NewWriterSize(f, 1<<20), shardOff: -1}
 	w.sum.Header = h
@@ -142,6 +164,11 @@ func (w *Writer) BeginShard(s Shard) error {
 func (w *Writer) Add(r Record) error {
 	if w.cur == nil {
 		return errors.New("backupfile: record outside a shard")
+	}
+	if len(r.Key) > MaxKeyBytes || len(r.Value) > MaxValueBytes {
+		// Never write what a reader refuses.
+		return fmt.Errorf("backupfile: a record of a %d-byte key and %d-byte value is over the format's limits (%d, %d)",
+			len(r.Key), len(r.Value), MaxKeyBytes, MaxValueBytes)
 	}
 	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(r.Key)+len(r.Value)+8)
 	b = append(b, frameRecord)
@@ -296,6 +323,8 @@ type scanner struct {
 	pos  int64
 	fn   func(Shard, Record) error
 	buf  []byte
+	// digest is the trailer's digest, once it matched.
+	digest []byte
 }
 
 func (s *scanner) read(n int64) ([]byte, error) {
@@ -367,6 +396,9 @@ func (s *scanner) scan() (Summary, error) {
 			if cur != nil {
 				return sum, fmt.Errorf("at byte %d: a shard begins inside shard %d", s.pos-1, cur.ID)
 			}
+			if len(sum.Shards) == MaxShards {
+				return sum, fmt.Errorf("at byte %d: more than %d shards, more than any cluster has", s.pos-1, MaxShards)
+			}
 			cur = &Shard{}
 			for _, p := range []*uint64{&cur.ID, &cur.StartHash, &cur.EndHash, &cur.AppliedIndex} {
 				if *p, err = s.u64(); err != nil {
@@ -396,7 +428,11 @@ func (s *scanner) scan() (Summary, error) {
 			sum.Records += n
 			cur = nil
 		case frameTrailer:
-			return sum, s.trailer(sum, cur)
+			if err := s.trailer(sum, cur); err != nil {
+				return sum, err
+			}
+			sum.Digest = s.digest
+			return sum, nil
 		default:
 			return sum, fmt.Errorf("at byte %d: unknown frame %q", s.pos-1, frame[0])
 		}
@@ -405,10 +441,18 @@ func (s *scanner) scan() (Summary, error) {
 
 func (s *scanner) record(sh Shard) error {
 	var r Record
-	for _, p := range []*[]byte{&r.Key, &r.Value} {
+	for _, f := range []struct {
+		p    *[]byte
+		name string
+		max  uint64
+	}{{&r.Key, "key", MaxKeyBytes}, {&r.Value, "value", MaxValueBytes}} {
+		p := f.p
 		n, err := s.uvarint()
 		if err != nil {
 			return err
+		}
+		if n > f.max {
+			return fmt.Errorf("at byte %d: a record's %s of %d bytes, more than any node stores (%d)", s.pos, f.name, n, f.max)
 		}
 		if n > uint64(s.size-s.pos) {
 			return fmt.Errorf("at byte %d: a record field of %d bytes, %d left in the file", s.pos, n, s.size-s.pos)
@@ -458,7 +502,31 @@ func (s *scanner) trailer(sum Summary, open *Shard) error {
 	case s.pos != s.size:
 		return fmt.Errorf("%d bytes follow the trailer", s.size-s.pos)
 	}
+	s.digest = bytes.Clone(got)
 	return nil
+}
+
+// TrailerDigest returns the last sha256.Size bytes of the file at path,
+// where a complete file's digest is, without verifying anything: enough to
+// tell whether it is the file whose Summary.Digest was recorded.
+func TrailerDigest(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() < int64(headerLen+sha256.Size) {
+		return nil, fmt.Errorf("%s: %w: %d bytes", path, ErrCorrupt, st.Size())
+	}
+	b := make([]byte, sha256.Size)
+	if _, err := f.ReadAt(b, st.Size()-sha256.Size); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Stage verifies the backup at src and copies it into dataDir as
@@ -502,7 +570,7 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // every key of the cluster: owner only
 	if err != nil {
 		return err
 	}

@@ -2,10 +2,13 @@ package backupfile
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +56,8 @@ func writeSample(t *testing.T) (string, []entry) {
 	if sum.Records != 80 || len(sum.Shards) != 2 {
 		t.Fatalf("writer summary %+v", sum)
 	}
-	if _, err := os.Stat(path + ".partial"); !os.IsNotExist(err) {
-		t.Fatalf("partial file left behind: %v", err)
+	if left, err := filepath.Glob(path + ".partial*"); err != nil || len(left) != 0 {
+		t.Fatalf("partial file left behind: %v %v", left, err)
 	}
 	return path, want
 }
@@ -195,5 +198,157 @@ func TestStage(t *testing.T) {
 	}
 	if _, err := os.Stat(dir2); !os.IsNotExist(err) {
 		t.Fatalf("a refused restore created %s: %v", dir2, err)
+	}
+}
+
+// TestFilesArePrivate: a backup holds every key of the cluster, so the file
+// (and the copy restore stages in a data dir) is readable by its owner
+// only, whatever the umask, and whatever an interrupted earlier backup
+// left behind (here a world-readable FILE.partial).
+func TestFilesArePrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "b.bak")
+	must(t, os.WriteFile(path+".partial", []byte("left by a killed backup"), 0o666))
+	must(t, os.Chmod(path+".partial", 0o666)) // past the umask
+	w, err := Create(path, Header{ClusterID: 1, Created: time.Now()})
+	must(t, err)
+	must(t, w.BeginShard(Shard{ID: 1}))
+	must(t, w.Add(Record{Key: []byte("k"), Value: []byte("secret")}))
+	must(t, w.EndShard())
+	_, err = w.Close()
+	must(t, err)
+	wantPrivate(t, path)
+	staged := filepath.Join(t.TempDir(), "new")
+	_, err = Stage(path, staged)
+	must(t, err)
+	wantPrivate(t, filepath.Join(staged, PendingName))
+}
+
+func wantPrivate(t *testing.T, path string) {
+	t.Helper()
+	st, err := os.Stat(path)
+	must(t, err)
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("%s has mode %v, want -rw------- (it holds every key of the cluster)", path, st.Mode().Perm())
+	}
+}
+
+// hostileFile writes a file whose framing, counts and digest are all
+// valid, holding one shard with one record of the given sizes (the bytes
+// are there: the lengths do not overrun the file).
+func hostileFile(t *testing.T, keyLen, valueLen int) string {
+	t.Helper()
+	b := append([]byte(Magic), make([]byte, 20)...)
+	binary.BigEndian.PutUint32(b[8:], Version)
+	b = append(b, frameShard)
+	b = append(b, make([]byte, 32)...)
+	b = append(b, frameRecord)
+	b = binary.AppendUvarint(b, uint64(keyLen))
+	b = append(b, bytes.Repeat([]byte{'k'}, keyLen)...)
+	b = binary.AppendUvarint(b, uint64(valueLen))
+	b = append(b, make([]byte, valueLen)...)
+	b = append(b, make([]byte, 8)...)
+	b = binary.BigEndian.AppendUint64(append(b, frameEnd), 1)
+	b = binary.BigEndian.AppendUint64(append(b, frameTrailer), 1)
+	b = binary.BigEndian.AppendUint32(b, 1)
+	sum := sha256.Sum256(b)
+	path := filepath.Join(t.TempDir(), "hostile.bak")
+	must(t, os.WriteFile(path, append(b, sum[:]...), 0o600))
+	return path
+}
+
+// TestOversizedFieldsRefusedBeforeTheyAreRead: a record field longer than
+// any node stores (a key over 64 KiB, a value over 8 MiB) is refused when
+// its length is read, naming the limit, without reading it into memory:
+// a hostile file's lengths were bounded only by the file's size, so one
+// record as large as the file was read (twice) into memory.
+func TestOversizedFieldsRefusedBeforeTheyAreRead(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		keyLen, valLen int
+		want           string
+	}{
+		{"key", MaxKeyBytes + 1, 1, "key of 65537 bytes"},
+		{"value", 1, 3 * MaxValueBytes, "value of 25165824 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := hostileFile(t, c.keyLen, c.valLen)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := Verify(path)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want ErrCorrupt saying %q", err, c.want)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
+				t.Fatalf("refusing it allocated %d bytes", n)
+			}
+		})
+	}
+	// At the limits a record is accepted.
+	if _, err := Verify(hostileFile(t, MaxKeyBytes, MaxValueBytes)); err != nil {
+		t.Fatalf("a record at the limits: %v", err)
+	}
+}
+
+// TestTooManyShardsRefused: a file may hold at most MaxShards sections
+// (a cluster has at most 4096 shards); each section was kept in memory,
+// so a file of empty sections cost memory in proportion to its size.
+func TestTooManyShardsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "many.bak")
+	w, err := Create(path, Header{ClusterID: 1, Created: time.Now()})
+	must(t, err)
+	for i := range MaxShards + 1 {
+		must(t, w.BeginShard(Shard{ID: uint64(i + 1)}))
+		must(t, w.EndShard())
+	}
+	_, err = w.Close()
+	must(t, err)
+	if _, err := Verify(path); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "more than 4096 shards") {
+		t.Fatalf("err %v, want a refusal of the shard count", err)
+	}
+}
+
+// TestConcurrentWritersToOnePath: two backups to the same FILE at once (a
+// scheduled one overlapping a manual one) each write a file of their own
+// and each renames a complete, verifiable file into place. Before, both
+// wrote FILE.partial, the second truncating the first's: the first then
+// reported success for a FILE that did not verify, renamed over the good
+// backup that FILE held.
+func TestConcurrentWritersToOnePath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.bak")
+	open := func(id uint64) *Writer {
+		w, err := Create(path, Header{ClusterID: id, Created: time.Now()})
+		must(t, err)
+		must(t, w.BeginShard(Shard{ID: 1}))
+		must(t, w.Add(Record{Key: fmt.Appendf(nil, "from-%d", id), Value: bytes.Repeat([]byte{'v'}, 100)}))
+		return w
+	}
+	want := map[uint64]uint64{1: 21, 2: 1}
+	closeAndVerify := func(w *Writer, id uint64) {
+		t.Helper()
+		must(t, w.EndShard())
+		_, err := w.Close()
+		must(t, err)
+		sum, err := Verify(path)
+		if err != nil || sum.ClusterID != id || sum.Records != want[id] {
+			t.Fatalf("after writer %d closed: %+v, %v", id, sum, err)
+		}
+	}
+	first := open(1)
+	for i := range 20 { // past the writer's 1 MiB buffer: on disk before the second starts
+		must(t, first.Add(Record{Key: fmt.Appendf(nil, "big-%d", i), Value: bytes.Repeat([]byte{'b'}, 100<<10)}))
+	}
+	second := open(2)
+	closeAndVerify(first, 1)
+	must(t, second.Add(Record{Key: []byte("more"), Value: []byte("x")}))
+	must(t, second.AbortShard()) // rewinds its own file only
+	must(t, second.BeginShard(Shard{ID: 1}))
+	must(t, second.Add(Record{Key: []byte("from-2"), Value: []byte("y")}))
+	closeAndVerify(second, 2)
+	left, err := filepath.Glob(path + ".partial*")
+	must(t, err)
+	if len(left) != 0 {
+		t.Fatalf("partial files left behind: %v", left)
 	}
 }

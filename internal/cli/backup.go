@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,7 +29,8 @@ func newBackupCmd() *cobra.Command {
 		Long: "Write every live key of the cluster, with its value and expiry, to FILE. Each shard is read at one\n" +
 			"linearizable point on its leader: every write acknowledged before the backup started is in it.\n" +
 			"Shards are read one after another, so the file is consistent per shard, not across shards.\n" +
-			"Restore it with `concord restore FILE --data-dir DIR`. FILE appears only once complete.",
+			"Restore it with `concord restore FILE --data-dir DIR`. FILE appears only once complete, readable by\n" +
+			"its owner only (mode 0600): it holds every key.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ctx, done, err := f.connect()
@@ -34,7 +38,15 @@ func newBackupCmd() *cobra.Command {
 				return err
 			}
 			defer done()
+			// Ctrl-C or SIGTERM ends the backup through ctx, so that
+			// writeBackup removes its partial file (the shards read so far)
+			// rather than the signal killing the process where it stands.
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			sum, err := writeBackup(ctx, c, args[0], cmd.ErrOrStderr())
+			if err != nil && ctx.Err() == context.Canceled {
+				return fmt.Errorf("interrupted: no backup written to %s, its partial file removed (%w)", args[0], err)
+			}
 			if err != nil {
 				return err
 			}

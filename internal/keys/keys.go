@@ -11,6 +11,7 @@
 //	\x01 jtok                       the join token this node sends until it has an identity
 //	\x01 cver                       the highest cluster version this node has learned (4)
 //	\x01 rstr                       (empty) a restore's load is under way: the user shards may hold part of a backup
+//	\x01 rstd                       the SHA-256 digest of the backup file this node's bootstrap loaded (32)
 //
 //	\x02 <shard 8> r h              raftpb.HardState
 //	\x02 <shard 8> r l <index 8>    raftpb.Entry
@@ -53,11 +54,16 @@ var (
 	joinTokenKey    = []byte{localPrefix, 'j', 't', 'o', 'k'}
 	clusterVerKey   = []byte{localPrefix, 'c', 'v', 'e', 'r'}
 	restoringKey    = []byte{localPrefix, 'r', 's', 't', 'r'}
+	restoredKey     = []byte{localPrefix, 'r', 's', 't', 'd'}
 )
 
 // Restoring is the key of the record that a restore's load of a backup
 // into the user shards has begun and not completed.
 func Restoring() []byte { return restoringKey }
+
+// Restored is the key of the digest of the backup file a node's bootstrap
+// loaded, written with its identity.
+func Restored() []byte { return restoredKey }
 
 // JoinToken is the key of the token a joining node sends with every join
 // attempt, written before the first one.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/backupfile"
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement"
@@ -81,8 +82,7 @@ func (n *Node) establishIdentity(ctx context.Context) error {
 		if len(n.cfg.Join) > 0 {
 			n.log.Info("data dir holds an identity: --join ignored", "node", id.GetNodeId())
 		}
-		n.finishRestore()
-		return nil
+		return n.finishRestore()
 	}
 	peers := sortedPeers(n.cfg.Peers)
 	restore, err := n.stagedRestore()
@@ -310,6 +310,7 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 	b := n.eng.NewBatch()
 	defer func() { b.Close() }()
 	var load *restoreLoad
+	var loaded backupfile.Summary
 	if restore != "" {
 		load = &restoreLoad{path: restore, table: routing.NewTable(shards), now: nowMs(), batchBytes: loadBatchBytes,
 			maxKey: n.cfg.MaxKeyBytes, maxValue: n.cfg.MaxValueBytes,
@@ -337,6 +338,7 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 		if err != nil {
 			return fmt.Errorf("loading the backup staged in %s: %w", restore, err)
 		}
+		loaded = sum
 		n.log.Info("loading backup", "file", restore, "cluster", fmt.Sprintf("%x", sum.ClusterID), "taken", sum.Created,
 			"keys", load.loaded, "expired_since", load.expired)
 	}
@@ -347,6 +349,9 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 	if load != nil {
 		// The load is complete with this batch, and with it only.
 		if err := storage.ClearRestoring(b); err != nil {
+			return err
+		}
+		if err := storage.SetRestored(b, loaded.Digest); err != nil {
 			return err
 		}
 	}
@@ -369,7 +374,9 @@ func (n *Node) bootstrap(peers []string, hash uint64, self ids.NodeID, restore s
 	}
 	if load != nil {
 		n.log.Info("restored backup into the new cluster", "keys", load.loaded)
-		n.finishRestore()
+		if err := n.finishRestore(); err != nil {
+			return err
+		}
 	}
 	n.log.Info("bootstrapped new cluster", "node", self, "peers", peers, "shards", n.cfg.Shards, "replicas", min(n.cfg.Replicas, len(peers)))
 	return nil

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -87,18 +88,33 @@ func (n *Node) checkRestoreStart(peers []string) error {
 	return nil
 }
 
-// finishRestore removes a staged backup that a committed bootstrap loaded
-// (the process stopped before removing it).
-func (n *Node) finishRestore() {
+// finishRestore removes a staged backup that this node's committed
+// bootstrap loaded (the process stopped before removing it), which it
+// knows by the digest the bootstrap recorded. Any other staged file was
+// put in a data dir in use by hand: the start is refused, the file and the
+// data left as they are, rather than the file deleted as if loaded.
+func (n *Node) finishRestore() error {
 	p, err := n.stagedRestore()
 	if err != nil || p == "" {
-		return
+		return err
+	}
+	loaded, err := n.eng.Restored()
+	if err != nil {
+		return err
+	}
+	digest, err := backupfile.TrailerDigest(p)
+	if loaded == nil || err != nil || !bytes.Equal(digest, loaded) {
+		return fmt.Errorf("data dir %s already holds a node of a cluster, and a backup staged in it as %s that this node did not load: "+
+			"a backup is restored into a new node's data dir (`concord restore FILE --data-dir EMPTY_DIR`, then start a new single-node cluster there), "+
+			"never into one in use; move %s out of the data dir to start this node with its own data",
+			n.cfg.DataDir, backupfile.PendingName, p)
 	}
 	if err := os.Remove(p); err != nil {
 		n.log.Warn("could not remove the loaded backup file", "file", p, "err", err)
-		return
+		return nil
 	}
 	n.log.Info("removed the backup file loaded at bootstrap", "file", p)
+	return nil
 }
 
 // restoreLoad is one load of a staged backup into the new user shards.

@@ -329,3 +329,96 @@ func userKeys(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// TestBackupFormatHoldsWhatANodeStores keeps the backup format's limits in
+// step with the node's: the largest key, value and shard count a node can
+// be configured to hold must fit in a backup file (whose reader refuses
+// anything larger before reading it), and one past each is refused by
+// the node's own validation.
+func TestBackupFormatHoldsWhatANodeStores(t *testing.T) {
+	if MaxKeyBytesCap > backupfile.MaxKeyBytes || grpcapi.DefaultMaxBatchBytes > backupfile.MaxValueBytes {
+		t.Fatalf("a node may store keys of %d bytes and values of %d, a backup file holds %d and %d",
+			MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes, backupfile.MaxKeyBytes, backupfile.MaxValueBytes)
+	}
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Peers = "127.0.0.1:1", []string{"127.0.0.1:1"}
+	cfg.Shards, cfg.MaxKeyBytes, cfg.MaxValueBytes = backupfile.MaxShards, MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("the largest settings a backup holds: %v", err)
+	}
+	cfg.Shards = backupfile.MaxShards + 1
+	if err := cfg.validate(); err == nil {
+		t.Fatalf("--shards %d accepted: a backup of the cluster would be refused", cfg.Shards)
+	}
+}
+
+// TestRestoreRefusesABackupStagedIntoADataDirInUse: a backup file put in
+// the data dir of a node that already has its cluster (copied there as
+// restore.pending by hand: `concord restore` refuses a non-empty dir) is
+// refused at start with an error saying so, and left where it is; the
+// node's data is untouched. Before, the start took it for a backup its own
+// bootstrap had loaded (a crash between that bootstrap and removing the
+// file leaves the same two things), deleted it, logged that it had been
+// loaded, and served the old data.
+func TestRestoreRefusesABackupStagedIntoADataDirInUse(t *testing.T) {
+	n := startSolo(t)
+	kvs := grpcapi.NewKV(n.backend(), grpcapi.Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20})
+	if _, err := kvs.Put(context.Background(), &concordpb.PutRequest{Key: []byte("mine"), Value: []byte("old")}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := n.cfg
+	n.Stop()
+	staged, err := os.ReadFile(filepath.Join(stageBackup(t, 5), backupfile.PendingName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := filepath.Join(cfg.DataDir, backupfile.PendingName)
+	if err := os.WriteFile(pending, staged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	again, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = again.Start(ctx)
+	if err == nil {
+		again.Stop()
+	}
+	if err == nil || !strings.Contains(err.Error(), "did not load") {
+		t.Fatalf("start with a backup staged into a data dir in use: %v, want a refusal saying the node did not load it", err)
+	}
+	if b, err := os.ReadFile(pending); err != nil || string(b) != string(staged) {
+		t.Fatalf("the staged file was not left as it was: %v", err)
+	}
+}
+
+// TestRestoreRemovesItsLoadedFileAfterACrash: a node that committed its
+// restore's bootstrap and stopped before removing the staged file (the
+// file put back here after a complete load) removes it at its next start
+// and serves the restored keys.
+func TestRestoreRemovesItsLoadedFileAfterACrash(t *testing.T) {
+	dir := stageBackup(t, 20)
+	pending := filepath.Join(dir, backupfile.PendingName)
+	staged, err := os.ReadFile(pending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startSolo(t, func(c *Config) { c.DataDir = dir })
+	cfg := n.cfg
+	n.Stop()
+	if err := os.WriteFile(pending, staged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n = startSolo(t, func(c *Config) { c.Addr, c.Peers, c.DataDir = cfg.Addr, cfg.Peers, dir })
+	if _, err := os.Stat(pending); !os.IsNotExist(err) {
+		t.Fatalf("the loaded backup file is still staged: %v", err)
+	}
+	kvs := grpcapi.NewKV(n.backend(), grpcapi.Limits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20})
+	resp, err := kvs.Get(context.Background(), &concordpb.GetRequest{Key: []byte("k001")})
+	if err != nil || string(resp.GetValue()) != "v001" {
+		t.Fatalf("restored key after the restart: %v, %v", resp, err)
+	}
+}

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -151,6 +152,24 @@ func (e *Engine) MarkRestoring() error {
 // batch that completes the load, so the record goes exactly when the whole
 // backup is in.
 func ClearRestoring(w pebble.Writer) error { return w.Delete(keys.Restoring(), nil) }
+
+// SetRestored records into w the digest of the backup file the bootstrap
+// in w loads: a start that finds that file still staged (the process
+// stopped before removing it) tells it from a file staged later by hand.
+func SetRestored(w pebble.Writer, digest []byte) error { return w.Set(keys.Restored(), digest, nil) }
+
+// Restored returns the digest SetRestored recorded, nil if none.
+func (e *Engine) Restored() ([]byte, error) {
+	v, closer, err := e.db.Get(keys.Restored())
+	if err == pebble.ErrNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
+}
 
 // DiskUsage is Pebble's estimate of the bytes the database uses on disk.
 // It reads metrics, not data, so it works (0) once the engine is closed.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -391,6 +393,71 @@ func TestAuthToken(t *testing.T) {
 	}
 	if out, err := cliAt(t, c.Addr(2), "get", "auth-04"); err == nil || !strings.Contains(err.Error(), "auth token") {
 		t.Fatalf("CLI get without the token: %q, %v; want a refusal naming the auth token", out, err)
+	}
+	backupNeedsToken(t, c, conn, token, tokFile, want)
+}
+
+// backupNeedsToken: the Backup stream, which dumps a shard, is refused
+// without the token; with it, every shard read through node 0 alone (which
+// relays the shards it does not lead to their leaders, with the token)
+// holds the keys written, and `concord backup` with --auth-token-file
+// writes them all to a file only its owner may read.
+func backupNeedsToken(t *testing.T, c *testcluster.Cluster, conn *grpc.ClientConn, token, tokFile string, want map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	read := func(ctx context.Context, shard uint64) (map[string]string, error) {
+		s, err := concordpb.NewBackupClient(conn).Shard(ctx, &concordpb.BackupShardRequest{ShardId: shard})
+		if err != nil {
+			return nil, err
+		}
+		got := map[string]string{}
+		for {
+			ch, err := s.Recv()
+			if err != nil {
+				return got, err
+			}
+			for _, r := range ch.GetRecords() {
+				got[string(r.GetKey())] = string(r.GetValue())
+			}
+			if ch.GetDone() {
+				return got, nil
+			}
+		}
+	}
+	if got, err := read(ctx, 1); status.Code(err) != codes.Unauthenticated || len(got) != 0 {
+		t.Fatalf("backup stream without the token: %d keys, %v; want Unauthenticated and none", len(got), err)
+	}
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	all := map[string]string{}
+	for shard := uint64(1); ; shard++ {
+		got, err := read(authed, shard)
+		if status.Code(err) == codes.NotFound {
+			break
+		}
+		if err != nil {
+			t.Fatalf("backup stream of shard %d through node 0 with the token: %v", shard, err)
+		}
+		maps.Copy(all, got)
+	}
+	file := filepath.Join(t.TempDir(), "auth.bak")
+	if out, err := cliAt(t, c.Addr(2), "backup", file); err == nil {
+		t.Fatalf("CLI backup without the token: %q", out)
+	}
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("a refused backup left %s: %v", file, err)
+	}
+	if out, err := cliAt(t, c.Addr(2), "backup", file, "--auth-token-file", tokFile); err != nil {
+		t.Fatalf("CLI backup with the token: %q, %v", out, err)
+	}
+	fromFile := readBackup(t, file)
+	for k, v := range want {
+		if all[k] != v || string(fromFile[k].Value) != v {
+			t.Fatalf("key %s: %q in the streams, %q in the file; want %q", k, all[k], fromFile[k].Value, v)
+		}
+	}
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("backup file: %v, %v; want mode 0600", st, err)
 	}
 }
 
