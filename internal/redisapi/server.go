@@ -161,6 +161,8 @@ type Server struct {
 	ctx    context.Context // canceled by Close: ends the commands in flight
 	cancel context.CancelFunc
 	nextID atomic.Int64
+	// refused counts the connections refused at MaxClients (Refused).
+	refused atomic.Int64
 
 	mu      sync.Mutex
 	lis     []net.Listener  // guarded by mu: every listener served
@@ -251,6 +253,7 @@ func (s *Server) admit(nc net.Conn) {
 		return
 	}
 	if len(s.clients) >= s.cfg.MaxClients && !s.evictSilentLocked() {
+		s.refused.Add(1)
 		// Not under s.mu: on a TLS port the write runs the handshake
 		// first, which waits for the client's hello; a client that sends
 		// none would hold the lock, and with it every accept, for as long
@@ -346,6 +349,9 @@ func (s *Server) forget(c *conn) {
 		delete(s.clients, c.id)
 	}
 }
+
+// Refused is how many connections were refused at MaxClients.
+func (s *Server) Refused() int64 { return s.refused.Load() }
 
 // Clients is the number of open connections.
 func (s *Server) Clients() int {

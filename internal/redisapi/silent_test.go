@@ -186,6 +186,9 @@ func TestRefusalDoesNotHoldTheServer(t *testing.T) {
 		t.Fatalf("PING: %q", got)
 	}
 	dialRESP(t, s) // silent: no TLS hello; refused, its refusal's write waits
+	// Refused before first leaves: accepted after it, the silent one would
+	// take its slot (and hold it for the first-command deadline).
+	pollUntil(t, "the silent connection refused", func() bool { return s.Refused() == 1 })
 	first.Close()
 	pollUntil(t, "the first client forgotten", func() bool { return s.Clients() == 0 })
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.Addr().String(), cliCfg)
