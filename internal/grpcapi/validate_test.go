@@ -154,3 +154,23 @@ func TestValidRequestsPass(t *testing.T) {
 		t.Fatalf("%d proposals, want 2", n)
 	}
 }
+
+// TestPutOfTheBatchBoundFits: a put whose key and value together are the
+// batch bound passes the batch check, and one byte more is refused as a
+// batch too large (node.TestLargestPutFitsABatch keeps the node's limits
+// inside it).
+func TestPutOfTheBatchBoundFits(t *testing.T) {
+	shardOf := func([]byte) (ids.ShardID, error) { return 1, nil }
+	const k = 1 << 10
+	l := Limits{MaxKeyBytes: k, MaxValueBytes: DefaultMaxBatchBytes - k}
+	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: make([]byte, k), Value: make([]byte, DefaultMaxBatchBytes-k)}
+	req := &concordpb.BatchRequest{Ops: []*concordpb.Op{op}}
+	if _, err := l.checkBatch(req, shardOf, false); err != nil {
+		t.Fatalf("a put of %d + %d bytes: %v", k, DefaultMaxBatchBytes-k, err)
+	}
+	l.MaxValueBytes++
+	op.Value = append(op.Value, 0)
+	if _, err := l.checkBatch(req, shardOf, false); err == nil || !strings.Contains(err.Error(), "batch is") {
+		t.Fatalf("a put one byte over the batch bound: err = %v, want the batch's size refused", err)
+	}
+}

@@ -240,9 +240,11 @@ func (c *Config) validate() error {
 		return errors.New("--max-key-bytes must be positive and --max-value-bytes not negative")
 	case c.MaxKeyBytes > MaxKeyBytesCap:
 		return fmt.Errorf("--max-key-bytes above %d (64 KiB) is not supported, got %d", MaxKeyBytesCap, c.MaxKeyBytes)
-	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
-		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
-			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
+	case c.MaxKeyBytes+c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes:
+		// A put of the largest key and value must fit in one batch, whose
+		// bound counts keys and values together.
+		return fmt.Errorf("--max-key-bytes plus --max-value-bytes above %d (8 MiB, the most one batch may carry: a put of the largest key and value must fit) is not supported, got %d + %d",
+			grpcapi.DefaultMaxBatchBytes, c.MaxKeyBytes, c.MaxValueBytes)
 	case c.SessionTTL < minSessionTTL:
 		// Zero took the default above: this is a value given.
 		return fmt.Errorf("--session-ttl must be at least %v (a client's retries must find its session; the shard's clock may run up to %v ahead), got %v",

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/concord-kv/concord/internal/grpcapi"
 )
 
 // TestNegativeDurationsRefused: a negative --session-ttl or --tick-interval
@@ -60,5 +62,23 @@ func TestMaxKeyBytesCapped(t *testing.T) {
 	cfg.MaxKeyBytes = 64 << 10
 	if err := cfg.validate(); err != nil {
 		t.Fatalf("--max-key-bytes=65536: %v", err)
+	}
+}
+
+// TestLargestPutFitsABatch: the largest key and value the settings allow
+// make a put that fits in one batch (grpcapi.TestPutOfTheBatchBoundFits
+// checks the batch side). Before, --max-value-bytes could be 8 MiB, the
+// batch bound, which counts the key too: a value of exactly the limit was
+// refused as a batch too large, whatever its key.
+func TestLargestPutFitsABatch(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Peers = "127.0.0.1:0", nil
+	cfg.MaxKeyBytes, cfg.MaxValueBytes = 1<<10, grpcapi.DefaultMaxBatchBytes-1<<10
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("key %d + value %d, the batch bound: %v", cfg.MaxKeyBytes, cfg.MaxValueBytes, err)
+	}
+	cfg.MaxValueBytes++
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "--max-value-bytes") {
+		t.Fatalf("key %d + value %d, past the batch bound: err = %v, want one naming the flags", cfg.MaxKeyBytes, cfg.MaxValueBytes, err)
 	}
 }
