@@ -32,6 +32,10 @@ type nodeJSON struct {
 	ReplacedBy        uint64  `json:"replaced_by,omitempty"`
 	DiskBytes         uint64  `json:"disk_bytes"`
 	RequestRate       float64 `json:"request_rate"`
+	// Version is the cluster version level the node's binary reported (the
+	// table's VERSION column); 0: none reported yet, or a binary from before
+	// versions.
+	Version uint32 `json:"version"`
 }
 
 func newNodeListCmd() *cobra.Command {
@@ -64,7 +68,8 @@ func nodesJSON(st *concordpb.StatusResponse) []nodeJSON {
 		n := ns.GetNode()
 		out = append(out, nodeJSON{ID: n.GetNodeId(), Addr: n.GetAddress(), State: stateName(n.GetState()),
 			Replicas: ns.GetReplicas(), Leaders: ns.GetLeaders(), LastHeartbeatAgeS: ns.GetLastHeartbeatAgeSeconds(),
-			ReplacedBy: n.GetReplacedBy(), DiskBytes: ns.GetDiskBytes(), RequestRate: ns.GetRequestRate()})
+			ReplacedBy: n.GetReplacedBy(), DiskBytes: ns.GetDiskBytes(), RequestRate: ns.GetRequestRate(),
+			Version: ns.GetVersion()})
 	}
 	return out
 }

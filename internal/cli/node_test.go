@@ -11,11 +11,12 @@ import (
 
 // TestListJSONContract pins the JSON that scripts read from `node list` and
 // `shard list`: field names, lower-case states and roles, node ids in
-// replicas, the meta shard left out unless asked for.
+// replicas, the meta shard left out unless asked for, and every column of
+// the table (VERSION too: a script must not have to parse the table for it).
 func TestListJSONContract(t *testing.T) {
 	st := &concordpb.StatusResponse{
 		Nodes: []*concordpb.NodeStatus{
-			{Node: &concordpb.NodeDescriptor{NodeId: 1, Address: "a:1"}, Replicas: 2, Leaders: 1, LastHeartbeatAgeSeconds: 0.5, DiskBytes: 4096},
+			{Node: &concordpb.NodeDescriptor{NodeId: 1, Address: "a:1"}, Replicas: 2, Leaders: 1, LastHeartbeatAgeSeconds: 0.5, DiskBytes: 4096, Version: 6},
 			{Node: &concordpb.NodeDescriptor{NodeId: 2, Address: "b:1", State: concordpb.NodeState_NODE_LEAVING}, LastHeartbeatAgeSeconds: -1},
 		},
 		Shards: []*concordpb.ShardStatus{
@@ -29,7 +30,8 @@ func TestListJSONContract(t *testing.T) {
 	roundTrip(t, nodesJSON(st), &nodes)
 	if len(nodes) != 2 || nodes[0]["id"] != 1.0 || nodes[0]["addr"] != "a:1" || nodes[0]["state"] != "up" ||
 		nodes[0]["replicas"] != 2.0 || nodes[0]["leaders"] != 1.0 || nodes[0]["last_heartbeat_age_s"] != 0.5 ||
-		nodes[1]["state"] != "leaving" || nodes[1]["last_heartbeat_age_s"] != -1.0 {
+		nodes[0]["version"] != 6.0 ||
+		nodes[1]["state"] != "leaving" || nodes[1]["last_heartbeat_age_s"] != -1.0 || nodes[1]["version"] != 0.0 {
 		t.Fatalf("node list JSON: %v", nodes)
 	}
 	var shards []map[string]any

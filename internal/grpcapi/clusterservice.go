@@ -147,7 +147,10 @@ func (s *Cluster) ChangeReplicas(ctx context.Context, req *concordpb.ChangeRepli
 	if err != nil {
 		return nil, err
 	}
-	leader, local := s.b.Leader(change.Shard)
+	leader, local, err := adminShardLeader(s.b, change.Shard)
+	if err != nil {
+		return nil, err
+	}
 	if !local {
 		node := leader
 		return forward(ctx, node, func(ctx context.Context) (*concordpb.ChangeReplicasResponse, error) {
@@ -176,7 +179,10 @@ func (s *Cluster) TransferLeader(ctx context.Context, req *concordpb.TransferLea
 		return nil, err
 	}
 	shard := ids.ShardID(req.GetShardId())
-	leader, local := s.b.Leader(shard)
+	leader, local, err := adminShardLeader(s.b, shard)
+	if err != nil {
+		return nil, err
+	}
 	if !local {
 		node := leader
 		return forward(ctx, node, func(ctx context.Context) (*concordpb.TransferLeaderResponse, error) {
@@ -195,6 +201,22 @@ func (s *Cluster) TransferLeader(ctx context.Context, req *concordpb.TransferLea
 		return nil, toStatus(err)
 	}
 	return &concordpb.TransferLeaderResponse{LeaderReplicaId: uint64(target), LeaderNodeId: uint64(node)}, nil
+}
+
+// adminShardLeader is the node an admin call on shard goes to. A shard the
+// cluster does not have is NotFound, final, so that a mistyped id reads as
+// one (forwarding it to "leader 0" answered "placement leader unknown", an
+// outage that was not one); a shard with no known leader yet is Unavailable
+// naming the shard, which the client retries on the next node.
+func adminShardLeader(b ClusterBackend, shard ids.ShardID) (ids.NodeID, bool, error) {
+	if _, ok := b.Descriptors()[shard]; !ok {
+		return 0, false, status.Errorf(codes.NotFound, "shard %d does not exist (concord shard list --meta lists the shards)", shard)
+	}
+	leader, local := b.Leader(shard)
+	if leader == 0 {
+		return 0, false, status.Errorf(codes.Unavailable, "shard %d: no leader known yet (election in progress?)", shard)
+	}
+	return leader, local, nil
 }
 
 // RoutingTable answers from this node's own view, without forwarding.

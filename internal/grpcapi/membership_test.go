@@ -1,7 +1,10 @@
 package grpcapi
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -68,5 +71,32 @@ func TestTransferTarget(t *testing.T) {
 		if _, _, err := transferTarget(d, r); status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("transferTarget(%v) = %v, want FailedPrecondition", r, err)
 		}
+	}
+}
+
+// TestAdminCallOnAMissingShard protects the answer to a leader transfer or
+// a membership change of a shard the cluster does not have (`concord
+// leader transfer 99 1` on 16 shards): NotFound naming the shard, not the
+// Unavailable "placement leader unknown" that forwarding to no leader gave,
+// which sent the operator looking for an outage. A shard that exists but
+// has no known leader yet is Unavailable naming that shard.
+func TestAdminCallOnAMissingShard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := concordpb.NewClusterClient(serve(t, newFakeNode(t, 1, 2, 1)))
+	_, err := c.TransferLeader(ctx, &concordpb.TransferLeaderRequest{ShardId: 99, NodeId: 1})
+	wantStatusPart(t, "TransferLeader of shard 99", err, codes.NotFound, "shard 99 does not exist")
+	_, err = c.ChangeReplicas(ctx, &concordpb.ChangeReplicasRequest{ShardId: 99, Kind: concordpb.ChangeKind_CHANGE_ADD_LEARNER, AddNodeId: 2})
+	wantStatusPart(t, "ChangeReplicas of shard 99", err, codes.NotFound, "shard 99 does not exist")
+
+	leaderless := concordpb.NewClusterClient(serve(t, newFakeNode(t, 1, 2, 0)))
+	_, err = leaderless.TransferLeader(ctx, &concordpb.TransferLeaderRequest{ShardId: 2, NodeId: 1})
+	wantStatusPart(t, "TransferLeader of leaderless shard 2", err, codes.Unavailable, "shard 2: no leader known yet")
+}
+
+func wantStatusPart(t *testing.T, what string, err error, code codes.Code, msg string) {
+	t.Helper()
+	if st := status.Convert(err); st.Code() != code || !strings.Contains(st.Message(), msg) {
+		t.Errorf("%s: got %v %q; want %v containing %q", what, st.Code(), st.Message(), code, msg)
 	}
 }
