@@ -207,9 +207,16 @@ func (s *Cluster) TransferLeader(ctx context.Context, req *concordpb.TransferLea
 // cluster does not have is NotFound, final, so that a mistyped id reads as
 // one (forwarding it to "leader 0" answered "placement leader unknown", an
 // outage that was not one); a shard with no known leader yet is Unavailable
-// naming the shard, which the client retries on the next node.
+// naming the shard, which the client retries on the next node. Only a node
+// that knows the meta shard has the placement's whole list (its replica,
+// or the routes of its heartbeats): one that does not yet (just started,
+// routes not heard) answers Unavailable, never a false NotFound.
 func adminShardLeader(b ClusterBackend, shard ids.ShardID) (ids.NodeID, bool, error) {
-	if _, ok := b.Descriptors()[shard]; !ok {
+	descs := b.Descriptors()
+	if _, ok := descs[shard]; !ok {
+		if _, whole := descs[routing.MetaShard]; !whole {
+			return 0, false, status.Errorf(codes.Unavailable, "shard %d: this node does not know the shards yet", shard)
+		}
 		return 0, false, status.Errorf(codes.NotFound, "shard %d does not exist (concord shard list --meta lists the shards)", shard)
 	}
 	leader, local := b.Leader(shard)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/routing"
 )
 
 // TestCheckChange protects ChangeReplicas validation: each kind takes
@@ -92,6 +93,13 @@ func TestAdminCallOnAMissingShard(t *testing.T) {
 	leaderless := concordpb.NewClusterClient(serve(t, newFakeNode(t, 1, 2, 0)))
 	_, err = leaderless.TransferLeader(ctx, &concordpb.TransferLeaderRequest{ShardId: 2, NodeId: 1})
 	wantStatusPart(t, "TransferLeader of leaderless shard 2", err, codes.Unavailable, "shard 2: no leader known yet")
+
+	// A node without the placement's list (no meta shard known: just
+	// started) cannot tell a missing shard: retryable, not NotFound.
+	fresh := newFakeNode(t, 1, 2, 1)
+	delete(fresh.descs, routing.MetaShard)
+	_, err = concordpb.NewClusterClient(serve(t, fresh)).TransferLeader(ctx, &concordpb.TransferLeaderRequest{ShardId: 99, NodeId: 1})
+	wantStatusPart(t, "TransferLeader of shard 99 on a node without the list", err, codes.Unavailable, "does not know the shards yet")
 }
 
 func wantStatusPart(t *testing.T, what string, err error, code codes.Code, msg string) {
