@@ -141,6 +141,12 @@ type Config struct {
 	// ended. Senders send a chunk (1 MiB) at least every 4 s even at the
 	// lowest rate limit (1 MiB/s shared by 4 streams).
 	SnapshotIdleTimeout time.Duration
+	// SnapshotStreamTimeout bounds a whole snapshot stream (default 11 min:
+	// every sender gives up after snapshotSendTimeout, 10 min); one not
+	// done by then is ended, so a sender that trickles chunks just inside
+	// the idle timeout cannot hold a receive slot and a growing staged file
+	// for ever.
+	SnapshotStreamTimeout time.Duration
 	// MaxInboundConns bounds the framed raft connections served at once
 	// (default 256: two lanes for each of 128 peers, with room for a
 	// sender's new connections while its old ones close). One more closes
@@ -245,6 +251,9 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	}
 	if cfg.SnapshotIdleTimeout == 0 {
 		cfg.SnapshotIdleTimeout = 30 * time.Second
+	}
+	if cfg.SnapshotStreamTimeout == 0 {
+		cfg.SnapshotStreamTimeout = snapshotSendTimeout + time.Minute
 	}
 	if cfg.MaxInboundConns == 0 {
 		cfg.MaxInboundConns = DefaultMaxInboundConns
@@ -652,6 +661,10 @@ func (t *Transport) checkSender(from ids.NodeID) error {
 	return nil
 }
 
+// snapshotSendTimeout bounds the sending of one snapshot; a receiver ends a
+// stream that outlasts it (Config.SnapshotStreamTimeout).
+const snapshotSendTimeout = 10 * time.Minute
+
 // SendSnapshot implements multiraft.Transport.
 func (t *Transport) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
 	t.wg.Add(1)
@@ -673,7 +686,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), snapshotSendTimeout)
 	defer cancel()
 	go func() { // Stop ends a send waiting for the rate limit, too
 		select {
@@ -742,8 +755,9 @@ func (t *Transport) countSnapshot(sent bool, n int) {
 type snapshotStream = grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]
 
 // SendSnapshot implements the RaftTransport service: one incoming snapshot.
-// At most Config.MaxInboundSnapshots are received at once, and each chunk
-// must come within Config.SnapshotIdleTimeout: a stalled sender holds
+// At most Config.MaxInboundSnapshots are received at once, each chunk
+// must come within Config.SnapshotIdleTimeout and the whole stream within
+// Config.SnapshotStreamTimeout: a stalled or trickling sender holds
 // neither the handler's goroutine nor its staged file for long.
 func (srv *Server) SendSnapshot(s snapshotStream) error {
 	t := srv.t
