@@ -805,8 +805,8 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 
 // receiveSnapshotData writes the stream's pairs into a staged snapshot.
 // Every key must lie in the shard's state-machine span (the writer refuses
-// others), and the data's applied state must be the one the header's
-// MsgSnap names (else installing it would fail on a half-replaced shard).
+// others), and the data's applied state and configuration must be the ones
+// the header's MsgSnap names (checkSnapshotState).
 func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.SnapshotChunk, shard ids.ShardID,
 	m *pb.Message) (*storage.StagedSnapshot, error) {
 	w, err := t.sink.NewSnapshotWriter(shard)
@@ -814,8 +814,7 @@ func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.Sn
 		return nil, err
 	}
 	sender := chunk.GetFromNodeId()
-	appliedKey := keys.Applied(uint64(shard))
-	var applied *storepb.AppliedState
+	st := newSnapshotState(shard)
 	for {
 		if n := len(chunk.GetKvs()); n > maxRecvChunkKVs { // the gRPC server's codec refused it already
 			w.Abort()
@@ -824,12 +823,9 @@ func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.Sn
 		size := 0
 		for _, kv := range chunk.GetKvs() {
 			size += len(kv.GetKey()) + len(kv.GetValue())
-			if bytes.Equal(kv.GetKey(), appliedKey) {
-				applied = &storepb.AppliedState{}
-				if err := proto.Unmarshal(kv.GetValue(), applied); err != nil {
-					w.Abort()
-					return nil, fmt.Errorf("transport: snapshot applied state: %w", err)
-				}
+			if err := st.note(kv.GetKey(), kv.GetValue()); err != nil {
+				w.Abort()
+				return nil, err
 			}
 			if err := w.Set(kv.GetKey(), kv.GetValue()); err != nil {
 				w.Abort()
@@ -853,12 +849,63 @@ func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.Sn
 			return nil, fmt.Errorf("transport: snapshot chunk for shard %d in a stream for shard %d", chunk.GetShardId(), shard)
 		}
 	}
-	md := m.GetSnapshot().GetMetadata()
-	mismatch := applied.GetIndex() != md.GetIndex() || applied.GetTerm() != md.GetTerm()
-	if mismatch && !(mutant.Enabled && mutant.On(mutant.SnapshotDropsEntry)) {
+	if err := st.check(m.GetSnapshot().GetMetadata()); err != nil {
 		w.Abort()
-		return nil, fmt.Errorf("transport: snapshot data applied at %d/%d, its header says %d/%d",
-			applied.GetIndex(), applied.GetTerm(), md.GetIndex(), md.GetTerm())
+		return nil, err
 	}
 	return w.Finish()
+}
+
+// snapshotState is what a received snapshot's data says of itself: its
+// applied state and its configuration (nil: absent).
+type snapshotState struct {
+	appliedKey, confKey []byte
+	applied             *storepb.AppliedState
+	conf                *pb.ConfState
+}
+
+func newSnapshotState(shard ids.ShardID) *snapshotState {
+	return &snapshotState{appliedKey: keys.Applied(uint64(shard)), confKey: keys.ConfState(uint64(shard))}
+}
+
+// note decodes the pair if it is the applied state or the configuration.
+func (s *snapshotState) note(key, value []byte) error {
+	switch {
+	case bytes.Equal(key, s.appliedKey):
+		s.applied = &storepb.AppliedState{}
+		if err := proto.Unmarshal(value, s.applied); err != nil {
+			return fmt.Errorf("transport: snapshot applied state: %w", err)
+		}
+	case bytes.Equal(key, s.confKey):
+		s.conf = &pb.ConfState{}
+		if err := proto.Unmarshal(value, s.conf); err != nil {
+			return fmt.Errorf("transport: snapshot configuration: %w", err)
+		}
+	}
+	return nil
+}
+
+// check refuses data that is not the state md names. Raft accepts a
+// snapshot by its header and restores the header's configuration, while
+// the replica installs the data's: data applied at another index fails
+// the install after the shard was replaced (a fatal error), and data of
+// another configuration (or none) leaves a replica running one
+// configuration and restarting into another.
+func (s *snapshotState) check(md *pb.SnapshotMetadata) error {
+	mutated := mutant.Enabled && mutant.On(mutant.SnapshotDropsEntry)
+	if (s.applied.GetIndex() != md.GetIndex() || s.applied.GetTerm() != md.GetTerm()) && !mutated {
+		return fmt.Errorf("transport: snapshot data applied at %d/%d, its header says %d/%d",
+			s.applied.GetIndex(), s.applied.GetTerm(), md.GetIndex(), md.GetTerm())
+	}
+	conf, want := s.conf, md.GetConfState()
+	if conf == nil {
+		conf = &pb.ConfState{}
+	}
+	if want == nil {
+		want = &pb.ConfState{}
+	}
+	if conf.Equivalent(want) != nil {
+		return fmt.Errorf("transport: snapshot data's configuration (%v) is not its header's (%v)", conf, want)
+	}
+	return nil
 }
