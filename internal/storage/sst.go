@@ -64,7 +64,8 @@ func (s *SSTWriter) Path() string { return s.path }
 func (s *SSTWriter) Count() int { return s.n }
 
 // InstallSnapshot atomically replaces everything stored for shard (its Raft
-// log, hard state and state machine) by the state-machine pairs of staged, a
+// log, hard state and state machine) by the state-machine pairs of staged
+// (all its files, in one ingestion), a
 // hard state hs, and an empty log truncated at (index, term). It is durable
 // when it returns, and it consumes staged whether or not it succeeds.
 func (e *Engine) InstallSnapshot(shard ids.ShardID, staged *StagedSnapshot, hs *pb.HardState, index, term uint64) error {
@@ -90,7 +91,7 @@ func (e *Engine) InstallSnapshot(shard ids.ShardID, staged *StagedSnapshot, hs *
 		return err
 	}
 	start, end := keys.ShardSpan(uint64(shard))
-	_, err = e.db.IngestAndExcise(context.Background(), []string{raftSST.Path(), staged.path}, nil, nil,
+	_, err = e.db.IngestAndExcise(context.Background(), append([]string{raftSST.Path()}, staged.paths...), nil, nil,
 		pebble.KeyRange{Start: start, End: end})
 	if err != nil {
 		return fmt.Errorf("storage: shard %d: install snapshot at %d: %w", shard, index, err)

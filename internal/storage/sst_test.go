@@ -268,3 +268,57 @@ func TestOpenClearsAuxDir(t *testing.T) {
 		t.Fatalf("aux dir after reopen holds %v", names)
 	}
 }
+
+// TestStagedSnapshotSplitsFiles (found in review): a received snapshot was
+// staged in one SSTable however long its stream, and Pebble's writer keeps
+// four bytes of filter hash per key in memory until the table is finished:
+// a stream of tiny pairs (a big shard, or a sender that never stops) grew
+// the receiver's heap by about a fifth of the bytes it sent, without
+// bound. The writer now starts a new file every stagedFileKeys pairs (or
+// stagedFileBytes), so what it holds is bounded by one file's; the files
+// install together, and none is left behind.
+func TestStagedSnapshotSplitsFiles(t *testing.T) {
+	defer func(k, b int) { stagedFileKeys, stagedFileBytes = k, b }(stagedFileKeys, stagedFileBytes)
+	stagedFileKeys = 3
+	e := openEngine(t, t.TempDir())
+	fillShard(t, e.db, 7, "old")
+	pairs := snapshotPairs(t)
+	for i := range 8 {
+		pairs = append(pairs, [2][]byte{keys.User(7, fmt.Appendf(nil, "z%02d", i)), []byte("Z")})
+	}
+	staged := stage(t, e, 7, pairs)
+	if names := auxFiles(t, e); len(names) != 4 {
+		t.Fatalf("%d pairs staged at most 3 to a file in %d files %v, want 4", len(pairs), len(names), names)
+	}
+	hs := &pb.HardState{Term: new(uint64(6)), Commit: new(uint64(40))}
+	if err := e.InstallSnapshot(7, staged, hs, 40, 6); err != nil {
+		t.Fatal(err)
+	}
+	checkInstalled(t, e.db, pairs, hs)
+	if names := auxFiles(t, e); len(names) != 0 {
+		t.Fatalf("aux dir after install holds %v", names)
+	}
+
+	stagedFileKeys, stagedFileBytes = 1<<20, 10 // one pair to a file, by size
+	staged = stage(t, e, 7, pairs)
+	if names := auxFiles(t, e); len(names) != len(pairs) {
+		t.Fatalf("%d pairs of more than 10 bytes staged in %d files, want one each", len(pairs), len(names))
+	}
+	staged.Discard()
+	w, err := e.NewSnapshotWriter(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pairs {
+		if err := w.Set(p[0], p[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Set(pairs[2][0], nil); err == nil {
+		t.Fatal("a key out of order after the files rotated was accepted")
+	}
+	w.Abort()
+	if names := auxFiles(t, e); len(names) != 0 {
+		t.Fatalf("aux dir after Discard and Abort holds %v", names)
+	}
+}

@@ -18,24 +18,53 @@ type SnapshotSink interface {
 
 var _ SnapshotSink = (*Engine)(nil)
 
-// SnapshotWriter streams the pairs of a snapshot being received into an
-// SSTable file in the aux dir, so the snapshot never sits in memory whole.
-// Every key must lie in the shard's state span: the file later replaces the
-// shard's data wholesale, and a key outside it would corrupt another shard.
+// SnapshotWriter streams the pairs of a snapshot being received into
+// SSTable files in the aux dir, so the snapshot never sits in memory whole.
+// Every key must lie in the shard's state span: the files later replace
+// the shard's data wholesale, and a key outside it would corrupt another
+// shard.
+//
+// A file holds at most stagedFileKeys pairs and about stagedFileBytes;
+// then the next one starts. Pebble's sstable writer keeps what it needs to
+// finish a table in memory (four bytes of filter hash per key, an index
+// entry per block), so one file for a whole stream, however long, let a big
+// shard or an endless sender grow the receiver's heap without bound. The
+// files' key ranges follow each other and install together.
 type SnapshotWriter struct {
+	e      *Engine
+	seq    uint64 // names the writer's files
 	sst    *SSTWriter
+	bytes  int      // in the current file
+	done   []string // the finished files
 	shard  ids.ShardID
 	lo, hi []byte
 }
 
 // NewSnapshotWriter starts a staged snapshot of shard.
 func (e *Engine) NewSnapshotWriter(shard ids.ShardID) (*SnapshotWriter, error) {
-	w, err := e.NewSSTWriter(fmt.Sprintf("snap-%d-%d.sst", shard, e.stagedSeq.Add(1)))
-	if err != nil {
+	lo, hi := keys.StateSpan(uint64(shard))
+	w := &SnapshotWriter{e: e, seq: e.stagedSeq.Add(1), shard: shard, lo: lo, hi: hi}
+	if err := w.newFile(); err != nil {
 		return nil, err
 	}
-	lo, hi := keys.StateSpan(uint64(shard))
-	return &SnapshotWriter{sst: w, shard: shard, lo: lo, hi: hi}, nil
+	return w, nil
+}
+
+// newFile starts the writer's next file.
+func (w *SnapshotWriter) newFile() error {
+	name := fmt.Sprintf("snap-%d-%d.sst", w.shard, w.seq)
+	if len(w.done) > 0 {
+		name = fmt.Sprintf("snap-%d-%d-%d.sst", w.shard, w.seq, len(w.done))
+	}
+	sst, err := w.e.NewSSTWriter(name)
+	if err != nil {
+		return err
+	}
+	if w.sst != nil {
+		sst.last = w.sst.last // the order holds across files
+	}
+	w.sst, w.bytes = sst, 0
+	return nil
 }
 
 // Set adds a pair; keys must arrive in strictly increasing order and lie in
@@ -44,34 +73,68 @@ func (w *SnapshotWriter) Set(key, value []byte) error {
 	if string(key) < string(w.lo) || string(key) >= string(w.hi) {
 		return fmt.Errorf("storage: snapshot key %x outside shard %d", key, w.shard)
 	}
-	return w.sst.Set(key, value)
+	if w.sst.Count() >= stagedFileKeys || w.bytes >= stagedFileBytes {
+		if err := w.rotate(); err != nil {
+			return err
+		}
+	}
+	if err := w.sst.Set(key, value); err != nil {
+		return err
+	}
+	w.bytes += len(key) + len(value)
+	return nil
 }
 
-// Finish closes the file and hands it over as a StagedSnapshot. On error
-// the file is removed.
-func (w *SnapshotWriter) Finish() (*StagedSnapshot, error) {
+// rotate finishes the current file and starts the next. It runs only when
+// the next pair arrives, so no file is empty (but the only one of an empty
+// snapshot).
+func (w *SnapshotWriter) rotate() error {
 	if err := w.sst.Finish(); err != nil {
-		_ = w.sst.fs.Remove(w.sst.path)
+		return err
+	}
+	w.done = append(w.done, w.sst.path)
+	return w.newFile()
+}
+
+// Finish closes the last file and hands the files over as a
+// StagedSnapshot. On error they are removed.
+func (w *SnapshotWriter) Finish() (*StagedSnapshot, error) {
+	s := &StagedSnapshot{fs: w.sst.fs, paths: append(w.done, w.sst.path), shard: w.shard}
+	if err := w.sst.Finish(); err != nil {
+		s.Discard()
 		return nil, err
 	}
-	return &StagedSnapshot{fs: w.sst.fs, path: w.sst.path, shard: w.shard}, nil
+	return s, nil
 }
 
-// Abort removes the file.
-func (w *SnapshotWriter) Abort() { w.sst.Abort() }
+// Abort removes the files.
+func (w *SnapshotWriter) Abort() {
+	w.sst.Abort()
+	for _, p := range w.done {
+		_ = w.sst.fs.Remove(p)
+	}
+}
 
 // StagedSnapshot is a received snapshot's data, waiting for raft to accept
 // the snapshot. Exactly one of Engine.InstallSnapshot (which consumes it)
 // and Discard ends it; files left by a crash are cleared by Open.
 type StagedSnapshot struct {
 	fs    vfs.FS
-	path  string
+	paths []string
 	shard ids.ShardID
 }
 
 // Shard is the shard the data belongs to.
 func (s *StagedSnapshot) Shard() ids.ShardID { return s.shard }
 
-// Discard removes the data file. It is safe to call more than once, and
+// Discard removes the data files. It is safe to call more than once, and
 // after InstallSnapshot.
-func (s *StagedSnapshot) Discard() { _ = s.fs.Remove(s.path) }
+func (s *StagedSnapshot) Discard() {
+	for _, p := range s.paths {
+		_ = s.fs.Remove(p)
+	}
+}
+
+// stagedFileKeys and stagedFileBytes bound one staged file (variables for
+// tests).
+var stagedFileKeys, stagedFileBytes = 1 << 20, 64 << 20

@@ -9,17 +9,22 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 )
 
-// chunkReader receives a snapshot stream's chunks under an idle deadline.
-// A gRPC stream's Recv takes no deadline of its own and the handler
-// cannot cancel its stream's context, so one goroutine receives and hands
-// each chunk over, and next gives up on a chunk that takes longer than
-// the deadline; the handler then returns, which ends the stream and the
-// goroutine's Recv. The goroutine holds at most one chunk the handler has
-// not taken.
+// chunkReader receives a snapshot stream's chunks under an idle deadline
+// and a deadline for the whole stream. A gRPC stream's Recv takes no
+// deadline of its own and the handler cannot cancel its stream's context,
+// so one goroutine receives and hands each chunk over, and next gives up
+// on a chunk that takes longer than either deadline allows; the handler
+// then returns, which ends the stream and the goroutine's Recv. The
+// goroutine holds at most one chunk the handler has not taken.
 type chunkReader struct {
 	c    chan received
 	done chan struct{}
 	wait time.Duration
+	// end is when the stream must be done (Config.SnapshotStreamTimeout,
+	// total, from its start): the idle deadline alone lets a sender that
+	// trickles chunks keep the stream for ever.
+	end   time.Time
+	total time.Duration
 }
 
 type received struct {
@@ -28,7 +33,9 @@ type received struct {
 }
 
 func (t *Transport) newChunkReader(s snapshotStream) *chunkReader {
-	r := &chunkReader{c: make(chan received), done: make(chan struct{}), wait: t.cfg.SnapshotIdleTimeout}
+	total := t.cfg.SnapshotStreamTimeout
+	r := &chunkReader{c: make(chan received), done: make(chan struct{}), wait: t.cfg.SnapshotIdleTimeout,
+		end: time.Now().Add(total), total: total}
 	go r.receive(s)
 	return r
 }
@@ -49,15 +56,22 @@ func (r *chunkReader) receive(s snapshotStream) {
 }
 
 // next returns the stream's next chunk, or an error once it took longer
-// than the idle deadline.
+// than the idle deadline or the stream's end came.
 func (r *chunkReader) next() (*concordpb.SnapshotChunk, error) {
-	timer := time.NewTimer(r.wait)
+	wait, late := r.wait, status.Errorf(codes.DeadlineExceeded, "transport: no snapshot chunk for %v", r.wait)
+	if left := time.Until(r.end); left < wait {
+		wait, late = left, status.Errorf(codes.DeadlineExceeded, "transport: snapshot stream not done after %v", r.total)
+	}
+	if wait <= 0 {
+		return nil, late
+	}
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
 	case x := <-r.c:
 		return x.chunk, x.err
 	case <-timer.C:
-		return nil, status.Errorf(codes.DeadlineExceeded, "transport: no snapshot chunk for %v", r.wait)
+		return nil, late
 	}
 }
 

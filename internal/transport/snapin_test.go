@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -169,4 +170,69 @@ func TestSnapshotChunksBoundedInPairs(t *testing.T) {
 	if len(rec.snaps) != 1 {
 		t.Fatalf("%d snapshots staged, want 1", len(rec.snaps))
 	}
+}
+
+// TestTricklingSnapshotStreamEnds (found in review): the idle deadline
+// alone let a sender that sends a small chunk just inside it keep a
+// receive slot, its goroutine and a growing staged file for as long as it
+// liked (every legitimate sender gives up after snapshotSendTimeout), so
+// MaxInboundSnapshots such streams shut the node out of snapshot catch-up.
+// The receiver now ends a stream not done within SnapshotStreamTimeout,
+// stages nothing of it, and takes the next snapshot.
+func TestTricklingSnapshotStreamEnds(t *testing.T) {
+	const total = 300 * time.Millisecond
+	b, addr, rec := snapReceiver(t, Config{SnapshotIdleTimeout: 2 * time.Second, SnapshotStreamTimeout: total})
+	s, _ := openSnapshot(t, addr, false)
+	stop := make(chan struct{})
+	trickled := make(chan int, 1)
+	go func() { // one chunk every 10 ms, far inside the idle deadline
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		i := 0
+		for ; ; i++ {
+			select {
+			case <-stop:
+				trickled <- i
+				return
+			case <-tick.C:
+			}
+			kv := &concordpb.KeyValue{Key: keys.User(3, binary.BigEndian.AppendUint32([]byte("t"), uint32(i))), Value: []byte("v")}
+			if s.Send(&concordpb.SnapshotChunk{ShardId: 3, Kvs: []*concordpb.KeyValue{kv}}) != nil {
+				trickled <- i
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	err := s.RecvMsg(&concordpb.SnapshotAck{})
+	close(stop)
+	n := <-trickled
+	// The client's own deadline (5 s) would end it too, with another message.
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), "not done after") {
+		t.Fatalf("trickling stream (%d chunks): %v after %v; want the receiver's stream deadline", n, err, time.Since(start))
+	}
+	waitFor(t, "no snapshot being received", func() bool { return b.receiving() == 0 })
+	if files := stagedFiles(t, b); len(files) != 0 {
+		t.Fatalf("staged files left after the trickling stream ended: %v", files)
+	}
+	if err := goodSnapshot(t, addr); err != nil {
+		t.Fatalf("a good snapshot after the trickling one: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.snaps) != 1 {
+		t.Fatalf("%d snapshots staged; want only the good one", len(rec.snaps))
+	}
+}
+
+// stagedFiles lists the files in the aux dir of the engine t stages into.
+func stagedFiles(t *testing.T, b *Transport) []string {
+	t.Helper()
+	ents, err := os.ReadDir(b.sink.(*storage.Engine).AuxDir())
+	check(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }

@@ -141,6 +141,12 @@ type Config struct {
 	// ended. Senders send a chunk (1 MiB) at least every 4 s even at the
 	// lowest rate limit (1 MiB/s shared by 4 streams).
 	SnapshotIdleTimeout time.Duration
+	// SnapshotStreamTimeout bounds a whole snapshot stream (default 11 min:
+	// every sender gives up after snapshotSendTimeout, 10 min); one not
+	// done by then is ended, so a sender that trickles chunks just inside
+	// the idle timeout cannot hold a receive slot and a growing staged file
+	// for ever.
+	SnapshotStreamTimeout time.Duration
 	// MaxInboundConns bounds the framed raft connections served at once
 	// (default 256: two lanes for each of 128 peers, with room for a
 	// sender's new connections while its old ones close). One more closes
@@ -245,6 +251,9 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	}
 	if cfg.SnapshotIdleTimeout == 0 {
 		cfg.SnapshotIdleTimeout = 30 * time.Second
+	}
+	if cfg.SnapshotStreamTimeout == 0 {
+		cfg.SnapshotStreamTimeout = snapshotSendTimeout + time.Minute
 	}
 	if cfg.MaxInboundConns == 0 {
 		cfg.MaxInboundConns = DefaultMaxInboundConns
@@ -652,6 +661,10 @@ func (t *Transport) checkSender(from ids.NodeID) error {
 	return nil
 }
 
+// snapshotSendTimeout bounds the sending of one snapshot; a receiver ends a
+// stream that outlasts it (Config.SnapshotStreamTimeout).
+const snapshotSendTimeout = 10 * time.Minute
+
 // SendSnapshot implements multiraft.Transport.
 func (t *Transport) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap *storage.Snapshot, done func(ok bool)) {
 	t.wg.Add(1)
@@ -673,7 +686,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), snapshotSendTimeout)
 	defer cancel()
 	go func() { // Stop ends a send waiting for the rate limit, too
 		select {
@@ -742,8 +755,9 @@ func (t *Transport) countSnapshot(sent bool, n int) {
 type snapshotStream = grpc.ClientStreamingServer[concordpb.SnapshotChunk, concordpb.SnapshotAck]
 
 // SendSnapshot implements the RaftTransport service: one incoming snapshot.
-// At most Config.MaxInboundSnapshots are received at once, and each chunk
-// must come within Config.SnapshotIdleTimeout: a stalled sender holds
+// At most Config.MaxInboundSnapshots are received at once, each chunk
+// must come within Config.SnapshotIdleTimeout and the whole stream within
+// Config.SnapshotStreamTimeout: a stalled or trickling sender holds
 // neither the handler's goroutine nor its staged file for long.
 func (srv *Server) SendSnapshot(s snapshotStream) error {
 	t := srv.t
@@ -791,8 +805,8 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 
 // receiveSnapshotData writes the stream's pairs into a staged snapshot.
 // Every key must lie in the shard's state-machine span (the writer refuses
-// others), and the data's applied state must be the one the header's
-// MsgSnap names (else installing it would fail on a half-replaced shard).
+// others), and the data's applied state and configuration must be the ones
+// the header's MsgSnap names (checkSnapshotState).
 func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.SnapshotChunk, shard ids.ShardID,
 	m *pb.Message) (*storage.StagedSnapshot, error) {
 	w, err := t.sink.NewSnapshotWriter(shard)
@@ -800,8 +814,7 @@ func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.Sn
 		return nil, err
 	}
 	sender := chunk.GetFromNodeId()
-	appliedKey := keys.Applied(uint64(shard))
-	var applied *storepb.AppliedState
+	st := newSnapshotState(shard)
 	for {
 		if n := len(chunk.GetKvs()); n > maxRecvChunkKVs { // the gRPC server's codec refused it already
 			w.Abort()
@@ -810,12 +823,9 @@ func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.Sn
 		size := 0
 		for _, kv := range chunk.GetKvs() {
 			size += len(kv.GetKey()) + len(kv.GetValue())
-			if bytes.Equal(kv.GetKey(), appliedKey) {
-				applied = &storepb.AppliedState{}
-				if err := proto.Unmarshal(kv.GetValue(), applied); err != nil {
-					w.Abort()
-					return nil, fmt.Errorf("transport: snapshot applied state: %w", err)
-				}
+			if err := st.note(kv.GetKey(), kv.GetValue()); err != nil {
+				w.Abort()
+				return nil, err
 			}
 			if err := w.Set(kv.GetKey(), kv.GetValue()); err != nil {
 				w.Abort()
@@ -839,12 +849,63 @@ func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.Sn
 			return nil, fmt.Errorf("transport: snapshot chunk for shard %d in a stream for shard %d", chunk.GetShardId(), shard)
 		}
 	}
-	md := m.GetSnapshot().GetMetadata()
-	mismatch := applied.GetIndex() != md.GetIndex() || applied.GetTerm() != md.GetTerm()
-	if mismatch && !(mutant.Enabled && mutant.On(mutant.SnapshotDropsEntry)) {
+	if err := st.check(m.GetSnapshot().GetMetadata()); err != nil {
 		w.Abort()
-		return nil, fmt.Errorf("transport: snapshot data applied at %d/%d, its header says %d/%d",
-			applied.GetIndex(), applied.GetTerm(), md.GetIndex(), md.GetTerm())
+		return nil, err
 	}
 	return w.Finish()
+}
+
+// snapshotState is what a received snapshot's data says of itself: its
+// applied state and its configuration (nil: absent).
+type snapshotState struct {
+	appliedKey, confKey []byte
+	applied             *storepb.AppliedState
+	conf                *pb.ConfState
+}
+
+func newSnapshotState(shard ids.ShardID) *snapshotState {
+	return &snapshotState{appliedKey: keys.Applied(uint64(shard)), confKey: keys.ConfState(uint64(shard))}
+}
+
+// note decodes the pair if it is the applied state or the configuration.
+func (s *snapshotState) note(key, value []byte) error {
+	switch {
+	case bytes.Equal(key, s.appliedKey):
+		s.applied = &storepb.AppliedState{}
+		if err := proto.Unmarshal(value, s.applied); err != nil {
+			return fmt.Errorf("transport: snapshot applied state: %w", err)
+		}
+	case bytes.Equal(key, s.confKey):
+		s.conf = &pb.ConfState{}
+		if err := proto.Unmarshal(value, s.conf); err != nil {
+			return fmt.Errorf("transport: snapshot configuration: %w", err)
+		}
+	}
+	return nil
+}
+
+// check refuses data that is not the state md names. Raft accepts a
+// snapshot by its header and restores the header's configuration, while
+// the replica installs the data's: data applied at another index fails
+// the install after the shard was replaced (a fatal error), and data of
+// another configuration (or none) leaves a replica running one
+// configuration and restarting into another.
+func (s *snapshotState) check(md *pb.SnapshotMetadata) error {
+	mutated := mutant.Enabled && mutant.On(mutant.SnapshotDropsEntry)
+	if (s.applied.GetIndex() != md.GetIndex() || s.applied.GetTerm() != md.GetTerm()) && !mutated {
+		return fmt.Errorf("transport: snapshot data applied at %d/%d, its header says %d/%d",
+			s.applied.GetIndex(), s.applied.GetTerm(), md.GetIndex(), md.GetTerm())
+	}
+	conf, want := s.conf, md.GetConfState()
+	if conf == nil {
+		conf = &pb.ConfState{}
+	}
+	if want == nil {
+		want = &pb.ConfState{}
+	}
+	if conf.Equivalent(want) != nil {
+		return fmt.Errorf("transport: snapshot data's configuration (%v) is not its header's (%v)", conf, want)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,9 +279,54 @@ func TestSnapshotAppliedStateMismatchRefused(t *testing.T) {
 	}
 }
 
+// TestSnapshotConfStateMismatchRefused (found in review): the data's
+// configuration must be the one the header's MsgSnap names. Raft restores
+// the header's and the replica stores the data's, so a stream whose two
+// disagree (or whose data has none) left a replica running one
+// configuration and restarting into another. The stream is refused, and
+// nothing of it stays staged.
+func TestSnapshotConfStateMismatchRefused(t *testing.T) {
+	_, b := pair(t, nil)
+	applied, err := proto.Marshal(&storepb.AppliedState{Index: 10, Term: 2})
+	check(t, err)
+	conf := func(cs *pb.ConfState) *concordpb.KeyValue {
+		v, err := proto.Marshal(cs)
+		check(t, err)
+		return &concordpb.KeyValue{Key: keys.ConfState(3), Value: v}
+	}
+	header := &pb.ConfState{Voters: []uint64{1, 2, 3}}
+	user := &concordpb.KeyValue{Key: keys.User(3, []byte("k")), Value: []byte("v")}
+	for _, kvs := range [][]*concordpb.KeyValue{
+		{{Key: keys.Applied(3), Value: applied}, user},                                              // no configuration
+		{{Key: keys.Applied(3), Value: applied}, conf(&pb.ConfState{Voters: []uint64{1, 2}}), user}, // another one
+		{{Key: keys.Applied(3), Value: applied}, conf(&pb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}), user},
+	} {
+		if err := sendSnapshotConf(b.addr, 3, 10, 2, header, kvs...); err == nil || !strings.Contains(err.Error(), "configuration") {
+			t.Errorf("a snapshot whose header says %v and whose data holds %v: %v; want refused", header, kvs[1:], err)
+		}
+	}
+	if files := stagedFiles(t, b.t); len(files) != 0 {
+		t.Errorf("refused snapshots left staged files: %v", files)
+	}
+	same := conf(&pb.ConfState{Voters: []uint64{3, 1, 2}, AutoLeave: new(false)}) // the same set, in another order
+	if err := sendSnapshotConf(b.addr, 3, 10, 2, header, &concordpb.KeyValue{Key: keys.Applied(3), Value: applied}, same, user); err != nil {
+		t.Fatalf("a well-formed snapshot was refused: %v", err)
+	}
+	b.recv.mu.Lock()
+	defer b.recv.mu.Unlock()
+	if len(b.recv.snaps) != 1 {
+		t.Fatalf("receiver got %d snapshots, want exactly the well-formed one", len(b.recv.snaps))
+	}
+}
+
 // sendSnapshot streams a snapshot of shard at index/term with kvs, from
 // node 1 to node 2 at addr, and returns the outcome.
 func sendSnapshot(addr string, shard, index, term uint64, kvs ...*concordpb.KeyValue) error {
+	return sendSnapshotConf(addr, shard, index, term, nil, kvs...)
+}
+
+// sendSnapshotConf is sendSnapshot with cs as the header's configuration.
+func sendSnapshotConf(addr string, shard, index, term uint64, cs *pb.ConfState, kvs ...*concordpb.KeyValue) error {
 	conn, err := dial.Dial(addr)
 	if err != nil {
 		return err
@@ -293,7 +339,7 @@ func sendSnapshot(addr string, shard, index, term uint64, kvs ...*concordpb.KeyV
 		return err
 	}
 	m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
-		Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(index), Term: new(term)}}}
+		Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(index), Term: new(term), ConfState: cs}}}
 	hdr, err := proto.Marshal(m)
 	if err != nil {
 		return err
