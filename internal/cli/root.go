@@ -7,6 +7,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/node"
 )
 
 // ExitError carries a process exit code without printing a usage error.
@@ -38,8 +40,17 @@ func Main(args []string) int {
 		return e.Code
 	}
 	reportError(os.Stdout, os.Stderr, cmd, err)
+	if errors.Is(err, node.ErrRemoved) {
+		return ExitRemoved
+	}
 	return 2
 }
+
+// ExitRemoved is the exit code of `concord server` when the node's identity
+// was removed from the cluster (at start, or while it ran): restarting it
+// cannot help, so supervisors are told not to (deploy/systemd's
+// RestartPreventExitStatus); any other failure exits 2.
+const ExitRemoved = 3
 
 // NewRoot builds the command tree.
 func NewRoot() *cobra.Command {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -421,11 +422,23 @@ func initialShards(n, shards, replicas int) []*concordpb.ShardDescriptor {
 	return out
 }
 
+// ErrRemoved is what the error of a node whose identity was removed from
+// the cluster Is (errors.Is): it will never serve again from its data dir,
+// so the command line exits with its own code, and a supervisor must not
+// restart it (deploy/systemd: RestartPreventExitStatus).
+var ErrRemoved = errors.New("node removed from the cluster")
+
 // removedError is why a node whose identity was removed does not serve.
-func removedError(id uint64) error {
-	return fmt.Errorf("node %d was removed from the cluster and cannot serve under that identity again; "+
-		"to add this machine back, empty its data dir and start it with --join", id)
+func removedError(id uint64) error { return removed{id} }
+
+type removed struct{ id uint64 }
+
+func (e removed) Error() string {
+	return fmt.Sprintf("node %d was removed from the cluster and cannot serve under that identity again; "+
+		"to add this machine back, empty its data dir and start it with --join", e.id)
 }
+
+func (removed) Is(target error) bool { return target == ErrRemoved }
 
 // join asks the cluster, through the members at addrs (each in turn until
 // one answers), for a new node id, and records the answer before serving.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	concordcli "github.com/concord-kv/concord/internal/cli"
 	"github.com/concord-kv/concord/internal/testcluster"
 )
 
@@ -218,6 +219,10 @@ func TestNodeLivenessAndRemoval(t *testing.T) {
 	refused, err := exec.CommandContext(ctx, testcluster.Binary(t), c.Launcher().Args(j)...).CombinedOutput()
 	if err == nil || !strings.Contains(string(refused), fmt.Sprintf("node %d was removed", id)) {
 		t.Fatalf("restarting the removed node: %v, output %q; want a refusal", err, refused)
+	}
+	// Its own exit code, which the systemd unit does not restart on.
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != concordcli.ExitRemoved {
+		t.Fatalf("restarting the removed node exited %v; want code %d (concordcli.ExitRemoved)", err, concordcli.ExitRemoved)
 	}
 
 	// Wiped, it joins as a new node; the old identity stays removed.
