@@ -158,8 +158,9 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	}
 	// A node forwarding merged INCRs sends their runs as one op each
 	// (writemerge.go), once the cluster's version allows it.
-	repeatOK := req.GetHeader().GetHops() > 0 && s.b.ClusterVersion().Allows(version.IncrRepeat)
-	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) }, repeatOK)
+	v := s.b.ClusterVersion()
+	gates := opGates{repeat: req.GetHeader().GetHops() > 0 && v.Allows(version.IncrRepeat), floatText: v.Allows(version.IncrFloatText)}
+	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) }, gates)
 	if err != nil {
 		return nil, err
 	}
