@@ -151,6 +151,10 @@ func (s *KV) apply(ctx context.Context, h *concordpb.RequestHeader, op *concordp
 	return resp.GetResults()[0], resp.GetHeader(), nil
 }
 
+// ClusterVersion is the cluster's version as this node knows it (the
+// Redis port asks it which ops it may send).
+func (s *KV) ClusterVersion() version.Level { return s.b.ClusterVersion() }
+
 // Batch applies ops on keys of one shard atomically through raft.
 func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb.BatchResponse, error) {
 	if err := ready(s.b, notReady); err != nil {
