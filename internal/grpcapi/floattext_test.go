@@ -1,7 +1,9 @@
 package grpcapi
 
 import (
+	"runtime"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,6 +41,40 @@ func TestFloatDeltaTextGatedByVersion(t *testing.T) {
 		if got != "0.1" {
 			t.Errorf("proposed float_delta_text %q, want \"0.1\"", got)
 		}
+	}
+}
+
+// TestForwardedFloatDeltaTextWaitsForVersion: a node forwards an
+// INCR_FLOAT with text once it has learned version.IncrFloatText; the
+// leader, which may learn it a heartbeat later, waits for it rather than
+// refuse the command (a Redis client would see the error), and proposes
+// once it knows.
+func TestForwardedFloatDeltaTextWaitsForVersion(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	f.echo = true
+	f.clusterVersion.Store(uint32(version.IncrFloatText - 1))
+	s := NewKV(f, testLimits)
+	reads := f.versionReads.Load()
+	ch := sendBatch(s, &concordpb.RequestHeader{Hops: 1},
+		&concordpb.Op{Type: concordpb.OpType_OP_INCR_FLOAT, Key: []byte("k"), FloatDeltaText: []byte("0.1")})
+	deadline := time.Now().Add(10 * time.Second)
+	for f.versionReads.Load() < reads+3 { // it looks at the version again and again: it waits
+		select {
+		case a := <-ch:
+			t.Fatalf("answered before the version was learned: %v, %v", a.res, a.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the forwarded batch neither waited nor answered")
+		}
+		runtime.Gosched()
+	}
+	if n := f.proposalCount(); n != 0 {
+		t.Fatalf("%d proposals before the version was learned", n)
+	}
+	f.clusterVersion.Store(uint32(version.IncrFloatText))
+	if a := <-ch; a.err != nil || f.proposalCount() != 1 {
+		t.Fatalf("after the version was learned: %v, %d proposals; want it proposed", a.err, f.proposalCount())
 	}
 }
 
