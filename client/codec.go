@@ -63,6 +63,7 @@ const (
 	fOpSkip         = 15
 	fOpReturnPrev   = 16
 	fOpRepeat       = 17
+	fOpFloatText    = 18
 
 	fStreamResponseReplies = 1
 
@@ -249,7 +250,7 @@ func opSize(o *concordpb.Op) int {
 		varintFieldSize(fOpCondition, uint64(o.GetCondition())) + varintFieldSize(fOpIntDelta, uint64(o.GetIntDelta())) +
 		doubleFieldSize(fOpFloatDelta, o.GetFloatDelta()) + varintFieldSize(fOpOffset, uint64(o.GetOffset())) +
 		varintFieldSize(fOpSkip, uint64(o.GetSkip())) + boolFieldSize(fOpReturnPrev, o.GetReturnPrev()) +
-		varintFieldSize(fOpRepeat, uint64(o.GetRepeat()))
+		varintFieldSize(fOpRepeat, uint64(o.GetRepeat())) + bytesFieldSize(fOpFloatText, o.GetFloatDeltaText())
 }
 
 func appendOp(b []byte, o *concordpb.Op) []byte {
@@ -269,7 +270,8 @@ func appendOp(b []byte, o *concordpb.Op) []byte {
 	b = appendVarintField(b, fOpOffset, uint64(o.GetOffset()))
 	b = appendVarintField(b, fOpSkip, uint64(o.GetSkip()))
 	b = appendBoolField(b, fOpReturnPrev, o.GetReturnPrev())
-	return appendVarintField(b, fOpRepeat, uint64(o.GetRepeat()))
+	b = appendVarintField(b, fOpRepeat, uint64(o.GetRepeat()))
+	return appendBytesField(b, fOpFloatText, o.GetFloatDeltaText())
 }
 
 // headerSize is the size of h as a request's field 1, none if nil.

@@ -91,6 +91,9 @@ func randOp(rng *rand.Rand) *concordpb.Op {
 	if maybe() {
 		o.FloatDelta = []float64{math.Copysign(0, -1), 2.5, -1e300, math.Inf(-1), math.NaN()}[rng.IntN(5)]
 	}
+	if maybe() {
+		o.FloatDeltaText = randBytes(rng)
+	}
 	return o
 }
 
@@ -151,7 +154,7 @@ func randReply(rng *rand.Rand) *concordpb.StreamReply {
 		for range rng.IntN(5) {
 			bt.Results = append(bt.Results, &concordpb.OpResult{Ok: rng.IntN(2) == 0, Value: randBytes(rng),
 				Exists: rng.IntN(2) == 0, IntValue: int64(randUint(rng)) - int64(rng.IntN(3)), ExpireAtUnixMs: int64(randUint(rng)),
-				Error: concordpb.OpError(rng.Int32N(7) - 1), Skipped: rng.IntN(2) == 0, RepeatApplied: uint32(rng.IntN(3))})
+				Error: concordpb.OpError(rng.Int32N(8) - 1), Skipped: rng.IntN(2) == 0, RepeatApplied: uint32(rng.IntN(3))})
 		}
 		r.Response = &concordpb.StreamReply_Batch{Batch: bt}
 	}

@@ -442,6 +442,8 @@ func OpErr(r *concordpb.OpResult) error {
 		return errors.New("concord: the increment would overflow")
 	case concordpb.OpError_OP_ERROR_NOT_FLOAT:
 		return errors.New("concord: the value is not a valid float, or the result would not be one")
+	case concordpb.OpError_OP_ERROR_NAN_OR_INFINITY:
+		return errors.New("concord: the increment would produce NaN or Infinity")
 	case concordpb.OpError_OP_ERROR_TOO_LARGE:
 		return errors.New("concord: the result would exceed the value size limit (--max-value-bytes)")
 	default:

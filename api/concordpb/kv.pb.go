@@ -88,7 +88,10 @@ const (
 	OpType_OP_INCR OpType = 4
 	// INCR_FLOAT: the value as a float (absent: 0) plus float_delta; result
 	// value, the new value's text. Fails with OP_ERROR_NOT_FLOAT (also for a
-	// NaN or infinite result). Keeps the key's expiry.
+	// NaN or infinite result). Keeps the key's expiry. With
+	// float_delta_text instead, both numbers are read as Redis reads them
+	// (C's strtold, long double) and a NaN or infinite result fails with
+	// OP_ERROR_NAN_OR_INFINITY.
 	OpType_OP_INCR_FLOAT OpType = 5
 	// APPEND: value appended to the current value (absent: empty); result
 	// int_value, the new length. Keeps the key's expiry.
@@ -254,6 +257,9 @@ const (
 	// "The result budget"); it changed nothing. Send it in a batch of its
 	// own, or with fewer ops that return values.
 	OpError_OP_ERROR_RESULT_TOO_LARGE OpError = 5
+	// INCR_FLOAT with float_delta_text: the sum is NaN or infinite (Redis's
+	// "increment would produce NaN or Infinity").
+	OpError_OP_ERROR_NAN_OR_INFINITY OpError = 6
 )
 
 // Enum value maps for OpError.
@@ -265,6 +271,7 @@ var (
 		3: "OP_ERROR_NOT_FLOAT",
 		4: "OP_ERROR_TOO_LARGE",
 		5: "OP_ERROR_RESULT_TOO_LARGE",
+		6: "OP_ERROR_NAN_OR_INFINITY",
 	}
 	OpError_value = map[string]int32{
 		"OP_ERROR_NONE":             0,
@@ -273,6 +280,7 @@ var (
 		"OP_ERROR_NOT_FLOAT":        3,
 		"OP_ERROR_TOO_LARGE":        4,
 		"OP_ERROR_RESULT_TOO_LARGE": 5,
+		"OP_ERROR_NAN_OR_INFINITY":  6,
 	}
 )
 
@@ -1770,9 +1778,17 @@ type Op struct {
 	// Concord nodes set it (a shard's leader, or a node forwarding to it),
 	// for a run of merged INCRs, and only once the cluster's version allows
 	// it; a client may not set it at all. 0 for every other type.
-	Repeat        uint32 `protobuf:"varint,17,opt,name=repeat,proto3" json:"repeat,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Repeat uint32 `protobuf:"varint,17,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	// INCR_FLOAT: the amount to add as text, read as Redis's INCRBYFLOAT
+	// reads it (C's strtold into an x87 long double: decimal or hexadecimal,
+	// "inf"; no spaces, no NaN, at most 5,119 bytes), instead of
+	// float_delta (which must then be 0): a double cannot carry every
+	// increment Redis adds (3.0000000000000001, 1e400). Accepted only once
+	// the cluster's version allows it (a binary below that level would stop
+	// on the field). Empty for every other type.
+	FloatDeltaText []byte `protobuf:"bytes,18,opt,name=float_delta_text,json=floatDeltaText,proto3" json:"float_delta_text,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Op) Reset() {
@@ -1922,6 +1938,13 @@ func (x *Op) GetRepeat() uint32 {
 		return x.Repeat
 	}
 	return 0
+}
+
+func (x *Op) GetFloatDeltaText() []byte {
+	if x != nil {
+		return x.FloatDeltaText
+	}
+	return nil
 }
 
 type OpResult struct {
@@ -2256,7 +2279,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1d\n" +
 	"\n" +
-	"next_start\x18\x04 \x01(\fR\tnextStart\"\xfc\x03\n" +
+	"next_start\x18\x04 \x01(\fR\tnextStart\"\xa6\x04\n" +
 	"\x02Op\x12&\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x12.concord.v1.OpTypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -2277,7 +2300,8 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x04skip\x18\x0f \x01(\rR\x04skip\x12\x1f\n" +
 	"\vreturn_prev\x18\x10 \x01(\bR\n" +
 	"returnPrev\x12\x16\n" +
-	"\x06repeat\x18\x11 \x01(\rR\x06repeat\"\xfc\x01\n" +
+	"\x06repeat\x18\x11 \x01(\rR\x06repeat\x12(\n" +
+	"\x10float_delta_text\x18\x12 \x01(\fR\x0efloatDeltaText\"\xfc\x01\n" +
 	"\bOpResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
@@ -2318,14 +2342,15 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\fCONDITION_NX\x10\x01\x12\x10\n" +
 	"\fCONDITION_XX\x10\x02\x12\x10\n" +
 	"\fCONDITION_GT\x10\x03\x12\x10\n" +
-	"\fCONDITION_LT\x10\x04*\x9c\x01\n" +
+	"\fCONDITION_LT\x10\x04*\xba\x01\n" +
 	"\aOpError\x12\x11\n" +
 	"\rOP_ERROR_NONE\x10\x00\x12\x18\n" +
 	"\x14OP_ERROR_NOT_INTEGER\x10\x01\x12\x15\n" +
 	"\x11OP_ERROR_OVERFLOW\x10\x02\x12\x16\n" +
 	"\x12OP_ERROR_NOT_FLOAT\x10\x03\x12\x16\n" +
 	"\x12OP_ERROR_TOO_LARGE\x10\x04\x12\x1d\n" +
-	"\x19OP_ERROR_RESULT_TOO_LARGE\x10\x052\xcc\x03\n" +
+	"\x19OP_ERROR_RESULT_TOO_LARGE\x10\x05\x12\x1c\n" +
+	"\x18OP_ERROR_NAN_OR_INFINITY\x10\x062\xcc\x03\n" +
 	"\x02KV\x126\n" +
 	"\x03Get\x12\x16.concord.v1.GetRequest\x1a\x17.concord.v1.GetResponse\x126\n" +
 	"\x03Put\x12\x16.concord.v1.PutRequest\x1a\x17.concord.v1.PutResponse\x12?\n" +

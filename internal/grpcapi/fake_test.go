@@ -62,6 +62,8 @@ type fakeNode struct {
 	// clusterVersion is what ClusterVersion reports (a version.Level);
 	// 0: version.Binary.
 	clusterVersion atomic.Uint32
+	// versionReads counts ClusterVersion's calls.
+	versionReads atomic.Int64
 	// cluster is what ClusterID reports; 0: 77, every fake's cluster.
 	cluster uint64
 	// unstamped makes the node forward as a binary older than
@@ -298,6 +300,7 @@ func (f *fakeNode) LocalGet(shard ids.ShardID, key []byte) ([]byte, int64, bool,
 // ClusterVersion: every fake replica runs this binary, unless a test
 // sets clusterVersion.
 func (f *fakeNode) ClusterVersion() version.Level {
+	f.versionReads.Add(1)
 	if v := version.Level(f.clusterVersion.Load()); v != version.Unknown {
 		return v
 	}

@@ -151,6 +151,10 @@ func (s *KV) apply(ctx context.Context, h *concordpb.RequestHeader, op *concordp
 	return resp.GetResults()[0], resp.GetHeader(), nil
 }
 
+// ClusterVersion is the cluster's version as this node knows it (the
+// Redis port asks it which ops it may send).
+func (s *KV) ClusterVersion() version.Level { return s.b.ClusterVersion() }
+
 // Batch applies ops on keys of one shard atomically through raft.
 func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb.BatchResponse, error) {
 	if err := ready(s.b, notReady); err != nil {
@@ -158,8 +162,12 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	}
 	// A node forwarding merged INCRs sends their runs as one op each
 	// (writemerge.go), once the cluster's version allows it.
-	repeatOK := req.GetHeader().GetHops() > 0 && s.b.ClusterVersion().Allows(version.IncrRepeat)
-	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) }, repeatOK)
+	v := s.b.ClusterVersion()
+	if req.GetHeader().GetHops() > 0 && !v.Allows(version.IncrFloatText) && hasFloatText(req.GetOps()) {
+		v = s.awaitVersion(ctx, version.IncrFloatText)
+	}
+	gates := opGates{repeat: req.GetHeader().GetHops() > 0 && v.Allows(version.IncrRepeat), floatText: v.Allows(version.IncrFloatText)}
+	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) }, gates)
 	if err != nil {
 		return nil, err
 	}
@@ -533,6 +541,35 @@ const leaderWait = 2 * time.Second
 
 // leaderPoll is how often a waiting request looks for a leader again.
 const leaderPoll = 20 * time.Millisecond
+
+// versionWait bounds how long a forwarded request that uses a feature of
+// a version this node has not learned yet waits for it: the forwarding
+// node learned it, so it is the cluster's, and this node learns it from
+// its next heartbeat answer (one a second by default). Refusing at once
+// would fail a Redis client's command in the moment after every node of
+// a rolling upgrade runs the new binary.
+const versionWait = 3 * time.Second
+
+// awaitVersion waits until this node's cluster version allows feature,
+// versionWait passes or ctx ends, and returns the version it knows then.
+func (s *KV) awaitVersion(ctx context.Context, feature version.Level) version.Level {
+	deadline := time.Now().Add(versionWait)
+	v := s.b.ClusterVersion()
+	for !v.Allows(feature) && time.Now().Before(deadline) && pause(ctx, leaderPoll) {
+		v = s.b.ClusterVersion()
+	}
+	return v
+}
+
+// hasFloatText reports whether an op carries float_delta_text.
+func hasFloatText(ops []*concordpb.Op) bool {
+	for _, op := range ops {
+		if len(op.GetFloatDeltaText()) > 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // awaitLeader waits, for a request that needs shard's leader (a write or a
 // linearizable read), until a leader is known, leaderWait passes or half

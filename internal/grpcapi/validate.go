@@ -7,6 +7,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // Limits on a single request, beyond the key and value limits of Limits.
@@ -55,7 +56,19 @@ func (l Limits) checkValue(v []byte) error {
 
 // checkBatch validates a batch and returns its shard; shardOf finds a key's
 // shard.
-func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error), repeatOK bool) (ids.ShardID, error) {
+// opGates are the op fields a batch may carry under the cluster's
+// version: each reaches the log as it is, and a replica of a binary below
+// the field's level would stop on it.
+type opGates struct {
+	// repeat: an INCR's repeat, set by a Concord node only (a leader, or a
+	// node forwarding to one), once version.IncrRepeat allows it.
+	repeat bool
+	// floatText: an INCR_FLOAT's float_delta_text, once
+	// version.IncrFloatText allows it.
+	floatText bool
+}
+
+func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error), gates opGates) (ids.ShardID, error) {
 	ops, h := req.GetOps(), req.GetHeader()
 	switch {
 	case len(ops) == 0:
@@ -72,7 +85,7 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 	var shard ids.ShardID
 	size := 0
 	for i, op := range ops {
-		if err := l.checkOp(i, op, repeatOK); err != nil {
+		if err := l.checkOp(i, op, gates); err != nil {
 			return 0, err
 		}
 		s, err := shardOf(op.GetKey())
@@ -98,13 +111,14 @@ func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (id
 // binary does not know, the state machine's own rules (kv.CheckOp: known
 // type and condition, times and offsets not negative, options that fit the
 // op), then what only a node may send, and only once the cluster's version
-// allows it (repeat, when repeatOK: a leader, or a node forwarding to one,
-// joins a run of INCRs into one op; a client's would skip the version gate
-// that keeps it from older replicas), then the sizes. A SET_RANGE whose end
+// allows it (gates: repeat, which a leader, or a node forwarding to one,
+// sets when it joins a run of INCRs into one op, a client's would skip the
+// version gate that keeps it from older replicas; float_delta_text), then
+// the sizes. A SET_RANGE whose end
 // lies beyond the value size limit could only fail: it is refused here. An
 // APPEND's result is checked at apply (OP_ERROR_TOO_LARGE), where the
 // current value is known.
-func (l Limits) checkOp(i int, op *concordpb.Op, repeatOK bool) error {
+func (l Limits) checkOp(i int, op *concordpb.Op, gates opGates) error {
 	if len(op.ProtoReflect().GetUnknown()) > 0 {
 		// The op becomes the raft command as it is, and every replica
 		// refuses to apply a command with a field it does not know
@@ -114,7 +128,10 @@ func (l Limits) checkOp(i int, op *concordpb.Op, repeatOK bool) error {
 	if err := kv.CheckOp(op); err != nil {
 		return invalid("operation %d: %v", i, err)
 	}
-	if op.GetRepeat() != 0 && !repeatOK {
+	if len(op.GetFloatDeltaText()) > 0 && !gates.floatText {
+		return invalid("operation %d: float_delta_text needs cluster version %d (version.IncrFloatText): every node must run a binary that applies it; send float_delta", i, version.IncrFloatText)
+	}
+	if op.GetRepeat() != 0 && !gates.repeat {
 		// Even 1 ("once"): the op would reach the log with field 17, on
 		// which a replica of a binary below version.IncrRepeat stops.
 		return invalid("operation %d: repeat %d: repeat is set only by Concord nodes, once the cluster version allows it; send each INCR (or one by the sum)", i, op.GetRepeat())
@@ -123,6 +140,9 @@ func (l Limits) checkOp(i int, op *concordpb.Op, repeatOK bool) error {
 		return err
 	}
 	if err := l.checkValue(op.GetValue()); err != nil {
+		return err
+	}
+	if err := l.checkValue(op.GetFloatDeltaText()); err != nil {
 		return err
 	}
 	if op.GetType() == concordpb.OpType_OP_SET_RANGE && op.GetOffset() > int64(l.MaxValueBytes)-int64(len(op.GetValue())) {

@@ -140,11 +140,11 @@ func TestValidRequestsPass(t *testing.T) {
 	for i := range ops {
 		ops[i] = put("k")
 	}
-	if err := (Limits{MaxKeyBytes: 4}).checkOp(0, put(strings.Repeat("x", 4)), false); err != nil {
+	if err := (Limits{MaxKeyBytes: 4}).checkOp(0, put(strings.Repeat("x", 4)), opGates{}); err != nil {
 		t.Fatal(err)
 	}
 	// A SET_RANGE ending exactly at the value size limit is fine.
-	if err := testLimits.checkOp(0, &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: []byte("k"), Offset: 5, Value: []byte("abc")}, false); err != nil {
+	if err := testLimits.checkOp(0, &concordpb.Op{Type: concordpb.OpType_OP_SET_RANGE, Key: []byte("k"), Offset: 5, Value: []byte("abc")}, opGates{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Batch(ctx, &concordpb.BatchRequest{Ops: ops}); err != nil {

@@ -99,6 +99,8 @@ func CheckOp(op *concordpb.Op) error {
 		return errors.New("offset must not be negative")
 	case math.IsNaN(op.GetFloatDelta()) || math.IsInf(op.GetFloatDelta(), 0):
 		return errors.New("float_delta must be a finite number")
+	case len(op.GetFloatDeltaText()) > 0 && (t != concordpb.OpType_OP_INCR_FLOAT || op.GetFloatDelta() != 0):
+		return errors.New("float_delta_text is for an INCR_FLOAT without float_delta")
 	case op.GetSkip() != 0 && t != concordpb.OpType_OP_CHECK:
 		return fmt.Errorf("%v takes no skip", t)
 	case op.GetRepeat() != 0 && t != concordpb.OpType_OP_INCR:
@@ -214,6 +216,9 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e *env, op *concordpb.Op, blank
 	case concordpb.OpType_OP_INCR:
 		return incr(s, op.GetIntDelta(), op.GetRepeat())
 	case concordpb.OpType_OP_INCR_FLOAT:
+		if text := op.GetFloatDeltaText(); len(text) > 0 {
+			return e.incrFloatText(s, text)
+		}
 		return e.incrFloat(s, op.GetFloatDelta())
 	case concordpb.OpType_OP_APPEND:
 		return e.append(s, op.GetValue())
@@ -425,6 +430,34 @@ func (e env) incrFloat(s *store, delta float64) (*concordpb.OpResult, error) {
 		return failed(concordpb.OpError_OP_ERROR_TOO_LARGE)
 	}
 	return &concordpb.OpResult{Ok: true, Value: text}, s.set(text, cur.expireAt)
+}
+
+// incrFloatText adds the increment text to the key's number as Redis's
+// INCRBYFLOAT does (version.IncrFloatText): both read as strtold reads
+// them (ParseLongDouble), the stored one first, summed as the x87 sums,
+// an infinite or NaN sum refused; the expiry is kept.
+func (e env) incrFloatText(s *store, text []byte) (*concordpb.OpResult, error) {
+	cur := s.cur()
+	n := new(big.Float).SetPrec(ldPrec)
+	if s.exists {
+		var ok bool
+		if n, ok = ParseLongDouble(cur.value); !ok {
+			return failed(concordpb.OpError_OP_ERROR_NOT_FLOAT)
+		}
+	}
+	d, ok := ParseLongDouble(text)
+	if !ok {
+		return failed(concordpb.OpError_OP_ERROR_NOT_FLOAT)
+	}
+	sum, ok := AddLongDouble(n, d)
+	if !ok {
+		return failed(concordpb.OpError_OP_ERROR_NAN_OR_INFINITY)
+	}
+	value := []byte(formatFloat(sum))
+	if e.tooLarge(len(value)) {
+		return failed(concordpb.OpError_OP_ERROR_TOO_LARGE)
+	}
+	return &concordpb.OpResult{Ok: true, Value: value}, s.set(value, cur.expireAt)
 }
 
 // parseFloat parses a number as Redis's string2ld does (strtold on the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // fakeKV records the calls the server makes: each Batch's keys and each
@@ -79,6 +80,7 @@ func (f *fakeKV) ShardOf(key []byte) (uint64, bool) {
 }
 func (f *fakeKV) Info() NodeInfo                  { return NodeInfo{} }
 func (f *fakeKV) Members() []string               { return nil }
+func (f *fakeKV) ClusterVersion() version.Level   { return version.Binary }
 func (f *fakeKV) Die(bool)                        {}
 func (f *fakeKV) Partition([]string) []ids.NodeID { return nil }
 func (f *fakeKV) Heal()                           {}

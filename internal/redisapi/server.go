@@ -13,6 +13,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/resp"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // KV is the part of the KV service the server calls: the node passes the
@@ -36,6 +37,9 @@ type Backend interface {
 	// Members are the addresses of the cluster's nodes (CONCORD.MEMBERS):
 	// each serves gRPC and RESP on that one port.
 	Members() []string
+	// ClusterVersion is the cluster's version as the node knows it, which
+	// says which ops every replica applies (INCRBYFLOAT's text increment).
+	ClusterVersion() version.Level
 	Faults
 }
 

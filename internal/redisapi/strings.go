@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // The key commands' plans. Each checks its arguments as Redis does (same
@@ -96,6 +98,8 @@ func opError(e concordpb.OpError) string {
 		return string(errOverflow)
 	case concordpb.OpError_OP_ERROR_NOT_FLOAT:
 		return string(errNotFloat)
+	case concordpb.OpError_OP_ERROR_NAN_OR_INFINITY:
+		return string(errNaN)
 	case concordpb.OpError_OP_ERROR_TOO_LARGE:
 		return "ERR string exceeds maximum allowed size (--max-value-bytes)"
 	case concordpb.OpError_OP_ERROR_RESULT_TOO_LARGE:
@@ -466,7 +470,26 @@ func planIncr(sign int64, withArg bool) func(*conn, [][]byte) (*plan, error) {
 	}
 }
 
+// planIncrFloat: INCRBYFLOAT. Once every replica applies it
+// (version.IncrFloatText) the increment travels as the client's text and
+// the state machine reads it as Redis does (long double, hexadecimal,
+// infinities); it is checked here first, so a bad one costs no proposal
+// (Redis answers it as it answers a stored non-number: the same error).
+// Before, it travels as a double (planIncrFloatDouble).
 func planIncrFloat(c *conn, a [][]byte) (*plan, error) {
+	if !c.s.b.ClusterVersion().Allows(version.IncrFloatText) {
+		return planIncrFloatDouble(c, a)
+	}
+	if _, ok := kv.ParseLongDouble(a[2]); !ok {
+		return nil, errNotFloat
+	}
+	op := &concordpb.Op{Type: concordpb.OpType_OP_INCR_FLOAT, Key: a[1], FloatDeltaText: a[2]}
+	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { w.Bulk(r.GetValue()) }), nil
+}
+
+// planIncrFloatDouble is INCRBYFLOAT in a cluster below
+// version.IncrFloatText: the increment read as a double (float_delta).
+func planIncrFloatDouble(c *conn, a [][]byte) (*plan, error) {
 	d, err := parseFloat(a[2])
 	if err != nil {
 		return nil, err

@@ -213,6 +213,8 @@ func DecodeOp(op *concordpb.Op, data []byte) bool {
 				op.Value = v
 			case 4:
 				op.Expected = v
+			case 18:
+				op.FloatDeltaText = v
 			default:
 				return false
 			}

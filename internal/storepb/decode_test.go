@@ -268,3 +268,27 @@ func TestCommandDecoderKeepsResultBudget(t *testing.T) {
 		t.Fatalf("decoded\n %v\nwant\n %v", got, cmd)
 	}
 }
+
+// TestCommandDecoderKeepsFloatDeltaText: an INCRBYFLOAT's op carries its
+// increment as text (version.IncrFloatText) and decodes on the fast path
+// with the text intact, as proto.Unmarshal gives it.
+func TestCommandDecoderKeepsFloatDeltaText(t *testing.T) {
+	incr := &concordpb.Op{Type: concordpb.OpType_OP_INCR_FLOAT, Key: []byte("f"), FloatDeltaText: []byte("3.0000000000000001")}
+	cmd := kvCommand(&KVCommand{Ops: []*concordpb.Op{incr}})
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d CommandDecoder
+	got, ok := d.decodeKV(data)
+	if !ok {
+		t.Fatal("a command with float_delta_text left the fast path")
+	}
+	if !proto.Equal(got, cmd) {
+		t.Fatalf("decoded\n %v\nwant\n %v", got, cmd)
+	}
+	var op concordpb.Op
+	if b, _ := proto.Marshal(incr); !DecodeOp(&op, b) || !proto.Equal(&op, incr) {
+		t.Fatalf("DecodeOp gave %v, want %v", &op, incr)
+	}
+}

@@ -59,9 +59,14 @@ const (
 	// apply does bounded work. A binary below it would read every record
 	// and expire another set.
 	BoundedSessionExpiry Level = 6
+	// IncrFloatText: an OP_INCR_FLOAT may carry its increment as text
+	// (Op.float_delta_text), read at apply as Redis reads it, with the
+	// stored number, and fail with OP_ERROR_NAN_OR_INFINITY. A binary below
+	// it does not know the field and stops.
+	IncrFloatText Level = 7
 
 	// Binary is the highest level this binary applies.
-	Binary = BoundedSessionExpiry
+	Binary = IncrFloatText
 )
 
 // Allows reports whether a cluster at version cluster may use a feature of

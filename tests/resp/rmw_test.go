@@ -3,6 +3,7 @@ package resp
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,42 @@ func TestReadModifyWrite(t *testing.T) {
 		wantErr(t, "INCR overflow", rc.Incr(ctx, "c:max").Err(), "ERR increment or decrement would overflow")
 		if v := must(rc.Get(ctx, "c:max").Result())(t, "GET"); v != "9223372036854775807" {
 			t.Errorf("a failed INCR changed the value to %q", v)
+		}
+	})
+
+	t.Run("INCRBYFLOAT reads and adds as Redis", func(t *testing.T) {
+		// Once the cluster's version carries the increment as text, every
+		// node (leader or forwarder) answers as redis-server 7.0.15 does
+		// (its answers, one key, these increments in this order).
+		awaitIncrFloatText(t, c)
+		for i := range c.N() {
+			node := client(t, c, i)
+			k := fmt.Sprintf("c:lf%d", i)
+			steps := []struct{ incr, want, err string }{
+				{"3.0000000000000001", "3.0000000000000001", ""}, // 17 digits: a double would add 3
+				{"0x10", "19.0000000000000001", ""},              // strtold reads hexadecimal
+				{"1e400", "1" + strings.Repeat("0", 19) + "28188068394758651458", ""},
+				{"-1e400", "0", ""}, // past a double's range, within a long double's; 19 was lost in the sum
+				{"0.33333333333333333333", "0.33333333333333333", ""},
+				{"inf", "", "ERR increment would produce NaN or Infinity"},
+				{"1e5000", "", "ERR value is not a valid float"},
+				{" 1", "", "ERR value is not a valid float"},
+			}
+			for _, s := range steps {
+				got, err := node.Do(ctx, "INCRBYFLOAT", k, s.incr).Text()
+				if s.err != "" {
+					wantErr(t, "INCRBYFLOAT "+s.incr, err, s.err)
+					continue
+				}
+				if err != nil || !strings.HasPrefix(got, s.want) {
+					t.Errorf("node %d: INCRBYFLOAT %s = %.60s, %v; want %s", i, s.incr, got, err, s.want)
+				}
+			}
+			if v := must(node.Get(ctx, k).Result())(t, "GET"); v != "0.33333333333333333" {
+				t.Errorf("node %d: after the failed increments the value is %q", i, v)
+			}
+			must(node.Set(ctx, k, "inf", 0).Result())(t, "SET")
+			wantErr(t, "INCRBYFLOAT of a stored inf", node.IncrByFloat(ctx, k, 1).Err(), "ERR increment would produce NaN or Infinity")
 		}
 	})
 
