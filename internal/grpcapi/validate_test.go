@@ -165,12 +165,12 @@ func TestPutOfTheBatchBoundFits(t *testing.T) {
 	l := Limits{MaxKeyBytes: k, MaxValueBytes: DefaultMaxBatchBytes - k}
 	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: make([]byte, k), Value: make([]byte, DefaultMaxBatchBytes-k)}
 	req := &concordpb.BatchRequest{Ops: []*concordpb.Op{op}}
-	if _, err := l.checkBatch(req, shardOf, false); err != nil {
+	if _, err := l.checkBatch(req, shardOf, opGates{}); err != nil {
 		t.Fatalf("a put of %d + %d bytes: %v", k, DefaultMaxBatchBytes-k, err)
 	}
 	l.MaxValueBytes++
 	op.Value = append(op.Value, 0)
-	if _, err := l.checkBatch(req, shardOf, false); err == nil || !strings.Contains(err.Error(), "batch is") {
+	if _, err := l.checkBatch(req, shardOf, opGates{}); err == nil || !strings.Contains(err.Error(), "batch is") {
 		t.Fatalf("a put one byte over the batch bound: err = %v, want the batch's size refused", err)
 	}
 }
