@@ -177,6 +177,19 @@ func DefaultConfig() Config {
 // megabytes per key; 64 KiB is far above any key a client needs.
 const MaxKeyBytesCap = 64 << 10
 
+// fitValueLimit lowers MaxValueBytes so that a put of the largest key and
+// value fits in one batch, whose bound (8 MiB) counts keys and values
+// together; it returns the value asked for when it lowered it, else 0.
+// Lowered rather than refused: earlier binaries accepted up to 8 MiB of
+// value alone (which no put of a non-empty key could reach), and a node
+// must not stop starting on an upgrade.
+func (c *Config) fitValueLimit() (asked int) {
+	if fit := grpcapi.DefaultMaxBatchBytes - c.MaxKeyBytes; c.MaxValueBytes > fit {
+		asked, c.MaxValueBytes = c.MaxValueBytes, fit
+	}
+	return asked
+}
+
 func (c *Config) validate() error {
 	d := DefaultConfig()
 	if c.Addr == "" {
@@ -240,11 +253,9 @@ func (c *Config) validate() error {
 		return errors.New("--max-key-bytes must be positive and --max-value-bytes not negative")
 	case c.MaxKeyBytes > MaxKeyBytesCap:
 		return fmt.Errorf("--max-key-bytes above %d (64 KiB) is not supported, got %d", MaxKeyBytesCap, c.MaxKeyBytes)
-	case c.MaxKeyBytes+c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes:
-		// A put of the largest key and value must fit in one batch, whose
-		// bound counts keys and values together.
-		return fmt.Errorf("--max-key-bytes plus --max-value-bytes above %d (8 MiB, the most one batch may carry: a put of the largest key and value must fit) is not supported, got %d + %d",
-			grpcapi.DefaultMaxBatchBytes, c.MaxKeyBytes, c.MaxValueBytes)
+	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
+		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
+			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
 	case c.SessionTTL < minSessionTTL:
 		// Zero took the default above: this is a value given.
 		return fmt.Errorf("--session-ttl must be at least %v (a client's retries must find its session; the shard's clock may run up to %v ahead), got %v",

@@ -69,7 +69,8 @@ func TestMaxKeyBytesCapped(t *testing.T) {
 // make a put that fits in one batch (grpcapi.TestPutOfTheBatchBoundFits
 // checks the batch side). Before, --max-value-bytes could be 8 MiB, the
 // batch bound, which counts the key too: a value of exactly the limit was
-// refused as a batch too large, whatever its key.
+// refused as a batch too large, whatever its key. The limit is lowered to
+// fit, not refused, since earlier binaries started with it.
 func TestLargestPutFitsABatch(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Addr, cfg.Peers = "127.0.0.1:0", nil
@@ -77,8 +78,15 @@ func TestLargestPutFitsABatch(t *testing.T) {
 	if err := cfg.validate(); err != nil {
 		t.Fatalf("key %d + value %d, the batch bound: %v", cfg.MaxKeyBytes, cfg.MaxValueBytes, err)
 	}
-	cfg.MaxValueBytes++
-	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "--max-value-bytes") {
-		t.Fatalf("key %d + value %d, past the batch bound: err = %v, want one naming the flags", cfg.MaxKeyBytes, cfg.MaxValueBytes, err)
+	if asked := cfg.fitValueLimit(); asked != 0 {
+		t.Fatalf("key %d + value %d, the batch bound: lowered from %d", cfg.MaxKeyBytes, cfg.MaxValueBytes, asked)
+	}
+	cfg.MaxValueBytes = grpcapi.DefaultMaxBatchBytes // 8 MiB: what earlier binaries accepted
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("--max-value-bytes=8MiB refused (earlier binaries started with it): %v", err)
+	}
+	if asked := cfg.fitValueLimit(); asked != grpcapi.DefaultMaxBatchBytes || cfg.MaxValueBytes != grpcapi.DefaultMaxBatchBytes-1<<10 {
+		t.Fatalf("--max-value-bytes=8MiB with 1 KiB keys: asked %d, now %d; want lowered to %d",
+			asked, cfg.MaxValueBytes, grpcapi.DefaultMaxBatchBytes-1<<10)
 	}
 }

@@ -342,7 +342,7 @@ func TestBackupFormatHoldsWhatANodeStores(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Addr, cfg.Peers = "127.0.0.1:1", []string{"127.0.0.1:1"}
-	cfg.Shards, cfg.MaxKeyBytes, cfg.MaxValueBytes = backupfile.MaxShards, MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes-MaxKeyBytesCap
+	cfg.Shards, cfg.MaxKeyBytes, cfg.MaxValueBytes = backupfile.MaxShards, MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes
 	if err := cfg.validate(); err != nil {
 		t.Fatalf("the largest settings a backup holds: %v", err)
 	}
