@@ -203,21 +203,17 @@ func (s *Cluster) TransferLeader(ctx context.Context, req *concordpb.TransferLea
 	return &concordpb.TransferLeaderResponse{LeaderReplicaId: uint64(target), LeaderNodeId: uint64(node)}, nil
 }
 
-// adminShardLeader is the node an admin call on shard goes to. A shard the
-// cluster does not have is NotFound, final, so that a mistyped id reads as
-// one (forwarding it to "leader 0" answered "placement leader unknown", an
-// outage that was not one); a shard with no known leader yet is Unavailable
-// naming the shard, which the client retries on the next node. Only a node
-// that knows the meta shard has the placement's whole list (its replica,
-// or the routes of its heartbeats): one that does not yet (just started,
-// routes not heard) answers Unavailable, never a false NotFound.
+// adminShardLeader is the node an admin call on shard goes to. A shard
+// this node does not know of is Unavailable saying so, and naming where the
+// shards are listed: forwarding it to "leader 0" answered "placement leader
+// unknown", an outage that was not one, for a mistyped id. Not NotFound,
+// final: a node's list may lack shards for a while (just started, its
+// heartbeats' routes not heard, only its own replicas known), and the
+// client asks each node once, so a shard no node knows fails fast with
+// this text. A shard with no known leader yet is Unavailable naming it.
 func adminShardLeader(b ClusterBackend, shard ids.ShardID) (ids.NodeID, bool, error) {
-	descs := b.Descriptors()
-	if _, ok := descs[shard]; !ok {
-		if _, whole := descs[routing.MetaShard]; !whole {
-			return 0, false, status.Errorf(codes.Unavailable, "shard %d: this node does not know the shards yet", shard)
-		}
-		return 0, false, status.Errorf(codes.NotFound, "shard %d does not exist (concord shard list --meta lists the shards)", shard)
+	if _, ok := b.Descriptors()[shard]; !ok {
+		return 0, false, status.Errorf(codes.Unavailable, "shard %d is not among the shards this node knows (concord shard list --meta lists them)", shard)
 	}
 	leader, local := b.Leader(shard)
 	if leader == 0 {
