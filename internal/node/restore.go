@@ -104,7 +104,11 @@ func (n *Node) finishRestore() error {
 	}
 	digest, err := backupfile.TrailerDigest(p)
 	if loaded == nil || err != nil || !bytes.Equal(digest, loaded) {
-		return fmt.Errorf("data dir %s already holds a node of a cluster, and a backup staged in it as %s that this node did not load: "+
+		// Without a recorded digest it may also be a backup a binary from
+		// before the record loaded, which then stopped before removing it:
+		// refusing is safe either way, and the text says both.
+		return fmt.Errorf("data dir %s already holds a node of a cluster, and a backup staged in it as %s that this node's bootstrap did not record loading "+
+			"(copied there by hand, or loaded by an older binary that stopped before removing it): "+
 			"a backup is restored into a new node's data dir (`concord restore FILE --data-dir EMPTY_DIR`, then start a new single-node cluster there), "+
 			"never into one in use; move %s out of the data dir to start this node with its own data",
 			n.cfg.DataDir, backupfile.PendingName, p)
