@@ -387,8 +387,8 @@ func TestRestoreRefusesABackupStagedIntoADataDirInUse(t *testing.T) {
 	if err == nil {
 		again.Stop()
 	}
-	if err == nil || !strings.Contains(err.Error(), "did not load") {
-		t.Fatalf("start with a backup staged into a data dir in use: %v, want a refusal saying the node did not load it", err)
+	if err == nil || !strings.Contains(err.Error(), "did not record loading") {
+		t.Fatalf("start with a backup staged into a data dir in use: %v, want a refusal saying the node did not record loading it", err)
 	}
 	if b, err := os.ReadFile(pending); err != nil || string(b) != string(staged) {
 		t.Fatalf("the staged file was not left as it was: %v", err)
