@@ -202,20 +202,22 @@ func (n *Node) trackStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerIn
 	return h(srv, ss)
 }
 
-// connCallsUnary counts the call in flight on its connection, for
-// --grpc-max-conns' eviction of idle ones (portmux.CallStarted): O(1).
-func connCallsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// trackGRPCUnary is trackUnary for a call that came over gRPC, counted on
+// its connection as well, for --grpc-max-conns' eviction of idle ones
+// (portmux.CallStarted: O(1)). One interceptor for both: each level of a
+// gRPC chain costs an allocation per call.
+func (n *Node) trackGRPCUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	addr := peerAddr(ctx)
 	portmux.CallStarted(addr)
 	defer portmux.CallEnded(addr)
-	return h(ctx, req)
+	return n.trackUnary(ctx, req, info, h)
 }
 
-func connCallsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (n *Node) trackGRPCStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	addr := peerAddr(ss.Context())
 	portmux.CallStarted(addr)
 	defer portmux.CallEnded(addr)
-	return h(srv, ss)
+	return n.trackStream(srv, ss, info, h)
 }
 
 func peerAddr(ctx context.Context) net.Addr {
@@ -304,7 +306,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startHTTP(); err != nil {
 		return n.abort(err)
 	}
-	// Every call is counted on its connection (connCallsUnary), so that
+	// Every call is counted on its connection (trackGRPCUnary), so that
 	// one with a call in flight is never taken for idle.
 	n.grpcLis = portmux.Limit(mux.GRPC(), cmp.Or(n.cfg.GRPCMaxConns, DefaultGRPCMaxConns)).
 		EvictIdle(cmp.Or(n.cfg.GRPCEvictIdleAfter, defaultGRPCEvictIdleAfter))
@@ -352,10 +354,12 @@ func (n *Node) newServer() *grpc.Server {
 		// MarkAnswered before every interceptor that answers with an
 		// error, so a node forwarding here tells each from a broken
 		// connection (grpcapi/forward.go).
-		// connCalls first: every call, refused or not, is in flight.
-		grpc.ChainUnaryInterceptor(connCallsUnary, n.sec.auth.Unary(), grpcapi.MarkAnswered(), n.trackUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
+		// trackGRPC* count each call on its connection; a call auth
+		// refuses ends at once, and its bytes, read, show the client is
+		// there (portmux.EvictIdle).
+		grpc.ChainUnaryInterceptor(n.sec.auth.Unary(), grpcapi.MarkAnswered(), n.trackGRPCUnary, n.observeUnary, grpcapi.RefuseOtherCluster(n.clusterID),
 			grpcapi.DropPartitioned(n.blocked)),
-		grpc.ChainStreamInterceptor(connCallsStream, n.sec.auth.Stream(), n.trackStream))...)
+		grpc.ChainStreamInterceptor(n.sec.auth.Stream(), n.trackGRPCStream))...)
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	// Stream calls get the per-call accounting the unary chain gives.
