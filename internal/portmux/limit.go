@@ -89,7 +89,7 @@ func (l *LimitListener) admit(c net.Conn) *limitedConn {
 			return nil
 		}
 		l.evicted.Add(1)
-		_ = victim.Close() // gives its slot back: try again
+		victim.evict() // its slot is back at once: try again
 	}
 }
 
@@ -204,11 +204,25 @@ func (c *limitedConn) touch() { c.lastActive.Store(int64(c.l.now())) }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
+// release gives c's slot back, once.
+func (c *limitedConn) release() {
 	c.once.Do(func() {
 		c.l.untrack(c)
 		c.l.open.Add(-1)
 	})
-	return err
+}
+
+// evict gives c's slot back now and closes it in the background: closing
+// a TLS connection writes its close_notify, which a client that reads
+// nothing (its socket buffer full) could make wait for seconds, and Accept,
+// which evicts, serves every new connection.
+func (c *limitedConn) evict() {
+	c.release()
+	go c.Conn.Close()
 }
 
 // RemoteAddr is the client's address, carrying the connection, so that
