@@ -43,6 +43,9 @@ func newBackupCmd() *cobra.Command {
 			// rather than the signal killing the process where it stands.
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// After the first signal, a second one kills the process as
+			// usual (the clean-up may be what hangs).
+			context.AfterFunc(ctx, stop)
 			sum, err := writeBackup(ctx, c, args[0], cmd.ErrOrStderr())
 			if err != nil && ctx.Err() == context.Canceled {
 				return fmt.Errorf("interrupted: no backup written to %s, its partial file removed (%w)", args[0], err)
