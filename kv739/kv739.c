@@ -309,7 +309,9 @@ static void learn(conn *c, long long deadline, unsigned gen)
 	if (r.kind == R_ARRAY) {
 		server *found = calloc(r.n > 0 ? r.n : 1, sizeof *found);
 		size_t nfound = 0;
-		for (size_t i = 0; found != NULL && i < r.n; i++)
+		/* At most MAX_SERVERS names are kept, and each may be looked
+		 * up: stop there, and at the call's deadline. */
+		for (size_t i = 0; found != NULL && i < r.n && nfound < MAX_SERVERS && conn_now_ms() < deadline; i++)
 			if (r.elems[i].kind == R_BULK && parse_name(r.elems[i].str, &found[nfound]) == 0)
 				nfound++;
 		lock();

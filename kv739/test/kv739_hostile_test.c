@@ -489,6 +489,10 @@ static atomic_int slow_lookups, in_slow_lookup;
 int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res)
 {
 	static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+	if (node != NULL && strstr(node, ".many.kv739.test") != NULL) {
+		usleep(20 * 1000); /* one of many slow members: 20 ms each, then not found */
+		return EAI_NONAME;
+	}
 	if (node != NULL && strcmp(node, "slow.kv739.test") == 0) {
 		if (atomic_fetch_add(&slow_lookups, 1) == 0) {
 			atomic_store(&in_slow_lookup, 1);
@@ -529,6 +533,32 @@ static void slow_lookup(void)
 	pthread_join(t, NULL);
 	CHECK(rc == 0, "the get that looked the member up: %d", rc);
 	CHECK(took < 500, "a get waited %lld ms for another thread's name lookup", took);
+	CHECK(kv739_shutdown() == 0, "shutdown");
+	fake_stop(&f);
+}
+
+/* many_slow_members: a member list of 300 names that take 20 ms each to
+ * look up (6 s in all) ends its call at the call's deadline (1 s), not
+ * after every lookup: learning stops at the deadline (and at the most
+ * servers kept). */
+static void many_slow_members(void)
+{
+	enum { N = 300 };
+	static char members[N * 48 + 16];
+	size_t n = (size_t)snprintf(members, sizeof members, "*%d\r\n", N);
+	for (int i = 0; i < N; i++) {
+		char name[40];
+		int len = snprintf(name, sizeof name, "m%d.many.kv739.test:7001", i);
+		n += (size_t)snprintf(members + n, sizeof members - n, "$%d\r\n%s\r\n", len, name);
+	}
+	fake f = {.members = members, .members_len = n, .reply = S("$1\r\nx\r\n")};
+	char v[2049];
+	fake_start(&f);
+	init_one(f.addr, "1000");
+	long long t0 = now_ms();
+	(void)kv739_get("k", v); /* answered or out of time: either way, by its deadline */
+	long long took = now_ms() - t0;
+	CHECK(took < 2000, "a get with 300 slow member names took %lld ms; its deadline is 1000 ms", took);
 	CHECK(kv739_shutdown() == 0, "shutdown");
 	fake_stop(&f);
 }
@@ -710,6 +740,7 @@ int main(int argc, char **argv)
 	    {"die", die},
 	    {"fork_reused_fds", fork_reused_fds},
 	    {"slow_lookup", slow_lookup},
+	    {"many_slow_members", many_slow_members},
 	    {"reinit", reinit},
 	    {"bad_env", bad_env},
 	    {"out_of_step", out_of_step},
