@@ -138,7 +138,9 @@ func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
 		fmt.Printf("TLS on every port; CA certificate: %s (node and client certificates beside it)\n", ca)
 		tlsFlag, redisTLS, scheme, curlTLS = " --tls-ca "+ca, " --tls --cacert "+ca, "https", " --cacert "+ca
 	}
-	fmt.Printf("Endpoints: %s\nTry:       concord put hello world --endpoints %s%s\n", eps, eps, tlsFlag)
+	// The command as it was run (bin/concord under make run), so that
+	// the line works as pasted where concord is not on PATH.
+	fmt.Printf("Endpoints: %s\nTry:       %s put hello world --endpoints %s%s\n", eps, os.Args[0], eps, tlsFlag)
 	if r := c.RedisAddr(0); r != "" {
 		host, port, _ := net.SplitHostPort(r)
 		fmt.Printf("           redis-cli -h %s -p %s%s set hello world   (any node's Redis port)\n", host, port, redisTLS)
