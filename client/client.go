@@ -33,6 +33,10 @@
 // Options.AuthToken is sent with every call to a cluster that requires one.
 //
 // A Client is safe for concurrent use.
+//
+// The examples run each common task against a real 3-node cluster, their
+// output checked by go test; docs/client.md says the same in prose, with
+// the errors a caller must handle.
 package client
 
 import (
