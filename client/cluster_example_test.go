@@ -16,61 +16,82 @@ import (
 	"github.com/concord-kv/concord/internal/node"
 )
 
-// endpoints are the addresses of the three nodes the examples talk to,
-// started by TestMain. In a program of yours they are your nodes'
-// addresses, for example "10.0.0.1:7001".
-var endpoints []string
-
-// TestMain runs the package's tests and examples with one 3-node cluster
-// shared by the examples: real nodes (gRPC and framed TCP on 127.0.0.1,
-// Raft, Pebble with fsync) run in this process, on ports the OS picked.
-func TestMain(m *testing.M) {
-	os.Exit(runWithCluster(m))
+// endpoints returns the addresses of the three nodes the examples talk
+// to, starting them on first use. In a program of yours they are your
+// nodes' addresses, for example "10.0.0.1:7001".
+func endpoints() []string {
+	cluster.once.Do(startCluster)
+	if cluster.err != nil {
+		// An example cannot fail otherwise than by its output: stop here,
+		// with the reason, rather than print what was not checked.
+		fmt.Fprintln(os.Stderr, "example cluster:", cluster.err)
+		stopCluster()
+		os.Exit(1)
+	}
+	return cluster.addrs
 }
 
-func runWithCluster(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "concord-client-examples-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "example cluster:", err)
-		return 1
+// cluster is the examples' cluster: real nodes (gRPC and framed TCP on
+// 127.0.0.1, Raft, Pebble with fsync) run in this process, on ports the
+// OS picked. It starts at the first example that asks for it, so that the
+// package's tests, which run before the examples, run without it (an
+// allocation count is process-wide) and a run of tests alone never
+// starts it.
+var cluster struct {
+	once  sync.Once
+	dir   string
+	nodes []*node.Node
+	addrs []string
+	err   error
+}
+
+// TestMain runs the package's tests and examples, then stops the
+// examples' cluster if one started.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopCluster()
+	os.Exit(code)
+}
+
+func startCluster() {
+	cluster.dir, cluster.err = os.MkdirTemp("", "concord-client-examples-")
+	if cluster.err == nil {
+		cluster.nodes, cluster.addrs, cluster.err = startExampleCluster(cluster.dir)
 	}
-	defer os.RemoveAll(dir)
-	nodes, err := startExampleCluster(dir)
-	defer func() {
-		for _, n := range nodes {
-			n.Stop()
-		}
-	}()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "example cluster:", err)
-		return 1
+}
+
+// stopCluster stops every node made and removes their data.
+func stopCluster() {
+	for _, n := range cluster.nodes {
+		n.Stop()
 	}
-	return m.Run()
+	if cluster.dir != "" {
+		os.RemoveAll(cluster.dir)
+	}
 }
 
 // exampleShards is the cluster's shard count: a few, so that scans and
 // batches cross shard boundaries, and few enough to start quickly.
 const exampleShards = 4
 
-// startExampleCluster starts three nodes in data dirs under dir and sets
-// endpoints. It returns every node it made, started or not, for the
-// caller to stop. The nodes start concurrently: each Start waits for its
-// peers to bootstrap.
-func startExampleCluster(dir string) ([]*node.Node, error) {
+// startExampleCluster starts three nodes in data dirs under dir and
+// returns their addresses, and every node it made, started or not, for
+// the caller to stop. The nodes start concurrently: each Start waits for
+// its peers to bootstrap.
+func startExampleCluster(dir string) (nodes []*node.Node, addrs []string, err error) {
 	ports, err := localcluster.FreePorts(3)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, p := range ports {
-		endpoints = append(endpoints, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // stdout is the examples' output
-	var nodes []*node.Node
-	for i, a := range endpoints {
-		n, err := node.New(node.Config{Addr: a, DataDir: fmt.Sprintf("%s/node%d", dir, i+1), Peers: endpoints,
+	for i, a := range addrs {
+		n, err := node.New(node.Config{Addr: a, DataDir: fmt.Sprintf("%s/node%d", dir, i+1), Peers: addrs,
 			Shards: exampleShards, Logger: quiet})
 		if err != nil {
-			return nodes, err
+			return nodes, nil, err
 		}
 		nodes = append(nodes, n)
 	}
@@ -85,10 +106,10 @@ func startExampleCluster(dir string) ([]*node.Node, error) {
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return nodes, fmt.Errorf("node %d: %w", i+1, err)
+			return nodes, nil, fmt.Errorf("node %d: %w", i+1, err)
 		}
 	}
-	return nodes, nil
+	return nodes, addrs, nil
 }
 
 // replyHolder is a TCP proxy to one node that can hold back the node's

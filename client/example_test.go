@@ -15,15 +15,15 @@ import (
 	"github.com/concord-kv/concord/client"
 )
 
-// The examples run against a real 3-node cluster that TestMain starts;
-// endpoints holds its nodes' addresses.
+// The examples run against a real 3-node cluster; endpoints() returns its
+// nodes' addresses (in a program of yours, your nodes' addresses).
 
 // Connect, write, read, delete, close.
 func Example() {
 	ctx := context.Background()
 	// Any subset of the nodes will do: the client learns the others from
 	// the routing table.
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func ExampleNewWithOptions() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	opts := client.Options{
-		Endpoints: endpoints,
+		Endpoints: endpoints(),
 		// Each attempt (one RPC to one node) gives up after this, and the
 		// call tries another node within its deadline. Zero: a third of
 		// the call's deadline, between 0.5 and 2 s.
@@ -95,7 +95,7 @@ func ExampleNewWithOptions() {
 // ReturnPrev asks for the value it replaced.
 func ExampleClient_Put() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func ExampleClient_Put() {
 // time has passed the key does not exist. A Put without TTL clears it.
 func ExampleTTL() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func ExampleTTL() {
 // otherwise it reports what is there now, for the caller to decide again.
 func ExampleClient_CompareAndSwap() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func ExampleClient_CompareAndSwap() {
 // several clients to try wins (a lock, a unique name).
 func ExampleClient_CompareAndSwap_absent() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func ExampleClient_CompareAndSwap_absent() {
 // alone (client.OpErr).
 func ExampleClient_Batch() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func ExampleClient_Batch() {
 // fetching as many pages as it needs; limit bounds how many.
 func ExampleClient_Scan() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func ExampleClient_Scan() {
 // not be seen.
 func ExampleClient_ScanPage() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -366,13 +366,13 @@ func ExampleClient_ScanPage() {
 // and possibly behind the latest write. Poll when you need to see one.
 func ExampleStale() {
 	ctx := context.Background()
-	writer, err := client.New(ctx, endpoints...)
+	writer, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer writer.Close()
 	// A client of one node reads that node's replica.
-	local, err := client.New(ctx, endpoints[2])
+	local, err := client.New(ctx, endpoints()[2])
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func ExampleStale() {
 // passes, the error wraps context.DeadlineExceeded; for a write, check
 // client.ErrAmbiguous first (see the package's "ambiguous" example).
 func ExampleClient_Get_deadline() {
-	c, err := client.New(context.Background(), endpoints...)
+	c, err := client.New(context.Background(), endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func ExampleClient_Get_deadline() {
 // Here the client reaches the cluster through a proxy that holds back the
 // node's replies for a while, as a network losing them would.
 func Example_ambiguous() {
-	proxy, err := newReplyHolder(endpoints[0])
+	proxy, err := newReplyHolder(endpoints()[0])
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func Example_ambiguous() {
 // fewer keys at a time. (Each GET counts, a repeated key too.)
 func ExampleClient_Batch_tooLarge() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func ExampleClient_Batch_tooLarge() {
 // ErrClosed.
 func ExampleClient_Close() {
 	ctx := context.Background()
-	c, err := client.New(ctx, endpoints...)
+	c, err := client.New(ctx, endpoints()...)
 	if err != nil {
 		log.Fatal(err)
 	}
