@@ -24,13 +24,19 @@
 // (or never reached a node) fails with a plain error. A call that stops at
 // an error it does not retry wraps that error in ErrAmbiguous when an
 // earlier attempt may have applied, and so does a mutation answered
-// Internal (which may come after it applied).
+// Internal, or ResourceExhausted other than a shard's full window (which
+// may come after it applied). A read answered ResourceExhausted (a batch
+// of GETs past what one read returns) fails with it at once.
 //
 // TLS and authentication: Options.TLSCAFile turns TLS on (trusting the
 // nodes' CA), TLSCertFile/TLSKeyFile add a client certificate, and
 // Options.AuthToken is sent with every call to a cluster that requires one.
 //
 // A Client is safe for concurrent use.
+//
+// The examples run each common task against a real 3-node cluster, their
+// output checked by go test; docs/client.md says the same in prose, with
+// the errors a caller must handle.
 package client
 
 import (
@@ -517,7 +523,7 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 				avoid = map[string]bool{}
 			}
 			avoid[addr] = true // stalled, or its connection broke: try another node
-		case !retryable(code):
+		case !retryable(err):
 			// This error is the last attempt's alone: an earlier one that
 			// may have applied still may have.
 			return c.final(err, mutation && (uncertain || mayHaveApplied(code)))
@@ -613,11 +619,13 @@ func (c *Client) final(err error, ambiguous bool) error {
 
 // mayHaveApplied reports whether an error that is not retried may come
 // after a mutation applied: Internal (a node's result that did not fit its
-// request, or gRPC's for a reply the client could not decode) and DataLoss.
-// The others (InvalidArgument, FailedPrecondition, Unauthenticated, …) are
-// answers given instead of applying.
+// request, or gRPC's for a reply the client could not decode), DataLoss,
+// and ResourceExhausted (gRPC's, for a reply over the message limit; a
+// shard's full window, which applied nothing, is retried and never gets
+// here). The others (InvalidArgument, FailedPrecondition, Unauthenticated,
+// …) are answers given instead of applying.
 func mayHaveApplied(code codes.Code) bool {
-	return code == codes.Internal || code == codes.DataLoss
+	return code == codes.Internal || code == codes.DataLoss || code == codes.ResourceExhausted
 }
 
 // failed is the error of a call that ran out of time (ctxErr) after lastErr.
@@ -629,11 +637,17 @@ func (c *Client) failed(ctxErr, lastErr error, ambiguous bool) error {
 }
 
 // retryable reports whether a failed attempt should be retried. Unknown (an
-// ambiguous outcome) is retried too: the session makes the retry safe.
-func retryable(code codes.Code) bool {
-	switch code {
-	case codes.Unavailable, codes.Unknown, codes.Aborted, codes.ResourceExhausted:
+// ambiguous outcome) is retried too: the session makes the retry safe. Of
+// ResourceExhausted only a shard's full window is (windowFull): it passes
+// once the session's floor rises, where any other (a read's "reply too
+// large", gRPC's message limit) answers every retry the same, so retrying
+// only turned it into a deadline error at the call's end.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Unknown, codes.Aborted:
 		return true
+	case codes.ResourceExhausted:
+		return windowFull(err)
 	}
 	return false
 }
