@@ -69,8 +69,8 @@ func joinChunks(tb testing.TB, chunks ...*concordpb.SnapshotChunk) []byte {
 }
 
 // snapFuzzSeeds: a good snapshot of shard 3 at 10/2 in one chunk and in
-// two, one of another configuration than its header's, and one whose
-// applied state is not its header's.
+// two, one of another configuration than its header's, and two whose
+// applied state is not its header's (another index, another term).
 func snapFuzzSeeds(tb testing.TB) [][]byte {
 	hdr := func(cs *pb.ConfState) []byte {
 		b, err := proto.Marshal(&pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
@@ -99,6 +99,7 @@ func snapFuzzSeeds(tb testing.TB) [][]byte {
 		joinChunks(tb, first(cs, false, applied), &concordpb.SnapshotChunk{ShardId: 3, Kvs: []*concordpb.KeyValue{conf, user}, Done: true}),
 		joinChunks(tb, first(nil, true, applied, conf, user)),
 		joinChunks(tb, first(nil, true, pair(keys.Applied(3), &storepb.AppliedState{Index: 9, Term: 2}), user)),
+		joinChunks(tb, first(nil, true, pair(keys.Applied(3), &storepb.AppliedState{Index: 10, Term: 3}), user)),
 	}
 }
 
@@ -195,8 +196,8 @@ func checkAccepted(t *testing.T, chunks []*concordpb.SnapshotChunk) {
 
 // TestSnapshotStreamSeeds keeps FuzzSnapshotStream's seeds what they are
 // meant to be, so that the fuzzing starts from both outcomes: the first
-// two are accepted, the other two refused (another configuration than the
-// header's; data applied at another index).
+// two are accepted, the others refused (another configuration than the
+// header's; data applied at another index, at another term).
 func TestSnapshotStreamSeeds(t *testing.T) {
 	eng, err := storage.Open(t.TempDir())
 	check(t, err)
