@@ -19,9 +19,10 @@ import (
 //   - no panic; an answer, an error or a summary;
 //   - what the scan allocates is bounded by the input's size, not by the
 //     lengths it announces (a hostile file says 8 MiB and holds 8 bytes);
-//   - records are handed out only from a file that verifies, and then as
-//     many as the summary counts, in shards that the summary lists, and the
-//     same file written again by a Writer verifies to the same summary.
+//   - the scan that hands out records (Read's second pass) accepts what
+//     Verify accepts and nothing else; it hands out as many records as the
+//     summary counts, in the shards the summary lists, and what they hold,
+//     written again by a Writer, verifies to the same summary.
 func FuzzScan(f *testing.F) {
 	for _, seed := range fuzzSeeds(f) {
 		f.Add(seed)
