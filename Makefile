@@ -107,9 +107,17 @@ robustness: build
 # internal/multiraft), and the receive side's hand decoders of raft frames
 # (FuzzDecodeBatch) and client put messages (FuzzDecodeRequest) against
 # proto.Unmarshal, and the element count all of them take before decoding
-# (FuzzCount in internal/pbcount). A failing input is kept in the
-# package's testdata/fuzz/<target>/. make test runs only their seed
-# corpora, as ordinary test cases.
+# (FuzzCount in internal/pbcount); the raft wire's size reckoning
+# (FuzzRoundTrip in internal/raftwire), the peer message decoder
+# (FuzzDecodeMessage in internal/multiraft), the entry command decoder and
+# the session record reader against proto.Unmarshal (FuzzCommandDecoder,
+# FuzzSessionLastActive in internal/storepb); the backup file reader
+# (FuzzScan in internal/backupfile), INCRBYFLOAT's long double reading and
+# printing (FuzzLongDouble in internal/kv), the snapshot stream receiver
+# (FuzzSnapshotStream in internal/transport) and the Redis front end's
+# number arguments (FuzzNumberArgs in internal/redisapi). A failing input
+# is kept in the package's testdata/fuzz/<target>/. make test runs only
+# their seed corpora, as ordinary test cases.
 FUZZTIME ?= 5m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRaftBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
@@ -121,6 +129,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzCount$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/pbcount/
+	$(GO) test -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/raftwire/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/multiraft/
+	$(GO) test -run '^$$' -fuzz '^FuzzCommandDecoder$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/storepb/
+	$(GO) test -run '^$$' -fuzz '^FuzzSessionLastActive$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/storepb/
+	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/backupfile/
+	$(GO) test -run '^$$' -fuzz '^FuzzLongDouble$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/kv/
+	$(GO) test -run '^$$' -fuzz '^FuzzSnapshotStream$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzNumberArgs$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/redisapi/
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each
 # planted bug (internal/mutant) with the robustness suite, one after another,

@@ -307,12 +307,18 @@ func scanFile(path string, fn func(Shard, Record) error) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	s := &scanner{r: bufio.NewReaderSize(f, 1<<20), h: sha256.New(), size: st.Size(), fn: fn}
-	sum, err := s.scan()
+	sum, err := scanReader(f, st.Size(), fn)
 	if err != nil {
 		return Summary{}, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 	}
 	return sum, nil
+}
+
+// scanReader parses the size bytes of a file from r (apart from the file
+// so that FuzzScan drives it on bytes in memory).
+func scanReader(r io.Reader, size int64, fn func(Shard, Record) error) (Summary, error) {
+	s := &scanner{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New(), size: size, fn: fn}
+	return s.scan()
 }
 
 // scanner parses a file, hashing every byte it reads.

@@ -21,7 +21,7 @@ type entry struct {
 
 // writeSample writes two shards (the second one after an aborted attempt)
 // and returns the path and the records it holds, in file order.
-func writeSample(t *testing.T) (string, []entry) {
+func writeSample(t testing.TB) (string, []entry) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "b.bak")
 	w, err := Create(path, Header{ClusterID: 42, Created: time.UnixMilli(1_700_000_000_000)})
@@ -62,7 +62,7 @@ func writeSample(t *testing.T) (string, []entry) {
 	return path, want
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func wantPrivate(t *testing.T, path string) {
 // hostileFile writes a file whose framing, counts and digest are all
 // valid, holding one shard with one record of the given sizes (the bytes
 // are there: the lengths do not overrun the file).
-func hostileFile(t *testing.T, keyLen, valueLen int) string {
+func hostileFile(t testing.TB, keyLen, valueLen int) string {
 	t.Helper()
 	b := append([]byte(Magic), make([]byte, 20)...)
 	binary.BigEndian.PutUint32(b[8:], Version)

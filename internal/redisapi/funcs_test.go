@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -239,11 +240,15 @@ func TestSetPlans(t *testing.T) {
 
 // TestParseFloat: increments parse as Redis's string2ld parses them, within
 // a double: no '_' (strconv takes "1_0"), no number a long double rounds
-// to zero; a double's underflow that a long double holds reads as zero.
+// to zero; a double's underflow that a long double holds reads as zero,
+// down to the smallest subnormal long double (2e-4951 rounds up to it; the
+// 64-bit check refused it, FuzzNumberArgs). Decimal only, under 5 KiB:
+// strconv took "0x1p3" and texts of any length.
 func TestParseFloat(t *testing.T) {
 	for in, ok := range map[string]bool{"1.5": true, "-.5e1": true, "5.": true, "+1": true, "1e-400": true, "0e-5000": true,
 		"inf": true, "1_0": false, "_1": false, "1e-5000": false, "-1e-5000": false, "nan": false, "": false, " 1": false,
-		"1 ": false, "1e": false, "1e400": false} {
+		"1 ": false, "1e": false, "1e400": false, "2e-4951": true, "1.8e-4951": false, "0x1p3": false, "0X1P3": false,
+		"1." + strings.Repeat("0", kv.MaxLongDoubleText): false, "1." + strings.Repeat("0", 300): true} {
 		if _, err := parseFloat([]byte(in)); (err == nil) != ok {
 			t.Errorf("parseFloat(%q): err = %v, want ok %v", in, err, ok)
 		}
@@ -251,11 +256,15 @@ func TestParseFloat(t *testing.T) {
 }
 
 // TestStoredFloatOK: what Redis's string2ld takes as a stored number, which
-// decides INCRBYFLOAT's error for an infinite increment.
+// decides INCRBYFLOAT's error for an infinite increment. A binary
+// exponent after decimal digits ("0p0", found by FuzzNumberArgs) is not
+// read whole by strtold (big.ParseFloat took it), and 2e-4951 rounds up
+// to the smallest subnormal long double (the 64-bit check refused it).
 func TestStoredFloatOK(t *testing.T) {
 	for in, ok := range map[string]bool{"1": true, "-1.5": true, "1e4000": true, "inf": true, "-Infinity": true, "+INF": true,
+		"0p0": false, "1p3": false, "1P-2": false, "2e-4951": true, "1.8e-4951": false, "0x10": false,
 		"0e-9999": true, "1e5000": false, "1e-5000": false, "": false, " 1": false, "1 ": false, "--inf": false, "1_0": false,
-		"nan": false, "1e": false, "abc": false, "1" + strings.Repeat("0", maxLongDoubleChars): false} {
+		"nan": false, "1e": false, "abc": false, "1" + strings.Repeat("0", kv.MaxLongDoubleText): false} {
 		if got := storedFloatOK([]byte(in)); got != ok {
 			t.Errorf("storedFloatOK(%.20q) = %v, want %v", in, got, ok)
 		}

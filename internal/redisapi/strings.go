@@ -1,8 +1,8 @@
 package redisapi
 
 import (
+	"bytes"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -137,35 +137,26 @@ func parseInt(b []byte) (int64, error) {
 	return v, nil
 }
 
-// parseFloat accepts what Redis's string2ld does, within a double's range:
-// no spaces, no NaN, no '_' (which strconv takes between digits and strtold
-// does not), and no number so small that a long double rounds it to zero
-// (strtold's underflow, which Redis refuses).
+// parseFloat accepts what Redis's string2ld does, within a double's range,
+// decimal only (as Concord reads numbers below version 7, where this is
+// asked): no spaces, no NaN, under kv.MaxLongDoubleText bytes, no '_'
+// (which strconv takes between digits and strtold does not), no
+// hexadecimal float (strconv took "0x1p3" while "0x10" and a stored one
+// were refused), and no number so small that a long double rounds it to
+// zero (strtold's underflow, which Redis refuses; kv.ParseLongDouble tells).
 func parseFloat(b []byte) (float64, error) {
 	s := string(b)
-	if s == "" || strings.ContainsAny(s, " \t_") {
+	if s == "" || len(s) >= kv.MaxLongDoubleText || strings.ContainsAny(s, " \t_xX") {
 		return 0, errNotFloat
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(f) || (f == 0 && underflowsLongDouble(s)) {
+	if err != nil || math.IsNaN(f) {
+		return 0, errNotFloat
+	}
+	if _, ok := kv.ParseLongDouble(b); f == 0 && !ok {
 		return 0, errNotFloat
 	}
 	return f, nil
-}
-
-// maxLongDoubleExp is the big.Float exponent past which a long double
-// overflows (strtold's ERANGE, which Redis refuses).
-const maxLongDoubleExp = 16384
-
-// minLongDoubleExp is the big.Float exponent of the x87 long double's
-// smallest subnormal, 2^-16445; a nonzero decimal below it reads as zero.
-const minLongDoubleExp = -16444
-
-// underflowsLongDouble reports whether s is a nonzero decimal that strtold
-// would round to zero (ERANGE).
-func underflowsLongDouble(s string) bool {
-	n, _, err := big.ParseFloat(s, 10, 64, big.ToNearestEven)
-	return err == nil && n.Sign() != 0 && n.MantExp(nil) < minLongDoubleExp
 }
 
 func planGet(c *conn, a [][]byte) (*plan, error) {
@@ -516,30 +507,19 @@ func infIncrPlan(c *conn, key []byte) *plan {
 	})
 }
 
-// maxLongDoubleChars is the longest text Redis's string2ld reads.
-const maxLongDoubleChars = 5 * 1024
-
-// storedFloatOK reports whether Redis's string2ld takes v as a number: a
-// decimal (Concord reads no hexadecimal floats) or an infinity, whole, no
-// spaces, within a long double's range and not rounded to zero.
+// storedFloatOK reports whether Redis's string2ld takes v as a number
+// (kv.ParseLongDouble: strtold's syntax whole, within a long double's
+// range and not rounded to zero), decimal or an infinity: Concord below
+// version 7, where this is asked, reads no hexadecimal floats. big.ParseFloat
+// was used before: it takes a binary exponent ("1p3" is 8, which strtold
+// does not read whole) and rounds at 64 bits without subnormals (2e-4951,
+// which strtold reads as the smallest subnormal, was refused).
 func storedFloatOK(v []byte) bool {
-	s := string(v)
-	if s == "" || len(s) >= maxLongDoubleChars || strings.ContainsAny(s, " \t\r\n\v\f_") {
+	if bytes.ContainsAny(v, "xX") {
 		return false
 	}
-	unsigned := s
-	if s[0] == '+' || s[0] == '-' {
-		unsigned = s[1:]
-	}
-	if u := strings.ToLower(unsigned); u == "inf" || u == "infinity" {
-		return true
-	}
-	n, _, err := big.ParseFloat(s, 10, 64, big.ToNearestEven)
-	if err != nil {
-		return false
-	}
-	exp := n.MantExp(nil)
-	return n.Sign() == 0 || (exp >= minLongDoubleExp && exp <= maxLongDoubleExp)
+	_, ok := kv.ParseLongDouble(v)
+	return ok
 }
 
 func planAppend(_ *conn, a [][]byte) (*plan, error) {
