@@ -157,8 +157,8 @@ func TestValidRequestsPass(t *testing.T) {
 
 // TestPutOfTheBatchBoundFits: a put whose key and value together are the
 // batch bound passes the batch check, and one byte more is refused as a
-// batch too large (node.TestLargestPutFitsABatch keeps the node's limits
-// inside it).
+// batch too large: with --max-value-bytes at its cap (8 MiB) a put's key
+// and value must fit 8 MiB together (docs/operations.md).
 func TestPutOfTheBatchBoundFits(t *testing.T) {
 	shardOf := func([]byte) (ids.ShardID, error) { return 1, nil }
 	const k = 1 << 10

@@ -177,19 +177,6 @@ func DefaultConfig() Config {
 // megabytes per key; 64 KiB is far above any key a client needs.
 const MaxKeyBytesCap = 64 << 10
 
-// fitValueLimit lowers MaxValueBytes so that a put of the largest key and
-// value fits in one batch, whose bound (8 MiB) counts keys and values
-// together; it returns the value asked for when it lowered it, else 0.
-// Lowered rather than refused: earlier binaries accepted up to 8 MiB of
-// value alone (which no put of a non-empty key could reach), and a node
-// must not stop starting on an upgrade.
-func (c *Config) fitValueLimit() (asked int) {
-	if fit := grpcapi.DefaultMaxBatchBytes - c.MaxKeyBytes; c.MaxValueBytes > fit {
-		asked, c.MaxValueBytes = c.MaxValueBytes, fit
-	}
-	return asked
-}
-
 func (c *Config) validate() error {
 	d := DefaultConfig()
 	if c.Addr == "" {

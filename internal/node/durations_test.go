@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/concord-kv/concord/internal/grpcapi"
 )
 
 // TestNegativeDurationsRefused: a negative --session-ttl or --tick-interval
@@ -62,31 +60,5 @@ func TestMaxKeyBytesCapped(t *testing.T) {
 	cfg.MaxKeyBytes = 64 << 10
 	if err := cfg.validate(); err != nil {
 		t.Fatalf("--max-key-bytes=65536: %v", err)
-	}
-}
-
-// TestLargestPutFitsABatch: the largest key and value the settings allow
-// make a put that fits in one batch (grpcapi.TestPutOfTheBatchBoundFits
-// checks the batch side). Before, --max-value-bytes could be 8 MiB, the
-// batch bound, which counts the key too: a value of exactly the limit was
-// refused as a batch too large, whatever its key. The limit is lowered to
-// fit, not refused, since earlier binaries started with it.
-func TestLargestPutFitsABatch(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Addr, cfg.Peers = "127.0.0.1:0", nil
-	cfg.MaxKeyBytes, cfg.MaxValueBytes = 1<<10, grpcapi.DefaultMaxBatchBytes-1<<10
-	if err := cfg.validate(); err != nil {
-		t.Fatalf("key %d + value %d, the batch bound: %v", cfg.MaxKeyBytes, cfg.MaxValueBytes, err)
-	}
-	if asked := cfg.fitValueLimit(); asked != 0 {
-		t.Fatalf("key %d + value %d, the batch bound: lowered from %d", cfg.MaxKeyBytes, cfg.MaxValueBytes, asked)
-	}
-	cfg.MaxValueBytes = grpcapi.DefaultMaxBatchBytes // 8 MiB: what earlier binaries accepted
-	if err := cfg.validate(); err != nil {
-		t.Fatalf("--max-value-bytes=8MiB refused (earlier binaries started with it): %v", err)
-	}
-	if asked := cfg.fitValueLimit(); asked != grpcapi.DefaultMaxBatchBytes || cfg.MaxValueBytes != grpcapi.DefaultMaxBatchBytes-1<<10 {
-		t.Fatalf("--max-value-bytes=8MiB with 1 KiB keys: asked %d, now %d; want lowered to %d",
-			asked, cfg.MaxValueBytes, grpcapi.DefaultMaxBatchBytes-1<<10)
 	}
 }

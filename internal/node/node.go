@@ -239,10 +239,6 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if asked := cfg.fitValueLimit(); asked != 0 {
-		cfg.Logger.Warn("--max-value-bytes lowered so that a put of the largest key and value fits one batch (8 MiB for both)",
-			"asked", asked, "max_value_bytes", cfg.MaxValueBytes, "max_key_bytes", cfg.MaxKeyBytes)
-	}
 	sec, err := loadSecurity(cfg)
 	if err != nil {
 		return nil, err
