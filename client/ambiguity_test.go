@@ -26,7 +26,7 @@ import (
 var errStall = errors.New("stall")
 
 // scriptNode is a fake node (the only one, leading the only shard) whose
-// Put, Delete, CompareAndSwap, Get and Batch answers are given by script, per request received
+// Put, Delete, CompareAndSwap, Get, Scan and Batch answers are given by script, per request received
 // (n counts them from 0). It serves the calls unary and on KV.Stream, and
 // records each request's header.
 type scriptNode struct {
@@ -99,6 +99,13 @@ func (f *scriptNode) Batch(ctx context.Context, req *concordpb.BatchRequest) (*c
 	return &concordpb.BatchResponse{Header: &concordpb.ResponseHeader{ShardId: 1}, Results: make([]*concordpb.OpResult, len(req.GetOps()))}, nil
 }
 
+func (f *scriptNode) Scan(ctx context.Context, req *concordpb.ScanRequest) (*concordpb.ScanResponse, error) {
+	if err := f.handle(ctx, req.GetHeader()); err != nil {
+		return nil, err
+	}
+	return &concordpb.ScanResponse{}, nil
+}
+
 // Stream serves the same calls on a KV.Stream, each in its own goroutine
 // (a stalled one holds no other), bounded by the call's timeout.
 func (f *scriptNode) Stream(s concordpb.KV_StreamServer) error {
@@ -140,6 +147,11 @@ func (f *scriptNode) Stream(s concordpb.KV_StreamServer) error {
 					var resp *concordpb.GetResponse
 					if resp, err = f.Get(ctx, q.Get); err == nil {
 						r.Response = &concordpb.StreamReply_Get{Get: resp}
+					}
+				case *concordpb.StreamCall_Scan:
+					var resp *concordpb.ScanResponse
+					if resp, err = f.Scan(ctx, q.Scan); err == nil {
+						r.Response = &concordpb.StreamReply_Scan{Scan: resp}
 					}
 				case *concordpb.StreamCall_Batch:
 					var resp *concordpb.BatchResponse

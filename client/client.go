@@ -630,10 +630,65 @@ func mayHaveApplied(code codes.Code) bool {
 
 // failed is the error of a call that ran out of time (ctxErr) after lastErr.
 func (c *Client) failed(ctxErr, lastErr error, ambiguous bool) error {
-	if ambiguous {
-		return fmt.Errorf("%w: %w (last error: %v)", ErrAmbiguous, ctxErr, lastErr)
+	return c.final(expired(ctxErr, lastErr), ambiguous)
+}
+
+// deadlineError is the error of a call whose context ended (ctxErr:
+// context.DeadlineExceeded, or context.Canceled) while it retried, after
+// last, its last attempt's error. It wraps both, so errors.Is finds the
+// context's error and errors.Is/As the last attempt's (a client error, a
+// gRPC status). Keeping only last's text, as it once did, left callers
+// nothing to test: status.Code read Unknown whatever the cluster had said.
+type deadlineError struct {
+	ctxErr error
+	last   error
+}
+
+func (e *deadlineError) Error() string {
+	if e.last == nil {
+		return e.ctxErr.Error()
 	}
-	return fmt.Errorf("%w (last error: %v)", ctxErr, lastErr)
+	return fmt.Sprintf("%v (last error: %v)", e.ctxErr, e.last)
+}
+
+func (e *deadlineError) Unwrap() []error {
+	if e.last == nil {
+		return []error{e.ctxErr}
+	}
+	return []error{e.ctxErr, e.last}
+}
+
+// GRPCStatus is what status.Code and status.FromError read: the last
+// attempt's code, which says why the retries did not succeed in time
+// (Unavailable: no leader, or no node reachable; DeadlineExceeded: the
+// attempts timed out), with the whole message. A last error without a
+// code, or with Unknown (which says nothing a caller can act on), gives
+// the context's: DeadlineExceeded, or Canceled.
+func (e *deadlineError) GRPCStatus() *status.Status {
+	code := status.FromContextError(e.ctxErr).Code()
+	if st, ok := status.FromError(e.last); ok && st.Code() != codes.OK && st.Code() != codes.Unknown {
+		code = st.Code()
+	}
+	return status.New(code, e.Error())
+}
+
+// expired is the error of a call that ctxErr ended after last: a
+// deadlineError, or last itself if it already is one (a helper that
+// retries a call that retries).
+func expired(ctxErr, last error) error {
+	if de := new(deadlineError); errors.As(last, &de) {
+		return last
+	}
+	return &deadlineError{ctxErr: ctxErr, last: last}
+}
+
+// ended is err, as a deadlineError if ctx has ended: the error of a call
+// that stops at its first failure past its context's end.
+func ended(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return expired(ctx.Err(), err)
+	}
+	return err
 }
 
 // retryable reports whether a failed attempt should be retried. Unknown (an
