@@ -34,11 +34,11 @@ func (c *Client) BackupShard(ctx context.Context, shard uint64, fn func(*concord
 		}
 		started, err := backupFrom(ctx, conn, shard, fn)
 		if err == nil || started || status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			return err
+			return ended(ctx, err) // a stream cut by ctx's deadline: gRPC's DeadlineExceeded
 		}
 		lastErr = err
 	}
-	return lastErr
+	return ended(ctx, lastErr)
 }
 
 // backupTargets lists the shard's leader first, then every other node.

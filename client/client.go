@@ -214,13 +214,18 @@ func NewWithOptions(ctx context.Context, opts Options) (*Client, error) {
 		}
 		if errors.As(err, new(finalError)) { // refused: waiting will not help
 			c.Close()
-			return nil, err
+			return nil, noRoutes(err)
 		}
 		if werr := sleep(ctx, backoff(attempt), deadlineOf(ctx)); werr != nil {
 			c.Close()
-			return nil, err
+			return nil, noRoutes(expired(werr, err))
 		}
 	}
+}
+
+// noRoutes is New's error when no node gave it the routing table.
+func noRoutes(err error) error {
+	return fmt.Errorf("concord: no node answered with a routing table: %w", err)
 }
 
 // Close closes the client's connections.
@@ -277,7 +282,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 
 // refresh fetches the routing table from the first node that answers.
 func (c *Client) refresh(ctx context.Context) error {
-	err := c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+	return c.anyNode(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		rt, err := concordpb.NewClusterClient(conn).RoutingTable(ctx, &concordpb.RoutingTableRequest{})
 		if err == nil {
 			c.routes.Store(newRoutes(rt))
@@ -287,10 +292,6 @@ func (c *Client) refresh(ctx context.Context) error {
 		}
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("concord: no node answered with a routing table: %w", err)
-	}
-	return nil
 }
 
 func newRoutes(rt *concordpb.RoutingTableResponse) *routes {
@@ -683,10 +684,18 @@ func expired(ctxErr, last error) error {
 }
 
 // ended is err, as a deadlineError if ctx has ended: the error of a call
-// that stops at its first failure past its context's end.
+// that stops at its first failure past its context's end. Its deadline
+// counts once it is past, before ctx's timer has fired: gRPC may report a
+// call it cut at the deadline (DeadlineExceeded) first.
 func ended(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
-		return expired(ctx.Err(), err)
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return expired(cerr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return expired(context.DeadlineExceeded, err)
 	}
 	return err
 }

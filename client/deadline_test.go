@@ -18,13 +18,17 @@ import (
 // its deadline while retrying returns (docs/client.md, "Errors"): it wraps
 // context.DeadlineExceeded and the last attempt's error (errors.Is finds
 // both), status.Code and status.FromError read code, and the text keeps
-// the last attempt's words.
+// the last attempt's words (with last nil, only that it has some).
 func checkDeadlineErr(t *testing.T, what string, err, last error, code codes.Code) {
 	t.Helper()
 	st, ok := status.FromError(err)
 	switch {
 	case !errors.Is(err, context.DeadlineExceeded):
 		t.Errorf("%s: %v: does not wrap context.DeadlineExceeded", what, err)
+	case last == nil:
+		if status.Code(err) != code || !ok || st.Code() != code || st.Message() != err.Error() || !strings.Contains(err.Error(), "(last error: ") {
+			t.Errorf("%s: %v: status.Code %v (FromError %v, %v, %q), want %v and the last error's text", what, err, status.Code(err), st.Code(), ok, st.Message(), code)
+		}
 	case !errors.Is(err, last):
 		t.Errorf("%s: %v: does not wrap the last attempt's error %v", what, err, last)
 	case status.Code(err) != code || !ok || st.Code() != code:

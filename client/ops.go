@@ -263,11 +263,11 @@ func (c *Client) status(ctx context.Context, req *concordpb.StatusRequest) (st *
 			st, err = concordpb.NewClusterClient(conn).Status(ctx, req)
 			return err
 		})
-		if err == nil || status.Code(err) != codes.Unavailable {
+		if err == nil || ctx.Err() != nil || status.Code(err) != codes.Unavailable {
 			return st, err
 		}
-		if sleep(ctx, backoff(attempt), deadline) != nil {
-			return nil, err
+		if werr := sleep(ctx, backoff(attempt), deadline); werr != nil {
+			return nil, expired(werr, err)
 		}
 	}
 }
@@ -286,7 +286,7 @@ func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.Clie
 	lastErr := errors.New("concord: no node known")
 	for _, addr := range c.candidates() {
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+			return expired(ctx.Err(), lastErr)
 		}
 		conn, err := c.conn(addr)
 		if err == nil {
@@ -294,13 +294,19 @@ func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.Clie
 			err = f(actx, conn)
 			cancel()
 			var final finalError
-			if err == nil || errors.As(err, &final) {
-				return err
+			if errors.As(err, &final) {
+				return finalError{ended(ctx, final.err)}
+			}
+			if err == nil {
+				return nil
 			}
 		}
 		lastErr = err
 	}
-	return lastErr
+	// The last node's attempt may have run into the call's deadline: a
+	// gRPC DeadlineExceeded, which errors.Is does not take for the
+	// context's.
+	return ended(ctx, lastErr)
 }
 
 // TransferLeader asks the cluster to hand shard's leadership to its voter
