@@ -99,10 +99,12 @@ func backupShard(ctx context.Context, c *client.Client, w *backupfile.Writer, sh
 	var err error
 	for attempt := range backupAttempts {
 		if attempt > 0 {
-			fmt.Fprintf(log, "shard %d: %v; reading it again\n", shard, err)
+			fmt.Fprintf(log, "shard %d: %s; reading it again\n", shard, errorText(err))
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("shard %d: %w (last error: %v)", shard, ctx.Err(), err)
+				// Both wrapped: errors.Is finds the deadline, and the JSON
+				// error's code is the last stream's (errorCode).
+				return fmt.Errorf("shard %d: %w (last error: %w)", shard, ctx.Err(), err)
 			case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
 			}
 		}

@@ -29,9 +29,14 @@ type ExitError struct{ Code int }
 func (e ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
 // Main runs the command line and returns the process exit code.
-func Main(args []string) int {
+func Main(args []string) int { return run(args, os.Stdout, os.Stderr) }
+
+// run is Main writing to stdout and stderr (a test's buffers).
+func run(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot()
 	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
@@ -39,7 +44,7 @@ func Main(args []string) int {
 	if e, ok := err.(ExitError); ok {
 		return e.Code
 	}
-	reportError(os.Stdout, os.Stderr, cmd, err)
+	reportError(stdout, stderr, cmd, err)
 	if errors.Is(err, node.ErrRemoved) {
 		return ExitRemoved
 	}
