@@ -28,6 +28,15 @@
 // may come after it applied). A read answered ResourceExhausted (a batch
 // of GETs past what one read returns) fails with it at once.
 //
+// A call that runs out of its deadline (or whose context is cancelled)
+// while it retries returns an error that wraps both the context's error
+// and its last attempt's: errors.Is(err, context.DeadlineExceeded) is
+// true, errors.Is and errors.As reach the last attempt's error, and
+// status.Code reads the last attempt's code (Unavailable: no leader or no
+// node answered; DeadlineExceeded: the attempts timed out; the context's
+// code when the last error has none, or has Unknown). New, Status and the
+// other helpers that retry or ask node after node say the same.
+//
 // TLS and authentication: Options.TLSCAFile turns TLS on (trusting the
 // nodes' CA), TLSCertFile/TLSKeyFile add a client certificate, and
 // Options.AuthToken is sent with every call to a cluster that requires one.
