@@ -105,8 +105,19 @@ func TestDeadlineErrorKeepsTheLastAttempts(t *testing.T) {
 					if uncertain {
 						what += " after a timed-out attempt"
 					}
-					checkDeadlineErr(t, what, err, refused, codes.Unavailable)
-					if want := o.write && uncertain; errors.Is(err, ErrAmbiguous) != want {
+					want := o.write && uncertain
+					if status.Code(err) == codes.DeadlineExceeded {
+						// Rarely the deadline cuts an attempt in flight
+						// (a backoff that ended just before it): that
+						// attempt is the last, and a write it carried
+						// may have applied.
+						t.Logf("%s: the deadline cut the last attempt: %v", what, err)
+						checkDeadlineErr(t, what, err, nil, codes.DeadlineExceeded)
+						want = o.write
+					} else {
+						checkDeadlineErr(t, what, err, refused, codes.Unavailable)
+					}
+					if errors.Is(err, ErrAmbiguous) != want {
 						t.Errorf("%s: %v: ErrAmbiguous %v, want %v", what, err, !want, want)
 					}
 				}
