@@ -147,6 +147,24 @@ type Config struct {
 	// the idle timeout cannot hold a receive slot and a growing staged file
 	// for ever.
 	SnapshotStreamTimeout time.Duration
+	// MaxStagedSnapshots bounds the received snapshots whose files are on
+	// disk at once, node-wide: streams being received and snapshots raft
+	// has not taken yet (default 2 × MaxInboundSnapshots; multiraft
+	// discards what raft did not take within the loop turn that stepped
+	// it). One more stream is refused with ResourceExhausted before it is
+	// read.
+	MaxStagedSnapshots int
+	// MaxSnapshotBytes bounds the key and value bytes of one received
+	// snapshot (default 64 GiB). The stream declares no size (its sender
+	// iterates the shard as it sends), so a stream past it is ended with
+	// ResourceExhausted and what it staged removed.
+	MaxSnapshotBytes int64
+	// SnapshotDiskMargin is the space a received snapshot must leave free
+	// on the data dir's file system (default 1 GiB), checked before
+	// anything is staged and before each chunk is written: a stream that
+	// would go below it is refused, or ended, with ResourceExhausted and
+	// what it staged removed. Negative: no check.
+	SnapshotDiskMargin int64
 	// MaxInboundConns bounds the framed raft connections served at once
 	// (default 256: two lanes for each of 128 peers, with room for a
 	// sender's new connections while its old ones close). One more closes
@@ -254,6 +272,15 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	}
 	if cfg.SnapshotStreamTimeout == 0 {
 		cfg.SnapshotStreamTimeout = snapshotSendTimeout + time.Minute
+	}
+	if cfg.MaxStagedSnapshots == 0 {
+		cfg.MaxStagedSnapshots = 2 * cfg.MaxInboundSnapshots
+	}
+	if cfg.MaxSnapshotBytes == 0 {
+		cfg.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if cfg.SnapshotDiskMargin == 0 {
+		cfg.SnapshotDiskMargin = DefaultSnapshotDiskMargin
 	}
 	if cfg.MaxInboundConns == 0 {
 		cfg.MaxInboundConns = DefaultMaxInboundConns
@@ -767,6 +794,9 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 	default:
 		return status.Errorf(codes.ResourceExhausted, "transport: %d snapshots being received already", cap(t.snapIn))
 	}
+	if err := t.checkStaged(); err != nil {
+		return err
+	}
 	chunks := t.newChunkReader(s)
 	defer chunks.close()
 	first, err := chunks.next()
@@ -809,16 +839,24 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 // the header's MsgSnap names (checkSnapshotState).
 func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.SnapshotChunk, shard ids.ShardID,
 	m *pb.Message) (*storage.StagedSnapshot, error) {
+	if err := t.checkSpace(0); err != nil { // before anything is staged
+		return nil, err
+	}
 	w, err := t.sink.NewSnapshotWriter(shard)
 	if err != nil {
 		return nil, err
 	}
 	sender := chunk.GetFromNodeId()
 	st := newSnapshotState(shard)
+	var total int64
 	for {
 		if n := len(chunk.GetKvs()); n > maxRecvChunkKVs { // the gRPC server's codec refused it already
 			w.Abort()
 			return nil, fmt.Errorf("transport: %d pairs in one snapshot chunk (at most %d)", n, maxRecvChunkKVs)
+		}
+		if err := t.checkChunk(&total, chunk); err != nil {
+			w.Abort()
+			return nil, err
 		}
 		size := 0
 		for _, kv := range chunk.GetKvs() {
