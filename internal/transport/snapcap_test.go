@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
@@ -79,13 +81,17 @@ func TestStagedSnapshotsBoundedNodeWide(t *testing.T) {
 func TestOversizedSnapshotStreamRefused(t *testing.T) {
 	b, addr, rec := snapReceiver(t, Config{MaxSnapshotBytes: 500})
 	a := snapSender(t, addr, 64) // several chunks staged before the bound
-	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(200)); !refused(err, "past 500 bytes") {
+	// Far more than the bound: the sender is still sending when the
+	// receiver ends the stream, and must report the refusal, not io.EOF.
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(100000)); !refused(err, "past 500 bytes") {
 		t.Fatalf("a snapshot past MaxSnapshotBytes: %v; want ResourceExhausted", err)
 	}
 	waitFor(t, "no snapshot being received", func() bool { return b.receiving() == 0 })
 	if n, files := staged(b), stagedFiles(t, b); n != 0 || len(files) != 0 {
 		t.Fatalf("%d staged snapshots, files %v left by the refused stream", n, files)
 	}
+	a.snapBackoff.min = 0 // the refusal backed the sender off; not the point here
+	a.snapBackoff.note(2, nil)
 	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(10)); err != nil {
 		t.Fatalf("a snapshot within MaxSnapshotBytes: %v", err)
 	}
@@ -111,5 +117,46 @@ func TestSnapshotRefusedBelowDiskMargin(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.snaps) != 0 {
 		t.Fatalf("%d snapshots delivered", len(rec.snaps))
+	}
+}
+
+// TestRefusedSnapshotSenderBacksOff (hsnapcap): raft tries a failed
+// snapshot again at the next heartbeat answer (every tick), and each try
+// opened a stream, sent a chunk and was refused again. After a refusal
+// (ResourceExhausted) the sender now sends no snapshot to that peer until
+// its backoff passes, failing at once without a stream, and sends again
+// once it has.
+func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
+	_, addr, rec := snapReceiver(t, Config{MaxStagedSnapshots: 1})
+	a := snapSender(t, addr, 0)
+	a.snapBackoff.min, a.snapBackoff.max = time.Hour, time.Hour
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
+		t.Fatalf("first snapshot: %v", err)
+	}
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !refused(err, "staged on disk already") {
+		t.Fatalf("second snapshot, past the receiver's bound: %v; want ResourceExhausted", err)
+	}
+	rec.mu.Lock()
+	rec.snaps[0].Discard() // the receiver has room again: only the backoff stops the sender
+	rec.snaps = nil
+	rec.mu.Unlock()
+	for i := range 5 {
+		if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !errors.Is(err, errSnapshotBackoff) {
+			t.Fatalf("try %d right after the refusal: %v; want the sender's backoff", i, err)
+		}
+	}
+	rec.mu.Lock()
+	n := len(rec.snaps)
+	rec.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d snapshots delivered during the backoff", n)
+	}
+	a.snapBackoff.mu.Lock()
+	st := a.snapBackoff.peers[2]
+	st.until = time.Now() // the backoff passed
+	a.snapBackoff.peers[2] = st
+	a.snapBackoff.mu.Unlock()
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
+		t.Fatalf("a snapshot after the backoff: %v", err)
 	}
 }

@@ -204,6 +204,8 @@ type Transport struct {
 	// snapIn holds a token per snapshot stream being received
 	// (Config.MaxInboundSnapshots).
 	snapIn chan struct{}
+	// snapBackoff spaces out snapshots to peers that refused one.
+	snapBackoff snapshotBackoff
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
@@ -292,7 +294,8 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
 		keepaliveWait: keepaliveInterval, idleWait: idleTimeout, quietWait: quietTimeout, helloWait: helloReadTimeout,
-		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots)}
+		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots),
+		snapBackoff: snapshotBackoff{min: snapBackoffMin, max: snapBackoffMax}}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -698,7 +701,10 @@ func (t *Transport) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	go func() {
 		defer t.wg.Done()
 		err := t.sendSnapshot(toNode, shard, m, snap)
-		if err != nil {
+		switch {
+		case errors.Is(err, errSnapshotBackoff): // said once, when refused
+			t.log.Debug("snapshot not sent", "shard", shard, "to_node", toNode, "err", err)
+		case err != nil:
 			t.log.Warn("snapshot send failed", "shard", shard, "to_node", toNode, "err", err)
 		}
 		done(err == nil)
@@ -709,6 +715,16 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	if t.isBlocked(toNode) {
 		return errors.New("peer blocked")
 	}
+	if err := t.snapBackoff.wait(toNode); err != nil {
+		return err
+	}
+	err := t.streamSnapshot(toNode, shard, m, snap)
+	t.snapBackoff.note(toNode, err)
+	return err
+}
+
+// streamSnapshot sends snap to toNode in one stream.
+func (t *Transport) streamSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap storage.SnapshotSource) error {
 	p, err := t.peer(toNode)
 	if err != nil {
 		return err
@@ -743,7 +759,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 			return err
 		}
 		if err := s.Send(chunk); err != nil {
-			return err
+			return streamStatus(s, err)
 		}
 		t.countSnapshot(true, size)
 		sent += len(chunk.Kvs)
@@ -758,7 +774,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 		return err
 	}
 	if err := s.Send(chunk); err != nil {
-		return err
+		return streamStatus(s, err)
 	}
 	t.countSnapshot(true, size)
 	ack, err := s.CloseAndRecv()
