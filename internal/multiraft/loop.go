@@ -222,15 +222,23 @@ func (h *Host) handleReady() {
 	for shard, r := range h.dirty {
 		delete(h.dirty, shard)
 		if !r.HasReady() {
+			r.DropStagedSnapshots() // raft took none of them (see below)
 			continue
 		}
 		rd := r.Ready()
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			h.voidLease(shard) // before the shard's data is replaced (fastread.go)
 			h.engineChanged()
-			if err := r.InstallSnapshot(rd); err != nil {
+			if err := r.InstallSnapshot(rd); err != nil { // it drops the others
 				h.fatal(err)
 			}
+		} else {
+			// Raft puts a snapshot it accepted into the very next Ready, and
+			// a snapshot it ignored (stale, of a lower term, not naming this
+			// replica) is never stepped again: staged data raft did not take
+			// by now is garbage. Without this it waited for the truncation
+			// pass's SnapshotHandleTTL, however many a peer sent meanwhile.
+			r.DropStagedSnapshots()
 		}
 		if err := r.Persist(b, rd); err != nil {
 			h.fatal(err)

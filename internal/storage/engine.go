@@ -49,6 +49,10 @@ type Engine struct {
 	// stagedSeq numbers staged snapshot files, so concurrent receivers of
 	// the same shard never share a file.
 	stagedSeq atomic.Uint64
+	// staged counts the staged snapshots whose files exist: writers not
+	// yet finished or aborted, and StagedSnapshots not yet installed or
+	// discarded (StagedSnapshots), so a receiver can bound them node-wide.
+	staged atomic.Int64
 	// closeMu guards closed: reads from outside the host loop (Read,
 	// ReadView) hold it shared, Close exclusively, so none runs on a closed
 	// Pebble, which would panic.

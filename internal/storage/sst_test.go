@@ -322,3 +322,41 @@ func TestStagedSnapshotSplitsFiles(t *testing.T) {
 		t.Fatalf("aux dir after Discard and Abort holds %v", names)
 	}
 }
+
+// TestStagedSnapshotsCounted (hsnapcap): the transport refuses a snapshot
+// stream while MaxStagedSnapshots received snapshots have files on disk,
+// which it learns from StagedSnapshots: a writer counts from its start, a
+// staged snapshot until it is installed or discarded, each once however
+// often it is discarded or aborted.
+func TestStagedSnapshotsCounted(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	fillShard(t, e.db, 7, "old")
+	want := func(n int, when string) {
+		t.Helper()
+		if got := e.StagedSnapshots(); got != n {
+			t.Fatalf("%d staged snapshots %s, want %d", got, when, n)
+		}
+	}
+	w, err := e.NewSnapshotWriter(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(1, "with a writer open")
+	w.Abort()
+	w.Abort()
+	want(0, "after Abort, twice")
+	a, b := stage(t, e, 7, snapshotPairs(t)), stage(t, e, 7, snapshotPairs(t))
+	want(2, "with two staged")
+	a.Discard()
+	a.Discard()
+	want(1, "after one was discarded twice")
+	hs := &pb.HardState{Term: new(uint64(6)), Commit: new(uint64(40))}
+	if err := e.InstallSnapshot(7, b, hs, 40, 6); err != nil {
+		t.Fatal(err)
+	}
+	b.Discard() // the replica drops what it staged after installing
+	want(0, "after the other was installed")
+	if _, err := e.StagingSpace(); err != nil {
+		t.Fatalf("free space of a data dir on disk: %v", err)
+	}
+}

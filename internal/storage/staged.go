@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -14,7 +16,16 @@ import (
 // transport's receiver (and the in-process test transport) write into it.
 type SnapshotSink interface {
 	NewSnapshotWriter(shard ids.ShardID) (*SnapshotWriter, error)
+	// StagedSnapshots is how many staged snapshots have files now.
+	StagedSnapshots() int
+	// StagingSpace is the space free for staged files, in bytes;
+	// ErrSpaceUnknown if the file system cannot tell.
+	StagingSpace() (uint64, error)
 }
+
+// ErrSpaceUnknown: the engine's file system does not report free space
+// (an in-memory one).
+var ErrSpaceUnknown = errors.New("storage: free space unknown")
 
 var _ SnapshotSink = (*Engine)(nil)
 
@@ -38,6 +49,9 @@ type SnapshotWriter struct {
 	done   []string // the finished files
 	shard  ids.ShardID
 	lo, hi []byte
+	// ended: Finish or Abort ran; the count passed to the StagedSnapshot
+	// or was taken back, once.
+	ended bool
 }
 
 // NewSnapshotWriter starts a staged snapshot of shard.
@@ -47,7 +61,25 @@ func (e *Engine) NewSnapshotWriter(shard ids.ShardID) (*SnapshotWriter, error) {
 	if err := w.newFile(); err != nil {
 		return nil, err
 	}
+	e.staged.Add(1)
 	return w, nil
+}
+
+// StagedSnapshots is how many staged snapshots have files now (see
+// Engine.staged).
+func (e *Engine) StagedSnapshots() int { return int(e.staged.Load()) }
+
+// StagingSpace is the space free to this process on the file system of the
+// aux dir, where snapshots are staged (the data dir's).
+func (e *Engine) StagingSpace() (uint64, error) {
+	u, err := e.fs.GetDiskUsage(e.auxDir)
+	if errors.Is(err, vfs.ErrUnsupported) {
+		return 0, ErrSpaceUnknown
+	}
+	if err != nil {
+		return 0, fmt.Errorf("storage: free space of %s: %w", e.auxDir, err)
+	}
+	return u.AvailBytes, nil
 }
 
 // newFile starts the writer's next file.
@@ -99,7 +131,8 @@ func (w *SnapshotWriter) rotate() error {
 // Finish closes the last file and hands the files over as a
 // StagedSnapshot. On error they are removed.
 func (w *SnapshotWriter) Finish() (*StagedSnapshot, error) {
-	s := &StagedSnapshot{fs: w.sst.fs, paths: append(w.done, w.sst.path), shard: w.shard}
+	s := &StagedSnapshot{e: w.e, fs: w.sst.fs, paths: append(w.done, w.sst.path), shard: w.shard}
+	w.ended = true // the count is s's now
 	if err := w.sst.Finish(); err != nil {
 		s.Discard()
 		return nil, err
@@ -107,11 +140,15 @@ func (w *SnapshotWriter) Finish() (*StagedSnapshot, error) {
 	return s, nil
 }
 
-// Abort removes the files.
+// Abort removes the files. It is safe to call more than once.
 func (w *SnapshotWriter) Abort() {
 	w.sst.Abort()
 	for _, p := range w.done {
 		_ = w.sst.fs.Remove(p)
+	}
+	if !w.ended {
+		w.ended = true
+		w.e.staged.Add(-1)
 	}
 }
 
@@ -119,9 +156,13 @@ func (w *SnapshotWriter) Abort() {
 // the snapshot. Exactly one of Engine.InstallSnapshot (which consumes it)
 // and Discard ends it; files left by a crash are cleared by Open.
 type StagedSnapshot struct {
+	e     *Engine
 	fs    vfs.FS
 	paths []string
 	shard ids.ShardID
+	// gone: Discard ran (and uncounted the snapshot once); InstallSnapshot
+	// and the loop may both discard it.
+	gone atomic.Bool
 }
 
 // Shard is the shard the data belongs to.
@@ -132,6 +173,9 @@ func (s *StagedSnapshot) Shard() ids.ShardID { return s.shard }
 func (s *StagedSnapshot) Discard() {
 	for _, p := range s.paths {
 		_ = s.fs.Remove(p)
+	}
+	if !s.gone.Swap(true) {
+		s.e.staged.Add(-1)
 	}
 }
 

@@ -1,12 +1,14 @@
 package transport
 
 import (
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/storage"
 )
 
 // chunkReader receives a snapshot stream's chunks under an idle deadline
@@ -78,3 +80,61 @@ func (r *chunkReader) next() (*concordpb.SnapshotChunk, error) {
 // close ends the handler's use of the reader; its goroutine returns once
 // the stream ends.
 func (r *chunkReader) close() { close(r.done) }
+
+// DefaultMaxSnapshotBytes and DefaultSnapshotDiskMargin are the defaults
+// of Config.MaxSnapshotBytes and Config.SnapshotDiskMargin.
+const (
+	DefaultMaxSnapshotBytes   = 64 << 30
+	DefaultSnapshotDiskMargin = 1 << 30
+)
+
+// checkStaged refuses a stream while Config.MaxStagedSnapshots received
+// snapshots have files on disk: streams being received, and those raft
+// has not taken (or not yet discarded).
+func (t *Transport) checkStaged() error {
+	if n := t.sink.StagedSnapshots(); n >= t.cfg.MaxStagedSnapshots {
+		return status.Errorf(codes.ResourceExhausted,
+			"transport: %d received snapshots staged on disk already (at most %d); try later", n, t.cfg.MaxStagedSnapshots)
+	}
+	return nil
+}
+
+// checkChunk adds chunk's pairs to *total, the stream's bytes so far, and
+// refuses the chunk if the stream goes past Config.MaxSnapshotBytes or
+// writing it would leave less than Config.SnapshotDiskMargin free. The
+// stream declares no size, so both are checked as it goes.
+func (t *Transport) checkChunk(total *int64, chunk *concordpb.SnapshotChunk) error {
+	var n int64
+	for _, kv := range chunk.GetKvs() {
+		n += int64(len(kv.GetKey()) + len(kv.GetValue()))
+	}
+	*total += n
+	if *total > t.cfg.MaxSnapshotBytes {
+		return status.Errorf(codes.ResourceExhausted, "transport: snapshot stream past %d bytes (MaxSnapshotBytes)",
+			t.cfg.MaxSnapshotBytes)
+	}
+	return t.checkSpace(n)
+}
+
+// checkSpace refuses to stage n more bytes if that would leave less than
+// Config.SnapshotDiskMargin free on the data dir's file system. A file
+// system that cannot tell (in memory) is not checked.
+func (t *Transport) checkSpace(n int64) error {
+	margin := t.cfg.SnapshotDiskMargin
+	if margin < 0 {
+		return nil
+	}
+	free, err := t.sink.StagingSpace()
+	if errors.Is(err, storage.ErrSpaceUnknown) {
+		return nil
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "transport: snapshot refused: %v", err)
+	}
+	if free < uint64(margin) || free-uint64(margin) < uint64(n) {
+		return status.Errorf(codes.ResourceExhausted,
+			"transport: snapshot refused: %d bytes free on the data dir's file system, %d more would leave less than %d (SnapshotDiskMargin)",
+			free, n, margin)
+	}
+	return nil
+}

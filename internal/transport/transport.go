@@ -147,6 +147,24 @@ type Config struct {
 	// the idle timeout cannot hold a receive slot and a growing staged file
 	// for ever.
 	SnapshotStreamTimeout time.Duration
+	// MaxStagedSnapshots bounds the received snapshots whose files are on
+	// disk at once, node-wide: streams being received and snapshots raft
+	// has not taken yet (default 2 × MaxInboundSnapshots; multiraft
+	// discards what raft did not take within the loop turn that stepped
+	// it). One more stream is refused with ResourceExhausted before it is
+	// read.
+	MaxStagedSnapshots int
+	// MaxSnapshotBytes bounds the key and value bytes of one received
+	// snapshot (default 64 GiB). The stream declares no size (its sender
+	// iterates the shard as it sends), so a stream past it is ended with
+	// ResourceExhausted and what it staged removed.
+	MaxSnapshotBytes int64
+	// SnapshotDiskMargin is the space a received snapshot must leave free
+	// on the data dir's file system (default 1 GiB), checked before
+	// anything is staged and before each chunk is written: a stream that
+	// would go below it is refused, or ended, with ResourceExhausted and
+	// what it staged removed. Negative: no check.
+	SnapshotDiskMargin int64
 	// MaxInboundConns bounds the framed raft connections served at once
 	// (default 256: two lanes for each of 128 peers, with room for a
 	// sender's new connections while its old ones close). One more closes
@@ -186,6 +204,8 @@ type Transport struct {
 	// snapIn holds a token per snapshot stream being received
 	// (Config.MaxInboundSnapshots).
 	snapIn chan struct{}
+	// snapBackoff spaces out snapshots to peers that refused one.
+	snapBackoff snapshotBackoff
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
@@ -255,6 +275,15 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	if cfg.SnapshotStreamTimeout == 0 {
 		cfg.SnapshotStreamTimeout = snapshotSendTimeout + time.Minute
 	}
+	if cfg.MaxStagedSnapshots == 0 {
+		cfg.MaxStagedSnapshots = 2 * cfg.MaxInboundSnapshots
+	}
+	if cfg.MaxSnapshotBytes == 0 {
+		cfg.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if cfg.SnapshotDiskMargin == 0 {
+		cfg.SnapshotDiskMargin = DefaultSnapshotDiskMargin
+	}
 	if cfg.MaxInboundConns == 0 {
 		cfg.MaxInboundConns = DefaultMaxInboundConns
 	}
@@ -265,7 +294,8 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 	return &Transport{cfg: cfg, sink: sink, log: cfg.Logger, peers: map[ids.NodeID]*peer{}, stopC: make(chan struct{}),
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
 		keepaliveWait: keepaliveInterval, idleWait: idleTimeout, quietWait: quietTimeout, helloWait: helloReadTimeout,
-		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots)}
+		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots),
+		snapBackoff: snapshotBackoff{min: snapBackoffMin, max: snapBackoffMax}}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
@@ -671,7 +701,10 @@ func (t *Transport) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	go func() {
 		defer t.wg.Done()
 		err := t.sendSnapshot(toNode, shard, m, snap)
-		if err != nil {
+		switch {
+		case errors.Is(err, errSnapshotBackoff): // said once, when refused
+			t.log.Debug("snapshot not sent", "shard", shard, "to_node", toNode, "err", err)
+		case err != nil:
 			t.log.Warn("snapshot send failed", "shard", shard, "to_node", toNode, "err", err)
 		}
 		done(err == nil)
@@ -682,6 +715,16 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	if t.isBlocked(toNode) {
 		return errors.New("peer blocked")
 	}
+	if err := t.snapBackoff.wait(toNode); err != nil {
+		return err
+	}
+	err := t.streamSnapshot(toNode, shard, m, snap)
+	t.snapBackoff.note(toNode, err)
+	return err
+}
+
+// streamSnapshot sends snap to toNode in one stream.
+func (t *Transport) streamSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Message, snap storage.SnapshotSource) error {
 	p, err := t.peer(toNode)
 	if err != nil {
 		return err
@@ -716,7 +759,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 			return err
 		}
 		if err := s.Send(chunk); err != nil {
-			return err
+			return streamStatus(s, err)
 		}
 		t.countSnapshot(true, size)
 		sent += len(chunk.Kvs)
@@ -731,7 +774,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 		return err
 	}
 	if err := s.Send(chunk); err != nil {
-		return err
+		return streamStatus(s, err)
 	}
 	t.countSnapshot(true, size)
 	ack, err := s.CloseAndRecv()
@@ -766,6 +809,9 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 		defer func() { <-t.snapIn }()
 	default:
 		return status.Errorf(codes.ResourceExhausted, "transport: %d snapshots being received already", cap(t.snapIn))
+	}
+	if err := t.checkStaged(); err != nil {
+		return err
 	}
 	chunks := t.newChunkReader(s)
 	defer chunks.close()
@@ -809,16 +855,24 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 // the header's MsgSnap names (checkSnapshotState).
 func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.SnapshotChunk, shard ids.ShardID,
 	m *pb.Message) (*storage.StagedSnapshot, error) {
+	if err := t.checkSpace(0); err != nil { // before anything is staged
+		return nil, err
+	}
 	w, err := t.sink.NewSnapshotWriter(shard)
 	if err != nil {
 		return nil, err
 	}
 	sender := chunk.GetFromNodeId()
 	st := newSnapshotState(shard)
+	var total int64
 	for {
 		if n := len(chunk.GetKvs()); n > maxRecvChunkKVs { // the gRPC server's codec refused it already
 			w.Abort()
 			return nil, fmt.Errorf("transport: %d pairs in one snapshot chunk (at most %d)", n, maxRecvChunkKVs)
+		}
+		if err := t.checkChunk(&total, chunk); err != nil {
+			w.Abort()
+			return nil, err
 		}
 		size := 0
 		for _, kv := range chunk.GetKvs() {

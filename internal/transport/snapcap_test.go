@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/storage"
+)
+
+// snapHeader is the MsgSnap of the test snapshots: shard 3 at 10/2, to
+// node 2's replica 2.
+func snapHeader() *pb.Message {
+	return &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+		Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(2))}}}
+}
+
+// snapSender starts node 1's transport, sending snapshots to addr (node
+// 2) in chunks of at most chunkBytes.
+func snapSender(t *testing.T, addr string, chunkBytes int) *Transport {
+	t.Helper()
+	a := New(Config{ClusterID: 7, NodeID: 1, SnapshotChunkBytes: chunkBytes,
+		Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
+	a.SetReceiver(&recorder{})
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// staged is how many received snapshots have files on b's engine.
+func staged(b *Transport) int { return b.sink.(*storage.Engine).StagedSnapshots() }
+
+// refused reports whether err is a ResourceExhausted refusal saying what.
+func refused(err error, what string) bool {
+	return status.Code(err) == codes.ResourceExhausted && strings.Contains(status.Convert(err).Message(), what)
+}
+
+// TestStagedSnapshotsBoundedNodeWide (hsnapcap): a received snapshot is
+// staged on disk before raft sees its header, and nothing bounded how many
+// such snapshots raft had not taken yet: a peer could fill the disk with
+// them. Past MaxStagedSnapshots a new stream is refused (ResourceExhausted)
+// before it is read and stages nothing; once raft takes or drops one (here
+// the recorder, which never does, discards it) a snapshot is taken again.
+func TestStagedSnapshotsBoundedNodeWide(t *testing.T) {
+	b, addr, rec := snapReceiver(t, Config{MaxStagedSnapshots: 2})
+	for i := range 2 {
+		if err := goodSnapshot(t, addr); err != nil {
+			t.Fatalf("snapshot %d within the bound: %v", i, err)
+		}
+	}
+	for i := range 3 {
+		if err := goodSnapshot(t, addr); !refused(err, "staged on disk already") {
+			t.Fatalf("snapshot %d past the bound: %v; want ResourceExhausted", 3+i, err)
+		}
+	}
+	if n, files := staged(b), stagedFiles(t, b); n != 2 || len(files) != 2 {
+		t.Fatalf("%d staged snapshots, files %v; want the 2 within the bound", n, files)
+	}
+	rec.mu.Lock()
+	rec.snaps[0].Discard()
+	rec.snaps = rec.snaps[1:]
+	rec.mu.Unlock()
+	if err := goodSnapshot(t, addr); err != nil {
+		t.Fatalf("a snapshot once one was discarded: %v", err)
+	}
+	if n := staged(b); n != 2 {
+		t.Fatalf("%d staged snapshots, want 2", n)
+	}
+}
+
+// TestOversizedSnapshotStreamRefused (hsnapcap): nothing bounded the size
+// of one snapshot stream, and its header declares none (the sender
+// iterates the shard as it sends). A stream past MaxSnapshotBytes is ended
+// with ResourceExhausted, the files it staged so far are removed, and the
+// receiver takes a snapshot within the bound afterwards.
+func TestOversizedSnapshotStreamRefused(t *testing.T) {
+	b, addr, rec := snapReceiver(t, Config{MaxSnapshotBytes: 500})
+	a := snapSender(t, addr, 64) // several chunks staged before the bound
+	// Far more than the bound: the sender is still sending when the
+	// receiver ends the stream, and must report the refusal, not io.EOF.
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(100000)); !refused(err, "past 500 bytes") {
+		t.Fatalf("a snapshot past MaxSnapshotBytes: %v; want ResourceExhausted", err)
+	}
+	waitFor(t, "no snapshot being received", func() bool { return b.receiving() == 0 })
+	if n, files := staged(b), stagedFiles(t, b); n != 0 || len(files) != 0 {
+		t.Fatalf("%d staged snapshots, files %v left by the refused stream", n, files)
+	}
+	a.snapBackoff.min = 0 // the refusal backed the sender off; not the point here
+	a.snapBackoff.note(2, nil)
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(10)); err != nil {
+		t.Fatalf("a snapshot within MaxSnapshotBytes: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.snaps) != 1 {
+		t.Fatalf("%d snapshots delivered; want only the one within the bound", len(rec.snaps))
+	}
+}
+
+// TestSnapshotRefusedBelowDiskMargin (hsnapcap): a snapshot that would
+// leave less than SnapshotDiskMargin free on the data dir's file system is
+// refused before anything is staged, with an error that says so.
+func TestSnapshotRefusedBelowDiskMargin(t *testing.T) {
+	b, addr, rec := snapReceiver(t, Config{SnapshotDiskMargin: 1 << 62}) // more than any disk has
+	if err := goodSnapshot(t, addr); !refused(err, "SnapshotDiskMargin") {
+		t.Fatalf("a snapshot with the disk below the margin: %v; want ResourceExhausted", err)
+	}
+	if n, files := staged(b), stagedFiles(t, b); n != 0 || len(files) != 0 {
+		t.Fatalf("%d staged snapshots, files %v after the refusal", n, files)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.snaps) != 0 {
+		t.Fatalf("%d snapshots delivered", len(rec.snaps))
+	}
+}
+
+// TestRefusedSnapshotSenderBacksOff (hsnapcap): raft tries a failed
+// snapshot again at the next heartbeat answer (every tick), and each try
+// opened a stream, sent a chunk and was refused again. After a refusal
+// (ResourceExhausted) the sender now sends no snapshot to that peer until
+// its backoff passes, failing at once without a stream, and sends again
+// once it has.
+func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
+	_, addr, rec := snapReceiver(t, Config{MaxStagedSnapshots: 1})
+	a := snapSender(t, addr, 0)
+	a.snapBackoff.min, a.snapBackoff.max = time.Hour, time.Hour
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
+		t.Fatalf("first snapshot: %v", err)
+	}
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !refused(err, "staged on disk already") {
+		t.Fatalf("second snapshot, past the receiver's bound: %v; want ResourceExhausted", err)
+	}
+	rec.mu.Lock()
+	rec.snaps[0].Discard() // the receiver has room again: only the backoff stops the sender
+	rec.snaps = nil
+	rec.mu.Unlock()
+	for i := range 5 {
+		if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !errors.Is(err, errSnapshotBackoff) {
+			t.Fatalf("try %d right after the refusal: %v; want the sender's backoff", i, err)
+		}
+	}
+	rec.mu.Lock()
+	n := len(rec.snaps)
+	rec.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d snapshots delivered during the backoff", n)
+	}
+	a.snapBackoff.mu.Lock()
+	st := a.snapBackoff.peers[2]
+	st.until = time.Now() // the backoff passed
+	a.snapBackoff.peers[2] = st
+	a.snapBackoff.mu.Unlock()
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
+		t.Fatalf("a snapshot after the backoff: %v", err)
+	}
+}

@@ -1,0 +1,83 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// errSnapshotBackoff: a snapshot is not sent to a peer that refused one
+// (ResourceExhausted) until its backoff has passed.
+var errSnapshotBackoff = errors.New("transport: peer refused a snapshot recently")
+
+// snapBackoffMin and snapBackoffMax bound the wait after a refused
+// snapshot: it doubles with each refusal in a row.
+const (
+	snapBackoffMin = time.Second
+	snapBackoffMax = 30 * time.Second
+)
+
+// snapshotBackoff spaces out the snapshots sent to peers that refused one
+// for want of room (receive slots, staged snapshots, disk, size). Raft
+// tries again at the next heartbeat answer after a failed snapshot (every
+// tick), and each try took a storage snapshot, opened a stream and sent
+// its first chunk only to be refused again: ten a second, and as many
+// warnings. Within the backoff a snapshot fails at once, without a
+// stream.
+type snapshotBackoff struct {
+	min, max time.Duration // snapBackoffMin, snapBackoffMax; tests shorten them
+	mu       sync.Mutex
+	peers    map[ids.NodeID]backoffState // guarded by mu
+}
+
+type backoffState struct {
+	until time.Time     // no snapshot to the peer before
+	next  time.Duration // the wait after its next refusal
+}
+
+// wait fails with errSnapshotBackoff while node's backoff lasts.
+func (b *snapshotBackoff) wait(node ids.NodeID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if left := time.Until(b.peers[node].until); left > 0 {
+		return fmt.Errorf("%w: node %d, next try in %v", errSnapshotBackoff, node, left.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// note records a stream's outcome: a refusal (ResourceExhausted) starts or
+// doubles node's backoff, anything else ends it.
+func (b *snapshotBackoff) note(node ids.NodeID, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if status.Code(err) != codes.ResourceExhausted {
+		delete(b.peers, node)
+		return
+	}
+	if b.peers == nil {
+		b.peers = map[ids.NodeID]backoffState{}
+	}
+	wait := max(b.peers[node].next, b.min)
+	b.peers[node] = backoffState{until: time.Now().Add(wait), next: min(2*wait, b.max)}
+}
+
+// streamStatus is the error of a failed Send on s: io.EOF says the
+// receiver ended the stream, whose status (a refusal) CloseAndRecv has.
+func streamStatus(s concordpb.RaftTransport_SendSnapshotClient, err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	_, err = s.CloseAndRecv()
+	if err == nil {
+		err = errors.New("transport: snapshot stream ended by the receiver")
+	}
+	return err
+}
