@@ -343,7 +343,9 @@ func (h *Host) sendSnapshot(r *replica.Replica, ob replica.Outbound) {
 		r.ReportSnapshot(to, false)
 		return
 	}
-	h.log.Info("sending snapshot", "shard", shard, "to_replica", to, "to_node", ob.ToNode,
+	// Debug: raft asks again every tick while a peer backs us off
+	// (transport.snapshotBackoff); the transport says Info when it sends.
+	h.log.Debug("snapshot to send", "shard", shard, "to_replica", to, "to_node", ob.ToNode,
 		"index", ob.Msg.GetSnapshot().GetMetadata().GetIndex())
 	h.transport.SendSnapshot(ob.ToNode, shard, ob.Msg, snap, func(ok bool) {
 		snap.Close()

@@ -718,6 +718,7 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	if err := t.snapBackoff.wait(toNode); err != nil {
 		return err
 	}
+	t.log.Info("sending snapshot", "shard", shard, "to_node", toNode, "index", m.GetSnapshot().GetMetadata().GetIndex())
 	err := t.streamSnapshot(toNode, shard, m, snap)
 	t.snapBackoff.note(toNode, err)
 	return err
