@@ -89,3 +89,42 @@ func TestScanCursorOfAnotherNodeIsRefused(t *testing.T) {
 		t.Fatalf("SCAN %s on A = %s %v %s; want k010..k029 and cursor 0", curA, cur, keys, e)
 	}
 }
+
+// TestCursorTableBoundedInBytes protects the cursor table's memory: it
+// keeps the newest cursors within maxCursorBytes of continuation keys as
+// well as maxCursors. Before, only the count was bounded: 16,384 cursors
+// after keys of 64 KiB (--max-key-bytes' cap) held 1 GiB, for any client
+// that called SCAN 16,384 times.
+func TestCursorTableBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	var tab cursorTable
+	tab.m = map[uint64][]byte{}
+	start := bytes.Repeat([]byte{'k'}, 64<<10+1) // a key at the cap, and its 0
+	var ids []uint64
+	for range maxCursors {
+		ids = append(ids, tab.put(start)) // one slice: the test holds 64 KiB
+	}
+	held := 0
+	for _, v := range tab.m {
+		held += len(v)
+	}
+	if held > maxCursorBytes {
+		t.Fatalf("the table holds %d cursors, %d bytes of keys; the bound is %d", len(tab.m), held, maxCursorBytes)
+	}
+	if _, ok := tab.get(ids[len(ids)-1]); !ok {
+		t.Fatal("the newest cursor was forgotten")
+	}
+	if _, ok := tab.get(ids[0]); ok {
+		t.Fatal("the oldest cursor was kept past the byte bound")
+	}
+	// Short keys: the count bounds the table, and the newest are kept.
+	for range maxCursors {
+		ids = append(ids, tab.put([]byte("k")))
+	}
+	if len(tab.m) != maxCursors {
+		t.Fatalf("after %d cursors of short keys the table holds %d, want %d", maxCursors, len(tab.m), maxCursors)
+	}
+	if _, ok := tab.get(ids[len(ids)-maxCursors]); !ok {
+		t.Fatal("one of the newest maxCursors cursors was forgotten")
+	}
+}

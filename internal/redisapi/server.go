@@ -395,18 +395,27 @@ type cursorTable struct {
 	mu    sync.Mutex
 	m     map[uint64][]byte // guarded by mu
 	order []uint64          // guarded by mu: insertion order, for eviction
+	bytes int               // guarded by mu: the keys' bytes in m
 }
 
-// maxCursors bounds the cursor table.
-const maxCursors = 16384
+// maxCursors and maxCursorBytes bound the cursor table: at most 16,384
+// cursors and 64 MiB of their keys. The count alone let 16,384 cursors
+// after keys of 64 KiB (--max-key-bytes' cap) hold 1 GiB; at the default
+// 4 KiB keys the count binds first, or nearly.
+const (
+	maxCursors     = 16384
+	maxCursorBytes = 64 << 20
+)
 
 func (t *cursorTable) put(start []byte) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	id := newCursorID(t.m)
 	t.m[id] = start
+	t.bytes += len(start)
 	t.order = append(t.order, id)
-	if len(t.order) > maxCursors {
+	for len(t.order) > maxCursors || t.bytes > maxCursorBytes {
+		t.bytes -= len(t.m[t.order[0]])
 		delete(t.m, t.order[0])
 		t.order = t.order[1:]
 	}
