@@ -12,25 +12,37 @@ import (
 )
 
 // sortedKV is a keyspace of fixed keys that Scan pages through in byte
-// order from the request's start, limit keys at a time, as KV.Scan does.
+// order from the request's start as KV.Scan does: a page ends after limit
+// keys, or after the key that brings it to max_bytes (0: 64 MiB).
 type sortedKV struct {
 	*fakeKV
 	keys [][]byte // sorted
 }
 
-func newSortedKV(n int) *sortedKV {
+// newSortedKV holds n keys "k000", "k001", ..., each padded to size bytes
+// (if longer).
+func newSortedKV(n, size int) *sortedKV {
 	s := &sortedKV{fakeKV: &fakeKV{counters: map[string]int64{}}}
 	for i := range n {
-		s.keys = append(s.keys, fmt.Appendf(nil, "k%03d", i))
+		k := fmt.Appendf(nil, "k%03d", i)
+		if len(k) < size {
+			k = append(k, bytes.Repeat([]byte{'.'}, size-len(k))...)
+		}
+		s.keys = append(s.keys, k)
 	}
 	return s
 }
 
 func (s *sortedKV) Scan(_ context.Context, r *concordpb.ScanRequest) (*concordpb.ScanResponse, error) {
+	maxBytes := int(r.GetMaxBytes())
+	if maxBytes == 0 {
+		maxBytes = 64 << 20
+	}
 	i, _ := slices.BinarySearchFunc(s.keys, r.GetStart(), bytes.Compare)
 	out := &concordpb.ScanResponse{}
-	for ; i < len(s.keys) && len(out.Kvs) < int(r.GetLimit()); i++ {
+	for size := 0; i < len(s.keys) && len(out.Kvs) < int(r.GetLimit()) && size < maxBytes; i++ {
 		out.Kvs = append(out.Kvs, &concordpb.KeyValue{Key: s.keys[i]})
+		size += len(s.keys[i])
 	}
 	if i < len(s.keys) {
 		out.More, out.NextStart = true, append(slices.Clone(s.keys[i-1]), 0)
@@ -64,7 +76,7 @@ func scanPage(c *sockClient, args ...string) (cursor string, keys []string, errT
 // own cursor 1 and went on from B's position, and the client, believing
 // it had continued its scan, silently missed the keys in between.
 func TestScanCursorOfAnotherNodeIsRefused(t *testing.T) {
-	kv := newSortedKV(30)
+	kv := newSortedKV(30, 0)
 	a := serveOnSocket(t, New(kv, Config{}))
 	b := serveOnSocket(t, New(kv, Config{}))
 	restarted := serveOnSocket(t, New(kv, Config{})) // a node's new process
@@ -126,5 +138,49 @@ func TestCursorTableBoundedInBytes(t *testing.T) {
 	}
 	if _, ok := tab.get(ids[len(ids)-maxCursors]); !ok {
 		t.Fatal("one of the newest maxCursors cursors was forgotten")
+	}
+}
+
+// TestKeyspaceRepliesWithinTheOutputBufferLimit protects SCAN and KEYS on
+// long keys: a SCAN page is cut to fit the connection's output buffer
+// limit (with a cursor to go on), and KEYS whose matches would pass it
+// answers an error, the connection staying usable. Before, SCAN asked for
+// pages of up to 64 MiB of keys and KEYS gathered up to 10,000 keys (640
+// MiB at 64 KiB each): the reply passed the limit and the node closed the
+// connection unanswered, having held it all first.
+func TestKeyspaceRepliesWithinTheOutputBufferLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	kv := newSortedKV(100, 64<<10) // 6.4 MiB of keys
+	c := serveOnSocket(t, New(kv, Config{OutputBufferLimit: limit}))
+
+	cur, pages, seen := "0", 0, []string{}
+	for {
+		next, keys, e := scanPage(c, cur, "COUNT", "10000")
+		if e != "" {
+			t.Fatalf("SCAN %s COUNT 10000: %s", cur, e)
+		}
+		seen = append(seen, keys...)
+		if pages++; next == "0" {
+			break
+		}
+		cur = next
+	}
+	if len(seen) != len(kv.keys) || pages < 7 {
+		t.Fatalf("SCAN returned %d keys in %d pages, want all %d in pages of at most %d bytes", len(seen), pages, len(kv.keys), limit)
+	}
+	for i, k := range seen {
+		if k != string(kv.keys[i]) {
+			t.Fatalf("SCAN's key %d is %.8q, want %.8q", i, k, kv.keys[i])
+		}
+	}
+
+	c.send(encode("KEYS *"))
+	if v := c.reply(); v.Type != '-' || !strings.Contains(v.Str, "use SCAN") {
+		t.Fatalf("KEYS * over 6.4 MiB of keys (limit 1 MiB) = %.80v, want an error", v)
+	}
+	c.send(encode("KEYS k00*")) // 10 keys, 640 KiB: within the limit
+	if v := c.reply(); len(v.Elems) != 10 {
+		t.Fatalf("KEYS k00* = %d keys (%.80v), want 10", len(v.Elems), v)
 	}
 }

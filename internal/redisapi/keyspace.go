@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -31,11 +32,21 @@ func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.Sc
 	}
 	// Keys only: no keyspace command answers with values, and a walk of
 	// the keys would otherwise read, copy and drop every value.
-	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit), KeysOnly: true})
+	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit), KeysOnly: true,
+		MaxBytes: uint32(c.scanPageBytes())})
 	if err != nil {
 		return nil, fromStatus(err, false)
 	}
 	return r, nil
+}
+
+// scanPageBytes bounds the keys of one page of a keyspace walk: half the
+// output buffer limit, so that a SCAN page and its framing fit in it with
+// room to spare (a page may pass its bound by a key per shard). With the
+// scan's own bound (64 MiB) a SCAN of long keys passed the limit, and the
+// connection was closed with no answer.
+func (c *conn) scanPageBytes() int {
+	return max(1, min(c.s.cfg.OutputBufferLimit/2, kv.MaxReadBytes))
 }
 
 // parseCursor reads a cursor as Redis's strtoul does: an empty one is 0
@@ -150,6 +161,7 @@ func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 		return
 	}
 	var out [][]byte
+	size := 0 // out's reply, in bytes
 	err = c.walk(keysScanCap, func(kv *concordpb.KeyValue) error {
 		ok, err := match.match(kv.GetKey())
 		if err != nil {
@@ -158,6 +170,10 @@ func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 		if ok {
 			if len(out) == limit {
 				return replyError("ERR KEYS matches more than " + strconv.Itoa(limit) + " keys; use SCAN")
+			}
+			if size += bulkBytes(kv.GetKey()); size > c.s.cfg.OutputBufferLimit {
+				return replyError("ERR KEYS matches more than " + strconv.Itoa(c.s.cfg.OutputBufferLimit) +
+					" bytes of keys, the output buffer limit; use SCAN")
 			}
 			out = append(out, kv.GetKey())
 		}
@@ -171,6 +187,14 @@ func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 	for _, k := range out {
 		w.Bulk(k)
 	}
+}
+
+// bulkBytes is the size of b's bulk string reply ($<len>\r\n<b>\r\n).
+// KEYS adds them up to stop before a reply past the output buffer limit:
+// 10,000 keys of 64 KiB were 640 MiB, held before the connection was
+// closed for it.
+func bulkBytes(b []byte) int {
+	return len(b) + len(strconv.Itoa(len(b))) + 5
 }
 
 // walk calls f for every key in order, at most cap keys (then an error).
