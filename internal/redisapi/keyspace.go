@@ -26,14 +26,16 @@ const (
 	keysScanCap = 1_000_000
 )
 
-func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.ScanResponse, error) {
+// scan reads a page of keys from start: at most limit keys, ending early
+// after the key that brings them to maxBytes.
+func (c *conn) scan(ctx context.Context, start []byte, limit, maxBytes int) (*concordpb.ScanResponse, error) {
 	if _, ok := c.shardOf(ctx, start); !ok { // a starting node: wait as key commands do
 		return nil, errNoShards
 	}
 	// Keys only: no keyspace command answers with values, and a walk of
 	// the keys would otherwise read, copy and drop every value.
 	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit), KeysOnly: true,
-		MaxBytes: uint32(c.scanPageBytes())})
+		MaxBytes: uint32(maxBytes)})
 	if err != nil {
 		return nil, fromStatus(err, false)
 	}
@@ -114,7 +116,7 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 	defer cancel()
-	r, err := c.scan(ctx, start, count)
+	r, err := c.scan(ctx, start, count, c.scanPageBytes())
 	if err != nil {
 		w.Error(err.Error())
 		return
@@ -207,7 +209,7 @@ func (c *conn) walk(cap int, f func(*concordpb.KeyValue) error) error {
 			return errClientGone
 		}
 		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-		r, err := c.scan(ctx, start, 1000)
+		r, err := c.scan(ctx, start, 1000, c.scanPageBytes())
 		cancel()
 		if err != nil {
 			return err
@@ -250,7 +252,7 @@ func cmdRandomKey(c *conn, _ [][]byte, w *resp.Writer) {
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 	defer cancel()
 	for _, s := range [][]byte{start, nil} {
-		r, err := c.scan(ctx, s, 1)
+		r, err := c.scan(ctx, s, 1, c.scanPageBytes())
 		if err != nil {
 			w.Error(err.Error())
 			return
@@ -262,6 +264,13 @@ func cmdRandomKey(c *conn, _ [][]byte, w *resp.Writer) {
 	}
 	w.Null()
 }
+
+// flushPageBytes bounds the keys of one page FLUSHDB deletes, so that each
+// shard's part of the page, deleted as one batch, stays within a batch's
+// 8 MiB (a shard's part of a page is at most its share of the bound and
+// one key more). Pages of the scan's own bound (1,000 keys of 64 KiB in
+// one shard: 64 MiB) were refused as too large, and FLUSHDB failed.
+const flushPageBytes = 4 << 20
 
 // cmdFlush: FLUSHDB and FLUSHALL [ASYNC|SYNC], only with
 // --redis-enable-flush. It deletes page by page, one batch per shard per
@@ -278,7 +287,7 @@ func cmdFlush(c *conn, a [][]byte, w *resp.Writer) {
 	}
 	for {
 		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-		r, err := c.scan(ctx, nil, 1000)
+		r, err := c.scan(ctx, nil, 1000, flushPageBytes)
 		if err == nil && len(r.GetKvs()) > 0 {
 			ops := make([]*concordpb.Op, len(r.GetKvs()))
 			for i, kv := range r.GetKvs() {

@@ -153,3 +153,23 @@ func moveLeaders(t *testing.T, ctx context.Context, c *testcluster.Cluster) {
 	}
 	t.Logf("moved the leadership of %d of %d shards", moved, len(rt.GetShards()))
 }
+
+// TestFlushLongKeys: FLUSHDB deletes keys of 64 KiB (--max-key-bytes'
+// cap) in one shard: each page's deletes fit one batch (8 MiB of keys).
+// Before, a page of 1,000 keys of 64 KiB in one shard was one batch of
+// 64 MiB, refused as too large: FLUSHDB failed and deleted nothing.
+func TestFlushLongKeys(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, testcluster.Options{Nodes: 1, Shards: 1,
+		ExtraArgs: []string{"--max-key-bytes=65536", "--redis-enable-flush"}})
+	ctx := ctxT(t)
+	rc := client(t, c, 0)
+	long := strings.Repeat("k", 65536-3)
+	for i := range 200 { // 12.5 MiB of keys
+		must(rc.Set(ctx, fmt.Sprintf("%s%03d", long, i), "v", 0).Result())(t, "SET")
+	}
+	must(rc.FlushDB(ctx).Result())(t, "FLUSHDB")
+	if n := must(rc.DBSize(ctx).Result())(t, "DBSIZE"); n != 0 {
+		t.Fatalf("DBSIZE after FLUSHDB = %d", n)
+	}
+}
