@@ -186,8 +186,13 @@ type KeyValue struct {
 
 // Scan returns up to limit pairs with keys in [start, end) in key order
 // across all shards (an empty end means no bound; limit 0 means no limit),
-// fetching pages as needed.
+// fetching pages as needed. A negative limit is refused (InvalidArgument).
 func (c *Client) Scan(ctx context.Context, start, end []byte, limit int, opts ...ReadOption) ([]KeyValue, error) {
+	if limit < 0 {
+		// Refused here: as a page size it would wrap to a huge one, read
+		// as no limit at all.
+		return nil, status.Errorf(codes.InvalidArgument, "scan limit %d is negative (0 means no limit)", limit)
+	}
 	var out []KeyValue
 	for {
 		page := uint32(1000)

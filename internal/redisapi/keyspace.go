@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -25,17 +26,29 @@ const (
 	keysScanCap = 1_000_000
 )
 
-func (c *conn) scan(ctx context.Context, start []byte, limit int) (*concordpb.ScanResponse, error) {
+// scan reads a page of keys from start: at most limit keys, ending early
+// after the key that brings them to maxBytes.
+func (c *conn) scan(ctx context.Context, start []byte, limit, maxBytes int) (*concordpb.ScanResponse, error) {
 	if _, ok := c.shardOf(ctx, start); !ok { // a starting node: wait as key commands do
 		return nil, errNoShards
 	}
 	// Keys only: no keyspace command answers with values, and a walk of
 	// the keys would otherwise read, copy and drop every value.
-	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit), KeysOnly: true})
+	r, err := c.s.b.Scan(ctx, &concordpb.ScanRequest{Header: c.header(), Start: start, Limit: uint32(limit), KeysOnly: true,
+		MaxBytes: uint32(maxBytes)})
 	if err != nil {
 		return nil, fromStatus(err, false)
 	}
 	return r, nil
+}
+
+// scanPageBytes bounds the keys of one page of a keyspace walk: half the
+// output buffer limit, so that a SCAN page and its framing fit in it with
+// room to spare (a page may pass its bound by a key per shard). With the
+// scan's own bound (64 MiB) a SCAN of long keys passed the limit, and the
+// connection was closed with no answer.
+func (c *conn) scanPageBytes() int {
+	return max(1, min(c.s.cfg.OutputBufferLimit/2, kv.MaxReadBytes))
 }
 
 // parseCursor reads a cursor as Redis's strtoul does: an empty one is 0
@@ -103,7 +116,7 @@ func cmdScan(c *conn, a [][]byte, w *resp.Writer) {
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 	defer cancel()
-	r, err := c.scan(ctx, start, count)
+	r, err := c.scan(ctx, start, count, c.scanPageBytes())
 	if err != nil {
 		w.Error(err.Error())
 		return
@@ -150,6 +163,7 @@ func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 		return
 	}
 	var out [][]byte
+	size := 0 // out's reply, in bytes
 	err = c.walk(keysScanCap, func(kv *concordpb.KeyValue) error {
 		ok, err := match.match(kv.GetKey())
 		if err != nil {
@@ -158,6 +172,10 @@ func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 		if ok {
 			if len(out) == limit {
 				return replyError("ERR KEYS matches more than " + strconv.Itoa(limit) + " keys; use SCAN")
+			}
+			if size += bulkBytes(kv.GetKey()); size > c.s.cfg.OutputBufferLimit {
+				return replyError("ERR KEYS matches more than " + strconv.Itoa(c.s.cfg.OutputBufferLimit) +
+					" bytes of keys, the output buffer limit; use SCAN")
 			}
 			out = append(out, kv.GetKey())
 		}
@@ -173,6 +191,14 @@ func cmdKeys(c *conn, a [][]byte, w *resp.Writer) {
 	}
 }
 
+// bulkBytes is the size of b's bulk string reply ($<len>\r\n<b>\r\n).
+// KEYS adds them up to stop before a reply past the output buffer limit:
+// 10,000 keys of 64 KiB were 640 MiB, held before the connection was
+// closed for it.
+func bulkBytes(b []byte) int {
+	return len(b) + len(strconv.Itoa(len(b))) + 5
+}
+
 // walk calls f for every key in order, at most cap keys (then an error).
 // Between pages it stops if the client has left.
 func (c *conn) walk(cap int, f func(*concordpb.KeyValue) error) error {
@@ -183,7 +209,7 @@ func (c *conn) walk(cap int, f func(*concordpb.KeyValue) error) error {
 			return errClientGone
 		}
 		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-		r, err := c.scan(ctx, start, 1000)
+		r, err := c.scan(ctx, start, 1000, c.scanPageBytes())
 		cancel()
 		if err != nil {
 			return err
@@ -226,7 +252,7 @@ func cmdRandomKey(c *conn, _ [][]byte, w *resp.Writer) {
 	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
 	defer cancel()
 	for _, s := range [][]byte{start, nil} {
-		r, err := c.scan(ctx, s, 1)
+		r, err := c.scan(ctx, s, 1, c.scanPageBytes())
 		if err != nil {
 			w.Error(err.Error())
 			return
@@ -238,6 +264,13 @@ func cmdRandomKey(c *conn, _ [][]byte, w *resp.Writer) {
 	}
 	w.Null()
 }
+
+// flushPageBytes bounds the keys of one page FLUSHDB deletes, so that each
+// shard's part of the page, deleted as one batch, stays within a batch's
+// 8 MiB (a shard's part of a page is at most its share of the bound and
+// one key more). Pages of the scan's own bound (1,000 keys of 64 KiB in
+// one shard: 64 MiB) were refused as too large, and FLUSHDB failed.
+const flushPageBytes = 4 << 20
 
 // cmdFlush: FLUSHDB and FLUSHALL [ASYNC|SYNC], only with
 // --redis-enable-flush. It deletes page by page, one batch per shard per
@@ -254,7 +287,7 @@ func cmdFlush(c *conn, a [][]byte, w *resp.Writer) {
 	}
 	for {
 		ctx, cancel := context.WithTimeout(c.s.ctx, c.s.cfg.CommandTimeout)
-		r, err := c.scan(ctx, nil, 1000)
+		r, err := c.scan(ctx, nil, 1000, flushPageBytes)
 		if err == nil && len(r.GetKvs()) > 0 {
 			ops := make([]*concordpb.Op, len(r.GetKvs()))
 			for i, kv := range r.GetKvs() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -394,24 +395,49 @@ type cursorTable struct {
 	mu    sync.Mutex
 	m     map[uint64][]byte // guarded by mu
 	order []uint64          // guarded by mu: insertion order, for eviction
-	next  uint64            // guarded by mu
+	bytes int               // guarded by mu: the keys' bytes in m
 }
 
-// maxCursors bounds the cursor table.
-const maxCursors = 16384
+// maxCursors and maxCursorBytes bound the cursor table: at most 16,384
+// cursors and 64 MiB of their keys. The count alone let 16,384 cursors
+// after keys of 64 KiB (--max-key-bytes' cap) hold 1 GiB; at the default
+// 4 KiB keys the count binds first, or nearly.
+const (
+	maxCursors     = 16384
+	maxCursorBytes = 64 << 20
+)
 
 func (t *cursorTable) put(start []byte) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.next++
-	id := t.next
+	id := newCursorID(t.m)
 	t.m[id] = start
+	t.bytes += len(start)
 	t.order = append(t.order, id)
-	if len(t.order) > maxCursors {
+	for len(t.order) > maxCursors || t.bytes > maxCursorBytes {
+		t.bytes -= len(t.m[t.order[0]])
 		delete(t.m, t.order[0])
 		t.order = t.order[1:]
 	}
 	return id
+}
+
+// maxCursorID bounds cursor ids below 2^53, so that a client that reads
+// the cursor as a double (JavaScript's numbers) sends back the same one.
+const maxCursorID = 1<<53 - 1
+
+// newCursorID returns a random id in [1, maxCursorID] not in taken.
+// Random, not counted: every node (and every run of one) counting from 1
+// would take another node's cursor, or one from before a restart, for one
+// of its own and continue a different scan silently, skipping keys. Among
+// 2^53 ids a foreign cursor is one of this node's with odds of 2^-39.
+func newCursorID(taken map[uint64][]byte) uint64 {
+	for {
+		id := rand.Uint64N(maxCursorID) + 1
+		if _, dup := taken[id]; !dup {
+			return id
+		}
+	}
 }
 
 func (t *cursorTable) get(id uint64) ([]byte, bool) {

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/testcluster"
@@ -152,4 +156,85 @@ func at(s []string, i int) string {
 		return s[i]
 	}
 	return "<end>"
+}
+
+// TestScanEdges: keys at the edges of the key space (0x00, 0xff, keys of
+// --max-key-bytes made of them) come back in byte order with every page
+// limit, a limit of exactly the keys left ends the scan (more false) and
+// one less leaves exactly one key, a page may start just past a key at the
+// size limit, an empty or inverted range is refused (InvalidArgument), and
+// a key that expired is in no scan, linearizable or stale.
+func TestScanEdges(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := c.Client(t)
+	const maxKey = 4096 // the default --max-key-bytes
+	keys := []string{"\x00", "\x00\x00", "\xff", "\xff\x00", strings.Repeat("\x00", maxKey),
+		strings.Repeat("\xff", maxKey), strings.Repeat("\xff", maxKey-1) + "\x00", "\x7f" + strings.Repeat("a", maxKey-1)}
+	for i := range 30 {
+		keys = append(keys, fmt.Sprintf("k%02d", i))
+	}
+	want := map[string]string{}
+	for _, k := range keys {
+		want[k] = "v" + k[:1]
+		if _, _, err := cl.Put(ctx, []byte(k), []byte(want[k])); err != nil {
+			t.Fatalf("put %.8q (%d bytes): %v", k, len(k), err)
+		}
+	}
+	if _, _, err := cl.Put(ctx, []byte("k15x"), []byte("gone"), client.TTL(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	testcluster.WaitFor(t, 10*time.Second, func() error { // past the expiry on the nodes' clocks
+		if _, found, err := cl.Get(ctx, []byte("k15x")); err != nil || found {
+			return fmt.Errorf("k15x found %v, %v", found, err)
+		}
+		return nil
+	})
+
+	for _, limit := range []uint32{1, 2, 7, uint32(len(keys) - 1), uint32(len(keys)), uint32(len(keys) + 1)} {
+		var got []client.KeyValue
+		var start []byte
+		for pages := 1; ; pages++ {
+			resp, err := cl.ScanPage(ctx, start, nil, limit)
+			if err != nil {
+				t.Fatalf("limit %d, page %d from %.8q: %v", limit, pages, start, err)
+			}
+			for _, kv := range resp.GetKvs() {
+				got = append(got, client.KeyValue{Key: kv.GetKey(), Value: kv.GetValue()})
+			}
+			left := len(keys) - len(got)
+			if resp.GetMore() != (left > 0) {
+				t.Fatalf("limit %d, page %d: %d keys, more %v with %d keys left", limit, pages, len(resp.GetKvs()), resp.GetMore(), left)
+			}
+			if !resp.GetMore() {
+				break
+			}
+			start = resp.GetNextStart()
+		}
+		checkScan(t, fmt.Sprintf("paged scan, limit %d", limit), got, keys, want)
+	}
+	// From just past the largest key, at the size limit: nothing.
+	last := keys[len(keys)-1]
+	got, err := cl.Scan(ctx, []byte(last+"\x00"), nil, 0)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("scan from past the last key (%d bytes) = %d pairs, %v", len(last)+1, len(got), err)
+	}
+	// [k10, k10) is empty and [k20, k10) inverted: both refused.
+	for _, r := range [][2]string{{"k10", "k10"}, {"k20", "k10"}} {
+		if _, err := cl.Scan(ctx, []byte(r[0]), []byte(r[1]), 0); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("scan [%s, %s) = %v, want InvalidArgument", r[0], r[1], err)
+		}
+	}
+	for i := range c.N() {
+		got, err := c.StaleScan(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got["k15x"]; ok {
+			t.Fatalf("node %d's stale scan returned the expired key", i)
+		}
+	}
 }
