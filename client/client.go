@@ -24,8 +24,8 @@
 // (or never reached a node) fails with a plain error. A call that stops at
 // an error it does not retry wraps that error in ErrAmbiguous when an
 // earlier attempt may have applied, and so does a mutation answered
-// Internal, or ResourceExhausted other than a shard's full window (which
-// may come after it applied). A read answered ResourceExhausted (a batch
+// Internal, or ResourceExhausted other than a shard's full window or a
+// space alarm's refusal (ErrNoSpace; the others may come after it applied). A read answered ResourceExhausted (a batch
 // of GETs past what one read returns) fails with it at once.
 //
 // A call that runs out of its deadline (or whose context is cancelled)
@@ -84,6 +84,17 @@ const (
 // deadline passed, or an error that is not retried ended the call, after at
 // least one attempt whose outcome is unknown. Reads never report it.
 var ErrAmbiguous = errors.New("concord: outcome unknown (ambiguous)")
+
+// ErrNoSpace means a write that adds data was refused because the
+// cluster's space alarm is on: some live node's data disk has less free
+// space than its --reserve-disk-bytes (docs/operations.md, "When a disk
+// fills"). The node refused it before proposing it, so it was not applied
+// (unless an earlier attempt of the same call may have been: then the
+// error wraps ErrAmbiguous too). It is not retried: the alarm clears only
+// once space is freed (deletes and reads still work) or added. The error
+// wraps the node's answer (a gRPC ResourceExhausted), which names the node
+// and its free space.
+var ErrNoSpace = errors.New("concord: space alarm")
 
 // ErrNoEndpoints is returned by New without addresses.
 var ErrNoEndpoints = errors.New("concord: no endpoints given")
@@ -533,6 +544,10 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 				avoid = map[string]bool{}
 			}
 			avoid[addr] = true // stalled, or its connection broke: try another node
+		case noSpace(err):
+			// Refused before proposing: only an earlier attempt may
+			// have applied.
+			return c.final(fmt.Errorf("%w: %w", ErrNoSpace, err), mutation && uncertain)
 		case !retryable(err):
 			// This error is the last attempt's alone: an earlier one that
 			// may have applied still may have.
@@ -632,7 +647,7 @@ func (c *Client) final(err error, ambiguous bool) error {
 // request, or gRPC's for a reply the client could not decode), DataLoss,
 // and ResourceExhausted (gRPC's, for a reply over the message limit; a
 // shard's full window, which applied nothing, is retried and never gets
-// here). The others (InvalidArgument, FailedPrecondition, Unauthenticated,
+// here, nor does a space alarm refusal, which is ErrNoSpace). The others (InvalidArgument, FailedPrecondition, Unauthenticated,
 // …) are answers given instead of applying.
 func mayHaveApplied(code codes.Code) bool {
 	return code == codes.Internal || code == codes.DataLoss || code == codes.ResourceExhausted
@@ -753,6 +768,19 @@ func windowFull(err error) bool {
 // windowFullMark is in the message of a shard's window-full refusal
 // (kv.applyWindowed).
 const windowFullMark = "the window is full"
+
+// noSpace reports whether err is a node's refusal of a write that adds
+// data while the space alarm is on (grpcapi.KV.SetNoSpace): a
+// ResourceExhausted whose message starts with noSpaceMark, given before
+// anything was proposed. gRPC's own ResourceExhausted (a reply over the
+// message limit) never starts so.
+func noSpace(err error) bool {
+	st, _ := status.FromError(err)
+	return st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), noSpaceMark)
+}
+
+// noSpaceMark starts the message of a space alarm refusal (kv.NoSpaceMark).
+const noSpaceMark = "no space: "
 
 // notSent reports whether an Unavailable error says the client never reached
 // the node (no connection could be opened), so the request was not sent.

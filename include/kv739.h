@@ -14,7 +14,12 @@
  * Return values: 0 success, 1 "absent" (get: no such key; put: there was
  * no old value), -1 failure or invalid input. A put that returns -1 after
  * valid input may or may not have been applied (the servers could not be
- * reached, or did not answer in time); retrying it is safe.
+ * reached, or did not answer in time); retrying it is safe. A put the
+ * cluster refuses because a server's disk is low on space (the space
+ * alarm: -NOSPACE, docs/operations.md "When a disk fills") returns -1 at
+ * once, without retrying until the deadline: every server answers the
+ * same until space is freed (gets still work). The library exposes no
+ * error text; the servers' logs and `concord node list` say which disk.
  *
  * Every call is safe from many threads at once, and from both sides of a
  * fork(). kv739_init and kv739_shutdown may run while other calls are in

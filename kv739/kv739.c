@@ -26,7 +26,10 @@
  * (CONCORD.SESSION id seq SET key value GET) and is retried with the same
  * pair: a server answers a retry of a put that was applied from the
  * shard's session table, with the old value from before it, so a put
- * applies at most once and reports what it replaced.
+ * applies at most once and reports what it replaced. A -NOSPACE answer
+ * (the cluster's space alarm: a disk is under its reserve) ends the call
+ * at once: every server refuses writes that add data alike until space is
+ * freed, so retrying would only hold the caller until the deadline.
  */
 #define _GNU_SOURCE
 #include "../include/kv739.h"
@@ -359,8 +362,16 @@ static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale, long
 	return c;
 }
 
+/* no_space reports whether error reply r is the space alarm's refusal
+ * (-NOSPACE), which every server gives alike. */
+static int no_space(const reply *r)
+{
+	return r->len >= 8 && memcmp(r->str, "NOSPACE ", 8) == 0;
+}
+
 /* call sends argv through s, to one server after another, until a server
- * answers with something other than an error or the deadline passes.
+ * answers with something other than an error, answers -NOSPACE (no_space)
+ * or the deadline passes.
  * 0 with the answer in r, or -1. */
 static int call(slot *s, int argc, const char **argv, const size_t *lens, reply *r)
 {
@@ -388,7 +399,10 @@ static int call(slot *s, int argc, const char **argv, const size_t *lens, reply 
 		if (c != NULL && conn_call(c, argc, argv, lens, r, until(deadline, IO_TIMEOUT_MS)) == 0) {
 			if (r->kind != R_ERROR)
 				return 0;
+			int definite = no_space(r);
 			reply_free(r); /* unavailable, timed out, not yet ready: another server may do */
+			if (definite)
+				return -1;
 		}
 		s->cur = i + 1;
 		long long left = deadline - conn_now_ms();

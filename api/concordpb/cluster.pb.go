@@ -757,9 +757,15 @@ type NodeStatus struct {
 	RequestRate float64 `protobuf:"fixed64,6,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
 	// The highest cluster version (package version's Level) the node's
 	// binary applies, by its last report; 0 if it never reported one.
-	Version       uint32 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version uint32 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	// From the node's last report: the free bytes of its data dir's
+	// filesystem, its --reserve-disk-bytes (0: guard off) and whether it is
+	// low on space (HeartbeatRequest.disk_low), which turns the space alarm on.
+	DiskFreeBytes    uint64 `protobuf:"varint,8,opt,name=disk_free_bytes,json=diskFreeBytes,proto3" json:"disk_free_bytes,omitempty"`
+	DiskReserveBytes uint64 `protobuf:"varint,9,opt,name=disk_reserve_bytes,json=diskReserveBytes,proto3" json:"disk_reserve_bytes,omitempty"`
+	DiskLow          bool   `protobuf:"varint,10,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -839,6 +845,27 @@ func (x *NodeStatus) GetVersion() uint32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetDiskFreeBytes() uint64 {
+	if x != nil {
+		return x.DiskFreeBytes
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetDiskReserveBytes() uint64 {
+	if x != nil {
+		return x.DiskReserveBytes
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetDiskLow() bool {
+	if x != nil {
+		return x.DiskLow
+	}
+	return false
 }
 
 type ShardStatus struct {
@@ -1392,9 +1419,19 @@ type HeartbeatRequest struct {
 	RequestRate float64 `protobuf:"fixed64,5,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
 	// The highest cluster version this node's binary applies (package
 	// version); 0 from a binary older than versions.
-	Version       uint32 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version uint32 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	// The space guard (--reserve-disk-bytes): the free bytes of the
+	// filesystem holding the node's data dir at its last measurement, its
+	// reserve (0: the guard is off, and the node is never low), and whether
+	// it is low on space (free under the reserve, until it is back above the
+	// reserve plus a margin). While any live node is low, every node
+	// refuses client writes that add data (the space alarm, as etcd's
+	// NOSPACE): see HeartbeatResponse.low_space.
+	DiskFreeBytes    uint64 `protobuf:"varint,7,opt,name=disk_free_bytes,json=diskFreeBytes,proto3" json:"disk_free_bytes,omitempty"`
+	DiskReserveBytes uint64 `protobuf:"varint,8,opt,name=disk_reserve_bytes,json=diskReserveBytes,proto3" json:"disk_reserve_bytes,omitempty"`
+	DiskLow          bool   `protobuf:"varint,9,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -1469,6 +1506,89 @@ func (x *HeartbeatRequest) GetVersion() uint32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetDiskFreeBytes() uint64 {
+	if x != nil {
+		return x.DiskFreeBytes
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetDiskReserveBytes() uint64 {
+	if x != nil {
+		return x.DiskReserveBytes
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetDiskLow() bool {
+	if x != nil {
+		return x.DiskLow
+	}
+	return false
+}
+
+// LowSpaceNode is a node the placement leader holds low on space, with the
+// figures of its last report.
+type LowSpaceNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	FreeBytes     uint64                 `protobuf:"varint,2,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	ReserveBytes  uint64                 `protobuf:"varint,3,opt,name=reserve_bytes,json=reserveBytes,proto3" json:"reserve_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LowSpaceNode) Reset() {
+	*x = LowSpaceNode{}
+	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LowSpaceNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LowSpaceNode) ProtoMessage() {}
+
+func (x *LowSpaceNode) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LowSpaceNode.ProtoReflect.Descriptor instead.
+func (*LowSpaceNode) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LowSpaceNode) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *LowSpaceNode) GetFreeBytes() uint64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *LowSpaceNode) GetReserveBytes() uint64 {
+	if x != nil {
+		return x.ReserveBytes
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Nodes []*NodeDescriptor      `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -1479,13 +1599,17 @@ type HeartbeatResponse struct {
 	// The cluster's version (package version). A node whose binary applies
 	// less stops: it could not apply what the cluster now proposes.
 	ClusterVersion uint32 `protobuf:"varint,4,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The nodes low on space by their last reports (disk_low), of those not
+	// removed and not judged dead: the space alarm is on while this is not
+	// empty, and each node refuses client writes that add data.
+	LowSpace      []*LowSpaceNode `protobuf:"bytes,5,rep,name=low_space,json=lowSpace,proto3" json:"low_space,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1621,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[18]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1634,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{18}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeartbeatResponse) GetNodes() []*NodeDescriptor {
@@ -1541,6 +1665,13 @@ func (x *HeartbeatResponse) GetClusterVersion() uint32 {
 	return 0
 }
 
+func (x *HeartbeatResponse) GetLowSpace() []*LowSpaceNode {
+	if x != nil {
+		return x.LowSpace
+	}
+	return nil
+}
+
 type ChangeReplicasRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	ShardId uint64                 `protobuf:"varint,1,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
@@ -1564,7 +1695,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1707,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[19]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1720,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{19}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChangeReplicasRequest) GetShardId() uint64 {
@@ -1650,7 +1781,7 @@ type ChangeReplicasResponse struct {
 
 func (x *ChangeReplicasResponse) Reset() {
 	*x = ChangeReplicasResponse{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1793,7 @@ func (x *ChangeReplicasResponse) String() string {
 func (*ChangeReplicasResponse) ProtoMessage() {}
 
 func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[20]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1806,7 @@ func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{20}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChangeReplicasResponse) GetShard() *ShardDescriptor {
@@ -1699,7 +1830,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[21]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1842,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[21]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1855,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{21}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TransferLeaderRequest) GetShardId() uint64 {
@@ -1765,7 +1896,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_api_concordpb_cluster_proto_msgTypes[22]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1908,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_concordpb_cluster_proto_msgTypes[22]
+	mi := &file_api_concordpb_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1921,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{22}
+	return file_api_concordpb_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TransferLeaderResponse) GetLeaderReplicaId() uint64 {
@@ -1857,7 +1988,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\tis_leader\x18\b \x01(\bR\bisLeader\x12)\n" +
 	"\x10descriptor_epoch\x18\t \x01(\x04R\x0fdescriptorEpoch\x12+\n" +
 	"\x04role\x18\n" +
-	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\x8b\x02\n" +
+	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\xfc\x02\n" +
 	"\n" +
 	"NodeStatus\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x12;\n" +
@@ -1867,7 +1998,11 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"disk_bytes\x18\x05 \x01(\x04R\tdiskBytes\x12!\n" +
 	"\frequest_rate\x18\x06 \x01(\x01R\vrequestRate\x12\x18\n" +
-	"\aversion\x18\a \x01(\rR\aversion\"\x86\x02\n" +
+	"\aversion\x18\a \x01(\rR\aversion\x12&\n" +
+	"\x0fdisk_free_bytes\x18\b \x01(\x04R\rdiskFreeBytes\x12,\n" +
+	"\x12disk_reserve_bytes\x18\t \x01(\x04R\x10diskReserveBytes\x12\x19\n" +
+	"\bdisk_low\x18\n" +
+	" \x01(\bR\adiskLow\"\x86\x02\n" +
 	"\vShardStatus\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12\x12\n" +
@@ -1911,7 +2046,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"D\n" +
 	"\x12RemoveNodeResponse\x12.\n" +
-	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\x9b\x02\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\x8c\x03\n" +
 	"\x10HeartbeatRequest\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.concord.v1.ReplicaStatusR\breplicas\x12D\n" +
@@ -1919,12 +2054,21 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"disk_bytes\x18\x04 \x01(\x04R\tdiskBytes\x12!\n" +
 	"\frequest_rate\x18\x05 \x01(\x01R\vrequestRate\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\rR\aversion\"\xcd\x01\n" +
+	"\aversion\x18\x06 \x01(\rR\aversion\x12&\n" +
+	"\x0fdisk_free_bytes\x18\a \x01(\x04R\rdiskFreeBytes\x12,\n" +
+	"\x12disk_reserve_bytes\x18\b \x01(\x04R\x10diskReserveBytes\x12\x19\n" +
+	"\bdisk_low\x18\t \x01(\bR\adiskLow\"k\n" +
+	"\fLowSpaceNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x02 \x01(\x04R\tfreeBytes\x12#\n" +
+	"\rreserve_bytes\x18\x03 \x01(\x04R\freserveBytes\"\x84\x02\n" +
 	"\x11HeartbeatResponse\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
 	"\x06shards\x18\x02 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\x12-\n" +
 	"\x13meta_leader_node_id\x18\x03 \x01(\x04R\x10metaLeaderNodeId\x12'\n" +
-	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\"\x8d\x02\n" +
+	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\x125\n" +
+	"\tlow_space\x18\x05 \x03(\v2\x18.concord.v1.LowSpaceNodeR\blowSpace\"\x8d\x02\n" +
 	"\x15ChangeReplicasRequest\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12*\n" +
 	"\x11remove_replica_id\x18\x02 \x01(\x04R\x0fremoveReplicaId\x12\x1e\n" +
@@ -1986,7 +2130,7 @@ func file_api_concordpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_api_concordpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_concordpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_api_concordpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_concordpb_cluster_proto_goTypes = []any{
 	(NodeState)(0),                 // 0: concord.v1.NodeState
 	(ReplicaRole)(0),               // 1: concord.v1.ReplicaRole
@@ -2009,11 +2153,12 @@ var file_api_concordpb_cluster_proto_goTypes = []any{
 	(*RemoveNodeRequest)(nil),      // 18: concord.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),     // 19: concord.v1.RemoveNodeResponse
 	(*HeartbeatRequest)(nil),       // 20: concord.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 21: concord.v1.HeartbeatResponse
-	(*ChangeReplicasRequest)(nil),  // 22: concord.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil), // 23: concord.v1.ChangeReplicasResponse
-	(*TransferLeaderRequest)(nil),  // 24: concord.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 25: concord.v1.TransferLeaderResponse
+	(*LowSpaceNode)(nil),           // 21: concord.v1.LowSpaceNode
+	(*HeartbeatResponse)(nil),      // 22: concord.v1.HeartbeatResponse
+	(*ChangeReplicasRequest)(nil),  // 23: concord.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil), // 24: concord.v1.ChangeReplicasResponse
+	(*TransferLeaderRequest)(nil),  // 25: concord.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 26: concord.v1.TransferLeaderResponse
 }
 var file_api_concordpb_cluster_proto_depIdxs = []int32{
 	0,  // 0: concord.v1.NodeDescriptor.state:type_name -> concord.v1.NodeState
@@ -2034,29 +2179,30 @@ var file_api_concordpb_cluster_proto_depIdxs = []int32{
 	5,  // 15: concord.v1.HeartbeatRequest.led_descriptors:type_name -> concord.v1.ShardDescriptor
 	3,  // 16: concord.v1.HeartbeatResponse.nodes:type_name -> concord.v1.NodeDescriptor
 	6,  // 17: concord.v1.HeartbeatResponse.shards:type_name -> concord.v1.ShardRoute
-	2,  // 18: concord.v1.ChangeReplicasRequest.kind:type_name -> concord.v1.ChangeKind
-	5,  // 19: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
-	9,  // 20: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
-	7,  // 21: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
-	14, // 22: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
-	16, // 23: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
-	18, // 24: concord.v1.Cluster.RemoveNode:input_type -> concord.v1.RemoveNodeRequest
-	20, // 25: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
-	22, // 26: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
-	24, // 27: concord.v1.Cluster.TransferLeader:input_type -> concord.v1.TransferLeaderRequest
-	13, // 28: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
-	8,  // 29: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
-	15, // 30: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
-	17, // 31: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
-	19, // 32: concord.v1.Cluster.RemoveNode:output_type -> concord.v1.RemoveNodeResponse
-	21, // 33: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
-	23, // 34: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
-	25, // 35: concord.v1.Cluster.TransferLeader:output_type -> concord.v1.TransferLeaderResponse
-	28, // [28:36] is the sub-list for method output_type
-	20, // [20:28] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	21, // 18: concord.v1.HeartbeatResponse.low_space:type_name -> concord.v1.LowSpaceNode
+	2,  // 19: concord.v1.ChangeReplicasRequest.kind:type_name -> concord.v1.ChangeKind
+	5,  // 20: concord.v1.ChangeReplicasResponse.shard:type_name -> concord.v1.ShardDescriptor
+	9,  // 21: concord.v1.Cluster.Status:input_type -> concord.v1.StatusRequest
+	7,  // 22: concord.v1.Cluster.RoutingTable:input_type -> concord.v1.RoutingTableRequest
+	14, // 23: concord.v1.Cluster.Probe:input_type -> concord.v1.ProbeRequest
+	16, // 24: concord.v1.Cluster.Join:input_type -> concord.v1.JoinRequest
+	18, // 25: concord.v1.Cluster.RemoveNode:input_type -> concord.v1.RemoveNodeRequest
+	20, // 26: concord.v1.Cluster.Heartbeat:input_type -> concord.v1.HeartbeatRequest
+	23, // 27: concord.v1.Cluster.ChangeReplicas:input_type -> concord.v1.ChangeReplicasRequest
+	25, // 28: concord.v1.Cluster.TransferLeader:input_type -> concord.v1.TransferLeaderRequest
+	13, // 29: concord.v1.Cluster.Status:output_type -> concord.v1.StatusResponse
+	8,  // 30: concord.v1.Cluster.RoutingTable:output_type -> concord.v1.RoutingTableResponse
+	15, // 31: concord.v1.Cluster.Probe:output_type -> concord.v1.ProbeResponse
+	17, // 32: concord.v1.Cluster.Join:output_type -> concord.v1.JoinResponse
+	19, // 33: concord.v1.Cluster.RemoveNode:output_type -> concord.v1.RemoveNodeResponse
+	22, // 34: concord.v1.Cluster.Heartbeat:output_type -> concord.v1.HeartbeatResponse
+	24, // 35: concord.v1.Cluster.ChangeReplicas:output_type -> concord.v1.ChangeReplicasResponse
+	26, // 36: concord.v1.Cluster.TransferLeader:output_type -> concord.v1.TransferLeaderResponse
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_api_concordpb_cluster_proto_init() }
@@ -2070,7 +2216,7 @@ func file_api_concordpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_cluster_proto_rawDesc), len(file_api_concordpb_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

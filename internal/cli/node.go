@@ -32,6 +32,14 @@ type nodeJSON struct {
 	ReplacedBy        uint64  `json:"replaced_by,omitempty"`
 	DiskBytes         uint64  `json:"disk_bytes"`
 	RequestRate       float64 `json:"request_rate"`
+	// DiskFreeBytes and DiskReserveBytes are the node's last reported
+	// free bytes of its data dir's filesystem and its
+	// --reserve-disk-bytes (0: the space guard is off); DiskLow is set
+	// while it is low on space, which turns the cluster's space alarm on
+	// (writes that add data are refused).
+	DiskFreeBytes    uint64 `json:"disk_free_bytes"`
+	DiskReserveBytes uint64 `json:"disk_reserve_bytes"`
+	DiskLow          bool   `json:"disk_low"`
 	// Version is the cluster version level the node's binary reported (the
 	// table's VERSION column); 0: none reported yet, or a binary from before
 	// versions.
@@ -69,7 +77,7 @@ func nodesJSON(st *concordpb.StatusResponse) []nodeJSON {
 		out = append(out, nodeJSON{ID: n.GetNodeId(), Addr: n.GetAddress(), State: stateName(n.GetState()),
 			Replicas: ns.GetReplicas(), Leaders: ns.GetLeaders(), LastHeartbeatAgeS: ns.GetLastHeartbeatAgeSeconds(),
 			ReplacedBy: n.GetReplacedBy(), DiskBytes: ns.GetDiskBytes(), RequestRate: ns.GetRequestRate(),
-			Version: ns.GetVersion()})
+			Version: ns.GetVersion(), DiskFreeBytes: ns.GetDiskFreeBytes(), DiskReserveBytes: ns.GetDiskReserveBytes(), DiskLow: ns.GetDiskLow()})
 	}
 	return out
 }
@@ -81,17 +89,30 @@ func stateName(s concordpb.NodeState) string {
 
 func printNodes(out io.Writer, st *concordpb.StatusResponse) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tREPLICAS\tLEADERS\tHEARTBEAT\tDISK\tREQ/S\tVERSION")
+	fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tREPLICAS\tLEADERS\tHEARTBEAT\tDISK\tFREE\tREQ/S\tVERSION")
 	for _, ns := range st.GetNodes() {
 		n := ns.GetNode()
 		state := stateName(n.GetState())
 		if n.GetReplacedBy() != 0 {
 			state += fmt.Sprintf(" (by %d)", n.GetReplacedBy())
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%.1f\t%s\n", n.GetNodeId(), n.GetAddress(), state,
-			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), ns.GetRequestRate(), levelText(ns.GetVersion()))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%s\n", n.GetNodeId(), n.GetAddress(), state,
+			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), freeText(ns), ns.GetRequestRate(), levelText(ns.GetVersion()))
 	}
 	w.Flush()
+}
+
+// freeText is the free space of a node's data dir's filesystem, with
+// "LOW" while it is under its reserve (the space alarm is on); "-" when
+// the node reported none (the guard is off, or it has not reported).
+func freeText(ns *concordpb.NodeStatus) string {
+	switch {
+	case ns.GetDiskLow():
+		return diskSize(ns.GetDiskFreeBytes()) + " LOW"
+	case ns.GetDiskReserveBytes() == 0:
+		return "-"
+	}
+	return diskSize(ns.GetDiskFreeBytes())
 }
 
 // levelText is a node's reported cluster version level, "-" if it has

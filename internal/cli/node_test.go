@@ -66,3 +66,28 @@ func TestShardListTextShowsKeyHash(t *testing.T) {
 		t.Fatalf("shard list table does not show key_hash:\n%s", b.String())
 	}
 }
+
+// TestNodeListShowsLowSpace: `node list` shows each node's free space and
+// flags the one low on space (the cause of the space alarm), in the table
+// (FREE, "LOW") and in JSON (disk_free_bytes, disk_reserve_bytes,
+// disk_low); a node with the guard off shows "-".
+func TestNodeListShowsLowSpace(t *testing.T) {
+	st := &concordpb.StatusResponse{Nodes: []*concordpb.NodeStatus{
+		{Node: &concordpb.NodeDescriptor{NodeId: 1, Address: "a:1"}, DiskFreeBytes: 800 << 20, DiskReserveBytes: 1 << 30, DiskLow: true},
+		{Node: &concordpb.NodeDescriptor{NodeId: 2, Address: "b:1"}, DiskFreeBytes: 5 << 30, DiskReserveBytes: 1 << 30},
+		{Node: &concordpb.NodeDescriptor{NodeId: 3, Address: "c:1"}},
+	}}
+	var b strings.Builder
+	printNodes(&b, st)
+	lines := strings.Split(b.String(), "\n")
+	if !strings.Contains(lines[0], "FREE") || !strings.Contains(lines[1], "800.0M LOW") ||
+		!strings.Contains(lines[2], "5.0G") || strings.Contains(lines[2], "LOW") || !strings.Contains(lines[3], " - ") {
+		t.Fatalf("node list table:\n%s", b.String())
+	}
+	var nodes []map[string]any
+	roundTrip(t, nodesJSON(st), &nodes)
+	if nodes[0]["disk_low"] != true || nodes[0]["disk_free_bytes"] != float64(800<<20) || nodes[0]["disk_reserve_bytes"] != float64(1<<30) ||
+		nodes[1]["disk_low"] != false {
+		t.Fatalf("node list JSON: %v", nodes)
+	}
+}

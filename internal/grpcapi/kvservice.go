@@ -51,7 +51,14 @@ type KV struct {
 	// replyBudgetSeen, when set, is shown each stream's budget of queued
 	// replies as the stream starts (tests, to see who waits on it).
 	replyBudgetSeen func(*byteBudget)
+	// noSpace is the refusal of writes that add data while the cluster's
+	// space alarm is on (SetNoSpace); nil while it is off, so that Batch
+	// pays one atomic load for the check.
+	noSpace atomic.Pointer[spaceRefusal]
 }
+
+// spaceRefusal is the error Batch answers while the space alarm is on.
+type spaceRefusal struct{ err error }
 
 // NewKV returns the KV service of b, refusing keys and values over limits.
 func NewKV(b KVBackend, limits Limits) *KV {
@@ -171,6 +178,9 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	if err != nil {
 		return nil, err
 	}
+	if err := s.refuseForSpace(req); err != nil {
+		return nil, err
+	}
 	if readOnly(req) {
 		return s.readBatch(ctx, req, shard)
 	}
@@ -215,6 +225,44 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 		}
 		return &concordpb.BatchResponse{Header: header(s.b, shard), Results: res.GetResults()}, nil
 	}
+}
+
+// SetNoSpace turns the space alarm on, with reason (what the refusals
+// say after kv.NoSpaceMark: which node is low and by how much), or off
+// with "". The node calls it as its own measurement and the placement
+// leader's answers change (internal/node/space.go).
+func (s *KV) SetNoSpace(reason string) {
+	if reason == "" {
+		s.noSpace.Store(nil)
+		return
+	}
+	s.noSpace.Store(&spaceRefusal{err: status.Error(codes.ResourceExhausted, kv.NoSpaceMark+reason)})
+}
+
+// NoSpace is the refusal a write that adds data gets now; nil while the
+// space alarm is off. The Redis front end asks it as MULTI queues a
+// command, to abort the transaction as Redis does for OOM.
+func (s *KV) NoSpace() error {
+	if r := s.noSpace.Load(); r != nil {
+		return r.err
+	}
+	return nil
+}
+
+// refuseForSpace refuses req (ResourceExhausted, kv.NoSpaceMark) while the
+// space alarm is on if it may add data (kv.AddsData): before anything is
+// proposed or forwarded, so nothing applied and the client may know it.
+// Reads and batches that only delete go on: they are how space is freed.
+// Only the node that took the request from its client decides (hops 0):
+// a node forwarding to the leader already did, and a forwarded merged
+// batch carries several clients' ops, which one refusal would fail
+// together, a client's delete with another's put.
+func (s *KV) refuseForSpace(req *concordpb.BatchRequest) error {
+	r := s.noSpace.Load()
+	if r == nil || req.GetHeader().GetHops() > 0 || !kv.AddsData(req.GetOps()) {
+		return nil
+	}
+	return r.err
 }
 
 // kvCommand is the command of a write: stamped with this leader's clock

@@ -121,6 +121,9 @@ type Cluster struct {
 	// joins holds, for nodes added by AddJoiner, the addresses they are
 	// started with as --join, and their own extra flags (guarded by mu).
 	joins map[int]joiner
+	// nodeArgs holds flags given to one node alone (SetNodeArgs), after
+	// the cluster's and a joiner's (guarded by mu).
+	nodeArgs map[int][]string
 
 	mu       sync.Mutex
 	procs    []*Process               // guarded by mu: each node's latest process; nil before its first start
@@ -159,7 +162,7 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, DefaultStopTimeout)
-	c := &Cluster{cfg: cfg, peers: addrs, joins: map[int]joiner{}, procs: make([]*Process, len(addrs)), starts: make([]int, len(addrs)),
+	c := &Cluster{cfg: cfg, peers: addrs, joins: map[int]joiner{}, nodeArgs: map[int][]string{}, procs: make([]*Process, len(addrs)), starts: make([]int, len(addrs)),
 		conns: map[int]*grpc.ClientConn{}, stopping: make(chan struct{})}
 	c.addrs.Store(&addrs)
 	c.redis.Store(&redis)
@@ -345,7 +348,16 @@ func (c *Cluster) Args(i int) []string {
 		args = append(args, "--http-addr", a)
 	}
 	args = append(args, c.securityArgs()...)
-	return append(append(args, c.cfg.ExtraArgs...), j.extra...)
+	return append(append(append(args, c.cfg.ExtraArgs...), j.extra...), c.nodeArgs[i]...)
+}
+
+// SetNodeArgs gives node i flags of its own from its next start on, after
+// the cluster's (a test that restarts one node with another setting);
+// none replaces those set before. Not while Start or Args runs.
+func (c *Cluster) SetNodeArgs(i int, extra ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodeArgs[i] = extra
 }
 
 // Start starts node i, which must not be running, on its address and

@@ -284,6 +284,26 @@ func TestAddJoinerArgs(t *testing.T) {
 	}
 }
 
+// TestSetNodeArgs: a node's own flags come after the cluster's, on that
+// node alone, and setting none takes them away again.
+func TestSetNodeArgs(t *testing.T) {
+	c, err := New(Config{Binary: "concord", Dir: "/d", Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002"}, ExtraArgs: []string{"--dead-after=3s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetNodeArgs(1, "--reserve-disk-bytes=5")
+	if got := c.Args(1); !slices.Equal(got[len(got)-2:], []string{"--dead-after=3s", "--reserve-disk-bytes=5"}) {
+		t.Fatalf("Args(1) = %q; want the cluster's flags, then the node's", got)
+	}
+	if got := c.Args(0); slices.Contains(got, "--reserve-disk-bytes=5") {
+		t.Fatalf("another node got the flag: %q", got)
+	}
+	c.SetNodeArgs(1)
+	if got := c.Args(1); slices.Contains(got, "--reserve-disk-bytes=5") {
+		t.Fatalf("the flag stayed after SetNodeArgs with none: %q", got)
+	}
+}
+
 func TestTLSArgs(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Binary: "concord", Dir: dir, Addrs: []string{"127.0.0.1:7001", "127.0.0.2:7002"}, TLS: true, AuthToken: "s3cret"}

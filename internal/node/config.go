@@ -140,6 +140,13 @@ type Config struct {
 	// answered (multiraft.Config.LeaseReads; on in DefaultConfig and for
 	// `concord server`, --lease-reads).
 	LeaseReads bool
+	// ReserveDiskBytes is the disk space guard's line (space.go): while
+	// the data dir's filesystem has fewer free bytes, the node is low on
+	// space and the cluster refuses client writes that add data.
+	// ReserveDiskAuto (DefaultConfig's, and `concord server`'s): the
+	// smaller of 1 GiB and 5 % of the filesystem; 0: the guard is off (the
+	// zero Config's).
+	ReserveDiskBytes int64
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -166,6 +173,7 @@ func DefaultConfig() Config {
 		SuspectAfter:       5 * time.Second,
 		DeadAfter:          60 * time.Second,
 		LeaseReads:         true,
+		ReserveDiskBytes:   ReserveDiskAuto,
 	}
 }
 
@@ -243,6 +251,9 @@ func (c *Config) validate() error {
 	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch
 		return fmt.Errorf("--max-value-bytes above %d (8 MiB, the most one batch may carry) is not supported, got %d",
 			grpcapi.DefaultMaxBatchBytes, c.MaxValueBytes)
+	case c.ReserveDiskBytes < ReserveDiskAuto:
+		return fmt.Errorf("--reserve-disk-bytes must be a number of bytes, 0 (the guard off) or -1 (the default: 1 GiB or 5 %% of the filesystem, whichever is smaller), got %d",
+			c.ReserveDiskBytes)
 	case c.SessionTTL < minSessionTTL:
 		// Zero took the default above: this is a value given.
 		return fmt.Errorf("--session-ttl must be at least %v (a client's retries must find its session; the shard's clock may run up to %v ahead), got %v",

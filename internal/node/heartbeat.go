@@ -146,6 +146,9 @@ type load struct {
 	diskBytes   uint64
 	requestRate float64
 	version     version.Level
+	// The space guard's figures (HeartbeatRequest.disk_free_bytes, ...).
+	diskFree, diskReserve uint64
+	diskLow               bool
 }
 
 // record keeps req as its node's last report. It reports whether req
@@ -169,7 +172,8 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 		}
 	}
 	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas()}
-	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req)}
+	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
+		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow()}
 	return newLeader
 }
 
@@ -186,6 +190,14 @@ func (m *placementState) levelOf(node ids.NodeID, now time.Time, maxAge time.Dur
 		return version.Unknown, false
 	}
 	return l.version, true
+}
+
+// lowSpace returns the nodes of nodes held low on space (lowSpaceNodes)
+// by their last reports, judged as states has them.
+func (m *placementState) lowSpace(nodes []*concordpb.NodeDescriptor, states map[ids.NodeID]concordpb.NodeState) []*concordpb.LowSpaceNode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return lowSpaceNodes(nodes, states, m.loads)
 }
 
 // loadOf returns node's last reported load.
@@ -342,7 +354,8 @@ func (n *Node) placementView() (scheduler.View, error) {
 // learns the cluster's nodes and shards from the answer.
 func (n *Node) sendHeartbeat(ctx context.Context) {
 	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()), Version: uint32(n.level()),
-		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now())}
+		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now()),
+		DiskFreeBytes: n.space.free.Load(), DiskReserveBytes: n.space.reserve.Load(), DiskLow: n.space.low.Load()}
 	if req.Node == nil {
 		req.Node = &concordpb.NodeDescriptor{NodeId: uint64(n.ID()), Address: n.cfg.Addr}
 	}
@@ -379,6 +392,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 	}
 	n.placement.lastLeader.Store(resp.GetMetaLeaderNodeId())
 	n.learnClusterVersion(version.Level(resp.GetClusterVersion()))
+	n.learnLowSpace(resp.GetLowSpace())
 	if err := n.book.update(n.eng, resp.GetNodes()); err != nil {
 		n.log.Warn("update address book", "err", err)
 	}
@@ -460,7 +474,8 @@ func (n *Node) handleHeartbeat(ctx context.Context, req *concordpb.HeartbeatRequ
 		n.recordDescriptor(d)
 	}
 	leaders := scheduler.Leaders(v)
-	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: uint64(n.ID()), ClusterVersion: uint32(cv)}
+	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: uint64(n.ID()), ClusterVersion: uint32(cv),
+		LowSpace: n.placement.lowSpace(v.Nodes, scheduler.NodeStates(v))}
 	for _, d := range v.Shards {
 		leader := leaders[ids.ShardID(d.GetShardId())].Node
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})

@@ -162,11 +162,15 @@ var (
 	descAbsorbed  = prometheus.NewDesc("concord_writes_absorbed_total", "Writes left out of merged commands by this node (proposing as leader, or forwarding) because a later blind PUT of the same key in the same command overwrote them unobserved; each was answered as applied.", nil, nil)
 	descVersion   = prometheus.NewDesc("concord_cluster_version", "The cluster version this node has learned (0: none yet); features of a higher level are not used (package version).", nil, nil)
 	descBinary    = prometheus.NewDesc("concord_binary_version", "The highest cluster version this node's binary applies.", nil, nil)
+	descDiskFree  = prometheus.NewDesc("concord_disk_free_bytes", "Free bytes of the filesystem holding the node's data dir, at the space guard's last measurement (0 with the guard off).", nil, nil)
+	descReserve   = prometheus.NewDesc("concord_disk_reserve_bytes", "The node's --reserve-disk-bytes in bytes: under it the node is low on space (0: the guard is off).", nil, nil)
+	descDiskLow   = prometheus.NewDesc("concord_disk_low", "1 while this node is low on space by its own measurement (under its reserve, until back above it plus a margin).", nil, nil)
+	descAlarm     = prometheus.NewDesc("concord_space_alarm", "1 while this node refuses client writes that add data because it or another live node is low on space.", nil, nil)
 	descCoalesced = prometheus.NewDesc("concord_incrs_coalesced_total", "INCRs this node, leading their shard or forwarding to its leader, sent inside a run of INCRs of one key that went as one op (Op.repeat), less one per run: the ops the runs saved; each was answered as applied alone.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descCoalesced, descFwdCalls, descVersion, descBinary} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descCoalesced, descFwdCalls, descVersion, descBinary, descDiskFree, descReserve, descDiskLow, descAlarm} {
 		ch <- d
 	}
 }
@@ -180,6 +184,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 	ch <- prometheus.MustNewConstMetric(descVersion, prometheus.GaugeValue, float64(n.clusterVersion.Load()))
 	ch <- prometheus.MustNewConstMetric(descBinary, prometheus.GaugeValue, float64(n.level()))
+	c.collectSpace(ch)
 	if n.eng != nil { // set before the HTTP server starts
 		bc := n.eng.BlockCacheStats()
 		ch <- prometheus.MustNewConstMetric(descBCHits, prometheus.CounterValue, float64(bc.Hits))
@@ -222,6 +227,22 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(replicas))
 	ch <- prometheus.MustNewConstMetric(descLeaders, prometheus.GaugeValue, float64(leaders))
 	c.collectNodes(ch)
+}
+
+// collectSpace reports the space guard's state.
+func (c stateCollector) collectSpace(ch chan<- prometheus.Metric) {
+	g := &c.n.space
+	ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(g.free.Load()))
+	ch <- prometheus.MustNewConstMetric(descReserve, prometheus.GaugeValue, float64(g.reserve.Load()))
+	ch <- prometheus.MustNewConstMetric(descDiskLow, prometheus.GaugeValue, boolGauge(g.low.Load()))
+	ch <- prometheus.MustNewConstMetric(descAlarm, prometheus.GaugeValue, boolGauge(g.alarm.Load()))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // collectNodes reports node states where the placement view is at hand.

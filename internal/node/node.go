@@ -119,6 +119,8 @@ type Node struct {
 
 	// requests counts client requests, for the rate heartbeats report.
 	requests requestMeter
+	// space is the disk space guard (space.go).
+	space spaceGuard
 	// failed is closed when the node stops itself for good (its identity
 	// was removed); failErr says why.
 	failOnce sync.Once
@@ -328,6 +330,10 @@ func (n *Node) Start(ctx context.Context) error {
 		return n.abort(errors.New("node: stopped while starting"))
 	default:
 	}
+	// Measured before the node is ready to serve clients, so that one
+	// restarted on a full disk refuses writes from its first request, and
+	// once it has its identity, which the refusals name.
+	n.startSpaceGuard()
 	if err := n.startRaft(); err != nil {
 		return n.abort(err)
 	}
@@ -467,7 +473,9 @@ func (n *Node) startRaft() error {
 
 // startLoops starts the node's periodic goroutines: heartbeats to the
 // placement leader (heartbeat.go), replica repair on the placement leader
-// (repair.go) and session expiry (sessions.go).
+// (repair.go), session expiry (sessions.go), the expiry sweep and the disk
+// space guard's measurements (space.go), about once a second, more often
+// with faster heartbeats (tests).
 func (n *Node) startLoops() {
 	if !n.testHooks.noHeartbeats {
 		n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, n.placement.report, true)
@@ -477,6 +485,9 @@ func (n *Node) startLoops() {
 	}
 	n.goLoop(min(n.cfg.SessionTTL/4, time.Minute), n.expireSessions, nil, false)
 	n.goLoop(expiry.Interval, n.sweepExpired, nil, false)
+	if n.space.reserve.Load() != 0 {
+		n.goLoop(min(n.cfg.HeartbeatInterval, time.Second), n.checkSpace, nil, false)
+	}
 }
 
 // goLoop runs f every interval until the node stops, and also whenever

@@ -257,6 +257,9 @@ type testHooks struct {
 	// a test that stops it freezes raft's clocks on this node, as a paused
 	// process's are, while its gRPC handlers and loops go on.
 	ticks multiraft.TickSource
+	// diskSpace, when set, replaces the measurement of the data dir's
+	// filesystem (free and total bytes) by the space guard.
+	diskSpace func() (free, total uint64, err error)
 }
 
 // JoinVersionError is the refusal of a join from a binary below the

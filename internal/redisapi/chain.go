@@ -319,9 +319,11 @@ func answerFrom(x *call, res []*concordpb.OpResult) []*concordpb.OpResult {
 
 // refused reports an error the KV service returns before proposing
 // anything, so that the batch changed nothing: bad input
-// (InvalidArgument). A ResourceExhausted says so only for a read chain
-// (a read budget passed; a read changes nothing anyway): for writes it
-// is also gRPC's answer to a reply too large, after the leader applied
+// (InvalidArgument), or the space alarm's refusal of a batch that adds
+// data (then each command runs alone: a DEL chained with a SET still
+// frees its key). Any other ResourceExhausted says so only for a read
+// chain (a read budget passed; a read changes nothing anyway): for writes
+// it is also gRPC's answer to a reply too large, after the leader applied
 // the batch, and running each command again would apply it twice.
 func refused(err error, read bool) bool {
 	if _, ok := err.(replyError); ok {
@@ -331,7 +333,8 @@ func refused(err error, read bool) bool {
 	case codes.InvalidArgument:
 		return true
 	case codes.ResourceExhausted:
-		return read
+		_, noSpace := noSpaceReason(status.Convert(err))
+		return read || noSpace
 	}
 	return false
 }

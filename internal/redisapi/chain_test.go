@@ -14,6 +14,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -28,7 +29,12 @@ type fakeKV struct {
 	refuseMulti bool
 	fail        error
 	failKey     string // a batch holding this key fails Unavailable
+	// noSpace, when set, is the space alarm's refusal: NoSpace returns it
+	// and a batch that adds data fails with it, as grpcapi.KV does.
+	noSpace error
 }
+
+func (f *fakeKV) NoSpace() error { return f.noSpace }
 
 func (f *fakeKV) Get(_ context.Context, r *concordpb.GetRequest) (*concordpb.GetResponse, error) {
 	f.mu.Lock()
@@ -50,6 +56,9 @@ func (f *fakeKV) Batch(_ context.Context, r *concordpb.BatchRequest) (*concordpb
 	}
 	if f.failKey != "" && slices.Contains(keys, f.failKey) {
 		return nil, status.Error(codes.Unavailable, "shard down")
+	}
+	if f.noSpace != nil && kv.AddsData(r.GetOps()) {
+		return nil, f.noSpace
 	}
 	if f.refuseMulti && len(r.GetOps()) > 1 {
 		return nil, status.Error(codes.InvalidArgument, "refused")

@@ -51,6 +51,11 @@ func fromStatus(err error, write bool) replyError {
 	}
 	st, _ := status.FromError(err)
 	msg := st.Message()
+	if reason, ok := noSpaceReason(st); ok {
+		// The space alarm's refusal, given before proposing: Redis's
+		// analogue is -OOM (maxmemory).
+		return replyError("NOSPACE " + reason)
+	}
 	if write && mayHaveApplied(st) {
 		return replyError("AMBIGUOUS the write may or may not have applied: " + msg)
 	}
@@ -79,7 +84,8 @@ func mayHaveApplied(st *status.Status) bool {
 	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists:
 		return false
 	case codes.ResourceExhausted:
-		return !strings.Contains(st.Message(), kv.WindowFullMark)
+		_, noSpace := noSpaceReason(st)
+		return !noSpace && !strings.Contains(st.Message(), kv.WindowFullMark)
 	case codes.Unavailable:
 		for _, m := range sentMarks {
 			if strings.Contains(st.Message(), m) {
@@ -89,6 +95,16 @@ func mayHaveApplied(st *status.Status) bool {
 		return false
 	}
 	return true
+}
+
+// noSpaceReason returns the words after kv.NoSpaceMark of the space
+// alarm's refusal of a write that adds data (grpcapi.KV.SetNoSpace); false
+// for any other error.
+func noSpaceReason(st *status.Status) (string, bool) {
+	if st.Code() != codes.ResourceExhausted {
+		return "", false
+	}
+	return strings.CutPrefix(st.Message(), kv.NoSpaceMark)
 }
 
 // sentMarks are in the messages of the Unavailable errors of a write that

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/resp"
 )
 
@@ -54,6 +55,15 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 		// and the others run.
 		msg := err.Error()
 		p = &plan{render: func(w *resp.Writer, _ []*concordpb.OpResult) { w.Error(msg) }}
+	}
+	if kv.AddsData(p.ops) {
+		if err := c.s.b.NoSpace(); err != nil {
+			// As Redis refuses a command that may use memory past
+			// maxmemory (-OOM) as it is queued: EXEC then aborts.
+			c.abortMulti()
+			w.Error(fromStatus(err, true).Error())
+			return
+		}
 	}
 	c.enqueue(p, w)
 }

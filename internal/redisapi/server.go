@@ -41,6 +41,11 @@ type Backend interface {
 	// ClusterVersion is the cluster's version as the node knows it, which
 	// says which ops every replica applies (INCRBYFLOAT's text increment).
 	ClusterVersion() version.Level
+	// NoSpace is the refusal a write that adds data gets while the space
+	// alarm is on, nil while it is off (grpcapi.KV.NoSpace): MULTI refuses
+	// such a command as it is queued and aborts the transaction, as Redis
+	// does for OOM.
+	NoSpace() error
 	Faults
 }
 

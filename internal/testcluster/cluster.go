@@ -272,6 +272,10 @@ func (c *Cluster) LogSince(i int, mark int64) string {
 	return s[mark:]
 }
 
+// SetNodeArgs gives node i flags of its own from its next start on
+// (localcluster.Cluster.SetNodeArgs).
+func (c *Cluster) SetNodeArgs(i int, extra ...string) { c.lc.SetNodeArgs(i, extra...) }
+
 // AddJoiner adds a node on a free port that joins the running cluster
 // through the nodes at indexes via (`server --join`), with extra flags
 // after the cluster's, starts it and returns its index.

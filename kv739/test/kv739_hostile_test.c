@@ -654,6 +654,25 @@ static void fd_leaks(void)
  * an array of 64 bulks of 1 MB each (every one within the bulk limit) used
  * to be read and held whole, 64 MB, before the library found it was not a
  * value. */
+static void reply_budget(void);
+
+/* no_space: a put answered -NOSPACE (the cluster's space alarm) returns -1
+ * at once, not after retrying until the call's deadline (10 s here). */
+static void no_space(void)
+{
+	fake f = {.members = S(EMPTY_MEMBERS),
+	          .reply = S("-NOSPACE node 2 has 800.0 MiB free, under its --reserve-disk-bytes of 1.0 GiB\r\n")};
+	char old[2049];
+	fake_start(&f);
+	init_one(f.addr, "10000");
+	long long start = now_ms();
+	CHECK(kv739_put("k", "v", old) == -1, "put answered -NOSPACE did not fail");
+	long long took = now_ms() - start;
+	CHECK(took < 2000, "put answered -NOSPACE took %lld ms: retried towards the deadline", took);
+	CHECK(kv739_shutdown() == 0, "shutdown");
+	fake_stop(&f);
+}
+
 static void reply_budget(void)
 {
 	size_t n = 5, one = 10 + (1 << 20) + 2;
@@ -746,6 +765,7 @@ int main(int argc, char **argv)
 	    {"out_of_step", out_of_step},
 	    {"fd_leaks", fd_leaks},
 	    {"reply_budget", reply_budget},
+	    {"no_space", no_space},
 	};
 	setvbuf(stdout, NULL, _IONBF, 0);
 	for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {

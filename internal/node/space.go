@@ -1,0 +1,241 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
+)
+
+// The space guard (docs/operations.md, "When a disk fills"). Pebble's
+// write errors in the raft path stop the process (multiraft.Config.Fatal,
+// exit 2), and writes are replicated, so every replica's disk fills at
+// about the same time: without a guard the whole cluster would crash-loop
+// and could not even take the deletes that free space. So each node
+// watches the free bytes of its data dir's filesystem and, under its
+// reserve, reports itself low in its heartbeats; the placement leader
+// answers every heartbeat with the nodes that are low, and while any live
+// node is (the space alarm, cluster-wide as etcd's NOSPACE) every node's
+// front door refuses client writes that may add data (grpcapi.KV.SetNoSpace,
+// kv.AddsData). Reads, deletes and the system's own writes (expiry sweep,
+// session expiry, placement, conf changes) go on, and the alarm clears by
+// itself once the disk has room again.
+
+// ReserveDiskAuto is Config.ReserveDiskBytes's default: the smaller of
+// defaultReserveCap and defaultReserveShare of the filesystem.
+const ReserveDiskAuto = -1
+
+const (
+	defaultReserveCap   = 1 << 30 // 1 GiB
+	defaultReserveShare = 20      // 1/20: 5 % of the filesystem
+	// minSpaceMargin is the least margin above the reserve a low node must
+	// regain to be low no more (spaceMargin).
+	minSpaceMargin = 64 << 20
+)
+
+// resolveReserve is the reserve in bytes that setting (Config.
+// ReserveDiskBytes) gives on a filesystem of total bytes: 0 turns the
+// guard off.
+func resolveReserve(setting int64, total uint64) uint64 {
+	if setting == ReserveDiskAuto {
+		return min(defaultReserveCap, total/defaultReserveShare)
+	}
+	return uint64(max(setting, 0))
+}
+
+// spaceMargin is how far above reserve free space must climb before a low
+// node is low no more: a tenth of the reserve, at least 64 MiB, so that a
+// disk hovering at the line (compactions freeing and taking space) does
+// not turn the alarm on and off every second.
+func spaceMargin(reserve uint64) uint64 {
+	return max(reserve/10, minSpaceMargin)
+}
+
+// lowAfter is whether a node that was (or was not) low is low with free
+// bytes and reserve: it becomes low under the reserve and stays low until
+// free reaches the reserve plus spaceMargin. A reserve of 0 (the guard
+// off) is never low.
+func lowAfter(wasLow bool, free, reserve uint64) bool {
+	switch {
+	case reserve == 0:
+		return false
+	case free < reserve:
+		return true
+	case wasLow:
+		return free < reserve+spaceMargin(reserve)
+	}
+	return false
+}
+
+// spaceGuard is one node's measurements and the alarm it applies.
+type spaceGuard struct {
+	reserve atomic.Uint64 // bytes; 0: the guard is off (set by Start)
+	free    atomic.Uint64 // the last measurement's free bytes
+	low     atomic.Bool   // this node is low by its own measurement
+	alarm   atomic.Bool   // writes that add data are refused here now
+
+	mu sync.Mutex
+	// others are the nodes other than this one that the last heartbeat
+	// answer listed low (guarded by mu). This node's own entry is left
+	// out: its own measurement is newer.
+	others []*concordpb.LowSpaceNode
+	// reason is what the refusals say now, "" while the alarm is off
+	// (guarded by mu).
+	reason string
+}
+
+// diskSpace measures the free and total bytes of the filesystem holding
+// the data dir (testHooks.diskSpace stands in for it in tests).
+func (n *Node) diskSpace() (free, total uint64, err error) {
+	if f := n.testHooks.diskSpace; f != nil {
+		return f()
+	}
+	return statfs(n.cfg.DataDir)
+}
+
+// startSpaceGuard resolves the reserve from the data dir's filesystem and
+// takes the first measurement, before the node serves clients. A
+// filesystem that cannot be measured turns the guard off, said in a WARN.
+func (n *Node) startSpaceGuard() {
+	if n.cfg.ReserveDiskBytes == 0 {
+		return
+	}
+	_, total, err := n.diskSpace()
+	if err != nil {
+		n.log.Warn("disk space guard off: cannot measure the data dir's filesystem", "dir", n.cfg.DataDir, "err", err)
+		return
+	}
+	n.space.reserve.Store(resolveReserve(n.cfg.ReserveDiskBytes, total))
+	n.checkSpace(context.Background())
+}
+
+// checkSpace measures the free bytes once (the space loop, about every
+// second), moves this node in or out of the low state by lowAfter (a WARN
+// on each change, and a heartbeat at once so the cluster learns of it),
+// and applies the alarm.
+func (n *Node) checkSpace(context.Context) {
+	reserve := n.space.reserve.Load()
+	if reserve == 0 {
+		return
+	}
+	free, _, err := n.diskSpace()
+	if err != nil {
+		n.log.Debug("measure free disk space", "dir", n.cfg.DataDir, "err", err)
+		return
+	}
+	n.space.free.Store(free)
+	was := n.space.low.Load()
+	low := lowAfter(was, free, reserve)
+	if low == was {
+		return
+	}
+	n.space.low.Store(low)
+	if low {
+		n.log.Warn("disk low on space: refusing writes that add data until it has more; deletes and reads still work",
+			"dir", n.cfg.DataDir, "free", bytesText(free), "reserve", bytesText(reserve))
+	} else {
+		n.log.Warn("disk has space again: writes that add data are no longer refused for this node",
+			"dir", n.cfg.DataDir, "free", bytesText(free), "reserve", bytesText(reserve))
+	}
+	n.applySpaceAlarm()
+	n.placement.reportSoon()
+}
+
+// learnLowSpace takes the low nodes of a heartbeat answer and applies the
+// alarm they and this node's own state make.
+func (n *Node) learnLowSpace(low []*concordpb.LowSpaceNode) {
+	var others []*concordpb.LowSpaceNode
+	for _, l := range low {
+		if ids.NodeID(l.GetNodeId()) != n.ID() {
+			others = append(others, l)
+		}
+	}
+	n.space.mu.Lock()
+	n.space.others = others
+	n.space.mu.Unlock()
+	n.applySpaceAlarm()
+}
+
+// applySpaceAlarm sets the KV service's refusal from this node's own state
+// (first: it is the freshest) and the other nodes the placement leader
+// last named low, logging when the alarm turns on or off.
+func (n *Node) applySpaceAlarm() {
+	n.space.mu.Lock()
+	defer n.space.mu.Unlock()
+	reason := ""
+	switch {
+	case n.space.low.Load():
+		reason = noSpaceReason(uint64(n.ID()), n.space.free.Load(), n.space.reserve.Load())
+	case len(n.space.others) > 0:
+		l := n.space.others[0]
+		reason = noSpaceReason(l.GetNodeId(), l.GetFreeBytes(), l.GetReserveBytes())
+	}
+	if reason == n.space.reason {
+		return
+	}
+	switch {
+	case n.space.reason == "":
+		n.log.Warn("space alarm on: refusing client writes that add data", "why", reason)
+	case reason == "":
+		n.log.Warn("space alarm off: client writes that add data are served again")
+	}
+	n.space.reason = reason
+	n.space.alarm.Store(reason != "")
+	if n.kv != nil {
+		n.kv.SetNoSpace(reason)
+	}
+}
+
+// noSpaceReason is what a refusal says (after kv.NoSpaceMark) while node
+// is low with free bytes under reserve.
+func noSpaceReason(node, free, reserve uint64) string {
+	return fmt.Sprintf("node %d has %s free, under its --reserve-disk-bytes of %s; writes that add data are refused until it has more; deletes and reads still work",
+		node, bytesText(free), bytesText(reserve))
+}
+
+// bytesText is b in the largest binary unit it reaches, one decimal.
+func bytesText(b uint64) string {
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	if b < 1<<10 {
+		return fmt.Sprintf("%d B", b)
+	}
+	v, u := float64(b)/(1<<10), 0
+	for v >= 1<<10 && u < len(units)-1 {
+		v, u = v/(1<<10), u+1
+	}
+	return fmt.Sprintf("%.1f %s", v, units[u])
+}
+
+// lowSpaceNodes are the nodes the placement leader holds low on space:
+// those of nodes whose last report (loads) says low, that are not removed
+// or replaced (by the descriptors) nor judged dead (states, the
+// scheduler's judgement as of now). A dead node's disk takes no writes,
+// and a removed one's never will again: neither may hold the cluster's
+// writes back. In node id order, so every node names the same one first.
+func lowSpaceNodes(nodes []*concordpb.NodeDescriptor, states map[ids.NodeID]concordpb.NodeState, loads map[ids.NodeID]load) []*concordpb.LowSpaceNode {
+	var out []*concordpb.LowSpaceNode
+	for _, d := range nodes {
+		id := ids.NodeID(d.GetNodeId())
+		l, ok := loads[id]
+		if !ok || !l.diskLow || !liveState(d.GetState()) || !liveState(states[id]) {
+			continue
+		}
+		out = append(out, &concordpb.LowSpaceNode{NodeId: uint64(id), FreeBytes: l.diskFree, ReserveBytes: l.diskReserve})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetNodeId() < out[j].GetNodeId() })
+	return out
+}
+
+// liveState reports whether a node in state s may still serve: not
+// removed, replaced or dead.
+func liveState(s concordpb.NodeState) bool {
+	switch s {
+	case concordpb.NodeState_NODE_DEAD, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
+		return false
+	}
+	return true
+}

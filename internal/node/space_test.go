@@ -1,0 +1,204 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/version"
+)
+
+// TestLowAfterHysteresis: a node becomes low under its reserve and stays
+// low until it has the reserve plus a margin (a tenth of the reserve, at
+// least 64 MiB) free; a reserve of 0 is never low.
+func TestLowAfterHysteresis(t *testing.T) {
+	const gib = 1 << 30
+	margin := uint64(gib / 10)
+	for _, tc := range []struct {
+		was           bool
+		free, reserve uint64
+		want          bool
+	}{
+		{false, gib, gib, false},                        // at the line: not low
+		{false, gib - 1, gib, true},                     // under it: low
+		{true, gib, gib, true},                          // back at the line: still low
+		{true, gib + margin - 1, gib, true},             // inside the margin: still low
+		{true, gib + margin, gib, false},                // past the margin: low no more
+		{false, gib + margin/2, gib, false},             // inside the margin, never low: not low
+		{true, 100 << 20, 10 << 20, false},              // small reserve: 64 MiB margin, passed
+		{true, (10 << 20) + (63 << 20), 10 << 20, true}, // small reserve: inside the 64 MiB margin
+		{true, 0, 0, false},                             // guard off
+		{false, 0, 0, false},
+	} {
+		if got := lowAfter(tc.was, tc.free, tc.reserve); got != tc.want {
+			t.Errorf("lowAfter(was %v, free %d, reserve %d) = %v; want %v", tc.was, tc.free, tc.reserve, got, tc.want)
+		}
+	}
+}
+
+// TestResolveReserve: the default is the smaller of 1 GiB and 5 % of the
+// filesystem; 0 is off; a number given is taken as it is.
+func TestResolveReserve(t *testing.T) {
+	for _, tc := range []struct {
+		setting int64
+		total   uint64
+		want    uint64
+	}{
+		{ReserveDiskAuto, 100 << 30, 1 << 30},
+		{ReserveDiskAuto, 10 << 30, 512 << 20},
+		{0, 100 << 30, 0},
+		{5 << 20, 100 << 30, 5 << 20},
+		{1 << 60, 100 << 30, 1 << 60},
+	} {
+		if got := resolveReserve(tc.setting, tc.total); got != tc.want {
+			t.Errorf("resolveReserve(%d, %d) = %d; want %d", tc.setting, tc.total, got, tc.want)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.ReserveDiskBytes = -2
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "--reserve-disk-bytes") {
+		t.Fatalf("--reserve-disk-bytes -2: %v; want it refused", err)
+	}
+}
+
+// TestLowSpaceNodesOnlyLiveMembers: the placement leader's answer names
+// the nodes whose last report says low, of those not removed, replaced or
+// judged dead (a SUSPECT or LEAVING node still counts), in id order, with
+// their figures.
+func TestLowSpaceNodesOnlyLiveMembers(t *testing.T) {
+	nodes := []*concordpb.NodeDescriptor{}
+	states := map[ids.NodeID]concordpb.NodeState{}
+	loads := map[ids.NodeID]load{}
+	add := func(id ids.NodeID, desc, judged concordpb.NodeState, low bool) {
+		nodes = append(nodes, &concordpb.NodeDescriptor{NodeId: uint64(id), State: desc})
+		states[id] = judged
+		loads[id] = load{diskLow: low, diskFree: uint64(id) << 20, diskReserve: 1 << 30}
+	}
+	up, suspect, dead := concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD
+	add(7, up, up, true)
+	add(2, up, suspect, true)
+	add(3, up, dead, true) // judged dead now
+	add(4, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REMOVED, true)
+	add(5, concordpb.NodeState_NODE_REPLACED, concordpb.NodeState_NODE_REPLACED, true)
+	add(6, concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_LEAVING, true)
+	add(1, up, up, false)
+	nodes = append(nodes, &concordpb.NodeDescriptor{NodeId: 8, State: up}) // never reported
+	got := lowSpaceNodes(nodes, states, loads)
+	var ids []uint64
+	for _, l := range got {
+		ids = append(ids, l.GetNodeId())
+		if l.GetFreeBytes() != l.GetNodeId()<<20 || l.GetReserveBytes() != 1<<30 {
+			t.Errorf("node %d listed with %d free, %d reserve; want its report's", l.GetNodeId(), l.GetFreeBytes(), l.GetReserveBytes())
+		}
+	}
+	if fmt.Sprint(ids) != "[2 6 7]" {
+		t.Fatalf("low nodes %v; want [2 6 7] (live ones that reported low, in id order)", ids)
+	}
+}
+
+// TestBytesText: the sizes the refusals and logs show.
+func TestBytesText(t *testing.T) {
+	for b, want := range map[uint64]string{512: "512 B", 1536: "1.5 KiB", 800 << 20: "800.0 MiB", 1 << 30: "1.0 GiB", 1 << 60: "1.0 EiB"} {
+		if got := bytesText(b); got != want {
+			t.Errorf("bytesText(%d) = %q; want %q", b, got, want)
+		}
+	}
+}
+
+// TestSpaceAlarmRefusesWritesClusterWide, on three real nodes in this
+// process whose free space the test sets (testHooks.diskSpace): once one
+// node is under its reserve, a put through any node is refused
+// (ResourceExhausted, "no space: node N ...", client.ErrNoSpace, not
+// ambiguous) and writes nothing, while a delete and a read still work;
+// once that node has space again, puts through every node succeed.
+func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
+	const reserve = 1 << 30
+	var lowFree atomic.Uint64
+	lowFree.Store(4 << 30)
+	nodes, _ := startClusterWith(t, []version.Level{0, 0, 0}, func(i int, cfg *Config, hooks *testHooks) {
+		cfg.ReserveDiskBytes = reserve
+		hooks.diskSpace = func() (uint64, uint64, error) { return 8 << 30, 100 << 30, nil }
+		if i == 1 {
+			hooks.diskSpace = func() (uint64, uint64, error) { return lowFree.Load(), 100 << 30, nil }
+		}
+	})
+	clients := make([]*client.Client, len(nodes))
+	for i, n := range nodes {
+		c, err := client.NewWithOptions(context.Background(), client.Options{Endpoints: []string{n.Addr()}, ThroughEndpoints: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients[i] = c
+	}
+	put := func(c *client.Client, key string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, err := c.Put(ctx, []byte(key), []byte("v"))
+		return err
+	}
+	for i, c := range clients {
+		waitFor(t, 10*time.Second, func() error { return put(c, fmt.Sprintf("before-%d", i)) })
+	}
+
+	lowFree.Store(800 << 20)
+	low := nodes[1].ID()
+	want := fmt.Sprintf("no space: node %d has 800.0 MiB free, under its --reserve-disk-bytes of 1.0 GiB", low)
+	for i, c := range clients {
+		var key string
+		attempt := 0
+		waitFor(t, 10*time.Second, func() error {
+			// A key of its own each time: a put made before the node
+			// learned of the alarm wrote its key.
+			attempt++
+			key = fmt.Sprintf("during-%d-%d", i, attempt)
+			err := put(c, key)
+			if err == nil {
+				return fmt.Errorf("a put through node %d succeeded with node %d low on space", nodes[i].ID(), low)
+			}
+			if !errors.Is(err, client.ErrNoSpace) || errors.Is(err, client.ErrAmbiguous) || status.Code(err) != codes.ResourceExhausted ||
+				!strings.Contains(err.Error(), want) {
+				t.Fatalf("a put through node %d: %v; want ErrNoSpace (ResourceExhausted %q...), not ambiguous", nodes[i].ID(), err, want)
+			}
+			return nil
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, found, err := c.Get(ctx, []byte(key)); err != nil || found {
+			t.Fatalf("the refused key read through node %d: found %v, %v; want absent", nodes[i].ID(), found, err)
+		}
+		if existed, err := c.Delete(ctx, []byte(fmt.Sprintf("before-%d", i))); err != nil || !existed {
+			t.Fatalf("a delete through node %d with the alarm on: existed %v, %v; want it deleted", nodes[i].ID(), existed, err)
+		}
+		if _, found, err := c.Get(ctx, []byte(fmt.Sprintf("before-%d", i))); err != nil || found {
+			t.Fatalf("a deleted key read through node %d: found %v, %v; want absent", nodes[i].ID(), found, err)
+		}
+		cancel()
+		if !nodes[i].space.alarm.Load() {
+			t.Fatalf("node %d's space alarm gauge is off while it refuses", nodes[i].ID())
+		}
+	}
+	if !nodes[1].space.low.Load() || nodes[0].space.low.Load() {
+		t.Fatal("the low flags are not the measured ones")
+	}
+
+	// Inside the margin above the reserve: still low (no flapping).
+	lowFree.Store(reserve + 10<<20)
+	nodes[1].checkSpace(context.Background())
+	if !nodes[1].space.low.Load() {
+		t.Fatal("node low on space left the state inside the margin")
+	}
+	lowFree.Store(4 << 30)
+	for i, c := range clients {
+		waitFor(t, 10*time.Second, func() error { return put(c, fmt.Sprintf("after-%d", i)) })
+	}
+}
