@@ -440,6 +440,10 @@ func (n *Node) startRaft() error {
 		TLS:               n.sec.peerTLS,
 		Token:             n.cfg.AuthToken,
 		AuthConn:          n.sec.auth.CheckPeerConn,
+		// A received snapshot must leave the space guard's reserve free,
+		// so that catching a replica up cannot fill the disk the guard
+		// keeps client writes off (none while the guard is off).
+		SnapshotDiskMargin: snapshotDiskMargin(n.space.reserve.Load()),
 	}, n.eng)
 	hc := multiraft.DefaultConfig(ids.NodeID(id.GetNodeId()))
 	hc.TickInterval = n.cfg.TickInterval

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,16 @@ func resolveReserve(setting int64, total uint64) uint64 {
 		return min(defaultReserveCap, total/defaultReserveShare)
 	}
 	return uint64(max(setting, 0))
+}
+
+// snapshotDiskMargin is the transport's SnapshotDiskMargin for the space
+// guard's reserve: the same line, and no check (negative) while the guard
+// is off (reserve 0), which the transport would read as its default.
+func snapshotDiskMargin(reserve uint64) int64 {
+	if reserve == 0 {
+		return -1
+	}
+	return int64(min(reserve, math.MaxInt64))
 }
 
 // spaceMargin is how far above reserve free space must climb before a low

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,5 +201,20 @@ func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
 	lowFree.Store(4 << 30)
 	for i, c := range clients {
 		waitFor(t, 10*time.Second, func() error { return put(c, fmt.Sprintf("after-%d", i)) })
+	}
+}
+
+// TestSnapshotDiskMarginIsTheReserve protects the one line shared by client
+// writes and received snapshots: the transport's margin is the guard's
+// reserve, and off (negative, not 0, which the transport reads as its own
+// default of 1 GiB) while the guard is off.
+func TestSnapshotDiskMarginIsTheReserve(t *testing.T) {
+	for _, c := range []struct {
+		reserve uint64
+		want    int64
+	}{{0, -1}, {1, 1}, {512 << 20, 512 << 20}, {math.MaxUint64, math.MaxInt64}} {
+		if got := snapshotDiskMargin(c.reserve); got != c.want {
+			t.Errorf("snapshotDiskMargin(%d) = %d, want %d", c.reserve, got, c.want)
+		}
 	}
 }
