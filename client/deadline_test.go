@@ -114,6 +114,12 @@ func TestDeadlineErrorKeepsTheLastAttempts(t *testing.T) {
 						t.Logf("%s: the deadline cut the last attempt: %v", what, err)
 						checkDeadlineErr(t, what, err, nil, codes.DeadlineExceeded)
 						want = o.write
+					} else if !errors.Is(err, refused) && strings.Contains(err.Error(), "was not sent") {
+						// Under load the attempt after a stalled one may
+						// find no connection ready in time: the client's
+						// own Unavailable, sent nowhere, is then the last.
+						t.Logf("%s: the last attempt was not sent: %v", what, err)
+						checkDeadlineErr(t, what, err, nil, codes.Unavailable)
 					} else {
 						checkDeadlineErr(t, what, err, refused, codes.Unavailable)
 					}
