@@ -83,8 +83,25 @@ func NewRoot() *cobra.Command {
 		newRestoreCmd(),
 		newCertsCmd(),
 	)
+	refuseUnknownSubcommands(root) // first: the groups become runnable, and take --config as every runnable command does
 	withSettingsAll(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group below root (node,
+// shard, cluster, leader, fault) fail on a word that is none of its
+// subcommands. Cobra runs only root's check: a group without a Run of its
+// own printed its help and exited 0, so `concord node join x` or a typo
+// like `concord shard lsit` looked like a success to a script. Alone, a
+// group still prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+		if sub.HasSubCommands() && !sub.Runnable() {
+			sub.Args = cobra.NoArgs
+			sub.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		}
+	}
 }
 
 // withSettingsAll gives every runnable command --config and CONCORD_*
