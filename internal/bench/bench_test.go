@@ -215,6 +215,8 @@ func TestValidate(t *testing.T) {
 		"no limit":     func(c *Config) { c.Ops, c.Duration = 0, 0 },
 		"consistency":  func(c *Config) { c.Consistency = "eventual" },
 		"distribution": func(c *Config) { c.Distribution = "normal" },
+		"clients":      func(c *Config) { c.Clients = MaxClients + 1 },
+		"idle conns":   func(c *Config) { c.Conns = c.Clients + 1 },
 	}
 	for name, mut := range bad {
 		c := validConfig()

@@ -114,6 +114,9 @@ func (f *benchFlags) resolve(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if err := checkTimeout(f.timeout); err != nil {
+		return err
+	}
 	if f.wire != client.WireGRPC && f.wire != client.WireTCP {
 		return fmt.Errorf("--wire must be %s or %s, not %q", client.WireTCP, client.WireGRPC, f.wire)
 	}

@@ -140,6 +140,9 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 	if f.output != "text" && f.output != "json" {
 		return nil, nil, nil, fmt.Errorf("--output must be text or json, not %q", f.output)
 	}
+	if err := checkTimeout(f.timeout); err != nil {
+		return nil, nil, nil, err
+	}
 	opts, err := f.sec.clientOptions()
 	if err != nil {
 		return nil, nil, nil, err
@@ -158,6 +161,16 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 		return nil, nil, nil, f.sec.hint(err)
 	}
 	return c, ctx, func() { c.Close(); cancel() }, nil
+}
+
+// checkTimeout refuses a --timeout that leaves no time at all: the client
+// then failed with "context deadline exceeded (last error: no node
+// known)", which blamed the cluster for the flag.
+func checkTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %v", d)
+	}
+	return nil
 }
 
 // status connects, asks the cluster for its status (what status, node list

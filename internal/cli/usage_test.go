@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -38,5 +40,58 @@ func TestUnknownSubcommandFails(t *testing.T) {
 	out, err := runCLI("node")
 	if err != nil || !strings.Contains(out, "Available Commands") {
 		t.Errorf("concord node: err = %v, output %q; want its help", err, out)
+	}
+}
+
+// countingListener is a server on 127.0.0.1 that counts the connections
+// made to it and closes each at once.
+func countingListener(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return lis.Addr().String(), &n
+}
+
+// TestBadClientFlagsRefusedBeforeDialing: flags no run can honour fail
+// with an error naming the flag, before anything is dialed (before: a
+// --timeout of 0 failed as "no node answered ... (last error: no node
+// known)", blaming the cluster; --limit -5 scanned every key; --clients
+// 1000000000 allocated until the machine ran out of memory; --conns past
+// --clients dialed connection sets no goroutine used).
+func TestBadClientFlagsRefusedBeforeDialing(t *testing.T) {
+	addr, dialed := countingListener(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "k", "--timeout", "0"}, "--timeout must be positive, got 0s"},
+		{[]string{"put", "k", "v", "--timeout", "-1s"}, "--timeout must be positive, got -1s"},
+		{[]string{"status", "--timeout", "0"}, "--timeout must be positive"},
+		{[]string{"scan", "--limit", "-5", "--timeout", "2s"}, "--limit must not be negative (0: all keys), got -5"},
+		{[]string{"bench", "--timeout", "0", "--duration", "1s"}, "--timeout must be positive"},
+		{[]string{"bench", "--clients", "1000000000", "--timeout", "2s", "--duration", "1s"}, "--clients must be at most 10000, got 1000000000"},
+		{[]string{"bench", "--clients", "2", "--conns", "5", "--timeout", "2s", "--duration", "1s"}, "--conns (5) must not exceed --clients (2)"},
+	} {
+		_, err := runCLI(append(tc.args, "--endpoints", addr)...)
+		if err == nil || !strings.Contains(errorText(err), tc.want) {
+			t.Errorf("concord %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+		if n := dialed.Swap(0); n != 0 {
+			t.Errorf("concord %s: %d connections made before the flags were refused", strings.Join(tc.args, " "), n)
+		}
 	}
 }
