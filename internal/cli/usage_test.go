@@ -2,10 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // runCLI executes the command line in-process and returns its error and what
@@ -93,5 +98,56 @@ func TestBadClientFlagsRefusedBeforeDialing(t *testing.T) {
 		if n := dialed.Swap(0); n != 0 {
 			t.Errorf("concord %s: %d connections made before the flags were refused", strings.Join(tc.args, " "), n)
 		}
+	}
+}
+
+// TestServerRefusesUnreachableAddr: a node address with port 0 or past
+// 65535 fails the start with an error naming the flag, before the data dir
+// is created (before: --addr 127.0.0.1:0 bootstrapped a cluster whose only
+// node was named 127.0.0.1:0, which no one can dial; --peers with port
+// 70000 waited for ever for that peer).
+func TestServerRefusesUnreachableAddr(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := lis.Addr().String()
+	lis.Close() // free for the node to listen on, had it started
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", "127.0.0.1:0"}, `--addr "127.0.0.1:0": the port must be between 1 and 65535`},
+		{[]string{"--addr", free, "--peers", free + ",127.0.0.1:70000"}, `--peers "127.0.0.1:70000": the port must be between 1 and 65535`},
+		{[]string{"--addr", free, "--join", "127.0.0.1:0"}, `--join "127.0.0.1:0": the port must be between 1 and 65535`},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		err := runServerFor(t, append([]string{"server", "--data-dir", dir, "--log-level", "error"}, tc.args...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("concord server %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("concord server %s: the data dir was created (stat: %v)", strings.Join(tc.args, " "), err)
+		}
+	}
+}
+
+// runServerFor runs `concord server` in-process and returns its error; a
+// server that is still running after a while started (the defect): it is
+// stopped with SIGINT, which runServer takes as its signal to stop.
+func runServerFor(t *testing.T, args []string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := runCLI(args...)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+		<-done
+		return errors.New("the server started")
 	}
 }
