@@ -90,6 +90,8 @@ func TestBadClientFlagsRefusedBeforeDialing(t *testing.T) {
 		{[]string{"bench", "--timeout", "0", "--duration", "1s"}, "--timeout must be positive"},
 		{[]string{"bench", "--clients", "1000000000", "--timeout", "2s", "--duration", "1s"}, "--clients must be at most 10000, got 1000000000"},
 		{[]string{"bench", "--clients", "2", "--conns", "5", "--timeout", "2s", "--duration", "1s"}, "--conns (5) must not exceed --clients (2)"},
+		{[]string{"backup", t.TempDir(), "--timeout", "2s"}, "it is a directory; name a file"},
+		{[]string{"backup", "", "--timeout", "2s"}, "backup FILE is empty"},
 	} {
 		_, err := runCLI(append(tc.args, "--endpoints", addr)...)
 		if err == nil || !strings.Contains(errorText(err), tc.want) {
