@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,5 +153,17 @@ func runServerFor(t *testing.T, args []string) error {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
 		<-done
 		return errors.New("the server started")
+	}
+}
+
+// TestHTTPPortAsEndpointHint: an endpoint that answers HTTP/1.1 (a node's
+// --http-addr given as --endpoints) gets an error that says so, not the
+// hint to turn TLS on, which could not help.
+func TestHTTPPortAsEndpointHint(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	_, err := runCLI("get", "k", "--endpoints", srv.Listener.Addr().String(), "--timeout", "2s")
+	if err == nil || !strings.Contains(err.Error(), "is it a node's --http-addr?") || strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("get against an HTTP server: err = %v, want the hint that it is an HTTP port, not one about TLS", err)
 	}
 }
