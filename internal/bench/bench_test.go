@@ -514,3 +514,18 @@ func TestRunInsertsScansAndReadModifyWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestPreloadErrorShortensKey: a preload put that fails names its key by
+// its start and length, not the whole --key-size of it (the node's own
+// message, "key is 100000 bytes; the limit is 4096", was lost at the end
+// of a 100 KB line).
+func TestPreloadErrorShortensKey(t *testing.T) {
+	cfg := validConfig()
+	cfg.KeySize, cfg.Preload = 100000, true
+	f := newFake()
+	f.failEvery = 1
+	_, err := Run(context.Background(), cfg, []Target{f}, nil)
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(100000 bytes)") {
+		t.Fatalf("preload error (%d bytes): %.300s; want the key shortened, with its length", len(err.Error()), err)
+	}
+}
