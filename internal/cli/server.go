@@ -235,6 +235,9 @@ func servePprof(addr string, t pprofTimeouts, logger *slog.Logger) (*http.Server
 		return nil, "", fmt.Errorf("--pprof-addr: %w", err)
 	}
 	srv := newPprofServer(t)
+	// The address listened on, not the one asked for: with port 0 the
+	// port was chosen here and nothing else said which.
+	logger.Info("serving pprof", "addr", lis.Addr().String())
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("pprof server stopped", "addr", addr, "err", err)
