@@ -215,6 +215,8 @@ func TestValidate(t *testing.T) {
 		"no limit":     func(c *Config) { c.Ops, c.Duration = 0, 0 },
 		"consistency":  func(c *Config) { c.Consistency = "eventual" },
 		"distribution": func(c *Config) { c.Distribution = "normal" },
+		"clients":      func(c *Config) { c.Clients = MaxClients + 1 },
+		"idle conns":   func(c *Config) { c.Conns = c.Clients + 1 },
 	}
 	for name, mut := range bad {
 		c := validConfig()
@@ -510,5 +512,20 @@ func TestRunInsertsScansAndReadModifyWrites(t *testing.T) {
 		if w == "e" && res.ByOp["scan"].Ops < 900 {
 			t.Errorf("workload e: only %d scans", res.ByOp["scan"].Ops)
 		}
+	}
+}
+
+// TestPreloadErrorShortensKey: a preload put that fails names its key by
+// its start and length, not the whole --key-size of it (the node's own
+// message, "key is 100000 bytes; the limit is 4096", was lost at the end
+// of a 100 KB line).
+func TestPreloadErrorShortensKey(t *testing.T) {
+	cfg := validConfig()
+	cfg.KeySize, cfg.Preload = 100000, true
+	f := newFake()
+	f.failEvery = 1
+	_, err := Run(context.Background(), cfg, []Target{f}, nil)
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(100000 bytes)") {
+		t.Fatalf("preload error (%d bytes): %.300s; want the key shortened, with its length", len(err.Error()), err)
 	}
 }

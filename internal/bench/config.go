@@ -63,6 +63,13 @@ func (c *Config) Normalize() error {
 // NeedsPreload reports whether the mix reads keys that must exist first.
 func (c *Config) NeedsPreload() bool { return c.Mix.reads() }
 
+// MaxClients bounds --clients. Each goroutine holds its own latency
+// histograms (about 0.7 MB), allocated before the run starts: --clients
+// 1000000000 took all the memory of the machine (17 GB before it was
+// killed) instead of failing. Ten thousand is ten times the most any
+// documented run uses, and the node's default connection caps.
+const MaxClients = 10000
+
 // Validate rejects settings a run cannot honour.
 func (c *Config) Validate() error {
 	if err := c.Normalize(); err != nil {
@@ -85,6 +92,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--value-size must not be negative, got %d", c.ValueSize)
 	case c.Clients < 1 || c.Conns < 1:
 		return fmt.Errorf("--clients and --conns must be positive, got %d and %d", c.Clients, c.Conns)
+	case c.Clients > MaxClients:
+		return fmt.Errorf("--clients must be at most %d, got %d", MaxClients, c.Clients)
+	case c.Conns > c.Clients:
+		return fmt.Errorf("--conns (%d) must not exceed --clients (%d): a connection set no goroutine uses only loads the nodes", c.Conns, c.Clients)
 	case c.Duration <= 0 && c.Ops <= 0:
 		return errors.New("give a positive --duration or --ops")
 	case c.Consistency != "linearizable" && c.Consistency != "stale":

@@ -60,7 +60,7 @@ func preload(ctx context.Context, cfg Config, targets []Target, vals *valuePool)
 			for i := g; i < cfg.Keys && ctx.Err() == nil; i += cfg.Clients {
 				key = AppendKey(key[:0], i, cfg.KeySize)
 				if err := t.Put(ctx, key, vals.next(rng)); err != nil {
-					errs[g] = fmt.Errorf("key %s: %w", key, err)
+					errs[g] = fmt.Errorf("key %s: %w", keyText(key), err)
 					return
 				}
 			}
@@ -73,6 +73,16 @@ func preload(ctx context.Context, cfg Config, targets []Target, vals *valuePool)
 		}
 	}
 	return ctx.Err()
+}
+
+// keyText is a key as an error shows it: whole up to 32 bytes, else its
+// start and length (a --key-size of 100000 put the whole key in the
+// preload's error, 100 KB of one line around the node's refusal).
+func keyText(key []byte) string {
+	if len(key) <= 32 {
+		return string(key)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", key[:32], len(key))
 }
 
 // measure runs the timed phase.

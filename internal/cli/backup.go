@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -33,6 +34,9 @@ func newBackupCmd() *cobra.Command {
 			"its owner only (mode 0600): it holds every key.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkBackupPath(args[0]); err != nil {
+				return err
+			}
 			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
@@ -68,6 +72,20 @@ func newBackupCmd() *cobra.Command {
 	t.DefValue = "1h"
 	_ = t.Value.Set(t.DefValue)
 	return cmd
+}
+
+// checkBackupPath refuses, before a byte is read from the cluster, a FILE
+// the finished backup can never be renamed to: an empty name or an
+// existing directory read every shard and then failed with "rename
+// FILE.partial-N FILE: file exists".
+func checkBackupPath(path string) error {
+	if path == "" {
+		return errors.New("backup FILE is empty: name the file to write")
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("backup %s: it is a directory; name a file (e.g. %s)", path, filepath.Join(path, "concord.backup"))
+	}
+	return nil
 }
 
 // writeBackup reads every user shard of the cluster c talks to into a new

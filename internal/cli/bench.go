@@ -70,8 +70,8 @@ func addBenchFlags(cmd *cobra.Command, f *benchFlags) {
 	fl.IntVar(&c.Keys, "keys", 10000, "number of distinct keys")
 	fl.IntVar(&c.KeySize, "key-size", 16, "key length in bytes")
 	fl.IntVar(&c.ValueSize, "value-size", 256, "value length in bytes")
-	fl.IntVar(&c.Clients, "clients", 16, "concurrent goroutines issuing requests")
-	fl.IntVar(&c.Conns, "conns", 1, "client instances (connection sets), shared round-robin by the goroutines")
+	fl.IntVar(&c.Clients, "clients", 16, fmt.Sprintf("concurrent goroutines issuing requests (at most %d)", bench.MaxClients))
+	fl.IntVar(&c.Conns, "conns", 1, "client instances (connection sets), shared round-robin by the goroutines (at most --clients)")
 	fl.DurationVar(&c.Duration, "duration", 10*time.Second, "how long to measure (unless only --ops is given)")
 	fl.Int64Var(&c.Ops, "ops", 0, "total operations to run (0: run for --duration)")
 	fl.StringVar(&c.Consistency, "consistency", "linearizable", "reads: linearizable or stale")
@@ -112,6 +112,9 @@ func (f *benchFlags) resolve(cmd *cobra.Command) error {
 	}
 	opts, err := f.sec.clientOptions()
 	if err != nil {
+		return err
+	}
+	if err := checkTimeout(f.timeout); err != nil {
 		return err
 	}
 	if f.wire != client.WireGRPC && f.wire != client.WireTCP {

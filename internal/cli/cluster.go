@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,12 +75,39 @@ func clusterUp(f clusterUpFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := localcluster.Start(upConfig(f, self))
+	return runClusterUp(ctx, f, self)
+}
+
+// runClusterUp starts the nodes from binary self and runs them until ctx
+// ends or, without --supervise, until every node has exited by itself:
+// then nothing is left to run, and the command fails rather than wait
+// for a Ctrl-C (a node flag it cannot take, such as --replicas -1 or an
+// unknown --server-flag, or a port in use, left `cluster up` running
+// with no node, and exiting 0 once stopped).
+func runClusterUp(ctx context.Context, f clusterUpFlags, self string) error {
+	cfg := upConfig(f, self)
+	allExited := make(chan struct{})
+	var exited atomic.Int64
+	report := cfg.OnExit
+	cfg.OnExit = func(e localcluster.Exit) {
+		report(e)
+		// Unsupervised, a node that exited by itself stays down: the
+		// count only grows.
+		if !e.Asked && !f.supervise && exited.Add(1) == int64(f.nodes) {
+			close(allExited)
+		}
+	}
+	c, err := localcluster.Start(cfg)
 	if err != nil {
 		return err
 	}
 	printBanner(f, c)
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-allExited:
+		c.Shutdown(10 * time.Second)
+		return errors.New("cluster: every node exited (their output above says why)")
+	}
 	fmt.Println("cluster: stopping all nodes")
 	c.Shutdown(10 * time.Second)
 	return nil

@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"context"
+	"net"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,5 +31,33 @@ func TestClusterUpCommandLine(t *testing.T) {
 	}
 	if !cfg.Supervise || cfg.RestartDelay != time.Second || cfg.Binary != "/bin/concord" {
 		t.Fatalf("supervision or binary not passed on: %+v", cfg)
+	}
+}
+
+// TestClusterUpEndsWhenEveryNodeExited: without --supervise, `cluster up`
+// whose nodes all exit by themselves (here a binary that fails at once,
+// as a node does on a flag it cannot take or a port in use) fails instead
+// of running on with no node until Ctrl-C, and exiting 0 then.
+func TestClusterUpEndsWhenEveryNodeExited(t *testing.T) {
+	fail, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no false(1) binary to stand for a node that fails at start")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+	f := clusterUpFlags{nodes: 2, basePort: port, shards: 1, replicas: 1, dataDir: t.TempDir(), host: "127.0.0.1"}
+	// The deadline stands for the Ctrl-C that the command waited for.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = runClusterUp(ctx, f, fail)
+	if ctx.Err() != nil {
+		t.Fatalf("cluster up ran on until it was stopped (err %v), with every node gone", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "every node exited") {
+		t.Fatalf("cluster up whose nodes all failed: err = %v, want one saying every node exited", err)
 	}
 }

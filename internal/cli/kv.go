@@ -229,6 +229,10 @@ func newScanCmd() *cobra.Command {
 		Short: "Print keys in [START, END) in byte order, one \"key<TAB>value\" per line",
 		Args:  cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 0 {
+				// The client reads a limit below 1 as "all keys": -5 printed them all.
+				return fmt.Errorf("--limit must not be negative (0: all keys), got %d", limit)
+			}
 			var start, end []byte
 			if len(args) > 0 {
 				start = []byte(args[0])

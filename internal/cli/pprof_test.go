@@ -102,3 +102,17 @@ func TestPprofServerDeadlines(t *testing.T) {
 		t.Errorf("pprof server: WriteTimeout %v, ReadTimeout %v; want none (a profile takes its ?seconds)", srv.WriteTimeout, srv.ReadTimeout)
 	}
 }
+
+// TestPprofLogsItsAddress: --pprof-addr with port 0 logs the port it
+// chose (before: nothing said where pprof was served).
+func TestPprofLogsItsAddress(t *testing.T) {
+	var log strings.Builder
+	srv, addr, err := servePprof("127.0.0.1:0", defaultPprofTimeouts, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if !strings.Contains(log.String(), "addr="+addr) {
+		t.Fatalf("log %q does not name the address pprof listens on, %s", log.String(), addr)
+	}
+}

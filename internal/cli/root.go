@@ -83,8 +83,25 @@ func NewRoot() *cobra.Command {
 		newRestoreCmd(),
 		newCertsCmd(),
 	)
+	refuseUnknownSubcommands(root) // first: the groups become runnable, and take --config as every runnable command does
 	withSettingsAll(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group below root (node,
+// shard, cluster, leader, fault) fail on a word that is none of its
+// subcommands. Cobra runs only root's check: a group without a Run of its
+// own printed its help and exited 0, so `concord node join x` or a typo
+// like `concord shard lsit` looked like a success to a script. Alone, a
+// group still prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+		if sub.HasSubCommands() && !sub.Runnable() {
+			sub.Args = cobra.NoArgs
+			sub.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		}
+	}
 }
 
 // withSettingsAll gives every runnable command --config and CONCORD_*
@@ -123,6 +140,9 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 	if f.output != "text" && f.output != "json" {
 		return nil, nil, nil, fmt.Errorf("--output must be text or json, not %q", f.output)
 	}
+	if err := checkTimeout(f.timeout); err != nil {
+		return nil, nil, nil, err
+	}
 	opts, err := f.sec.clientOptions()
 	if err != nil {
 		return nil, nil, nil, err
@@ -141,6 +161,16 @@ func (f *clientFlags) connect() (*client.Client, context.Context, func(), error)
 		return nil, nil, nil, f.sec.hint(err)
 	}
 	return c, ctx, func() { c.Close(); cancel() }, nil
+}
+
+// checkTimeout refuses a --timeout that leaves no time at all: the client
+// then failed with "context deadline exceeded (last error: no node
+// known)", which blamed the cluster for the flag.
+func checkTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %v", d)
+	}
+	return nil
 }
 
 // status connects, asks the cluster for its status (what status, node list

@@ -60,6 +60,10 @@ func (s securityFlags) dialOptions() ([]grpc.DialOption, error) {
 func (s securityFlags) hint(err error) error {
 	msg := err.Error()
 	switch {
+	case strings.Contains(msg, "looked like an HTTP/1.1 header"):
+		// An HTTP/1 server answered (the node's --http-addr, most
+		// likely): no TLS setting would help, as the hint below said.
+		return fmt.Errorf("%w (that address serves HTTP/1.1, not the node's gRPC port: is it a node's --http-addr? give its --addr)", err)
 	case s.tlsCA == "" && strings.Contains(msg, "error reading server preface"):
 		return fmt.Errorf("%w (do the nodes use TLS? then give --tls-ca)", err)
 	case s.tlsCA != "" && strings.Contains(msg, "first record does not look like a TLS handshake"):

@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,9 @@ func newServerCmd() *cobra.Command {
 			}
 			if join != "" {
 				cfg.Join = strings.Split(join, ",")
+			}
+			if err := checkNodeAddrs(cfg); err != nil {
+				return err
 			}
 			if tokenFile != "" {
 				tok, err := readToken(tokenFile)
@@ -106,6 +110,32 @@ func newServerCmd() *cobra.Command {
 	_ = f.MarkHidden("raft-log-truncate-entries")
 	_ = f.MarkHidden("raft-log-tail-entries")
 	return cmd
+}
+
+// checkNodeAddrs refuses a node address no peer or client can reach.
+// --addr is the node's identity, written into its data dir and the
+// cluster's routing table: with port 0 (listen on any free port) the node
+// bootstrapped and served under the name 127.0.0.1:0, which nobody can
+// dial; a port past 65535 in --peers or --join left the node waiting for a
+// peer that cannot exist. (node.Config takes port 0: its tests never
+// serve.) A named port (a service name) is left to the listen.
+func checkNodeAddrs(cfg node.Config) error {
+	check := func(flag string, addrs []string) error {
+		for _, a := range addrs {
+			if a == "" {
+				continue // --addr "": the default; an empty peer: node.Config says so
+			}
+			_, port, err := net.SplitHostPort(a)
+			if err != nil {
+				return fmt.Errorf("%s %q: %w", flag, a, err)
+			}
+			if n, err := strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
+				return fmt.Errorf("%s %q: the port must be between 1 and 65535: it is where the node's peers and clients reach it", flag, a)
+			}
+		}
+		return nil
+	}
+	return errors.Join(check("--addr", []string{cfg.Addr}), check("--peers", cfg.Peers), check("--join", cfg.Join))
 }
 
 // readToken reads an auth token file: its content without surrounding
@@ -206,6 +236,9 @@ func servePprof(addr string, t pprofTimeouts, logger *slog.Logger) (*http.Server
 		return nil, "", fmt.Errorf("--pprof-addr: %w", err)
 	}
 	srv := newPprofServer(t)
+	// The address listened on, not the one asked for: with port 0 the
+	// port was chosen here and nothing else said which.
+	logger.Info("serving pprof", "addr", lis.Addr().String())
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("pprof server stopped", "addr", addr, "err", err)

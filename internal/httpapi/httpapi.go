@@ -8,7 +8,8 @@
 //	/metrics     Prometheus text format (internal/metrics)
 //	/api/status  the cluster's status as JSON, the same document as
 //	             `concord status --output json` prints (protojson of
-//	             concordpb.StatusResponse)
+//	             concordpb.StatusResponse); ?stale=1 as --stale (400 for
+//	             a value that is not a boolean)
 //	/            the dashboard: static files embedded in the binary
 //	             (dashboard/), which poll /api/status and /metrics
 //
@@ -20,8 +21,11 @@ package httpapi
 import (
 	"context"
 	"embed"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -84,10 +88,11 @@ func statusHandler(b Backend, timeout time.Duration) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		// ?stale=1: the node's own view, for a cluster whose meta shard has
-		// no quorum (the dashboard falls back to it when the default,
-		// linearizable answer fails).
-		stale := r.URL.Query().Get("stale") == "1"
+		stale, err := staleParam(r.URL.Query())
+		if err != nil {
+			text(w, http.StatusBadRequest, err.Error())
+			return
+		}
 		st, err := b.Status(ctx, stale)
 		if err != nil {
 			text(w, http.StatusServiceUnavailable, "status unavailable: "+err.Error())
@@ -102,6 +107,24 @@ func statusHandler(b Backend, timeout time.Duration) http.HandlerFunc {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(out)
 	}
+}
+
+// staleParam reads ?stale=1: the node's own view, for a cluster whose
+// meta shard has no quorum (the dashboard falls back to it when the
+// default, linearizable answer fails). Any other value than a boolean is
+// refused: ?stale=true or ?stale=yes used to be read as "not stale", so
+// the caller got the linearizable answer, or its 503 without a quorum,
+// with no word that the parameter was ignored.
+func staleParam(q url.Values) (bool, error) {
+	v, ok := q["stale"]
+	if !ok {
+		return false, nil
+	}
+	stale, err := strconv.ParseBool(v[0])
+	if err != nil {
+		return false, fmt.Errorf("bad request: stale=%q: want 1 or 0 (or true or false)", v[0])
+	}
+	return stale, nil
 }
 
 // authorized requires "Authorization: Bearer token" when token is set (the

@@ -3,9 +3,11 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -91,5 +93,58 @@ func TestRoutes(t *testing.T) {
 	w := serve(ready, "GET", "/api/status", "Bearer tok")
 	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" || !strings.Contains(w.Body.String(), `"answeredByNodeId":"2"`) {
 		t.Errorf("/api/status = %d %s %q", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+}
+
+// countingBackend counts the Status calls it answers.
+type countingBackend struct {
+	fakeBackend
+	calls *atomic.Int64
+}
+
+func (c countingBackend) Status(ctx context.Context, stale bool) (*concordpb.StatusResponse, error) {
+	c.calls.Add(1)
+	return c.fakeBackend.Status(ctx, stale)
+}
+
+// TestStatusStaleParam, over a real listener: ?stale takes a boolean
+// (1, true, 0, false); anything else is a 400 naming the value, and the
+// node is not asked (before: ?stale=yes or ?stale=true was read as not
+// stale, and the caller got the linearizable answer, or its 503 without a
+// quorum, as if the parameter had been honoured).
+func TestStatusStaleParam(t *testing.T) {
+	var calls atomic.Int64
+	b := countingBackend{fakeBackend{statusErr: errors.New("no placement leader"),
+		staleStatus: &concordpb.StatusResponse{ClusterId: 7, AnsweredByNodeId: 3}}, &calls}
+	srv := httptest.NewServer(Handler(b, Config{}))
+	defer srv.Close()
+	get := func(query string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/api/status" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, q := range []string{"?stale=1", "?stale=true"} {
+		if code, body := get(q); code != 200 || !strings.Contains(body, `"answeredByNodeId":"3"`) {
+			t.Errorf("%s = %d %q, want the stale view", q, code, body)
+		}
+	}
+	for _, q := range []string{"?stale=0", "?stale=false", ""} {
+		if code, _ := get(q); code != 503 {
+			t.Errorf("%q = %d, want the linearizable answer's 503", q, code)
+		}
+	}
+	calls.Store(0)
+	for _, q := range []string{"?stale=yes", "?stale=", "?stale=" + strings.Repeat("x", 1000)} {
+		if code, body := get(q); code != 400 || !strings.Contains(body, "want 1 or 0") {
+			t.Errorf("%.30s = %d %.100q, want 400 saying what stale takes", q, code, body)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the node was asked for its status %d times on a bad request", n)
 	}
 }

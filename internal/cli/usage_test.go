@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runCLI executes the command line in-process and returns its error and what
+// it printed on standard output.
+func runCLI(args ...string) (string, error) {
+	root := NewRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	_, err := root.ExecuteC()
+	return out.String(), err
+}
+
+// TestUnknownSubcommandFails: a word that is none of a group's subcommands
+// is an error with exit status 2, as on the root (before: the group printed
+// its help and exited 0, so `concord node join x` read as a success); the
+// group alone still prints its help.
+func TestUnknownSubcommandFails(t *testing.T) {
+	for _, args := range [][]string{
+		{"node", "join", "x"}, {"shard", "lsit"}, {"cluster", "down"}, {"leader", "move"}, {"fault", "crash", "a:1"},
+	} {
+		_, err := runCLI(args...)
+		want := `unknown command "` + args[1] + `" for "concord ` + args[0] + `"`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("concord %s: err = %v, want %q", strings.Join(args, " "), err, want)
+		}
+		if code := Main(args); code != 2 {
+			t.Errorf("concord %s exited %d, want 2", strings.Join(args, " "), code)
+		}
+	}
+	out, err := runCLI("node")
+	if err != nil || !strings.Contains(out, "Available Commands") {
+		t.Errorf("concord node: err = %v, output %q; want its help", err, out)
+	}
+}
+
+// countingListener is a server on 127.0.0.1 that counts the connections
+// made to it and closes each at once.
+func countingListener(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return lis.Addr().String(), &n
+}
+
+// TestBadClientFlagsRefusedBeforeDialing: flags no run can honour fail
+// with an error naming the flag, before anything is dialed (before: a
+// --timeout of 0 failed as "no node answered ... (last error: no node
+// known)", blaming the cluster; --limit -5 scanned every key; --clients
+// 1000000000 allocated until the machine ran out of memory; --conns past
+// --clients dialed connection sets no goroutine used).
+func TestBadClientFlagsRefusedBeforeDialing(t *testing.T) {
+	addr, dialed := countingListener(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "k", "--timeout", "0"}, "--timeout must be positive, got 0s"},
+		{[]string{"put", "k", "v", "--timeout", "-1s"}, "--timeout must be positive, got -1s"},
+		{[]string{"status", "--timeout", "0"}, "--timeout must be positive"},
+		{[]string{"scan", "--limit", "-5", "--timeout", "2s"}, "--limit must not be negative (0: all keys), got -5"},
+		{[]string{"bench", "--timeout", "0", "--duration", "1s"}, "--timeout must be positive"},
+		{[]string{"bench", "--clients", "1000000000", "--timeout", "2s", "--duration", "1s"}, "--clients must be at most 10000, got 1000000000"},
+		{[]string{"bench", "--clients", "2", "--conns", "5", "--timeout", "2s", "--duration", "1s"}, "--conns (5) must not exceed --clients (2)"},
+		{[]string{"backup", t.TempDir(), "--timeout", "2s"}, "it is a directory; name a file"},
+		{[]string{"backup", "", "--timeout", "2s"}, "backup FILE is empty"},
+	} {
+		_, err := runCLI(append(tc.args, "--endpoints", addr)...)
+		if err == nil || !strings.Contains(errorText(err), tc.want) {
+			t.Errorf("concord %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+		if n := dialed.Swap(0); n != 0 {
+			t.Errorf("concord %s: %d connections made before the flags were refused", strings.Join(tc.args, " "), n)
+		}
+	}
+}
+
+// TestServerRefusesUnreachableAddr: a node address with port 0 or past
+// 65535 fails the start with an error naming the flag, before the data dir
+// is created (before: --addr 127.0.0.1:0 bootstrapped a cluster whose only
+// node was named 127.0.0.1:0, which no one can dial; --peers with port
+// 70000 waited for ever for that peer).
+func TestServerRefusesUnreachableAddr(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := lis.Addr().String()
+	lis.Close() // free for the node to listen on, had it started
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", "127.0.0.1:0"}, `--addr "127.0.0.1:0": the port must be between 1 and 65535`},
+		{[]string{"--addr", free, "--peers", free + ",127.0.0.1:70000"}, `--peers "127.0.0.1:70000": the port must be between 1 and 65535`},
+		{[]string{"--addr", free, "--join", "127.0.0.1:0"}, `--join "127.0.0.1:0": the port must be between 1 and 65535`},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		err := runServerFor(t, append([]string{"server", "--data-dir", dir, "--log-level", "error"}, tc.args...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("concord server %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("concord server %s: the data dir was created (stat: %v)", strings.Join(tc.args, " "), err)
+		}
+	}
+}
+
+// runServerFor runs `concord server` in-process and returns its error; a
+// server that is still running after a while started (the defect): it is
+// stopped with SIGINT, which runServer takes as its signal to stop.
+func runServerFor(t *testing.T, args []string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := runCLI(args...)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+		<-done
+		return errors.New("the server started")
+	}
+}
+
+// TestHTTPPortAsEndpointHint: an endpoint that answers HTTP/1.1 (a node's
+// --http-addr given as --endpoints) gets an error that says so, not the
+// hint to turn TLS on, which could not help.
+func TestHTTPPortAsEndpointHint(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	_, err := runCLI("get", "k", "--endpoints", srv.Listener.Addr().String(), "--timeout", "2s")
+	if err == nil || !strings.Contains(err.Error(), "is it a node's --http-addr?") || strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("get against an HTTP server: err = %v, want the hint that it is an HTTP port, not one about TLS", err)
+	}
+}
