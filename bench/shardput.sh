@@ -2,7 +2,7 @@
 # bench/shardput.sh SHARDS WORKLOAD CLIENTS PORT: a fresh `concord cluster up
 # --nodes 3 --shards SHARDS` on ports PORT.. (no HTTP or Redis ports), a
 # 16-client warm-up, then `concord bench --workload WORKLOAD --clients
-# CLIENTS --conns 10 --keys 10000 --value-size 256 --duration 8s`; prints
+# CLIENTS --conns min(CLIENTS, 10) --keys 10000 --value-size 256 --duration 8s`; prints
 # ops/s, p50 and the three servers' CPU per op (/proc/PID/stat utime+stime
 # around the run). BIN picks the binary (default bin/concord); CONCORD_*
 # variables reach the servers (e.g. CONCORD_RAFT_LOG_KEEP_ENTRIES=1000).
@@ -51,7 +51,7 @@ print(" ".join(str(int(tot[n])) for n in names), int(applied), int(snap))'
 }
 [ "$M" = 1 ] && m0=$(scrape)
 c0=$(cpu)
-out=$("$BIN" bench --endpoints "$EP" --workload "$W" --clients "$C" --conns 10 --keys 10000 --value-size 256 --duration "${DUR:-8s}" -o json 2>/dev/null)
+out=$("$BIN" bench --endpoints "$EP" --workload "$W" --clients "$C" --conns "$((C < 10 ? C : 10))" --keys 10000 --value-size 256 --duration "${DUR:-8s}" -o json 2>/dev/null)
 c1=$(cpu)
 [ "$M" = 1 ] && m1=$(scrape)
 read -r ops rate p50 < <(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["ops"], round(d["throughput_ops_per_sec"]), d["latency_ms"]["p50"])')
