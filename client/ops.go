@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/dial"
 )
 
 // ReadOption changes how a read is served.
@@ -85,6 +86,9 @@ func ReturnPrev() PutOption {
 // Put stores value under key. With ReturnPrev it also returns the previous
 // value, if one existed; without it prev is nil and existed false.
 func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) (prev []byte, existed bool, err error) {
+	if err := checkRequestBytes(len(key) + len(value)); err != nil {
+		return nil, false, err
+	}
 	req := &concordpb.PutRequest{Key: key, Value: value}
 	for _, o := range opts {
 		o(req)
@@ -109,6 +113,25 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 		return resp.GetHeader(), err
 	})
 	return prev, existed, err
+}
+
+// maxRequestBytes is the most key and value bytes one write may carry:
+// a node refuses a larger message whole (dial.MaxMsgBytes, less room for
+// the rest of the request), and on a stream that breaks the stream, so
+// the write would end ErrAmbiguous after retries that resend it, though
+// nothing could have applied. A node's own limits (--max-value-bytes, 8
+// MiB of keys and values per batch) are lower and answered by the node.
+const maxRequestBytes = dial.MaxMsgBytes - 64<<10
+
+// checkRequestBytes refuses a write of n key and value bytes past
+// maxRequestBytes before anything is sent (InvalidArgument: nothing
+// applied).
+func checkRequestBytes(n int) error {
+	if n > maxRequestBytes {
+		return status.Errorf(codes.InvalidArgument, "request is %d bytes of keys and values; a node takes at most %d in one message "+
+			"(and a value at most its --max-value-bytes)", n, maxRequestBytes)
+	}
+	return nil
 }
 
 // Delete removes key and reports whether it existed.
@@ -141,6 +164,9 @@ type CASResult struct {
 
 // CompareAndSwap applies cas to key atomically.
 func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res CASResult, err error) {
+	if err := checkRequestBytes(len(key) + len(cas.Expected) + len(cas.Value)); err != nil {
+		return CASResult{}, err
+	}
 	err = c.call(ctx, key, mutate, 0, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
 		resp, err := kv.CompareAndSwap(ctx, &concordpb.CompareAndSwapRequest{Header: h, Key: key,
 			Expected: cas.Expected, ExpectAbsent: cas.ExpectAbsent, Value: cas.Value, Delete: cas.Delete})
@@ -157,6 +183,13 @@ func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res C
 // value would take the batch's results past the 63 MiB one batch returns
 // has no value, and ErrResultTooLarge, not a missing key).
 func (c *Client) Batch(ctx context.Context, ops []*concordpb.Op) (results []*concordpb.OpResult, err error) {
+	n := 0
+	for _, op := range ops {
+		n += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
+	}
+	if err := checkRequestBytes(n); err != nil {
+		return nil, err
+	}
 	var key []byte
 	if len(ops) > 0 {
 		key = ops[0].GetKey()
