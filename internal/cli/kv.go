@@ -57,7 +57,9 @@ func printPut(cmd *cobra.Command, asJSON, prev bool, old []byte, existed bool) e
 	out := cmd.OutOrStdout()
 	switch {
 	case asJSON && prev:
-		return printJSON(out, map[string]any{"ok": true, "prev_exists": existed, "prev_value": string(old)})
+		j := map[string]any{"ok": true, "prev_exists": existed}
+		setBytes(j, "prev_value", old)
+		return printJSON(out, j)
 	case asJSON:
 		return printJSON(out, map[string]any{"ok": true})
 	case prev && existed:
@@ -94,11 +96,7 @@ func newGetCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			switch {
 			case f.output == "json":
-				j := map[string]any{"key": args[0], "found": found, "value": string(v), "expire_at_unix_ms": int64(0)}
-				if !expireAt.IsZero() {
-					j["expire_at_unix_ms"] = expireAt.UnixMilli()
-				}
-				if err := printJSON(out, j); err != nil {
+				if err := printJSON(out, getJSON([]byte(args[0]), v, found, expireAt)); err != nil {
 					return err
 				}
 			case found:
@@ -134,7 +132,7 @@ func newDelCmd() *cobra.Command {
 				return err
 			}
 			if f.output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"key": args[0], "existed": existed})
+				return printJSON(cmd.OutOrStdout(), delJSON([]byte(args[0]), existed))
 			}
 			n := 0
 			if existed {
@@ -176,8 +174,7 @@ func newCasCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			switch {
 			case f.output == "json":
-				err = printJSON(out, map[string]any{"key": args[0], "swapped": res.Swapped,
-					"current_exists": res.CurrentExists, "current_value": string(res.CurrentValue)})
+				err = printJSON(out, casJSON([]byte(args[0]), res))
 			case res.Swapped:
 				fmt.Fprintln(out, "OK")
 			case res.CurrentExists:
@@ -251,11 +248,7 @@ func newScanCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if f.output == "json" {
-				list := make([]map[string]string, 0, len(kvs))
-				for _, kv := range kvs {
-					list = append(list, map[string]string{"key": string(kv.Key), "value": string(kv.Value)})
-				}
-				return printJSON(out, list)
+				return printJSON(out, scanJSON(kvs))
 			}
 			for _, kv := range kvs {
 				fmt.Fprintf(out, "%s\t%s\n", kv.Key, kv.Value)
