@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -14,17 +16,25 @@ func newPutCmd() *cobra.Command {
 	var f clientFlags
 	var ttl time.Duration
 	var prev bool
+	key, value := keyOperand(), valueOperand("VALUE", "value-file")
 	cmd := &cobra.Command{
 		Use:   "put KEY VALUE",
 		Short: "Store VALUE under KEY",
 		Long: "Store VALUE under KEY, removing any expiry the key had. With --ttl the key expires that long\n" +
 			"after the put applies (e.g. --ttl 10s, --ttl 1h30m): it then reads as absent and is deleted.\n" +
 			"With --prev it prints the value KEY had before (\"(none)\" if it had none) instead of OK;\n" +
-			"without it the put is a blind write, which the shard applies without reading the key.",
-		Args: cobra.ExactArgs(2),
+			"without it the put is a blind write, which the shard applies without reading the key.\n" +
+			"--key-file and --value-file take KEY and VALUE from files instead, byte for byte: the way\n" +
+			"to store binary bytes (an argument cannot hold a NUL byte), e.g.\n" +
+			"  head -c 100 /dev/urandom | concord put --key-file k.bin --value-file -",
+		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("ttl") && ttl <= 0 {
 				return fmt.Errorf("--ttl must be positive, got %v", ttl)
+			}
+			kv, err := readOperands("put", args, []*operand{key, value}, cmd.InOrStdin())
+			if err != nil {
+				return err
 			}
 			c, ctx, done, err := f.connect()
 			if err != nil {
@@ -38,7 +48,7 @@ func newPutCmd() *cobra.Command {
 			if prev {
 				opts = append(opts, client.ReturnPrev())
 			}
-			old, existed, err := c.Put(ctx, []byte(args[0]), []byte(args[1]), opts...)
+			old, existed, err := c.Put(ctx, kv[0], kv[1], opts...)
 			if err != nil {
 				return err
 			}
@@ -47,6 +57,8 @@ func newPutCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "time to live (e.g. 10s); none by default")
 	cmd.Flags().BoolVar(&prev, "prev", false, "print the previous value (the shard then reads the key before writing it)")
+	addOperandFlag(cmd, key)
+	addOperandFlag(cmd, value)
 	addClientFlags(cmd, &f)
 	return cmd
 }
@@ -57,7 +69,9 @@ func printPut(cmd *cobra.Command, asJSON, prev bool, old []byte, existed bool) e
 	out := cmd.OutOrStdout()
 	switch {
 	case asJSON && prev:
-		return printJSON(out, map[string]any{"ok": true, "prev_exists": existed, "prev_value": string(old)})
+		j := map[string]any{"ok": true, "prev_exists": existed}
+		setBytes(j, "prev_value", old)
+		return printJSON(out, j)
 	case asJSON:
 		return printJSON(out, map[string]any{"ok": true})
 	case prev && existed:
@@ -73,11 +87,18 @@ func printPut(cmd *cobra.Command, asJSON, prev bool, old []byte, existed bool) e
 func newGetCmd() *cobra.Command {
 	var f clientFlags
 	var stale bool
+	key := keyOperand()
 	cmd := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Print the value of KEY (exit status 1 if it does not exist)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Print the value of KEY (exit status 1 if it does not exist). --key-file takes KEY from a file\n" +
+			"instead, byte for byte; -o json carries binary keys and values exactly (value_base64).",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := readOperands("get", args, []*operand{key}, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
 			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
@@ -87,18 +108,14 @@ func newGetCmd() *cobra.Command {
 			if stale {
 				opts = append(opts, client.Stale())
 			}
-			v, expireAt, found, err := c.GetWithExpiry(ctx, []byte(args[0]), opts...)
+			v, expireAt, found, err := c.GetWithExpiry(ctx, k[0], opts...)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			switch {
 			case f.output == "json":
-				j := map[string]any{"key": args[0], "found": found, "value": string(v), "expire_at_unix_ms": int64(0)}
-				if !expireAt.IsZero() {
-					j["expire_at_unix_ms"] = expireAt.UnixMilli()
-				}
-				if err := printJSON(out, j); err != nil {
+				if err := printJSON(out, getJSON(k[0], v, found, expireAt)); err != nil {
 					return err
 				}
 			case found:
@@ -113,28 +130,35 @@ func newGetCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&stale, "stale", false, "read the answering node's replica without confirming leadership (may be behind)")
+	addOperandFlag(cmd, key)
 	addClientFlags(cmd, &f)
 	return cmd
 }
 
 func newDelCmd() *cobra.Command {
 	var f clientFlags
+	key := keyOperand()
 	cmd := &cobra.Command{
 		Use:   "del KEY",
 		Short: "Delete KEY; prints 1 if it existed, 0 if not",
-		Args:  cobra.ExactArgs(1),
+		Long:  "Delete KEY; prints 1 if it existed, 0 if not. --key-file takes KEY from a file instead, byte for byte.",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := readOperands("del", args, []*operand{key}, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
 			c, ctx, done, err := f.connect()
 			if err != nil {
 				return err
 			}
 			defer done()
-			existed, err := c.Delete(ctx, []byte(args[0]))
+			existed, err := c.Delete(ctx, k[0])
 			if err != nil {
 				return err
 			}
 			if f.output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"key": args[0], "existed": existed})
+				return printJSON(cmd.OutOrStdout(), delJSON(k[0], existed))
 			}
 			n := 0
 			if existed {
@@ -144,6 +168,7 @@ func newDelCmd() *cobra.Command {
 			return nil
 		},
 	}
+	addOperandFlag(cmd, key)
 	addClientFlags(cmd, &f)
 	return cmd
 }
@@ -151,16 +176,19 @@ func newDelCmd() *cobra.Command {
 func newCasCmd() *cobra.Command {
 	var f clientFlags
 	var absent, del bool
+	key, old, value := keyOperand(), valueOperand("OLD", "old-file"), valueOperand("NEW", "value-file")
 	cmd := &cobra.Command{
 		Use:   "cas KEY OLD NEW",
 		Short: "Set KEY to NEW if it holds OLD (exit status 1 if it does not)",
 		Long: "Compare-and-swap. With --absent the expected state is \"no such key\" and OLD is omitted:\n" +
 			"  concord cas KEY NEW --absent\n" +
 			"With --delete the key is deleted on a match and NEW is omitted:\n" +
-			"  concord cas KEY OLD --delete",
-		Args: cobra.RangeArgs(1, 3),
+			"  concord cas KEY OLD --delete\n" +
+			"--key-file, --old-file and --value-file take KEY, OLD and NEW from files instead, byte for byte.",
+		Args: cobra.MaximumNArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cas, err := casArgs(args, absent, del)
+			old.omit, value.omit = absent, del
+			k, cas, err := casArgs(args, key, old, value, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -169,15 +197,14 @@ func newCasCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			res, err := c.CompareAndSwap(ctx, []byte(args[0]), cas)
+			res, err := c.CompareAndSwap(ctx, k, cas)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			switch {
 			case f.output == "json":
-				err = printJSON(out, map[string]any{"key": args[0], "swapped": res.Swapped,
-					"current_exists": res.CurrentExists, "current_value": string(res.CurrentValue)})
+				err = printJSON(out, casJSON(k, res))
 			case res.Swapped:
 				fmt.Fprintln(out, "OK")
 			case res.CurrentExists:
@@ -193,31 +220,27 @@ func newCasCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&absent, "absent", false, "expect the key not to exist (omit OLD)")
 	cmd.Flags().BoolVar(&del, "delete", false, "delete the key on a match (omit NEW)")
+	for _, op := range []*operand{key, old, value} {
+		addOperandFlag(cmd, op)
+	}
 	addClientFlags(cmd, &f)
 	return cmd
 }
 
-func casArgs(args []string, absent, del bool) (client.CAS, error) {
-	want := 3
-	if absent {
-		want--
+// casArgs reads cas's key and its OLD and NEW (old.omit: --absent,
+// value.omit: --delete) from args and files.
+func casArgs(args []string, key, old, value *operand, stdin io.Reader) ([]byte, client.CAS, error) {
+	switch {
+	case old.omit && old.path != "":
+		return nil, client.CAS{}, errors.New("--old-file gives OLD, which --absent leaves out: use one of them")
+	case value.omit && value.path != "":
+		return nil, client.CAS{}, errors.New("--value-file gives NEW, which --delete leaves out: use one of them")
 	}
-	if del {
-		want--
+	ops, err := readOperands("cas", args, []*operand{key, old, value}, stdin)
+	if err != nil {
+		return nil, client.CAS{}, err
 	}
-	if len(args) != want {
-		return client.CAS{}, fmt.Errorf("cas takes KEY%s%s (got %d arguments)",
-			map[bool]string{false: " OLD", true: ""}[absent], map[bool]string{false: " NEW", true: ""}[del], len(args))
-	}
-	cas := client.CAS{ExpectAbsent: absent, Delete: del}
-	rest := args[1:]
-	if !absent {
-		cas.Expected, rest = []byte(rest[0]), rest[1:]
-	}
-	if !del {
-		cas.Value = []byte(rest[0])
-	}
-	return cas, nil
+	return ops[0], client.CAS{ExpectAbsent: old.omit, Delete: value.omit, Expected: ops[1], Value: ops[2]}, nil
 }
 
 func newScanCmd() *cobra.Command {
@@ -255,11 +278,7 @@ func newScanCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if f.output == "json" {
-				list := make([]map[string]string, 0, len(kvs))
-				for _, kv := range kvs {
-					list = append(list, map[string]string{"key": string(kv.Key), "value": string(kv.Value)})
-				}
-				return printJSON(out, list)
+				return printJSON(out, scanJSON(kvs))
 			}
 			for _, kv := range kvs {
 				fmt.Fprintf(out, "%s\t%s\n", kv.Key, kv.Value)
