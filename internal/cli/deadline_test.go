@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/client"
 )
 
 // unavailableNode is a fake node, leading the only shard, that answers
@@ -107,5 +109,39 @@ func TestDeadlineErrorReport(t *testing.T) {
 	}
 	if _, err := os.Stat(backup); !os.IsNotExist(err) {
 		t.Errorf("a failed backup left %s (%v)", backup, err)
+	}
+}
+
+// TestAmbiguousErrorMarkedInJSON protects the mark on a write whose outcome
+// is unknown: its code is the last attempt's (Unavailable after a failover
+// that outlasted --timeout), so without "ambiguous": true a script that
+// retries on Unavailable could apply a non-idempotent write twice.
+func TestAmbiguousErrorMarkedInJSON(t *testing.T) {
+	cmd := newPutCmd()
+	if err := cmd.Flags().Set("output", "json"); err != nil {
+		t.Fatal(err)
+	}
+	unavailable := status.Error(codes.Unavailable, "shard 1: no leader known")
+	for _, tc := range []struct {
+		err       error
+		ambiguous bool
+	}{
+		{fmt.Errorf("%w: %w", client.ErrAmbiguous, unavailable), true},
+		{unavailable, false},
+	} {
+		var out, errOut bytes.Buffer
+		reportError(&out, &errOut, cmd, tc.err)
+		var got struct {
+			Error map[string]any `json:"error"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatalf("%v: %q is not JSON: %v", tc.err, out.String(), err)
+		}
+		if got.Error["code"] != "Unavailable" || (got.Error["ambiguous"] == true) != tc.ambiguous {
+			t.Errorf("%v: JSON %v; want code Unavailable, ambiguous %v", tc.err, got.Error, tc.ambiguous)
+		}
+		if _, ok := got.Error["ambiguous"]; ok && !tc.ambiguous {
+			t.Errorf("%v: JSON %v carries ambiguous", tc.err, got.Error)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/client"
 )
 
 // CLI errors read as sentences: the gRPC wrapping ("rpc error: code =
@@ -47,7 +49,14 @@ func reportError(stdout, stderr io.Writer, cmd *cobra.Command, err error) {
 	msg := errorText(err)
 	if cmd != nil {
 		if f := cmd.Flags().Lookup("output"); f != nil && f.Value.String() == "json" {
-			_ = printJSON(stdout, map[string]any{"error": map[string]string{"code": errorCode(err).String(), "message": msg}})
+			e := map[string]any{"code": errorCode(err).String(), "message": msg}
+			if errors.Is(err, client.ErrAmbiguous) {
+				// The code is the last attempt's (Unavailable after a
+				// failover that outlasted --timeout): a script that
+				// retries on it must see that the write may have applied.
+				e["ambiguous"] = true
+			}
+			_ = printJSON(stdout, map[string]any{"error": e})
 			return
 		}
 	}
