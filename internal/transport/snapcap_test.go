@@ -3,6 +3,8 @@ package transport
 import (
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -158,5 +161,72 @@ func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
 	a.snapBackoff.mu.Unlock()
 	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
 		t.Fatalf("a snapshot after the backoff: %v", err)
+	}
+}
+
+// TestStagedCapHoldsForConcurrentStreams (review of hsnapcap): the staged
+// cap was checked by reading the count, which a stream's writer raised
+// only once its first chunk had come and passed its checks, so streams
+// arriving together all passed the check and up to MaxInboundSnapshots-1
+// past the cap were staged. A stream now reserves its count in the check.
+// Eight streams at once against a cap of two: each stream that passed the
+// check waits there (snapCounted) until every one has passed or been
+// refused; exactly two pass, and no more than two are ever staged.
+func TestStagedCapHoldsForConcurrentStreams(t *testing.T) {
+	const streams, capStaged = 8, 2
+	b, addr, _ := snapReceiver(t, Config{MaxInboundSnapshots: streams, MaxStagedSnapshots: capStaged})
+	var passed atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the receiver stops: its handlers must not wait for ever
+	b.snapCounted = func() { passed.Add(1); <-release }
+	ended := make(chan error, streams)
+	for range streams {
+		s, _ := openSnapshot(t, addr, false) // not done: a stream that passes stays open
+		go func() { ended <- s.RecvMsg(&concordpb.SnapshotAck{}) }()
+	}
+	var refusals []error
+	waitFor(t, "every stream past the staged check or refused", func() bool {
+		for {
+			select {
+			case err := <-ended:
+				refusals = append(refusals, err)
+			default:
+				return int(passed.Load())+len(refusals) == streams
+			}
+		}
+	})
+	if n := passed.Load(); n != capStaged {
+		t.Fatalf("%d of %d concurrent streams passed the staged check; want the cap, %d", n, streams, capStaged)
+	}
+	for _, err := range refusals {
+		if !refused(err, "staged on disk already") {
+			t.Fatalf("a stream past the cap: %v; want ResourceExhausted", err)
+		}
+	}
+	free()
+	waitFor(t, "the two streams staging", func() bool { return len(stagedFiles(t, b)) == capStaged })
+	if n := staged(b); n != capStaged {
+		t.Fatalf("%d staged snapshots with %d streams staging; want %d", n, capStaged, capStaged)
+	}
+}
+
+// TestStagedReservationReleased: a stream refused after it reserved its
+// place among MaxStagedSnapshots (here it ends before its first chunk)
+// gives the place back; a leak would shut the node out of snapshots once
+// MaxStagedSnapshots such streams had come.
+func TestStagedReservationReleased(t *testing.T) {
+	b, addr, _ := snapReceiver(t, Config{MaxStagedSnapshots: 1})
+	for i := range 3 {
+		s, _ := openSnapshot(t, addr, true)
+		check(t, s.CloseSend())
+		if err := s.RecvMsg(&concordpb.SnapshotAck{}); err == nil || refused(err, "staged on disk already") {
+			t.Fatalf("stream %d without a chunk: %v; want it refused for want of one", i, err)
+		}
+		waitFor(t, "the stream's place given back", func() bool { return staged(b) == 0 && b.receiving() == 0 })
+	}
+	if err := goodSnapshot(t, addr); err != nil {
+		t.Fatalf("a snapshot after the refused streams: %v", err)
 	}
 }

@@ -88,15 +88,19 @@ const (
 	DefaultSnapshotDiskMargin = 1 << 30
 )
 
-// checkStaged refuses a stream while Config.MaxStagedSnapshots received
-// snapshots have files on disk: streams being received, and those raft
-// has not taken (or not yet discarded).
-func (t *Transport) checkStaged() error {
-	if n := t.sink.StagedSnapshots(); n >= t.cfg.MaxStagedSnapshots {
-		return status.Errorf(codes.ResourceExhausted,
+// reserveStaged counts a stream against Config.MaxStagedSnapshots, the
+// received snapshots with files on disk (streams being received, and
+// those raft has not taken or not yet discarded), or refuses it if that
+// many are counted. Counting in the check (not when the stream's writer
+// starts, after its first chunk) keeps streams that arrive together from
+// all passing it. The caller releases the reservation once done with it.
+func (t *Transport) reserveStaged() (*storage.SnapshotReservation, error) {
+	r, n := t.sink.ReserveSnapshot(t.cfg.MaxStagedSnapshots)
+	if r == nil {
+		return nil, status.Errorf(codes.ResourceExhausted,
 			"transport: %d received snapshots staged on disk already (at most %d); try later", n, t.cfg.MaxStagedSnapshots)
 	}
-	return nil
+	return r, nil
 }
 
 // checkChunk adds chunk's pairs to *total, the stream's bytes so far, and
