@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -43,6 +45,12 @@ func refused(err error, what string) bool {
 	return status.Code(err) == codes.ResourceExhausted && strings.Contains(status.Convert(err).Message(), what)
 }
 
+// noRoom reports whether err is a ResourceExhausted refusal saying what,
+// marked as one for want of room (which backs the sender off).
+func noRoom(err error, what string) bool {
+	return refused(err, what) && refusalReason(err) == refusedNoRoom
+}
+
 // TestStagedSnapshotsBoundedNodeWide (hsnapcap): a received snapshot is
 // staged on disk before raft sees its header, and nothing bounded how many
 // such snapshots raft had not taken yet: a peer could fill the disk with
@@ -57,7 +65,7 @@ func TestStagedSnapshotsBoundedNodeWide(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		if err := goodSnapshot(t, addr); !refused(err, "staged on disk already") {
+		if err := goodSnapshot(t, addr); !noRoom(err, "staged on disk already") {
 			t.Fatalf("snapshot %d past the bound: %v; want ResourceExhausted", 3+i, err)
 		}
 	}
@@ -86,7 +94,7 @@ func TestOversizedSnapshotStreamRefused(t *testing.T) {
 	a := snapSender(t, addr, 64) // several chunks staged before the bound
 	// Far more than the bound: the sender is still sending when the
 	// receiver ends the stream, and must report the refusal, not io.EOF.
-	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(100000)); !refused(err, "past 500 bytes") {
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(100000)); !noRoom(err, "past 500 bytes") {
 		t.Fatalf("a snapshot past MaxSnapshotBytes: %v; want ResourceExhausted", err)
 	}
 	waitFor(t, "no snapshot being received", func() bool { return b.receiving() == 0 })
@@ -110,7 +118,7 @@ func TestOversizedSnapshotStreamRefused(t *testing.T) {
 // refused before anything is staged, with an error that says so.
 func TestSnapshotRefusedBelowDiskMargin(t *testing.T) {
 	b, addr, rec := snapReceiver(t, Config{SnapshotDiskMargin: 1 << 62}) // more than any disk has
-	if err := goodSnapshot(t, addr); !refused(err, "SnapshotDiskMargin") {
+	if err := goodSnapshot(t, addr); !noRoom(err, "SnapshotDiskMargin") {
 		t.Fatalf("a snapshot with the disk below the margin: %v; want ResourceExhausted", err)
 	}
 	if n, files := staged(b), stagedFiles(t, b); n != 0 || len(files) != 0 {
@@ -126,7 +134,7 @@ func TestSnapshotRefusedBelowDiskMargin(t *testing.T) {
 // TestRefusedSnapshotSenderBacksOff (hsnapcap): raft tries a failed
 // snapshot again at the next heartbeat answer (every tick), and each try
 // opened a stream, sent a chunk and was refused again. After a refusal
-// (ResourceExhausted) the sender now sends no snapshot to that peer until
+// for want of room (here MaxStagedSnapshots) the sender now sends no snapshot to that peer until
 // its backoff passes, failing at once without a stream, and sends again
 // once it has.
 func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
@@ -136,7 +144,7 @@ func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
 	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
 		t.Fatalf("first snapshot: %v", err)
 	}
-	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !refused(err, "staged on disk already") {
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !noRoom(err, "staged on disk already") {
 		t.Fatalf("second snapshot, past the receiver's bound: %v; want ResourceExhausted", err)
 	}
 	rec.mu.Lock()
@@ -201,7 +209,7 @@ func TestStagedCapHoldsForConcurrentStreams(t *testing.T) {
 		t.Fatalf("%d of %d concurrent streams passed the staged check; want the cap, %d", n, streams, capStaged)
 	}
 	for _, err := range refusals {
-		if !refused(err, "staged on disk already") {
+		if !noRoom(err, "staged on disk already") {
 			t.Fatalf("a stream past the cap: %v; want ResourceExhausted", err)
 		}
 	}
@@ -229,4 +237,81 @@ func TestStagedReservationReleased(t *testing.T) {
 	if err := goodSnapshot(t, addr); err != nil {
 		t.Fatalf("a snapshot after the refused streams: %v", err)
 	}
+}
+
+// TestBusyReceiverDoesNotBackOffSender (review of hsnapcap): every
+// ResourceExhausted backed the sender off the node for 1 s doubling to
+// 30 s, all its shards with it, the refusal of a node whose receive slots
+// are all taken too: ordinary contention while a replaced node catches up
+// dozens of shards from several leaders, so a sender that lost the race
+// for a slot waited while freed slots sat idle. That refusal is marked
+// busy now and starts no backoff: once a slot is free the next try (raft
+// asks at each heartbeat answer) is sent.
+func TestBusyReceiverDoesNotBackOffSender(t *testing.T) {
+	b, addr, rec := snapReceiver(t, Config{MaxInboundSnapshots: 1})
+	a := snapSender(t, addr, 0)
+	a.snapBackoff.min, a.snapBackoff.max = time.Hour, time.Hour // a backoff would stop the try below
+	_, cancel := openSnapshot(t, addr, false)                   // holds the one receive slot
+	waitFor(t, "the receive slot taken", func() bool { return b.receiving() == 1 })
+	err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1))
+	if !refused(err, "being received already") || refusalReason(err) != refusedBusy {
+		t.Fatalf("a snapshot with every receive slot taken: %v (reason %q); want ResourceExhausted, busy", err, refusalReason(err))
+	}
+	cancel()
+	waitFor(t, "the receive slot free", func() bool { return b.receiving() == 0 })
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
+		t.Fatalf("a snapshot once a receive slot was free: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.snaps) != 1 {
+		t.Fatalf("%d snapshots delivered; want 1", len(rec.snaps))
+	}
+}
+
+// TestSnapshotBackoffByRefusal: only a refusal marked as one for want of
+// room starts or doubles a sender's backoff. A busy refusal leaves the
+// backoff as it was (the doubling continues with the next refusal for
+// room); an unmarked ResourceExhausted, all a receiver from before the
+// marks sends (its only one said its slots were busy), starts none; any
+// other outcome ends it.
+func TestSnapshotBackoffByRefusal(t *testing.T) {
+	old := status.Error(codes.ResourceExhausted, "transport: 8 snapshots being received already")
+	for _, c := range []struct {
+		name    string
+		err     error
+		backoff bool
+	}{
+		{"no room", refusal(refusedNoRoom, "transport: full"), true},
+		{"no room, wrapped", fmt.Errorf("send: %w", refusal(refusedNoRoom, "transport: full")), true},
+		{"busy", refusal(refusedBusy, "transport: busy"), false},
+		{"unmarked, from an older receiver", old, false},
+		{"another domain's mark", otherMark(t), false},
+		{"not a refusal", status.Error(codes.Unavailable, "down"), false},
+	} {
+		b := snapshotBackoff{min: time.Hour, max: 4 * time.Hour}
+		b.note(2, c.err)
+		if got := errors.Is(b.wait(2), errSnapshotBackoff); got != c.backoff {
+			t.Errorf("%s: backoff %v, want %v", c.name, got, c.backoff)
+		}
+	}
+	b := snapshotBackoff{min: time.Hour, max: 4 * time.Hour}
+	b.note(2, refusal(refusedNoRoom, "x"))
+	b.note(2, refusal(refusedBusy, "x"))
+	b.note(2, old)
+	if st := b.peers[2]; st.next != 2*time.Hour {
+		t.Fatalf("after a refusal for room and two busy ones the next wait is %v; want 2h, the doubling kept", st.next)
+	}
+	b.note(2, nil)
+	if err := b.wait(2); err != nil {
+		t.Fatalf("after a snapshot went through: %v", err)
+	}
+}
+
+// otherMark is a ResourceExhausted whose ErrorInfo has the transport's
+// no-room reason in another domain: not the transport's mark.
+func otherMark(t *testing.T) error {
+	st, err := status.New(codes.ResourceExhausted, "quota").WithDetails(&errdetails.ErrorInfo{Reason: refusedNoRoom, Domain: "example.com"})
+	check(t, err)
+	return st.Err()
 }

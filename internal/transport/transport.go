@@ -48,8 +48,6 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -708,6 +706,8 @@ func (t *Transport) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 		switch {
 		case errors.Is(err, errSnapshotBackoff): // said once, when refused
 			t.log.Debug("snapshot not sent", "shard", shard, "to_node", toNode, "err", err)
+		case snapshotBusy(err): // contention, asked again at the next heartbeat answer
+			t.log.Debug("snapshot not sent: receiver busy", "shard", shard, "to_node", toNode, "err", err)
 		case err != nil:
 			t.log.Warn("snapshot send failed", "shard", shard, "to_node", toNode, "err", err)
 		}
@@ -813,7 +813,7 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 	case t.snapIn <- struct{}{}:
 		defer func() { <-t.snapIn }()
 	default:
-		return status.Errorf(codes.ResourceExhausted, "transport: %d snapshots being received already", cap(t.snapIn))
+		return refusal(refusedBusy, "transport: %d snapshots being received already", cap(t.snapIn))
 	}
 	slot, err := t.reserveStaged()
 	if err != nil {
