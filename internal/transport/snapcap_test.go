@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,8 +191,12 @@ func TestStagedCapHoldsForConcurrentStreams(t *testing.T) {
 	t.Cleanup(free) // before the receiver stops: its handlers must not wait for ever
 	b.snapCounted = func() { passed.Add(1); <-release }
 	ended := make(chan error, streams)
+	var opened []concordpb.RaftTransport_SendSnapshotClient
 	for range streams {
-		s, _ := openSnapshot(t, addr, false) // not done: a stream that passes stays open
+		// Bare: a refused stream may be ended before a first chunk is sent
+		// (Send would fail with io.EOF); those that pass get theirs below.
+		s, _ := openSnapshot(t, addr, true)
+		opened = append(opened, s)
 		go func() { ended <- s.RecvMsg(&concordpb.SnapshotAck{}) }()
 	}
 	var refusals []error
@@ -214,6 +219,13 @@ func TestStagedCapHoldsForConcurrentStreams(t *testing.T) {
 		}
 	}
 	free()
+	for _, s := range opened {
+		// Not done: a stream that passed stays open, staging. One refused
+		// fails with io.EOF, or not at all if the chunk went out first.
+		if err := s.Send(firstChunk(t)); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+	}
 	waitFor(t, "the two streams staging", func() bool { return len(stagedFiles(t, b)) == capStaged })
 	if n := staged(b); n != capStaged {
 		t.Fatalf("%d staged snapshots with %d streams staging; want %d", n, capStaged, capStaged)
