@@ -49,7 +49,8 @@ type Engine struct {
 	// stagedSeq numbers staged snapshot files, so concurrent receivers of
 	// the same shard never share a file.
 	stagedSeq atomic.Uint64
-	// staged counts the staged snapshots whose files exist: writers not
+	// staged counts the staged snapshots whose files exist or are about
+	// to: reservations no writer took yet (ReserveSnapshot), writers not
 	// yet finished or aborted, and StagedSnapshots not yet installed or
 	// discarded (StagedSnapshots), so a receiver can bound them node-wide.
 	staged atomic.Int64

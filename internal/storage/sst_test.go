@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -358,5 +359,55 @@ func TestStagedSnapshotsCounted(t *testing.T) {
 	want(0, "after the other was installed")
 	if _, err := e.StagingSpace(); err != nil {
 		t.Fatalf("free space of a data dir on disk: %v", err)
+	}
+}
+
+// TestSnapshotReservation (review of hsnapcap): the transport reserves a
+// stream's place among the staged snapshots in its check, before the
+// writer starts, so concurrent streams cannot all pass a count read before
+// any of them raised it. Reservations past max are refused, and however
+// many goroutines reserve at once exactly max succeed; a reservation's
+// count passes to its writer or goes back with Release, once.
+func TestSnapshotReservation(t *testing.T) {
+	e := openEngine(t, t.TempDir())
+	const max, tries = 3, 32
+	var wg sync.WaitGroup
+	got := make(chan *SnapshotReservation, tries)
+	for range tries {
+		wg.Go(func() {
+			if r, _ := e.ReserveSnapshot(max); r != nil {
+				got <- r
+			}
+		})
+	}
+	wg.Wait()
+	close(got)
+	var rs []*SnapshotReservation
+	for r := range got {
+		rs = append(rs, r)
+	}
+	if len(rs) != max || e.StagedSnapshots() != max {
+		t.Fatalf("%d of %d concurrent reservations taken, %d counted; want %d", len(rs), tries, e.StagedSnapshots(), max)
+	}
+	if r, n := e.ReserveSnapshot(max); r != nil || n != max {
+		t.Fatalf("a reservation past %d: %v, count %d", max, r, n)
+	}
+	w, err := rs[0].NewWriter(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs[0].Release() // the writer has the count
+	if _, err := rs[0].NewWriter(7); err == nil {
+		t.Fatal("a second writer from one reservation")
+	}
+	rs[1].Release()
+	rs[1].Release()
+	if n := e.StagedSnapshots(); n != 2 {
+		t.Fatalf("%d counted after a writer took one and one was released twice; want 2", n)
+	}
+	w.Abort()
+	rs[2].Release()
+	if n := e.StagedSnapshots(); n != 0 {
+		t.Fatalf("%d counted once all were done; want 0", n)
 	}
 }

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -13,11 +14,11 @@ import (
 
 // SnapshotSink is where a snapshot receiver writes: it stages a received
 // shard state in a file the engine owns. *Engine implements it; the
-// transport's receiver (and the in-process test transport) write into it.
+// transport's receiver writes into it.
 type SnapshotSink interface {
-	NewSnapshotWriter(shard ids.ShardID) (*SnapshotWriter, error)
-	// StagedSnapshots is how many staged snapshots have files now.
-	StagedSnapshots() int
+	// ReserveSnapshot counts one more staged snapshot if fewer than max
+	// are counted, and returns the count it found (nil: max or more).
+	ReserveSnapshot(max int) (*SnapshotReservation, int)
 	// StagingSpace is the space free for staged files, in bytes;
 	// ErrSpaceUnknown if the file system cannot tell.
 	StagingSpace() (uint64, error)
@@ -54,15 +55,62 @@ type SnapshotWriter struct {
 	ended bool
 }
 
-// NewSnapshotWriter starts a staged snapshot of shard.
+// NewSnapshotWriter starts a staged snapshot of shard, counted whatever
+// the count (a receiver bounding it uses ReserveSnapshot).
 func (e *Engine) NewSnapshotWriter(shard ids.ShardID) (*SnapshotWriter, error) {
+	r, _ := e.ReserveSnapshot(math.MaxInt)
+	defer r.Release() // if the writer did not start
+	return r.NewWriter(shard)
+}
+
+// ReserveSnapshot counts a staged snapshot before its writer starts, if
+// fewer than max are counted; it returns nil and the count otherwise. The
+// check and the count are one step: a receiver that read the count and
+// counted only once its writer started (after the stream's first chunk)
+// let streams arriving together all pass, past the bound.
+func (e *Engine) ReserveSnapshot(max int) (*SnapshotReservation, int) {
+	for {
+		n := e.staged.Load()
+		if n >= int64(max) {
+			return nil, int(n)
+		}
+		if e.staged.CompareAndSwap(n, n+1) {
+			return &SnapshotReservation{e: e, held: true}, int(n)
+		}
+	}
+}
+
+// SnapshotReservation is a staged snapshot counted ahead of its writer
+// (ReserveSnapshot). NewWriter passes the count to the writer; Release
+// gives it back if no writer took it. One goroutine uses it.
+type SnapshotReservation struct {
+	e    *Engine
+	held bool // the count is the reservation's: no writer took it, no Release
+}
+
+// NewWriter starts the staged snapshot of shard the reservation counts,
+// which takes the count over. If it fails the reservation keeps the count
+// (for Release).
+func (r *SnapshotReservation) NewWriter(shard ids.ShardID) (*SnapshotWriter, error) {
+	if !r.held {
+		return nil, errors.New("storage: snapshot reservation used or released already")
+	}
 	lo, hi := keys.StateSpan(uint64(shard))
-	w := &SnapshotWriter{e: e, seq: e.stagedSeq.Add(1), shard: shard, lo: lo, hi: hi}
+	w := &SnapshotWriter{e: r.e, seq: r.e.stagedSeq.Add(1), shard: shard, lo: lo, hi: hi}
 	if err := w.newFile(); err != nil {
 		return nil, err
 	}
-	e.staged.Add(1)
+	r.held = false
 	return w, nil
+}
+
+// Release gives the count back unless a writer took it. It is safe to call
+// more than once, and after NewWriter.
+func (r *SnapshotReservation) Release() {
+	if r.held {
+		r.held = false
+		r.e.staged.Add(-1)
+	}
 }
 
 // StagedSnapshots is how many staged snapshots have files now (see

@@ -2,14 +2,20 @@ package transport
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storage"
 )
@@ -40,6 +46,12 @@ func refused(err error, what string) bool {
 	return status.Code(err) == codes.ResourceExhausted && strings.Contains(status.Convert(err).Message(), what)
 }
 
+// noRoom reports whether err is a ResourceExhausted refusal saying what,
+// marked as one for want of room (which backs the sender off).
+func noRoom(err error, what string) bool {
+	return refused(err, what) && refusalReason(err) == refusedNoRoom
+}
+
 // TestStagedSnapshotsBoundedNodeWide (hsnapcap): a received snapshot is
 // staged on disk before raft sees its header, and nothing bounded how many
 // such snapshots raft had not taken yet: a peer could fill the disk with
@@ -54,7 +66,7 @@ func TestStagedSnapshotsBoundedNodeWide(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		if err := goodSnapshot(t, addr); !refused(err, "staged on disk already") {
+		if err := goodSnapshot(t, addr); !noRoom(err, "staged on disk already") {
 			t.Fatalf("snapshot %d past the bound: %v; want ResourceExhausted", 3+i, err)
 		}
 	}
@@ -83,7 +95,7 @@ func TestOversizedSnapshotStreamRefused(t *testing.T) {
 	a := snapSender(t, addr, 64) // several chunks staged before the bound
 	// Far more than the bound: the sender is still sending when the
 	// receiver ends the stream, and must report the refusal, not io.EOF.
-	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(100000)); !refused(err, "past 500 bytes") {
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(100000)); !noRoom(err, "past 500 bytes") {
 		t.Fatalf("a snapshot past MaxSnapshotBytes: %v; want ResourceExhausted", err)
 	}
 	waitFor(t, "no snapshot being received", func() bool { return b.receiving() == 0 })
@@ -107,7 +119,7 @@ func TestOversizedSnapshotStreamRefused(t *testing.T) {
 // refused before anything is staged, with an error that says so.
 func TestSnapshotRefusedBelowDiskMargin(t *testing.T) {
 	b, addr, rec := snapReceiver(t, Config{SnapshotDiskMargin: 1 << 62}) // more than any disk has
-	if err := goodSnapshot(t, addr); !refused(err, "SnapshotDiskMargin") {
+	if err := goodSnapshot(t, addr); !noRoom(err, "SnapshotDiskMargin") {
 		t.Fatalf("a snapshot with the disk below the margin: %v; want ResourceExhausted", err)
 	}
 	if n, files := staged(b), stagedFiles(t, b); n != 0 || len(files) != 0 {
@@ -123,7 +135,7 @@ func TestSnapshotRefusedBelowDiskMargin(t *testing.T) {
 // TestRefusedSnapshotSenderBacksOff (hsnapcap): raft tries a failed
 // snapshot again at the next heartbeat answer (every tick), and each try
 // opened a stream, sent a chunk and was refused again. After a refusal
-// (ResourceExhausted) the sender now sends no snapshot to that peer until
+// for want of room (here MaxStagedSnapshots) the sender now sends no snapshot to that peer until
 // its backoff passes, failing at once without a stream, and sends again
 // once it has.
 func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
@@ -133,7 +145,7 @@ func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
 	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
 		t.Fatalf("first snapshot: %v", err)
 	}
-	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !refused(err, "staged on disk already") {
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); !noRoom(err, "staged on disk already") {
 		t.Fatalf("second snapshot, past the receiver's bound: %v; want ResourceExhausted", err)
 	}
 	rec.mu.Lock()
@@ -159,4 +171,159 @@ func TestRefusedSnapshotSenderBacksOff(t *testing.T) {
 	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
 		t.Fatalf("a snapshot after the backoff: %v", err)
 	}
+}
+
+// TestStagedCapHoldsForConcurrentStreams (review of hsnapcap): the staged
+// cap was checked by reading the count, which a stream's writer raised
+// only once its first chunk had come and passed its checks, so streams
+// arriving together all passed the check and up to MaxInboundSnapshots-1
+// past the cap were staged. A stream now reserves its count in the check.
+// Eight streams at once against a cap of two: each stream that passed the
+// check waits there (snapCounted) until every one has passed or been
+// refused; exactly two pass, and no more than two are ever staged.
+func TestStagedCapHoldsForConcurrentStreams(t *testing.T) {
+	const streams, capStaged = 8, 2
+	b, addr, _ := snapReceiver(t, Config{MaxInboundSnapshots: streams, MaxStagedSnapshots: capStaged})
+	var passed atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the receiver stops: its handlers must not wait for ever
+	b.snapCounted = func() { passed.Add(1); <-release }
+	ended := make(chan error, streams)
+	var opened []concordpb.RaftTransport_SendSnapshotClient
+	for range streams {
+		// Bare: a refused stream may be ended before a first chunk is sent
+		// (Send would fail with io.EOF); those that pass get theirs below.
+		s, _ := openSnapshot(t, addr, true)
+		opened = append(opened, s)
+		go func() { ended <- s.RecvMsg(&concordpb.SnapshotAck{}) }()
+	}
+	var refusals []error
+	waitFor(t, "every stream past the staged check or refused", func() bool {
+		for {
+			select {
+			case err := <-ended:
+				refusals = append(refusals, err)
+			default:
+				return int(passed.Load())+len(refusals) == streams
+			}
+		}
+	})
+	if n := passed.Load(); n != capStaged {
+		t.Fatalf("%d of %d concurrent streams passed the staged check; want the cap, %d", n, streams, capStaged)
+	}
+	for _, err := range refusals {
+		if !noRoom(err, "staged on disk already") {
+			t.Fatalf("a stream past the cap: %v; want ResourceExhausted", err)
+		}
+	}
+	free()
+	for _, s := range opened {
+		// Not done: a stream that passed stays open, staging. One refused
+		// fails with io.EOF, or not at all if the chunk went out first.
+		if err := s.Send(firstChunk(t)); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the two streams staging", func() bool { return len(stagedFiles(t, b)) == capStaged })
+	if n := staged(b); n != capStaged {
+		t.Fatalf("%d staged snapshots with %d streams staging; want %d", n, capStaged, capStaged)
+	}
+}
+
+// TestStagedReservationReleased: a stream refused after it reserved its
+// place among MaxStagedSnapshots (here it ends before its first chunk)
+// gives the place back; a leak would shut the node out of snapshots once
+// MaxStagedSnapshots such streams had come.
+func TestStagedReservationReleased(t *testing.T) {
+	b, addr, _ := snapReceiver(t, Config{MaxStagedSnapshots: 1})
+	for i := range 3 {
+		s, _ := openSnapshot(t, addr, true)
+		check(t, s.CloseSend())
+		if err := s.RecvMsg(&concordpb.SnapshotAck{}); err == nil || refused(err, "staged on disk already") {
+			t.Fatalf("stream %d without a chunk: %v; want it refused for want of one", i, err)
+		}
+		waitFor(t, "the stream's place given back", func() bool { return staged(b) == 0 && b.receiving() == 0 })
+	}
+	if err := goodSnapshot(t, addr); err != nil {
+		t.Fatalf("a snapshot after the refused streams: %v", err)
+	}
+}
+
+// TestBusyReceiverDoesNotBackOffSender (review of hsnapcap): every
+// ResourceExhausted backed the sender off the node for 1 s doubling to
+// 30 s, all its shards with it, the refusal of a node whose receive slots
+// are all taken too: ordinary contention while a replaced node catches up
+// dozens of shards from several leaders, so a sender that lost the race
+// for a slot waited while freed slots sat idle. That refusal is marked
+// busy now and starts no backoff: once a slot is free the next try (raft
+// asks at each heartbeat answer) is sent.
+func TestBusyReceiverDoesNotBackOffSender(t *testing.T) {
+	b, addr, rec := snapReceiver(t, Config{MaxInboundSnapshots: 1})
+	a := snapSender(t, addr, 0)
+	a.snapBackoff.min, a.snapBackoff.max = time.Hour, time.Hour // a backoff would stop the try below
+	_, cancel := openSnapshot(t, addr, false)                   // holds the one receive slot
+	waitFor(t, "the receive slot taken", func() bool { return b.receiving() == 1 })
+	err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1))
+	if !refused(err, "being received already") || refusalReason(err) != refusedBusy {
+		t.Fatalf("a snapshot with every receive slot taken: %v (reason %q); want ResourceExhausted, busy", err, refusalReason(err))
+	}
+	cancel()
+	waitFor(t, "the receive slot free", func() bool { return b.receiving() == 0 })
+	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
+		t.Fatalf("a snapshot once a receive slot was free: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.snaps) != 1 {
+		t.Fatalf("%d snapshots delivered; want 1", len(rec.snaps))
+	}
+}
+
+// TestSnapshotBackoffByRefusal: only a refusal marked as one for want of
+// room starts or doubles a sender's backoff. A busy refusal leaves the
+// backoff as it was (the doubling continues with the next refusal for
+// room); an unmarked ResourceExhausted, all a receiver from before the
+// marks sends (its only one said its slots were busy), starts none; any
+// other outcome ends it.
+func TestSnapshotBackoffByRefusal(t *testing.T) {
+	old := status.Error(codes.ResourceExhausted, "transport: 8 snapshots being received already")
+	for _, c := range []struct {
+		name    string
+		err     error
+		backoff bool
+	}{
+		{"no room", refusal(refusedNoRoom, "transport: full"), true},
+		{"no room, wrapped", fmt.Errorf("send: %w", refusal(refusedNoRoom, "transport: full")), true},
+		{"busy", refusal(refusedBusy, "transport: busy"), false},
+		{"unmarked, from an older receiver", old, false},
+		{"another domain's mark", otherMark(t), false},
+		{"not a refusal", status.Error(codes.Unavailable, "down"), false},
+	} {
+		b := snapshotBackoff{min: time.Hour, max: 4 * time.Hour}
+		b.note(2, c.err)
+		if got := errors.Is(b.wait(2), errSnapshotBackoff); got != c.backoff {
+			t.Errorf("%s: backoff %v, want %v", c.name, got, c.backoff)
+		}
+	}
+	b := snapshotBackoff{min: time.Hour, max: 4 * time.Hour}
+	b.note(2, refusal(refusedNoRoom, "x"))
+	b.note(2, refusal(refusedBusy, "x"))
+	b.note(2, old)
+	if st := b.peers[2]; st.next != 2*time.Hour {
+		t.Fatalf("after a refusal for room and two busy ones the next wait is %v; want 2h, the doubling kept", st.next)
+	}
+	b.note(2, nil)
+	if err := b.wait(2); err != nil {
+		t.Fatalf("after a snapshot went through: %v", err)
+	}
+}
+
+// otherMark is a ResourceExhausted whose ErrorInfo has the transport's
+// no-room reason in another domain: not the transport's mark.
+func otherMark(t *testing.T) error {
+	st, err := status.New(codes.ResourceExhausted, "quota").WithDetails(&errdetails.ErrorInfo{Reason: refusedNoRoom, Domain: "example.com"})
+	check(t, err)
+	return st.Err()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -81,6 +82,49 @@ func (r *chunkReader) next() (*concordpb.SnapshotChunk, error) {
 // the stream ends.
 func (r *chunkReader) close() { close(r.done) }
 
+// A refused snapshot stream's status (ResourceExhausted) carries an
+// errdetails.ErrorInfo of snapRefusalDomain whose reason says which kind
+// of refusal it is, for the sender's backoff (snapshotBackoff.note); the
+// message is for people, and matching its text would tie the sender to
+// every wording the receiver ever used.
+const (
+	snapRefusalDomain = "concord.transport.snapshot"
+	// refusedBusy: every receive slot is taken (MaxInboundSnapshots).
+	// Ordinary contention while a node catches up many shards at once: a
+	// slot frees as soon as any stream ends, so the sender asks again at
+	// raft's next heartbeat answer, without a backoff.
+	refusedBusy = "RECEIVE_SLOTS_BUSY"
+	// refusedNoRoom: too many staged snapshots (MaxStagedSnapshots), a
+	// stream past MaxSnapshotBytes, or too little disk
+	// (SnapshotDiskMargin). These free slowly if at all, so the sender
+	// backs off the node.
+	refusedNoRoom = "NO_ROOM"
+)
+
+// refusal is a ResourceExhausted status marked with reason.
+func refusal(reason, format string, args ...any) error {
+	st := status.Newf(codes.ResourceExhausted, format, args...)
+	if marked, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: snapRefusalDomain}); err == nil {
+		st = marked // it fails only if the detail cannot be marshalled
+	}
+	return st.Err()
+}
+
+// refusalReason is the reason err's status is marked with; "" if it has
+// none: not a refusal, or one from a receiver from before the marks.
+func refusalReason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == snapRefusalDomain {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
 // DefaultMaxSnapshotBytes and DefaultSnapshotDiskMargin are the defaults
 // of Config.MaxSnapshotBytes and Config.SnapshotDiskMargin.
 const (
@@ -88,15 +132,19 @@ const (
 	DefaultSnapshotDiskMargin = 1 << 30
 )
 
-// checkStaged refuses a stream while Config.MaxStagedSnapshots received
-// snapshots have files on disk: streams being received, and those raft
-// has not taken (or not yet discarded).
-func (t *Transport) checkStaged() error {
-	if n := t.sink.StagedSnapshots(); n >= t.cfg.MaxStagedSnapshots {
-		return status.Errorf(codes.ResourceExhausted,
+// reserveStaged counts a stream against Config.MaxStagedSnapshots, the
+// received snapshots with files on disk (streams being received, and
+// those raft has not taken or not yet discarded), or refuses it if that
+// many are counted. Counting in the check (not when the stream's writer
+// starts, after its first chunk) keeps streams that arrive together from
+// all passing it. The caller releases the reservation once done with it.
+func (t *Transport) reserveStaged() (*storage.SnapshotReservation, error) {
+	r, n := t.sink.ReserveSnapshot(t.cfg.MaxStagedSnapshots)
+	if r == nil {
+		return nil, refusal(refusedNoRoom,
 			"transport: %d received snapshots staged on disk already (at most %d); try later", n, t.cfg.MaxStagedSnapshots)
 	}
-	return nil
+	return r, nil
 }
 
 // checkChunk adds chunk's pairs to *total, the stream's bytes so far, and
@@ -110,7 +158,7 @@ func (t *Transport) checkChunk(total *int64, chunk *concordpb.SnapshotChunk) err
 	}
 	*total += n
 	if *total > t.cfg.MaxSnapshotBytes {
-		return status.Errorf(codes.ResourceExhausted, "transport: snapshot stream past %d bytes (MaxSnapshotBytes)",
+		return refusal(refusedNoRoom, "transport: snapshot stream past %d bytes (MaxSnapshotBytes)",
 			t.cfg.MaxSnapshotBytes)
 	}
 	return t.checkSpace(n)
@@ -132,7 +180,7 @@ func (t *Transport) checkSpace(n int64) error {
 		return status.Errorf(codes.Internal, "transport: snapshot refused: %v", err)
 	}
 	if free < uint64(margin) || free-uint64(margin) < uint64(n) {
-		return status.Errorf(codes.ResourceExhausted,
+		return refusal(refusedNoRoom,
 			"transport: snapshot refused: %d bytes free on the data dir's file system, %d more would leave less than %d (SnapshotDiskMargin)",
 			free, n, margin)
 	}

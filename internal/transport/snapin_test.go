@@ -57,12 +57,18 @@ func openSnapshot(t *testing.T, addr string, bare bool) (s concordpb.RaftTranspo
 	if bare {
 		return s, cancel
 	}
+	check(t, s.Send(firstChunk(t)))
+	return s, cancel
+}
+
+// firstChunk is the first chunk openSnapshot sends.
+func firstChunk(t *testing.T) *concordpb.SnapshotChunk {
+	t.Helper()
 	hdr, err := proto.Marshal(&pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)),
 		Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(2))}}})
 	check(t, err)
-	check(t, s.Send(&concordpb.SnapshotChunk{ClusterId: 7, FromNodeId: 1, ToNodeId: 2, ShardId: 3, RaftMessage: hdr,
-		Kvs: []*concordpb.KeyValue{{Key: keys.User(3, []byte("k")), Value: []byte("v")}}}))
-	return s, cancel
+	return &concordpb.SnapshotChunk{ClusterId: 7, FromNodeId: 1, ToNodeId: 2, ShardId: 3, RaftMessage: hdr,
+		Kvs: []*concordpb.KeyValue{{Key: keys.User(3, []byte("k")), Value: []byte("v")}}}
 }
 
 // goodSnapshot sends a complete, well-formed snapshot of shard 3 to addr.

@@ -15,7 +15,7 @@ import (
 )
 
 // errSnapshotBackoff: a snapshot is not sent to a peer that refused one
-// (ResourceExhausted) until its backoff has passed.
+// for want of room until its backoff has passed.
 var errSnapshotBackoff = errors.New("transport: peer refused a snapshot recently")
 
 // snapBackoffMin and snapBackoffMax bound the wait after a refused
@@ -26,12 +26,24 @@ const (
 )
 
 // snapshotBackoff spaces out the snapshots sent to peers that refused one
-// for want of room (receive slots, staged snapshots, disk, size). Raft
+// for want of room (staged snapshots, disk, size: refusedNoRoom). Raft
 // tries again at the next heartbeat answer after a failed snapshot (every
 // tick), and each try took a storage snapshot, opened a stream and sent
 // its first chunk only to be refused again: ten a second, and as many
 // warnings. Within the backoff a snapshot fails at once, without a
 // stream.
+//
+// A refusal because every receive slot is taken (refusedBusy) starts no
+// backoff: slots free as soon as any stream ends, and a node catching up
+// many shards from several leaders refuses those that lose the race for
+// one; backed off, they would wait up to snapBackoffMax while slots sat
+// idle, and hold back the node's other shards with them. An unmarked
+// ResourceExhausted (a receiver from before the marks) starts none
+// either: before the staged, size and disk bounds came with the marks the
+// only one a receiver sent was that busy refusal (and gRPC's own for a
+// message past the receiver's limit, which no backoff cures), so
+// treating it as busy keeps what those receivers had, raft's retry at
+// each heartbeat answer.
 type snapshotBackoff struct {
 	min, max time.Duration // snapBackoffMin, snapBackoffMax; tests shorten them
 	mu       sync.Mutex
@@ -53,13 +65,17 @@ func (b *snapshotBackoff) wait(node ids.NodeID) error {
 	return nil
 }
 
-// note records a stream's outcome: a refusal (ResourceExhausted) starts or
-// doubles node's backoff, anything else ends it.
+// note records a stream's outcome: a refusal for want of room starts or
+// doubles node's backoff; any other refusal (busy) leaves it as it is, as
+// it says nothing about room; anything else ends it.
 func (b *snapshotBackoff) note(node ids.NodeID, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if status.Code(err) != codes.ResourceExhausted {
+	switch {
+	case status.Code(err) != codes.ResourceExhausted:
 		delete(b.peers, node)
+		return
+	case refusalReason(err) != refusedNoRoom:
 		return
 	}
 	if b.peers == nil {
@@ -68,6 +84,10 @@ func (b *snapshotBackoff) note(node ids.NodeID, err error) {
 	wait := max(b.peers[node].next, b.min)
 	b.peers[node] = backoffState{until: time.Now().Add(wait), next: min(2*wait, b.max)}
 }
+
+// snapshotBusy reports whether err is a receiver's refusal because every
+// receive slot was taken: ordinary contention, which raft retries.
+func snapshotBusy(err error) bool { return refusalReason(err) == refusedBusy }
 
 // streamStatus is the error of a failed Send on s: io.EOF says the
 // receiver ended the stream, whose status (a refusal) CloseAndRecv has.

@@ -48,8 +48,6 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
@@ -206,6 +204,10 @@ type Transport struct {
 	snapIn chan struct{}
 	// snapBackoff spaces out snapshots to peers that refused one.
 	snapBackoff snapshotBackoff
+	// snapCounted, if set (tests), is called by a snapshot stream once it
+	// counts against Config.MaxStagedSnapshots, before its first chunk is
+	// read.
+	snapCounted func()
 
 	// after waits out a reconnect backoff (time.After; tests record it).
 	after func(time.Duration) <-chan time.Time
@@ -704,6 +706,8 @@ func (t *Transport) SendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 		switch {
 		case errors.Is(err, errSnapshotBackoff): // said once, when refused
 			t.log.Debug("snapshot not sent", "shard", shard, "to_node", toNode, "err", err)
+		case snapshotBusy(err): // contention, asked again at the next heartbeat answer
+			t.log.Debug("snapshot not sent: receiver busy", "shard", shard, "to_node", toNode, "err", err)
 		case err != nil:
 			t.log.Warn("snapshot send failed", "shard", shard, "to_node", toNode, "err", err)
 		}
@@ -809,10 +813,15 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 	case t.snapIn <- struct{}{}:
 		defer func() { <-t.snapIn }()
 	default:
-		return status.Errorf(codes.ResourceExhausted, "transport: %d snapshots being received already", cap(t.snapIn))
+		return refusal(refusedBusy, "transport: %d snapshots being received already", cap(t.snapIn))
 	}
-	if err := t.checkStaged(); err != nil {
+	slot, err := t.reserveStaged()
+	if err != nil {
 		return err
+	}
+	defer slot.Release() // unless the stream's writer took it
+	if t.snapCounted != nil {
+		t.snapCounted()
 	}
 	chunks := t.newChunkReader(s)
 	defer chunks.close()
@@ -834,7 +843,7 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 	if err := proto.Unmarshal(first.GetRaftMessage(), m); err != nil || m.GetType() != pb.MsgSnap {
 		return fmt.Errorf("transport: snapshot stream must start with a MsgSnap (%v)", err)
 	}
-	staged, err := t.receiveSnapshotData(chunks, first, shard, m)
+	staged, err := t.receiveSnapshotData(chunks, first, shard, m, slot)
 	if err != nil {
 		return err
 	}
@@ -855,11 +864,11 @@ func (srv *Server) SendSnapshot(s snapshotStream) error {
 // others), and the data's applied state and configuration must be the ones
 // the header's MsgSnap names (checkSnapshotState).
 func (t *Transport) receiveSnapshotData(chunks *chunkReader, chunk *concordpb.SnapshotChunk, shard ids.ShardID,
-	m *pb.Message) (*storage.StagedSnapshot, error) {
+	m *pb.Message, slot *storage.SnapshotReservation) (*storage.StagedSnapshot, error) {
 	if err := t.checkSpace(0); err != nil { // before anything is staged
 		return nil, err
 	}
-	w, err := t.sink.NewSnapshotWriter(shard)
+	w, err := slot.NewWriter(shard)
 	if err != nil {
 		return nil, err
 	}
