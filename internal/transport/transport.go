@@ -722,7 +722,9 @@ func (t *Transport) sendSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.Mes
 	if err := t.snapBackoff.wait(toNode); err != nil {
 		return err
 	}
-	t.log.Info("sending snapshot", "shard", shard, "to_node", toNode, "index", m.GetSnapshot().GetMetadata().GetIndex())
+	// Debug: a receiver whose slots are busy is asked again every heartbeat
+	// answer; "snapshot sent" says Info once one went through.
+	t.log.Debug("sending snapshot", "shard", shard, "to_node", toNode, "index", m.GetSnapshot().GetMetadata().GetIndex())
 	err := t.streamSnapshot(toNode, shard, m, snap)
 	t.snapBackoff.note(toNode, err)
 	return err
@@ -789,7 +791,7 @@ func (t *Transport) streamSnapshot(toNode ids.NodeID, shard ids.ShardID, m *pb.M
 	if !ack.GetApplied() {
 		return errors.New("receiver did not take the snapshot")
 	}
-	t.log.Info("snapshot sent", "shard", shard, "to_node", toNode, "keys", sent+len(chunk.Kvs))
+	t.log.Info("snapshot sent", "shard", shard, "to_node", toNode, "index", m.GetSnapshot().GetMetadata().GetIndex(), "keys", sent+len(chunk.Kvs))
 	return nil
 }
 
