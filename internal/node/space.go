@@ -10,6 +10,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 )
 
 // The space guard (docs/operations.md, "When a disk fills"). Pebble's
@@ -221,32 +222,23 @@ func bytesText(b uint64) string {
 	return fmt.Sprintf("%.1f %s", v, units[u])
 }
 
-// lowSpaceNodes are the nodes the placement leader holds low on space:
-// those of nodes whose last report (loads) says low, that are not removed
-// or replaced (by the descriptors) nor judged dead (states, the
-// scheduler's judgement as of now). A dead node's disk takes no writes,
-// and a removed one's never will again: neither may hold the cluster's
-// writes back. In node id order, so every node names the same one first.
-func lowSpaceNodes(nodes []*concordpb.NodeDescriptor, states map[ids.NodeID]concordpb.NodeState, loads map[ids.NodeID]load) []*concordpb.LowSpaceNode {
+// lowSpaceNodes are the nodes the placement leader holds low on space
+// in view v (scheduler.LowOnSpace: a low report received since it began
+// observing, from a node heard from within SuspectAfter and not removed,
+// replaced or dead), with the figures of their last reports (loads). A
+// silent node's disk takes no writes, a removed one's never will again,
+// and a report from before this placement leadership says nothing of the
+// disk now: none may hold the cluster's writes back. In node id order, so
+// every node names the same one first.
+func lowSpaceNodes(v scheduler.View, loads map[ids.NodeID]load) []*concordpb.LowSpaceNode {
 	var out []*concordpb.LowSpaceNode
-	for _, d := range nodes {
-		id := ids.NodeID(d.GetNodeId())
-		l, ok := loads[id]
-		if !ok || !l.diskLow || !liveState(d.GetState()) || !liveState(states[id]) {
-			continue
+	for id := range scheduler.LowOnSpace(v) {
+		l := loads[id]
+		if !l.diskLow {
+			continue // a report newer than v's says it has room again
 		}
 		out = append(out, &concordpb.LowSpaceNode{NodeId: uint64(id), FreeBytes: l.diskFree, ReserveBytes: l.diskReserve})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetNodeId() < out[j].GetNodeId() })
 	return out
-}
-
-// liveState reports whether a node in state s may still serve: not
-// removed, replaced or dead.
-func liveState(s concordpb.NodeState) bool {
-	switch s {
-	case concordpb.NodeState_NODE_DEAD, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
-		return false
-	}
-	return true
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -73,28 +74,36 @@ func TestResolveReserve(t *testing.T) {
 }
 
 // TestLowSpaceNodesOnlyLiveMembers: the placement leader's answer names
-// the nodes whose last report says low, of those not removed, replaced or
-// judged dead (a SUSPECT or LEAVING node still counts), in id order, with
-// their figures.
+// the nodes whose last report says low, of those it has heard from within
+// SuspectAfter during its current leadership and that are not removed,
+// replaced or dead, in id order, with their figures. A LEAVING node counts
+// while it answers, but not once silent: its recorded state stays LEAVING
+// until its drain completes, which a dead node's may never do. A report
+// from before this placement leadership began (ObservedSince: an earlier
+// term of its leadership, before another node led in between) does not
+// count.
 func TestLowSpaceNodesOnlyLiveMembers(t *testing.T) {
-	nodes := []*concordpb.NodeDescriptor{}
-	states := map[ids.NodeID]concordpb.NodeState{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := scheduler.View{Now: now, Settings: scheduler.DefaultSettings(time.Second), ObservedSince: now.Add(-time.Hour),
+		Reports: map[ids.NodeID]scheduler.Report{}}
 	loads := map[ids.NodeID]load{}
-	add := func(id ids.NodeID, desc, judged concordpb.NodeState, low bool) {
-		nodes = append(nodes, &concordpb.NodeDescriptor{NodeId: uint64(id), State: desc})
-		states[id] = judged
+	add := func(id ids.NodeID, desc concordpb.NodeState, age time.Duration, low bool) {
+		v.Nodes = append(v.Nodes, &concordpb.NodeDescriptor{NodeId: uint64(id), State: desc})
+		v.Reports[id] = scheduler.Report{At: now.Add(-age), DiskLow: low}
 		loads[id] = load{diskLow: low, diskFree: uint64(id) << 20, diskReserve: 1 << 30}
 	}
-	up, suspect, dead := concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD
-	add(7, up, up, true)
-	add(2, up, suspect, true)
-	add(3, up, dead, true) // judged dead now
-	add(4, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REMOVED, true)
-	add(5, concordpb.NodeState_NODE_REPLACED, concordpb.NodeState_NODE_REPLACED, true)
-	add(6, concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_LEAVING, true)
-	add(1, up, up, false)
-	nodes = append(nodes, &concordpb.NodeDescriptor{NodeId: 8, State: up}) // never reported
-	got := lowSpaceNodes(nodes, states, loads)
+	up, leaving := concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_LEAVING
+	add(7, up, 0, true)
+	add(2, concordpb.NodeState_NODE_SUSPECT, time.Second, true) // recorded SUSPECT, heard from since: UP
+	add(3, up, 61*time.Second, true)                            // silent past DeadAfter: dead
+	add(9, up, 6*time.Second, true)                             // silent past SuspectAfter
+	add(4, concordpb.NodeState_NODE_REMOVED, 0, true)
+	add(5, concordpb.NodeState_NODE_REPLACED, 0, true)
+	add(6, leaving, 0, true)
+	add(10, leaving, 61*time.Second, true) // leaving, and dead: the cause of the alarm that never cleared
+	add(1, up, 0, false)
+	v.Nodes = append(v.Nodes, &concordpb.NodeDescriptor{NodeId: 8, State: up}) // never reported
+	got := lowSpaceNodes(v, loads)
 	var ids []uint64
 	for _, l := range got {
 		ids = append(ids, l.GetNodeId())
@@ -103,7 +112,15 @@ func TestLowSpaceNodesOnlyLiveMembers(t *testing.T) {
 		}
 	}
 	if fmt.Sprint(ids) != "[2 6 7]" {
-		t.Fatalf("low nodes %v; want [2 6 7] (live ones that reported low, in id order)", ids)
+		t.Fatalf("low nodes %v; want [2 6 7] (those heard from lately that reported low, in id order)", ids)
+	}
+
+	// The placement leadership moved away and back: this leader's watch
+	// began 2 s ago, and node 7's low report is from its earlier term.
+	v.ObservedSince = now.Add(-2 * time.Second)
+	v.Reports[7] = scheduler.Report{At: now.Add(-3 * time.Second), DiskLow: true}
+	if got := lowSpaceNodes(v, loads); len(got) != 2 || got[0].GetNodeId() != 2 || got[1].GetNodeId() != 6 {
+		t.Fatalf("low nodes %v after a new placement leadership; want [2 6]: node 7's report predates it", got)
 	}
 }
 
