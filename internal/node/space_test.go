@@ -22,7 +22,7 @@ import (
 
 // TestLowAfterHysteresis: a node becomes low under its reserve and stays
 // low until it has the reserve plus a margin (a tenth of the reserve, at
-// least 64 MiB) free; a reserve of 0 is never low.
+// least 64 MiB, at most the reserve) free; a reserve of 0 is never low.
 func TestLowAfterHysteresis(t *testing.T) {
 	const gib = 1 << 30
 	margin := uint64(gib / 10)
@@ -31,15 +31,24 @@ func TestLowAfterHysteresis(t *testing.T) {
 		free, reserve uint64
 		want          bool
 	}{
-		{false, gib, gib, false},                        // at the line: not low
-		{false, gib - 1, gib, true},                     // under it: low
-		{true, gib, gib, true},                          // back at the line: still low
-		{true, gib + margin - 1, gib, true},             // inside the margin: still low
-		{true, gib + margin, gib, false},                // past the margin: low no more
-		{false, gib + margin/2, gib, false},             // inside the margin, never low: not low
-		{true, 100 << 20, 10 << 20, false},              // small reserve: 64 MiB margin, passed
-		{true, (10 << 20) + (63 << 20), 10 << 20, true}, // small reserve: inside the 64 MiB margin
-		{true, 0, 0, false},                             // guard off
+		{false, gib, gib, false},               // at the line: not low
+		{false, gib - 1, gib, true},            // under it: low
+		{true, gib, gib, true},                 // back at the line: still low
+		{true, gib + margin - 1, gib, true},    // inside the margin: still low
+		{true, gib + margin, gib, false},       // past the margin: low no more
+		{false, gib + margin/2, gib, false},    // inside the margin, never low: not low
+		{true, 100 << 20, 10 << 20, false},     // small reserve: margin passed
+		{true, (20 << 20) - 1, 10 << 20, true}, // reserve under 64 MiB: the margin is the reserve
+		{true, 20 << 20, 10 << 20, false},      //   (not 64 MiB: it clears at 20 MiB free)
+		{true, 128 << 20, 100 << 20, true},     // reserve over 64 MiB: margin 64 MiB
+		{true, 164 << 20, 100 << 20, false},
+		// A small filesystem's reserve (5 % of 128 MiB): the margin is the
+		// reserve, so it clears at twice the reserve, not at 55 % free.
+		{true, 2*(128<<20/20) - 1, 128 << 20 / 20, true},
+		{true, 2 * (128 << 20 / 20), 128 << 20 / 20, false},
+		{true, 2, 1, false}, // a reserve of 1 byte: clears at 2
+		{true, 1, 1, true},
+		{true, 0, 0, false}, // guard off
 		{false, 0, 0, false},
 	} {
 		if got := lowAfter(tc.was, tc.free, tc.reserve); got != tc.want {
