@@ -131,7 +131,8 @@ func (n *Node) startSpaceGuard() {
 // checkSpace measures the free bytes once (the space loop, about every
 // second), moves this node in or out of the low state by lowAfter (a WARN
 // on each change, and a heartbeat at once so the cluster learns of it),
-// and applies the alarm.
+// and applies the alarm, on each measurement while low so that its
+// refusals say the free bytes of now.
 func (n *Node) checkSpace(context.Context) {
 	reserve := n.space.reserve.Load()
 	if reserve == 0 {
@@ -146,6 +147,12 @@ func (n *Node) checkSpace(context.Context) {
 	was := n.space.low.Load()
 	low := lowAfter(was, free, reserve)
 	if low == was {
+		if low {
+			// Still low: the refusals name the free bytes measured now,
+			// not those of when it went low (applySpaceAlarm sets the
+			// reason only if its text changed).
+			n.applySpaceAlarm()
+		}
 		return
 	}
 	n.space.low.Store(low)

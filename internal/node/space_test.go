@@ -147,6 +147,7 @@ func TestBytesText(t *testing.T) {
 // node is under its reserve, a put through any node is refused
 // (ResourceExhausted, "no space: node N ...", client.ErrNoSpace, not
 // ambiguous) and writes nothing, while a delete and a read still work;
+// the low node's refusal follows its measurements while it stays low;
 // once that node has space again, puts through every node succeed.
 func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
 	const reserve = 1 << 30
@@ -216,6 +217,15 @@ func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
 	}
 	if !nodes[1].space.low.Load() || nodes[0].space.low.Load() {
 		t.Fatal("the low flags are not the measured ones")
+	}
+
+	// Still low, with less free: the refusal says the free bytes of the
+	// latest measurement, not those of when the node went low.
+	lowFree.Store(700 << 20)
+	nodes[1].checkSpace(context.Background())
+	if err := put(clients[1], "during-less"); !errors.Is(err, client.ErrNoSpace) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("no space: node %d has 700.0 MiB free", low)) {
+		t.Fatalf("a put through the low node after it measured 700 MiB free: %v; want the refusal to say so", err)
 	}
 
 	// Inside the margin above the reserve: still low (no flapping).
