@@ -240,6 +240,30 @@ func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
 	}
 }
 
+// TestTestNodesIgnoreTheHostsFreeSpace: the nodes tests start have the
+// space guard off unless a test sets a reserve, so that a test host with
+// little free disk (here: 1 MiB free of 100 GiB, under the default reserve
+// of 1 GiB) does not fail every test with NOSPACE.
+func TestTestNodesIgnoreTheHostsFreeSpace(t *testing.T) {
+	nodes, _ := startClusterWith(t, []version.Level{0}, func(_ int, _ *Config, hooks *testHooks) {
+		hooks.diskSpace = func() (uint64, uint64, error) { return 1 << 20, 100 << 30, nil }
+	})
+	c, err := client.NewWithOptions(context.Background(), client.Options{Endpoints: []string{nodes[0].Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 10*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, err := c.Put(ctx, []byte("k"), []byte("v"))
+		if errors.Is(err, client.ErrNoSpace) {
+			t.Fatalf("a put on a test node: %v; want the guard off", err)
+		}
+		return err
+	})
+}
+
 // TestSnapshotDiskMarginIsTheReserve protects the one line shared by client
 // writes and received snapshots: the transport's margin is the guard's
 // reserve, and off (negative, not 0, which the transport reads as its own
