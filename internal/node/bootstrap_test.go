@@ -47,7 +47,7 @@ func freeAddrs(t *testing.T, n int) []string {
 func TestBootstrapAfterPeersProbedAndVanished(t *testing.T) {
 	peers := sortedPeers(freeAddrs(t, 3))
 	self := peers[1] // initial id 2; nothing will ever listen at peers[0] and peers[2]
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.Peers, cfg.DataDir = self, peers, t.TempDir()
 	cfg.Shards = 1
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -136,7 +136,7 @@ func TestFreshPeerWithAnotherPeerListDoesNotVouch(t *testing.T) {
 	addrs := sortedPeers(freeAddrs(t, 4))
 	a, b, c, d := addrs[0], addrs[1], addrs[2], addrs[3]
 	newNode := func(addr string, peers []string) *Node {
-		cfg := DefaultConfig()
+		cfg := testConfig()
 		cfg.Addr, cfg.Peers, cfg.DataDir = addr, peers, t.TempDir()
 		cfg.Shards = 1
 		cfg.Logger = slog.New(slog.DiscardHandler)

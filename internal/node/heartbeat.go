@@ -171,7 +171,7 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 			newLeader = true
 		}
 	}
-	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas()}
+	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
 		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow()}
 	return newLeader
@@ -192,12 +192,12 @@ func (m *placementState) levelOf(node ids.NodeID, now time.Time, maxAge time.Dur
 	return l.version, true
 }
 
-// lowSpace returns the nodes of nodes held low on space (lowSpaceNodes)
-// by their last reports, judged as states has them.
-func (m *placementState) lowSpace(nodes []*concordpb.NodeDescriptor, states map[ids.NodeID]concordpb.NodeState) []*concordpb.LowSpaceNode {
+// lowSpace returns the nodes held low on space in view v (lowSpaceNodes),
+// with the figures of their last reports.
+func (m *placementState) lowSpace(v scheduler.View) []*concordpb.LowSpaceNode {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return lowSpaceNodes(nodes, states, m.loads)
+	return lowSpaceNodes(v, m.loads)
 }
 
 // loadOf returns node's last reported load.
@@ -475,7 +475,7 @@ func (n *Node) handleHeartbeat(ctx context.Context, req *concordpb.HeartbeatRequ
 	}
 	leaders := scheduler.Leaders(v)
 	resp := &concordpb.HeartbeatResponse{Nodes: v.Nodes, MetaLeaderNodeId: uint64(n.ID()), ClusterVersion: uint32(cv),
-		LowSpace: n.placement.lowSpace(v.Nodes, scheduler.NodeStates(v))}
+		LowSpace: n.placement.lowSpace(v)}
 	for _, d := range v.Shards {
 		leader := leaders[ids.ShardID(d.GetShardId())].Node
 		resp.Shards = append(resp.Shards, &concordpb.ShardRoute{Shard: d, LeaderNodeId: uint64(leader)})

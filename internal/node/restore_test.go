@@ -161,7 +161,7 @@ func TestRestoreRefusesRecordsOverTheLimits(t *testing.T) {
 // node got no identity.
 func wantRefusedLoad(t *testing.T, dir string, mod func(*Config), want string) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
 	cfg.Peers = []string{cfg.Addr}
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -204,7 +204,7 @@ func TestRestoreCrashedLoadChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestRestoreRefusesAPartialLoadWithoutItsFile")
 	}
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.DataDir, cfg.Shards = "127.0.0.1:0", dir, 2
 	cfg.Peers = []string{cfg.Addr}
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -259,7 +259,7 @@ func TestRestoreRefusesAPartialLoadWithoutItsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.DataDir, cfg.Shards = "127.0.0.1:0", dir, 2
 	cfg.Peers = []string{cfg.Addr}
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -340,7 +340,7 @@ func TestBackupFormatHoldsWhatANodeStores(t *testing.T) {
 		t.Fatalf("a node may store keys of %d bytes and values of %d, a backup file holds %d and %d",
 			MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes, backupfile.MaxKeyBytes, backupfile.MaxValueBytes)
 	}
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.Peers = "127.0.0.1:1", []string{"127.0.0.1:1"}
 	cfg.Shards, cfg.MaxKeyBytes, cfg.MaxValueBytes = backupfile.MaxShards, MaxKeyBytesCap, grpcapi.DefaultMaxBatchBytes
 	if err := cfg.validate(); err != nil {

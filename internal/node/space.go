@@ -10,6 +10,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 )
 
 // The space guard (docs/operations.md, "When a disk fills"). Pebble's
@@ -34,7 +35,7 @@ const (
 	defaultReserveCap   = 1 << 30 // 1 GiB
 	defaultReserveShare = 20      // 1/20: 5 % of the filesystem
 	// minSpaceMargin is the least margin above the reserve a low node must
-	// regain to be low no more (spaceMargin).
+	// regain to be low no more, unless the reserve is smaller (spaceMargin).
 	minSpaceMargin = 64 << 20
 )
 
@@ -61,9 +62,12 @@ func snapshotDiskMargin(reserve uint64) int64 {
 // spaceMargin is how far above reserve free space must climb before a low
 // node is low no more: a tenth of the reserve, at least 64 MiB, so that a
 // disk hovering at the line (compactions freeing and taking space) does
-// not turn the alarm on and off every second.
+// not turn the alarm on and off every second; but never more than the
+// reserve itself, so that on a small filesystem the line to clear stays
+// near the line to go low (a 128 MiB volume's auto reserve is 6.4 MiB: a
+// 64 MiB margin would hold the alarm on until it was 55 % free).
 func spaceMargin(reserve uint64) uint64 {
-	return max(reserve/10, minSpaceMargin)
+	return min(max(reserve/10, minSpaceMargin), reserve)
 }
 
 // lowAfter is whether a node that was (or was not) low is low with free
@@ -127,7 +131,8 @@ func (n *Node) startSpaceGuard() {
 // checkSpace measures the free bytes once (the space loop, about every
 // second), moves this node in or out of the low state by lowAfter (a WARN
 // on each change, and a heartbeat at once so the cluster learns of it),
-// and applies the alarm.
+// and applies the alarm, on each measurement while low so that its
+// refusals say the free bytes of now.
 func (n *Node) checkSpace(context.Context) {
 	reserve := n.space.reserve.Load()
 	if reserve == 0 {
@@ -142,6 +147,12 @@ func (n *Node) checkSpace(context.Context) {
 	was := n.space.low.Load()
 	low := lowAfter(was, free, reserve)
 	if low == was {
+		if low {
+			// Still low: the refusals name the free bytes measured now,
+			// not those of when it went low (applySpaceAlarm sets the
+			// reason only if its text changed).
+			n.applySpaceAlarm()
+		}
 		return
 	}
 	n.space.low.Store(low)
@@ -221,32 +232,23 @@ func bytesText(b uint64) string {
 	return fmt.Sprintf("%.1f %s", v, units[u])
 }
 
-// lowSpaceNodes are the nodes the placement leader holds low on space:
-// those of nodes whose last report (loads) says low, that are not removed
-// or replaced (by the descriptors) nor judged dead (states, the
-// scheduler's judgement as of now). A dead node's disk takes no writes,
-// and a removed one's never will again: neither may hold the cluster's
-// writes back. In node id order, so every node names the same one first.
-func lowSpaceNodes(nodes []*concordpb.NodeDescriptor, states map[ids.NodeID]concordpb.NodeState, loads map[ids.NodeID]load) []*concordpb.LowSpaceNode {
+// lowSpaceNodes are the nodes the placement leader holds low on space
+// in view v (scheduler.LowOnSpace: a low report received since it began
+// observing, from a node heard from within SuspectAfter and not removed,
+// replaced or dead), with the figures of their last reports (loads). A
+// silent node's disk takes no writes, a removed one's never will again,
+// and a report from before this placement leadership says nothing of the
+// disk now: none may hold the cluster's writes back. In node id order, so
+// every node names the same one first.
+func lowSpaceNodes(v scheduler.View, loads map[ids.NodeID]load) []*concordpb.LowSpaceNode {
 	var out []*concordpb.LowSpaceNode
-	for _, d := range nodes {
-		id := ids.NodeID(d.GetNodeId())
-		l, ok := loads[id]
-		if !ok || !l.diskLow || !liveState(d.GetState()) || !liveState(states[id]) {
-			continue
+	for id := range scheduler.LowOnSpace(v) {
+		l := loads[id]
+		if !l.diskLow {
+			continue // a report newer than v's says it has room again
 		}
 		out = append(out, &concordpb.LowSpaceNode{NodeId: uint64(id), FreeBytes: l.diskFree, ReserveBytes: l.diskReserve})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetNodeId() < out[j].GetNodeId() })
 	return out
-}
-
-// liveState reports whether a node in state s may still serve: not
-// removed, replaced or dead.
-func liveState(s concordpb.NodeState) bool {
-	switch s {
-	case concordpb.NodeState_NODE_DEAD, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
-		return false
-	}
-	return true
 }

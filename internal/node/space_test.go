@@ -16,12 +16,13 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/version"
 )
 
 // TestLowAfterHysteresis: a node becomes low under its reserve and stays
 // low until it has the reserve plus a margin (a tenth of the reserve, at
-// least 64 MiB) free; a reserve of 0 is never low.
+// least 64 MiB, at most the reserve) free; a reserve of 0 is never low.
 func TestLowAfterHysteresis(t *testing.T) {
 	const gib = 1 << 30
 	margin := uint64(gib / 10)
@@ -30,15 +31,24 @@ func TestLowAfterHysteresis(t *testing.T) {
 		free, reserve uint64
 		want          bool
 	}{
-		{false, gib, gib, false},                        // at the line: not low
-		{false, gib - 1, gib, true},                     // under it: low
-		{true, gib, gib, true},                          // back at the line: still low
-		{true, gib + margin - 1, gib, true},             // inside the margin: still low
-		{true, gib + margin, gib, false},                // past the margin: low no more
-		{false, gib + margin/2, gib, false},             // inside the margin, never low: not low
-		{true, 100 << 20, 10 << 20, false},              // small reserve: 64 MiB margin, passed
-		{true, (10 << 20) + (63 << 20), 10 << 20, true}, // small reserve: inside the 64 MiB margin
-		{true, 0, 0, false},                             // guard off
+		{false, gib, gib, false},               // at the line: not low
+		{false, gib - 1, gib, true},            // under it: low
+		{true, gib, gib, true},                 // back at the line: still low
+		{true, gib + margin - 1, gib, true},    // inside the margin: still low
+		{true, gib + margin, gib, false},       // past the margin: low no more
+		{false, gib + margin/2, gib, false},    // inside the margin, never low: not low
+		{true, 100 << 20, 10 << 20, false},     // small reserve: margin passed
+		{true, (20 << 20) - 1, 10 << 20, true}, // reserve under 64 MiB: the margin is the reserve
+		{true, 20 << 20, 10 << 20, false},      //   (not 64 MiB: it clears at 20 MiB free)
+		{true, 128 << 20, 100 << 20, true},     // reserve over 64 MiB: margin 64 MiB
+		{true, 164 << 20, 100 << 20, false},
+		// A small filesystem's reserve (5 % of 128 MiB): the margin is the
+		// reserve, so it clears at twice the reserve, not at 55 % free.
+		{true, 2*(128<<20/20) - 1, 128 << 20 / 20, true},
+		{true, 2 * (128 << 20 / 20), 128 << 20 / 20, false},
+		{true, 2, 1, false}, // a reserve of 1 byte: clears at 2
+		{true, 1, 1, true},
+		{true, 0, 0, false}, // guard off
 		{false, 0, 0, false},
 	} {
 		if got := lowAfter(tc.was, tc.free, tc.reserve); got != tc.want {
@@ -73,28 +83,36 @@ func TestResolveReserve(t *testing.T) {
 }
 
 // TestLowSpaceNodesOnlyLiveMembers: the placement leader's answer names
-// the nodes whose last report says low, of those not removed, replaced or
-// judged dead (a SUSPECT or LEAVING node still counts), in id order, with
-// their figures.
+// the nodes whose last report says low, of those it has heard from within
+// SuspectAfter during its current leadership and that are not removed,
+// replaced or dead, in id order, with their figures. A LEAVING node counts
+// while it answers, but not once silent: its recorded state stays LEAVING
+// until its drain completes, which a dead node's may never do. A report
+// from before this placement leadership began (ObservedSince: an earlier
+// term of its leadership, before another node led in between) does not
+// count.
 func TestLowSpaceNodesOnlyLiveMembers(t *testing.T) {
-	nodes := []*concordpb.NodeDescriptor{}
-	states := map[ids.NodeID]concordpb.NodeState{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := scheduler.View{Now: now, Settings: scheduler.DefaultSettings(time.Second), ObservedSince: now.Add(-time.Hour),
+		Reports: map[ids.NodeID]scheduler.Report{}}
 	loads := map[ids.NodeID]load{}
-	add := func(id ids.NodeID, desc, judged concordpb.NodeState, low bool) {
-		nodes = append(nodes, &concordpb.NodeDescriptor{NodeId: uint64(id), State: desc})
-		states[id] = judged
+	add := func(id ids.NodeID, desc concordpb.NodeState, age time.Duration, low bool) {
+		v.Nodes = append(v.Nodes, &concordpb.NodeDescriptor{NodeId: uint64(id), State: desc})
+		v.Reports[id] = scheduler.Report{At: now.Add(-age), DiskLow: low}
 		loads[id] = load{diskLow: low, diskFree: uint64(id) << 20, diskReserve: 1 << 30}
 	}
-	up, suspect, dead := concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD
-	add(7, up, up, true)
-	add(2, up, suspect, true)
-	add(3, up, dead, true) // judged dead now
-	add(4, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REMOVED, true)
-	add(5, concordpb.NodeState_NODE_REPLACED, concordpb.NodeState_NODE_REPLACED, true)
-	add(6, concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_LEAVING, true)
-	add(1, up, up, false)
-	nodes = append(nodes, &concordpb.NodeDescriptor{NodeId: 8, State: up}) // never reported
-	got := lowSpaceNodes(nodes, states, loads)
+	up, leaving := concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_LEAVING
+	add(7, up, 0, true)
+	add(2, concordpb.NodeState_NODE_SUSPECT, time.Second, true) // recorded SUSPECT, heard from since: UP
+	add(3, up, 61*time.Second, true)                            // silent past DeadAfter: dead
+	add(9, up, 6*time.Second, true)                             // silent past SuspectAfter
+	add(4, concordpb.NodeState_NODE_REMOVED, 0, true)
+	add(5, concordpb.NodeState_NODE_REPLACED, 0, true)
+	add(6, leaving, 0, true)
+	add(10, leaving, 61*time.Second, true) // leaving, and dead: the cause of the alarm that never cleared
+	add(1, up, 0, false)
+	v.Nodes = append(v.Nodes, &concordpb.NodeDescriptor{NodeId: 8, State: up}) // never reported
+	got := lowSpaceNodes(v, loads)
 	var ids []uint64
 	for _, l := range got {
 		ids = append(ids, l.GetNodeId())
@@ -103,7 +121,15 @@ func TestLowSpaceNodesOnlyLiveMembers(t *testing.T) {
 		}
 	}
 	if fmt.Sprint(ids) != "[2 6 7]" {
-		t.Fatalf("low nodes %v; want [2 6 7] (live ones that reported low, in id order)", ids)
+		t.Fatalf("low nodes %v; want [2 6 7] (those heard from lately that reported low, in id order)", ids)
+	}
+
+	// The placement leadership moved away and back: this leader's watch
+	// began 2 s ago, and node 7's low report is from its earlier term.
+	v.ObservedSince = now.Add(-2 * time.Second)
+	v.Reports[7] = scheduler.Report{At: now.Add(-3 * time.Second), DiskLow: true}
+	if got := lowSpaceNodes(v, loads); len(got) != 2 || got[0].GetNodeId() != 2 || got[1].GetNodeId() != 6 {
+		t.Fatalf("low nodes %v after a new placement leadership; want [2 6]: node 7's report predates it", got)
 	}
 }
 
@@ -121,6 +147,7 @@ func TestBytesText(t *testing.T) {
 // node is under its reserve, a put through any node is refused
 // (ResourceExhausted, "no space: node N ...", client.ErrNoSpace, not
 // ambiguous) and writes nothing, while a delete and a read still work;
+// the low node's refusal follows its measurements while it stays low;
 // once that node has space again, puts through every node succeed.
 func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
 	const reserve = 1 << 30
@@ -192,6 +219,15 @@ func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
 		t.Fatal("the low flags are not the measured ones")
 	}
 
+	// Still low, with less free: the refusal says the free bytes of the
+	// latest measurement, not those of when the node went low.
+	lowFree.Store(700 << 20)
+	nodes[1].checkSpace(context.Background())
+	if err := put(clients[1], "during-less"); !errors.Is(err, client.ErrNoSpace) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("no space: node %d has 700.0 MiB free", low)) {
+		t.Fatalf("a put through the low node after it measured 700 MiB free: %v; want the refusal to say so", err)
+	}
+
 	// Inside the margin above the reserve: still low (no flapping).
 	lowFree.Store(reserve + 10<<20)
 	nodes[1].checkSpace(context.Background())
@@ -202,6 +238,30 @@ func TestSpaceAlarmRefusesWritesClusterWide(t *testing.T) {
 	for i, c := range clients {
 		waitFor(t, 10*time.Second, func() error { return put(c, fmt.Sprintf("after-%d", i)) })
 	}
+}
+
+// TestTestNodesIgnoreTheHostsFreeSpace: the nodes tests start have the
+// space guard off unless a test sets a reserve, so that a test host with
+// little free disk (here: 1 MiB free of 100 GiB, under the default reserve
+// of 1 GiB) does not fail every test with NOSPACE.
+func TestTestNodesIgnoreTheHostsFreeSpace(t *testing.T) {
+	nodes, _ := startClusterWith(t, []version.Level{0}, func(_ int, _ *Config, hooks *testHooks) {
+		hooks.diskSpace = func() (uint64, uint64, error) { return 1 << 20, 100 << 30, nil }
+	})
+	c, err := client.NewWithOptions(context.Background(), client.Options{Endpoints: []string{nodes[0].Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 10*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, err := c.Put(ctx, []byte("k"), []byte("v"))
+		if errors.Is(err, client.ErrNoSpace) {
+			t.Fatalf("a put on a test node: %v; want the guard off", err)
+		}
+		return err
+	})
 }
 
 // TestSnapshotDiskMarginIsTheReserve protects the one line shared by client

@@ -14,7 +14,7 @@ import (
 // engine after Stop had returned, and returned nil.
 func TestStopWhileStarting(t *testing.T) {
 	addr := freeAddrs(t, 1)[0]
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.Peers, cfg.DataDir = addr, []string{addr}, t.TempDir()
 	cfg.Shards, cfg.Replicas = 1, 1
 	cfg.Logger = slog.New(slog.DiscardHandler)

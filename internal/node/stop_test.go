@@ -27,7 +27,7 @@ func startSolo(t *testing.T, mods ...func(*Config)) *Node {
 	}
 	addr := lis.Addr().String()
 	_ = lis.Close() // the node listens on it itself; its address must be known before it starts
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.Peers, cfg.DataDir = addr, []string{addr}, t.TempDir()
 	cfg.Shards, cfg.Replicas = 1, 1
 	cfg.TickInterval = 10 * time.Millisecond

@@ -117,6 +117,17 @@ func startCluster(t *testing.T, levels []version.Level) ([]*Node, []Config) {
 	return startClusterWith(t, levels, nil)
 }
 
+// testConfig is DefaultConfig for the nodes tests start, with the disk
+// space guard off (ReserveDiskBytes 0): its default reserve, the smaller
+// of 1 GiB and 5 % of the host's filesystem, would make a test fail with
+// NOSPACE on a host with less free, whatever it tests. The space tests
+// set a reserve of their own (and testHooks.diskSpace).
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.ReserveDiskBytes = 0
+	return cfg
+}
+
 // startClusterWith is startCluster with tune (if not nil) given each node's
 // config and test hooks before the node is made.
 func startClusterWith(t *testing.T, levels []version.Level, tune func(i int, cfg *Config, hooks *testHooks)) ([]*Node, []Config) {
@@ -126,7 +137,7 @@ func startClusterWith(t *testing.T, levels []version.Level, tune func(i int, cfg
 	var wg sync.WaitGroup
 	errs := make([]error, len(levels))
 	for i := range levels {
-		cfg := DefaultConfig()
+		cfg := testConfig()
 		cfg.Addr, cfg.Peers, cfg.DataDir = peers[i], peers, t.TempDir()
 		cfg.Shards, cfg.Replicas, cfg.Version = 1, len(levels), levels[i]
 		cfg.TickInterval, cfg.HeartbeatInterval = 20*time.Millisecond, 50*time.Millisecond
@@ -396,7 +407,7 @@ func startSoloPlacement(t *testing.T, hooks testHooks) *Node {
 	hooks.noHeartbeats = true
 	t.Helper()
 	addr := freeAddrs(t, 1)[0]
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Addr, cfg.Peers, cfg.DataDir = addr, []string{addr}, t.TempDir()
 	cfg.Shards, cfg.Replicas = 1, 1
 	cfg.TickInterval, cfg.HeartbeatInterval = 20*time.Millisecond, time.Hour

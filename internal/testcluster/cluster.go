@@ -57,6 +57,26 @@ type Options struct {
 	// API's die), as `concord cluster up --supervise` does; such exits are
 	// then expected, not failures.
 	Supervise bool
+	// ReserveDiskBytes becomes --reserve-disk-bytes, the disk space guard's
+	// reserve: 0 (the zero Options') turns the guard off, so that a test
+	// host with less free disk than the server's default reserve (-1: the
+	// smaller of 1 GiB and 5 % of the filesystem) does not fail tests with
+	// NOSPACE that are about something else. A test of the guard sets it
+	// (or gives a node its own with SetNodeArgs, which comes after).
+	ReserveDiskBytes int64
+}
+
+// launchConfig is the localcluster configuration for opts: binary bin, the
+// nodes' data dirs and logs under dir.
+func launchConfig(bin string, opts Options, dir string, onExit func(localcluster.Exit)) localcluster.Config {
+	reserve := fmt.Sprintf("--reserve-disk-bytes=%d", opts.ReserveDiskBytes)
+	return localcluster.Config{Binary: bin, Dir: dir, LogDir: dir,
+		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
+		LogLevel: cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
+		// The reserve first: a flag in opts.ExtraArgs wins over it.
+		ExtraArgs: append([]string{reserve}, opts.ExtraArgs...), StopTimeout: stopTimeout, OnExit: onExit,
+		Redis: opts.Redis, HTTP: opts.HTTP, FaultInjection: opts.FaultInjection, Supervise: opts.Supervise,
+		RestartDelay: superviseDelay, TLS: opts.TLS, AuthToken: opts.AuthToken}
 }
 
 // Cluster is a set of node processes started by one test: a
@@ -76,12 +96,7 @@ func New(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, supervised: opts.Supervise}
 	dir := t.TempDir()
-	lc, err := localcluster.New(localcluster.Config{Binary: Binary(t), Dir: dir, LogDir: dir,
-		Nodes: cmp.Or(opts.Nodes, 3), Shards: opts.Shards, Replicas: opts.Replicas,
-		LogLevel:  cmp.Or(opts.LogLevel, os.Getenv("CONCORD_TEST_LOG_LEVEL"), "info"),
-		ExtraArgs: opts.ExtraArgs, StopTimeout: stopTimeout, OnExit: c.onExit, Redis: opts.Redis, HTTP: opts.HTTP,
-		FaultInjection: opts.FaultInjection, Supervise: opts.Supervise, RestartDelay: superviseDelay,
-		TLS: opts.TLS, AuthToken: opts.AuthToken})
+	lc, err := localcluster.New(launchConfig(Binary(t), opts, dir, c.onExit))
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
 	}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/concord-kv/concord/internal/localcluster"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -17,6 +21,37 @@ func TestModuleRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "cmd", "concord")); err != nil {
 		t.Fatalf("module root %s has no cmd/concord: %v", root, err)
+	}
+}
+
+// TestNodesGuardOffUnlessAsked: the harness's nodes run with the disk
+// space guard off (--reserve-disk-bytes=0), so that a test host with
+// little free disk does not fail tests with NOSPACE; a test that asks for
+// a reserve gets it, and a flag in ExtraArgs or SetNodeArgs comes later
+// and wins.
+func TestNodesGuardOffUnlessAsked(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want []string // the command line's --reserve-disk-bytes flags, in order
+	}{
+		{Options{}, []string{"--reserve-disk-bytes=0"}},
+		{Options{ReserveDiskBytes: -1}, []string{"--reserve-disk-bytes=-1"}},
+		{Options{ReserveDiskBytes: 1 << 20}, []string{"--reserve-disk-bytes=1048576"}},
+		{Options{ExtraArgs: []string{"--reserve-disk-bytes=7"}}, []string{"--reserve-disk-bytes=0", "--reserve-disk-bytes=7"}},
+	} {
+		lc, err := localcluster.New(launchConfig("concord", tc.opts, t.TempDir(), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range lc.Args(0) {
+			if strings.HasPrefix(a, "--reserve-disk-bytes") {
+				got = append(got, a)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: node flags %q; want %q", tc.opts, got, tc.want)
+		}
 	}
 }
 

@@ -30,6 +30,11 @@
 // (CONCORD_TEST_LOG_LEVEL=debug makes them detailed). A
 // node that exits without being asked to (Stop or Kill) fails the test.
 //
+// Nodes run with the disk space guard off (--reserve-disk-bytes=0) unless
+// Options.ReserveDiskBytes asks for a reserve: the server's default, the
+// smaller of 1 GiB and 5 % of the filesystem, would fail tests with
+// NOSPACE on a host with less free. `concord cluster up` keeps the default.
+//
 // Start, Stop, Kill, KillAll and Wipe report problems through the test that
 // created the cluster, so call them from that test's goroutine.
 package testcluster

@@ -211,7 +211,10 @@ func startRestored(t *testing.T, bin, dir string, extra ...string) string {
 
 // startNode starts `concord server` on dir at a new address with args
 // (a "--peers" followed by "" means the node's own address) and returns
-// the address; the node is killed when the test ends.
+// the address; the node is killed when the test ends. The space guard is
+// off (--reserve-disk-bytes=0, before args, which may set it), as in
+// testcluster: the default reserve would refuse writes on a host with
+// little free disk.
 func startNode(t *testing.T, bin, dir string, args ...string) string {
 	t.Helper()
 	port, err := localcluster.FreePort()
@@ -228,7 +231,7 @@ func startNode(t *testing.T, bin, dir string, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"server", "--addr", addr, "--data-dir", dir}, args...)...)
+	cmd := exec.Command(bin, append([]string{"server", "--addr", addr, "--data-dir", dir, "--reserve-disk-bytes=0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

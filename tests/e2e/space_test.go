@@ -18,8 +18,8 @@ import (
 // the whole cluster refuses writes that add data: `concord put` exits
 // non-zero with the clear error, SET through every node's Redis port
 // answers -NOSPACE, while DEL and GET still work and `node list` flags the
-// node. Restarted with its default reserve, the alarm clears by itself and
-// writes succeed again.
+// node. Restarted with a reserve of one byte (the guard on, the node not
+// low), the alarm clears by itself and writes succeed again.
 func TestSpaceAlarm(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, testcluster.Options{})
@@ -88,7 +88,7 @@ func TestSpaceAlarm(t *testing.T) {
 	})
 
 	c.Stop(low)
-	c.SetNodeArgs(low)
+	c.SetNodeArgs(low, "--reserve-disk-bytes=1")
 	c.Start(low)
 	testcluster.WaitFor(t, 30*time.Second, func() error {
 		if out, code := concordCLI(t, c, "put", "after", "v"); code != 0 {

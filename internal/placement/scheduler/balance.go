@@ -59,7 +59,7 @@ func (p *planner) finals(nodes []ids.NodeID) map[ids.NodeID]int {
 
 // replicaMove finds one move: from the node with the highest final count
 // to the one with the lowest that will hold at least two fewer, both under
-// their caps, trying the pairs in that order; the shard is the
+// their caps and the destination not low on space, trying the pairs in that order; the shard is the
 // lowest-numbered movable one, preferring shards the source does not lead
 // (their removal then needs no transfer).
 func (p *planner) replicaMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (Step, ids.NodeID, bool) {
@@ -69,7 +69,7 @@ func (p *planner) replicaMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (
 			continue
 		}
 		for _, dst := range byCount(elig, finals, false) {
-			if !p.underCap(dst) || finals[src]-finals[dst] < 2 {
+			if !p.canTake(dst) || finals[src]-finals[dst] < 2 {
 				continue
 			}
 			if c, ok := p.movable(src, dst, stepped); ok {

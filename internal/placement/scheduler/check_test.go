@@ -23,7 +23,7 @@ func checkSteps(t *testing.T, v View, steps []Step) {
 	if !slices.IsSortedFunc(steps, func(a, b Step) int { return cmp.Compare(a.Shard, b.Shard) }) {
 		t.Fatalf("steps not in shard order:\n%s", DescribeSteps(steps))
 	}
-	judged := NodeStates(v)
+	judged, low := NodeStates(v), LowOnSpace(v)
 	seen := map[ids.ShardID]bool{}
 	for _, s := range steps {
 		if s.Kind == StepMarkNode {
@@ -53,6 +53,9 @@ func checkSteps(t *testing.T, v View, steps []Step) {
 		case StepAddLearner:
 			if judged[s.Target] != concordpb.NodeState_NODE_UP || replicaOn(d, s.Target) != nil {
 				t.Fatalf("%s: targets a node that is not UP or already holds the shard", DescribeStep(s))
+			}
+			if low[s.Target] {
+				t.Fatalf("%s: targets a node low on space", DescribeStep(s))
 			}
 			continue
 		}

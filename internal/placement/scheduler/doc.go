@@ -54,9 +54,10 @@
 //     joint change, the wiped replica's data being gone anyway).
 //  2. Fewer good replicas than wanted (Settings.Replication; the meta
 //     shard MetaReplication from that many good nodes on): StepAddLearner
-//     on the least-loaded eligible node that does not hold the shard and is
-//     under its move cap; ties to the lower id. Nowhere to go: nothing (the
-//     shard runs under-replicated; Health says so).
+//     on the least-loaded eligible node that does not hold the shard, is
+//     under its move cap and is not low on space (LowOnSpace); ties to the
+//     lower id. Nowhere to go: nothing (the shard runs under-replicated;
+//     Health says so).
 //  3. A caught-up learner on an eligible node: StepPromoteLearner.
 //  4. StepRemoveReplica of: a learner on a node that is not good; a voter
 //     on a node that is not live, once the good voters are back to the
@@ -78,7 +79,8 @@
 // eligible node could take one): repair keeps the move caps to itself.
 // Among eligible nodes, and on shards that got no step this round, it
 // balances replica counts (a learner on a node that will hold at least
-// two fewer than a more loaded one; the excess voter is removed by rule 4
+// two fewer than a more loaded one and is not low on space; the excess
+// voter is removed by rule 4
 // after promotion) and, in the same round, leader counts (transfers to
 // caught-up voters; when no single transfer from a loaded node reaches
 // the short one, a chain of them along a shortest path, each node in

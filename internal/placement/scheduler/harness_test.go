@@ -29,13 +29,14 @@ import (
 //	shard id=1 replicas=(1@1,2@2,3@3l) [epoch=1]
 //	                                        replica@node; a trailing l: learner
 //	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
-//	       [led-by=2] [commit=10] [applied=10] [desc-epoch=3]
+//	       [led-by=2] [commit=10] [applied=10] [desc-epoch=3] [low]
 //	                                        received age before now; followers
 //	                                        name the replica on node led-by
 //	                                        as leader; every replica reports
 //	                                        commit and applied (default 10)
 //	                                        and the descriptor epoch it has
-//	                                        applied (default 0: none given)
+//	                                        applied (default 0: none given);
+//	                                        low: the node says its disk is low
 //	observed age=30s                        ObservedSince = now - age
 //	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
@@ -45,6 +46,7 @@ import (
 //	schedule                                prints Schedule(view)
 //	leaders                                 prints Leaders(view)
 //	states                                  prints NodeStates(view)
+//	low-space                               prints LowOnSpace(view)
 //	health                                  prints Health(view)
 func TestSchedule(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -104,6 +106,8 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 		return DescribeSteps(steps)
 	case "leaders":
 		return DescribeLeaders(Leaders(e.v), e.v)
+	case "low-space":
+		return describeLow(LowOnSpace(e.v))
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
@@ -175,7 +179,7 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 	if d.HasArg("led-by") {
 		ledBy = ids.NodeID(number(t, d, "led-by"))
 	}
-	r := Report{At: e.v.Now.Add(-duration(t, d, "age"))}
+	r := Report{At: e.v.Now.Add(-duration(t, d, "age")), DiskLow: d.HasArg("low")}
 	for _, kind := range []string{"leader", "follower"} {
 		for _, s := range numbers(t, d, kind) {
 			rs := &concordpb.ReplicaStatus{
@@ -192,6 +196,18 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 		}
 	}
 	e.v.Reports[node] = r
+}
+
+// describeLow lists the nodes held low on space, in id order.
+func describeLow(low map[ids.NodeID]bool) string {
+	if len(low) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, id := range sortedKeys(low) {
+		out = append(out, fmt.Sprintf("n%d", id))
+	}
+	return strings.Join(out, " ")
 }
 
 // nodeStates spells the node states for the scripts.

@@ -27,6 +27,29 @@ func NodeStates(v View) map[ids.NodeID]concordpb.NodeState {
 	return out
 }
 
+// LowOnSpace returns the nodes held low on space at v.Now: those whose
+// last report says so (Report.DiskLow) and counts. A report counts only
+// if this placement leader received it since it began observing
+// (View.ObservedSince): one from an earlier term of its leadership says
+// nothing of the node's disk now, and would hold the alarm on until the
+// node is judged dead. And only while the node is answering (not silent
+// for longer than SuspectAfter, not dead, removed or replaced, whatever
+// its recorded state, LEAVING included): a silent node takes no writes,
+// and its last word about its disk grows old. The node holds the space
+// alarm on while any node is here, and Schedule puts no new replica on
+// one (its disk refuses the snapshot anyway).
+func LowOnSpace(v View) map[ids.NodeID]bool {
+	out := map[ids.NodeID]bool{}
+	for _, n := range v.Nodes {
+		id := ids.NodeID(n.GetNodeId())
+		r, ok := v.Reports[id]
+		if ok && r.DiskLow && !r.At.Before(v.ObservedSince) && judge(v, n).answering {
+			out[id] = true
+		}
+	}
+	return out
+}
+
 // judgement is what the scheduler makes of one node.
 type judgement struct {
 	state concordpb.NodeState // the effective state (see NodeStates)

@@ -28,6 +28,11 @@ type planner struct {
 
 	members  int // nodes UP or SUSPECT
 	eligible int // nodes UP
+	// low are the nodes held low on space (LowOnSpace): eligible still
+	// (they serve, lead and keep their replicas), but no new replica goes
+	// there: a node under its reserve refuses the snapshot that would
+	// fill it (the transport's SnapshotDiskMargin).
+	low map[ids.NodeID]bool
 
 	replicas map[ids.NodeID]int // replicas per node (any role), planned learners included
 	// leaving counts, per node, the replicas that moves under way will
@@ -59,7 +64,7 @@ func newPlanner(v View) *planner {
 	p := &planner{
 		v: v, s: v.Settings, leaders: Leaders(v), shards: sortedShards(v),
 		nodes: map[ids.NodeID]judgement{}, recorded: map[ids.NodeID]concordpb.NodeState{},
-		wiped:    replacements(v),
+		wiped: replacements(v), low: LowOnSpace(v),
 		replicas: map[ids.NodeID]int{}, leaving: map[ids.NodeID]int{}, leads: map[ids.NodeID]int{}, moves: map[ids.NodeID]int{},
 		vias: map[ids.ShardID]ids.NodeID{}, victims: map[ids.ShardID][]*concordpb.ReplicaDescriptor{},
 		adding: map[ids.ShardID]int{},

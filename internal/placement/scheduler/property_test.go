@@ -209,7 +209,7 @@ func shuffled(rng *rand.Rand, v View) View {
 	}
 	w.Reports = map[ids.NodeID]Report{}
 	for _, k := range shuffledKeys(rng, v.Reports) {
-		w.Reports[k] = Report{At: v.Reports[k].At, Replicas: shuffledClones(rng, v.Reports[k].Replicas)}
+		w.Reports[k] = Report{At: v.Reports[k].At, Replicas: shuffledClones(rng, v.Reports[k].Replicas), DiskLow: v.Reports[k].DiskLow}
 	}
 	w.InFlight = map[ids.ShardID]bool{}
 	for _, k := range shuffledKeys(rng, v.InFlight) {
@@ -242,7 +242,8 @@ func shuffledKeys[K cmp.Ordered, V any](rng *rand.Rand, m map[K]V) []K {
 // learners, shards with no replica or no leader, no nodes at all, a
 // replication factor from 0 to 4, move caps from 0 to 3, with and without
 // ObservedSince (within StepTimeout of now, sometimes: a new placement
-// leader), reports of a newer descriptor epoch than the view's. Whatever the view, no plan may break the invariants.
+// leader), reports of a newer descriptor epoch than the view's, reports of a
+// disk low on space. Whatever the view, no plan may break the invariants.
 func TestScheduleSafeOnWildViews(t *testing.T) {
 	states := []concordpb.NodeState{concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD,
 		concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED}
@@ -263,7 +264,7 @@ func TestScheduleSafeOnWildViews(t *testing.T) {
 			}
 			v.Nodes = append(v.Nodes, n)
 			if rng.IntN(4) != 0 {
-				v.Reports[ids.NodeID(id+1)] = Report{At: base.Add(-ages[rng.IntN(len(ages))])}
+				v.Reports[ids.NodeID(id+1)] = Report{At: base.Add(-ages[rng.IntN(len(ages))]), DiskLow: rng.IntN(4) == 0}
 			}
 		}
 		for id := range uint64(rng.IntN(6)) {

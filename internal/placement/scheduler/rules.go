@@ -84,9 +84,9 @@ func (c shardView) base(kind StepKind) Step {
 }
 
 // addLearner: a shard with fewer good replicas than it wants gets a learner
-// on the least-loaded eligible node that does not hold it and is under its
-// move cap (ties: the lower node id). No such node: nothing (the shard runs
-// under-replicated; Health says so).
+// on the least-loaded eligible node that does not hold it, is under its
+// move cap and is not low on space (ties: the lower node id). No such
+// node: nothing (the shard runs under-replicated; Health says so).
 func (p *planner) addLearner(c shardView) (Step, bool) {
 	if c.good >= c.want {
 		return Step{}, false
@@ -98,12 +98,13 @@ func (p *planner) addLearner(c shardView) (Step, bool) {
 	return p.planAdd(c, target), true
 }
 
-// leastLoaded is the eligible node under its move cap that holds no replica
-// of d and the fewest replicas overall, ties to the lower id.
+// leastLoaded is the eligible node under its move cap and not low on
+// space that holds no replica of d and the fewest replicas overall, ties
+// to the lower id.
 func (p *planner) leastLoaded(d *concordpb.ShardDescriptor) (ids.NodeID, bool) {
 	var best ids.NodeID
 	for _, id := range p.order {
-		if !p.nodes[id].eligible || !p.underCap(id) || replicaOn(d, id) != nil {
+		if !p.canTake(id) || replicaOn(d, id) != nil {
 			continue
 		}
 		if best == 0 || p.replicas[id] < p.replicas[best] {
@@ -111,6 +112,12 @@ func (p *planner) leastLoaded(d *concordpb.ShardDescriptor) (ids.NodeID, bool) {
 		}
 	}
 	return best, best != 0
+}
+
+// canTake reports whether a new replica may go to node: eligible, under
+// its move cap, and not low on space.
+func (p *planner) canTake(node ids.NodeID) bool {
+	return p.nodes[node].eligible && p.underCap(node) && !p.low[node]
 }
 
 // planAdd is an add-learner step on target, counted against its load and

@@ -94,6 +94,9 @@ type Report struct {
 	// Replicas are the node's replicas as it reported them; a leader says
 	// so with IsLeader and its Term.
 	Replicas []*concordpb.ReplicaStatus
+	// DiskLow: the node said it is under its disk reserve (the space
+	// guard, HeartbeatRequest.disk_low). See LowOnSpace.
+	DiskLow bool
 }
 
 // Fresh reports whether r is recent enough to count at now.
