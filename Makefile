@@ -32,7 +32,7 @@ run: build
 
 # Everything CI runs: vet, unit tests with the race detector, the end-to-end
 # suite against real node processes, and the bounded robustness run
-# (seven fault histories checked for linearizability, and a whole-cluster crash).
+# (eight fault histories checked for linearizability, and a whole-cluster crash).
 test: vet lib test-unit test-e2e test-robustness
 
 vet:
