@@ -57,8 +57,9 @@ type nemesis struct {
 	c     *testcluster.Cluster
 	rng   *rand.Rand
 	kinds []faultKind
-	// injected counts faults per kind.
-	injected map[faultKind]int
+	// injected counts faults per kind; held, those held for their whole
+	// hold time (not cut short by the end of the run).
+	injected, held map[faultKind]int
 	// members says which nodes are gone for good (killed to stay dead, or
 	// removed); no fault touches them, and the RESP clients skip them.
 	members *liveSet
@@ -75,7 +76,9 @@ func (n *nemesis) run(ctx context.Context) {
 		n.t.Logf("nemesis: %s for %v", kind, hold)
 		heal := n.inject(kind)
 		n.injected[kind]++
-		sleepCtx(ctx, hold) // hold, but cut short at the end of the run
+		if sleepCtx(ctx, hold) { // hold, but cut short at the end of the run
+			n.held[kind]++
+		}
 		heal()
 		n.waitHealthy(60 * time.Second)
 	}

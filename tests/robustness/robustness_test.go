@@ -168,7 +168,7 @@ func TestWholeClusterCrash(t *testing.T) {
 	time.Sleep(3 * time.Second) // and run on the restarted cluster for a while
 	cancel()
 	<-done
-	finish(t, c, w, 7, map[faultKind]int{crashAll: 1}, "crash")
+	finish(t, c, w, 7, map[faultKind]int{crashAll: 1}, 0, "crash")
 }
 
 // runHistory runs the workload for d under faults of kinds and checks it.
@@ -180,7 +180,7 @@ func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
 	c.WaitReady(t, 60*time.Second)
 	w := newWorkload(t, c, seed)
 	w.members = &liveSet{}
-	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}, members: w.members}
+	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}, held: map[faultKind]int{}, members: w.members}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	done := make(chan struct{})
@@ -189,7 +189,7 @@ func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
 	<-done
 	t.Logf("faults injected: %v", n.injected)
 	n.waitHealthy(60 * time.Second)
-	finish(t, c, w, seed, n.injected, joinKinds(kinds))
+	finish(t, c, w, seed, n.injected, n.held[space], joinKinds(kinds))
 }
 
 func newWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *workload {
@@ -244,8 +244,11 @@ func countHistory(t *testing.T) {
 
 // finish reads the final state, checks the history and the unique writes,
 // keeps a failing history, and adds to the summary (its ambiguous share
-// under kinds, the faults it ran under: injected, per kind).
-func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, injected map[faultKind]int, kinds string) {
+// under kinds, the faults it ran under: injected, per kind). spaceHeld is
+// how many space faults were held their whole time: those must have had
+// writes refused, where one the end of the run cut short within the
+// node's first measurement may have had none.
+func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, injected map[faultKind]int, spaceHeld int, kinds string) {
 	final := c.Client(t)
 	w.finalReads(final)
 	lost, checked, err := w.lostWrites(final)
@@ -261,7 +264,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, inje
 		faults += n
 	}
 	cover := coverageOf(ops)
-	cover.spaceFaults, cover.noSpace = injected[space], noSpace
+	cover.spaceFaults, cover.noSpace = spaceHeld, noSpace
 	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: cover, resp: len(w.resp) > 0}
 	t.Logf("operations by kind: %s", kindCounts(ops, o.cover))
 	problems := o.problems()

@@ -74,9 +74,10 @@ type coverage struct {
 	// ttlPuts are answered puts with a TTL; expiredReads, reads that
 	// certainly observed a TTL run out (ttl.go, expiryCounts).
 	ttlPuts, expiredReads int
-	// spaceFaults is how many space faults the nemesis injected, and
-	// noSpace how many writes, per protocol, the space alarm refused
-	// (recorder.refusedForSpace; they are not in the history).
+	// spaceFaults is how many space faults the nemesis held for their
+	// whole hold time (2 s at least), and noSpace how many writes, per
+	// protocol, the space alarm refused (recorder.refusedForSpace; they
+	// are not in the history).
 	spaceFaults int
 	noSpace     [2]int
 }
@@ -130,7 +131,7 @@ func (c coverage) gaps(resp bool) []string {
 			// Then the refusals' classification (recorder.record) was
 			// never put to the test: the alarm did not reach this
 			// protocol's writes, or their refusals were not recognised.
-			why = append(why, fmt.Sprintf("the space fault ran %d times but no %s write was refused for space: the history checks no refusal",
+			why = append(why, fmt.Sprintf("the space fault was held %d times but no %s write was refused for space: the history checks no refusal",
 				c.spaceFaults, protocolNames[p]))
 		}
 	}
