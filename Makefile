@@ -32,7 +32,7 @@ run: build
 
 # Everything CI runs: vet, unit tests with the race detector, the end-to-end
 # suite against real node processes, and the bounded robustness run
-# (seven fault histories checked for linearizability, and a whole-cluster crash).
+# (eight fault histories checked for linearizability, and a whole-cluster crash).
 test: vet lib test-unit test-e2e test-robustness
 
 vet:
@@ -140,11 +140,11 @@ fuzz:
 
 # Mutation testing: builds bin/concord-mutant with -tags mutant and hunts each
 # planted bug (internal/mutant) with the robustness suite, one after another,
-# for at most MUTANT_BUDGET each (about 10 minutes for all seven with the
+# for at most MUTANT_BUDGET each (about 11 minutes for all eight with the
 # defaults); a mutant random faults reach only by luck is hunted by a
 # targeted in-process harness test instead (scripts/mutants.sh). Prints one
 # line per mutant; fails if any survived. Logs in robustness-out/mutant-<name>.log.
-MUTANTS       ?= leader-read-no-readindex ack-before-fsync no-session-dedup forget-vote follower-read snapshot-drops-entry lease-ignores-expiry
+MUTANTS       ?= leader-read-no-readindex ack-before-fsync no-session-dedup forget-vote follower-read snapshot-drops-entry lease-ignores-expiry space-refusal-after-propose
 MUTANT_BUDGET ?= 2m
 robustness-mutants:
 	$(GO) build -tags mutant -o bin/concord-mutant ./cmd/concord

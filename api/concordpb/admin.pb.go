@@ -266,6 +266,86 @@ func (*HealResponse) Descriptor() ([]byte, []int) {
 	return file_api_concordpb_admin_proto_rawDescGZIP(), []int{5}
 }
 
+type DiskLowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Low           bool                   `protobuf:"varint,1,opt,name=low,proto3" json:"low,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskLowRequest) Reset() {
+	*x = DiskLowRequest{}
+	mi := &file_api_concordpb_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskLowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskLowRequest) ProtoMessage() {}
+
+func (x *DiskLowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskLowRequest.ProtoReflect.Descriptor instead.
+func (*DiskLowRequest) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DiskLowRequest) GetLow() bool {
+	if x != nil {
+		return x.Low
+	}
+	return false
+}
+
+type DiskLowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskLowResponse) Reset() {
+	*x = DiskLowResponse{}
+	mi := &file_api_concordpb_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskLowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskLowResponse) ProtoMessage() {}
+
+func (x *DiskLowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_concordpb_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskLowResponse.ProtoReflect.Descriptor instead.
+func (*DiskLowResponse) Descriptor() ([]byte, []int) {
+	return file_api_concordpb_admin_proto_rawDescGZIP(), []int{7}
+}
+
 var File_api_concordpb_admin_proto protoreflect.FileDescriptor
 
 const file_api_concordpb_admin_proto_rawDesc = "" +
@@ -281,11 +361,15 @@ const file_api_concordpb_admin_proto_rawDesc = "" +
 	"\x11PartitionResponse\x12(\n" +
 	"\x10blocked_node_ids\x18\x01 \x03(\x04R\x0eblockedNodeIds\"\r\n" +
 	"\vHealRequest\"\x0e\n" +
-	"\fHealResponse2\xc4\x01\n" +
+	"\fHealResponse\"\"\n" +
+	"\x0eDiskLowRequest\x12\x10\n" +
+	"\x03low\x18\x01 \x01(\bR\x03low\"\x11\n" +
+	"\x0fDiskLowResponse2\x88\x02\n" +
 	"\x05Admin\x126\n" +
 	"\x03Die\x12\x16.concord.v1.DieRequest\x1a\x17.concord.v1.DieResponse\x12H\n" +
 	"\tPartition\x12\x1c.concord.v1.PartitionRequest\x1a\x1d.concord.v1.PartitionResponse\x129\n" +
-	"\x04Heal\x12\x17.concord.v1.HealRequest\x1a\x18.concord.v1.HealResponseB-Z+github.com/concord-kv/concord/api/concordpbb\x06proto3"
+	"\x04Heal\x12\x17.concord.v1.HealRequest\x1a\x18.concord.v1.HealResponse\x12B\n" +
+	"\aDiskLow\x12\x1a.concord.v1.DiskLowRequest\x1a\x1b.concord.v1.DiskLowResponseB-Z+github.com/concord-kv/concord/api/concordpbb\x06proto3"
 
 var (
 	file_api_concordpb_admin_proto_rawDescOnce sync.Once
@@ -299,7 +383,7 @@ func file_api_concordpb_admin_proto_rawDescGZIP() []byte {
 	return file_api_concordpb_admin_proto_rawDescData
 }
 
-var file_api_concordpb_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_concordpb_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_api_concordpb_admin_proto_goTypes = []any{
 	(*DieRequest)(nil),        // 0: concord.v1.DieRequest
 	(*DieResponse)(nil),       // 1: concord.v1.DieResponse
@@ -307,16 +391,20 @@ var file_api_concordpb_admin_proto_goTypes = []any{
 	(*PartitionResponse)(nil), // 3: concord.v1.PartitionResponse
 	(*HealRequest)(nil),       // 4: concord.v1.HealRequest
 	(*HealResponse)(nil),      // 5: concord.v1.HealResponse
+	(*DiskLowRequest)(nil),    // 6: concord.v1.DiskLowRequest
+	(*DiskLowResponse)(nil),   // 7: concord.v1.DiskLowResponse
 }
 var file_api_concordpb_admin_proto_depIdxs = []int32{
 	0, // 0: concord.v1.Admin.Die:input_type -> concord.v1.DieRequest
 	2, // 1: concord.v1.Admin.Partition:input_type -> concord.v1.PartitionRequest
 	4, // 2: concord.v1.Admin.Heal:input_type -> concord.v1.HealRequest
-	1, // 3: concord.v1.Admin.Die:output_type -> concord.v1.DieResponse
-	3, // 4: concord.v1.Admin.Partition:output_type -> concord.v1.PartitionResponse
-	5, // 5: concord.v1.Admin.Heal:output_type -> concord.v1.HealResponse
-	3, // [3:6] is the sub-list for method output_type
-	0, // [0:3] is the sub-list for method input_type
+	6, // 3: concord.v1.Admin.DiskLow:input_type -> concord.v1.DiskLowRequest
+	1, // 4: concord.v1.Admin.Die:output_type -> concord.v1.DieResponse
+	3, // 5: concord.v1.Admin.Partition:output_type -> concord.v1.PartitionResponse
+	5, // 6: concord.v1.Admin.Heal:output_type -> concord.v1.HealResponse
+	7, // 7: concord.v1.Admin.DiskLow:output_type -> concord.v1.DiskLowResponse
+	4, // [4:8] is the sub-list for method output_type
+	0, // [0:4] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -333,7 +421,7 @@ func file_api_concordpb_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_concordpb_admin_proto_rawDesc), len(file_api_concordpb_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

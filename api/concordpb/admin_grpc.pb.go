@@ -25,6 +25,7 @@ const (
 	Admin_Die_FullMethodName       = "/concord.v1.Admin/Die"
 	Admin_Partition_FullMethodName = "/concord.v1.Admin/Partition"
 	Admin_Heal_FullMethodName      = "/concord.v1.Admin/Heal"
+	Admin_DiskLow_FullMethodName   = "/concord.v1.Admin/DiskLow"
 )
 
 // AdminClient is the client API for Admin service.
@@ -41,6 +42,13 @@ type AdminClient interface {
 	Partition(ctx context.Context, in *PartitionRequest, opts ...grpc.CallOption) (*PartitionResponse, error)
 	// Heal makes the node reachable from every peer again.
 	Heal(ctx context.Context, in *HealRequest, opts ...grpc.CallOption) (*HealResponse, error)
+	// DiskLow makes the node's disk space measurement read 0 free bytes while
+	// low is set, so that its space guard finds it under its reserve and the
+	// space alarm spreads by heartbeat as it does for a full disk; low unset
+	// gives the real measurement back (the alarm clears as after space is
+	// freed). Refused with FailedPrecondition on a node whose guard is off
+	// (--reserve-disk-bytes 0, or a filesystem it cannot measure).
+	DiskLow(ctx context.Context, in *DiskLowRequest, opts ...grpc.CallOption) (*DiskLowResponse, error)
 }
 
 type adminClient struct {
@@ -81,6 +89,16 @@ func (c *adminClient) Heal(ctx context.Context, in *HealRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *adminClient) DiskLow(ctx context.Context, in *DiskLowRequest, opts ...grpc.CallOption) (*DiskLowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiskLowResponse)
+	err := c.cc.Invoke(ctx, Admin_DiskLow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -95,6 +113,13 @@ type AdminServer interface {
 	Partition(context.Context, *PartitionRequest) (*PartitionResponse, error)
 	// Heal makes the node reachable from every peer again.
 	Heal(context.Context, *HealRequest) (*HealResponse, error)
+	// DiskLow makes the node's disk space measurement read 0 free bytes while
+	// low is set, so that its space guard finds it under its reserve and the
+	// space alarm spreads by heartbeat as it does for a full disk; low unset
+	// gives the real measurement back (the alarm clears as after space is
+	// freed). Refused with FailedPrecondition on a node whose guard is off
+	// (--reserve-disk-bytes 0, or a filesystem it cannot measure).
+	DiskLow(context.Context, *DiskLowRequest) (*DiskLowResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -113,6 +138,9 @@ func (UnimplementedAdminServer) Partition(context.Context, *PartitionRequest) (*
 }
 func (UnimplementedAdminServer) Heal(context.Context, *HealRequest) (*HealResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heal not implemented")
+}
+func (UnimplementedAdminServer) DiskLow(context.Context, *DiskLowRequest) (*DiskLowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiskLow not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -189,6 +217,24 @@ func _Admin_Heal_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_DiskLow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiskLowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DiskLow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DiskLow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DiskLow(ctx, req.(*DiskLowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -207,6 +253,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heal",
 			Handler:    _Admin_Heal_Handler,
+		},
+		{
+			MethodName: "DiskLow",
+			Handler:    _Admin_DiskLow_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

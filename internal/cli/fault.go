@@ -61,11 +61,38 @@ func newFaultCmd() *cobra.Command {
 			})
 		},
 	}
-	for _, c := range []*cobra.Command{die, partition, heal} {
+	diskLow := &cobra.Command{
+		Use:   "disk-low ADDR on|off",
+		Short: "Make the node at ADDR read its disk as full (on: 0 free bytes, so the space alarm goes up) or measure it again (off)",
+		Args:  diskLowArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withAdmin(sec, args[0], func(ctx context.Context, a concordpb.AdminClient) error {
+				_, err := a.DiskLow(ctx, &concordpb.DiskLowRequest{Low: args[1] == "on"})
+				if err == nil {
+					fmt.Fprintln(cmd.OutOrStdout(), "OK")
+				}
+				return err
+			})
+		},
+	}
+	for _, c := range []*cobra.Command{die, partition, heal, diskLow} {
 		addSecurityFlags(c.Flags(), &sec)
 	}
-	cmd.AddCommand(die, partition, heal)
+	cmd.AddCommand(die, partition, heal, diskLow)
 	return cmd
+}
+
+// diskLowArgs checks disk-low's arguments before anything is dialed: an
+// address and on or off (any other word, "true" or "ON" included, is
+// refused rather than read as off).
+func diskLowArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.ExactArgs(2)(cmd, args); err != nil {
+		return err
+	}
+	if args[1] != "on" && args[1] != "off" {
+		return fmt.Errorf("disk-low takes on or off after the address, not %q", args[1])
+	}
+	return nil
 }
 
 func withAdmin(sec securityFlags, addr string, f func(context.Context, concordpb.AdminClient) error) error {

@@ -167,3 +167,27 @@ func TestHTTPPortAsEndpointHint(t *testing.T) {
 		t.Fatalf("get against an HTTP server: err = %v, want the hint that it is an HTTP port, not one about TLS", err)
 	}
 }
+
+// TestFaultDiskLowArgsRefusedBeforeDialing: disk-low takes an address and
+// on or off; any other word (a "true", an "ON") is refused naming it, and
+// nothing is dialed, rather than being read as off.
+func TestFaultDiskLowArgsRefusedBeforeDialing(t *testing.T) {
+	addr, dialed := countingListener(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fault", "disk-low", addr, "true"}, `disk-low takes on or off after the address, not "true"`},
+		{[]string{"fault", "disk-low", addr, "ON"}, `disk-low takes on or off after the address, not "ON"`},
+		{[]string{"fault", "disk-low", addr}, "accepts 2 arg(s), received 1"},
+		{[]string{"fault", "disk-low", addr, "on", "off"}, "accepts 2 arg(s), received 3"},
+	} {
+		_, err := runCLI(tc.args...)
+		if err == nil || !strings.Contains(errorText(err), tc.want) {
+			t.Errorf("concord %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+		if n := dialed.Swap(0); n != 0 {
+			t.Errorf("concord %s: %d connections made before the arguments were refused", strings.Join(tc.args, " "), n)
+		}
+	}
+}

@@ -58,3 +58,16 @@ func (s *Admin) Heal(context.Context, *concordpb.HealRequest) (*concordpb.HealRe
 	s.f.Heal()
 	return &concordpb.HealResponse{}, nil
 }
+
+// DiskLow makes the node read its disk as full (req.low) or measure it
+// again. A node whose space guard is off refuses (FailedPrecondition): the
+// fault would change nothing, and a test relying on it would check nothing.
+func (s *Admin) DiskLow(_ context.Context, req *concordpb.DiskLowRequest) (*concordpb.DiskLowResponse, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.f.DiskLow(req.GetLow()); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &concordpb.DiskLowResponse{}, nil
+}

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -24,9 +25,11 @@ func TestAdminRefusesWithoutFaultInjection(t *testing.T) {
 	wantStatus(t, err, codes.PermissionDenied, refusal)
 	_, err = admin.Heal(ctx, &concordpb.HealRequest{})
 	wantStatus(t, err, codes.PermissionDenied, refusal)
+	_, err = admin.DiskLow(ctx, &concordpb.DiskLowRequest{Low: true})
+	wantStatus(t, err, codes.PermissionDenied, refusal)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.died)+len(f.partitions)+f.heals != 0 {
+	if len(f.died)+len(f.partitions)+f.heals+len(f.diskLow) != 0 {
 		t.Fatal("a refused Admin call reached the node")
 	}
 }
@@ -47,8 +50,23 @@ func TestAdminCallsTheHooksWhenEnabled(t *testing.T) {
 	if _, err := admin.Heal(ctx, &concordpb.HealRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(f.died, []bool{false}) || len(f.partitions) != 1 || f.partitions[0][0] != "a:1" ||
-		!slices.Equal(resp.GetBlockedNodeIds(), []uint64{3}) || f.heals != 1 {
-		t.Fatalf("died=%v partitions=%v blocked=%v heals=%d", f.died, f.partitions, resp.GetBlockedNodeIds(), f.heals)
+	for _, low := range []bool{true, false} {
+		if _, err := admin.DiskLow(ctx, &concordpb.DiskLowRequest{Low: low}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if !slices.Equal(f.died, []bool{false}) || len(f.partitions) != 1 || f.partitions[0][0] != "a:1" ||
+		!slices.Equal(resp.GetBlockedNodeIds(), []uint64{3}) || f.heals != 1 || !slices.Equal(f.diskLow, []bool{true, false}) {
+		t.Fatalf("died=%v partitions=%v blocked=%v heals=%d diskLow=%v", f.died, f.partitions, resp.GetBlockedNodeIds(), f.heals, f.diskLow)
+	}
+}
+
+// TestAdminDiskLowRefusedWhenTheGuardIsOff protects tests that rely on the
+// space fault: a node whose space guard is off (where the fault would do
+// nothing) answers FailedPrecondition with its reason, not OK.
+func TestAdminDiskLowRefusedWhenTheGuardIsOff(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1)
+	f.diskLowErr = errors.New("the disk space guard is off on this node")
+	_, err := NewAdmin(f, true).DiskLow(context.Background(), &concordpb.DiskLowRequest{Low: true})
+	wantStatus(t, err, codes.FailedPrecondition, "the disk space guard is off on this node")
 }

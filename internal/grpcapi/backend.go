@@ -188,6 +188,11 @@ type Faults interface {
 	Partition(reachable []string) (blocked []ids.NodeID)
 	// Heal ends the partition.
 	Heal()
+	// DiskLow makes the node's disk space measurement read 0 free bytes
+	// (low) or the real figure again, for the space guard to act on as it
+	// would on a full disk. It fails, changing nothing, on a node whose
+	// guard is off: the fault would have no effect.
+	DiskLow(low bool) error
 }
 
 // Change is one validated ChangeReplicas request.

@@ -82,7 +82,10 @@ type fakeNode struct {
 	died       []bool                      // guarded by mu: Die calls
 	partitions [][]string                  // guarded by mu: Partition calls
 	heals      int                         // guarded by mu
+	diskLow    []bool                      // guarded by mu: DiskLow calls
 	removals   int                         // guarded by mu: RemoveNode calls
+	// diskLowErr is what DiskLow answers (a node whose guard is off).
+	diskLowErr error
 	// proposeLeft is how long the last proposal's context had left when
 	// it arrived; 0: no deadline. Guarded by mu.
 	proposeLeft time.Duration
@@ -422,6 +425,16 @@ func (f *fakeNode) Heal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heals++
+}
+
+func (f *fakeNode) DiskLow(low bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.diskLowErr != nil {
+		return f.diskLowErr
+	}
+	f.diskLow = append(f.diskLow, low)
+	return nil
 }
 
 func (f *fakeNode) proposalCount() int {

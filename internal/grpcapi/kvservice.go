@@ -179,11 +179,20 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 		return nil, err
 	}
 	if err := s.refuseForSpace(req); err != nil {
+		if mutant.Enabled && mutant.On(mutant.SpaceRefusalAfterPropose) {
+			_, _ = s.writeBatch(ctx, req, shard) // the planted bug: applied, then refused
+		}
 		return nil, err
 	}
 	if readOnly(req) {
 		return s.readBatch(ctx, req, shard)
 	}
+	return s.writeBatch(ctx, req, shard)
+}
+
+// writeBatch proposes a batch that may write, on shard's leader: here, or
+// forwarded to it (merged with other requests when it can be).
+func (s *KV) writeBatch(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
 	retryUntil := time.Now().Add(leaderWait)
 	alone := false
 	for {

@@ -44,10 +44,15 @@ const (
 	// got the lease in (replica.leaseValid), and off the loop while it
 	// publishes one (multiraft fastRead).
 	LeaseIgnoresExpiry Name = "lease-ignores-expiry"
+	// SpaceRefusalAfterPropose: while the space alarm is on, a write that
+	// adds data is proposed (and applies) before the node answers it
+	// refused for space, so the client is told NOSPACE (a definite
+	// failure) for a write that happened (grpcapi KV.Batch).
+	SpaceRefusalAfterPropose Name = "space-refusal-after-propose"
 )
 
 // All lists every mutant, in the order make robustness-mutants runs them.
-var All = []Name{LeaderReadNoReadIndex, AckBeforeFsync, NoSessionDedup, ForgetVote, FollowerRead, SnapshotDropsEntry, LeaseIgnoresExpiry}
+var All = []Name{LeaderReadNoReadIndex, AckBeforeFsync, NoSessionDedup, ForgetVote, FollowerRead, SnapshotDropsEntry, LeaseIgnoresExpiry, SpaceRefusalAfterPropose}
 
 // Env is the environment variable that names the active mutant.
 const Env = "CONCORD_MUTANT"

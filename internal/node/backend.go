@@ -307,3 +307,4 @@ func (b backend) RaftReceiver() concordpb.RaftTransportServer { return b.n.trans
 func (b backend) Die(clean bool)                            { b.n.die(clean) }
 func (b backend) Partition(reachable []string) []ids.NodeID { return b.n.partitionFrom(reachable) }
 func (b backend) Heal()                                     { b.n.heal() }
+func (b backend) DiskLow(low bool) error                    { return b.n.setDiskLow(low) }

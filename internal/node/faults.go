@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -74,4 +75,25 @@ func (n *Node) die(clean bool) {
 		time.Sleep(20 * time.Millisecond)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}()
+}
+
+// errGuardOff is the disk-low fault's refusal on a node whose space guard
+// is off: no measurement is taken there, so the fault would change nothing.
+var errGuardOff = errors.New("the disk space guard is off on this node (--reserve-disk-bytes 0, a data dir whose filesystem cannot be measured, or a node not started yet): a disk-low fault would change nothing")
+
+// setDiskLow turns the disk-low fault on or off: the space guard's
+// measurements read 0 free bytes while it is on. The space loop's next
+// measurement (within a second) acts on it as on a full disk, and on the
+// real figure again once it is off.
+func (n *Node) setDiskLow(low bool) error {
+	if n.space.reserve.Load() == 0 {
+		return errGuardOff
+	}
+	n.space.full.Store(low)
+	if low {
+		n.log.Warn("fault injection: the disk reads as full (0 free bytes) until disk-low is turned off")
+	} else {
+		n.log.Warn("fault injection: the disk is measured again")
+	}
+	return nil
 }

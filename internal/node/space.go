@@ -92,6 +92,9 @@ type spaceGuard struct {
 	free    atomic.Uint64 // the last measurement's free bytes
 	low     atomic.Bool   // this node is low by its own measurement
 	alarm   atomic.Bool   // writes that add data are refused here now
+	// full is the disk-low fault (Admin.DiskLow, faults.go): while set,
+	// every measurement reads 0 free bytes.
+	full atomic.Bool
 
 	mu sync.Mutex
 	// others are the nodes other than this one that the last heartbeat
@@ -104,8 +107,18 @@ type spaceGuard struct {
 }
 
 // diskSpace measures the free and total bytes of the filesystem holding
-// the data dir (testHooks.diskSpace stands in for it in tests).
+// the data dir (testHooks.diskSpace stands in for it in tests). Under the
+// disk-low fault the free bytes read 0, here, so that the fault takes
+// the path a full disk does: the low state, the heartbeat, the alarm.
 func (n *Node) diskSpace() (free, total uint64, err error) {
+	free, total, err = n.measureDisk()
+	if err == nil && n.space.full.Load() {
+		free = 0
+	}
+	return free, total, err
+}
+
+func (n *Node) measureDisk() (free, total uint64, err error) {
 	if f := n.testHooks.diskSpace; f != nil {
 		return f()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
+	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/version"
@@ -276,5 +278,88 @@ func TestSnapshotDiskMarginIsTheReserve(t *testing.T) {
 		if got := snapshotDiskMargin(c.reserve); got != c.want {
 			t.Errorf("snapshotDiskMargin(%d) = %d, want %d", c.reserve, got, c.want)
 		}
+	}
+}
+
+// TestDiskLowFaultRaisesTheAlarmClusterWide protects the space fault the
+// robustness suite injects (Admin.DiskLow): on one node it makes that
+// node's own measurement read 0 free bytes, so a put through every node is
+// refused for space naming that node (the alarm spread by heartbeat) and
+// writes nothing; turned off, the real measurement clears the alarm and
+// puts succeed again. A node whose guard is off refuses the fault.
+func TestDiskLowFaultRaisesTheAlarmClusterWide(t *testing.T) {
+	nodes, _ := startClusterWith(t, []version.Level{0, 0, 0}, func(i int, cfg *Config, hooks *testHooks) {
+		cfg.ReserveDiskBytes, cfg.EnableFaultInjection = 1<<30, true
+		hooks.diskSpace = func() (uint64, uint64, error) { return 8 << 30, 100 << 30, nil }
+	})
+	conn, err := dial.Dial(nodes[1].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	diskLow := func(low bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := concordpb.NewAdminClient(conn).DiskLow(ctx, &concordpb.DiskLowRequest{Low: low}); err != nil {
+			t.Fatalf("DiskLow(%v): %v", low, err)
+		}
+	}
+	c, err := client.NewWithOptions(context.Background(), client.Options{Endpoints: []string{nodes[0].Addr(), nodes[2].Addr()}, ThroughEndpoints: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	put := func(key string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, err := c.Put(ctx, []byte(key), []byte("v"))
+		return err
+	}
+	waitFor(t, 10*time.Second, func() error { return put("before") })
+
+	diskLow(true)
+	want := fmt.Sprintf("no space: node %d has 0 B free", nodes[1].ID())
+	attempt := 0
+	var key string
+	waitFor(t, 10*time.Second, func() error {
+		attempt++
+		key = fmt.Sprintf("during-%d", attempt) // a put made before the alarm spread wrote its key
+		err := put(key)
+		if err == nil || !errors.Is(err, client.ErrNoSpace) {
+			return fmt.Errorf("a put through nodes %d and %d with node %d's disk-low fault on: %v", nodes[0].ID(), nodes[2].ID(), nodes[1].ID(), err)
+		}
+		if errors.Is(err, client.ErrAmbiguous) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("refused put: %v; want ErrNoSpace %q..., not ambiguous", err, want)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, found, err := c.Get(ctx, []byte(key)); err != nil || found {
+		t.Fatalf("the refused key: found %v, %v; want absent", found, err)
+	}
+	if !nodes[1].space.low.Load() || nodes[0].space.low.Load() || !nodes[0].space.alarm.Load() {
+		t.Fatal("the fault did not take the measurement's path: node 2 low, the alarm on elsewhere")
+	}
+
+	diskLow(false)
+	waitFor(t, 10*time.Second, func() error { return put("after") })
+	if nodes[1].space.low.Load() {
+		t.Fatal("node 2 still low once the fault is off")
+	}
+}
+
+// TestDiskLowFaultRefusedWhileTheGuardIsOff: with --reserve-disk-bytes 0
+// the disk-low fault would change nothing, so it is refused and not set.
+func TestDiskLowFaultRefusedWhileTheGuardIsOff(t *testing.T) {
+	n, err := New(Config{Addr: "127.0.0.1:7001", ReserveDiskBytes: 0, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.setDiskLow(true); !errors.Is(err, errGuardOff) {
+		t.Fatalf("setDiskLow with the guard off: %v, want %v", err, errGuardOff)
+	}
+	if n.space.full.Load() {
+		t.Fatal("a refused disk-low fault was set")
 	}
 }

@@ -17,5 +17,6 @@
 // Operations whose outcome the client cannot know (client.ErrAmbiguous) are
 // recorded as such: they may take effect at any point after their
 // invocation, or never. Operations that certainly did not take effect are
-// left out of the history.
+// left out of the history: among them the writes the space alarm refused
+// (the space fault, Admin.DiskLow), which must then never show.
 package robustness

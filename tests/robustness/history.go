@@ -23,6 +23,9 @@ type recorder struct {
 	ops       []porcupine.Operation // guarded by mu
 	ambiguous int                   // guarded by mu
 	dropped   int                   // guarded by mu: failed, certainly without effect
+	// noSpace counts, per protocol (overGRPC, overRESP), the writes of
+	// dropped that the space alarm refused (guarded by mu).
+	noSpace [2]int
 }
 
 func newRecorder() *recorder { return &recorder{start: time.Now()} }
@@ -44,6 +47,17 @@ func (r *recorder) begin(in *kvInput) int64 {
 // as the checker knows: it may take effect at any time after its call. Any
 // other error means it took no effect (the client only says so when
 // certain), so it is left out.
+//
+// A write the space alarm refused (client.ErrNoSpace without
+// ErrAmbiguous: gRPC's ResourceExhausted "no space: ", RESP's -NOSPACE
+// and an EXECABORT for it, respclient.go) is such a definite failure, and
+// counted apart: the node refused it before proposing, so it must never
+// apply. Left out, it is held to that: every value the workload writes is
+// unique, so one that applied anyway shows in a read, a previous value or
+// a CAS that no operation in the history explains, and porcupine rejects
+// the history. (Recorded as ambiguous it would be let off.) A refusal
+// after an earlier attempt that may have applied wraps ErrAmbiguous too,
+// and is ambiguous.
 func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, err error) bool {
 	ret := r.now()
 	out.ReturnWall = time.Now().UnixNano() // after ret: the instants bracket the op
@@ -54,12 +68,24 @@ func (r *recorder) record(clientID int, call int64, in kvInput, out kvOutput, er
 	case !in.Kind.isRead() && errors.Is(err, client.ErrAmbiguous):
 		out, ret = kvOutput{Unknown: true}, math.MaxInt64
 		r.ambiguous++
+	case errors.Is(err, client.ErrNoSpace):
+		r.noSpace[protocolOf(clientID)]++
+		r.dropped++
+		return false
 	default:
 		r.dropped++
 		return false
 	}
 	r.ops = append(r.ops, porcupine.Operation{ClientId: clientID, Input: in, Call: call, Output: out, Return: ret})
 	return true
+}
+
+// refusedForSpace is how many writes the space alarm refused, per
+// protocol.
+func (r *recorder) refusedForSpace() [2]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.noSpace
 }
 
 func (r *recorder) history() []porcupine.Operation {

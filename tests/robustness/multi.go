@@ -167,6 +167,11 @@ func doTx(ctx context.Context, node *redis.Client, in kvInput) (kvOutput, error)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
+		if cerr := queuedNoSpace(cmds); cerr != nil && strings.HasPrefix(err.Error(), "EXECABORT ") {
+			// The space alarm refused a command as it was queued, and
+			// EXEC discarded the transaction: nothing ran (docs/redis.md).
+			return kvOutput{}, fmt.Errorf("%w: %w (queued: %w)", client.ErrNoSpace, err, cerr)
+		}
 		return kvOutput{}, err // EXEC refused or failed: the error says which
 	}
 	out := kvOutput{Multi: make([]kvState, len(cmds))}
@@ -178,6 +183,17 @@ func doTx(ctx context.Context, node *redis.Client, in kvInput) (kvOutput, error)
 		out.Multi[j] = keyState(cerr == nil, v)
 	}
 	return out, nil
+}
+
+// queuedNoSpace is the space alarm's refusal (-NOSPACE) of one of a
+// transaction's commands as it was queued, nil if none had one.
+func queuedNoSpace(cmds []interface{ Result() (string, error) }) error {
+	for _, c := range cmds {
+		if _, err := c.Result(); refusedForSpace(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // multiForms are, per protocol, the forms of multi-key operation the

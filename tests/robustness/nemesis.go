@@ -28,6 +28,7 @@ const (
 	pause        faultKind = "pause"          // SIGSTOP for a few seconds, then SIGCONT
 	crashAll     faultKind = "crash-all"      // kill -9 every node at once, restart them all
 	pauseLeader  faultKind = "pause-leader"   // SIGSTOP a shard's leader: it resumes believing it leads
+	space        faultKind = "space"          // a random node's disk reads as full (Admin.DiskLow): the space alarm
 	// The membership kinds (membership.go) change the cluster for good.
 	joinNode      faultKind = "join"               // a new node joins (server --join); replicas move onto it
 	removeNode    faultKind = "remove"             // concord node remove of a live node, drained under load
@@ -37,8 +38,12 @@ const (
 )
 
 // classicFaultKinds keep the cluster's membership: a history of only these
-// runs on 3 nodes.
-var classicFaultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause, crashAll, pauseLeader}
+// runs on 3 nodes. space is one of them: it stops no node and cuts no link,
+// it only refuses the writes that add data for its hold, so a mixed history
+// still answers every form of operation between its space faults (one
+// fault in thirteen), and mixing it in checks refusals next to leader
+// changes and restarts, as a real disk fills during them.
+var classicFaultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, wipe, pause, crashAll, pauseLeader, space}
 
 // membershipFaultKinds add or take away nodes: a history with any of them
 // runs on membershipNodes nodes with short liveness timeouts.
@@ -52,8 +57,9 @@ type nemesis struct {
 	c     *testcluster.Cluster
 	rng   *rand.Rand
 	kinds []faultKind
-	// injected counts faults per kind.
-	injected map[faultKind]int
+	// injected counts faults per kind; held, those held for their whole
+	// hold time (not cut short by the end of the run).
+	injected, held map[faultKind]int
 	// members says which nodes are gone for good (killed to stay dead, or
 	// removed); no fault touches them, and the RESP clients skip them.
 	members *liveSet
@@ -70,7 +76,9 @@ func (n *nemesis) run(ctx context.Context) {
 		n.t.Logf("nemesis: %s for %v", kind, hold)
 		heal := n.inject(kind)
 		n.injected[kind]++
-		sleepCtx(ctx, hold) // hold, but cut short at the end of the run
+		if sleepCtx(ctx, hold) { // hold, but cut short at the end of the run
+			n.held[kind]++
+		}
 		heal()
 		n.waitHealthy(60 * time.Second)
 	}
@@ -123,6 +131,8 @@ func (n *nemesis) inject(kind faultKind) (heal func()) {
 	case pauseLeader:
 		n.c.Pause(leader)
 		return func() { n.c.Resume(leader) }
+	case space:
+		return n.diskLow(rnd)
 	case crashAll:
 		n.c.KillAll()
 		return func() {
@@ -143,6 +153,20 @@ func (n *nemesis) inject(kind faultKind) (heal func()) {
 func (n *nemesis) killAndRestart(i int) func() {
 	n.c.Kill(i)
 	return func() { n.c.Start(i) }
+}
+
+// diskLow makes node i read its disk as full (0 free bytes) until healed:
+// within a second it is low on space, and by heartbeat every node refuses
+// the client writes that add data (the space alarm), as on a full disk.
+func (n *nemesis) diskLow(i int) func() {
+	set := func(low bool) {
+		n.admin(i, func(ctx context.Context, a concordpb.AdminClient) error {
+			_, err := a.DiskLow(ctx, &concordpb.DiskLowRequest{Low: low})
+			return err
+		})
+	}
+	set(true)
+	return func() { set(false) }
 }
 
 // partition cuts each listed node off from every peer but the ones given.

@@ -175,10 +175,31 @@ func (rc *respClient) do(node *redis.Client, in kvInput, timeout time.Duration) 
 	if errors.Is(err, redis.Nil) {
 		err = nil // absent: a valid answer, not a failure
 	}
-	if err != nil && !in.Kind.isRead() && !refused(err) {
-		err = fmt.Errorf("%w: %w", client.ErrAmbiguous, err)
+	return out, classify(in, err)
+}
+
+// classify marks a mutation's error as the recorder reads it: wrapping
+// client.ErrNoSpace when the space alarm refused it (before proposing: a
+// definite failure), client.ErrAmbiguous when it may have applied, and as
+// it is when it certainly did not (refused).
+func classify(in kvInput, err error) error {
+	switch {
+	case err == nil || in.Kind.isRead() || errors.Is(err, client.ErrNoSpace):
+		return err
+	case refusedForSpace(err):
+		return fmt.Errorf("%w: %w", client.ErrNoSpace, err)
+	case !refused(err):
+		return fmt.Errorf("%w: %w", client.ErrAmbiguous, err)
 	}
-	return out, err
+	return err
+}
+
+// refusedForSpace reports whether err is the space alarm's refusal,
+// "-NOSPACE ..." (docs/redis.md), given before the command was proposed.
+// Only that word: an error that merely mentions space is no refusal.
+func refusedForSpace(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSPACE ")
 }
 
 // refused reports whether an error says for certain that the command was

@@ -25,6 +25,7 @@ var summary struct {
 	mu                                   sync.Mutex
 	histories, ops, faults, lost, failed int
 	respOps                              int // of ops, those over the Redis protocol
+	noSpace                              int // writes refused for space, not in ops
 	inconclusive                         int
 	// byStage counts the linearizable histories by the furthest stage
 	// of the check (reduce.go) any of their keys needed.
@@ -59,8 +60,8 @@ func printSummary() {
 	for s, n := range summary.byStage {
 		stages = append(stages, fmt.Sprintf("%d %s", n, checkStage(s)))
 	}
-	fmt.Printf("robustness: %d histories, %d operations (%d over RESP), %d faults injected, %d acknowledged writes lost, %d checks inconclusive, linearizable: %s, ambiguous: %s, verdict: %s\n",
-		summary.histories, summary.ops, summary.respOps, summary.faults, summary.lost, summary.inconclusive,
+	fmt.Printf("robustness: %d histories, %d operations (%d over RESP), %d faults injected, %d writes refused for space, %d acknowledged writes lost, %d checks inconclusive, linearizable: %s, ambiguous: %s, verdict: %s\n",
+		summary.histories, summary.ops, summary.respOps, summary.faults, summary.noSpace, summary.lost, summary.inconclusive,
 		strings.Join(stages, ", "), strings.Join(amb, ", "), v)
 }
 
@@ -72,10 +73,10 @@ var boundedRuns = []struct {
 	seed uint64
 }{
 	{killLeader, 101}, {leaderCutOff, 102}, {bridge, 103}, {wipe, 104}, {pause, 105}, {cleanDie, 106},
-	{killStayDead, 107},
+	{killStayDead, 107}, {space, 111},
 }
 
-// TestRobustness checks seven short histories, each under one kind of fault.
+// TestRobustness checks eight short histories, each under one kind of fault.
 func TestRobustness(t *testing.T) {
 	d := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", 20*time.Second)
 	for _, r := range boundedRuns {
@@ -167,7 +168,7 @@ func TestWholeClusterCrash(t *testing.T) {
 	time.Sleep(3 * time.Second) // and run on the restarted cluster for a while
 	cancel()
 	<-done
-	finish(t, c, w, 7, 1, "crash")
+	finish(t, c, w, 7, map[faultKind]int{crashAll: 1}, 0, "crash")
 }
 
 // runHistory runs the workload for d under faults of kinds and checks it.
@@ -179,20 +180,16 @@ func runHistory(t *testing.T, seed uint64, kinds []faultKind, d time.Duration) {
 	c.WaitReady(t, 60*time.Second)
 	w := newWorkload(t, c, seed)
 	w.members = &liveSet{}
-	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}, members: w.members}
+	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}, held: map[faultKind]int{}, members: w.members}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	done := make(chan struct{})
 	go func() { w.run(ctx); close(done) }()
 	n.run(ctx)
 	<-done
-	faults := 0
-	for _, k := range n.injected {
-		faults += k
-	}
 	t.Logf("faults injected: %v", n.injected)
 	n.waitHealthy(60 * time.Second)
-	finish(t, c, w, seed, faults, joinKinds(kinds))
+	finish(t, c, w, seed, n.injected, n.held[space], joinKinds(kinds))
 }
 
 func newWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *workload {
@@ -247,18 +244,28 @@ func countHistory(t *testing.T) {
 
 // finish reads the final state, checks the history and the unique writes,
 // keeps a failing history, and adds to the summary (its ambiguous share
-// under kinds, the faults it ran under).
-func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faults int, kinds string) {
+// under kinds, the faults it ran under: injected, per kind). spaceHeld is
+// how many space faults were held their whole time: those must have had
+// writes refused, where one the end of the run cut short within the
+// node's first measurement may have had none.
+func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, injected map[faultKind]int, spaceHeld int, kinds string) {
 	final := c.Client(t)
 	w.finalReads(final)
 	lost, checked, err := w.lostWrites(final)
 	ops := w.rec.history()
 	v := check(ops, 2*time.Minute)
-	t.Logf("history: %d operations (%d ambiguous, %d failed without effect), %d acknowledged unique writes checked, verdict %s",
-		len(ops), w.rec.ambiguous, w.rec.dropped, checked, v.result)
+	noSpace := w.rec.refusedForSpace()
+	t.Logf("history: %d operations (%d ambiguous, %d failed without effect, of them %d gRPC and %d RESP writes refused for space), %d acknowledged unique writes checked, verdict %s",
+		len(ops), w.rec.ambiguous, w.rec.dropped, noSpace[overGRPC], noSpace[overRESP], checked, v.result)
 	logKeys(t, v)
 	respOps := checkRESP(t, w)
-	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: coverageOf(ops), resp: len(w.resp) > 0}
+	faults := 0
+	for _, n := range injected {
+		faults += n
+	}
+	cover := coverageOf(ops)
+	cover.spaceFaults, cover.noSpace = spaceHeld, noSpace
+	o := outcome{result: v.result, faults: faults, lost: len(lost), checked: checked, readErr: err, cover: cover, resp: len(w.resp) > 0}
 	t.Logf("operations by kind: %s", kindCounts(ops, o.cover))
 	problems := o.problems()
 	failed := len(problems) > 0
@@ -286,6 +293,7 @@ func finish(t *testing.T, c *testcluster.Cluster, w *workload, seed uint64, faul
 	summary.respOps += respOps
 	summary.faults += faults
 	summary.lost += len(lost)
+	summary.noSpace += noSpace[overGRPC] + noSpace[overRESP]
 	switch v.result {
 	case porcupine.Unknown:
 		summary.inconclusive++

@@ -74,16 +74,27 @@ type coverage struct {
 	// ttlPuts are answered puts with a TTL; expiredReads, reads that
 	// certainly observed a TTL run out (ttl.go, expiryCounts).
 	ttlPuts, expiredReads int
+	// spaceFaults is how many space faults the nemesis held for their
+	// whole hold time (2 s at least), and noSpace how many writes, per
+	// protocol, the space alarm refused (recorder.refusedForSpace; they
+	// are not in the history).
+	spaceFaults int
+	noSpace     [2]int
+}
+
+// protocolOf is the protocol porcupine client id speaks.
+func protocolOf(clientID int) int {
+	if clientID >= respClientBase {
+		return overRESP
+	}
+	return overGRPC
 }
 
 func coverageOf(ops []porcupine.Operation) coverage {
 	var c coverage
 	c.ttlPuts, c.expiredReads = expiryCounts(ops)
 	for _, o := range ops {
-		p := overGRPC
-		if o.ClientId >= respClientBase {
-			p = overRESP
-		}
+		p := protocolOf(o.ClientId)
 		in := o.Input.(kvInput)
 		c.countExpiry(p, in, o.Output.(kvOutput))
 		switch {
@@ -116,6 +127,13 @@ func (c coverage) gaps(resp bool) []string {
 		}
 		why = append(why, c.multiGaps(p)...)
 		why = append(why, c.expiryGaps(p)...)
+		if c.spaceFaults > 0 && c.noSpace[p] == 0 {
+			// Then the refusals' classification (recorder.record) was
+			// never put to the test: the alarm did not reach this
+			// protocol's writes, or their refusals were not recognised.
+			why = append(why, fmt.Sprintf("the space fault was held %d times but no %s write was refused for space: the history checks no refusal",
+				c.spaceFaults, protocolNames[p]))
+		}
 	}
 	if c.expiredReads == 0 {
 		why = append(why, "no read observed a TTL run out: the history checks no key expiry")

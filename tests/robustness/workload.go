@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -65,6 +66,12 @@ func (w *workload) runClient(ctx context.Context, id int, c *client.Client) {
 		w.rec.record(id, call, in, out, err)
 		if err == nil {
 			noteSeen(seen, in, out)
+		}
+		if errors.Is(err, client.ErrNoSpace) {
+			// Refused at once, not retried: back off as a client told
+			// the cluster is full would, rather than send refused writes
+			// as fast as the 2 cores allow while the alarm lasts.
+			sleepCtx(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond)
 		}
 	}
 }
@@ -147,6 +154,9 @@ func (w *workload) runUniqueWriter(ctx context.Context, id int, c *client.Client
 			w.mu.Lock()
 			w.acked = append(w.acked, k)
 			w.mu.Unlock()
+		}
+		if errors.Is(err, client.ErrNoSpace) {
+			sleepCtx(ctx, 50*time.Millisecond) // as runClient does
 		}
 	}
 }
