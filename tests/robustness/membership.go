@@ -47,9 +47,12 @@ func changesMembership(kinds []faultKind) bool {
 
 // clusterOptions is the cluster a history under kinds runs on: 3 nodes,
 // or membershipNodes with short liveness timeouts when kinds change the
-// membership.
+// membership, each with the space guard on.
 func clusterOptions(kinds []faultKind) testcluster.Options {
-	opts := testcluster.Options{ExtraArgs: []string{"--enable-fault-injection"}}
+	// A reserve of one byte turns the space guard on (the space fault's
+	// Admin.DiskLow is refused while it is off) without the host's real
+	// free space ever reaching it.
+	opts := testcluster.Options{ExtraArgs: []string{"--enable-fault-injection"}, ReserveDiskBytes: 1}
 	if changesMembership(kinds) {
 		opts.Nodes = membershipNodes
 		opts.ExtraArgs = append(opts.ExtraArgs, membershipArgs...)

@@ -46,14 +46,6 @@ var mutantFaults = map[string][]faultKind{
 	"space-refusal-after-propose": {space},
 }
 
-// failure is why the last history failed, for the mutant report, and
-// whether it failed only for being unchecked (an inconclusive check, no
-// fault, nothing to check), which catches no mutant.
-var failure struct {
-	why       string
-	unchecked bool
-}
-
 func noteFailure(o outcome) {
 	failure.why = strings.Join(o.problems(), "; ")
 	failure.unchecked = !o.anomalous()

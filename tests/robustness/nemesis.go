@@ -195,8 +195,20 @@ func (n *nemesis) admin(i int, f func(context.Context, concordpb.AdminClient) er
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := f(ctx, concordpb.NewAdminClient(n.c.Conn(i))); err != nil {
+		// The harness failed, not the system: no mutant is caught by it
+		// (a fault the node refused once passed for a catch).
+		failure.why, failure.unchecked = fmt.Sprintf("nemesis: admin call to node %d: %v", i, err), true
 		n.t.Fatalf("nemesis: admin call to node %d: %v", i, err)
 	}
+}
+
+// failure is why the last history failed, for the mutant report, and
+// whether it failed only for being unchecked (an inconclusive check, no
+// fault, nothing to check, a fault the harness could not inject), which
+// catches no mutant.
+var failure struct {
+	why       string
+	unchecked bool
 }
 
 // waitHealthy waits until every shard has a leader and every replica is on

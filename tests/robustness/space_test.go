@@ -211,3 +211,15 @@ type respErr string
 
 func (e respErr) Error() string { return string(e) }
 func (respErr) RedisError()     {}
+
+// TestClustersRunTheSpaceGuard protects the space fault's precondition:
+// test clusters run with the guard off unless asked (testcluster), and a
+// node whose guard is off refuses Admin.DiskLow, which failed every
+// history that drew the space fault.
+func TestClustersRunTheSpaceGuard(t *testing.T) {
+	for _, kinds := range [][]faultKind{{space}, parseKinds(t, classicKinds), parseKinds(t, allFaultKinds)} {
+		if r := clusterOptions(kinds).ReserveDiskBytes; r <= 0 {
+			t.Errorf("clusterOptions(%v).ReserveDiskBytes = %d; want a reserve that turns the guard on", kinds, r)
+		}
+	}
+}
