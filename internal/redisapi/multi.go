@@ -81,10 +81,15 @@ func (c *conn) enqueue(p *plan, w *resp.Writer) {
 	for _, op := range p.ops {
 		size += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
 	}
-	if len(m.plans)+1 > maxQueued || m.ops+len(p.ops) > maxQueued || m.bytes+size > maxQueuedBytes {
+	// EXEC's batch starts with a check of each watched key (its key and
+	// the value WATCH read), so they take their share of the bounds: left
+	// out, a queue within them could make a batch the node refuses whole
+	// at EXEC. WATCH cannot run inside MULTI: the share is fixed here.
+	nOps, nBytes := len(c.watch.keys)+m.ops+len(p.ops), c.watch.bytes+m.bytes+size
+	if len(m.plans)+1 > maxQueued || nOps > maxQueued || nBytes > maxQueuedBytes {
 		*m = multiState{aborted: true}
-		w.Error(fmt.Sprintf("ERR MULTI queues at most %d commands and ops and %d bytes of keys and values (one batch); the transaction is aborted",
-			maxQueued, maxQueuedBytes))
+		w.Error(fmt.Sprintf("ERR MULTI queues at most %d commands and ops and %d bytes of keys and values "+
+			"(one batch, which also checks each watched key); the transaction is aborted", maxQueued, maxQueuedBytes))
 		return
 	}
 	m.plans, m.ops, m.bytes = append(m.plans, p), m.ops+len(p.ops), m.bytes+size
