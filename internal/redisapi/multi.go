@@ -48,6 +48,9 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 		return
 	}
 	p, err := cmd.plan(c, args)
+	if err == nil {
+		err = c.checkSizes(p.ops)
+	}
 	if err != nil {
 		// Redis queues every known command of the right arity and finds
 		// an argument error (syntax, a number that is not one) when EXEC
@@ -66,6 +69,32 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 		}
 	}
 	c.enqueue(p, w)
+}
+
+// checkSizes refuses an op the node would refuse a batch for: an empty
+// key, a key past --max-key-bytes, a value past --max-value-bytes, with
+// the texts the KV service gives a command outside MULTI
+// (grpcapi.Limits.checkOp). Inside MULTI such an op is the queued
+// command's argument error: left to EXEC, it made the node refuse the
+// whole batch, so EXEC answered that error alone and none of the
+// transaction ran, where Redis answers a queued command's argument error
+// in EXEC's array and runs the others.
+func (c *conn) checkSizes(ops []*concordpb.Op) error {
+	maxKey, maxValue := c.s.cfg.MaxKeyBytes, c.s.cfg.MaxValueBytes
+	for _, op := range ops {
+		switch k := op.GetKey(); {
+		case len(k) == 0:
+			return replyError("ERR key is empty")
+		case len(k) > maxKey:
+			return replyError(fmt.Sprintf("ERR key is %d bytes; the limit is %d (--max-key-bytes)", len(k), maxKey))
+		}
+		for _, v := range [][]byte{op.GetValue(), op.GetFloatDeltaText(), op.GetExpected()} {
+			if len(v) > maxValue {
+				return replyError(fmt.Sprintf("ERR value is %d bytes; the limit is %d (--max-value-bytes)", len(v), maxValue))
+			}
+		}
+	}
+	return nil
 }
 
 // enqueue adds p to the open transaction within its bounds. Past them the

@@ -182,3 +182,49 @@ func encodeArgs(args []string) string {
 	}
 	return b.String()
 }
+
+// TestMultiQueuedSizeErrors: a queued command whose key is empty or past
+// --max-key-bytes, or whose value is past --max-value-bytes, is that
+// command's argument error: EXEC answers it in its array and runs the
+// others, as Redis answers a queued command's argument error, and the
+// batch never carries it. Before, it was queued as it was and the node
+// refused EXEC's whole batch: EXEC answered that one error and none of
+// the transaction ran.
+func TestMultiQueuedSizeErrors(t *testing.T) {
+	f := &fakeKV{counters: map[string]int64{}}
+	c := serveOnSocket(t, New(f, Config{MaxKeyBytes: 10, MaxValueBytes: 20}))
+	cmds := [][]string{
+		// The fake's shard of a key is its first byte: "a..." share one.
+		{"MULTI"}, {"SET", "a", "1"}, {"SET", "ab", strings.Repeat("v", 21)}, {"SET", strings.Repeat("a", 11), "x"},
+		{"SET", "", "x"}, {"MSET", "ac", "1", "ad", strings.Repeat("v", 21)}, {"INCRBYFLOAT", "ae", "1" + strings.Repeat("0", 20)},
+		{"SET", "az", strings.Repeat("v", 20)}, {"EXEC"},
+	}
+	for _, cmd := range cmds {
+		c.send(encodeArgs(cmd))
+	}
+	for i, cmd := range cmds[:len(cmds)-1] {
+		if v := c.reply(); (i == 0 && v.Str != "OK") || (i > 0 && v.Str != "QUEUED") {
+			t.Fatalf("%.20q: %v", cmd, v)
+		}
+	}
+	v := c.reply()
+	want := []string{
+		"OK", "ERR value is 21 bytes; the limit is 20 (--max-value-bytes)", "ERR key is 11 bytes; the limit is 10 (--max-key-bytes)",
+		"ERR key is empty", "ERR value is 21 bytes; the limit is 20 (--max-value-bytes)",
+		"ERR value is 21 bytes; the limit is 20 (--max-value-bytes)", "OK",
+	}
+	if len(v.Elems) != len(want) {
+		t.Fatalf("EXEC: %v, want an array of %d", v, len(want))
+	}
+	for i, e := range v.Elems {
+		if e.Str != want[i] || (e.Type == '-') != strings.HasPrefix(want[i], "ERR") {
+			t.Errorf("EXEC's answer %d: %c%q, want %q", i, e.Type, e.Str, want[i])
+		}
+	}
+	f.mu.Lock()
+	log := f.log
+	f.mu.Unlock()
+	if len(log) != 1 || log[0] != "batch a,az" {
+		t.Fatalf("the backend saw %q, want one batch of a and az", log)
+	}
+}

@@ -49,3 +49,39 @@ func TestMultiBoundWithWatchedKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiQueuedSizeErrors: inside MULTI, a command whose key is empty or
+// past --max-key-bytes, or whose value is past --max-value-bytes, answers
+// that error in EXEC's array and the rest of the transaction applies, as
+// Redis answers a queued command's argument error; the texts are those the
+// command gets outside MULTI. Before, the node refused EXEC's whole batch:
+// EXEC answered the one error and applied nothing.
+func TestMultiQueuedSizeErrors(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, testcluster.Options{Nodes: 1, Shards: 1, ExtraArgs: []string{"--max-value-bytes=1000", "--max-key-bytes=100"}})
+	cn := dialDiff(t, c.RedisAddr(0))
+	defer cn.close()
+	big, long := strings.Repeat("v", 1001), strings.Repeat("k", 101)
+	bad := [][]string{{"SET", "mqs:b", big}, {"SET", long, "x"}, {"SET", "", "x"}}
+	var outside []string // each bad command's answer outside MULTI
+	for _, cmd := range bad {
+		outside = append(outside, cn.do(t, cmd).String())
+	}
+	steps := append(append([][]string{{"MULTI"}, {"SET", "mqs:a", "1"}}, bad...), []string{"SET", "mqs:z", "2"})
+	for _, step := range steps {
+		cn.do(t, step)
+	}
+	got := cn.do(t, []string{"EXEC"})
+	want := append(append([]string{"+OK"}, outside...), "+OK")
+	if len(got.elems) != len(want) {
+		t.Fatalf("EXEC: %.300s, want an array of %d", got, len(want))
+	}
+	for i, e := range got.elems {
+		if e.String() != want[i] || (i > 0 && i < len(want)-1 && e.typ != '-') {
+			t.Errorf("EXEC's answer %d: %s, want %s (as outside MULTI)", i, e, want[i])
+		}
+	}
+	if got := cn.do(t, []string{"MGET", "mqs:a", "mqs:z", "mqs:b"}).String(); got != `*[$"1" $"2" $nil]` {
+		t.Fatalf("after EXEC, MGET = %s", got)
+	}
+}
