@@ -117,12 +117,32 @@ func (c *conn) enqueue(p *plan, w *resp.Writer) {
 	nOps, nBytes := len(c.watch.keys)+m.ops+len(p.ops), c.watch.bytes+m.bytes+size
 	if len(m.plans)+1 > maxQueued || nOps > maxQueued || nBytes > maxQueuedBytes {
 		*m = multiState{aborted: true}
+		c.noteMulti()
 		w.Error(fmt.Sprintf("ERR MULTI queues at most %d commands and ops and %d bytes of keys and values "+
 			"(one batch, which also checks each watched key); the transaction is aborted", maxQueued, maxQueuedBytes))
 		return
 	}
 	m.plans, m.ops, m.bytes = append(m.plans, p), m.ops+len(p.ops), m.bytes+size
+	c.noteMulti()
 	w.SimpleString("QUEUED")
+}
+
+// setMulti opens (m) or ends (nil) the connection's transaction.
+func (c *conn) setMulti(m *multiState) {
+	c.multi = m
+	c.noteMulti()
+}
+
+// noteMulti records for CLIENT LIST whether the connection is inside MULTI
+// and how many commands it queued (Redis's flag x and multi=).
+func (c *conn) noteMulti() {
+	n := -1
+	if c.multi != nil {
+		n = len(c.multi.plans)
+	}
+	c.mu.Lock()
+	c.nQueued = n
+	c.mu.Unlock()
 }
 
 // abortMulti marks an open transaction as failed (a bad command was sent).
@@ -137,7 +157,7 @@ func cmdMulti(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Error("ERR MULTI calls can not be nested")
 		return
 	}
-	c.multi = &multiState{}
+	c.setMulti(&multiState{})
 	w.SimpleString("OK")
 }
 
@@ -146,7 +166,7 @@ func cmdDiscard(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Error("ERR DISCARD without MULTI")
 		return
 	}
-	c.multi = nil
+	c.setMulti(nil)
 	c.unwatch()
 	w.SimpleString("OK")
 }
@@ -295,7 +315,7 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Error("ERR EXEC without MULTI")
 		return
 	}
-	c.multi = nil
+	c.setMulti(nil)
 	watched := c.watch
 	c.unwatch()
 	if m.aborted {
