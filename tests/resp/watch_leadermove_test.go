@@ -105,7 +105,7 @@ func (tl *counterTally) count(err error) {
 	case errors.Is(err, redis.TxFailedErr):
 		tl.aborted.Add(1)
 	case strings.HasPrefix(err.Error(), "UNAVAILABLE"):
-		tl.refused.Add(1) // not applied: a write that may have is AMBIGUOUS
+		tl.refused.Add(1)                 // not applied: a write that may have is AMBIGUOUS
 		time.Sleep(10 * time.Millisecond) // not a spin while the shard elects
 	default:
 		// AMBIGUOUS, or a connection that broke (its node died): the
