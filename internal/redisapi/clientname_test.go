@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,50 @@ func TestHelloRefusedAuthenticatesNothing(t *testing.T) {
 	}
 	if v := c.reply(); v.Str != "me" {
 		t.Fatalf("CLIENT GETNAME = %+v, want me", v)
+	}
+}
+
+// TestClientListShowsMulti: CLIENT LIST shows a connection inside MULTI as
+// Redis does, flag x and multi= the commands it queued, and flags=N
+// multi=-1 once EXEC, DISCARD or RESET ended the transaction. Before, every
+// connection showed flags=N multi=-1, in MULTI or not.
+func TestClientListShowsMulti(t *testing.T) {
+	s := New(&fakeKV{counters: map[string]int64{}}, Config{})
+	a := serveOnSocket(t, s)
+	nc, err := net.DialTimeout("tcp", s.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	b := &sockClient{t: t, nc: nc, br: bufio.NewReader(nc)}
+
+	a.send(encode("CLIENT ID"))
+	id := a.reply().Int
+	// seen is a's line in CLIENT LIST, asked by b once a answered.
+	seen := func() string {
+		b.send(encode("CLIENT LIST ID " + strconv.FormatInt(id, 10)))
+		return b.reply().Str
+	}
+	for _, step := range []struct {
+		cmds []string
+		want string
+	}{
+		{nil, " flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "},
+		{[]string{"MULTI"}, " flags=x db=0 sub=0 psub=0 ssub=0 multi=0 "},
+		{[]string{"SET k v", "GET k"}, " flags=x db=0 sub=0 psub=0 ssub=0 multi=2 "},
+		{[]string{"EXEC"}, " flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "},
+		{[]string{"MULTI", "SET k v"}, " multi=1 "},
+		{[]string{"DISCARD"}, " flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "},
+		{[]string{"MULTI", "SET k v"}, " multi=1 "},
+		{[]string{"RESET"}, " flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "},
+	} {
+		for _, cmd := range step.cmds {
+			a.send(encode(cmd))
+			a.reply()
+		}
+		if line := seen(); !strings.Contains(line, step.want) {
+			t.Fatalf("after %q, CLIENT LIST shows %q, want %q", step.cmds, line, step.want)
+		}
 	}
 }

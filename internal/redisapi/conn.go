@@ -102,11 +102,12 @@ type conn struct {
 	libVer   string // guarded by mu: CLIENT SETINFO lib-ver
 	lastCmd  string // guarded by mu
 	nWatched int    // guarded by mu: len(watch.keys), for CLIENT LIST
+	nQueued  int    // guarded by mu: the commands MULTI queued, -1 outside MULTI, for CLIENT LIST
 }
 
 func newConn(s *Server, nc net.Conn, id int64) *conn {
 	c := &conn{s: s, nc: nc, id: id, bw: bufio.NewWriterSize(nc, 64<<10),
-		created: time.Now(), proto: 2,
+		created: time.Now(), proto: 2, nQueued: -1,
 		budget: kv.NewBudget(int64(s.cfg.OutputBufferLimit), nil)}
 	c.r = resp.NewReader(progressReader{c}, s.limits)
 	c.setAuthed(s.cfg.AuthToken == "")
@@ -548,7 +549,7 @@ func (c *conn) dispatch(cl *call) {
 	case !cmd.arityOK(len(cl.args)) && cmd.name == "exec":
 		// Redis aborts: it discards the transaction, if any, and its
 		// watched keys, and says so.
-		c.multi = nil
+		c.setMulti(nil)
 		c.unwatch()
 		w.Error("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
 		return

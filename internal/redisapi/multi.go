@@ -48,6 +48,9 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 		return
 	}
 	p, err := cmd.plan(c, args)
+	if err == nil {
+		err = c.checkSizes(p.ops)
+	}
 	if err != nil {
 		// Redis queues every known command of the right arity and finds
 		// an argument error (syntax, a number that is not one) when EXEC
@@ -68,6 +71,32 @@ func (c *conn) queue(cmd *command, args [][]byte, w *resp.Writer) {
 	c.enqueue(p, w)
 }
 
+// checkSizes refuses an op the node would refuse a batch for: an empty
+// key, a key past --max-key-bytes, a value past --max-value-bytes, with
+// the texts the KV service gives a command outside MULTI
+// (grpcapi.Limits.checkOp). Inside MULTI such an op is the queued
+// command's argument error: left to EXEC, it made the node refuse the
+// whole batch, so EXEC answered that error alone and none of the
+// transaction ran, where Redis answers a queued command's argument error
+// in EXEC's array and runs the others.
+func (c *conn) checkSizes(ops []*concordpb.Op) error {
+	maxKey, maxValue := c.s.cfg.MaxKeyBytes, c.s.cfg.MaxValueBytes
+	for _, op := range ops {
+		switch k := op.GetKey(); {
+		case len(k) == 0:
+			return replyError("ERR key is empty")
+		case len(k) > maxKey:
+			return replyError(fmt.Sprintf("ERR key is %d bytes; the limit is %d (--max-key-bytes)", len(k), maxKey))
+		}
+		for _, v := range [][]byte{op.GetValue(), op.GetFloatDeltaText(), op.GetExpected()} {
+			if len(v) > maxValue {
+				return replyError(fmt.Sprintf("ERR value is %d bytes; the limit is %d (--max-value-bytes)", len(v), maxValue))
+			}
+		}
+	}
+	return nil
+}
+
 // enqueue adds p to the open transaction within its bounds. Past them the
 // transaction is aborted and its queue dropped (EXEC answers EXECABORT);
 // once aborted, nothing more is kept: the commands only answer QUEUED.
@@ -81,14 +110,39 @@ func (c *conn) enqueue(p *plan, w *resp.Writer) {
 	for _, op := range p.ops {
 		size += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
 	}
-	if len(m.plans)+1 > maxQueued || m.ops+len(p.ops) > maxQueued || m.bytes+size > maxQueuedBytes {
+	// EXEC's batch starts with a check of each watched key (its key and
+	// the value WATCH read), so they take their share of the bounds: left
+	// out, a queue within them could make a batch the node refuses whole
+	// at EXEC. WATCH cannot run inside MULTI: the share is fixed here.
+	nOps, nBytes := len(c.watch.keys)+m.ops+len(p.ops), c.watch.bytes+m.bytes+size
+	if len(m.plans)+1 > maxQueued || nOps > maxQueued || nBytes > maxQueuedBytes {
 		*m = multiState{aborted: true}
-		w.Error(fmt.Sprintf("ERR MULTI queues at most %d commands and ops and %d bytes of keys and values (one batch); the transaction is aborted",
-			maxQueued, maxQueuedBytes))
+		c.noteMulti()
+		w.Error(fmt.Sprintf("ERR MULTI queues at most %d commands and ops and %d bytes of keys and values "+
+			"(one batch, which also checks each watched key); the transaction is aborted", maxQueued, maxQueuedBytes))
 		return
 	}
 	m.plans, m.ops, m.bytes = append(m.plans, p), m.ops+len(p.ops), m.bytes+size
+	c.noteMulti()
 	w.SimpleString("QUEUED")
+}
+
+// setMulti opens (m) or ends (nil) the connection's transaction.
+func (c *conn) setMulti(m *multiState) {
+	c.multi = m
+	c.noteMulti()
+}
+
+// noteMulti records for CLIENT LIST whether the connection is inside MULTI
+// and how many commands it queued (Redis's flag x and multi=).
+func (c *conn) noteMulti() {
+	n := -1
+	if c.multi != nil {
+		n = len(c.multi.plans)
+	}
+	c.mu.Lock()
+	c.nQueued = n
+	c.mu.Unlock()
 }
 
 // abortMulti marks an open transaction as failed (a bad command was sent).
@@ -103,7 +157,7 @@ func cmdMulti(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Error("ERR MULTI calls can not be nested")
 		return
 	}
-	c.multi = &multiState{}
+	c.setMulti(&multiState{})
 	w.SimpleString("OK")
 }
 
@@ -112,7 +166,7 @@ func cmdDiscard(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Error("ERR DISCARD without MULTI")
 		return
 	}
-	c.multi = nil
+	c.setMulti(nil)
 	c.unwatch()
 	w.SimpleString("OK")
 }
@@ -261,7 +315,7 @@ func cmdExec(c *conn, _ [][]byte, w *resp.Writer) {
 		w.Error("ERR EXEC without MULTI")
 		return
 	}
-	c.multi = nil
+	c.setMulti(nil)
 	watched := c.watch
 	c.unwatch()
 	if m.aborted {

@@ -51,7 +51,8 @@ func cmdQuit(c *conn, _ [][]byte, w *resp.Writer) {
 
 // cmdReset returns the connection to its state at connect.
 func cmdReset(c *conn, _ [][]byte, w *resp.Writer) {
-	c.multi, c.consistency, c.proto = nil, concordpb.Consistency_LINEARIZABLE, 2
+	c.consistency, c.proto = concordpb.Consistency_LINEARIZABLE, 2
+	c.setMulti(nil)
 	c.unwatch()
 	c.setAuthed(c.s.cfg.AuthToken == "")
 	c.setName("")
@@ -331,10 +332,14 @@ func (c *conn) setInfo(attr, val []byte) error {
 // describe is the connection's line in CLIENT LIST.
 func (c *conn) describe() string {
 	c.mu.Lock()
-	name, last, watched, libName, libVer := c.name, c.lastCmd, c.nWatched, c.libName, c.libVer
+	name, last, watched, queued, libName, libVer := c.name, c.lastCmd, c.nWatched, c.nQueued, c.libName, c.libVer
 	c.mu.Unlock()
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), watched, cmdOrNull(last), c.proto, libName, libVer)
+	flags := "N"
+	if queued >= 0 {
+		flags = "x" // inside MULTI, as Redis flags it
+	}
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), flags, queued, watched, cmdOrNull(last), c.proto, libName, libVer)
 }
 
 func cmdOrNull(s string) string {

@@ -21,7 +21,7 @@ func TestIncrByFloatDifferential(t *testing.T) {
 	awaitIncrFloatText(t, c)
 	for i, s := range diffScripts {
 		if strings.HasPrefix(s.name, "INCRBYFLOAT") {
-			runDiffScript(t, s, 2, fmt.Sprintf("{f%d}", i), redisAddr, c.RedisAddr(0))
+			runDiffScript(t, s, 2, fmt.Sprintf("{f%d}", i), redisAddr, c.RedisAddr(0), c.RedisAddr(0))
 		}
 	}
 }

@@ -43,7 +43,7 @@ func TestRedisServerDifferential(t *testing.T) {
 				// starts from absent keys, and its keys share a shard.
 				tag := fmt.Sprintf("{t%d.%d}", proto, i)
 				node := i % c.N() // spread over the nodes: forwarded and local
-				runDiffScript(t, s, proto, tag, redisAddr, c.RedisAddr(node))
+				runDiffScript(t, s, proto, tag, redisAddr, c.RedisAddr(node), c.RedisAddr((node+1)%c.N()))
 			}
 		})
 	}
@@ -74,6 +74,9 @@ var knownDifferences = map[string]string{
 	`INFO shapes, RESET, QUIT in MULTI: ECHO x`:                 "MULTI queues key commands only (docs/redis.md, MULTI/EXEC)",
 	`HELLO option order: CLIENT GETNAME`:                        "a refused HELLO changes nothing; Redis 7.0 keeps the SETNAME before the bad option (docs/redis.md, commands: connection)",
 	`handshake: COMMAND INFO get`:                               "no ACL categories nor key specifications (docs/redis.md, Partial: COMMAND)",
+	`WATCH a write of the same value: EXEC`:                     "WATCH compares values: a write of the value WATCH read does not abort (docs/redis.md, Partial: WATCH)",
+	`WATCH a new expiry: EXEC`:                                  "WATCH compares values: a new expiry alone does not abort (docs/redis.md, Partial: WATCH)",
+	`WATCH a change and a change back: EXEC`:                    "WATCH compares values: a change and a change back does not abort (docs/redis.md, Partial: WATCH)",
 	`handshake: CONFIG GET maxmemor*`:                           "CONFIG GET knows a few settings only (docs/redis.md, Partial: CONFIG GET)",
 }
 
@@ -85,7 +88,8 @@ var knownDifferences = map[string]string{
 // "@ " in any order, "^ " by shape only. "> " sends the rest of the line
 // as it is, an inline command (as telnet sends). "! " before the others
 // marks the script's last step, after which the servers close the
-// connection (a protocol error).
+// connection (a protocol error). "& " first runs the step on the script's
+// second connection (runDiffScript).
 type diffScript struct {
 	name  string
 	steps []string
@@ -423,6 +427,43 @@ var diffScripts = []diffScript{
 		`WATCH {t}w`, `MULTI`, `EXEC`, `MULTI`, `MULTI`, `MULTI`, `DISCARD`,
 		`MULTI`, `SET {t}c 1`, `WATCH`, `EXEC`, `MULTI`, `MSET {t}d`, `EXEC`,
 	}},
+	{"WATCH across connections", []string{
+		// "& " steps run on a second connection, to another Concord node.
+		`SET {t}a 1`, `WATCH {t}a`, `& SET {t}a 2`, `MULTI`, `SET {t}a 3`, `EXEC`, `GET {t}a`,
+		`WATCH {t}a`, `& DEL {t}a`, `MULTI`, `SET {t}a 3`, `EXEC`, `EXISTS {t}a`,
+		`WATCH {t}a`, `& SET {t}a 4`, `MULTI`, `SET {t}a 5`, `EXEC`, `GET {t}a`,
+		`WATCH {t}n {t}a`, `& SET {t}other 1`, `MULTI`, `GET {t}a`, `EXEC`,
+		`WATCH {t}a`, `& MULTI`, `& SET {t}a 6`, `MULTI`, `SET {t}a 7`, `& EXEC`, `EXEC`, `GET {t}a`,
+		`WATCH {t}a`, `& MULTI`, `& SET {t}a 8`, `MULTI`, `SET {t}a 9`, `EXEC`, `& EXEC`, `GET {t}a`,
+		`WATCH {t}a`, `& SET {t}a 10`, `UNWATCH`, `MULTI`, `SET {t}a 11`, `EXEC`, `GET {t}a`,
+		`WATCH {t}a`, `& SET {t}a 12`, `MULTI`, `UNWATCH`, `SET {t}a 13`, `EXEC`, `GET {t}a`,
+		`WATCH {t}a`, `& SET {t}a 14`, `MULTI`, `DISCARD`, `MULTI`, `SET {t}a 15`, `EXEC`, `GET {t}a`,
+		`WATCH {t}a`, `& SET {t}a 16`, `MULTI`, `GET`, `EXEC`, `MULTI`, `SET {t}a 17`, `EXEC`,
+		`WATCH {t}a`, `& SET {t}a 18`, `MULTI`, `INCRBY {t}a x`, `EXEC`,
+		`WATCH {t}a`, `& SET {t}a 19`, `RESET`, `MULTI`, `SET {t}a 20`, `EXEC`,
+		`WATCH {t}a`, `WATCH {t}a`, `& SET {t}a 21`, `MULTI`, `EXEC`,
+		`WATCH {t}a`, `& SET {t}a 22`, `WATCH {t}b`, `MULTI`, `EXEC`, `GET {t}a`,
+		`WATCH {t}a`, `& SET {t}a 23`, `MULTI`, `EXEC x`, `MULTI`, `SET {t}a 24`, `EXEC`, `GET {t}a`,
+		`MULTI`, `& GET {t}a`, `& MULTI`, `& EXEC`, `SET {t}a 25`, `EXEC`, `& GET {t}a`,
+	}},
+	{"WATCH a write of the same value", []string{
+		`SET {t}a 1`, `WATCH {t}a`, `& SET {t}a 1`, `MULTI`, `SET {t}a 2`, `EXEC`, `SET {t}a 3`, `GET {t}a`,
+	}},
+	{"WATCH a new expiry", []string{
+		`SET {t}a 1`, `WATCH {t}a`, `& EXPIRE {t}a 100`, `MULTI`, `SET {t}a 2`, `EXEC`, `SET {t}a 3`, `GET {t}a`,
+	}},
+	{"WATCH a change and a change back", []string{
+		`WATCH {t}a`, `& SET {t}a 1`, `& DEL {t}a`, `MULTI`, `GET {t}a`, `EXEC`,
+	}},
+	{"MULTI state", []string{
+		`MULTI`, `MULTI x`, `EXEC`, `MULTI`, `DISCARD x`, `EXEC`, `MULTI`, `WATCH`, `DISCARD`, `MULTI`, `EXEC x`, `EXEC`,
+		`MULTI`, `SET {t}a 1`, `UNWATCH`, `UNWATCH`, `GET {t}a`, `EXEC`,
+		`MULTI`, `SET {t}a 4`, `QUIT x`,
+	}},
+	{"EXEC op failures", []string{
+		`SET {t}s abc`, `SET {t}n 1`, `MULTI`, `INCR {t}s`, `INCR {t}n`, `APPEND {t}s x`, `INCRBYFLOAT {t}s 1`, `GETRANGE {t}n 0 -1`,
+		`SET {t}n 5 GET`, `EXEC`, `MGET {t}s {t}n`, `SET {t}big 9223372036854775807`, `MULTI`, `INCR {t}big`, `SET {t}z 1`, `DECR {t}z`, `EXEC`,
+	}},
 	{"handshake", []string{
 		`HELLO 2 AUTH`, `HELLO 2 AUTH default`, `HELLO 2 SETNAME`, `HELLO 0`, `HELLO -1`, `HELLO 1`, `HELLO 2x`,
 		`HELLO 3 SETNAME "a b"`, `HELLO 2 FOO bar`, `HELLO 99999999999999999999`, `AUTH a b`, `AUTH a b c`, `AUTH default ""`, `AUTH default x`, `AUTH DEFAULT x`, `HELLO 2 AUTH nobody x`,
@@ -467,19 +508,31 @@ func arityChecks() []string {
 
 // runDiffScript runs s on a new connection to each server and compares
 // every reply.
-func runDiffScript(t *testing.T, s diffScript, proto int, tag, redisAddr, concordAddr string) {
+//
+// A step prefixed "& " runs on a second connection of the script, opened
+// at its first such step: to redis-server, and to otherAddr, another
+// Concord node, so that what one connection does to another's
+// transaction or watched keys is compared too.
+func runDiffScript(t *testing.T, s diffScript, proto int, tag, redisAddr, concordAddr, otherAddr string) {
 	t.Helper()
-	rc, cc := dialDiff(t, redisAddr), dialDiff(t, concordAddr)
+	rc, cc := dialDiffProto(t, redisAddr, proto), dialDiffProto(t, concordAddr, proto)
 	defer rc.close()
 	defer cc.close()
-	if proto == 3 {
-		for _, c := range []*diffConn{rc, cc} {
-			if r := c.do(t, []string{"HELLO", "3"}); r.typ != '%' {
-				t.Fatalf("HELLO 3 to %s: %s", c.addr, r)
-			}
+	var rc2, cc2 *diffConn // the second connection's, once a step needs them
+	defer func() {
+		if rc2 != nil {
+			rc2.close()
+			cc2.close()
 		}
-	}
+	}()
 	for _, step := range s.steps {
+		rc, cc := rc, cc
+		if rest, ok := strings.CutPrefix(step, "& "); ok {
+			if rc2 == nil {
+				rc2, cc2 = dialDiffProto(t, redisAddr, proto), dialDiffProto(t, otherAddr, proto)
+			}
+			rc, cc, step = rc2, cc2, rest
+		}
 		mode, line := parseStepMode(t, step)
 		var want, got diffReply
 		var args []string
@@ -675,6 +728,19 @@ func dialDiff(t *testing.T, addr string) *diffConn {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	return &diffConn{addr: addr, nc: nc, br: bufio.NewReader(nc)}
+}
+
+// dialDiffProto connects to addr and switches to RESP3 when proto is 3.
+func dialDiffProto(t *testing.T, addr string, proto int) *diffConn {
+	t.Helper()
+	c := dialDiff(t, addr)
+	if proto == 3 {
+		if r := c.do(t, []string{"HELLO", "3"}); r.typ != '%' {
+			c.close()
+			t.Fatalf("HELLO 3 to %s: %s", c.addr, r)
+		}
+	}
+	return c
 }
 
 func (c *diffConn) close() { c.nc.Close() }
