@@ -247,11 +247,11 @@ func bytesText(b uint64) string {
 
 // lowSpaceNodes are the nodes the placement leader holds low on space
 // in view v (scheduler.LowOnSpace: a low report received since it began
-// observing, from a node heard from within SuspectAfter and not removed,
-// replaced or dead), with the figures of their last reports (loads). A
-// silent node's disk takes no writes, a removed one's never will again,
-// and a report from before this placement leadership says nothing of the
-// disk now: none may hold the cluster's writes back. In node id order, so
+// observing, from a node not removed, replaced or judged dead by its
+// silence), with the figures of their last reports (loads). A dead node's
+// disk takes no writes, a removed one's never will again, and a report
+// from before this placement leadership says nothing of the disk now:
+// none may hold the cluster's writes back. In node id order, so
 // every node names the same one first.
 func lowSpaceNodes(v scheduler.View, loads map[ids.NodeID]load) []*concordpb.LowSpaceNode {
 	var out []*concordpb.LowSpaceNode

@@ -107,7 +107,7 @@ func TestLowSpaceNodesOnlyLiveMembers(t *testing.T) {
 	add(7, up, 0, true)
 	add(2, concordpb.NodeState_NODE_SUSPECT, time.Second, true) // recorded SUSPECT, heard from since: UP
 	add(3, up, 61*time.Second, true)                            // silent past DeadAfter: dead
-	add(9, up, 6*time.Second, true)                             // silent past SuspectAfter
+	add(9, up, 6*time.Second, true)                             // silent past SuspectAfter, not dead: may still take appends
 	add(4, concordpb.NodeState_NODE_REMOVED, 0, true)
 	add(5, concordpb.NodeState_NODE_REPLACED, 0, true)
 	add(6, leaving, 0, true)
@@ -122,16 +122,17 @@ func TestLowSpaceNodesOnlyLiveMembers(t *testing.T) {
 			t.Errorf("node %d listed with %d free, %d reserve; want its report's", l.GetNodeId(), l.GetFreeBytes(), l.GetReserveBytes())
 		}
 	}
-	if fmt.Sprint(ids) != "[2 6 7]" {
-		t.Fatalf("low nodes %v; want [2 6 7] (those heard from lately that reported low, in id order)", ids)
+	if fmt.Sprint(ids) != "[2 6 7 9]" {
+		t.Fatalf("low nodes %v; want [2 6 7 9] (the live ones that reported low, in id order)", ids)
 	}
 
 	// The placement leadership moved away and back: this leader's watch
 	// began 2 s ago, and node 7's low report is from its earlier term.
 	v.ObservedSince = now.Add(-2 * time.Second)
 	v.Reports[7] = scheduler.Report{At: now.Add(-3 * time.Second), DiskLow: true}
+	v.Reports[9] = scheduler.Report{At: now.Add(-3 * time.Second), DiskLow: true}
 	if got := lowSpaceNodes(v, loads); len(got) != 2 || got[0].GetNodeId() != 2 || got[1].GetNodeId() != 6 {
-		t.Fatalf("low nodes %v after a new placement leadership; want [2 6]: node 7's report predates it", got)
+		t.Fatalf("low nodes %v after a new placement leadership; want [2 6]: the reports of nodes 7 and 9 predate it", got)
 	}
 }
 

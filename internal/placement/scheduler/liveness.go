@@ -32,10 +32,13 @@ func NodeStates(v View) map[ids.NodeID]concordpb.NodeState {
 // if this placement leader received it since it began observing
 // (View.ObservedSince): one from an earlier term of its leadership says
 // nothing of the node's disk now, and would hold the alarm on until the
-// node is judged dead. And only while the node is answering (not silent
-// for longer than SuspectAfter, not dead, removed or replaced, whatever
-// its recorded state, LEAVING included): a silent node takes no writes,
-// and its last word about its disk grows old. The node holds the space
+// node is judged dead. And only while the node is live (not judged dead
+// by its silence, removed or replaced, whatever its recorded state,
+// LEAVING included: a dead leaving node stays LEAVING until its drain
+// completes). Not only while it answers placement: a node silent to the
+// placement leader for a few seconds (a stall on a nearly full disk, a
+// link cut to the leader only) may still take raft appends, and dropping
+// the alarm then would let the cluster's writes fill its disk. The node holds the space
 // alarm on while any node is here, and Schedule puts no new replica on
 // one (its disk refuses the snapshot anyway).
 func LowOnSpace(v View) map[ids.NodeID]bool {
@@ -43,7 +46,7 @@ func LowOnSpace(v View) map[ids.NodeID]bool {
 	for _, n := range v.Nodes {
 		id := ids.NodeID(n.GetNodeId())
 		r, ok := v.Reports[id]
-		if ok && r.DiskLow && !r.At.Before(v.ObservedSince) && judge(v, n).answering {
+		if ok && r.DiskLow && !r.At.Before(v.ObservedSince) && judge(v, n).live {
 			out[id] = true
 		}
 	}
