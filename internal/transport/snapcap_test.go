@@ -271,9 +271,16 @@ func TestBusyReceiverDoesNotBackOffSender(t *testing.T) {
 	}
 	cancel()
 	waitFor(t, "the receive slot free", func() bool { return b.receiving() == 0 })
-	if err := a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1)); err != nil {
-		t.Fatalf("a snapshot once a receive slot was free: %v", err)
-	}
+	// Within the short busy wait (snapBusyWait) the try fails at once;
+	// past it, well before the hour a backoff would last, it goes through.
+	var last error
+	waitFor(t, "a snapshot once a receive slot was free", func() bool {
+		last = a.sendSnapshot(2, 3, snapHeader(), tinyPairs(1))
+		if last != nil && !errors.Is(last, errSnapshotBackoff) {
+			t.Fatalf("a snapshot once a receive slot was free: %v", last)
+		}
+		return last == nil
+	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.snaps) != 1 {
@@ -318,6 +325,28 @@ func TestSnapshotBackoffByRefusal(t *testing.T) {
 	if err := b.wait(2); err != nil {
 		t.Fatalf("after a snapshot went through: %v", err)
 	}
+}
+
+// TestBusyRefusalWaitsShortly: a busy refusal holds the peer off for the
+// short busy wait only, without starting the doubling, so the tries of
+// many shards do not queue on the snapshot rate limit while a receiver's
+// slots are taken, and a refusal for room then starts at the minimum.
+func TestBusyRefusalWaitsShortly(t *testing.T) {
+	b := snapshotBackoff{min: time.Hour, max: 4 * time.Hour, busy: time.Hour}
+	b.note(2, refusal(refusedBusy, "transport: busy"))
+	if !errors.Is(b.wait(2), errSnapshotBackoff) {
+		t.Fatal("no wait after a busy refusal")
+	}
+	if st := b.peers[2]; st.next != 0 {
+		t.Fatalf("a busy refusal set the next backoff to %v; want none started", st.next)
+	}
+	b.note(2, refusal(refusedNoRoom, "transport: full"))
+	if st := b.peers[2]; st.next != 2*time.Hour {
+		t.Fatalf("a refusal for room after a busy one: next %v; want 2h (started at the minimum)", st.next)
+	}
+	b = snapshotBackoff{min: time.Hour, max: 4 * time.Hour, busy: time.Millisecond}
+	b.note(2, refusal(refusedBusy, "transport: busy"))
+	waitFor(t, "the busy wait over", func() bool { return b.wait(2) == nil })
 }
 
 // otherMark is a ResourceExhausted whose ErrorInfo has the transport's

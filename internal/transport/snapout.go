@@ -23,6 +23,9 @@ var errSnapshotBackoff = errors.New("transport: peer refused a snapshot recently
 const (
 	snapBackoffMin = time.Second
 	snapBackoffMax = 30 * time.Second
+	// snapBusyWait is the wait after a busy refusal: a few ticks, far
+	// below a stream's length, so a freed slot soon finds a sender.
+	snapBusyWait = 300 * time.Millisecond
 )
 
 // snapshotBackoff spaces out the snapshots sent to peers that refused one
@@ -44,8 +47,16 @@ const (
 // message past the receiver's limit, which no backoff cures), so
 // treating it as busy keeps what those receivers had, raft's retry at
 // each heartbeat answer.
+//
+// A busy refusal still holds the peer off for a short fixed wait (busy,
+// snapBusyWait), not doubled: raft asks again at each heartbeat answer
+// (every tick), and each try scans and rate-charges up to a chunk before
+// the receiver's refusal is seen, so during a mass recovery the doomed
+// tries of many shards would queue on the node's snapshot rate limit
+// ahead of the streams that were taken.
 type snapshotBackoff struct {
 	min, max time.Duration // snapBackoffMin, snapBackoffMax; tests shorten them
+	busy     time.Duration // snapBusyWait; tests change it
 	mu       sync.Mutex
 	peers    map[ids.NodeID]backoffState // guarded by mu
 }
@@ -66,20 +77,26 @@ func (b *snapshotBackoff) wait(node ids.NodeID) error {
 }
 
 // note records a stream's outcome: a refusal for want of room starts or
-// doubles node's backoff; any other refusal (busy) leaves it as it is, as
-// it says nothing about room; anything else ends it.
+// doubles node's backoff; any other refusal (busy) holds the peer off for
+// the short busy wait and leaves the doubling as it is, as it says
+// nothing about room; anything else ends it.
 func (b *snapshotBackoff) note(node ids.NodeID, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case status.Code(err) != codes.ResourceExhausted:
+	if status.Code(err) != codes.ResourceExhausted {
 		delete(b.peers, node)
-		return
-	case refusalReason(err) != refusedNoRoom:
 		return
 	}
 	if b.peers == nil {
 		b.peers = map[ids.NodeID]backoffState{}
+	}
+	if refusalReason(err) != refusedNoRoom {
+		st := b.peers[node]
+		if until := time.Now().Add(b.busy); until.After(st.until) {
+			st.until = until
+		}
+		b.peers[node] = st
+		return
 	}
 	wait := max(b.peers[node].next, b.min)
 	b.peers[node] = backoffState{until: time.Now().Add(wait), next: min(2*wait, b.max)}

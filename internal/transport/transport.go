@@ -297,7 +297,7 @@ func New(cfg Config, sink storage.SnapshotSink) *Transport {
 		snapRate: &rateLimit{bytesPerSec: float64(cfg.SnapshotRateBytes)}, after: time.After, writeWait: writeTimeout,
 		keepaliveWait: keepaliveInterval, idleWait: idleTimeout, quietWait: quietTimeout, helloWait: helloReadTimeout,
 		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, snapIn: make(chan struct{}, cfg.MaxInboundSnapshots),
-		snapBackoff: snapshotBackoff{min: snapBackoffMin, max: snapBackoffMax}}
+		snapBackoff: snapshotBackoff{min: snapBackoffMin, max: snapBackoffMax, busy: snapBusyWait}}
 }
 
 // SetReceiver sets where incoming traffic is delivered.
