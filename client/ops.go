@@ -123,6 +123,12 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 // MiB of keys and values per batch) are lower and answered by the node.
 const maxRequestBytes = dial.MaxMsgBytes - 64<<10
 
+// opOverhead bounds what an op of a batch adds to its message beyond its
+// key, value and expected value: its tag, length prefixes (up to 5 bytes
+// each), type, delta, TTL and flags. Counted so that a batch of many small
+// ops cannot pass the message limit under the check.
+const opOverhead = 64
+
 // checkRequestBytes refuses a write of n key and value bytes past
 // maxRequestBytes before anything is sent (InvalidArgument: nothing
 // applied).
@@ -185,7 +191,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, key []byte, cas CAS) (res C
 func (c *Client) Batch(ctx context.Context, ops []*concordpb.Op) (results []*concordpb.OpResult, err error) {
 	n := 0
 	for _, op := range ops {
-		n += len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
+		n += opOverhead + len(op.GetKey()) + len(op.GetValue()) + len(op.GetExpected())
 	}
 	if err := checkRequestBytes(n); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/dial"
@@ -37,6 +38,21 @@ func TestRequestPastTheMessageLimitRefusedBeforeSending(t *testing.T) {
 				},
 				"batch": func(ctx context.Context) error {
 					_, err := c.Batch(ctx, []*concordpb.Op{{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: big}})
+					return err
+				},
+				// Under the limit in keys and values, over it with each
+				// op's own bytes.
+				"batch of many ops": func(ctx context.Context) error {
+					const n = 1 << 20
+					value := make([]byte, maxRequestBytes/n-2)
+					ops := make([]*concordpb.Op, n)
+					for i := range ops {
+						ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: value, TtlMs: 1 << 40}
+					}
+					if sz := proto.Size(&concordpb.BatchRequest{Ops: ops}); sz <= dial.MaxMsgBytes {
+						t.Fatalf("the batch of many ops is %d bytes, within the message limit: not the case meant", sz)
+					}
+					_, err := c.Batch(ctx, ops)
 					return err
 				},
 			}
