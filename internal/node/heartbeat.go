@@ -171,7 +171,8 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 			newLeader = true
 		}
 	}
-	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow()}
+	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow(),
+		DiskBytes: req.GetDiskBytes(), DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
 		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow()}
 	return newLeader
