@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -464,5 +465,60 @@ func TestCutOffNodeForgetsOthersLowAfterDeadAfter(t *testing.T) {
 	nodes[cut].checkSpace(context.Background())
 	if r := reason(nodes[cut]); r != "" || nodes[cut].space.alarm.Load() {
 		t.Fatalf("the cut-off node with room, the others forgotten: alarm %q; want off", r)
+	}
+}
+
+// TestRedisFaultDiskLow protects CONCORD.FAULT DISK-LOW ON|OFF on a real
+// node's Redis port: ON makes the node's measurement read 0 free bytes, so
+// a SET is soon answered -NOSPACE naming the node; OFF measures the disk
+// again and SETs succeed. A node whose guard is off refuses it and sets
+// nothing, as Admin.DiskLow does.
+func TestRedisFaultDiskLow(t *testing.T) {
+	// A reserve of 1 byte: the guard on, and the host's real disk above it.
+	n := startSolo(t, func(c *Config) {
+		c.RedisAddr, c.EnableFaultInjection, c.ReserveDiskBytes = "127.0.0.1:0", true, 1
+	})
+	nc, r := redisDial(t, n)
+	do := func(args ...string) string {
+		t.Helper()
+		if _, err := io.WriteString(nc, command(args...)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(line, "\r\n")
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if got := do("SET", "before", "v"); got != "+OK" {
+			return fmt.Errorf("SET answered %q", got)
+		}
+		return nil
+	})
+	if got := do("CONCORD.FAULT", "DISK-LOW", "ON"); got != "+OK" {
+		t.Fatalf("CONCORD.FAULT DISK-LOW ON answered %q; want +OK", got)
+	}
+	want := fmt.Sprintf("-NOSPACE node %d has 0 B free", n.ID())
+	waitFor(t, 10*time.Second, func() error {
+		if got := do("SET", "during", "v"); !strings.HasPrefix(got, want) {
+			return fmt.Errorf("SET with the disk-low fault on answered %q; want %q...", got, want)
+		}
+		return nil
+	})
+	if got := do("CONCORD.FAULT", "DISK-LOW", "OFF"); got != "+OK" {
+		t.Fatalf("CONCORD.FAULT DISK-LOW OFF answered %q; want +OK", got)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if got := do("SET", "after", "v"); got != "+OK" {
+			return fmt.Errorf("SET with the fault off answered %q", got)
+		}
+		return nil
+	})
+
+	off := startSolo(t, func(c *Config) { c.RedisAddr, c.EnableFaultInjection = "127.0.0.1:0", true })
+	nc, r = redisDial(t, off)
+	if got := do("CONCORD.FAULT", "DISK-LOW", "ON"); !strings.HasPrefix(got, "-ERR the disk space guard is off") || off.space.full.Load() {
+		t.Fatalf("CONCORD.FAULT DISK-LOW ON with the guard off answered %q (fault set: %v); want refused, not set", got, off.space.full.Load())
 	}
 }
