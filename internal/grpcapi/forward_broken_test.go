@@ -35,7 +35,8 @@ func (r redisFront) Die(clean bool)          { r.f.Die(clean) }
 func (r redisFront) Partition(reach []string) []ids.NodeID {
 	return r.f.Partition(reach)
 }
-func (r redisFront) Heal() { r.f.Heal() }
+func (r redisFront) Heal()                  { r.f.Heal() }
+func (r redisFront) DiskLow(low bool) error { return r.f.DiskLow(low) }
 
 // serveRedis starts a Redis port on 127.0.0.1 over kv and returns a
 // connection to it.

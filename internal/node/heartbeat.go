@@ -171,7 +171,8 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 			newLeader = true
 		}
 	}
-	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow()}
+	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow(),
+		DiskBytes: req.GetDiskBytes(), DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
 		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow()}
 	return newLeader
@@ -351,8 +352,11 @@ func (n *Node) placementView() (scheduler.View, error) {
 }
 
 // sendHeartbeat reports this node's replicas to the placement leader and
-// learns the cluster's nodes and shards from the answer.
+// learns the cluster's nodes and shards from the answer. First it forgets
+// the nodes the last answer named low, if that answer is older than
+// DeadAfter (expireLowSpace).
 func (n *Node) sendHeartbeat(ctx context.Context) {
+	n.expireLowSpace()
 	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()), Version: uint32(n.level()),
 		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now()),
 		DiskFreeBytes: n.space.free.Load(), DiskReserveBytes: n.space.reserve.Load(), DiskLow: n.space.low.Load()}

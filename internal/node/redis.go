@@ -116,3 +116,4 @@ func (b redisBackend) Members() []string {
 func (b redisBackend) Die(clean bool)                            { b.n.die(clean) }
 func (b redisBackend) Partition(reachable []string) []ids.NodeID { return b.n.partitionFrom(reachable) }
 func (b redisBackend) Heal()                                     { b.n.heal() }
+func (b redisBackend) DiskLow(low bool) error                    { return b.n.setDiskLow(low) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement/scheduler"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -368,5 +370,161 @@ func TestDiskLowFaultRefusedWhileTheGuardIsOff(t *testing.T) {
 	}
 	if n.space.full.Load() {
 		t.Fatal("a refused disk-low fault was set")
+	}
+}
+
+// TestReportsCarryDiskFiguresToTheScheduler protects the scheduler's room
+// check (planner.hasRoom): the view's reports must carry each node's disk
+// bytes, free bytes and reserve from its heartbeat, or every target looks
+// like an older binary with no figures and a node too full for a shard's
+// snapshot is chosen anyway.
+func TestReportsCarryDiskFiguresToTheScheduler(t *testing.T) {
+	var m placementState
+	m.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 4},
+		DiskBytes: 7 << 20, DiskFreeBytes: 3 << 30, DiskReserveBytes: 1 << 30})
+	r := m.view(time.Now(), scheduler.DefaultSettings(time.Second), nil, nil).Reports[4]
+	if r.DiskBytes != 7<<20 || r.DiskFree != 3<<30 || r.DiskReserve != 1<<30 {
+		t.Fatalf("view's report of n4: disk %d, free %d, reserve %d; want %d, %d, %d",
+			r.DiskBytes, r.DiskFree, r.DiskReserve, 7<<20, 3<<30, 1<<30)
+	}
+}
+
+// TestCutOffNodeForgetsOthersLowAfterDeadAfter protects the horizon on
+// other nodes' low state: a node cut off from every placement leader gets
+// no heartbeat answer, so nothing replaces the low nodes the last one
+// named; once none has come for DeadAfter (the node's clock moved past it
+// here) it forgets them, while its own measurement still counts. Before
+// that, it keeps them: the cluster's recovery does not reach it.
+func TestCutOffNodeForgetsOthersLowAfterDeadAfter(t *testing.T) {
+	const reserve = 1 << 30
+	var free [3]atomic.Uint64
+	var skew atomic.Int64 // added to the cut-off node's space clock
+	nodes, cfgs := startClusterWith(t, []version.Level{0, 0, 0}, func(i int, cfg *Config, hooks *testHooks) {
+		cfg.ReserveDiskBytes = reserve
+		free[i].Store(8 << 30)
+		hooks.diskSpace = func() (uint64, uint64, error) { return free[i].Load(), 100 << 30, nil }
+		hooks.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	meta := -1
+	waitFor(t, 10*time.Second, func() error {
+		for i, n := range nodes {
+			if _, local := n.leaderOf(routing.MetaShard); local {
+				meta = i
+				return nil
+			}
+		}
+		return errors.New("no placement leader yet")
+	})
+	low, cut := (meta+1)%3, (meta+2)%3 // neither leads placement: cut's heartbeats go out
+	reason := func(n *Node) string {
+		n.space.mu.Lock()
+		defer n.space.mu.Unlock()
+		return n.space.reason
+	}
+	names := func(n *Node, id ids.NodeID) error {
+		if r := reason(n); !strings.Contains(r, fmt.Sprintf("node %d has", id)) {
+			return fmt.Errorf("node %d's alarm: %q; want it to name node %d", n.ID(), r, id)
+		}
+		return nil
+	}
+
+	free[low].Store(800 << 20)
+	waitFor(t, 10*time.Second, func() error { return names(nodes[cut], nodes[low].ID()) })
+	nodes[cut].partitionFrom(nil)
+	waitFor(t, 10*time.Second, func() error {
+		if !nodes[cut].placement.heartbeatFailed.Load() {
+			return errors.New("the cut-off node's heartbeats still get answers")
+		}
+		return nil
+	})
+	free[low].Store(8 << 30)
+	waitFor(t, 10*time.Second, func() error {
+		if nodes[meta].space.alarm.Load() {
+			return errors.New("the placement leader's alarm is still on once the low node has room")
+		}
+		return nil
+	})
+	if err := names(nodes[cut], nodes[low].ID()); err != nil {
+		t.Fatalf("within DeadAfter of the last answer, the cut-off node forgot: %v", err)
+	}
+
+	// Low itself too: its own measurement, which counts whatever placement
+	// says, names itself first.
+	free[cut].Store(700 << 20)
+	nodes[cut].checkSpace(context.Background())
+	if err := names(nodes[cut], nodes[cut].ID()); err != nil {
+		t.Fatal(err)
+	}
+	skew.Store(int64(cfgs[cut].DeadAfter + time.Second))
+	waitFor(t, 10*time.Second, func() error {
+		nodes[cut].space.mu.Lock()
+		defer nodes[cut].space.mu.Unlock()
+		if len(nodes[cut].space.others) > 0 {
+			return fmt.Errorf("the cut-off node still holds %v low, DeadAfter after its last heartbeat answer", nodes[cut].space.others)
+		}
+		return nil
+	})
+	if err := names(nodes[cut], nodes[cut].ID()); err != nil || !nodes[cut].space.alarm.Load() {
+		t.Fatalf("forgetting the others dropped the node's own low state: %v", err)
+	}
+	free[cut].Store(8 << 30)
+	nodes[cut].checkSpace(context.Background())
+	if r := reason(nodes[cut]); r != "" || nodes[cut].space.alarm.Load() {
+		t.Fatalf("the cut-off node with room, the others forgotten: alarm %q; want off", r)
+	}
+}
+
+// TestRedisFaultDiskLow protects CONCORD.FAULT DISK-LOW ON|OFF on a real
+// node's Redis port: ON makes the node's measurement read 0 free bytes, so
+// a SET is soon answered -NOSPACE naming the node; OFF measures the disk
+// again and SETs succeed. A node whose guard is off refuses it and sets
+// nothing, as Admin.DiskLow does.
+func TestRedisFaultDiskLow(t *testing.T) {
+	// A reserve of 1 byte: the guard on, and the host's real disk above it.
+	n := startSolo(t, func(c *Config) {
+		c.RedisAddr, c.EnableFaultInjection, c.ReserveDiskBytes = "127.0.0.1:0", true, 1
+	})
+	nc, r := redisDial(t, n)
+	do := func(args ...string) string {
+		t.Helper()
+		if _, err := io.WriteString(nc, command(args...)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(line, "\r\n")
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if got := do("SET", "before", "v"); got != "+OK" {
+			return fmt.Errorf("SET answered %q", got)
+		}
+		return nil
+	})
+	if got := do("CONCORD.FAULT", "DISK-LOW", "ON"); got != "+OK" {
+		t.Fatalf("CONCORD.FAULT DISK-LOW ON answered %q; want +OK", got)
+	}
+	want := fmt.Sprintf("-NOSPACE node %d has 0 B free", n.ID())
+	waitFor(t, 10*time.Second, func() error {
+		if got := do("SET", "during", "v"); !strings.HasPrefix(got, want) {
+			return fmt.Errorf("SET with the disk-low fault on answered %q; want %q...", got, want)
+		}
+		return nil
+	})
+	if got := do("CONCORD.FAULT", "DISK-LOW", "OFF"); got != "+OK" {
+		t.Fatalf("CONCORD.FAULT DISK-LOW OFF answered %q; want +OK", got)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if got := do("SET", "after", "v"); got != "+OK" {
+			return fmt.Errorf("SET with the fault off answered %q", got)
+		}
+		return nil
+	})
+
+	off := startSolo(t, func(c *Config) { c.RedisAddr, c.EnableFaultInjection = "127.0.0.1:0", true })
+	nc, r = redisDial(t, off)
+	if got := do("CONCORD.FAULT", "DISK-LOW", "ON"); !strings.HasPrefix(got, "-ERR the disk space guard is off") || off.space.full.Load() {
+		t.Fatalf("CONCORD.FAULT DISK-LOW ON with the guard off answered %q (fault set: %v); want refused, not set", got, off.space.full.Load())
 	}
 }

@@ -32,6 +32,8 @@ type fakeKV struct {
 	// noSpace, when set, is the space alarm's refusal: NoSpace returns it
 	// and a batch that adds data fails with it, as grpcapi.KV does.
 	noSpace error
+	// diskLowErr, when set, is DiskLow's refusal.
+	diskLowErr error
 }
 
 func (f *fakeKV) NoSpace() error { return f.noSpace }
@@ -93,6 +95,18 @@ func (f *fakeKV) ClusterVersion() version.Level   { return version.Binary }
 func (f *fakeKV) Die(bool)                        {}
 func (f *fakeKV) Partition([]string) []ids.NodeID { return nil }
 func (f *fakeKV) Heal()                           {}
+
+// DiskLow records the fault's calls; diskLowErr, when set, refuses them
+// (the guard off).
+func (f *fakeKV) DiskLow(low bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.diskLowErr != nil {
+		return f.diskLowErr
+	}
+	f.log = append(f.log, fmt.Sprintf("disk-low %v", low))
+	return nil
+}
 
 // runPipeline runs the commands as one pipeline on a fresh connection and
 // returns the replies, in order, as one string, and the backend's log.

@@ -83,8 +83,10 @@ func cmdMembers(c *conn, _ [][]byte, w *resp.Writer) {
 	}
 }
 
-// cmdFault: CONCORD.FAULT DIE CLEAN|UNCLEAN | PARTITION [addr...] | HEAL,
-// refused unless the node runs with --enable-fault-injection.
+// cmdFault: CONCORD.FAULT DIE CLEAN|UNCLEAN | PARTITION [addr...] | HEAL |
+// DISK-LOW ON|OFF, refused unless the node runs with
+// --enable-fault-injection. DISK-LOW is Admin.DiskLow (concord fault
+// disk-low): refused, and nothing set, on a node whose space guard is off.
 func cmdFault(c *conn, a [][]byte, w *resp.Writer) {
 	if !c.s.cfg.EnableFaultInjection {
 		w.Error("ERR fault injection is disabled on this node (start it with --enable-fault-injection)")
@@ -110,7 +112,13 @@ func cmdFault(c *conn, a [][]byte, w *resp.Writer) {
 	case sub == "HEAL" && len(a) == 2:
 		c.s.b.Heal()
 		w.SimpleString("OK")
+	case sub == "DISK-LOW" && len(a) == 3 && (strings.EqualFold(string(a[2]), "on") || strings.EqualFold(string(a[2]), "off")):
+		if err := c.s.b.DiskLow(strings.EqualFold(string(a[2]), "on")); err != nil {
+			w.Error("ERR " + err.Error())
+			return
+		}
+		w.SimpleString("OK")
 	default:
-		w.Error("ERR CONCORD.FAULT takes DIE CLEAN|UNCLEAN, PARTITION [addr...] or HEAL")
+		w.Error("ERR CONCORD.FAULT takes DIE CLEAN|UNCLEAN, PARTITION [addr...], HEAL or DISK-LOW ON|OFF")
 	}
 }

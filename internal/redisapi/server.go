@@ -59,6 +59,9 @@ type Faults interface {
 	// reachable and returns the ids cut off.
 	Partition(reachable []string) []ids.NodeID
 	Heal()
+	// DiskLow makes the space guard read the disk as full (low) or
+	// measure it again; an error (the guard is off) changes nothing.
+	DiskLow(low bool) error
 }
 
 // NodeInfo is what INFO reports about the node.
