@@ -352,11 +352,8 @@ func (n *Node) placementView() (scheduler.View, error) {
 }
 
 // sendHeartbeat reports this node's replicas to the placement leader and
-// learns the cluster's nodes and shards from the answer. First it forgets
-// the nodes the last answer named low, if that answer is older than
-// DeadAfter (expireLowSpace).
+// learns the cluster's nodes and shards from the answer.
 func (n *Node) sendHeartbeat(ctx context.Context) {
-	n.expireLowSpace()
 	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()), Version: uint32(n.level()),
 		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now()),
 		DiskFreeBytes: n.space.free.Load(), DiskReserveBytes: n.space.reserve.Load(), DiskLow: n.space.low.Load()}

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -102,9 +101,6 @@ type spaceGuard struct {
 	// answer listed low (guarded by mu). This node's own entry is left
 	// out: its own measurement is newer.
 	others []*concordpb.LowSpaceNode
-	// answered is when that answer came (guarded by mu): others are
-	// dropped once no answer has come for DeadAfter (expireLowSpace).
-	answered time.Time
 	// reason is what the refusals say now, "" while the alarm is off
 	// (guarded by mu).
 	reason string
@@ -194,40 +190,9 @@ func (n *Node) learnLowSpace(low []*concordpb.LowSpaceNode) {
 		}
 	}
 	n.space.mu.Lock()
-	n.space.others, n.space.answered = others, n.spaceNow()
+	n.space.others = others
 	n.space.mu.Unlock()
 	n.applySpaceAlarm()
-}
-
-// expireLowSpace drops the other nodes the last heartbeat answer named
-// low once no answer has come for DeadAfter (a WARN says so), and applies
-// the alarm this node's own measurement makes. Only an answer replaces
-// them, so a node cut off from every placement leader would otherwise
-// refuse writes indefinitely naming a node that may have had room for
-// long; DeadAfter is the horizon after which placement stops counting a
-// silent node, its low report included (scheduler.LowOnSpace). The
-// heartbeat loop calls it before each heartbeat.
-func (n *Node) expireLowSpace() {
-	n.space.mu.Lock()
-	silent := n.spaceNow().Sub(n.space.answered)
-	stale := len(n.space.others) > 0 && silent > n.cfg.DeadAfter
-	if stale {
-		n.log.Warn("no heartbeat answer for longer than --dead-after: forgetting which other nodes are low on space; this node's own measurement still counts",
-			"since_last_answer", silent.Round(time.Millisecond), "forgotten", len(n.space.others))
-		n.space.others = nil
-	}
-	n.space.mu.Unlock()
-	if stale {
-		n.applySpaceAlarm()
-	}
-}
-
-// spaceNow is the space guard's clock (testHooks.now in tests).
-func (n *Node) spaceNow() time.Time {
-	if f := n.testHooks.now; f != nil {
-		return f()
-	}
-	return time.Now()
 }
 
 // applySpaceAlarm sets the KV service's refusal from this node's own state

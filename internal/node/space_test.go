@@ -20,7 +20,6 @@ import (
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement/scheduler"
-	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -389,90 +388,6 @@ func TestReportsCarryDiskFiguresToTheScheduler(t *testing.T) {
 	}
 }
 
-// TestCutOffNodeForgetsOthersLowAfterDeadAfter protects the horizon on
-// other nodes' low state: a node cut off from every placement leader gets
-// no heartbeat answer, so nothing replaces the low nodes the last one
-// named; once none has come for DeadAfter (the node's clock moved past it
-// here) it forgets them, while its own measurement still counts. Before
-// that, it keeps them: the cluster's recovery does not reach it.
-func TestCutOffNodeForgetsOthersLowAfterDeadAfter(t *testing.T) {
-	const reserve = 1 << 30
-	var free [3]atomic.Uint64
-	var skew atomic.Int64 // added to the cut-off node's space clock
-	nodes, cfgs := startClusterWith(t, []version.Level{0, 0, 0}, func(i int, cfg *Config, hooks *testHooks) {
-		cfg.ReserveDiskBytes = reserve
-		free[i].Store(8 << 30)
-		hooks.diskSpace = func() (uint64, uint64, error) { return free[i].Load(), 100 << 30, nil }
-		hooks.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	})
-	meta := -1
-	waitFor(t, 10*time.Second, func() error {
-		for i, n := range nodes {
-			if _, local := n.leaderOf(routing.MetaShard); local {
-				meta = i
-				return nil
-			}
-		}
-		return errors.New("no placement leader yet")
-	})
-	low, cut := (meta+1)%3, (meta+2)%3 // neither leads placement: cut's heartbeats go out
-	reason := func(n *Node) string {
-		n.space.mu.Lock()
-		defer n.space.mu.Unlock()
-		return n.space.reason
-	}
-	names := func(n *Node, id ids.NodeID) error {
-		if r := reason(n); !strings.Contains(r, fmt.Sprintf("node %d has", id)) {
-			return fmt.Errorf("node %d's alarm: %q; want it to name node %d", n.ID(), r, id)
-		}
-		return nil
-	}
-
-	free[low].Store(800 << 20)
-	waitFor(t, 10*time.Second, func() error { return names(nodes[cut], nodes[low].ID()) })
-	nodes[cut].partitionFrom(nil)
-	waitFor(t, 10*time.Second, func() error {
-		if !nodes[cut].placement.heartbeatFailed.Load() {
-			return errors.New("the cut-off node's heartbeats still get answers")
-		}
-		return nil
-	})
-	free[low].Store(8 << 30)
-	waitFor(t, 10*time.Second, func() error {
-		if nodes[meta].space.alarm.Load() {
-			return errors.New("the placement leader's alarm is still on once the low node has room")
-		}
-		return nil
-	})
-	if err := names(nodes[cut], nodes[low].ID()); err != nil {
-		t.Fatalf("within DeadAfter of the last answer, the cut-off node forgot: %v", err)
-	}
-
-	// Low itself too: its own measurement, which counts whatever placement
-	// says, names itself first.
-	free[cut].Store(700 << 20)
-	nodes[cut].checkSpace(context.Background())
-	if err := names(nodes[cut], nodes[cut].ID()); err != nil {
-		t.Fatal(err)
-	}
-	skew.Store(int64(cfgs[cut].DeadAfter + time.Second))
-	waitFor(t, 10*time.Second, func() error {
-		nodes[cut].space.mu.Lock()
-		defer nodes[cut].space.mu.Unlock()
-		if len(nodes[cut].space.others) > 0 {
-			return fmt.Errorf("the cut-off node still holds %v low, DeadAfter after its last heartbeat answer", nodes[cut].space.others)
-		}
-		return nil
-	})
-	if err := names(nodes[cut], nodes[cut].ID()); err != nil || !nodes[cut].space.alarm.Load() {
-		t.Fatalf("forgetting the others dropped the node's own low state: %v", err)
-	}
-	free[cut].Store(8 << 30)
-	nodes[cut].checkSpace(context.Background())
-	if r := reason(nodes[cut]); r != "" || nodes[cut].space.alarm.Load() {
-		t.Fatalf("the cut-off node with room, the others forgotten: alarm %q; want off", r)
-	}
-}
 
 // TestRedisFaultDiskLow protects CONCORD.FAULT DISK-LOW ON|OFF on a real
 // node's Redis port: ON makes the node's measurement read 0 free bytes, so

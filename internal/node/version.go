@@ -260,9 +260,6 @@ type testHooks struct {
 	// diskSpace, when set, replaces the measurement of the data dir's
 	// filesystem (free and total bytes) by the space guard.
 	diskSpace func() (free, total uint64, err error)
-	// now, when set, replaces the space guard's clock (Node.spaceNow):
-	// when a heartbeat answer came, and how long ago.
-	now func() time.Time
 }
 
 // JoinVersionError is the refusal of a join from a binary below the
