@@ -171,8 +171,7 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 			newLeader = true
 		}
 	}
-	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow(),
-		DiskBytes: req.GetDiskBytes(), DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes()}
+	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
 		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow()}
 	return newLeader

@@ -372,21 +372,6 @@ func TestDiskLowFaultRefusedWhileTheGuardIsOff(t *testing.T) {
 	}
 }
 
-// TestReportsCarryDiskFiguresToTheScheduler protects the scheduler's room
-// check (planner.hasRoom): the view's reports must carry each node's disk
-// bytes, free bytes and reserve from its heartbeat, or every target looks
-// like an older binary with no figures and a node too full for a shard's
-// snapshot is chosen anyway.
-func TestReportsCarryDiskFiguresToTheScheduler(t *testing.T) {
-	var m placementState
-	m.record(&concordpb.HeartbeatRequest{Node: &concordpb.NodeDescriptor{NodeId: 4},
-		DiskBytes: 7 << 20, DiskFreeBytes: 3 << 30, DiskReserveBytes: 1 << 30})
-	r := m.view(time.Now(), scheduler.DefaultSettings(time.Second), nil, nil).Reports[4]
-	if r.DiskBytes != 7<<20 || r.DiskFree != 3<<30 || r.DiskReserve != 1<<30 {
-		t.Fatalf("view's report of n4: disk %d, free %d, reserve %d; want %d, %d, %d",
-			r.DiskBytes, r.DiskFree, r.DiskReserve, 7<<20, 3<<30, 1<<30)
-	}
-}
 
 
 // TestRedisFaultDiskLow protects CONCORD.FAULT DISK-LOW ON|OFF on a real

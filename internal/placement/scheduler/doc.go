@@ -55,10 +55,9 @@
 //  2. Fewer good replicas than wanted (Settings.Replication; the meta
 //     shard MetaReplication from that many good nodes on): StepAddLearner
 //     on the least-loaded eligible node that does not hold the shard, is
-//     under its move cap, is not low on space (LowOnSpace) and has the
-//     shard's estimated size free above its disk reserve by its report
-//     (planner.hasRoom); ties to the lower id. Nowhere to go: nothing
-//     (the shard runs under-replicated; Health says so).
+//     under its move cap and is not low on space (LowOnSpace); ties to the
+//     lower id. Nowhere to go: nothing (the shard runs under-replicated;
+//     Health says so).
 //  3. A caught-up learner on an eligible node: StepPromoteLearner.
 //  4. StepRemoveReplica of: a learner on a node that is not good; a voter
 //     on a node that is not live, once the good voters are back to the
@@ -80,8 +79,7 @@
 // eligible node could take one): repair keeps the move caps to itself.
 // Among eligible nodes, and on shards that got no step this round, it
 // balances replica counts (a learner on a node that will hold at least
-// two fewer than a more loaded one, is not low on space and has room for
-// the shard; the excess
+// two fewer than a more loaded one and is not low on space; the excess
 // voter is removed by rule 4
 // after promotion) and, in the same round, leader counts (transfers to
 // caught-up voters; when no single transfer from a loaded node reaches

@@ -30,16 +30,13 @@ import (
 //	                                        replica@node; a trailing l: learner
 //	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
 //	       [led-by=2] [commit=10] [applied=10] [desc-epoch=3] [low]
-//	       [disk=B] [free=B] [reserve=B]
 //	                                        received age before now; followers
 //	                                        name the replica on node led-by
 //	                                        as leader; every replica reports
 //	                                        commit and applied (default 10)
 //	                                        and the descriptor epoch it has
 //	                                        applied (default 0: none given);
-//	                                        low: the node says its disk is low;
-//	                                        disk, free, reserve: its disk
-//	                                        figures in bytes (default 0)
+//	                                        low: the node says its disk is low
 //	observed age=30s                        ObservedSince = now - age
 //	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
@@ -183,11 +180,6 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 		ledBy = ids.NodeID(number(t, d, "led-by"))
 	}
 	r := Report{At: e.v.Now.Add(-duration(t, d, "age")), DiskLow: d.HasArg("low")}
-	for arg, field := range map[string]*uint64{"disk": &r.DiskBytes, "free": &r.DiskFree, "reserve": &r.DiskReserve} {
-		if d.HasArg(arg) {
-			*field = number(t, d, arg)
-		}
-	}
 	for _, kind := range []string{"leader", "follower"} {
 		for _, s := range numbers(t, d, kind) {
 			rs := &concordpb.ReplicaStatus{

@@ -33,10 +33,6 @@ type planner struct {
 	// there: a node under its reserve refuses the snapshot that would
 	// fill it (the transport's SnapshotDiskMargin).
 	low map[ids.NodeID]bool
-	// planned are, per node, the estimated bytes (shardBytes) of the new
-	// replicas planned on it this round: each snapshot takes its room, so
-	// two shards that each fit do not both go to a node with room for one.
-	planned map[ids.NodeID]uint64
 
 	replicas map[ids.NodeID]int // replicas per node (any role), planned learners included
 	// leaving counts, per node, the replicas that moves under way will
@@ -71,7 +67,7 @@ func newPlanner(v View) *planner {
 		wiped: replacements(v), low: LowOnSpace(v),
 		replicas: map[ids.NodeID]int{}, leaving: map[ids.NodeID]int{}, leads: map[ids.NodeID]int{}, moves: map[ids.NodeID]int{},
 		vias: map[ids.ShardID]ids.NodeID{}, victims: map[ids.ShardID][]*concordpb.ReplicaDescriptor{},
-		adding: map[ids.ShardID]int{}, planned: map[ids.NodeID]uint64{},
+		adding: map[ids.ShardID]int{},
 	}
 	p.nameLeaders()
 	p.inherited = p.inheritedShards()

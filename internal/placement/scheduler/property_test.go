@@ -209,9 +209,7 @@ func shuffled(rng *rand.Rand, v View) View {
 	}
 	w.Reports = map[ids.NodeID]Report{}
 	for _, k := range shuffledKeys(rng, v.Reports) {
-		r := v.Reports[k]
-		r.Replicas = shuffledClones(rng, r.Replicas)
-		w.Reports[k] = r
+		w.Reports[k] = Report{At: v.Reports[k].At, Replicas: shuffledClones(rng, v.Reports[k].Replicas), DiskLow: v.Reports[k].DiskLow}
 	}
 	w.InFlight = map[ids.ShardID]bool{}
 	for _, k := range shuffledKeys(rng, v.InFlight) {

@@ -85,9 +85,8 @@ func (c shardView) base(kind StepKind) Step {
 
 // addLearner: a shard with fewer good replicas than it wants gets a learner
 // on the least-loaded eligible node that does not hold it, is under its
-// move cap, is not low on space and has room for the shard (hasRoom; ties:
-// the lower node id). No such node: nothing (the shard runs
-// under-replicated; Health says so).
+// move cap and is not low on space (ties: the lower node id). No such
+// node: nothing (the shard runs under-replicated; Health says so).
 func (p *planner) addLearner(c shardView) (Step, bool) {
 	if c.good >= c.want {
 		return Step{}, false
@@ -99,14 +98,13 @@ func (p *planner) addLearner(c shardView) (Step, bool) {
 	return p.planAdd(c, target), true
 }
 
-// leastLoaded is the eligible node under its move cap, not low on space
-// and with room for d (hasRoom) that holds no replica of d and the fewest
-// replicas overall, ties to the lower id.
+// leastLoaded is the eligible node under its move cap and not low on
+// space that holds no replica of d and the fewest replicas overall, ties
+// to the lower id.
 func (p *planner) leastLoaded(d *concordpb.ShardDescriptor) (ids.NodeID, bool) {
-	shard := ids.ShardID(d.GetShardId())
 	var best ids.NodeID
 	for _, id := range p.order {
-		if !p.canTake(id) || replicaOn(d, id) != nil || !p.hasRoom(id, shard) {
+		if !p.canTake(id) || replicaOn(d, id) != nil {
 			continue
 		}
 		if best == 0 || p.replicas[id] < p.replicas[best] {
@@ -122,48 +120,11 @@ func (p *planner) canTake(node ids.NodeID) bool {
 	return p.nodes[node].eligible && p.underCap(node) && !p.low[node]
 }
 
-// hasRoom reports whether node, by its last report, has room for a new
-// replica of shard: its free bytes above its reserve at least the shard's
-// estimated size (shardBytes) plus that of the replicas planned on it
-// this round. Below that, its transport refuses the snapshot (its
-// SnapshotDiskMargin is the reserve: NO_ROOM), the add times out and is
-// planned again, possibly onto the same node, while the shard stays
-// under-replicated. A node with no report counted since this placement
-// leader began observing (View.ObservedSince, as LowOnSpace), or with no
-// reserve (its guard off, which turns the transport's check off too; an
-// older binary, which reports no figures), has room: as before the check.
-func (p *planner) hasRoom(node ids.NodeID, shard ids.ShardID) bool {
-	r, ok := p.v.Reports[node]
-	if !ok || r.DiskReserve == 0 || r.At.Before(p.v.ObservedSince) {
-		return true
-	}
-	need := p.shardBytes(shard) + p.planned[node]
-	return r.DiskFree >= r.DiskReserve && r.DiskFree-r.DiskReserve >= need
-}
-
-// shardBytes estimates the bytes a snapshot of shard puts on its new
-// replica's disk: the disk bytes of the node that sends it (the shard's
-// leader, planner.via) divided by the replicas that node reports, the
-// average replica there. Heartbeats carry no per-replica size; the average
-// includes the node's raft logs and files, which a snapshot does not
-// carry, and a shard much larger than its node's average is
-// underestimated, its refused snapshot then retried as before. 0 (no
-// estimate: no check beyond the reserve) when the leader is unknown or
-// its report has no disk figures (an older binary).
-func (p *planner) shardBytes(shard ids.ShardID) uint64 {
-	r := p.v.Reports[p.via(shard)]
-	if r.DiskBytes == 0 || len(r.Replicas) == 0 {
-		return 0
-	}
-	return r.DiskBytes / uint64(len(r.Replicas))
-}
-
-// planAdd is an add-learner step on target, counted against its load, its
-// cap and its room for the rest of the round.
+// planAdd is an add-learner step on target, counted against its load and
+// its cap for the rest of the round.
 func (p *planner) planAdd(c shardView, target ids.NodeID) Step {
 	p.replicas[target]++
 	p.moves[target]++
-	p.planned[target] += p.shardBytes(c.id)
 	s := c.base(StepAddLearner)
 	s.Target = target
 	return s

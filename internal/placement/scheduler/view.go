@@ -97,14 +97,6 @@ type Report struct {
 	// DiskLow: the node said it is under its disk reserve (the space
 	// guard, HeartbeatRequest.disk_low). See LowOnSpace.
 	DiskLow bool
-	// DiskBytes, DiskFree and DiskReserve are the report's disk figures
-	// (HeartbeatRequest.disk_bytes, disk_free_bytes, disk_reserve_bytes):
-	// the bytes the node's data dir uses, the free bytes of its
-	// filesystem and its reserve. All 0 from a node that does not send
-	// them (an older binary); DiskReserve 0 while its guard is off. New
-	// replicas go only where the shard's estimated size fits above the
-	// reserve (planner.hasRoom).
-	DiskBytes, DiskFree, DiskReserve uint64
 }
 
 // Fresh reports whether r is recent enough to count at now.
