@@ -372,8 +372,6 @@ func TestDiskLowFaultRefusedWhileTheGuardIsOff(t *testing.T) {
 	}
 }
 
-
-
 // TestRedisFaultDiskLow protects CONCORD.FAULT DISK-LOW ON|OFF on a real
 // node's Redis port: ON makes the node's measurement read 0 free bytes, so
 // a SET is soon answered -NOSPACE naming the node; OFF measures the disk
