@@ -30,6 +30,14 @@ const (
 	Consistency_LINEARIZABLE Consistency = 0
 	// Stale reads serve the local replica of the node that receives the request; possibly behind.
 	Consistency_STALE Consistency = 1
+	// Available (docs/architecture.md, "Available mode"): a plain Put or
+	// Delete goes through Raft when a quorum answers within the node's
+	// --available-timeout; otherwise the node that received it keeps it as a
+	// tentative write (fsynced in its hint log, stamped with its hybrid
+	// logical clock), answers ResponseHeader.tentative, and proposes it when
+	// the shard has a quorum again, where the newer version wins. A Get reads
+	// like STALE, and sees the tentative writes the serving node holds.
+	Consistency_AVAILABLE Consistency = 2
 )
 
 // Enum value maps for Consistency.
@@ -37,10 +45,12 @@ var (
 	Consistency_name = map[int32]string{
 		0: "LINEARIZABLE",
 		1: "STALE",
+		2: "AVAILABLE",
 	}
 	Consistency_value = map[string]int32{
 		"LINEARIZABLE": 0,
 		"STALE":        1,
+		"AVAILABLE":    2,
 	}
 )
 
@@ -927,8 +937,12 @@ type ResponseHeader struct {
 	ServedByNodeId uint64 `protobuf:"varint,2,opt,name=served_by_node_id,json=servedByNodeId,proto3" json:"served_by_node_id,omitempty"`
 	LeaderNodeId   uint64 `protobuf:"varint,3,opt,name=leader_node_id,json=leaderNodeId,proto3" json:"leader_node_id,omitempty"`
 	LeaderAddress  string `protobuf:"bytes,4,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// An AVAILABLE write the shard could not commit in time: the serving node
+	// keeps it as a tentative write and reconciles it later (last writer wins
+	// by version). false for every committed write and every read.
+	Tentative     bool `protobuf:"varint,5,opt,name=tentative,proto3" json:"tentative,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResponseHeader) Reset() {
@@ -987,6 +1001,13 @@ func (x *ResponseHeader) GetLeaderAddress() string {
 		return x.LeaderAddress
 	}
 	return ""
+}
+
+func (x *ResponseHeader) GetTentative() bool {
+	if x != nil {
+		return x.Tentative
+	}
+	return false
 }
 
 type KeyValue struct {
@@ -1787,8 +1808,18 @@ type Op struct {
 	// the cluster's version allows it (a binary below that level would stop
 	// on the field). Empty for every other type.
 	FloatDeltaText []byte `protobuf:"bytes,18,opt,name=float_delta_text,json=floatDeltaText,proto3" json:"float_delta_text,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// PUT (no condition, expiry, keep_ttl or return_prev) and DELETE: the op
+	// reconciles a tentative write (available mode) taken at this version (a
+	// hybrid logical clock: Unix nanoseconds, plus one per write within a
+	// nanosecond). It applies only if the version is above the key's: the
+	// version of its stored value, or for an absent key the highest version
+	// of a delete of a key in its delete bucket (package kv). A PUT then
+	// stores its value at that version, with no expiry; ok in the result
+	// says whether it applied. Only Concord nodes set it, once the cluster's
+	// version allows it (version.Versions). 0 for every other op.
+	TentativeVersion uint64 `protobuf:"varint,19,opt,name=tentative_version,json=tentativeVersion,proto3" json:"tentative_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Op) Reset() {
@@ -1945,6 +1976,13 @@ func (x *Op) GetFloatDeltaText() []byte {
 		return x.FloatDeltaText
 	}
 	return nil
+}
+
+func (x *Op) GetTentativeVersion() uint64 {
+	if x != nil {
+		return x.TentativeVersion
+	}
+	return 0
 }
 
 type OpResult struct {
@@ -2215,12 +2253,13 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x129\n" +
 	"\vconsistency\x18\x03 \x01(\x0e2\x17.concord.v1.ConsistencyR\vconsistency\x12\x12\n" +
 	"\x04hops\x18\x04 \x01(\rR\x04hops\x12#\n" +
-	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\"\xa3\x01\n" +
+	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\"\xc1\x01\n" +
 	"\x0eResponseHeader\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12)\n" +
 	"\x11served_by_node_id\x18\x02 \x01(\x04R\x0eservedByNodeId\x12$\n" +
 	"\x0eleader_node_id\x18\x03 \x01(\x04R\fleaderNodeId\x12%\n" +
-	"\x0eleader_address\x18\x04 \x01(\tR\rleaderAddress\"2\n" +
+	"\x0eleader_address\x18\x04 \x01(\tR\rleaderAddress\x12\x1c\n" +
+	"\ttentative\x18\x05 \x01(\bR\ttentative\"2\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"Q\n" +
@@ -2279,7 +2318,7 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x14.concord.v1.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1d\n" +
 	"\n" +
-	"next_start\x18\x04 \x01(\fR\tnextStart\"\xa6\x04\n" +
+	"next_start\x18\x04 \x01(\fR\tnextStart\"\xd3\x04\n" +
 	"\x02Op\x12&\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x12.concord.v1.OpTypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -2301,7 +2340,8 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\vreturn_prev\x18\x10 \x01(\bR\n" +
 	"returnPrev\x12\x16\n" +
 	"\x06repeat\x18\x11 \x01(\rR\x06repeat\x12(\n" +
-	"\x10float_delta_text\x18\x12 \x01(\fR\x0efloatDeltaText\"\xfc\x01\n" +
+	"\x10float_delta_text\x18\x12 \x01(\fR\x0efloatDeltaText\x12+\n" +
+	"\x11tentative_version\x18\x13 \x01(\x04R\x10tentativeVersion\"\xfc\x01\n" +
 	"\bOpResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
@@ -2316,10 +2356,11 @@ const file_api_concordpb_kv_proto_rawDesc = "" +
 	"\x03ops\x18\x02 \x03(\v2\x0e.concord.v1.OpR\x03ops\"s\n" +
 	"\rBatchResponse\x122\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.concord.v1.ResponseHeaderR\x06header\x12.\n" +
-	"\aresults\x18\x02 \x03(\v2\x14.concord.v1.OpResultR\aresults**\n" +
+	"\aresults\x18\x02 \x03(\v2\x14.concord.v1.OpResultR\aresults*9\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x01*\xc3\x01\n" +
+	"\x05STALE\x10\x01\x12\r\n" +
+	"\tAVAILABLE\x10\x02*\xc3\x01\n" +
 	"\x06OpType\x12\n" +
 	"\n" +
 	"\x06OP_GET\x10\x00\x12\n" +

@@ -171,6 +171,8 @@ func (d *CommandDecoder) decodeKVCommand(data []byte) bool {
 			d.kv.ExpiryOnStamps = protowire.DecodeBool(v)
 		case 7:
 			d.kv.MaxResultBytes = int64(v)
+		case 8:
+			d.kv.Versioned = protowire.DecodeBool(v)
 		default:
 			return false
 		}
@@ -267,6 +269,8 @@ func setOpVarint(op *concordpb.Op, num protowire.Number, v uint64) bool {
 		op.ReturnPrev = protowire.DecodeBool(v)
 	case 17:
 		op.Repeat = uint32(v)
+	case 19:
+		op.TentativeVersion = v
 	default:
 		return false
 	}

@@ -223,8 +223,14 @@ type KVCommand struct {
 	// a result of hundreds of megabytes. Set by leaders once the cluster's
 	// version allows it (version.ResultBudget). 0: no budget.
 	MaxResultBytes int64 `protobuf:"varint,7,opt,name=max_result_bytes,json=maxResultBytes,proto3" json:"max_result_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The command's writes carry a version (package kv: the shard's version
+	// clock, above every version stored in the shard), and it may carry
+	// ops that reconcile tentative writes (Op.tentative_version). Set by
+	// leaders once the cluster's version allows it (version.Versions); a
+	// binary below it could not read the values it writes.
+	Versioned     bool `protobuf:"varint,8,opt,name=versioned,proto3" json:"versioned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVCommand) Reset() {
@@ -304,6 +310,13 @@ func (x *KVCommand) GetMaxResultBytes() int64 {
 		return x.MaxResultBytes
 	}
 	return 0
+}
+
+func (x *KVCommand) GetVersioned() bool {
+	if x != nil {
+		return x.Versioned
+	}
+	return false
 }
 
 // ExpireSessions forgets sessions idle for longer than the command's
@@ -906,9 +919,12 @@ func (x *AppliedState) GetClock() *ShardClock {
 // ShardClock is a shard's clock: the highest command stamp applied (Unix
 // nanoseconds of the proposers' clocks) and the clock's value.
 type ShardClock struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	High          int64                  `protobuf:"varint,1,opt,name=high,proto3" json:"high,omitempty"`
-	Now           int64                  `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	High  int64                  `protobuf:"varint,1,opt,name=high,proto3" json:"high,omitempty"`
+	Now   int64                  `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
+	// The highest version a write of the shard carries (package kv): the
+	// next versioned command's writes take a version above it. 0: none yet.
+	VersionHigh   uint64 `protobuf:"varint,3,opt,name=version_high,json=versionHigh,proto3" json:"version_high,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -953,6 +969,13 @@ func (x *ShardClock) GetHigh() int64 {
 func (x *ShardClock) GetNow() int64 {
 	if x != nil {
 		return x.Now
+	}
+	return 0
+}
+
+func (x *ShardClock) GetVersionHigh() uint64 {
+	if x != nil {
+		return x.VersionHigh
 	}
 	return 0
 }
@@ -1201,7 +1224,7 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x11update_descriptor\x18\x06 \x01(\v2\".concord.store.v1.UpdateDescriptorH\x00R\x10updateDescriptor\x129\n" +
 	"\tmark_node\x18\a \x01(\v2\x1a.concord.store.v1.MarkNodeH\x00R\bmarkNode\x12U\n" +
 	"\x13set_cluster_version\x18\b \x01(\v2#.concord.store.v1.SetClusterVersionH\x00R\x11setClusterVersionB\x06\n" +
-	"\x04kind\"\xff\x01\n" +
+	"\x04kind\"\x9d\x02\n" +
 	"\tKVCommand\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1210,7 +1233,8 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\x0fmax_value_bytes\x18\x04 \x01(\x03R\rmaxValueBytes\x12#\n" +
 	"\rsession_floor\x18\x05 \x01(\x04R\fsessionFloor\x12(\n" +
 	"\x10expiry_on_stamps\x18\x06 \x01(\bR\x0eexpiryOnStamps\x12(\n" +
-	"\x10max_result_bytes\x18\a \x01(\x03R\x0emaxResultBytes\"\x8e\x01\n" +
+	"\x10max_result_bytes\x18\a \x01(\x03R\x0emaxResultBytes\x12\x1c\n" +
+	"\tversioned\x18\b \x01(\bR\tversioned\"\x8e\x01\n" +
 	"\x0eExpireSessions\x123\n" +
 	"\x16idle_before_unix_nanos\x18\x01 \x01(\x03R\x13idleBeforeUnixNanos\x12\x1f\n" +
 	"\vmax_records\x18\x02 \x01(\rR\n" +
@@ -1251,11 +1275,12 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\fAppliedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x122\n" +
-	"\x05clock\x18\x03 \x01(\v2\x1c.concord.store.v1.ShardClockR\x05clock\"2\n" +
+	"\x05clock\x18\x03 \x01(\v2\x1c.concord.store.v1.ShardClockR\x05clock\"U\n" +
 	"\n" +
 	"ShardClock\x12\x12\n" +
 	"\x04high\x18\x01 \x01(\x03R\x04high\x12\x10\n" +
-	"\x03now\x18\x02 \x01(\x03R\x03now\":\n" +
+	"\x03now\x18\x02 \x01(\x03R\x03now\x12!\n" +
+	"\fversion_high\x18\x03 \x01(\x04R\vversionHigh\":\n" +
 	"\x0eTruncatedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"b\n" +

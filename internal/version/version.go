@@ -64,9 +64,15 @@ const (
 	// stored number, and fail with OP_ERROR_NAN_OR_INFINITY. A binary below
 	// it does not know the field and stops.
 	IncrFloatText Level = 7
+	// Versions: a KV command may say that its writes carry a version
+	// (KVCommand.versioned: stored values in the versioned envelope, the
+	// shard's version clock and delete buckets kept), and carry ops that
+	// reconcile tentative writes of available mode (Op.tentative_version).
+	// A binary below it could not read those values and stops on the field.
+	Versions Level = 8
 
 	// Binary is the highest level this binary applies.
-	Binary = IncrFloatText
+	Binary = Versions
 )
 
 // Allows reports whether a cluster at version cluster may use a feature of
