@@ -12,6 +12,8 @@
 //	\x01 cver                       the highest cluster version this node has learned (4)
 //	\x01 rstr                       (empty) a restore's load is under way: the user shards may hold part of a backup
 //	\x01 rstd                       the SHA-256 digest of the backup file this node's bootstrap loaded (32)
+//	\x01 hint <user key>            the newest tentative write of the key this node holds (available mode,
+//	                                internal/hints): version (8), kind (1: put, 2: delete), the value
 //
 //	\x02 <shard 8> r h              raftpb.HardState
 //	\x02 <shard 8> r l <index 8>    raftpb.Entry
@@ -55,7 +57,18 @@ var (
 	clusterVerKey   = []byte{localPrefix, 'c', 'v', 'e', 'r'}
 	restoringKey    = []byte{localPrefix, 'r', 's', 't', 'r'}
 	restoredKey     = []byte{localPrefix, 'r', 's', 't', 'd'}
+	hintPrefix      = []byte{localPrefix, 'h', 'i', 'n', 't'}
 )
+
+// Hint is the key of the tentative write of user key this node holds
+// (internal/hints). Node-local: no snapshot carries it.
+func Hint(key []byte) []byte { return append(clone(hintPrefix), key...) }
+
+// HintSpan covers every Hint key.
+func HintSpan() (start, end []byte) { return clone(hintPrefix), PrefixEnd(hintPrefix) }
+
+// UserKeyOfHint decodes the user key from a Hint key.
+func UserKeyOfHint(k []byte) []byte { return k[len(hintPrefix):] }
 
 // Restoring is the key of the record that a restore's load of a backup
 // into the user shards has begun and not completed.
