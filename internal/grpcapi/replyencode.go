@@ -110,7 +110,7 @@ func headerSize(h *concordpb.ResponseHeader) (int, bool) {
 // headerBody is the size of h's own encoding.
 func headerBody(h *concordpb.ResponseHeader) int {
 	return sizeVarint(h.GetShardId()) + sizeVarint(h.GetServedByNodeId()) +
-		sizeVarint(h.GetLeaderNodeId()) + sizeBytes(len(h.GetLeaderAddress()))
+		sizeVarint(h.GetLeaderNodeId()) + sizeBytes(len(h.GetLeaderAddress())) + sizeBool(h.GetTentative())
 }
 
 // getSize and putSize are the size of a response's own encoding, if it is
@@ -235,5 +235,6 @@ func appendHeader(buf []byte, h *concordpb.ResponseHeader) []byte {
 	buf = appendVarint(buf, 1, h.GetShardId())
 	buf = appendVarint(buf, 2, h.GetServedByNodeId())
 	buf = appendVarint(buf, 3, h.GetLeaderNodeId())
-	return appendString(buf, 4, h.GetLeaderAddress())
+	buf = appendString(buf, 4, h.GetLeaderAddress())
+	return appendBool(buf, 5, h.GetTentative()) // available mode's held write
 }

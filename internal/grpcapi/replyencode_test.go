@@ -33,7 +33,7 @@ func randomHeader(rng *rand.Rand) *concordpb.ResponseHeader {
 		return &concordpb.ResponseHeader{}
 	}
 	return &concordpb.ResponseHeader{ShardId: rng.Uint64() >> rng.IntN(64), ServedByNodeId: rng.Uint64N(4),
-		LeaderNodeId: rng.Uint64N(4), LeaderAddress: randomString(rng, 30)}
+		LeaderNodeId: rng.Uint64N(4), LeaderAddress: randomString(rng, 30), Tentative: rng.IntN(2) == 0}
 }
 
 // withUnknown gives m an unknown field, now and then.
