@@ -94,6 +94,8 @@ const (
 	fRHServedBy = 2
 	fRHLeader   = 3
 	fRHAddress  = 4
+	// fRHTentative: an available write held by the node (available mode).
+	fRHTentative = 5
 )
 
 // appendRequest appends req's encoding (no frame header).
@@ -675,6 +677,13 @@ func decodeRespHeader(h *concordpb.ResponseHeader, data []byte, addrs *addrCache
 			default:
 				h.LeaderNodeId = v
 			}
+		case num == fRHTentative && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(data)
+			if m < 0 {
+				return false
+			}
+			data = data[m:]
+			h.Tentative = protowire.DecodeBool(v)
 		case num == fRHAddress && typ == protowire.BytesType:
 			v, m := protowire.ConsumeBytes(data)
 			if m < 0 || !utf8.Valid(v) {

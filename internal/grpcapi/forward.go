@@ -211,6 +211,13 @@ func incomingHops(ctx context.Context) uint32 {
 }
 
 // forwardedHeader is the header of a KV request forwarded one hop further.
+// AVAILABLE is never forwarded: the node that took the request holds what
+// it holds; the next one serves it as LINEARIZABLE (a write's ordinary
+// attempt; an AVAILABLE read is forwarded as STALE before it gets here).
 func forwardedHeader(h *concordpb.RequestHeader) *concordpb.RequestHeader {
-	return &concordpb.RequestHeader{SessionId: h.GetSessionId(), Seq: h.GetSeq(), SessionFloor: h.GetSessionFloor(), Consistency: h.GetConsistency(), Hops: h.GetHops() + 1}
+	c := h.GetConsistency()
+	if c == concordpb.Consistency_AVAILABLE {
+		c = concordpb.Consistency_LINEARIZABLE
+	}
+	return &concordpb.RequestHeader{SessionId: h.GetSessionId(), Seq: h.GetSeq(), SessionFloor: h.GetSessionFloor(), Consistency: c, Hops: h.GetHops() + 1}
 }

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
@@ -55,6 +56,9 @@ type KV struct {
 	// space alarm is on (SetNoSpace); nil while it is off, so that Batch
 	// pays one atomic load for the check.
 	noSpace atomic.Pointer[spaceRefusal]
+	// avail is available mode's hint log and timeout (available.go); nil:
+	// AVAILABLE writes are ordinary ones.
+	avail *available
 }
 
 // spaceRefusal is the error Batch answers while the space alarm is on.
@@ -81,6 +85,12 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 	shard, err := shardOf(s.b, req.GetKey())
 	if err != nil {
 		return nil, err
+	}
+	if isAvailable(req.GetHeader()) {
+		if resp, ok, err := s.hintedGet(req.GetKey(), shard); ok || err != nil {
+			return resp, err
+		}
+		req = &concordpb.GetRequest{Header: staleHeader(req.GetHeader()), Key: req.GetKey()}
 	}
 	if mutant.Enabled && mutant.On(mutant.FollowerRead) && s.b.HasReplica(shard) {
 		req.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE} // serve here, no barrier
@@ -114,21 +124,35 @@ func (s *KV) getOnce(ctx context.Context, req *concordpb.GetRequest, shard ids.S
 }
 
 // Put is a one-op Batch. The previous value is read (and returned) only
-// when the request asks for it.
+// when the request asks for it. With AVAILABLE (no ttl, no return_prev)
+// it may be held as a tentative write (available.go).
 func (s *KV) Put(ctx context.Context, req *concordpb.PutRequest) (*concordpb.PutResponse, error) {
 	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(),
 		ReturnPrev: req.GetReturnPrev()}
-	res, hdr, err := s.apply(ctx, req.GetHeader(), op)
+	apply := s.apply
+	if isAvailable(req.GetHeader()) {
+		if req.GetTtlMs() != 0 || req.GetReturnPrev() {
+			return nil, errAvailableOp
+		}
+		apply = s.writeAvailable
+	}
+	res, hdr, err := apply(ctx, req.GetHeader(), op)
 	if err != nil {
 		return nil, err
 	}
 	return &concordpb.PutResponse{Header: hdr, PrevExists: res.GetOk(), PrevValue: res.GetValue()}, nil
 }
 
-// Delete is a one-op Batch.
+// Delete is a one-op Batch. With AVAILABLE it may be held as a tentative
+// write (available.go), which answers existed false: the node does not
+// know.
 func (s *KV) Delete(ctx context.Context, req *concordpb.DeleteRequest) (*concordpb.DeleteResponse, error) {
 	op := &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: req.GetKey()}
-	res, hdr, err := s.apply(ctx, req.GetHeader(), op)
+	apply := s.apply
+	if isAvailable(req.GetHeader()) {
+		apply = s.writeAvailable
+	}
+	res, hdr, err := apply(ctx, req.GetHeader(), op)
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +163,9 @@ func (s *KV) Delete(ctx context.Context, req *concordpb.DeleteRequest) (*concord
 func (s *KV) CompareAndSwap(ctx context.Context, req *concordpb.CompareAndSwapRequest) (*concordpb.CompareAndSwapResponse, error) {
 	op := &concordpb.Op{Type: concordpb.OpType_OP_CAS, Key: req.GetKey(), Value: req.GetValue(),
 		Expected: req.GetExpected(), ExpectAbsent: req.GetExpectAbsent(), Delete: req.GetDelete()}
+	if isAvailable(req.GetHeader()) {
+		return nil, errAvailableOp
+	}
 	res, hdr, err := s.apply(ctx, req.GetHeader(), op)
 	if err != nil {
 		return nil, err
@@ -164,8 +191,18 @@ func (s *KV) ClusterVersion() version.Level { return s.b.ClusterVersion() }
 
 // Batch applies ops on keys of one shard atomically through raft.
 func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb.BatchResponse, error) {
+	return s.batch(ctx, req, false)
+}
+
+// batch is Batch; reconcile is set for this node's reconciler's batches
+// (Reconcile), whose ops carry tentative_version though no node forwarded
+// them, and which are proposed alone.
+func (s *KV) batch(ctx context.Context, req *concordpb.BatchRequest, reconcile bool) (*concordpb.BatchResponse, error) {
 	if err := ready(s.b, notReady); err != nil {
 		return nil, err
+	}
+	if isAvailable(req.GetHeader()) && !readOnly(req) {
+		return nil, errAvailableOp
 	}
 	// A node forwarding merged INCRs sends their runs as one op each
 	// (writemerge.go), once the cluster's version allows it.
@@ -173,7 +210,9 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 	if req.GetHeader().GetHops() > 0 && !v.Allows(version.IncrFloatText) && hasFloatText(req.GetOps()) {
 		v = s.awaitVersion(ctx, version.IncrFloatText)
 	}
-	gates := opGates{repeat: req.GetHeader().GetHops() > 0 && v.Allows(version.IncrRepeat), floatText: v.Allows(version.IncrFloatText)}
+	fromNode := req.GetHeader().GetHops() > 0 || reconcile
+	gates := opGates{repeat: req.GetHeader().GetHops() > 0 && v.Allows(version.IncrRepeat), floatText: v.Allows(version.IncrFloatText),
+		tentative: fromNode, versions: v.Allows(version.Versions)}
 	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) }, gates)
 	if err != nil {
 		return nil, err
@@ -185,6 +224,9 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 		return nil, err
 	}
 	if readOnly(req) {
+		if isAvailable(req.GetHeader()) {
+			return s.availableReads(ctx, req, shard)
+		}
 		return s.readBatch(ctx, req, shard)
 	}
 	return s.writeBatch(ctx, req, shard)
@@ -194,7 +236,8 @@ func (s *KV) Batch(ctx context.Context, req *concordpb.BatchRequest) (*concordpb
 // forwarded to it (merged with other requests when it can be).
 func (s *KV) writeBatch(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
 	retryUntil := time.Now().Add(leaderWait)
-	alone := false
+	// A batch reconciling tentative writes goes alone (Reconcile).
+	alone := hasTentative(req.GetOps())
 	for {
 		s.awaitLeader(ctx, req.GetHeader(), shard)
 		if leader, local := s.b.Leader(shard); !local {
@@ -441,6 +484,11 @@ func (s *KV) Scan(ctx context.Context, req *concordpb.ScanRequest) (*concordpb.S
 	}
 	if len(req.GetEnd()) > 0 && bytes.Compare(req.GetStart(), req.GetEnd()) >= 0 {
 		return nil, invalid("scan start %q is not before end %q", req.GetStart(), req.GetEnd())
+	}
+	if isAvailable(req.GetHeader()) {
+		// A scan does not merge the node's hints: it reads as STALE.
+		req = proto.CloneOf(req)
+		req.Header = staleHeader(req.GetHeader())
 	}
 	page := scanPage(req)
 	if shard := ids.ShardID(req.GetOnlyShard()); shard != 0 {

@@ -66,6 +66,10 @@ type opGates struct {
 	// floatText: an INCR_FLOAT's float_delta_text, once
 	// version.IncrFloatText allows it.
 	floatText bool
+	// tentative: an op's tentative_version, set only by Concord nodes (a
+	// node's reconciler, or a node forwarding its batch), once versions
+	// (version.Versions) allows it.
+	tentative, versions bool
 }
 
 func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error), gates opGates) (ids.ShardID, error) {
@@ -135,6 +139,14 @@ func (l Limits) checkOp(i int, op *concordpb.Op, gates opGates) error {
 		// Even 1 ("once"): the op would reach the log with field 17, on
 		// which a replica of a binary below version.IncrRepeat stops.
 		return invalid("operation %d: repeat %d: repeat is set only by Concord nodes, once the cluster version allows it; send each INCR (or one by the sum)", i, op.GetRepeat())
+	}
+	if op.GetTentativeVersion() != 0 && !gates.tentative {
+		// A client's would skip last-writer-wins against versions it
+		// does not know, and a version far ahead would win for ever.
+		return invalid("operation %d: tentative_version is set only by Concord nodes", i)
+	}
+	if op.GetTentativeVersion() != 0 && !gates.versions {
+		return invalid("operation %d: tentative_version needs cluster version %d (version.Versions): every node must run a binary that applies it", i, version.Versions)
 	}
 	if err := l.checkKey(op.GetKey()); err != nil {
 		return err

@@ -1,0 +1,181 @@
+package grpcapi
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/hints"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/version"
+)
+
+// Available mode (docs/architecture.md, "Available mode"): a plain Put or
+// Delete whose header asks for AVAILABLE goes the ordinary way, bounded by
+// the node's --available-timeout; if its shard cannot commit it in that
+// time (no quorum, no leader, an outcome the node cannot know), the node
+// keeps it in its hint log as a tentative write and answers
+// ResponseHeader.tentative. The node's reconciler (internal/node) later
+// proposes it with its version through Reconcile. A Get with AVAILABLE
+// reads the node's hint of the key, if it holds one, else as STALE does.
+
+// errAvailableOp refuses AVAILABLE on a request it does not apply to.
+var errAvailableOp = invalid("available mode takes a plain Put or Delete of one key (no ttl, no return_prev; not a CompareAndSwap, nor a Batch that writes)")
+
+// available is the node's side of available mode (WithAvailable).
+type available struct {
+	log     *hints.Log
+	timeout time.Duration
+	// onHeld is told of every write held, with its shard and whether the
+	// log held none before (the node's WARN); nil: nothing.
+	onHeld func(shard ids.ShardID, first bool)
+}
+
+// WithAvailable turns available mode on: AVAILABLE writes that their
+// shard does not commit within timeout are held in log (bounded by it),
+// and AVAILABLE reads see them. Without it an AVAILABLE write is an
+// ordinary one. Call it before the service serves.
+func (s *KV) WithAvailable(log *hints.Log, timeout time.Duration, onHeld func(shard ids.ShardID, first bool)) *KV {
+	s.avail = &available{log: log, timeout: timeout, onHeld: onHeld}
+	return s
+}
+
+func isAvailable(h *concordpb.RequestHeader) bool {
+	return h.GetConsistency() == concordpb.Consistency_AVAILABLE
+}
+
+// linearizableHeader is h with the default consistency: what an AVAILABLE
+// write's ordinary attempt carries (and what it is forwarded as).
+func linearizableHeader(h *concordpb.RequestHeader) *concordpb.RequestHeader {
+	return &concordpb.RequestHeader{SessionId: h.GetSessionId(), Seq: h.GetSeq(), SessionFloor: h.GetSessionFloor(), Hops: h.GetHops()}
+}
+
+// writeAvailable applies op, a PUT (no ttl, no return_prev) or a DELETE
+// of one key, as an AVAILABLE write: committed if its shard does so
+// within the available timeout (and the caller's deadline), else held.
+func (s *KV) writeAvailable(ctx context.Context, h *concordpb.RequestHeader, op *concordpb.Op) (*concordpb.OpResult, *concordpb.ResponseHeader, error) {
+	h = linearizableHeader(h)
+	if s.avail == nil {
+		return s.apply(ctx, h, op)
+	}
+	actx, cancel := context.WithTimeout(ctx, s.avail.timeout)
+	defer cancel()
+	res, hdr, err := s.apply(actx, h, op)
+	if err == nil || !s.mayHold(ctx, err) {
+		return res, hdr, err
+	}
+	shard, serr := shardOf(s.b, op.GetKey())
+	if serr != nil {
+		return nil, nil, err
+	}
+	kind := hints.Put
+	if op.GetType() == concordpb.OpType_OP_DELETE {
+		kind = hints.Delete
+	}
+	// A full log (or one that cannot write) holds nothing: the client
+	// gets what the commit attempt got, as without available mode.
+	_, first, herr := s.avail.log.Hold(op.GetKey(), kind, op.GetValue())
+	if herr != nil {
+		return nil, nil, err
+	}
+	if s.avail.onHeld != nil {
+		s.avail.onHeld(shard, first)
+	}
+	return &concordpb.OpResult{}, &concordpb.ResponseHeader{ShardId: uint64(shard), ServedByNodeId: uint64(s.b.ID()), Tentative: true}, nil
+}
+
+// mayHold reports whether a write that failed with err may be held as
+// tentative: its shard could not take it (Unavailable), the available
+// timeout passed (DeadlineExceeded while the caller's own context is
+// live: the caller's deadline is the caller's answer), or its outcome is
+// unknown (an "ambiguous" Unknown, or Canceled). A definite refusal
+// (InvalidArgument, ResourceExhausted, FailedPrecondition, ...) is not:
+// the write could never commit as it is. Nor is anything before the
+// cluster's version allows versions: no replica could reconcile it.
+func (s *KV) mayHold(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || !s.b.ClusterVersion().Allows(version.Versions) {
+		return false
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	case codes.Unknown, codes.Canceled:
+		return strings.HasPrefix(st.Message(), "ambiguous")
+	}
+	return false
+}
+
+// hintedGet answers an AVAILABLE Get from this node's hint of the key, if
+// it holds one: a put hint is found with its value (no expiry), a delete
+// hint is not found. ok is false when there is no hint.
+func (s *KV) hintedGet(key []byte, shard ids.ShardID) (resp *concordpb.GetResponse, ok bool, err error) {
+	if s.avail == nil {
+		return nil, false, nil
+	}
+	h, found, err := s.avail.log.Get(key)
+	if err != nil {
+		return nil, false, status.Errorf(codes.Unavailable, "reading the hint log: %v", err)
+	}
+	if !found {
+		return nil, false, nil
+	}
+	return &concordpb.GetResponse{Header: &concordpb.ResponseHeader{ShardId: uint64(shard), ServedByNodeId: uint64(s.b.ID())},
+		Found: h.Kind == hints.Put, Value: h.Value}, true, nil
+}
+
+// staleHeader is h asking for STALE: how an AVAILABLE read of a key this
+// node holds no hint of is served (and forwarded).
+func staleHeader(h *concordpb.RequestHeader) *concordpb.RequestHeader {
+	c := proto.CloneOf(h)
+	if c == nil {
+		c = &concordpb.RequestHeader{}
+	}
+	c.Consistency = concordpb.Consistency_STALE
+	return c
+}
+
+// availableReads serves a read-only batch with AVAILABLE as STALE, then
+// answers each key this node holds a hint of from the hint, as Get does.
+func (s *KV) availableReads(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
+	resp, err := s.readBatch(ctx, &concordpb.BatchRequest{Header: staleHeader(req.GetHeader()), Ops: req.GetOps()}, shard)
+	if err != nil || s.avail == nil {
+		return resp, err
+	}
+	for i, op := range req.GetOps() {
+		h, found, err := s.avail.log.Get(op.GetKey())
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "reading the hint log: %v", err)
+		}
+		if found && i < len(resp.GetResults()) {
+			resp.Results[i] = &concordpb.OpResult{Ok: h.Kind == hints.Put, Value: h.Value}
+		}
+	}
+	return resp, nil
+}
+
+// Reconcile proposes ops, the tentative writes of one shard this node
+// holds (each a PUT or DELETE with tentative_version), as one batch
+// through the path a client's write takes (to the shard's leader), alone:
+// never merged with other requests, whose blind PUTs a tentative op that
+// may not apply must not absorb. Only the node's reconciler calls it: it
+// is the one caller whose ops may carry tentative_version at hops 0.
+func (s *KV) Reconcile(ctx context.Context, ops []*concordpb.Op) (*concordpb.BatchResponse, error) {
+	return s.batch(ctx, &concordpb.BatchRequest{Ops: ops}, true)
+}
+
+// hasTentative reports whether an op carries tentative_version: such a
+// batch is proposed alone (Reconcile).
+func hasTentative(ops []*concordpb.Op) bool {
+	for _, op := range ops {
+		if op.GetTentativeVersion() != 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,228 @@
+package grpcapi
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/hints"
+	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/multiraft"
+	"github.com/concord-kv/concord/internal/replica"
+	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
+	"github.com/concord-kv/concord/internal/version"
+)
+
+var availHeader = &concordpb.RequestHeader{Consistency: concordpb.Consistency_AVAILABLE}
+
+// availableKV is a KV service over f with available mode on: a hint log
+// of maxBytes on an in-memory engine, held writes counted in held.
+func availableKV(t *testing.T, f *fakeNode, maxBytes int64) (*KV, *hints.Log, *[]ids.ShardID) {
+	t.Helper()
+	eng, err := storage.OpenFS(storage.NewMemFS(), "/data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	log, err := hints.Open(eng, maxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &[]ids.ShardID{}
+	s := NewKV(f, Limits{MaxKeyBytes: 16, MaxValueBytes: 64}).WithAvailable(log, 50*time.Millisecond, func(shard ids.ShardID, _ bool) {
+		*held = append(*held, shard)
+	})
+	return s, log, held
+}
+
+// TestAvailableWriteHeldWhenTheShardCannotCommit: an AVAILABLE Put and
+// Delete whose proposal fails with Unavailable, or whose outcome is
+// ambiguous, are held (tentative, the shard and this node in the header),
+// and an AVAILABLE Get reads the hint; a committed one is answered as
+// usual, with nothing held; an ordinary Put that fails is not held.
+func TestAvailableWriteHeldWhenTheShardCannotCommit(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, held := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+
+	resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
+	if err != nil || resp.GetHeader().GetTentative() || log.Count() != 0 {
+		t.Fatalf("committed available put: %v, tentative %v, %d hints", err, resp.GetHeader().GetTentative(), log.Count())
+	}
+	if h := f.proposals[0].GetKv().GetOps()[0]; h.GetTentativeVersion() != 0 {
+		t.Fatalf("the ordinary attempt carried tentative_version %d", h.GetTentativeVersion())
+	}
+
+	f.proposeErr = multiraft.ErrStopped
+	if _, err := s.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); status.Code(err) == codes.OK || log.Count() != 0 {
+		t.Fatalf("a linearizable put that failed: %v, %d hints", err, log.Count())
+	}
+	f.proposeErr = multiraft.ErrStopped
+	resp, err = s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v2")})
+	if err != nil {
+		t.Fatalf("available put with no quorum: %v", err)
+	}
+	if h := resp.GetHeader(); !h.GetTentative() || h.GetShardId() != uint64(f.shardOfKey("k")) || h.GetServedByNodeId() != 1 {
+		t.Fatalf("available put header %v: want tentative, shard %d, served by 1", h, f.shardOfKey("k"))
+	}
+	if len(*held) != 1 || (*held)[0] != f.shardOfKey("k") {
+		t.Fatalf("onHeld calls %v", *held)
+	}
+	got, err := s.Get(ctx, &concordpb.GetRequest{Header: availHeader, Key: []byte("k")})
+	if err != nil || !got.GetFound() || string(got.GetValue()) != "v2" {
+		t.Fatalf("available get after a held put: %v %v", got, err)
+	}
+	if got, err := s.Get(ctx, &concordpb.GetRequest{Key: []byte("k")}); err != nil || got.GetFound() {
+		t.Fatalf("a linearizable get saw the held put: %v %v", got, err)
+	}
+
+	f.proposeErr = replica.ErrAmbiguous
+	if resp, err := s.Delete(ctx, &concordpb.DeleteRequest{Header: availHeader, Key: []byte("k")}); err != nil || !resp.GetHeader().GetTentative() {
+		t.Fatalf("available delete with an ambiguous outcome: %v %v", resp, err)
+	}
+	if got, err := s.Get(ctx, &concordpb.GetRequest{Header: availHeader, Key: []byte("k")}); err != nil || got.GetFound() {
+		t.Fatalf("available get after a held delete: %v %v", got, err)
+	}
+	if h, ok, _ := log.Get([]byte("k")); !ok || h.Kind != hints.Delete || log.Count() != 1 {
+		t.Fatalf("hint after the delete: %+v %v, %d hints", h, ok, log.Count())
+	}
+}
+
+// TestAvailableWriteDefiniteRefusalNotHeld: a refusal that says the write
+// can never commit as it is (the space alarm's, a bad key, a refusal by
+// the state machine), a deadline that is the caller's own, a cluster below
+// version.Versions and a full hint log all answer the commit attempt's
+// error, with nothing held.
+func TestAvailableWriteDefiniteRefusalNotHeld(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, held := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+	put := func(key, value string) error {
+		_, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte(key), Value: []byte(value)})
+		return err
+	}
+	noHints := func(what string, err error, want codes.Code) {
+		t.Helper()
+		if status.Code(err) != want {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+		if log.Count() != 0 || len(*held) != 0 {
+			t.Fatalf("%s: %d hints held", what, log.Count())
+		}
+	}
+	s.SetNoSpace("node 2 is low")
+	noHints("space alarm", put("k", "v"), codes.ResourceExhausted)
+	s.SetNoSpace("")
+	noHints("empty key", put("", "v"), codes.InvalidArgument)
+	noHints("key too long", put(strings.Repeat("k", 17), "v"), codes.InvalidArgument)
+	f.proposeResult = &storepb.CommandResult{ErrorCode: uint32(codes.FailedPrecondition), ErrorMessage: "refused"}
+	noHints("refused by the state machine", put("k", "v"), codes.FailedPrecondition)
+
+	f.proposeResult, f.proposeErr = nil, multiraft.ErrStopped
+	f.clusterVersion.Store(uint32(version.Versions - 1))
+	noHints("cluster below version.Versions", put("k", "v"), codes.Unavailable)
+	f.clusterVersion.Store(0)
+
+	f.proposeErr = context.DeadlineExceeded
+	dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	<-dctx.Done()
+	_, err := s.Put(dctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
+	noHints("the caller's deadline", err, codes.DeadlineExceeded)
+
+	full, flog, _ := availableKV(t, f, 0)
+	f.proposeErr = multiraft.ErrStopped
+	_, err = full.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
+	if status.Code(err) != codes.Unavailable || flog.Count() != 0 {
+		t.Fatalf("put with a full hint log: %v, %d hints; want the commit attempt's Unavailable", err, flog.Count())
+	}
+}
+
+// TestAvailableRefusedWhereItDoesNotApply: AVAILABLE on a Put with a ttl
+// or return_prev, a CompareAndSwap or a Batch that writes is refused
+// (InvalidArgument) before anything is proposed; a read-only Batch with
+// AVAILABLE reads each key's hint or, without one, the replica.
+func TestAvailableRefusedWhereItDoesNotApply(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, _ := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+	refused := func(what string, err error) {
+		t.Helper()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "available mode takes a plain Put or Delete") {
+			t.Fatalf("%s: %v, want InvalidArgument (available mode takes ...)", what, err)
+		}
+	}
+	_, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v"), TtlMs: 1000})
+	refused("put with ttl", err)
+	_, err = s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v"), ReturnPrev: true})
+	refused("put with return_prev", err)
+	_, err = s.CompareAndSwap(ctx, &concordpb.CompareAndSwapRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v"), ExpectAbsent: true})
+	refused("cas", err)
+	_, err = s.Batch(ctx, &concordpb.BatchRequest{Header: availHeader, Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v")}}})
+	refused("writing batch", err)
+	if len(f.proposals) != 0 || log.Count() != 0 {
+		t.Fatalf("%d proposals, %d hints for refused requests", len(f.proposals), log.Count())
+	}
+
+	f.proposeErr = multiraft.ErrStopped
+	if _, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("a"), Value: []byte("held")}); err != nil {
+		t.Fatal(err)
+	}
+	f.data[f.shardOfKey("b")] = []*concordpb.KeyValue{{Key: []byte("b"), Value: []byte("replica")}}
+	for _, key := range []string{"a", "b"} {
+		resp, err := s.Batch(ctx, &concordpb.BatchRequest{Header: availHeader, Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_GET, Key: []byte(key)}}})
+		if err != nil {
+			t.Fatalf("available read-only batch of %s: %v", key, err)
+		}
+		want := map[string]string{"a": "held", "b": "replica"}[key]
+		if r := resp.GetResults()[0]; !r.GetOk() || string(r.GetValue()) != want {
+			t.Fatalf("available read-only batch of %s: %v, want %q", key, r, want)
+		}
+	}
+}
+
+// TestTentativeVersionOnlyFromNodes: a client's op carrying
+// tentative_version is refused; the node's reconciler's (Reconcile) is
+// proposed, alone, with it.
+func TestTentativeVersionOnlyFromNodes(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	f.echo = true
+	s, _, _ := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v"), TentativeVersion: 42}
+	_, err := s.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{op}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "tentative_version is set only by Concord nodes") {
+		t.Fatalf("client batch with tentative_version: %v", err)
+	}
+	if len(f.proposals) != 0 {
+		t.Fatal("a client's tentative_version was proposed")
+	}
+	if _, err := s.Reconcile(ctx, []*concordpb.Op{op}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if len(f.proposals) != 1 || f.proposals[0].GetKv().GetOps()[0].GetTentativeVersion() != 42 {
+		t.Fatalf("Reconcile proposed %v", f.proposals)
+	}
+	f.clusterVersion.Store(uint32(version.Versions - 1))
+	if _, err := s.Reconcile(ctx, []*concordpb.Op{op}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Reconcile below version.Versions: %v", err)
+	}
+}
+
+// TestForwardedHeaderNeverAvailable: a request is never forwarded with
+// AVAILABLE (the next node would hold it too).
+func TestForwardedHeaderNeverAvailable(t *testing.T) {
+	h := forwardedHeader(&concordpb.RequestHeader{Consistency: concordpb.Consistency_AVAILABLE, SessionId: 3, Seq: 4})
+	if h.GetConsistency() != concordpb.Consistency_LINEARIZABLE || h.GetHops() != 1 || h.GetSessionId() != 3 {
+		t.Fatalf("forwarded header %v", h)
+	}
+	if h := forwardedHeader(&concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE}); h.GetConsistency() != concordpb.Consistency_STALE {
+		t.Fatalf("a stale read forwarded as %v", h.GetConsistency())
+	}
+}
