@@ -52,6 +52,10 @@ func newServerCmd() *cobra.Command {
 			if err := checkNodeAddrs(cfg); err != nil {
 				return err
 			}
+			// 0 would read as "the default" to the node's config.
+			if cmd.Flags().Changed("available-timeout") && cfg.AvailableTimeout <= 0 {
+				return fmt.Errorf("--available-timeout must be positive (how long an available write waits for its shard to commit before it is held as tentative), got %v", cfg.AvailableTimeout)
+			}
 			if tokenFile != "" {
 				tok, err := readToken(tokenFile)
 				if err != nil {
@@ -85,6 +89,8 @@ func newServerCmd() *cobra.Command {
 	f.BoolVar(&cfg.LeaseReads, "lease-reads", cfg.LeaseReads, "shard leaders serve linearizable reads by leader lease, without a ReadIndex round, for the election timeout less 2 ticks, less 10 % (0.72 s by default) after a round was answered, on the monotonic clock, so a paused leader's lease runs out (false: every batch of reads takes a round)")
 	f.IntVar(&cfg.MaxMovesPerNode, "max-moves-per-node", cfg.MaxMovesPerNode, "replica moves one node may take part in at a time, when this node runs the scheduler (0: default 4)")
 	f.Int64Var(&cfg.ReserveDiskBytes, "reserve-disk-bytes", cfg.ReserveDiskBytes, "free bytes the data dir's filesystem must keep: while any live node has fewer, the cluster refuses writes that add data (deletes and reads go on) until it has them again plus a margin (-1: 1 GiB or 5 % of the filesystem, whichever is smaller; 0: off)")
+	f.DurationVar(&cfg.AvailableTimeout, "available-timeout", cfg.AvailableTimeout, "how long an available write (put --available) waits for its shard to commit before this node holds it as a tentative write, reconciled when the shard has a quorum again")
+	f.Int64Var(&cfg.MaxHintBytes, "max-hint-bytes", cfg.MaxHintBytes, "bytes of tentative writes (keys and values) this node may hold: past it an available write that cannot commit fails as an ordinary one (0: none held)")
 	f.IntVar(&cfg.SnapshotRateMiB, "snapshot-rate-mib", cfg.SnapshotRateMiB, "MiB per second all snapshots this node sends may use together (negative: unlimited)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text (key=value lines) or json (one object per line)")

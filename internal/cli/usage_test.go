@@ -124,6 +124,8 @@ func TestServerRefusesUnreachableAddr(t *testing.T) {
 		{[]string{"--addr", "127.0.0.1:0"}, `--addr "127.0.0.1:0": the port must be between 1 and 65535`},
 		{[]string{"--addr", free, "--peers", free + ",127.0.0.1:70000"}, `--peers "127.0.0.1:70000": the port must be between 1 and 65535`},
 		{[]string{"--addr", free, "--join", "127.0.0.1:0"}, `--join "127.0.0.1:0": the port must be between 1 and 65535`},
+		{[]string{"--addr", free, "--available-timeout", "0s"}, `--available-timeout must be positive`},
+		{[]string{"--addr", free, "--max-hint-bytes", "-1"}, `--max-hint-bytes must be a number of bytes`},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		err := runServerFor(t, append([]string{"server", "--data-dir", dir, "--log-level", "error"}, tc.args...))

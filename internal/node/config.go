@@ -147,6 +147,15 @@ type Config struct {
 	// smaller of 1 GiB and 5 % of the filesystem; 0: the guard is off (the
 	// zero Config's).
 	ReserveDiskBytes int64
+	// AvailableTimeout is how long an AVAILABLE write waits for its shard
+	// to commit it before the node holds it as a tentative write (available
+	// mode, internal/hints); 0: DefaultConfig's, 1 s.
+	AvailableTimeout time.Duration
+	// MaxHintBytes bounds the bytes of tentative writes the node holds
+	// (keys and records): past it an AVAILABLE write that cannot commit
+	// fails as an ordinary one would. 0 (the zero Config's) refuses every
+	// tentative write; DefaultConfig's is DefaultMaxHintBytes.
+	MaxHintBytes int64
 	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
 	// off, it refuses every call. For test clusters only.
 	EnableFaultInjection bool
@@ -174,8 +183,14 @@ func DefaultConfig() Config {
 		DeadAfter:          60 * time.Second,
 		LeaseReads:         true,
 		ReserveDiskBytes:   ReserveDiskAuto,
+		AvailableTimeout:   time.Second,
+		MaxHintBytes:       DefaultMaxHintBytes,
 	}
 }
+
+// DefaultMaxHintBytes is --max-hint-bytes' default: 256 MiB of tentative
+// writes held by one node.
+const DefaultMaxHintBytes = 256 << 20
 
 // validate fills in defaults and rejects impossible settings.
 // MaxKeyBytesCap bounds --max-key-bytes. A key is read whole wherever it
@@ -219,7 +234,8 @@ func (c *Config) validate() error {
 		v   *time.Duration
 		def time.Duration
 	}{{&c.SessionTTL, d.SessionTTL}, {&c.TickInterval, d.TickInterval}, {&c.HeartbeatInterval, d.HeartbeatInterval},
-		{&c.RepairInterval, d.RepairInterval}, {&c.SuspectAfter, d.SuspectAfter}, {&c.DeadAfter, d.DeadAfter}} {
+		{&c.RepairInterval, d.RepairInterval}, {&c.SuspectAfter, d.SuspectAfter}, {&c.DeadAfter, d.DeadAfter},
+		{&c.AvailableTimeout, d.AvailableTimeout}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -254,6 +270,10 @@ func (c *Config) validate() error {
 	case c.ReserveDiskBytes < ReserveDiskAuto:
 		return fmt.Errorf("--reserve-disk-bytes must be a number of bytes, 0 (the guard off) or -1 (the default: 1 GiB or 5 %% of the filesystem, whichever is smaller), got %d",
 			c.ReserveDiskBytes)
+	case c.AvailableTimeout < 0:
+		return fmt.Errorf("--available-timeout must be positive (how long an available write waits for its shard to commit before it is held as tentative), got %v", c.AvailableTimeout)
+	case c.MaxHintBytes < 0:
+		return fmt.Errorf("--max-hint-bytes must be a number of bytes, 0 (no tentative writes held) or more, got %d", c.MaxHintBytes)
 	case c.SessionTTL < minSessionTTL:
 		// Zero took the default above: this is a value given.
 		return fmt.Errorf("--session-ttl must be at least %v (a client's retries must find its session; the shard's clock may run up to %v ahead), got %v",

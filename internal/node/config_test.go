@@ -170,3 +170,21 @@ func TestGRPCIdleTimesNegativeRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAvailableFlagsChecked: a negative --available-timeout or
+// --max-hint-bytes is refused at start, naming the flag; zero takes the
+// timeout's default (1 s) and keeps a bound of 0 (no tentative writes).
+func TestAvailableFlagsChecked(t *testing.T) {
+	for flag, c := range map[string]Config{"--available-timeout": {AvailableTimeout: -time.Second}, "--max-hint-bytes": {MaxHintBytes: -1}} {
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s negative: validate said %v, want an error naming the flag", flag, err)
+		}
+	}
+	c := Config{}
+	if err := c.validate(); err != nil || c.AvailableTimeout != time.Second || c.MaxHintBytes != 0 {
+		t.Fatalf("zero config: %v, timeout %v, max hint bytes %d", err, c.AvailableTimeout, c.MaxHintBytes)
+	}
+	if d := DefaultConfig(); d.MaxHintBytes != 256<<20 || d.AvailableTimeout != time.Second {
+		t.Fatalf("defaults: %v, %d", d.AvailableTimeout, d.MaxHintBytes)
+	}
+}

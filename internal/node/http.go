@@ -166,11 +166,13 @@ var (
 	descReserve   = prometheus.NewDesc("concord_disk_reserve_bytes", "The node's --reserve-disk-bytes in bytes: under it the node is low on space (0: the guard is off).", nil, nil)
 	descDiskLow   = prometheus.NewDesc("concord_disk_low", "1 while this node is low on space by its own measurement (under its reserve, until back above it plus a margin).", nil, nil)
 	descAlarm     = prometheus.NewDesc("concord_space_alarm", "1 while this node refuses client writes that add data because it or another live node is low on space.", nil, nil)
+	descTentative = prometheus.NewDesc("concord_tentative_writes", "Tentative writes (available mode) this node holds in its hint log, to be reconciled when their shards have a quorum.", nil, nil)
+	descTentBytes = prometheus.NewDesc("concord_tentative_bytes", "Bytes (keys and records) of the tentative writes this node holds; bounded by --max-hint-bytes.", nil, nil)
 	descCoalesced = prometheus.NewDesc("concord_incrs_coalesced_total", "INCRs this node, leading their shard or forwarding to its leader, sent inside a run of INCRs of one key that went as one op (Op.repeat), less one per run: the ops the runs saved; each was answered as applied alone.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descCoalesced, descFwdCalls, descVersion, descBinary, descDiskFree, descReserve, descDiskLow, descAlarm} {
+	for _, d := range []*prometheus.Desc{descReplicas, descLeaders, descReady, descLag, descApplied, descLogKept, descTerm, descIsLeader, descRounds, descNodes, descPlLeader, descBCHits, descBCMisses, descBCBytes, descFlushed, descCompact, descFlushes, descAbsorbed, descCoalesced, descFwdCalls, descVersion, descBinary, descDiskFree, descReserve, descDiskLow, descAlarm, descTentative, descTentBytes} {
 		ch <- d
 	}
 }
@@ -194,6 +196,10 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.CounterValue, float64(ws.FlushedBytes))
 		ch <- prometheus.MustNewConstMetric(descCompact, prometheus.CounterValue, float64(ws.CompactedBytes))
 		ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(ws.Flushes))
+	}
+	if n.hints != nil { // opened before the HTTP server starts
+		ch <- prometheus.MustNewConstMetric(descTentative, prometheus.GaugeValue, float64(n.hints.Count()))
+		ch <- prometheus.MustNewConstMetric(descTentBytes, prometheus.GaugeValue, float64(n.hints.Bytes()))
 	}
 	if n.kv != nil { // set before the HTTP server starts
 		ch <- prometheus.MustNewConstMetric(descAbsorbed, prometheus.CounterValue, float64(n.kv.WritesAbsorbed()))

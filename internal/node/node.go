@@ -21,6 +21,7 @@ import (
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/expiry"
 	"github.com/concord-kv/concord/internal/grpcapi"
+	"github.com/concord-kv/concord/internal/hints"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/metrics"
@@ -121,6 +122,11 @@ type Node struct {
 	requests requestMeter
 	// space is the disk space guard (space.go).
 	space spaceGuard
+	// hints holds the tentative writes of available mode this node took
+	// (internal/hints), opened with storage; recon proposes them when
+	// their shards have a quorum again (reconcile.go).
+	hints *hints.Log
+	recon reconciler
 	// failed is closed when the node stops itself for good (its identity
 	// was removed); failErr says why.
 	failOnce sync.Once
@@ -256,6 +262,8 @@ func New(cfg Config) (*Node, error) {
 	n.cluster = grpcapi.NewCluster(n.backend())
 	n.metrics = metrics.New()
 	n.metrics.Register(stateCollector{n})
+	n.recon.reconciled = newReconcileCounter()
+	n.metrics.Register(n.recon.reconciled)
 	return n, nil
 }
 
@@ -277,6 +285,9 @@ func (n *Node) Start(ctx context.Context) error {
 	n.eng = eng
 	if err := n.loadLocal(); err != nil {
 		return n.abort(err)
+	}
+	if n.hints, err = hints.Open(eng, n.cfg.MaxHintBytes); err != nil {
+		return n.abort(fmt.Errorf("open the hint log: %w", err))
 	}
 	if err := n.checkVersionAtStart(); err != nil {
 		return n.abort(err)
@@ -365,7 +376,8 @@ func (n *Node) newServer() *grpc.Server {
 	b := n.backend()
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	// Stream calls get the per-call accounting the unary chain gives.
-	n.kv = grpcapi.NewKV(b, limits).WithCallInterceptors(n.trackUnary, n.observeUnary)
+	n.kv = grpcapi.NewKV(b, limits).WithCallInterceptors(n.trackUnary, n.observeUnary).
+		WithAvailable(n.hints, n.cfg.AvailableTimeout, n.heldTentative)
 	if n.cfg.PeerDialer != nil {
 		// Forwards to peers travel as the client's calls do: on the framed
 		// wire, with the peer dial's TLS and token, stamped with this node's
@@ -477,9 +489,10 @@ func (n *Node) startRaft() error {
 
 // startLoops starts the node's periodic goroutines: heartbeats to the
 // placement leader (heartbeat.go), replica repair on the placement leader
-// (repair.go), session expiry (sessions.go), the expiry sweep and the disk
+// (repair.go), session expiry (sessions.go), the expiry sweep, the disk
 // space guard's measurements (space.go), about once a second, more often
-// with faster heartbeats (tests).
+// with faster heartbeats (tests), and the reconciler of tentative writes
+// (reconcile.go).
 func (n *Node) startLoops() {
 	if !n.testHooks.noHeartbeats {
 		n.goLoop(n.cfg.HeartbeatInterval, n.sendHeartbeat, n.placement.report, true)
@@ -492,6 +505,7 @@ func (n *Node) startLoops() {
 	if n.space.reserve.Load() != 0 {
 		n.goLoop(min(n.cfg.HeartbeatInterval, time.Second), n.checkSpace, nil, false)
 	}
+	n.startReconciler()
 }
 
 // goLoop runs f every interval until the node stops, and also whenever
