@@ -500,8 +500,11 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 	var avoid map[string]bool // nodes that failed this call without refusing
 	// A stale read reads the replica of the node that receives it: ask the
 	// nodes this client was given, not the leader, so that a client of one
-	// node (`concord get --stale --endpoints X`) reads X's replica.
-	viaEndpoints := c.opts.ThroughEndpoints || !mutation && consistency == concordpb.Consistency_STALE
+	// node (`concord get --stale --endpoints X`) reads X's replica. So does
+	// an available call, read or write: the node it reaches holds it (a
+	// node cut off from the leader is the case it is for) and reads it.
+	viaEndpoints := c.opts.ThroughEndpoints || !mutation && consistency == concordpb.Consistency_STALE ||
+		consistency == concordpb.Consistency_AVAILABLE
 	firstEndpoint := 0
 	if viaEndpoints && len(c.endpoints) > 1 {
 		firstEndpoint = mrand.IntN(len(c.endpoints))

@@ -28,6 +28,16 @@ func Stale() ReadOption {
 	return func(h *concordpb.RequestHeader) { h.Consistency = concordpb.Consistency_STALE }
 }
 
+// Available reads as Stale does, from one of the endpoints the client was
+// given, except that the node that serves it answers from the tentative
+// write of the key it holds, if any (available mode: PutAvailable,
+// DeleteAvailable): a held put is found with its value, a held delete is
+// not found. Other nodes do not see a tentative write until it is
+// reconciled.
+func Available() ReadOption {
+	return func(h *concordpb.RequestHeader) { h.Consistency = concordpb.Consistency_AVAILABLE }
+}
+
 func readConsistency(opts []ReadOption) concordpb.Consistency {
 	h := &concordpb.RequestHeader{}
 	for _, o := range opts {
@@ -113,6 +123,61 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 		return resp.GetHeader(), err
 	})
 	return prev, existed, err
+}
+
+// PutAvailable stores value under key in available mode
+// (docs/architecture.md, "Available mode"), through one of the endpoints
+// the client was given (another only if none answers). If the key's shard
+// commits it within the node's --available-timeout, it is an ordinary put
+// and tentative is false. If the shard cannot (no quorum), the node holds
+// it as a tentative write, durable on that node, and tentative is true:
+// the node proposes it when the shard has a quorum again, and there the
+// newest version of the key wins, so it may be superseded by a later
+// write, and reads through other nodes do not see it until then. A
+// definite refusal (a bad key, the space alarm) is returned as for Put.
+func (c *Client) PutAvailable(ctx context.Context, key, value []byte) (tentative bool, err error) {
+	heldBy, err := c.PutAvailableHeldBy(ctx, key, value)
+	return heldBy != 0, err
+}
+
+// PutAvailableHeldBy is PutAvailable that says which node holds the write
+// when it is tentative: its id, or 0 when the shard committed it.
+func (c *Client) PutAvailableHeldBy(ctx context.Context, key, value []byte) (heldBy uint64, err error) {
+	if err := checkRequestBytes(len(key) + len(value)); err != nil {
+		return 0, err
+	}
+	err = c.call(ctx, key, blindWrite, concordpb.Consistency_AVAILABLE, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.Put(ctx, &concordpb.PutRequest{Header: h, Key: key, Value: value})
+		heldBy = heldByOf(resp.GetHeader())
+		return resp.GetHeader(), err
+	})
+	return heldBy, err
+}
+
+// DeleteAvailable deletes key in available mode, as PutAvailable stores.
+// It does not say whether the key existed.
+func (c *Client) DeleteAvailable(ctx context.Context, key []byte) (tentative bool, err error) {
+	heldBy, err := c.DeleteAvailableHeldBy(ctx, key)
+	return heldBy != 0, err
+}
+
+// DeleteAvailableHeldBy is DeleteAvailable that says which node holds the
+// delete when it is tentative (0: committed).
+func (c *Client) DeleteAvailableHeldBy(ctx context.Context, key []byte) (heldBy uint64, err error) {
+	err = c.call(ctx, key, blindWrite, concordpb.Consistency_AVAILABLE, func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error) {
+		resp, err := kv.Delete(ctx, &concordpb.DeleteRequest{Header: h, Key: key})
+		heldBy = heldByOf(resp.GetHeader())
+		return resp.GetHeader(), err
+	})
+	return heldBy, err
+}
+
+// heldByOf is the node holding a tentative write's answer (0: committed).
+func heldByOf(h *concordpb.ResponseHeader) uint64 {
+	if !h.GetTentative() {
+		return 0
+	}
+	return max(h.GetServedByNodeId(), 1) // a node always names itself; never read "held" as 0
 }
 
 // maxRequestBytes is the most key and value bytes one write may carry:

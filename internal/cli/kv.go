@@ -15,7 +15,7 @@ import (
 func newPutCmd() *cobra.Command {
 	var f clientFlags
 	var ttl time.Duration
-	var prev bool
+	var prev, available bool
 	key, value := keyOperand(), valueOperand("VALUE", "value-file")
 	cmd := &cobra.Command{
 		Use:   "put KEY VALUE",
@@ -26,11 +26,18 @@ func newPutCmd() *cobra.Command {
 			"without it the put is a blind write, which the shard applies without reading the key.\n" +
 			"--key-file and --value-file take KEY and VALUE from files instead, byte for byte: the way\n" +
 			"to store binary bytes (an argument cannot hold a NUL byte), e.g.\n" +
-			"  head -c 100 /dev/urandom | concord put --key-file k.bin --value-file -",
+			"  head -c 100 /dev/urandom | concord put --key-file k.bin --value-file -\n" +
+			"With --available the put goes through the node it reaches; if the key's shard cannot commit it\n" +
+			"within that node's --available-timeout (no quorum), the node holds it as a tentative write and\n" +
+			"proposes it when the shard has a quorum again, where the newest version of the key wins\n" +
+			"(\"OK (tentative: ...)\"; JSON \"tentative\": true). See docs/architecture.md, \"Available mode\".",
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("ttl") && ttl <= 0 {
 				return fmt.Errorf("--ttl must be positive, got %v", ttl)
+			}
+			if available && (cmd.Flags().Changed("ttl") || prev) {
+				return errors.New("--available takes a plain put: not with --ttl or --prev")
 			}
 			kv, err := readOperands("put", args, []*operand{key, value}, cmd.InOrStdin())
 			if err != nil {
@@ -41,6 +48,13 @@ func newPutCmd() *cobra.Command {
 				return err
 			}
 			defer done()
+			if available {
+				heldBy, err := c.PutAvailableHeldBy(ctx, kv[0], kv[1])
+				if err != nil {
+					return err
+				}
+				return printAvailableWrite(cmd, f.output == "json", kv[0], heldBy)
+			}
 			var opts []client.PutOption
 			if ttl > 0 {
 				opts = append(opts, client.TTL(ttl))
@@ -57,10 +71,32 @@ func newPutCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "time to live (e.g. 10s); none by default")
 	cmd.Flags().BoolVar(&prev, "prev", false, "print the previous value (the shard then reads the key before writing it)")
+	cmd.Flags().BoolVar(&available, "available", false, "available mode: if the shard has no quorum, the node reached holds the put as tentative and reconciles it later (last writer wins)")
 	addOperandFlag(cmd, key)
 	addOperandFlag(cmd, value)
 	addClientFlags(cmd, &f)
 	return cmd
+}
+
+// printAvailableWrite prints an available write's outcome: OK, saying
+// which node holds it when it is tentative; as JSON, ok and tentative
+// (and held_by when it is).
+func printAvailableWrite(cmd *cobra.Command, asJSON bool, key []byte, heldBy uint64) error {
+	out := cmd.OutOrStdout()
+	if asJSON {
+		j := map[string]any{"ok": true, "tentative": heldBy != 0}
+		if heldBy != 0 {
+			j["held_by"] = heldBy
+		}
+		setBytes(j, "key", key)
+		return printJSON(out, j)
+	}
+	if heldBy != 0 {
+		fmt.Fprintf(out, "OK (tentative: held by node %d until its shard has a quorum)\n", heldBy)
+		return nil
+	}
+	fmt.Fprintln(out, "OK")
+	return nil
 }
 
 // printPut prints a put's outcome: OK, or with --prev the previous value;
@@ -86,15 +122,20 @@ func printPut(cmd *cobra.Command, asJSON, prev bool, old []byte, existed bool) e
 
 func newGetCmd() *cobra.Command {
 	var f clientFlags
-	var stale bool
+	var stale, available bool
 	key := keyOperand()
 	cmd := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Print the value of KEY (exit status 1 if it does not exist)",
 		Long: "Print the value of KEY (exit status 1 if it does not exist). --key-file takes KEY from a file\n" +
-			"instead, byte for byte; -o json carries binary keys and values exactly (value_base64).",
+			"instead, byte for byte; -o json carries binary keys and values exactly (value_base64).\n" +
+			"--available reads as --stale does, and sees the tentative write of the key the answering node\n" +
+			"holds, if any (put --available).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if stale && available {
+				return errors.New("--stale and --available are exclusive: --available reads as --stale does, and sees the node's tentative writes")
+			}
 			k, err := readOperands("get", args, []*operand{key}, cmd.InOrStdin())
 			if err != nil {
 				return err
@@ -107,6 +148,9 @@ func newGetCmd() *cobra.Command {
 			var opts []client.ReadOption
 			if stale {
 				opts = append(opts, client.Stale())
+			}
+			if available {
+				opts = append(opts, client.Available())
 			}
 			v, expireAt, found, err := c.GetWithExpiry(ctx, k[0], opts...)
 			if err != nil {
@@ -130,6 +174,7 @@ func newGetCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&stale, "stale", false, "read the answering node's replica without confirming leadership (may be behind)")
+	cmd.Flags().BoolVar(&available, "available", false, "as --stale, and see the tentative write of the key the answering node holds (available mode)")
 	addOperandFlag(cmd, key)
 	addClientFlags(cmd, &f)
 	return cmd
@@ -137,12 +182,15 @@ func newGetCmd() *cobra.Command {
 
 func newDelCmd() *cobra.Command {
 	var f clientFlags
+	var available bool
 	key := keyOperand()
 	cmd := &cobra.Command{
-		Use:   "del KEY",
-		Short: "Delete KEY; prints 1 if it existed, 0 if not",
-		Long:  "Delete KEY; prints 1 if it existed, 0 if not. --key-file takes KEY from a file instead, byte for byte.",
-		Args:  cobra.MaximumNArgs(1),
+		Use:     "del KEY",
+		Aliases: []string{"delete"},
+		Short:   "Delete KEY; prints 1 if it existed, 0 if not",
+		Long: "Delete KEY; prints 1 if it existed, 0 if not. --key-file takes KEY from a file instead, byte for byte.\n" +
+			"With --available (see put --available) it prints OK, or that the delete is held as tentative.",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, err := readOperands("del", args, []*operand{key}, cmd.InOrStdin())
 			if err != nil {
@@ -153,6 +201,13 @@ func newDelCmd() *cobra.Command {
 				return err
 			}
 			defer done()
+			if available {
+				heldBy, err := c.DeleteAvailableHeldBy(ctx, k[0])
+				if err != nil {
+					return err
+				}
+				return printAvailableWrite(cmd, f.output == "json", k[0], heldBy)
+			}
 			existed, err := c.Delete(ctx, k[0])
 			if err != nil {
 				return err
@@ -168,6 +223,7 @@ func newDelCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&available, "available", false, "available mode: if the shard has no quorum, the node reached holds the delete as tentative and reconciles it later (last writer wins)")
 	addOperandFlag(cmd, key)
 	addClientFlags(cmd, &f)
 	return cmd

@@ -34,3 +34,29 @@ func TestPrintPut(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintAvailableWrite protects what `concord put --available` and
+// `concord del --available` print: OK for a committed write, and for a
+// tentative one which node holds it; JSON says tentative either way.
+func TestPrintAvailableWrite(t *testing.T) {
+	for _, tc := range []struct {
+		json   bool
+		heldBy uint64
+		want   string
+	}{
+		{false, 0, "OK\n"},
+		{false, 3, "OK (tentative: held by node 3 until its shard has a quorum)\n"},
+		{true, 0, "{\n  \"key\": \"k\",\n  \"ok\": true,\n  \"tentative\": false\n}\n"},
+		{true, 3, "{\n  \"held_by\": 3,\n  \"key\": \"k\",\n  \"ok\": true,\n  \"tentative\": true\n}\n"},
+	} {
+		var out bytes.Buffer
+		cmd := &cobra.Command{}
+		cmd.SetOut(&out)
+		if err := printAvailableWrite(cmd, tc.json, []byte("k"), tc.heldBy); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != tc.want {
+			t.Errorf("printAvailableWrite(json %v, held by %d) printed %q, want %q", tc.json, tc.heldBy, out.String(), tc.want)
+		}
+	}
+}

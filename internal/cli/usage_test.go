@@ -94,6 +94,9 @@ func TestBadClientFlagsRefusedBeforeDialing(t *testing.T) {
 		{[]string{"bench", "--clients", "2", "--conns", "5", "--timeout", "2s", "--duration", "1s"}, "--conns (5) must not exceed --clients (2)"},
 		{[]string{"backup", t.TempDir(), "--timeout", "2s"}, "it is a directory; name a file"},
 		{[]string{"backup", "", "--timeout", "2s"}, "backup FILE is empty"},
+		{[]string{"put", "k", "v", "--available", "--ttl", "1s", "--timeout", "2s"}, "--available takes a plain put: not with --ttl or --prev"},
+		{[]string{"put", "k", "v", "--available", "--prev", "--timeout", "2s"}, "--available takes a plain put: not with --ttl or --prev"},
+		{[]string{"get", "k", "--available", "--stale", "--timeout", "2s"}, "--stale and --available are exclusive"},
 	} {
 		_, err := runCLI(append(tc.args, "--endpoints", addr)...)
 		if err == nil || !strings.Contains(errorText(err), tc.want) {
