@@ -66,6 +66,11 @@ type opGates struct {
 	// floatText: an INCR_FLOAT's float_delta_text, once
 	// version.IncrFloatText allows it.
 	floatText bool
+	// tentative: a PUT's or DELETE's tentative_version, set by a Concord
+	// node only (its reconciler of available mode, or a node forwarding
+	// to the leader), once version.Versions allows it: a client's would
+	// write at a version of its choosing, past every later write.
+	tentative bool
 }
 
 func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error), gates opGates) (ids.ShardID, error) {
@@ -130,6 +135,9 @@ func (l Limits) checkOp(i int, op *concordpb.Op, gates opGates) error {
 	}
 	if len(op.GetFloatDeltaText()) > 0 && !gates.floatText {
 		return invalid("operation %d: float_delta_text needs cluster version %d (version.IncrFloatText): every node must run a binary that applies it; send float_delta", i, version.IncrFloatText)
+	}
+	if op.GetTentativeVersion() != 0 && !gates.tentative {
+		return invalid("operation %d: tentative_version is set only by Concord nodes (available mode's reconciler), once the cluster version allows it (%d, version.Versions)", i, version.Versions)
 	}
 	if op.GetRepeat() != 0 && !gates.repeat {
 		// Even 1 ("once"): the op would reach the log with field 17, on
