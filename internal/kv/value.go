@@ -27,9 +27,9 @@ import (
 // not read, so it may leave a stale entry, which the sweep's
 // DELETE_EXPIRED removes when its time comes.
 const (
-	tagPlain           = 0x00
-	tagExpires         = 0x01
-	tagVersioned       = 0x02
+	tagPlain            = 0x00
+	tagExpires          = 0x01
+	tagVersioned        = 0x02
 	tagExpiresVersioned = 0x03
 )
 
