@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"hash/fnv"
 	"testing"
 	"time"
 
@@ -261,5 +262,18 @@ func TestEnvelopes(t *testing.T) {
 	}
 	if _, _, _, err := decodeValue([]byte{4, 'x'}); err == nil {
 		t.Fatal("tag 4 decoded")
+	}
+}
+
+// TestDeleteBucketIsFNV1a: the bucket function is fixed for ever (a change
+// would misplace every bucket a shard holds): FNV-1a folded to 16 bits.
+func TestDeleteBucketIsFNV1a(t *testing.T) {
+	for _, k := range []string{"", "a", "key:__rand_int__", "\x00\xff"} {
+		h := fnv.New32a()
+		h.Write([]byte(k))
+		s := h.Sum32()
+		if got, want := deleteBucket([]byte(k)), uint16(s^s>>16); got != want {
+			t.Errorf("deleteBucket(%q) = %d, want %d", k, got, want)
+		}
 	}
 }
