@@ -187,10 +187,10 @@ func TestAvailableRefusedWhereItDoesNotApply(t *testing.T) {
 	}
 }
 
-// TestTentativeVersionOnlyFromNodes: a client's op carrying
+// TestReconcileSendsTentativeVersion: a client's op carrying
 // tentative_version is refused; the node's reconciler's (Reconcile) is
 // proposed, alone, with it.
-func TestTentativeVersionOnlyFromNodes(t *testing.T) {
+func TestReconcileSendsTentativeVersion(t *testing.T) {
 	f := newFakeNode(t, 1, 4, 1)
 	f.echo = true
 	s, _, _ := availableKV(t, f, 1<<20)

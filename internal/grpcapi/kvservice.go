@@ -210,9 +210,11 @@ func (s *KV) batch(ctx context.Context, req *concordpb.BatchRequest, reconcile b
 	if req.GetHeader().GetHops() > 0 && !v.Allows(version.IncrFloatText) && hasFloatText(req.GetOps()) {
 		v = s.awaitVersion(ctx, version.IncrFloatText)
 	}
-	fromNode := req.GetHeader().GetHops() > 0 || reconcile
-	gates := opGates{repeat: req.GetHeader().GetHops() > 0 && v.Allows(version.IncrRepeat), floatText: v.Allows(version.IncrFloatText),
-		tentative: fromNode, versions: v.Allows(version.Versions)}
+	// The node's reconciler sends tentative_version as a forwarding node
+	// does (Reconcile).
+	forwarded := req.GetHeader().GetHops() > 0
+	gates := opGates{repeat: forwarded && v.Allows(version.IncrRepeat), floatText: v.Allows(version.IncrFloatText),
+		tentative: (forwarded || reconcile) && v.Allows(version.Versions)}
 	shard, err := s.limits.checkBatch(req, func(k []byte) (ids.ShardID, error) { return shardOf(s.b, k) }, gates)
 	if err != nil {
 		return nil, err
@@ -333,6 +335,9 @@ func (s *KV) kvCommand(h *concordpb.RequestHeader, ops []*concordpb.Op) *storepb
 	c.kv.Ops, c.kv.MaxValueBytes = ops, int64(s.limits.MaxValueBytes)
 	v := s.b.ClusterVersion()
 	c.kv.ExpiryOnStamps = v.Allows(version.ExpiryOnStamps)
+	// Writes carry versions (package kv), which available mode's
+	// reconciled tentative writes are compared with.
+	c.kv.Versioned = v.Allows(version.Versions)
 	if v.Allows(version.ResultBudget) {
 		// A replica of a binary below the level would apply the ops past
 		// the budget (and stops on the field it does not know).

@@ -66,10 +66,11 @@ type opGates struct {
 	// floatText: an INCR_FLOAT's float_delta_text, once
 	// version.IncrFloatText allows it.
 	floatText bool
-	// tentative: an op's tentative_version, set only by Concord nodes (a
-	// node's reconciler, or a node forwarding its batch), once versions
-	// (version.Versions) allows it.
-	tentative, versions bool
+	// tentative: a PUT's or DELETE's tentative_version, set by a Concord
+	// node only (its reconciler of available mode, or a node forwarding
+	// to the leader), once version.Versions allows it: a client's would
+	// write at a version of its choosing, past every later write.
+	tentative bool
 }
 
 func (l Limits) checkBatch(req *concordpb.BatchRequest, shardOf func([]byte) (ids.ShardID, error), gates opGates) (ids.ShardID, error) {
@@ -135,18 +136,13 @@ func (l Limits) checkOp(i int, op *concordpb.Op, gates opGates) error {
 	if len(op.GetFloatDeltaText()) > 0 && !gates.floatText {
 		return invalid("operation %d: float_delta_text needs cluster version %d (version.IncrFloatText): every node must run a binary that applies it; send float_delta", i, version.IncrFloatText)
 	}
+	if op.GetTentativeVersion() != 0 && !gates.tentative {
+		return invalid("operation %d: tentative_version is set only by Concord nodes (available mode's reconciler), once the cluster version allows it (%d, version.Versions)", i, version.Versions)
+	}
 	if op.GetRepeat() != 0 && !gates.repeat {
 		// Even 1 ("once"): the op would reach the log with field 17, on
 		// which a replica of a binary below version.IncrRepeat stops.
 		return invalid("operation %d: repeat %d: repeat is set only by Concord nodes, once the cluster version allows it; send each INCR (or one by the sum)", i, op.GetRepeat())
-	}
-	if op.GetTentativeVersion() != 0 && !gates.tentative {
-		// A client's would skip last-writer-wins against versions it
-		// does not know, and a version far ahead would win for ever.
-		return invalid("operation %d: tentative_version is set only by Concord nodes", i)
-	}
-	if op.GetTentativeVersion() != 0 && !gates.versions {
-		return invalid("operation %d: tentative_version needs cluster version %d (version.Versions): every node must run a binary that applies it", i, version.Versions)
 	}
 	if err := l.checkKey(op.GetKey()); err != nil {
 		return err

@@ -27,7 +27,8 @@
 //	\x02 <shard 8> s m s <shard 8>  (meta shard) ShardDescriptor of every shard
 //	\x02 <shard 8> s m c            (meta shard) MetaCounters
 //	\x02 <shard 8> s m j <token>    (meta shard) node id registered by a join token (8)
-//	\x02 <shard 8> s u <user key>   user value: a tag byte, the expiry if any, the bytes (internal/kv)
+//	\x02 <shard 8> s u <user key>   user value: a tag byte, the expiry if any, the version if any, the bytes (internal/kv)
+//	\x02 <shard 8> s v <bucket 2>   the highest version of a delete of a key in the delete bucket (8; internal/kv)
 //	\x02 <shard 8> s x <at 8> <user key>  (empty) the user key expires at Unix ms at: the sweep's index
 //
 // A shard's Raft keys ("r") and state-machine keys ("s") are disjoint spans of
@@ -179,6 +180,13 @@ func SessionOf(shard uint64, k []byte) uint64 {
 
 // Clock is the key of a user shard's session clock (internal/kv).
 func Clock(shard uint64) []byte { return append(shardPrefix(shard), 's', 'k') }
+
+// DeleteBucket is the key of the highest version at which a key of shard
+// in delete bucket was deleted (package kv: what a tentative write of an
+// absent key is compared with).
+func DeleteBucket(shard uint64, bucket uint16) []byte {
+	return binary.BigEndian.AppendUint16(append(shardPrefix(shard), 's', 'v'), bucket)
+}
 
 // SessionSpan covers every session record of shard.
 func SessionSpan(shard uint64) (start, end []byte) {

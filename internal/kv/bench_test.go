@@ -72,6 +72,12 @@ func benchDB(b *testing.B) *pebble.DB {
 // benchApply applies b.N PUT commands built by op, perBatch per batch, and
 // reports the time and allocations per command.
 func benchApply(b *testing.B, perBatch int, op func(key, value []byte) *concordpb.Op) {
+	benchApplyCmds(b, perBatch, false, op)
+}
+
+// benchApplyCmds is benchApply with versioned commands (KVCommand.versioned)
+// when versioned.
+func benchApplyCmds(b *testing.B, perBatch int, versioned bool, op func(key, value []byte) *concordpb.Op) {
 	db := benchDB(b)
 	sm := New(shard)
 	rng := rand.New(rand.NewSource(1))
@@ -87,6 +93,7 @@ func benchApply(b *testing.B, perBatch int, op func(key, value []byte) *concordp
 		seqs[s]++
 		stamp += int64(10 * time.Microsecond)
 		cmds[i] = kvCmd(uint64(s+1), seqs[s], stamp, op(benchKey(rng.Intn(benchKeys)), value))
+		cmds[i].GetKv().Versioned = versioned
 	}
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
@@ -140,6 +147,21 @@ func BenchmarkApply(b *testing.B) {
 			})
 		})
 	}
+	b.Run("put-versioned/batch=32", func(b *testing.B) { // a blind PUT whose value carries a version
+		benchApplyCmds(b, 32, true, func(key, value []byte) *concordpb.Op {
+			return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: key, Value: value}
+		})
+	})
+	b.Run("delete-versioned/batch=32", func(b *testing.B) { // a DELETE: its bucket record too
+		benchApplyCmds(b, 32, true, func(key, _ []byte) *concordpb.Op {
+			return &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: key}
+		})
+	})
+	b.Run("delete/batch=32", func(b *testing.B) {
+		benchApplyCmds(b, 32, false, func(key, _ []byte) *concordpb.Op {
+			return &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: key}
+		})
+	})
 	b.Run("put-prev/batch=32", func(b *testing.B) { // a PUT that returns the previous value
 		benchApply(b, 32, func(key, value []byte) *concordpb.Op {
 			return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: key, Value: value, ReturnPrev: true}

@@ -81,6 +81,7 @@ func (sm *StateMachine) cacheSession(session, seq uint64) {
 type shardClock struct {
 	loaded, found, legacy bool
 	high, now             int64
+	versionHigh           uint64 // the highest version a write carries (version.go)
 }
 
 // loadClock returns the shard's clock, reading it from b only the first
@@ -98,7 +99,7 @@ func (sm *StateMachine) loadClock(b pebble.Reader) (shardClock, error) {
 	}
 	c := shardClock{loaded: true}
 	if rec := as.GetClock(); rec != nil {
-		c.found, c.high, c.now = true, rec.GetHigh(), rec.GetNow()
+		c.found, c.high, c.now, c.versionHigh = true, rec.GetHigh(), rec.GetNow(), rec.GetVersionHigh()
 		sm.clock = c
 		return c, nil
 	}

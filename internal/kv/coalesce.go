@@ -102,7 +102,8 @@ func plainIncr(op *concordpb.Op) bool {
 		!op.GetExpectAbsent() && !op.GetDelete() && op.GetTtlMs() == 0 && op.GetExpireAtUnixMs() == 0 &&
 		!op.GetKeepTtl() && !op.GetPersist() && op.GetCondition() == concordpb.Condition_CONDITION_NONE &&
 		op.GetFloatDelta() == 0 && op.GetOffset() == 0 && op.GetSkip() == 0 && !op.GetReturnPrev() &&
-		op.GetRepeat() == 0 && len(op.GetFloatDeltaText()) == 0 && len(op.ProtoReflect().GetUnknown()) == 0
+		op.GetRepeat() == 0 && len(op.GetFloatDeltaText()) == 0 && op.GetTentativeVersion() == 0 &&
+		len(op.ProtoReflect().GetUnknown()) == 0
 }
 
 // ExpandRuns returns the results of the ops Coalesce was given from res,

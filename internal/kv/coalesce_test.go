@@ -261,6 +261,8 @@ func TestPlainIncrEveryField(t *testing.T) {
 			m.Set(f, protoreflect.ValueOfInt64(1))
 		case protoreflect.Uint32Kind:
 			m.Set(f, protoreflect.ValueOfUint32(1))
+		case protoreflect.Uint64Kind:
+			m.Set(f, protoreflect.ValueOfUint64(1))
 		case protoreflect.DoubleKind:
 			m.Set(f, protoreflect.ValueOfFloat64(1))
 		default:

@@ -146,7 +146,7 @@ func (d *deferred) flushValues() error {
 		}
 		var err error
 		if v.stored {
-			err = setValue(d.b, []byte(v.k), v.rec.value, v.rec.expireAt)
+			err = setValue(d.b, []byte(v.k), v.rec.value, v.rec.expireAt, v.rec.version)
 		} else {
 			err = d.b.Delete([]byte(v.k), nil)
 		}
@@ -191,7 +191,7 @@ func (sm *StateMachine) Flush(b *pebble.Batch, as *storepb.AppliedState) error {
 	if !c.found {
 		return nil
 	}
-	d.clock.High, d.clock.Now = c.high, c.now
+	d.clock.High, d.clock.Now, d.clock.VersionHigh = c.high, c.now, c.versionHigh
 	as.Clock = &d.clock
 	if c.legacy { // the clock now lives in as: the old record goes, once
 		if err := b.Delete(keys.Clock(sm.shard), nil); err != nil {

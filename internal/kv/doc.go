@@ -11,6 +11,11 @@
 // decided at apply, from the command's leader-stamped time on the shard's
 // clock, so every replica stores the same instant.
 //
+// Writes may carry versions (version.go), which order available mode's
+// tentative writes against every other write: a versioned command's writes
+// take a version above every version in the shard, and an op reconciling a
+// tentative write (Op.tentative_version) applies only over an older one.
+//
 // A PUT reads the key only when it needs its state: for a condition,
 // keep_ttl, or the previous value it was asked to return (return_prev).
 // Otherwise it is a blind write, and with the session sequence numbers and

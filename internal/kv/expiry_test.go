@@ -58,7 +58,7 @@ func (f *fixture) index() (exact, stale int) {
 	}
 	defer ut.Close()
 	for ok := ut.First(); ok; ok = ut.Next() {
-		_, at, err := decodeValue(ut.Value())
+		_, at, _, err := decodeValue(ut.Value())
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -215,8 +215,20 @@ func TestDeterminism(t *testing.T) {
 		for rng.Intn(3) == 0 {
 			ops = append(ops, randomOp(rng))
 		}
+		// Versioned commands and reconciled tentative writes (available
+		// mode) too, with versions around the stamp.
+		versioned := rng.Intn(2) == 0
+		if rng.Intn(5) == 0 {
+			k := fmt.Sprintf("k%d", rng.Intn(6))
+			tv := uint64(stamp + int64(rng.Intn(4000)-2000)*int64(time.Millisecond))
+			op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte(k), Value: []byte("t"), TentativeVersion: tv}
+			if rng.Intn(3) == 0 {
+				op = &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: []byte(k), TentativeVersion: tv}
+			}
+			ops = append(ops, op)
+		}
 		cmd := &storepb.Command{UnixNanos: stamp, Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{
-			SessionId: uint64(rng.Intn(3)), Seq: uint64(i + 1), Ops: ops, MaxValueBytes: 16}}}
+			SessionId: uint64(rng.Intn(3)), Seq: uint64(i + 1), Ops: ops, MaxValueBytes: 16, Versioned: versioned}}}
 		ra, rb := a.apply(wholeRange, cmd), b.apply(wholeRange, cmd)
 		if fmt.Sprint(ra) != fmt.Sprint(rb) {
 			t.Fatalf("command %d: results differ: %v vs %v", i, ra, rb)

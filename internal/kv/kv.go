@@ -37,6 +37,9 @@ type StateMachine struct {
 	// op is the current op's key (value.go: unread).
 	userPrefix []byte
 	op         store
+	// ver is the version the current command's writes take, verCap the
+	// highest a tentative write of it may bring in (version.go).
+	ver, verCap uint64
 }
 
 // New returns the state machine of shard.
@@ -66,6 +69,7 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 		if k.Kv.GetExpiryOnStamps() {
 			expiryNow = high
 		}
+		sm.beginVersion(k.Kv.GetVersioned(), high, k.Kv.GetOps())
 		return sm.applyKV(b, desc, now, expiryNow, k.Kv)
 	case *storepb.Command_ExpireSessions:
 		now, _, err := sm.advanceClock(b, cmd.GetUnixNanos())
@@ -91,6 +95,9 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 // expiryNow, the time key expiry is measured at (Apply).
 func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor, now, expiryNow int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
 	e := env{nowMs: expiryNow / int64(time.Millisecond), maxValue: c.GetMaxValueBytes(), maxResult: c.GetMaxResultBytes()}
+	if err := checkTentative(c.GetVersioned(), c.GetOps()); err != nil {
+		return errResult(codes.InvalidArgument, "%v", err), nil
+	}
 	if c.GetSessionId() != 0 && c.GetSessionFloor() != 0 {
 		return sm.applyWindowed(b, desc, e, now, c)
 	}

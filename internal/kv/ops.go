@@ -109,6 +109,9 @@ func CheckOp(op *concordpb.Op) error {
 		return fmt.Errorf("repeat %d is above the limit %d", op.GetRepeat(), MaxRepeat)
 	case t == concordpb.OpType_OP_CHECK && (len(op.GetValue()) != 0 || op.GetDelete()):
 		return errors.New("OP_CHECK takes no value and no delete: it changes nothing")
+	case op.GetTentativeVersion() != 0 && t != concordpb.OpType_OP_DELETE && !(t == concordpb.OpType_OP_PUT &&
+		!timed && !op.GetKeepTtl() && !op.GetReturnPrev() && op.GetCondition() == concordpb.Condition_CONDITION_NONE):
+		return fmt.Errorf("%v takes no tentative_version: it is for a PUT without condition, expiry, keep_ttl or return_prev, and for DELETE", t)
 	}
 	switch c := op.GetCondition(); {
 	case c == concordpb.Condition_CONDITION_NONE || t == concordpb.OpType_OP_EXPIRE:
@@ -175,7 +178,7 @@ func (e env) expiry(op *concordpb.Op) (int64, error) {
 // state: no condition, no keep_ttl, no previous value asked for.
 func blind(op *concordpb.Op) bool {
 	return op.GetType() == concordpb.OpType_OP_PUT && !op.GetReturnPrev() && !op.GetKeepTtl() &&
-		op.GetCondition() == concordpb.Condition_CONDITION_NONE
+		op.GetCondition() == concordpb.Condition_CONDITION_NONE && op.GetTentativeVersion() == 0
 }
 
 // applyOp applies op; a blind PUT's result is blank (empty, and shared by
@@ -191,6 +194,9 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e *env, op *concordpb.Op, blank
 	s, err := sm.load(b, op.GetKey(), e.nowMs)
 	if err != nil {
 		return nil, err
+	}
+	if op.GetTentativeVersion() != 0 {
+		return sm.reconcile(s, op)
 	}
 	cur, exists := s.cur(), s.exists // before any change
 	if ReturnsValue(op) && !e.takeResult(len(cur.value)) {
@@ -238,7 +244,7 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e *env, op *concordpb.Op, blank
 		at := op.GetExpireAtUnixMs()
 		stale := at != 0 && (!s.stored || s.raw.expireAt != at)
 		if expired {
-			err = s.delete()
+			err = s.remove() // not a writer's delete: no bucket raised
 		}
 		if stale && err == nil {
 			err = b.Delete(keys.Expiry(sm.shard, at, op.GetKey()), nil)
@@ -296,6 +302,9 @@ func (e env) blindPut(s *store, op *concordpb.Op) error {
 	s.d.dropValue(s.k)    // overwritten: the batch holds the key's record now
 	at, _ := e.expiry(op) // checked in checkOps
 	if at != 0 && !live(at, e.nowMs) {
+		if err := s.raiseBucket(); err != nil {
+			return err
+		}
 		return s.b.Delete(s.k, nil)
 	}
 	if at != 0 {
@@ -303,7 +312,7 @@ func (e env) blindPut(s *store, op *concordpb.Op) error {
 			return err
 		}
 	}
-	return setValue(s.b, s.k, op.GetValue(), at)
+	return setValue(s.b, s.k, op.GetValue(), at, s.ver)
 }
 
 // matches reports whether the key's live state is what a CAS or CHECK

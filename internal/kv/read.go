@@ -72,7 +72,7 @@ func eachLive(r pebble.Reader, shard uint64, start, end []byte, nowMs int64, ful
 			more = true
 			break
 		}
-		value, expireAt, err := decodeValue(it.Value())
+		value, expireAt, _, err := decodeValue(it.Value())
 		if err != nil {
 			_ = it.Close()
 			return false, err

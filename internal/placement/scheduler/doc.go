@@ -75,8 +75,11 @@
 //
 // Then balancing, unless a node is SUSPECT or some shard is being
 // repaired (a replacement, a removal from a node that is not good, a
-// leadership moved off one, or fewer good voters than wanted while an
-// eligible node could take one): repair keeps the move caps to itself.
+// leadership moved off one, or fewer good voters than wanted while that
+// repair can go on: a learner being added, catching up or promoted, or a
+// node rule 2 would give one): repair keeps the move caps to itself. A
+// shard that can be repaired nowhere (every node without its replica low
+// on space, say) holds nothing up.
 // Among eligible nodes, and on shards that got no step this round, it
 // balances replica counts (a learner on a node that will hold at least
 // two fewer than a more loaded one and is not low on space; the excess

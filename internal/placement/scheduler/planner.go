@@ -51,8 +51,9 @@ type planner struct {
 	leads  map[ids.NodeID]int // leaderships per node, planned transfers included
 	moves  map[ids.NodeID]int // moves per node (see Settings.MaxMovesPerNode)
 	vias   map[ids.ShardID]ids.NodeID
-	// repairing: some repair is pending or under way (see noteRepair);
-	// balancing then plans no new move, so repair has the caps to itself.
+	// repairing: some repair that can go on is pending or under way (see
+	// noteRepair); balancing then plans no new move, so repair has the
+	// caps to itself.
 	repairing bool
 	// inherited are the shards that may be running a step an earlier
 	// placement leader started (see inheritedShards): busy, their step
@@ -500,8 +501,7 @@ func (p *planner) underCap(node ids.NodeID) bool {
 // round or in flight (nil: none), is being repaired rather than balanced:
 // a repair step (a replacement, the removal of a replica on a node that is
 // not good, a leadership moved off a node that is not eligible), or fewer
-// good voters than it wants while some eligible node holds none of its
-// voters (a learner is wanted, catching up, or about to be promoted). A
+// good voters than it wants while that repair can go on (repairable). A
 // shard without a live quorum can be repaired by nothing and does not
 // count; a busy shard whose step is unknown (View.InFlight alone) does.
 func (p *planner) noteRepair(d *concordpb.ShardDescriptor, s *Step) {
@@ -516,12 +516,40 @@ func (p *planner) noteRepair(d *concordpb.ShardDescriptor, s *Step) {
 	if c.want == 0 || c.goodVoters >= c.want {
 		return
 	}
-	for _, id := range p.order {
-		if r := replicaOn(d, id); p.nodes[id].eligible && (r == nil || !isVoter(r)) {
-			p.repairing = true
-			return
+	if p.repairable(c, s) {
+		p.repairing = true
+	}
+}
+
+// repairable reports whether shard c, short of good voters, has a repair
+// that can go on: a learner being added or promoted (s), a learner on an
+// eligible node that can be promoted (caught up, or not low on space: a
+// low node refuses the snapshot a learner behind needs), or a node the
+// add-learner rule would take (canTake, the very test leastLoaded makes).
+// A shard that can be repaired nowhere (every node without its replica
+// low on space, or at a cap that never frees: MaxMovesPerNode zero) waits
+// for the cluster to change and holds nothing up meanwhile: were it to
+// count, balancing, leader balancing included, would stop in the whole
+// cluster for as long as it lasts. A node at its move cap is no target
+// either: balancing cannot take a slot from it (replicaMove asks canTake
+// of its destination, underCap of its source), and repair plans first in
+// the round in which a slot frees.
+func (p *planner) repairable(c shardView, s *Step) bool {
+	if s != nil && (s.Kind == StepAddLearner || s.Kind == StepPromoteLearner) {
+		return true
+	}
+	for _, r := range c.d.GetReplicas() {
+		node := ids.NodeID(r.GetNodeId())
+		if !isVoter(r) && p.nodes[node].eligible && (!p.low[node] || p.caughtUp(c.id, r)) {
+			return true
 		}
 	}
+	for _, id := range p.order {
+		if replicaOn(c.d, id) == nil && p.canTake(id) {
+			return true
+		}
+	}
+	return false
 }
 
 // repairStep reports whether s repairs rather than balances (noteRepair).
