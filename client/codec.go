@@ -64,6 +64,7 @@ const (
 	fOpReturnPrev   = 16
 	fOpRepeat       = 17
 	fOpFloatText    = 18
+	fOpTentative    = 19
 
 	fStreamResponseReplies = 1
 
@@ -252,7 +253,8 @@ func opSize(o *concordpb.Op) int {
 		varintFieldSize(fOpCondition, uint64(o.GetCondition())) + varintFieldSize(fOpIntDelta, uint64(o.GetIntDelta())) +
 		doubleFieldSize(fOpFloatDelta, o.GetFloatDelta()) + varintFieldSize(fOpOffset, uint64(o.GetOffset())) +
 		varintFieldSize(fOpSkip, uint64(o.GetSkip())) + boolFieldSize(fOpReturnPrev, o.GetReturnPrev()) +
-		varintFieldSize(fOpRepeat, uint64(o.GetRepeat())) + bytesFieldSize(fOpFloatText, o.GetFloatDeltaText())
+		varintFieldSize(fOpRepeat, uint64(o.GetRepeat())) + bytesFieldSize(fOpFloatText, o.GetFloatDeltaText()) +
+		varintFieldSize(fOpTentative, o.GetTentativeVersion())
 }
 
 func appendOp(b []byte, o *concordpb.Op) []byte {
@@ -273,7 +275,10 @@ func appendOp(b []byte, o *concordpb.Op) []byte {
 	b = appendVarintField(b, fOpSkip, uint64(o.GetSkip()))
 	b = appendBoolField(b, fOpReturnPrev, o.GetReturnPrev())
 	b = appendVarintField(b, fOpRepeat, uint64(o.GetRepeat()))
-	return appendBytesField(b, fOpFloatText, o.GetFloatDeltaText())
+	b = appendBytesField(b, fOpFloatText, o.GetFloatDeltaText())
+	// A node's reconciling op (available mode), forwarded on the peer
+	// wire: dropped, it applied as a plain put over newer writes.
+	return appendVarintField(b, fOpTentative, o.GetTentativeVersion())
 }
 
 // headerSize is the size of h as a request's field 1, none if nil.

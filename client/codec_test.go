@@ -94,6 +94,9 @@ func randOp(rng *rand.Rand) *concordpb.Op {
 	if maybe() {
 		o.FloatDeltaText = randBytes(rng)
 	}
+	if maybe() {
+		o.TentativeVersion = randUint(rng)
+	}
 	return o
 }
 
