@@ -159,6 +159,7 @@ var layerTable = []layer{
 		"internal/routing", // key → shard
 		"internal/dial",    // gRPC dial options
 		"internal/portmux", // gRPC and RESP on one port
+		"internal/hints",   // available mode's hint log (kept through storage's hint records)
 	}},
 	{n: 4, pkgs: []string{
 		// The deterministic core. None imports another: replica defines
