@@ -68,8 +68,9 @@ type opGates struct {
 	floatText bool
 	// tentative: a PUT's or DELETE's tentative_version, set by a Concord
 	// node only (its reconciler of available mode, or a node forwarding
-	// to the leader), once version.Versions allows it: a client's would
-	// write at a version of its choosing, past every later write.
+	// to the leader), once version.Versions allows it. A forged one (hops
+	// is the client's to set) is capped at the shard's highest stamp at
+	// apply: no more than an ordinary write of the key now.
 	tentative bool
 }
 

@@ -33,9 +33,11 @@ func TestCommandsVersionedByClusterVersion(t *testing.T) {
 }
 
 // TestTentativeVersionOnlyFromNodes: a client may not send
-// tentative_version (it would write at a version of its choosing, past
-// every later write); a node forwarding one may, once the cluster's
-// version allows it.
+// tentative_version; a node forwarding one may, once the cluster's version
+// allows it. Like an INCR's repeat, "a node" is a request with hops above
+// 0, which a client could forge: the state machine caps a tentative
+// version at the shard's highest stamp (kv.beginVersion), so a forged one
+// is no more than an ordinary write of the key at the current time.
 func TestTentativeVersionOnlyFromNodes(t *testing.T) {
 	op := func() *concordpb.Op {
 		return &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("v"), TentativeVersion: 42}

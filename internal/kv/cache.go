@@ -82,6 +82,7 @@ type shardClock struct {
 	loaded, found, legacy bool
 	high, now             int64
 	versionHigh           uint64 // the highest version a write carries (version.go)
+	versionsFrom          uint64 // the first version given (version.go); 0: none yet
 }
 
 // loadClock returns the shard's clock, reading it from b only the first
@@ -99,7 +100,8 @@ func (sm *StateMachine) loadClock(b pebble.Reader) (shardClock, error) {
 	}
 	c := shardClock{loaded: true}
 	if rec := as.GetClock(); rec != nil {
-		c.found, c.high, c.now, c.versionHigh = true, rec.GetHigh(), rec.GetNow(), rec.GetVersionHigh()
+		c.found, c.high, c.now = true, rec.GetHigh(), rec.GetNow()
+		c.versionHigh, c.versionsFrom = rec.GetVersionHigh(), rec.GetVersionsFrom()
 		sm.clock = c
 		return c, nil
 	}

@@ -191,7 +191,8 @@ func (sm *StateMachine) Flush(b *pebble.Batch, as *storepb.AppliedState) error {
 	if !c.found {
 		return nil
 	}
-	d.clock.High, d.clock.Now, d.clock.VersionHigh = c.high, c.now, c.versionHigh
+	d.clock.High, d.clock.Now = c.high, c.now
+	d.clock.VersionHigh, d.clock.VersionsFrom = c.versionHigh, c.versionsFrom
 	as.Clock = &d.clock
 	if c.legacy { // the clock now lives in as: the old record goes, once
 		if err := b.Delete(keys.Clock(sm.shard), nil); err != nil {

@@ -61,6 +61,10 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 			// know the scheme and apply it: stop instead (the loop's fatal).
 			return nil, fmt.Errorf("kv: shard %d hashes keys by scheme %d (key_hash), which this version does not know: run a newer binary", sm.shard, desc.GetKeyHash())
 		}
+		before, err := sm.loadClock(b)
+		if err != nil {
+			return nil, err
+		}
 		now, high, err := sm.advanceClock(b, cmd.GetUnixNanos())
 		if err != nil {
 			return nil, err
@@ -69,7 +73,7 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 		if k.Kv.GetExpiryOnStamps() {
 			expiryNow = high
 		}
-		sm.beginVersion(k.Kv.GetVersioned(), high, k.Kv.GetOps())
+		sm.beginVersion(k.Kv.GetVersioned(), before.high, high, k.Kv.GetOps())
 		return sm.applyKV(b, desc, now, expiryNow, k.Kv)
 	case *storepb.Command_ExpireSessions:
 		now, _, err := sm.advanceClock(b, cmd.GetUnixNanos())
@@ -95,7 +99,7 @@ func (sm *StateMachine) Apply(b *pebble.Batch, desc *concordpb.ShardDescriptor, 
 // expiryNow, the time key expiry is measured at (Apply).
 func (sm *StateMachine) applyKV(b *pebble.Batch, desc *concordpb.ShardDescriptor, now, expiryNow int64, c *storepb.KVCommand) (*storepb.CommandResult, error) {
 	e := env{nowMs: expiryNow / int64(time.Millisecond), maxValue: c.GetMaxValueBytes(), maxResult: c.GetMaxResultBytes()}
-	if err := checkTentative(c.GetVersioned(), c.GetOps()); err != nil {
+	if err := sm.checkTentative(c.GetOps()); err != nil {
 		return errResult(codes.InvalidArgument, "%v", err), nil
 	}
 	if c.GetSessionId() != 0 && c.GetSessionFloor() != 0 {

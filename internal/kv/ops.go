@@ -243,8 +243,14 @@ func (sm *StateMachine) applyOp(b *pebble.Batch, e *env, op *concordpb.Op, blank
 		// (and so without removing) the entry of the expiry it had.
 		at := op.GetExpireAtUnixMs()
 		stale := at != 0 && (!s.stored || s.raw.expireAt != at)
-		if expired {
-			err = s.remove() // not a writer's delete: no bucket raised
+		if expired && s.raw.version != 0 {
+			// Not a writer's delete: the bucket records the removed
+			// value's version, so a tentative write older than the value
+			// loses after the sweep as it did before (version.go).
+			err = s.raiseBucketTo(s.raw.version)
+		}
+		if expired && err == nil {
+			err = s.remove()
 		}
 		if stale && err == nil {
 			err = b.Delete(keys.Expiry(sm.shard, at, op.GetKey()), nil)

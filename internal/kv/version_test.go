@@ -54,9 +54,21 @@ func (f *fixture) applied(stamp int64, op *concordpb.Op) bool {
 
 // TestVersionedWritesTakeIncreasingVersions: a versioned command's writes
 // carry its version, the shard's highest stamp, or one above the last
-// version when stamps go back; an unversioned command writes the envelope
-// it always wrote (so binaries below version.Versions read it).
+// version when stamps go back; an unversioned command on a shard that has
+// never versioned writes the envelope it always wrote (so binaries below
+// version.Versions read it).
 func TestVersionedWritesTakeIncreasingVersions(t *testing.T) {
+	u := newFixture(t)
+	u.apply(wholeRange, kvCmd(0, 0, at(0), put("c", "x")))
+	raw, closer, err := u.db.Get(keys.User(shard, []byte("c")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if !bytes.Equal(raw, []byte{tagPlain, 'x'}) {
+		t.Fatalf("an unversioned PUT stored %x, want the plain envelope 00 78", raw)
+	}
+
 	f := newFixture(t)
 	f.apply(wholeRange, vcmd(at(0), put("a", "1")))
 	if v := f.version("a"); v != uint64(at(0)) {
@@ -70,20 +82,41 @@ func TestVersionedWritesTakeIncreasingVersions(t *testing.T) {
 	if v := f.version("n"); v != uint64(at(time.Second)) {
 		t.Fatalf("APPEND wrote version %d, want %d", v, at(time.Second))
 	}
-	f.apply(wholeRange, kvCmd(0, 0, at(2*time.Second), put("c", "x")))
-	raw, closer, err := f.db.Get(keys.User(shard, []byte("c")))
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestVersionedFromTheFirstVersionedCommand: once a shard has applied a
+// versioned command, an unversioned one (a leader that has not learned
+// the cluster's version yet, during a rolling upgrade) still writes
+// versions and raises delete buckets: otherwise an older tentative write
+// would win over its writes.
+func TestVersionedFromTheFirstVersionedCommand(t *testing.T) {
+	f := newFixture(t)
+	f.apply(wholeRange, kvCmd(0, 0, at(0), put("old", "unversioned")))
+	f.apply(wholeRange, vcmd(at(time.Second), put("a", "1")))
+	f.apply(wholeRange, kvCmd(0, 0, at(2*time.Second), put("k", "later"), del("d")))
+	if v := f.version("k"); v != uint64(at(2*time.Second)) {
+		t.Fatalf("an unversioned command after a versioned one wrote version %d, want %d", v, at(2*time.Second))
 	}
-	defer closer.Close()
-	if !bytes.Equal(raw, []byte{tagPlain, 'x'}) {
-		t.Fatalf("an unversioned PUT stored %x, want the plain envelope 00 78", raw)
+	if f.applied(at(3*time.Second), tput("k", "older", uint64(at(1500*time.Millisecond)))) {
+		t.Fatal("an older tentative write won over a later write of an unversioned command")
+	}
+	if f.applied(at(3*time.Second), tput("d", "older", uint64(at(1500*time.Millisecond)))) {
+		t.Fatal("an older tentative write won over a later delete of an unversioned command")
+	}
+	// A value from before the first versioned command counts as written
+	// at the highest stamp before it: newer tentative writes win over it,
+	// older ones do not.
+	if f.applied(at(4*time.Second), tput("old", "older", uint64(at(-time.Second)))) {
+		t.Fatal("a tentative write older than an unversioned value applied")
+	}
+	if !f.applied(at(4*time.Second), tput("old", "newer", uint64(at(500*time.Millisecond)))) {
+		t.Fatal("a tentative write newer than every unversioned write lost")
 	}
 }
 
 // TestReconcileLastWriterWins: a tentative write applies only over an
 // older version, and a write after it always takes a higher version than
-// it, even from a leader whose clock is behind the tentative write's.
+// it, even from a leader whose clock is behind.
 func TestReconcileLastWriterWins(t *testing.T) {
 	f := newFixture(t)
 	f.apply(wholeRange, vcmd(at(0), put("k", "committed")))
@@ -91,22 +124,22 @@ func TestReconcileLastWriterWins(t *testing.T) {
 		t.Fatal("a tentative write older than the stored value applied")
 	}
 	f.value("k", []byte("committed"))
-	newer := uint64(at(30 * time.Second)) // a node whose clock is ahead
-	if !f.applied(at(2*time.Second), tput("k", "tentative", newer)) {
+	tv := uint64(at(10 * time.Second))
+	if !f.applied(at(10*time.Second), tput("k", "tentative", tv)) {
 		t.Fatal("a tentative write newer than the stored value did not apply")
 	}
 	f.value("k", []byte("tentative"))
-	if v := f.version("k"); v != newer {
-		t.Fatalf("reconciled value at version %d, want the tentative version %d", v, newer)
+	if v := f.version("k"); v != tv {
+		t.Fatalf("reconciled value at version %d, want the tentative version %d", v, tv)
 	}
-	// A later linearizable write, stamped by a leader whose clock is
-	// behind the tentative version, still wins over it...
-	f.apply(wholeRange, vcmd(at(3*time.Second), put("k", "later")))
-	if v := f.version("k"); v <= newer {
-		t.Fatalf("a later write took version %d, not above the reconciled %d", v, newer)
+	// A later write, stamped by a leader whose clock is behind the
+	// tentative version, still wins over it...
+	f.apply(wholeRange, vcmd(at(5*time.Second), put("k", "later")))
+	if v := f.version("k"); v <= tv {
+		t.Fatalf("a later write took version %d, not above the reconciled %d", v, tv)
 	}
 	// ...and over any tentative write reconciled after it that is older.
-	if f.applied(at(4*time.Second), tput("k", "stale", newer+1)) {
+	if f.applied(at(11*time.Second), tput("k", "stale", tv+1)) {
 		t.Fatal("a tentative write older than a later acknowledged write applied over it")
 	}
 	f.value("k", []byte("later"))
@@ -143,8 +176,11 @@ func TestReconcileAbsentKeyAgainstItsDeleteBucket(t *testing.T) {
 	if _, found := f.stored("ttl"); found {
 		t.Fatal("the sweep did not delete the expired key")
 	}
+	if f.applied(at(9*time.Second), tput("ttl", "older", uint64(at(6500*time.Millisecond)))) {
+		t.Fatal("a tentative write older than the swept value applied after the sweep (it lost before it)")
+	}
 	if !f.applied(at(9*time.Second), tput("ttl", "tentative", uint64(at(7500*time.Millisecond)))) {
-		t.Fatal("a tentative write lost to the sweep's delete of an expired key")
+		t.Fatal("a tentative write newer than the swept value lost to the sweep's delete")
 	}
 }
 
@@ -166,16 +202,22 @@ func TestReconcileDelete(t *testing.T) {
 	}
 }
 
-// TestTentativeVersionCapped: a tentative version far in the future (a
-// node's clock years ahead) counts as MaxClockStep past the shard's
-// highest stamp.
+// TestTentativeVersionCapped: a tentative version past the shard's
+// highest stamp (a node's clock ahead, or a forged version) counts as that
+// stamp, so it cannot push the shard's versions past the proposers'
+// clocks: a write after it, stamped a little later, is newer.
 func TestTentativeVersionCapped(t *testing.T) {
 	f := newFixture(t)
+	f.apply(wholeRange, vcmd(at(-time.Second), put("j", "v")))
 	if !f.applied(at(0), tput("k", "v", uint64(at(24*365*time.Hour)))) {
 		t.Fatal("did not apply")
 	}
-	if v, want := f.version("k"), uint64(at(0))+uint64(MaxClockStep); v != want {
+	if v, want := f.version("k"), uint64(at(0)); v != want {
 		t.Fatalf("version %d, want the cap %d", v, want)
+	}
+	f.apply(wholeRange, vcmd(at(time.Second), put("i", "v")))
+	if v, want := f.version("i"), uint64(at(time.Second)); v != want {
+		t.Fatalf("a write a second later took version %d, want its stamp %d", v, want)
 	}
 }
 
@@ -184,30 +226,29 @@ func TestTentativeVersionCapped(t *testing.T) {
 // wins over a tentative write of it, before or after it.
 func TestCommandVersionAboveItsTentativeOps(t *testing.T) {
 	f := newFixture(t)
-	ahead := uint64(at(time.Minute))
-	f.apply(wholeRange, vcmd(at(0), tput("a", "tentative", ahead), put("a", "client")))
-	f.apply(wholeRange, vcmd(at(time.Second), put("b", "client"), tput("b", "tentative", ahead+5)))
+	f.apply(wholeRange, vcmd(at(0), tput("a", "tentative", uint64(at(0))), put("a", "client")))
+	f.apply(wholeRange, vcmd(at(time.Second), put("b", "client"), tput("b", "tentative", uint64(at(time.Second)))))
 	f.value("a", []byte("client"))
 	f.value("b", []byte("client"))
-	if v := f.version("b"); v <= ahead+5 {
-		t.Fatalf("the client's write took version %d, not above the command's tentative %d", v, ahead+5)
+	if v := f.version("b"); v <= uint64(at(time.Second)) {
+		t.Fatalf("the client's write took version %d, not above the command's tentative %d", v, at(time.Second))
 	}
 }
 
 // TestVersionHighSurvivesRestart: the shard's highest version is state
 // (in the applied-state record), not a cache: a state machine started over
-// the same data still stamps above a reconciled version.
+// the same data still stamps above it.
 func TestVersionHighSurvivesRestart(t *testing.T) {
 	f := newFixture(t)
-	ahead := uint64(at(time.Minute))
-	f.applied(at(0), tput("k", "tentative", ahead))
+	ahead := uint64(at(time.Minute)) // a leader whose clock is ahead
+	f.apply(wholeRange, vcmd(at(time.Minute), put("k", "v")))
 	f.sm = New(shard)
 	f.apply(wholeRange, vcmd(at(time.Second), put("j", "v")))
 	if v := f.version("j"); v <= ahead {
 		t.Fatalf("after a restart a write took version %d, not above %d", v, ahead)
 	}
-	f.sm.SnapshotInstalled() // drops the cached clock: read again from the record
-	f.apply(wholeRange, vcmd(at(2*time.Second), put("i", "v")))
+	f.sm.SnapshotInstalled()                                           // drops the cached clock: read again from the record
+	f.apply(wholeRange, kvCmd(0, 0, at(2*time.Second), put("i", "v"))) // versioned from the first on
 	if v := f.version("i"); v <= ahead {
 		t.Fatalf("after the caches were dropped a write took version %d, not above %d", v, ahead)
 	}

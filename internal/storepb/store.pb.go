@@ -924,7 +924,12 @@ type ShardClock struct {
 	Now   int64                  `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
 	// The highest version a write of the shard carries (package kv): the
 	// next versioned command's writes take a version above it. 0: none yet.
-	VersionHigh   uint64 `protobuf:"varint,3,opt,name=version_high,json=versionHigh,proto3" json:"version_high,omitempty"`
+	VersionHigh uint64 `protobuf:"varint,3,opt,name=version_high,json=versionHigh,proto3" json:"version_high,omitempty"`
+	// The first version the shard gave a write (package kv): writes before
+	// it carry none, and a tentative write reconciled against a value
+	// without a version, or an absent key whose delete bucket holds none,
+	// is compared with this instead. 0: no versioned write yet.
+	VersionsFrom  uint64 `protobuf:"varint,4,opt,name=versions_from,json=versionsFrom,proto3" json:"versions_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -976,6 +981,13 @@ func (x *ShardClock) GetNow() int64 {
 func (x *ShardClock) GetVersionHigh() uint64 {
 	if x != nil {
 		return x.VersionHigh
+	}
+	return 0
+}
+
+func (x *ShardClock) GetVersionsFrom() uint64 {
+	if x != nil {
+		return x.VersionsFrom
 	}
 	return 0
 }
@@ -1275,12 +1287,13 @@ const file_internal_storepb_store_proto_rawDesc = "" +
 	"\fAppliedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x122\n" +
-	"\x05clock\x18\x03 \x01(\v2\x1c.concord.store.v1.ShardClockR\x05clock\"U\n" +
+	"\x05clock\x18\x03 \x01(\v2\x1c.concord.store.v1.ShardClockR\x05clock\"z\n" +
 	"\n" +
 	"ShardClock\x12\x12\n" +
 	"\x04high\x18\x01 \x01(\x03R\x04high\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12!\n" +
-	"\fversion_high\x18\x03 \x01(\x04R\vversionHigh\":\n" +
+	"\fversion_high\x18\x03 \x01(\x04R\vversionHigh\x12#\n" +
+	"\rversions_from\x18\x04 \x01(\x04R\fversionsFrom\":\n" +
 	"\x0eTruncatedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"b\n" +
