@@ -140,12 +140,54 @@ func staleHeader(h *concordpb.RequestHeader) *concordpb.RequestHeader {
 	return c
 }
 
-// availableReads serves a read-only batch with AVAILABLE as STALE, then
+// availableAttempt runs read, a linearizable read, bounded by the
+// available timeout: an AVAILABLE read is linearizable whenever its shard
+// answers in that time, so a healthy cluster reads its own writes through
+// any node. It returns read's answer, or nil and nil when the read may
+// fall back to STALE instead: the shard could not answer (Unavailable, the
+// timeout while the caller's own context is live, an ambiguous outcome).
+// Without available mode on the node, nil and nil: the read is STALE.
+func (s *KV) availableAttempt(ctx context.Context, read func(context.Context) (proto.Message, error)) (proto.Message, error) {
+	if s.avail == nil {
+		return nil, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, s.avail.timeout)
+	defer cancel()
+	resp, err := read(actx)
+	if err == nil {
+		return resp, nil
+	}
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	switch st := status.Convert(err); st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return nil, nil
+	case codes.Unknown, codes.Canceled:
+		if strings.HasPrefix(st.Message(), "ambiguous") {
+			return nil, nil
+		}
+	}
+	return nil, err
+}
+
+// availableReads serves a read-only batch with AVAILABLE: linearizable if
+// its shard answers within the available timeout, else as STALE; then
 // answers each key this node holds a hint of from the hint, as Get does.
 func (s *KV) availableReads(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
-	resp, err := s.readBatch(ctx, &concordpb.BatchRequest{Header: staleHeader(req.GetHeader()), Ops: req.GetOps()}, shard)
-	if err != nil || s.avail == nil {
-		return resp, err
+	lin := &concordpb.BatchRequest{Header: linearizableHeader(req.GetHeader()), Ops: req.GetOps()}
+	m, err := s.availableAttempt(ctx, func(ctx context.Context) (proto.Message, error) { return s.readBatch(ctx, lin, shard) })
+	if err != nil {
+		return nil, err
+	}
+	resp, _ := m.(*concordpb.BatchResponse)
+	if resp == nil {
+		if resp, err = s.readBatch(ctx, &concordpb.BatchRequest{Header: staleHeader(req.GetHeader()), Ops: req.GetOps()}, shard); err != nil {
+			return nil, err
+		}
+	}
+	if s.avail == nil {
+		return resp, nil
 	}
 	for i, op := range req.GetOps() {
 		h, found, err := s.avail.log.Get(op.GetKey())

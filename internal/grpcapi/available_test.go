@@ -226,3 +226,44 @@ func TestForwardedHeaderNeverAvailable(t *testing.T) {
 		t.Fatalf("a stale read forwarded as %v", h.GetConsistency())
 	}
 }
+
+// TestAvailableReadLinearizableWhenTheShardAnswers: an AVAILABLE Get (and
+// a read-only Batch) of a key this node holds no hint of is linearizable
+// (a ReadIndex round) when the shard answers within the available
+// timeout, so a healthy cluster reads its own writes through any node;
+// when the shard cannot answer (Unavailable) it falls back to the local
+// replica, as STALE; a definite error is returned as it is.
+func TestAvailableReadLinearizableWhenTheShardAnswers(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, _, _ := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+	shard := f.shardOfKey("k")
+	f.data = map[ids.ShardID][]*concordpb.KeyValue{shard: {{Key: []byte("k"), Value: []byte("v")}}}
+	rounds := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.readIndex)
+	}
+	get := func(what string, wantRounds int) {
+		t.Helper()
+		before := rounds()
+		got, err := s.Get(ctx, &concordpb.GetRequest{Header: availHeader, Key: []byte("k")})
+		if err != nil || !got.GetFound() || string(got.GetValue()) != "v" {
+			t.Fatalf("%s: %v %v", what, got, err)
+		}
+		if n := rounds() - before; n != wantRounds {
+			t.Fatalf("%s: %d ReadIndex rounds, want %d", what, n, wantRounds)
+		}
+		b, err := s.Batch(ctx, &concordpb.BatchRequest{Header: availHeader, Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_GET, Key: []byte("k")}}})
+		if err != nil || !b.GetResults()[0].GetOk() || string(b.GetResults()[0].GetValue()) != "v" {
+			t.Fatalf("%s, batch: %v %v", what, b, err)
+		}
+	}
+	get("shard answers", 1)
+	f.readIndexErr = status.Error(codes.Unavailable, "no leader")
+	get("shard cannot answer: stale", 1) // the round was tried, then the local replica read
+	f.readIndexErr = status.Error(codes.PermissionDenied, "no")
+	if _, err := s.Get(ctx, &concordpb.GetRequest{Header: availHeader, Key: []byte("k")}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a definite error: %v, want it returned", err)
+	}
+}

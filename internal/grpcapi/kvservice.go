@@ -90,13 +90,26 @@ func (s *KV) Get(ctx context.Context, req *concordpb.GetRequest) (*concordpb.Get
 		if resp, ok, err := s.hintedGet(req.GetKey(), shard); ok || err != nil {
 			return resp, err
 		}
+		lin := &concordpb.GetRequest{Header: linearizableHeader(req.GetHeader()), Key: req.GetKey()}
+		m, err := s.availableAttempt(ctx, func(ctx context.Context) (proto.Message, error) { return s.getRouted(ctx, lin, shard) })
+		if err != nil {
+			return nil, err
+		}
+		if resp, ok := m.(*concordpb.GetResponse); ok {
+			return resp, nil
+		}
 		req = &concordpb.GetRequest{Header: staleHeader(req.GetHeader()), Key: req.GetKey()}
 	}
+	return s.getRouted(ctx, req, shard)
+}
+
+// getRouted serves a Get of shard here or where it is routed.
+func (s *KV) getRouted(ctx context.Context, req *concordpb.GetRequest, shard ids.ShardID) (*concordpb.GetResponse, error) {
 	if mutant.Enabled && mutant.On(mutant.FollowerRead) && s.b.HasReplica(shard) {
 		req.Header = &concordpb.RequestHeader{Consistency: concordpb.Consistency_STALE} // serve here, no barrier
 	}
 	var resp *concordpb.GetResponse
-	err = s.rerouted(ctx, shard, func() (err error) {
+	err := s.rerouted(ctx, shard, func() (err error) {
 		resp, err = s.getOnce(ctx, req, shard)
 		return err
 	})
