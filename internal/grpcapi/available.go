@@ -63,9 +63,20 @@ func (s *KV) writeAvailable(ctx context.Context, h *concordpb.RequestHeader, op 
 	if s.avail == nil {
 		return s.apply(ctx, h, op)
 	}
-	actx, cancel := context.WithTimeout(ctx, s.avail.timeout)
+	// A hint of the key this node holds from before: a write of the key
+	// that commits now is newer, so the hint goes (if no newer one
+	// replaced it meanwhile), else this node's reads would answer the
+	// older write, and its version, from a clock ahead, could still win.
+	prior, hinted, err := s.avail.log.Get(op.GetKey())
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Unavailable, "reading the hint log: %v", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, s.attemptTimeout(ctx))
 	defer cancel()
 	res, hdr, err := s.apply(actx, h, op)
+	if err == nil && hinted {
+		_, _ = s.avail.log.Remove(op.GetKey(), prior.Version) // kept on error: it loses to this write's version
+	}
 	if err == nil || !s.mayHold(ctx, err) {
 		return res, hdr, err
 	}
@@ -87,6 +98,19 @@ func (s *KV) writeAvailable(ctx context.Context, h *concordpb.RequestHeader, op 
 		s.avail.onHeld(shard, first)
 	}
 	return &concordpb.OpResult{}, &concordpb.ResponseHeader{ShardId: uint64(shard), ServedByNodeId: uint64(s.b.ID()), Tentative: true}, nil
+}
+
+// attemptTimeout bounds an AVAILABLE request's ordinary attempt: the
+// node's --available-timeout, or three quarters of what is left of the
+// caller's deadline if that is less, so that the node can still hold the
+// write and answer before the caller gives up (the Go client's attempts
+// are a third of the call's deadline: 1 s at 3 s).
+func (s *KV) attemptTimeout(ctx context.Context) time.Duration {
+	d := s.avail.timeout
+	if deadline, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(deadline)*3/4)
+	}
+	return d
 }
 
 // mayHold reports whether a write that failed with err may be held as
@@ -151,7 +175,7 @@ func (s *KV) availableAttempt(ctx context.Context, read func(context.Context) (p
 	if s.avail == nil {
 		return nil, nil
 	}
-	actx, cancel := context.WithTimeout(ctx, s.avail.timeout)
+	actx, cancel := context.WithTimeout(ctx, s.attemptTimeout(ctx))
 	defer cancel()
 	resp, err := read(actx)
 	if err == nil {

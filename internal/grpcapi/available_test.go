@@ -59,11 +59,11 @@ func TestAvailableWriteHeldWhenTheShardCannotCommit(t *testing.T) {
 		t.Fatalf("the ordinary attempt carried tentative_version %d", h.GetTentativeVersion())
 	}
 
-	f.proposeErr = multiraft.ErrStopped
+	f.failProposals(multiraft.ErrStopped)
 	if _, err := s.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); status.Code(err) == codes.OK || log.Count() != 0 {
 		t.Fatalf("a linearizable put that failed: %v, %d hints", err, log.Count())
 	}
-	f.proposeErr = multiraft.ErrStopped
+	f.failProposals(multiraft.ErrStopped)
 	resp, err = s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v2")})
 	if err != nil {
 		t.Fatalf("available put with no quorum: %v", err)
@@ -82,7 +82,7 @@ func TestAvailableWriteHeldWhenTheShardCannotCommit(t *testing.T) {
 		t.Fatalf("a linearizable get saw the held put: %v %v", got, err)
 	}
 
-	f.proposeErr = replica.ErrAmbiguous
+	f.failProposals(replica.ErrAmbiguous)
 	if resp, err := s.Delete(ctx, &concordpb.DeleteRequest{Header: availHeader, Key: []byte("k")}); err != nil || !resp.GetHeader().GetTentative() {
 		t.Fatalf("available delete with an ambiguous outcome: %v %v", resp, err)
 	}
@@ -124,12 +124,12 @@ func TestAvailableWriteDefiniteRefusalNotHeld(t *testing.T) {
 	f.proposeResult = &storepb.CommandResult{ErrorCode: uint32(codes.FailedPrecondition), ErrorMessage: "refused"}
 	noHints("refused by the state machine", put("k", "v"), codes.FailedPrecondition)
 
-	f.proposeResult, f.proposeErr = nil, multiraft.ErrStopped
+	f.failProposals(multiraft.ErrStopped)
 	f.clusterVersion.Store(uint32(version.Versions - 1))
 	noHints("cluster below version.Versions", put("k", "v"), codes.Unavailable)
 	f.clusterVersion.Store(0)
 
-	f.proposeErr = context.DeadlineExceeded
+	f.failProposals(context.DeadlineExceeded)
 	dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 	defer cancel()
 	<-dctx.Done()
@@ -137,7 +137,7 @@ func TestAvailableWriteDefiniteRefusalNotHeld(t *testing.T) {
 	noHints("the caller's deadline", err, codes.DeadlineExceeded)
 
 	full, flog, _ := availableKV(t, f, 0)
-	f.proposeErr = multiraft.ErrStopped
+	f.failProposals(multiraft.ErrStopped)
 	_, err = full.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
 	if status.Code(err) != codes.Unavailable || flog.Count() != 0 {
 		t.Fatalf("put with a full hint log: %v, %d hints; want the commit attempt's Unavailable", err, flog.Count())
@@ -170,7 +170,7 @@ func TestAvailableRefusedWhereItDoesNotApply(t *testing.T) {
 		t.Fatalf("%d proposals, %d hints for refused requests", len(f.proposals), log.Count())
 	}
 
-	f.proposeErr = multiraft.ErrStopped
+	f.failProposals(multiraft.ErrStopped)
 	if _, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("a"), Value: []byte("held")}); err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +265,110 @@ func TestAvailableReadLinearizableWhenTheShardAnswers(t *testing.T) {
 	f.readIndexErr = status.Error(codes.PermissionDenied, "no")
 	if _, err := s.Get(ctx, &concordpb.GetRequest{Header: availHeader, Key: []byte("k")}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a definite error: %v, want it returned", err)
+	}
+}
+
+// failProposals makes the fake's proposals fail with err (nil: succeed),
+// under its lock: a merge queue's sender reads it on its own goroutine.
+func (f *fakeNode) failProposals(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.proposeErr = err
+	if err != nil {
+		f.proposeResult = nil
+	}
+}
+
+// TestAvailableWriteQueuedBehindAProposalNeverProposedOnceHeld: an
+// AVAILABLE write that waits in the leader's merge queue behind a
+// proposal in flight, and is held when its attempt times out, is never
+// proposed afterwards (it would apply behind writes made after its
+// tentative answer, at a newer version); a write taken by the sender
+// before its waiter gave up is proposed as before.
+func TestAvailableWriteQueuedBehindAProposalNeverProposedOnceHeld(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	f.echo = true
+	s, log, _ := availableKV(t, f, 1<<20)
+	f.proposeGate = make(chan struct{})
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { // no session: it goes through the merge queue, and its proposal blocks
+		_, err := s.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), Value: []byte("first")})
+		first <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.proposing.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first put was not proposed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("held")})
+	if err != nil || !resp.GetHeader().GetTentative() || log.Count() != 1 {
+		t.Fatalf("available put queued behind a blocked proposal: %v %v, %d hints; want held", resp, err, log.Count())
+	}
+	f.proposeGate <- struct{}{} // the first proposal goes through
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	close(f.proposeGate)
+	// The sender finds the held write abandoned: nothing more is proposed.
+	// A later write of the key's shard queues behind whatever the sender
+	// still does, so when it is answered the sender is done.
+	if a := <-sendBatch(s, nil, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("later")}); a.err != nil {
+		t.Fatal(a.err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.proposals {
+		for _, op := range p.GetKv().GetOps() {
+			if string(op.GetValue()) == "held" {
+				t.Fatalf("the held write was proposed after it was held: %v", p)
+			}
+		}
+	}
+	if len(f.proposals) != 2 {
+		t.Fatalf("%d proposals, want the first put and the later one", len(f.proposals))
+	}
+}
+
+// TestAvailableAttemptWithinTheCallersDeadline: a caller whose deadline
+// is shorter than the node's --available-timeout still gets its write
+// held (the attempt takes three quarters of what is left), not the
+// deadline's error.
+func TestAvailableAttemptWithinTheCallersDeadline(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, _ := availableKV(t, f, 1<<20)
+	s.avail.timeout = time.Minute
+	f.proposeGate = make(chan struct{}) // proposals never finish
+	t.Cleanup(func() { close(f.proposeGate) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
+	if err != nil || !resp.GetHeader().GetTentative() || log.Count() != 1 {
+		t.Fatalf("available put with a 2 s deadline and a 1 min available timeout: %v %v, %d hints; want held", resp, err, log.Count())
+	}
+}
+
+// TestCommittedAvailableWriteDropsTheOlderHint: a write of a key that
+// commits through a node holding an older hint of it removes the hint, so
+// the node's available reads answer the committed write, and the older
+// write is not reconciled over it.
+func TestCommittedAvailableWriteDropsTheOlderHint(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, _ := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+	f.failProposals(multiraft.ErrStopped)
+	if resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("old")}); err != nil || !resp.GetHeader().GetTentative() {
+		t.Fatalf("held put: %v %v", resp, err)
+	}
+	f.mu.Lock()
+	f.proposeErr, f.proposeResult = nil, &storepb.CommandResult{Results: []*concordpb.OpResult{{}}}
+	f.mu.Unlock()
+	if resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("new")}); err != nil || resp.GetHeader().GetTentative() {
+		t.Fatalf("committed put: %v %v", resp, err)
+	}
+	if _, held, _ := log.Get([]byte("k")); held || log.Count() != 0 {
+		t.Fatalf("the older hint is still held after a newer write of the key committed (%d hints)", log.Count())
 	}
 }

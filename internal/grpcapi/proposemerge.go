@@ -65,6 +65,9 @@ func (s *KV) proposeMerged(ctx context.Context, shard ids.ShardID, ops []*concor
 // proposeOneMerged proposes the writes of batch as one command and
 // answers each from its slice of the results.
 func (s *KV) proposeOneMerged(shard ids.ShardID, batch []*queuedOps) {
+	if batch = claim(batch); len(batch) == 0 {
+		return
+	}
 	if _, local := s.b.Leader(shard); !local {
 		answerAll(batch, queuedResult{err: errSendAlone})
 		return

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,6 +27,14 @@ import (
 type queuedOps struct {
 	ops  []*concordpb.Op
 	done chan queuedResult // buffered: the sender never blocks
+	// state is queued, taken (by a write sender: it will be proposed or
+	// forwarded) or abandoned (its waiter gave up first: it never will
+	// be). Waiter and sender claim it with a compare-and-swap (claim,
+	// awaitQueued), so a write whose waiter returned before it was taken is
+	// never proposed later, behind writes made after that answer: an
+	// available write held as tentative then (available.go) must not also
+	// apply after them. Reads never take it: a late read changes nothing.
+	state atomic.Uint32
 	// resp is the item's answer when it succeeds (answerParts): part of
 	// the item's allocation, not one more per item. The item is never
 	// reused, so the waiter may keep it.
@@ -58,8 +67,39 @@ func awaitQueued(ctx context.Context, q *queuedOps) (*concordpb.BatchResponse, e
 	case r := <-q.done:
 		return r.resp, r.err
 	case <-ctx.Done():
+		if q.state.CompareAndSwap(queued, abandoned) {
+			return nil, errAbandoned(ctx)
+		}
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// The states of a queued write (queuedOps.state).
+const (
+	queued uint32 = iota
+	taken
+	abandoned
+)
+
+// claim returns the items of batch a write sender may send: those it takes
+// before their waiters abandon them. The others are neither sent nor
+// answered.
+func claim(batch []*queuedOps) []*queuedOps {
+	out := batch[:0:0]
+	for _, q := range batch {
+		if q.state.CompareAndSwap(queued, taken) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// errAbandoned is the error of a queued write whose waiter gave up before
+// a sender took it: it was never sent, so its outcome is known, whatever
+// the context's error says; the message tells a reader so.
+func errAbandoned(ctx context.Context) error {
+	st := status.FromContextError(ctx.Err())
+	return status.Errorf(st.Code(), "%s before the write was proposed: not applied", st.Message())
 }
 
 // fitReads returns how many of the queued reads fit in one batch.

@@ -73,6 +73,9 @@ func (s *KV) fitWrites(waiting []*queuedOps) int {
 // sendOneWriteMerged forwards the writes of batch as one Batch to the
 // shard's leader and answers each from its slice of the results.
 func (s *KV) sendOneWriteMerged(shard ids.ShardID, batch []*queuedOps) {
+	if batch = claim(batch); len(batch) == 0 {
+		return
+	}
 	leader, local := s.b.Leader(shard)
 	if local {
 		answerAll(batch, queuedResult{err: errSendAlone})
