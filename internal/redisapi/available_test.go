@@ -99,6 +99,7 @@ func TestAvailableTentative(t *testing.T) {
 	c := newConn(s, nil, 1)
 	calls := []*call{{args: fields("CONCORD.CONSISTENCY available")}}
 	c.run(calls)
+	c.endPipeline() // CONCORD.CONSISTENCY ran alone, which holds its pipeline's arguments
 	calls = []*call{{args: fields("SET k v")}, {args: fields("DEL k")}}
 	c.run(calls)
 	if got := string(calls[0].out.Bytes()) + string(calls[1].out.Bytes()); got != "+OK\r\n:1\r\n" {
