@@ -21,6 +21,11 @@
  * same until space is freed (gets still work). The library exposes no
  * error text; the servers' logs and `concord node list` say which disk.
  *
+ * KV739_CONSISTENCY picks a profile at kv739_init: linearizable (the
+ * default), stale, or available (puts accepted by a server whose shard has
+ * no quorum, reconciled later: opt-in; see docs/kv739.md). Any other value
+ * makes kv739_init fail.
+ *
  * Every call is safe from many threads at once, and from both sides of a
  * fork(). kv739_init and kv739_shutdown may run while other calls are in
  * flight: those end with their answer or -1 (a put's outcome then unknown).

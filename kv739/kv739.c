@@ -26,7 +26,9 @@
  * (CONCORD.SESSION id seq SET key value GET) and is retried with the same
  * pair: a server answers a retry of a put that was applied from the
  * shard's session table, with the old value from before it, so a put
- * applies at most once and reports what it replaced. A -NOSPACE answer
+ * applies at most once and reports what it replaced. Under the available
+ * profile a put is a GET and a plain SET instead (put_available): only a
+ * plain SET may be held as a tentative write. A -NOSPACE answer
  * (the cluster's space alarm: a disk is under its reserve) ends the call
  * at once: every server refuses writes that add data alike until space is
  * freed, so retrying would only hold the caller until the deadline.
@@ -73,6 +75,10 @@ typedef struct slot {
 	struct slot *next_free, *next_all;
 } slot;
 
+/* The consistency profiles (KV739_CONSISTENCY), indexes of profiles[]. */
+enum { PROFILE_LINEARIZABLE, PROFILE_STALE, PROFILE_AVAILABLE };
+static const char *const profiles[] = {"linearizable", "stale", "available"};
+
 static struct {
 	pthread_mutex_t mu;
 	int initialized;
@@ -80,7 +86,7 @@ static struct {
 	server servers[MAX_SERVERS];
 	unsigned nservers;
 	int learned; /* the members were asked for */
-	int stale;   /* KV739_CONSISTENCY=stale */
+	int profile; /* KV739_CONSISTENCY: a PROFILE_* */
 	int deadline_ms;
 	unsigned next_start;
 	unsigned gen; /* counts inits and shutdowns: a slot of an older one is stale */
@@ -333,8 +339,9 @@ static void learn(conn *c, long long deadline, unsigned gen)
 	reply_free(&r);
 }
 
-/* connect_slot makes sure s has a live connection to server i. */
-static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale, long long deadline)
+/* connect_slot makes sure s has a live connection to server i, set to
+ * the profile's consistency (a server's connections start linearizable). */
+static conn *connect_slot(slot *s, unsigned i, const server *sv, int profile, long long deadline)
 {
 	if (s->conns[i] == NULL) {
 		if ((s->conns[i] = malloc(sizeof(conn))) == NULL)
@@ -346,9 +353,9 @@ static conn *connect_slot(slot *s, unsigned i, const server *sv, int stale, long
 		return c;
 	if (conn_open(c, sv->host, sv->port, until(deadline, CONNECT_TIMEOUT_MS)) < 0)
 		return NULL;
-	if (stale) {
-		const char *argv[] = {"CONCORD.CONSISTENCY", "stale"};
-		size_t lens[] = {19, 5};
+	if (profile != PROFILE_LINEARIZABLE) {
+		const char *argv[] = {"CONCORD.CONSISTENCY", profiles[profile]};
+		size_t lens[] = {19, strlen(profiles[profile])};
 		reply r;
 		if (conn_call(c, 2, argv, lens, &r, until(deadline, IO_TIMEOUT_MS)) < 0)
 			return NULL;
@@ -387,14 +394,14 @@ static int call(slot *s, int argc, const char **argv, const size_t *lens, reply 
 		}
 		unsigned n = g.nservers, i = s->cur % n;
 		server sv = g.servers[i];
-		int learned = g.learned, stale = g.stale;
+		int learned = g.learned, profile = g.profile;
 		unlock();
-		conn *c = connect_slot(s, i, &sv, stale, deadline);
+		conn *c = connect_slot(s, i, &sv, profile, deadline);
 		if (c != NULL && !learned) {
 			learn(c, until(deadline, IO_TIMEOUT_MS), s->gen);
 			/* A server that garbles the member list may still answer
 			 * the call: learning must not cost the attempt. */
-			c = connect_slot(s, i, &sv, stale, deadline);
+			c = connect_slot(s, i, &sv, profile, deadline);
 		}
 		if (c != NULL && conn_call(c, argc, argv, lens, r, until(deadline, IO_TIMEOUT_MS)) == 0) {
 			if (r->kind != R_ERROR)
@@ -426,6 +433,18 @@ static int copy_value(const reply *r, char *dst)
 	return 0;
 }
 
+/* parse_profile reads KV739_CONSISTENCY: a PROFILE_*, linearizable when
+ * unset or empty; -1 for anything else. */
+static int parse_profile(const char *mode)
+{
+	if (mode == NULL || *mode == '\0')
+		return PROFILE_LINEARIZABLE;
+	for (int i = 0; i < (int)(sizeof profiles / sizeof profiles[0]); i++)
+		if (strcmp(mode, profiles[i]) == 0)
+			return i;
+	return -1;
+}
+
 API int kv739_init(char **server_names)
 {
 	server *list;
@@ -444,8 +463,8 @@ API int kv739_init(char **server_names)
 		}
 		list[i].given = 1;
 	}
-	const char *mode = getenv("KV739_CONSISTENCY");
-	if (mode != NULL && *mode != '\0' && strcmp(mode, "linearizable") != 0 && strcmp(mode, "stale") != 0) {
+	int profile = parse_profile(getenv("KV739_CONSISTENCY"));
+	if (profile < 0) {
 		free(list);
 		return -1;
 	}
@@ -459,7 +478,7 @@ API int kv739_init(char **server_names)
 		free_all();
 	memcpy(g.servers, list, n * sizeof *list);
 	g.nservers = n;
-	g.stale = mode != NULL && strcmp(mode, "stale") == 0;
+	g.profile = profile;
 	g.deadline_ms = deadline_ms;
 	g.pid = getpid();
 	g.initialized = 1;
@@ -502,6 +521,37 @@ API int kv739_get(char *key, char *value)
 	return rc;
 }
 
+/* put_available is kv739_put under the available profile: the value the
+ * server knows (GET: its tentative write of the key, else its replica's),
+ * then a plain SET, which a server whose shard has no quorum holds as a
+ * tentative write (a session's write is never held: it could not be
+ * answered from the session table on retry). A retried SET writes the
+ * same value again. 0 and the old value, 1 if none, -1 (old_value
+ * untouched) if either call failed. */
+static int put_available(slot *s, char *key, char *value, char *old_value)
+{
+	const char *get[] = {"GET", key}, *set[] = {"SET", key, value};
+	size_t get_lens[] = {3, strlen(key)}, set_lens[] = {3, strlen(key), strlen(value)};
+	char old[MAX_VALUE + 1];
+	reply r;
+	int rc = -1;
+	if (call(s, 2, get, get_lens, &r) < 0)
+		return -1;
+	if (r.kind == R_NIL)
+		rc = 1;
+	else if (r.kind == R_BULK && copy_value(&r, old) == 0)
+		rc = 0;
+	reply_free(&r);
+	if (rc < 0 || call(s, 3, set, set_lens, &r) < 0)
+		return -1;
+	if (r.kind != R_STATUS)
+		rc = -1;
+	reply_free(&r);
+	if (rc == 0 && old_value != NULL)
+		memcpy(old_value, old, strlen(old) + 1);
+	return rc;
+}
+
 API int kv739_put(char *key, char *value, char *old_value)
 {
 	if (!printable(key, 1, MAX_KEY) || !printable(value, 0, MAX_VALUE))
@@ -509,6 +559,14 @@ API int kv739_put(char *key, char *value, char *old_value)
 	slot *s = acquire();
 	if (s == NULL)
 		return -1;
+	lock();
+	int available = g.profile == PROFILE_AVAILABLE;
+	unlock();
+	if (available) {
+		int rc = put_available(s, key, value, old_value);
+		release(s);
+		return rc;
+	}
 	char sid[24], seq[24];
 	snprintf(sid, sizeof sid, "%llu", (unsigned long long)s->session);
 	snprintf(seq, sizeof seq, "%llu", (unsigned long long)s->seq++);

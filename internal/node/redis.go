@@ -40,6 +40,7 @@ func (b redisBackend) Info() redisapi.NodeInfo {
 	if !n.isReady() {
 		return info
 	}
+	info.TentativeHeld = n.hints.Count()
 	for id := range n.shardDescriptors() {
 		if id != routing.MetaShard {
 			info.Shards++

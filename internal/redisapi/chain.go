@@ -90,6 +90,7 @@ type readChain = chainSize
 // run before it when cl conflicts with it (nil if none).
 func (c *conn) add(g *pending, cl *call) []*call {
 	shard, chainable := c.chainShard(cl.plan)
+	chainable = chainable && !cl.plan.avail // an available write goes alone (plan.avail)
 	if cl.plan.read {
 		return c.addRead(g, cl, shard, chainable)
 	}

@@ -34,6 +34,10 @@ type fakeKV struct {
 	noSpace error
 	// diskLowErr, when set, is DiskLow's refusal.
 	diskLowErr error
+	// tentative: Put and Delete answer as held tentative writes.
+	tentative bool
+	// consistencies records each Batch's header consistency, in order.
+	consistencies []concordpb.Consistency
 }
 
 func (f *fakeKV) NoSpace() error { return f.noSpace }
@@ -53,6 +57,7 @@ func (f *fakeKV) Batch(_ context.Context, r *concordpb.BatchRequest) (*concordpb
 		keys = append(keys, string(op.GetKey()))
 	}
 	f.log = append(f.log, "batch "+strings.Join(keys, ","))
+	f.consistencies = append(f.consistencies, r.GetHeader().GetConsistency())
 	if f.fail != nil {
 		return nil, f.fail
 	}
@@ -78,6 +83,29 @@ func (f *fakeKV) Batch(_ context.Context, r *concordpb.BatchRequest) (*concordpb
 		out.Results = append(out.Results, res)
 	}
 	return out, nil
+}
+
+// Put and Delete record a Put's or a Delete's key and consistency
+// ("put k AVAILABLE"); tentative answers them as held tentative writes
+// (a tentative Delete, as the KV service's, says the key did not exist).
+func (f *fakeKV) Put(_ context.Context, r *concordpb.PutRequest) (*concordpb.PutResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, "put "+string(r.GetKey())+" "+r.GetHeader().GetConsistency().String())
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return &concordpb.PutResponse{Header: &concordpb.ResponseHeader{Tentative: f.tentative}}, nil
+}
+
+func (f *fakeKV) Delete(_ context.Context, r *concordpb.DeleteRequest) (*concordpb.DeleteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, "delete "+string(r.GetKey())+" "+r.GetHeader().GetConsistency().String())
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return &concordpb.DeleteResponse{Header: &concordpb.ResponseHeader{Tentative: f.tentative}, Existed: !f.tentative}, nil
 }
 
 func (f *fakeKV) Scan(context.Context, *concordpb.ScanRequest) (*concordpb.ScanResponse, error) {

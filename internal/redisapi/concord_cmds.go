@@ -51,7 +51,7 @@ func cmdSession(c *conn, a [][]byte, w *resp.Writer) {
 		w.Error(err.Error())
 		return
 	}
-	h := c.header()
+	h := c.txHeader()
 	h.SessionId, h.Seq = sid, seq
 	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: h, Ops: p.ops})
 	if err == nil && len(r.GetResults()) != len(p.ops) {

@@ -96,6 +96,10 @@ type conn struct {
 	silent   bool
 	silentAt *list.Element
 
+	// tentative counts the writes of this connection the node held as
+	// tentative (available mode: execAvailable), for CLIENT INFO/LIST.
+	tentative atomic.Int64
+
 	mu       sync.Mutex
 	name     string // guarded by mu
 	libName  string // guarded by mu: CLIENT SETINFO lib-name

@@ -379,7 +379,7 @@ func (c *conn) shardOfAll(ctx context.Context, ops []*concordpb.Op) (uint64, err
 // is a Redis error reply (write: an outcome that may be unknown is
 // AMBIGUOUS, fromStatus).
 func (c *conn) runBatch(ctx context.Context, ops []*concordpb.Op, write bool) ([]*concordpb.OpResult, error) {
-	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.header(), Ops: ops})
+	r, err := c.s.b.Batch(ctx, &concordpb.BatchRequest{Header: c.txHeader(), Ops: ops})
 	if err == nil && len(r.GetResults()) != len(ops) {
 		err = errWrongResults
 	}

@@ -31,6 +31,12 @@ type plan struct {
 	// one, set instead of render for a one-op write (writePlan), writes the
 	// reply from the op's result when the op did not fail.
 	one func(w *resp.Writer, r *concordpb.OpResult)
+	// avail: a plain SET or a DEL of one key under CONCORD.CONSISTENCY
+	// available. Outside MULTI it runs alone as the KV service's Put or
+	// Delete with AVAILABLE (execAvailable), never in a batch or a write
+	// chain: the service refuses AVAILABLE on a batch that writes, and
+	// only a Put or Delete may be held as a tentative write.
+	avail bool
 }
 
 // answer writes p's reply from res, the results of its ops in order.
@@ -66,6 +72,10 @@ func (p *plan) pastResultBudget(res []*concordpb.OpResult) bool {
 // execPlan runs p outside MULTI and writes its reply. ctx bounds its
 // calls: the group's (runGroup) or the command's own.
 func (c *conn) execPlan(ctx context.Context, p *plan, w *resp.Writer) {
+	if p.avail {
+		c.execAvailable(ctx, p, w)
+		return
+	}
 	if p.oneShard {
 		groups, _, err := c.byShard(ctx, p.ops)
 		if err == nil && len(groups) > 1 {
@@ -186,7 +196,7 @@ func (c *conn) batch(ctx context.Context, ops []*concordpb.Op) ([]*concordpb.OpR
 		r concordpb.BatchRequest
 		h concordpb.RequestHeader
 	}{}
-	req.h.Consistency = c.consistency
+	req.h.Consistency = c.consistencyOf(ops)
 	req.r.Header, req.r.Ops = &req.h, ops
 	r, err := c.s.b.Batch(ctx, &req.r)
 	if err == nil && len(r.GetResults()) != len(ops) {
@@ -220,8 +230,101 @@ func (c *conn) byShard(ctx context.Context, ops []*concordpb.Op) (map[uint64][]i
 	return groups, order, nil
 }
 
+// header is the header of a scan: at the connection's consistency (the
+// KV service reads an AVAILABLE scan as STALE: a scan does not see the
+// node's tentative writes).
 func (c *conn) header() *concordpb.RequestHeader {
 	return &concordpb.RequestHeader{Consistency: c.consistency}
+}
+
+// txHeader is the header of a transaction's batch (WATCH's reads, EXEC)
+// or a session's write: under available, as under linearizable. Only a
+// plain SET, a DEL of one key and reads are available (docs/redis.md).
+func (c *conn) txHeader() *concordpb.RequestHeader {
+	return &concordpb.RequestHeader{Consistency: c.writeConsistency()}
+}
+
+// writeConsistency is the consistency of the connection's writes: its
+// own, except that under available a write other than execAvailable's
+// is an ordinary (linearizable) one: the KV service refuses a batch that
+// writes with AVAILABLE.
+func (c *conn) writeConsistency() concordpb.Consistency {
+	if c.consistency == concordpb.Consistency_AVAILABLE {
+		return concordpb.Consistency_LINEARIZABLE
+	}
+	return c.consistency
+}
+
+// consistencyOf is the consistency of a batch of ops: the connection's
+// for reads (every op an OP_GET: an AVAILABLE read-only batch answers
+// each key from the node's hint of it, if any), writeConsistency for a
+// batch that writes. One comparison unless the connection is available.
+func (c *conn) consistencyOf(ops []*concordpb.Op) concordpb.Consistency {
+	if c.consistency != concordpb.Consistency_AVAILABLE {
+		return c.consistency
+	}
+	for _, op := range ops {
+		if op.GetType() != concordpb.OpType_OP_GET {
+			return c.writeConsistency()
+		}
+	}
+	return c.consistency
+}
+
+// available reports whether the connection is under CONCORD.CONSISTENCY
+// available (nil: a plan made without a connection, in tests).
+func (c *conn) available() bool {
+	return c != nil && c.consistency == concordpb.Consistency_AVAILABLE
+}
+
+// execAvailable runs p, a plain SET or a DEL of one key under available
+// (plan.avail), as a Put or Delete with AVAILABLE, and answers as the
+// command does: +OK, or the count of keys deleted. A tentative DEL
+// counts its key (:1): the node holds the delete and its AVAILABLE reads
+// answer the key absent from now, while whether it existed is not known
+// until the write is reconciled.
+func (c *conn) execAvailable(ctx context.Context, p *plan, w *resp.Writer) {
+	res, tentative, err := c.writeAvailable(ctx, p.ops[0])
+	if err != nil {
+		w.Error(fromStatus(err, true).Error())
+		return
+	}
+	if tentative {
+		c.tentative.Add(1)
+	}
+	p.answer(w, []*concordpb.OpResult{res})
+}
+
+// writeAvailable sends op (a blind PUT or a DELETE) as a Put or Delete
+// with AVAILABLE and returns its result as a batch would (a DELETE's Ok:
+// the key existed, or the delete is tentative) and whether the node held
+// it as tentative.
+func (c *conn) writeAvailable(ctx context.Context, op *concordpb.Op) (*concordpb.OpResult, bool, error) {
+	h := &concordpb.RequestHeader{Consistency: concordpb.Consistency_AVAILABLE}
+	var res concordpb.OpResult
+	var hdr *concordpb.ResponseHeader
+	var err error
+	if op.GetType() == concordpb.OpType_OP_DELETE {
+		var r *concordpb.DeleteResponse
+		r, err = c.s.b.Delete(ctx, &concordpb.DeleteRequest{Header: h, Key: op.GetKey()})
+		hdr = r.GetHeader()
+		res.Ok = r.GetExisted() || hdr.GetTentative()
+	} else {
+		var r *concordpb.PutResponse
+		r, err = c.s.b.Put(ctx, &concordpb.PutRequest{Header: h, Key: op.GetKey(), Value: op.GetValue()})
+		hdr = r.GetHeader()
+	}
+	if err != nil || hdr.GetTentative() {
+		// A failed write may still be queued or in flight, and a tentative
+		// one's ordinary attempt, cut short by the available timeout, may
+		// too: its key and value (the command's arguments) must outlive
+		// the pipeline.
+		c.held.Store(true)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return &res, hdr.GetTentative(), nil
 }
 
 // errNoShards answers a command that needs the shard table when the node

@@ -24,6 +24,12 @@ type KV interface {
 	Get(context.Context, *concordpb.GetRequest) (*concordpb.GetResponse, error)
 	Batch(context.Context, *concordpb.BatchRequest) (*concordpb.BatchResponse, error)
 	Scan(context.Context, *concordpb.ScanRequest) (*concordpb.ScanResponse, error)
+	// Put and Delete carry a plain SET and a DEL of one key under
+	// CONCORD.CONSISTENCY available: the service holds only such a write
+	// as tentative when its shard cannot commit it (a Batch that writes is
+	// refused AVAILABLE).
+	Put(context.Context, *concordpb.PutRequest) (*concordpb.PutResponse, error)
+	Delete(context.Context, *concordpb.DeleteRequest) (*concordpb.DeleteResponse, error)
 }
 
 // Backend is what the server needs from its node besides KV.
@@ -73,6 +79,9 @@ type NodeInfo struct {
 	Hosted    []uint64 // user shards with a replica here
 	Led       []uint64 // user shards whose leader is here
 	DataDir   string
+	// TentativeHeld is how many tentative writes (available mode) the
+	// node holds, not yet reconciled: its hint log's count.
+	TentativeHeld int64
 }
 
 // Config configures a Server. Zero fields take the defaults noted.

@@ -60,16 +60,19 @@ func cmdReset(c *conn, _ [][]byte, w *resp.Writer) {
 	w.SimpleString("RESET")
 }
 
-// cmdConsistency: CONCORD.CONSISTENCY stale|linearizable sets how this
-// connection's reads are served.
+// cmdConsistency: CONCORD.CONSISTENCY stale|linearizable|available sets
+// how this connection's reads are served, and under available how its
+// plain SETs and DELs of one key are (plan.avail).
 func cmdConsistency(c *conn, a [][]byte, w *resp.Writer) {
 	switch strings.ToLower(string(a[1])) {
 	case "stale":
 		c.consistency = concordpb.Consistency_STALE
 	case "linearizable":
 		c.consistency = concordpb.Consistency_LINEARIZABLE
+	case "available":
+		c.consistency = concordpb.Consistency_AVAILABLE
 	default:
-		w.Error("ERR CONCORD.CONSISTENCY takes stale or linearizable")
+		w.Error("ERR CONCORD.CONSISTENCY takes stale, linearizable or available")
 		return
 	}
 	w.SimpleString("OK")
@@ -338,8 +341,8 @@ func (c *conn) describe() string {
 	if queued >= 0 {
 		flags = "x" // inside MULTI, as Redis flags it
 	}
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), flags, queued, watched, cmdOrNull(last), c.proto, libName, libVer)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s age=%d idle=0 flags=%s db=0 sub=0 psub=0 ssub=0 multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s tentative=%d",
+		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), name, int(time.Since(c.created).Seconds()), flags, queued, watched, cmdOrNull(last), c.proto, libName, libVer, c.tentative.Load())
 }
 
 func cmdOrNull(s string) string {
@@ -668,6 +671,7 @@ func (s *Server) infoReplication(b *strings.Builder, n NodeInfo) {
 	field(b, "concord_shards_led", len(n.Led))
 	field(b, "concord_led_shard_ids", joinIDs(n.Led))
 	field(b, "concord_hosted_shard_ids", joinIDs(n.Hosted))
+	field(b, "concord_tentative_writes_held", n.TentativeHeld)
 }
 
 func joinIDs(ids []uint64) string {

@@ -257,7 +257,7 @@ func planSet(c *conn, a [][]byte) (*plan, error) {
 		sp := c.newOnePlan()
 		sp.op.Type, sp.op.Key, sp.op.Value = concordpb.OpType_OP_PUT, a[1], a[2]
 		sp.ops[0] = &sp.op
-		sp.p = plan{ops: sp.ops[:], one: replyOK}
+		sp.p = plan{ops: sp.ops[:], one: replyOK, avail: c.available()}
 		return &sp.p, nil
 	}
 	o, err := parseStringOptions(a[3:], true)
@@ -349,9 +349,10 @@ func planGetEx(c *conn, a [][]byte) (*plan, error) {
 	return writePlan(op, func(w *resp.Writer, r *concordpb.OpResult) { bulkOrNull(w, r.GetExists(), r.GetValue()) }), nil
 }
 
-// planDel: DEL and UNLINK: one DELETE per key, one batch per shard.
-func planDel(_ *conn, a [][]byte) (*plan, error) {
-	p := &plan{render: func(w *resp.Writer, res []*concordpb.OpResult) {
+// planDel: DEL and UNLINK: one DELETE per key, one batch per shard. Of
+// one key under available, a Delete with AVAILABLE (plan.avail).
+func planDel(c *conn, a [][]byte) (*plan, error) {
+	p := &plan{avail: len(a) == 2 && c.available(), render: func(w *resp.Writer, res []*concordpb.OpResult) {
 		n := int64(0)
 		for _, r := range res {
 			n += b2i(r.GetOk())

@@ -205,6 +205,52 @@ static void retried_put(void)
 	CHECK(kv739_get(key("retry"), v) == 0 && strcmp(v, "second") == 0, "value after the retried put");
 }
 
+/* get_until polls kv739_get of k, every 100 ms for up to 60 s, until it
+ * reads want: 0, or -1 if it never did. */
+static int get_until(char *k, const char *want)
+{
+	char v[2049];
+	for (int i = 0; i < 600; i++) {
+		if (kv739_get(k, v) == 0 && strcmp(v, want) == 0)
+			return 0;
+		usleep(100 * 1000);
+	}
+	return -1;
+}
+
+/* available_profile: KV739_CONSISTENCY=available is a profile (junk still
+ * makes init fail); under it a put answers as usual and, with every server
+ * cut off from the others (no shard has a quorum anywhere), still succeeds:
+ * the server held it as a tentative write. Once healed, the write is
+ * reconciled and a linearizable get sees it. */
+static void available_profile(void)
+{
+	char old[2049];
+	char *all[] = {s1, s2, s3, NULL}, *none[] = {NULL};
+	setenv("KV739_CONSISTENCY", "junk", 1);
+	CHECK(kv739_init(all) == -1, "init with KV739_CONSISTENCY=junk");
+	setenv("KV739_CONSISTENCY", "available", 1);
+	CHECK(kv739_init(all) == 0, "init with KV739_CONSISTENCY=available");
+	/* Available gets (and a put's old value) read the server's replica,
+	 * which may be a moment behind a committed put: poll. */
+	CHECK(kv739_put(key("avail"), "one", old) == 1, "available put: no old value");
+	CHECK(get_until(key("avail"), "one") == 0, "available get never read 'one'");
+	CHECK(kv739_put(key("avail"), "two", old) == 0 && strcmp(old, "one") == 0, "available put returns the old value (got '%s')", old);
+	CHECK(get_until(key("avail"), "two") == 0, "available get never read 'two'");
+
+	CHECK(kv739_partition(s1, none) == 0 && kv739_partition(s2, none) == 0 && kv739_partition(s3, none) == 0,
+	      "cut every server off");
+	CHECK(kv739_put(key("avail-cut"), "held", old) == 1, "available put with no quorum anywhere");
+	char *heal1[] = {s2, s3, NULL}, *heal2[] = {s1, s3, NULL}, *heal3[] = {s1, s2, NULL};
+	CHECK(kv739_partition(s1, heal1) == 0 && kv739_partition(s2, heal2) == 0 && kv739_partition(s3, heal3) == 0,
+	      "heal every server");
+
+	unsetenv("KV739_CONSISTENCY");
+	init_all();
+	/* The reconciler proposes it once its shard has a quorum. */
+	CHECK(get_until(key("avail-cut"), "held") == 0, "the held put never reached a linearizable get");
+}
+
 /* others_of fills out with the servers other than s, NULL-terminated. */
 static void others_of(char *s, char **out)
 {
@@ -298,6 +344,7 @@ int main(int argc, char **argv)
 	fork_both_sides();
 	cycles();
 	retried_put();
+	available_profile();
 	faults();
 	CHECK(kv739_shutdown() == 0, "final shutdown");
 	printf("OK\n");
