@@ -170,9 +170,6 @@ func (r *reconciler) round(ctx context.Context) {
 		}
 		ran := false
 		for _, g := range r.groupHints(page) {
-			if ctx.Err() != nil {
-				return // the node stops
-			}
 			if !r.due(g.shard) {
 				continue
 			}
