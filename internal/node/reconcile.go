@@ -398,3 +398,24 @@ func (r *reconciler) refuse(shard ids.ShardID, h hints.Hint, err error, o *outco
 	o.refused++
 	return nil
 }
+
+// failRemoved stops the node, which a heartbeat answer says was removed
+// from the cluster, after saying what its hint log loses.
+func (n *Node) failRemoved() {
+	n.logLostHints()
+	n.fail(removedError(uint64(n.ID())))
+}
+
+// logLostHints logs an ERROR if the node, removed from the cluster, holds
+// tentative writes: only a node that serves proposes its hints, and a
+// removed identity never serves again, so they are lost with its data dir
+// (docs/operations.md: check concord_tentative_writes before a removal).
+func (n *Node) logLostHints() {
+	if n.hints == nil || n.hints.Count() == 0 {
+		return
+	}
+	c := n.hints.Count()
+	n.log.Error(fmt.Sprintf("this node was removed holding %d tentative writes (available mode) never reconciled: "+
+		"no removed node proposes them, and they are lost with this data dir", c),
+		"tentative_writes", c, "tentative_bytes", n.hints.Bytes())
+}

@@ -462,3 +462,21 @@ func TestReconcilerStopsPromptly(t *testing.T) {
 		t.Fatalf("stopped in %v after %d batches with %d hints held; want under 1 s, 1, 3", took, len(tr.kv.sent()), tr.log.Count())
 	}
 }
+
+// TestRemovedNodeLogsItsLostHints: a node stopped for its removal says,
+// as an ERROR, how many tentative writes it held (they are lost).
+func TestRemovedNodeLogsItsLostHints(t *testing.T) {
+	tr := newTestReconciler(t)
+	tr.hold(t, "a1", []byte("x"))
+	tr.hold(t, "b1", []byte("y"))
+	n := &Node{hints: tr.log, log: tr.env.log, failed: make(chan struct{})}
+	n.failRemoved()
+	select {
+	case <-n.Failed():
+	default:
+		t.Fatal("the node did not stop")
+	}
+	if logs := tr.logs.String(); !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "holding 2 tentative writes") || !strings.Contains(logs, "lost") {
+		t.Fatalf("no ERROR saying 2 tentative writes are lost:\n%s", logs)
+	}
+}
