@@ -38,17 +38,20 @@ import (
 
 const (
 	reconcileInterval = 500 * time.Millisecond
-	reconcilePage     = 256      // hints per page
-	reconcilePageMem  = 16 << 20 // bytes of hints per page (past its first)
+	reconcilePage     = 256     // hints per page
+	reconcilePageMem  = 4 << 20 // bytes of hints per page (past its first)
 	// A batch stays well under the KV service's limits on one batch
 	// (grpcapi: 1,000 ops, DefaultMaxBatchBytes of keys and values, 8 MiB),
 	// which refuse a batch over them whole.
 	reconcileBatchOps   = 256
 	reconcileBatchBytes = 4 << 20
-	// reconcileSkipPages bounds the pages one round reads past pages whose
-	// shards are all backing off, so that a dead shard's many hints ahead
-	// of a healthy shard's delay it by rounds, not by hundreds of them.
-	reconcileSkipPages  = 8
+	// reconcileSkipPages bounds the pages one round reads while their
+	// shards are all backing off: a dead shard's many hints ahead of a
+	// healthy shard's delay it by fewer rounds, and a round in which every
+	// shard backs off still reads little. (Keys are placed by hash, so
+	// the shards' hints interleave in key order: such pages are rare but
+	// when one shard holds nearly all the hints.)
+	reconcileSkipPages  = 4
 	reconcileTimeout    = 5 * time.Second
 	reconcileBackoffMin = time.Second
 	reconcileBackoffMax = 30 * time.Second

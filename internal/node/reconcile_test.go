@@ -260,13 +260,16 @@ func TestReconcileKeepsANewerHint(t *testing.T) {
 
 // TestReconcileCutsLargeGroups: nine 1 MiB hints of one shard are more
 // than one batch may carry (8 MiB): they go in batches the KV service
-// takes, each at most reconcileBatchBytes, and all are reconciled.
+// takes, each at most reconcileBatchBytes (pages of at most
+// reconcilePageMem), and all are reconciled within a few rounds.
 func TestReconcileCutsLargeGroups(t *testing.T) {
 	tr := newTestReconciler(t)
 	for i := range 9 {
 		tr.hold(t, fmt.Sprintf("a%d", i), bytes.Repeat([]byte{'v'}, 1<<20))
 	}
-	tr.round(context.Background())
+	for range 9 {
+		tr.round(context.Background())
+	}
 	if tr.log.Count() != 0 || tr.counted(t, "applied") != 9 {
 		t.Fatalf("%d hints left, %v applied, after batches %d", tr.log.Count(), tr.counted(t, "applied"), len(tr.kv.sent()))
 	}
