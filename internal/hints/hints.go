@@ -166,24 +166,33 @@ func (l *Log) get(key []byte) (Hint, bool, error) {
 	return h, err == nil, err
 }
 
-// List returns up to limit hints in key order, from key from on (nil: the
-// first).
-func (l *Log) List(from []byte, limit int) ([]Hint, error) {
-	var out []Hint
-	var bad error
+// List returns a page of hints in key order, from key from on (nil: the
+// first): up to limit hints, and past the first no more than maxBytes of
+// them (as the bound counts them; 0: no byte bound), so that a page of
+// large values stays small in memory. more reports whether a hint follows
+// the page: the next page starts after its last key.
+func (l *Log) List(from []byte, limit int, maxBytes int64) (page []Hint, more bool, err error) {
 	if limit <= 0 {
-		return nil, nil
+		return nil, false, nil
 	}
-	err := l.st.ScanHints(from, func(key, rec []byte) bool {
+	var bad error
+	var size int64
+	err = l.st.ScanHints(from, func(key, rec []byte) bool {
+		// A hint's size is its key and record: known before decoding it.
+		next := int64(len(key) + len(rec))
+		if len(page) == limit || (len(page) > 0 && maxBytes > 0 && size+next > maxBytes) {
+			more = true
+			return false
+		}
 		h, err := decode(key, rec)
 		if err != nil {
 			bad = err
 			return false
 		}
-		out = append(out, h)
-		return len(out) < limit
+		page, size = append(page, h), size+next
+		return true
 	})
-	return out, errors.Join(err, bad)
+	return page, more, errors.Join(err, bad)
 }
 
 // Remove removes key's hint if its version is still version, and reports

@@ -91,15 +91,12 @@ func TestListPagesInKeyOrder(t *testing.T) {
 	var got []string
 	var from []byte
 	for {
-		page, err := l.List(from, 2)
+		page, more, err := l.List(from, 2, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(page) > 2 {
-			t.Fatalf("page of %d hints, limit 2", len(page))
-		}
-		if len(page) == 0 {
-			break
+		if len(page) > 2 || len(page) == 0 {
+			t.Fatalf("page of %d hints, limit 2, and more was said", len(page))
 		}
 		for _, h := range page {
 			if string(h.Value) != "v"+string(h.Key) {
@@ -107,10 +104,43 @@ func TestListPagesInKeyOrder(t *testing.T) {
 			}
 			got = append(got, string(h.Key))
 		}
+		if !more {
+			break
+		}
 		from = append(bytes.Clone(page[len(page)-1].Key), 0)
 	}
 	if fmt.Sprint(got) != "[a b c d e]" {
 		t.Fatalf("listed %v", got)
+	}
+	if page, more, err := l.List([]byte("f"), 2, 0); err != nil || len(page) != 0 || more {
+		t.Fatalf("past the last key: %d hints, more %v, err %v", len(page), more, err)
+	}
+}
+
+// TestListBoundsPageBytes: a page stops before the hint that would take
+// it past maxBytes, but holds at least one, however large.
+func TestListBoundsPageBytes(t *testing.T) {
+	l, eng := openLog(t, t.TempDir(), 1<<20)
+	defer eng.Close()
+	big := string(make([]byte, 1000))
+	for _, k := range []string{"a", "b", "c"} {
+		mustHold(t, l, k, hints.Put, big) // 1 + 9 + 1000 = 1010 bytes each
+	}
+	page, more, err := l.List(nil, 10, 2020)
+	if err != nil || len(page) != 2 || !more {
+		t.Fatalf("page of 2020 bytes: %d hints, more %v, err %v; want 2 and more", len(page), more, err)
+	}
+	page, more, err = l.List(nil, 10, 2019)
+	if err != nil || len(page) != 1 || !more {
+		t.Fatalf("page of 2019 bytes: %d hints, more %v, err %v; want 1 and more", len(page), more, err)
+	}
+	page, more, err = l.List([]byte("b"), 10, 1)
+	if err != nil || len(page) != 1 || string(page[0].Key) != "b" || !more {
+		t.Fatalf("page of 1 byte from b: %d hints, more %v, err %v; want b alone and more", len(page), more, err)
+	}
+	page, more, err = l.List([]byte("c"), 10, 1)
+	if err != nil || len(page) != 1 || more {
+		t.Fatalf("page of the last hint: %d hints, more %v, err %v; want 1 and no more", len(page), more, err)
 	}
 }
 

@@ -78,6 +78,7 @@ func (n *Node) loadLocal() error {
 func (n *Node) establishIdentity(ctx context.Context) error {
 	if id := n.ident.Load(); id != nil {
 		if self := n.book.get(ids.NodeID(id.GetNodeId())); self.GetState() == concordpb.NodeState_NODE_REMOVED {
+			n.logLostHints()
 			return removedError(id.GetNodeId())
 		}
 		if len(n.cfg.Join) > 0 {

@@ -397,7 +397,7 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 		n.log.Warn("update address book", "err", err)
 	}
 	if self := n.book.get(n.ID()); self.GetState() == concordpb.NodeState_NODE_REMOVED {
-		n.fail(removedError(uint64(n.ID())))
+		n.failRemoved()
 		return
 	}
 	routes := resp.GetShards()

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/hints"
@@ -18,41 +22,84 @@ import (
 // mode: internal/hints, grpcapi/available.go) once their shards can commit
 // them: every reconcileInterval, and at once after a write is held, it
 // takes a page of hints, groups them by shard and proposes each group as
-// one batch of PUTs and DELETEs carrying their versions (tentative_version)
+// batches of PUTs and DELETEs carrying their versions (tentative_version)
 // through the path a client's write to this node takes (KV.Reconcile: to
 // the shard's leader). The state machine applies each op only if its
 // version is above the key's, and says which applied. On the answer each
 // hint whose version is unchanged is removed (a newer tentative write of
-// the key taken meanwhile stays, for the next round). A failed round keeps
-// its hints and waits reconcileBackoffMin, doubling to
-// reconcileBackoffMax, until a round succeeds.
+// the key taken meanwhile stays, for the next round).
+//
+// A shard whose group fails keeps its hints and is left alone for
+// reconcileBackoffMin, doubling to reconcileBackoffMax, until a group of
+// it succeeds; the other shards go on at the normal cadence. A hint its
+// shard refuses alone as invalid (InvalidArgument: a key or value over
+// limits lowered since it was taken) can never apply: it is dropped, with
+// an ERROR, rather than retried for ever.
 
 const (
-	reconcileInterval   = 500 * time.Millisecond
-	reconcilePage       = 256 // hints per round
+	reconcileInterval = 500 * time.Millisecond
+	reconcilePage     = 256     // hints per page
+	reconcilePageMem  = 4 << 20 // bytes of hints per page (past its first)
+	// A batch stays well under the KV service's limits on one batch
+	// (grpcapi: 1,000 ops, DefaultMaxBatchBytes of keys and values, 8 MiB),
+	// which refuse a batch over them whole.
+	reconcileBatchOps   = 256
+	reconcileBatchBytes = 4 << 20
+	// reconcileSkipPages bounds the pages one round reads while their
+	// shards are all backing off: a dead shard's many hints ahead of a
+	// healthy shard's delay it by fewer rounds, and a round in which every
+	// shard backs off still reads little. (Keys are placed by hash, so
+	// the shards' hints interleave in key order: such pages are rare but
+	// when one shard holds nearly all the hints.)
+	reconcileSkipPages  = 4
 	reconcileTimeout    = 5 * time.Second
 	reconcileBackoffMin = time.Second
 	reconcileBackoffMax = 30 * time.Second
+	// droppedKeyShown is how much of a dropped hint's key its ERROR shows.
+	droppedKeyShown = 64
 )
+
+// reconcileEnv is what the reconciler uses of its node; a test gives its
+// own send and shardOf.
+type reconcileEnv struct {
+	hints *hints.Log
+	// allowed reports whether the cluster's version allows versions: no
+	// replica applies tentative_version before.
+	allowed func() bool
+	// shardOf returns the shard of key; false if this node does not know
+	// it yet (the hint waits for a later round).
+	shardOf func(key []byte) (ids.ShardID, bool)
+	// send proposes ops, of one shard (KV.Reconcile).
+	send func(ctx context.Context, ops []*concordpb.Op) (*concordpb.BatchResponse, error)
+	now  func() time.Time
+	log  *slog.Logger
+}
 
 // reconciler is the reconciler's state; only its goroutine touches it,
 // but for the counters, which /metrics reads.
 type reconciler struct {
+	env reconcileEnv
 	// from is where the next round's page starts (nil: the first hint),
 	// so that a shard that cannot commit does not hold the others' hints
 	// behind a page of its own for ever.
-	from    []byte
-	backoff time.Duration
-	retryAt time.Time
-	// reconciled counts the ops proposed and answered, by outcome:
-	// applied, or superseded by a newer version.
+	from []byte
+	// backoff holds the shards whose last group failed.
+	backoff map[ids.ShardID]shardBackoff
+	// reconciled counts the ops answered, by outcome: applied, superseded
+	// by a newer version, or refused (dropped: they can never apply).
 	reconciled *prometheus.CounterVec
+}
+
+// shardBackoff is how long a shard is left alone after a failed group.
+type shardBackoff struct {
+	wait  time.Duration
+	until time.Time
 }
 
 func newReconcileCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "concord_reconciled_total",
-		Help: "Tentative writes (available mode) this node proposed once their shard had a quorum, by outcome: applied, or superseded by a newer version of the key.",
+		Help: "Tentative writes (available mode) this node proposed once their shard had a quorum, by outcome: applied, superseded by a newer version of the key, or refused by the shard as invalid (dropped: it can never apply).",
 	}, []string{"outcome"})
 }
 
@@ -67,112 +114,311 @@ func (n *Node) heldTentative(shard ids.ShardID, first bool) {
 
 // startReconciler runs the reconciler until the node stops.
 func (n *Node) startReconciler() {
+	n.recon.env = reconcileEnv{
+		hints:   n.hints,
+		allowed: func() bool { return n.kv.ClusterVersion().Allows(version.Versions) },
+		shardOf: func(key []byte) (ids.ShardID, bool) {
+			d := n.backend().Table().Lookup(key)
+			return ids.ShardID(d.GetShardId()), d != nil
+		},
+		send: n.kv.Reconcile,
+		now:  time.Now,
+		log:  n.log,
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		t := time.NewTicker(reconcileInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-n.stopC:
-				return
-			case <-t.C:
-			case <-n.hints.Added():
-			}
-			n.reconcile()
-		}
+		n.recon.run(n.stopC)
 	}()
 }
 
-// reconcile runs one round, unless none is due: no hints, the cluster's
-// version does not allow versions yet, or the last round failed and its
-// backoff has not passed.
-func (n *Node) reconcile() {
-	r := &n.recon
-	if n.hints.Count() == 0 || !n.kv.ClusterVersion().Allows(version.Versions) || time.Now().Before(r.retryAt) {
+// run runs a round every reconcileInterval and after each write held,
+// until stopC closes; the round's calls are cancelled then, so that a
+// shard that cannot answer does not hold the node's stop up.
+func (r *reconciler) run(stopC <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stopC:
+			cancel()
+		case <-ctx.Done(): // run returned
+		}
+	}()
+	t := time.NewTicker(reconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.env.hints.Added():
+		}
+		r.round(ctx)
+	}
+}
+
+// round runs the groups of a page whose shards are not backing off. A
+// page with none (every shard backing off, or unknown) is passed over for
+// the next, up to reconcileSkipPages, or the end of the log.
+func (r *reconciler) round(ctx context.Context) {
+	if r.env.hints.Count() == 0 || !r.env.allowed() {
 		return
 	}
-	page, err := n.hints.List(r.from, reconcilePage)
+	for range reconcileSkipPages {
+		page, err := r.nextPage()
+		if err != nil {
+			r.env.log.Error("reading the hint log", "err", err)
+			return
+		}
+		ran := false
+		for _, g := range r.groupHints(page) {
+			if !r.due(g.shard) {
+				continue
+			}
+			ran = true
+			err := r.reconcileGroup(ctx, g.shard, g.hints)
+			if ctx.Err() != nil {
+				return // cut short by the stop: no failure of the shard's
+			}
+			r.settle(g.shard, err)
+		}
+		if ran || r.from == nil {
+			return
+		}
+	}
+}
+
+// nextPage reads the page at the cursor and moves the cursor past it (to
+// the start again after the log's last page).
+func (r *reconciler) nextPage() ([]hints.Hint, error) {
+	page, more, err := r.env.hints.List(r.from, reconcilePage, reconcilePageMem)
 	if err != nil {
-		n.log.Error("reading the hint log", "err", err)
-		return
+		return nil, err
 	}
-	if len(page) < reconcilePage {
-		r.from = nil // the end: the next round starts over
-	} else {
+	r.from = nil
+	if more {
 		r.from = append(bytes.Clone(page[len(page)-1].Key), 0)
 	}
-	if len(page) == 0 {
-		return
-	}
-	failed := false
-	for shard, group := range n.groupHints(page) {
-		if err := n.reconcileGroup(shard, group); err != nil {
-			failed = true
-			n.log.Warn("tentative writes not reconciled: will retry", "shard", shard, "writes", len(group), "err", err)
-		}
-	}
-	n.recon.settle(failed)
+	return page, nil
 }
 
-// settle sets the backoff after a round: reset by a round that succeeded,
-// doubled (from reconcileBackoffMin, to reconcileBackoffMax) by one that
-// did not.
-func (r *reconciler) settle(failed bool) {
-	if !failed {
-		r.backoff, r.retryAt = 0, time.Time{}
-		return
-	}
-	r.backoff = min(max(2*r.backoff, reconcileBackoffMin), reconcileBackoffMax)
-	r.retryAt = time.Now().Add(r.backoff)
+// due reports whether shard is not backing off.
+func (r *reconciler) due(shard ids.ShardID) bool {
+	b, ok := r.backoff[shard]
+	return !ok || !r.env.now().Before(b.until)
 }
 
-// groupHints groups hints by the shard of their keys; a key whose shard
-// is not known yet waits for a later round.
-func (n *Node) groupHints(page []hints.Hint) map[ids.ShardID][]hints.Hint {
-	table := n.backend().Table()
-	groups := map[ids.ShardID][]hints.Hint{}
+// settle sets shard's backoff after one of its groups: cleared by a group
+// that succeeded, doubled (from reconcileBackoffMin, to
+// reconcileBackoffMax) by one that failed.
+func (r *reconciler) settle(shard ids.ShardID, err error) {
+	if err == nil {
+		delete(r.backoff, shard)
+		return
+	}
+	if r.backoff == nil {
+		r.backoff = map[ids.ShardID]shardBackoff{}
+	}
+	wait := min(max(2*r.backoff[shard].wait, reconcileBackoffMin), reconcileBackoffMax)
+	r.backoff[shard] = shardBackoff{wait: wait, until: r.env.now().Add(wait)}
+	r.env.log.Warn("tentative writes not reconciled: will retry", "shard", shard, "retry_in", wait, "err", err)
+}
+
+// shardGroup is the hints of one shard in a page.
+type shardGroup struct {
+	shard ids.ShardID
+	hints []hints.Hint
+}
+
+// groupHints groups hints by the shard of their keys, in the order the
+// shards first appear; a key whose shard is not known yet waits for a
+// later round.
+func (r *reconciler) groupHints(page []hints.Hint) []shardGroup {
+	var groups []shardGroup
+	at := map[ids.ShardID]int{}
 	for _, h := range page {
-		d := table.Lookup(h.Key)
-		if d == nil {
+		shard, ok := r.env.shardOf(h.Key)
+		if !ok {
 			continue
 		}
-		shard := ids.ShardID(d.GetShardId())
-		groups[shard] = append(groups[shard], h)
+		i, seen := at[shard]
+		if !seen {
+			i = len(groups)
+			at[shard] = i
+			groups = append(groups, shardGroup{shard: shard})
+		}
+		groups[i].hints = append(groups[i].hints, h)
 	}
 	return groups
 }
 
-// reconcileGroup proposes the hints of one shard as one batch, and on its
-// answer removes each whose version is unchanged.
-func (n *Node) reconcileGroup(shard ids.ShardID, group []hints.Hint) error {
-	ops := make([]*concordpb.Op, len(group))
+// cutBatches cuts a group into batches of at most reconcileBatchOps ops
+// and reconcileBatchBytes of keys and values (as the KV service counts
+// them), each of at least one op.
+func cutBatches(group []hints.Hint) [][]hints.Hint {
+	var batches [][]hints.Hint
+	start, size := 0, 0
 	for i, h := range group {
-		op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: h.Key, Value: h.Value, TentativeVersion: h.Version}
-		if h.Kind == hints.Delete {
-			op = &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: h.Key, TentativeVersion: h.Version}
+		b := len(h.Key) + len(h.Value)
+		if i > start && (i-start == reconcileBatchOps || size+b > reconcileBatchBytes) {
+			batches = append(batches, group[start:i])
+			start, size = i, 0
 		}
-		ops[i] = op
+		size += b
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)
-	defer cancel()
-	resp, err := n.kv.Reconcile(ctx, ops)
-	if err != nil {
+	if start < len(group) {
+		batches = append(batches, group[start:])
+	}
+	return batches
+}
+
+// outcomes counts a group's answered hints.
+type outcomes struct{ applied, superseded, refused int }
+
+// reconcileGroup proposes the hints of one shard, batch by batch, and
+// stops at the first batch that fails: the shard is backing off then.
+func (r *reconciler) reconcileGroup(ctx context.Context, shard ids.ShardID, group []hints.Hint) error {
+	var o outcomes
+	defer func() {
+		if o != (outcomes{}) {
+			r.env.log.Info("reconciled tentative writes", "shard", shard,
+				"applied", o.applied, "superseded", o.superseded, "refused", o.refused)
+		}
+	}()
+	for _, batch := range cutBatches(group) {
+		if err := r.reconcileBatch(ctx, shard, batch, &o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileBatch proposes batch and on the answer removes each hint whose
+// version is unchanged. A batch of several refused as invalid is sent
+// again op by op, so that one hint that can never apply does not hold the
+// others back; one refused alone as invalid is dropped (refuse).
+func (r *reconciler) reconcileBatch(ctx context.Context, shard ids.ShardID, batch []hints.Hint, o *outcomes) error {
+	if ctx.Err() != nil {
+		return ctx.Err() // the node stops: not a try
+	}
+	cctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	resp, err := r.env.send(cctx, reconcileOps(batch))
+	cancel()
+	switch {
+	case err == nil:
+		return r.answered(batch, resp, o)
+	case status.Code(err) != codes.InvalidArgument:
+		return err
+	case len(batch) > 1:
+		for i := range batch {
+			if err := r.reconcileBatch(ctx, shard, batch[i:i+1], o); err != nil {
+				return err
+			}
+		}
+		return nil
+	case !neverApplies(err):
 		return err
 	}
+	return r.refuse(shard, batch[0], err, o)
+}
+
+// reconcileOps are the ops that reconcile hs.
+func reconcileOps(hs []hints.Hint) []*concordpb.Op {
+	ops := make([]*concordpb.Op, len(hs))
+	for i, h := range hs {
+		ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: h.Key, Value: h.Value, TentativeVersion: h.Version}
+		if h.Kind == hints.Delete {
+			ops[i] = &concordpb.Op{Type: concordpb.OpType_OP_DELETE, Key: h.Key, TentativeVersion: h.Version}
+		}
+	}
+	return ops
+}
+
+// answered removes the hints of a batch the shard answered, counting each
+// as applied or superseded.
+func (r *reconciler) answered(batch []hints.Hint, resp *concordpb.BatchResponse, o *outcomes) error {
 	applied, superseded := 0, 0
-	for i, h := range group {
+	for i, h := range batch {
 		if i < len(resp.GetResults()) && resp.GetResults()[i].GetOk() {
 			applied++
 		} else {
 			superseded++
 		}
-		if _, err := n.hints.Remove(h.Key, h.Version); err != nil {
+		if _, err := r.env.hints.Remove(h.Key, h.Version); err != nil {
 			return err
 		}
 	}
-	n.recon.reconciled.WithLabelValues("applied").Add(float64(applied))
-	n.recon.reconciled.WithLabelValues("superseded").Add(float64(superseded))
-	n.log.Info("reconciled tentative writes", "shard", shard, "applied", applied, "superseded", superseded)
+	r.reconciled.WithLabelValues("applied").Add(float64(applied))
+	r.reconciled.WithLabelValues("superseded").Add(float64(superseded))
+	o.applied, o.superseded = o.applied+applied, o.superseded+superseded
 	return nil
+}
+
+// transientRefusals are texts of InvalidArgument refusals that do not say
+// the op is bad, but that the node which checked it was behind: its
+// routing (a split moved the key: "key ... does not belong to shard N",
+// "batch keys span shards"), or its cluster version or binary during an
+// upgrade (tentative_version "once the cluster version allows it", "a
+// field this server does not know"). Such a hint is kept and retried.
+var transientRefusals = []string{"does not belong to shard", "span shards", "cluster version", "does not know"}
+
+// neverApplies reports whether err, the refusal of one op alone, says the
+// op can never apply: InvalidArgument (a key or value over the limits,
+// lowered since the write was held), but for a transient refusal.
+// Everything else may pass: Unavailable, DeadlineExceeded, an ambiguous
+// outcome, the space alarm's ResourceExhausted (it clears), and
+// FailedPrecondition, which no check of a reconciling batch returns (a
+// session's, a membership change's, a node of another cluster's).
+func neverApplies(err error) bool {
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument {
+		return false
+	}
+	for _, t := range transientRefusals {
+		if strings.Contains(st.Message(), t) {
+			return false
+		}
+	}
+	return true
+}
+
+// refuse drops h, which its shard refused alone as invalid: it can never
+// apply, and kept it would be proposed for ever. Only if unchanged: a
+// newer write of the key taken meanwhile is tried on its own.
+func (r *reconciler) refuse(shard ids.ShardID, h hints.Hint, err error, o *outcomes) error {
+	removed, rerr := r.env.hints.Remove(h.Key, h.Version)
+	if rerr != nil || !removed {
+		return rerr
+	}
+	key := h.Key
+	if len(key) > droppedKeyShown {
+		key = key[:droppedKeyShown]
+	}
+	r.env.log.Error("tentative write refused by its shard: it can never apply, dropped",
+		"shard", shard, "key", fmt.Sprintf("%q", key), "key_bytes", len(h.Key), "value_bytes", len(h.Value), "err", err)
+	r.reconciled.WithLabelValues("refused").Inc()
+	o.refused++
+	return nil
+}
+
+// failRemoved stops the node, which a heartbeat answer says was removed
+// from the cluster, after saying what its hint log loses.
+func (n *Node) failRemoved() {
+	n.logLostHints()
+	n.fail(removedError(uint64(n.ID())))
+}
+
+// logLostHints logs an ERROR if the node, removed from the cluster, holds
+// tentative writes: only a node that serves proposes its hints, and a
+// removed identity never serves again, so they are lost with its data dir
+// (docs/operations.md: check concord_tentative_writes before a removal).
+func (n *Node) logLostHints() {
+	if n.hints == nil || n.hints.Count() == 0 {
+		return
+	}
+	c := n.hints.Count()
+	n.log.Error(fmt.Sprintf("this node was removed holding %d tentative writes (available mode) never reconciled: "+
+		"no removed node proposes them, and they are lost with this data dir", c),
+		"tentative_writes", c, "tentative_bytes", n.hints.Bytes())
 }
