@@ -74,7 +74,8 @@ func decode(key, rec []byte) (Hint, error) {
 // Store is where the log keeps its records: the node's engine
 // (storage.Engine's hint methods).
 type Store interface {
-	SetHint(key, rec []byte) error
+	SetHint(key, rec []byte, clock uint64) error
+	HintClock() (uint64, error)
 	DeleteHint(key []byte) error
 	Hint(key []byte) ([]byte, bool, error)
 	ScanHints(from []byte, f func(key, rec []byte) bool) error
@@ -99,11 +100,17 @@ type Log struct {
 
 // Open returns the log kept in st, bounded to maxBytes (0: every Hold
 // fails with ErrFull), with its count and bytes recomputed from a scan,
-// and its clock above every version it holds.
+// and its clock above every version it gave (its persisted clock) and
+// holds.
 func Open(st Store, maxBytes int64) (*Log, error) {
 	l := &Log{st: st, max: maxBytes, added: make(chan struct{}, 1)}
+	high, err := st.HintClock()
+	if err != nil {
+		return nil, err
+	}
+	l.clock.Observe(high) // versions it gave for hints since reconciled too
 	var bad error
-	err := st.ScanHints(nil, func(key, rec []byte) bool {
+	err = st.ScanHints(nil, func(key, rec []byte) bool {
 		h, err := decode(key, rec)
 		if err != nil {
 			bad = err
@@ -139,7 +146,7 @@ func (l *Log) Hold(key []byte, kind Kind, value []byte) (h Hint, first bool, err
 		return Hint{}, false, ErrFull
 	}
 	h.Version = l.clock.Now()
-	if err := l.st.SetHint(key, h.record()); err != nil {
+	if err := l.st.SetHint(key, h.record(), h.Version); err != nil {
 		return Hint{}, false, err
 	}
 	first = l.count.Load() == 0

@@ -203,3 +203,29 @@ func TestClockNeverGoesBack(t *testing.T) {
 		t.Fatalf("clock gave %d %d %d %d, want 1000 1001 1002 5000", a, b, d, e)
 	}
 }
+
+// TestClockSurvivesReconciledHints: the clock is persisted with every
+// hint, so a restart whose wall clock stepped back gives versions above
+// those of hints already removed (reconciled), not only of hints held: a
+// node's later tentative write must not lose to its own earlier one.
+func TestClockSurvivesReconciledHints(t *testing.T) {
+	dir := t.TempDir()
+	l, eng := openLog(t, dir, 1<<20)
+	future := uint64(1) << 62
+	l.Clock().Wall = func() int64 { return int64(future) }
+	h := mustHold(t, l, "a", hints.Put, "1")
+	if ok, err := l.Remove([]byte("a"), h.Version); !ok || err != nil {
+		t.Fatalf("remove: %v %v", ok, err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, eng = openLog(t, dir, 1<<20)
+	defer eng.Close()
+	if l.Count() != 0 {
+		t.Fatalf("%d hints after the only one was removed", l.Count())
+	}
+	if h2 := mustHold(t, l, "a", hints.Put, "2"); h2.Version <= h.Version {
+		t.Fatalf("after a restart a hint took version %d, not above the reconciled %d", h2.Version, h.Version)
+	}
+}

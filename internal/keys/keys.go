@@ -14,6 +14,7 @@
 //	\x01 rstd                       the SHA-256 digest of the backup file this node's bootstrap loaded (32)
 //	\x01 hint <user key>            the newest tentative write of the key this node holds (available mode,
 //	                                internal/hints): version (8), kind (1: put, 2: delete), the value
+//	\x01 hclk                       the highest version the hint log's clock gave (8)
 //
 //	\x02 <shard 8> r h              raftpb.HardState
 //	\x02 <shard 8> r l <index 8>    raftpb.Entry
@@ -59,11 +60,18 @@ var (
 	restoringKey    = []byte{localPrefix, 'r', 's', 't', 'r'}
 	restoredKey     = []byte{localPrefix, 'r', 's', 't', 'd'}
 	hintPrefix      = []byte{localPrefix, 'h', 'i', 'n', 't'}
+	hintClockKey    = []byte{localPrefix, 'h', 'c', 'l', 'k'}
 )
 
 // Hint is the key of the tentative write of user key this node holds
 // (internal/hints). Node-local: no snapshot carries it.
 func Hint(key []byte) []byte { return append(clone(hintPrefix), key...) }
+
+// HintClock is the key of the highest version the hint log's clock gave
+// (8 bytes), written with every hint: a restart with the wall clock
+// stepped back still gives versions above every version it gave before,
+// held or already reconciled.
+func HintClock() []byte { return clone(hintClockKey) }
 
 // HintSpan covers every Hint key.
 func HintSpan() (start, end []byte) { return clone(hintPrefix), PrefixEnd(hintPrefix) }

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -14,10 +16,43 @@ import (
 // is open (ErrClosed otherwise), since RPC handlers write hints and may
 // outlive the engine by a moment at stop.
 
-// SetHint durably records rec as the hint of user key: synced before it
+// SetHint durably records rec as the hint of user key, and clock as the
+// hint log's clock (keys.HintClock), in one batch synced before it
 // returns, since the write it holds is answered as taken.
-func (e *Engine) SetHint(key, rec []byte) error {
-	return e.whileOpen(func() error { return e.db.Set(keys.Hint(key), rec, pebble.Sync) })
+func (e *Engine) SetHint(key, rec []byte, clock uint64) error {
+	return e.whileOpen(func() error {
+		b := e.db.NewBatch()
+		defer b.Close()
+		if err := b.Set(keys.Hint(key), rec, nil); err != nil {
+			return err
+		}
+		if err := b.Set(keys.HintClock(), binary.BigEndian.AppendUint64(nil, clock), nil); err != nil {
+			return err
+		}
+		return b.Commit(pebble.Sync)
+	})
+}
+
+// HintClock returns the hint log's clock as SetHint last wrote it; 0 if
+// it never did.
+func (e *Engine) HintClock() (uint64, error) {
+	var clock uint64
+	err := e.Read(func(r Reader) error {
+		v, closer, err := r.Get(keys.HintClock())
+		if err == pebble.ErrNotFound {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer closer.Close()
+		if len(v) != 8 {
+			return fmt.Errorf("storage: hint clock record of %d bytes", len(v))
+		}
+		clock = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return clock, err
 }
 
 // DeleteHint removes the hint of user key. Not synced: a hint found again
