@@ -12,6 +12,7 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/hints"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/kv"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -195,34 +196,74 @@ func (s *KV) availableAttempt(ctx context.Context, read func(context.Context) (p
 	return nil, err
 }
 
-// availableReads serves a read-only batch with AVAILABLE: linearizable if
-// its shard answers within the available timeout, else as STALE; then
-// answers each key this node holds a hint of from the hint, as Get does.
+// availableReads serves a read-only batch with AVAILABLE: each key this
+// node holds a hint of from the hint, as Get does; the others in one
+// read, linearizable if their shard answers within the available timeout,
+// else as STALE. A batch whose every key is hinted reads nothing (so a
+// node cut off, with no replica of the shard, still answers it). Hint
+// values count against the result budget (kv.MaxResultBytes) after the
+// values read: one past it fails with OP_ERROR_RESULT_TOO_LARGE, as a read
+// past it does.
 func (s *KV) availableReads(ctx context.Context, req *concordpb.BatchRequest, shard ids.ShardID) (*concordpb.BatchResponse, error) {
-	lin := &concordpb.BatchRequest{Header: linearizableHeader(req.GetHeader()), Ops: req.GetOps()}
+	ops := req.GetOps()
+	held := make([]*hints.Hint, len(ops))
+	var rest []*concordpb.Op
+	var restAt []int
+	for i, op := range ops {
+		if s.avail != nil {
+			h, found, err := s.avail.log.Get(op.GetKey())
+			if err != nil {
+				return nil, status.Errorf(codes.Unavailable, "reading the hint log: %v", err)
+			}
+			if found {
+				held[i] = &h
+				continue
+			}
+		}
+		rest, restAt = append(rest, op), append(restAt, i)
+	}
+	out := &concordpb.BatchResponse{Header: &concordpb.ResponseHeader{ShardId: uint64(shard), ServedByNodeId: uint64(s.b.ID())},
+		Results: make([]*concordpb.OpResult, len(ops))}
+	used := 0
+	if len(rest) > 0 {
+		resp, err := s.availableRead(ctx, req.GetHeader(), rest, shard)
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.GetResults()) != len(rest) {
+			return nil, status.Errorf(codes.Internal, "a read of %d keys answered %d results", len(rest), len(resp.GetResults()))
+		}
+		out.Header = resp.GetHeader()
+		for j, r := range resp.GetResults() {
+			out.Results[restAt[j]] = r
+			used += len(r.GetValue())
+		}
+	}
+	for i, h := range held {
+		switch {
+		case h == nil:
+		case used+len(h.Value) > kv.MaxResultBytes:
+			out.Results[i] = &concordpb.OpResult{Error: concordpb.OpError_OP_ERROR_RESULT_TOO_LARGE}
+		default:
+			used += len(h.Value)
+			out.Results[i] = &concordpb.OpResult{Ok: h.Kind == hints.Put, Value: h.Value}
+		}
+	}
+	return out, nil
+}
+
+// availableRead reads ops, read-only, linearizable if their shard answers
+// within the available timeout, else as STALE.
+func (s *KV) availableRead(ctx context.Context, h *concordpb.RequestHeader, ops []*concordpb.Op, shard ids.ShardID) (*concordpb.BatchResponse, error) {
+	lin := &concordpb.BatchRequest{Header: linearizableHeader(h), Ops: ops}
 	m, err := s.availableAttempt(ctx, func(ctx context.Context) (proto.Message, error) { return s.readBatch(ctx, lin, shard) })
 	if err != nil {
 		return nil, err
 	}
-	resp, _ := m.(*concordpb.BatchResponse)
-	if resp == nil {
-		if resp, err = s.readBatch(ctx, &concordpb.BatchRequest{Header: staleHeader(req.GetHeader()), Ops: req.GetOps()}, shard); err != nil {
-			return nil, err
-		}
-	}
-	if s.avail == nil {
+	if resp, ok := m.(*concordpb.BatchResponse); ok {
 		return resp, nil
 	}
-	for i, op := range req.GetOps() {
-		h, found, err := s.avail.log.Get(op.GetKey())
-		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "reading the hint log: %v", err)
-		}
-		if found && i < len(resp.GetResults()) {
-			resp.Results[i] = &concordpb.OpResult{Ok: h.Kind == hints.Put, Value: h.Value}
-		}
-	}
-	return resp, nil
+	return s.readBatch(ctx, &concordpb.BatchRequest{Header: staleHeader(h), Ops: ops}, shard)
 }
 
 // Reconcile proposes ops, the tentative writes of one shard this node

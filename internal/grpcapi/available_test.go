@@ -372,3 +372,49 @@ func TestCommittedAvailableWriteDropsTheOlderHint(t *testing.T) {
 		t.Fatalf("the older hint is still held after a newer write of the key committed (%d hints)", log.Count())
 	}
 }
+
+// TestAvailableBatchOfHintedKeysReadsNothing: a read-only AVAILABLE batch
+// whose every key this node holds a hint of answers from the hints
+// without a read (a node cut off, with no replica, still answers it); a
+// batch mixing hinted and other keys reads only the others.
+func TestAvailableBatchOfHintedKeysReadsNothing(t *testing.T) {
+	f := newFakeNode(t, 1, 1, 1) // one shard: every key in it
+	s, _, _ := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+	f.failProposals(multiraft.ErrStopped)
+	for _, k := range []string{"a", "b"} {
+		if resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte(k), Value: []byte("held-" + k)}); err != nil || !resp.GetHeader().GetTentative() {
+			t.Fatalf("held put %s: %v %v", k, resp, err)
+		}
+	}
+	f.data[f.shardOfKey("c")] = []*concordpb.KeyValue{{Key: []byte("c"), Value: []byte("replica")}}
+	get := func(keys ...string) []*concordpb.OpResult {
+		t.Helper()
+		var ops []*concordpb.Op
+		for _, k := range keys {
+			ops = append(ops, &concordpb.Op{Type: concordpb.OpType_OP_GET, Key: []byte(k)})
+		}
+		resp, err := s.Batch(ctx, &concordpb.BatchRequest{Header: availHeader, Ops: ops})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetResults()
+	}
+	f.mu.Lock()
+	f.readIndex = nil
+	f.mu.Unlock()
+	res := get("a", "b")
+	if string(res[0].GetValue()) != "held-a" || string(res[1].GetValue()) != "held-b" {
+		t.Fatalf("hinted keys: %v", res)
+	}
+	f.mu.Lock()
+	rounds := len(f.readIndex)
+	f.mu.Unlock()
+	if rounds != 0 {
+		t.Fatalf("a batch of hinted keys made %d ReadIndex rounds, want none", rounds)
+	}
+	res = get("a", "c", "b")
+	if string(res[0].GetValue()) != "held-a" || string(res[1].GetValue()) != "replica" || string(res[2].GetValue()) != "held-b" {
+		t.Fatalf("mixed batch: %v", res)
+	}
+}
