@@ -541,10 +541,18 @@ static int put_available(slot *s, char *key, char *value, char *old_value)
 		rc = 1;
 	else if (r.kind == R_BULK && copy_value(&r, old) == 0)
 		rc = 0;
+	/* An old value this library cannot return (longer than MAX_VALUE, or
+	 * holding a NUL: another Redis client's) does not stop the write,
+	 * as in the linearizable profile: the put is made and returns -1. */
+	int readable = r.kind == R_NIL || rc == 0;
+	if (!readable && r.kind != R_BULK) {
+		reply_free(&r);
+		return -1; /* an error reply: nothing written */
+	}
 	reply_free(&r);
-	if (rc < 0 || call(s, 3, set, set_lens, &r) < 0)
+	if (call(s, 3, set, set_lens, &r) < 0)
 		return -1;
-	if (r.kind != R_STATUS)
+	if (r.kind != R_STATUS || !readable)
 		rc = -1;
 	reply_free(&r);
 	if (rc == 0 && old_value != NULL)

@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"time"
@@ -64,20 +65,9 @@ func (s *KV) writeAvailable(ctx context.Context, h *concordpb.RequestHeader, op 
 	if s.avail == nil {
 		return s.apply(ctx, h, op)
 	}
-	// A hint of the key this node holds from before: a write of the key
-	// that commits now is newer, so the hint goes (if no newer one
-	// replaced it meanwhile), else this node's reads would answer the
-	// older write, and its version, from a clock ahead, could still win.
-	prior, hinted, err := s.avail.log.Get(op.GetKey())
-	if err != nil {
-		return nil, nil, status.Errorf(codes.Unavailable, "reading the hint log: %v", err)
-	}
 	actx, cancel := context.WithTimeout(ctx, s.attemptTimeout(ctx))
 	defer cancel()
-	res, hdr, err := s.apply(actx, h, op)
-	if err == nil && hinted {
-		_, _ = s.avail.log.Remove(op.GetKey(), prior.Version) // kept on error: it loses to this write's version
-	}
+	res, hdr, err := s.apply(actx, h, op) // committed, it drops an older hint of the key (priorHints)
 	if err == nil || !s.mayHold(ctx, err) {
 		return res, hdr, err
 	}
@@ -99,6 +89,65 @@ func (s *KV) writeAvailable(ctx context.Context, h *concordpb.RequestHeader, op 
 		s.avail.onHeld(shard, first)
 	}
 	return &concordpb.OpResult{}, &concordpb.ResponseHeader{ShardId: uint64(shard), ServedByNodeId: uint64(s.b.ID()), Tentative: true}, nil
+}
+
+// priorHints are the hints this node holds of the keys ops write, read
+// before a client's write batch goes: once it commits it is newer than
+// each, so each goes (dropPriorHints), else this node's AVAILABLE reads
+// would answer the older write, and its version, from a clock ahead,
+// could still win over the committed one. Nothing is read while the log
+// is empty: the hot path pays one atomic load.
+func (s *KV) priorHints(ops []*concordpb.Op) ([]hints.Hint, error) {
+	if s.avail == nil || s.avail.log.Count() == 0 {
+		return nil, nil
+	}
+	var prior []hints.Hint
+	for _, op := range ops {
+		if op.GetType() == concordpb.OpType_OP_GET || op.GetType() == concordpb.OpType_OP_CHECK {
+			continue
+		}
+		h, found, err := s.avail.log.Get(op.GetKey())
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "reading the hint log: %v", err)
+		}
+		if found {
+			prior = append(prior, h)
+		}
+	}
+	return prior, nil
+}
+
+// dropPriorHints removes each of prior whose key an op of ops wrote
+// (results: their answers), if no newer hint replaced it. An op that did
+// not write (a condition not met, a CAS that did not match, an op error,
+// an op skipped) leaves the hint: the tentative write is still to be
+// reconciled.
+func (s *KV) dropPriorHints(prior []hints.Hint, ops []*concordpb.Op, results []*concordpb.OpResult) {
+	for _, h := range prior {
+		for i, op := range ops {
+			if i < len(results) && bytes.Equal(op.GetKey(), h.Key) && wrote(op, results[i]) {
+				_, _ = s.avail.log.Remove(h.Key, h.Version)
+				break
+			}
+		}
+	}
+}
+
+// wrote reports whether op, answered res, wrote its key: a write without
+// a condition that did not fail, or one whose condition held.
+func wrote(op *concordpb.Op, res *concordpb.OpResult) bool {
+	if res.GetError() != concordpb.OpError_OP_ERROR_NONE || res.GetSkipped() {
+		return false
+	}
+	switch op.GetType() {
+	case concordpb.OpType_OP_GET, concordpb.OpType_OP_CHECK, concordpb.OpType_OP_EXPIRE, concordpb.OpType_OP_DELETE_EXPIRED:
+		return false
+	case concordpb.OpType_OP_CAS:
+		return res.GetOk()
+	case concordpb.OpType_OP_PUT:
+		return op.GetCondition() == concordpb.Condition_CONDITION_NONE || res.GetOk()
+	}
+	return true
 }
 
 // attemptTimeout bounds an AVAILABLE request's ordinary attempt: the

@@ -418,3 +418,45 @@ func TestAvailableBatchOfHintedKeysReadsNothing(t *testing.T) {
 		t.Fatalf("mixed batch: %v", res)
 	}
 }
+
+// TestCommittedBatchDropsTheOlderHintOnlyIfItWrote: any client write of a
+// key committed through a node holding an older hint of it (a SET with
+// options or an INCR over RESP, which go linearizable) drops the hint if
+// it wrote the key; a conditional write that did not apply leaves it.
+func TestCommittedBatchDropsTheOlderHintOnlyIfItWrote(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, _ := availableKV(t, f, 1<<20)
+	ctx := context.Background()
+	hold := func(k string) {
+		t.Helper()
+		f.failProposals(multiraft.ErrStopped)
+		if resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte(k), Value: []byte("held")}); err != nil || !resp.GetHeader().GetTentative() {
+			t.Fatalf("held put: %v %v", resp, err)
+		}
+		f.mu.Lock()
+		f.proposeErr = nil
+		f.mu.Unlock()
+	}
+	answer := func(r *concordpb.OpResult) {
+		f.mu.Lock()
+		f.proposeResult = &storepb.CommandResult{Results: []*concordpb.OpResult{r}}
+		f.mu.Unlock()
+	}
+	hold("k")
+	answer(&concordpb.OpResult{}) // NX not met
+	if _, err := s.Batch(ctx, &concordpb.BatchRequest{Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Value: []byte("nx"),
+		Condition: concordpb.Condition_CONDITION_NX}}}); err != nil {
+		t.Fatal(err)
+	}
+	if log.Count() != 1 {
+		t.Fatal("a conditional put that did not apply dropped the hint")
+	}
+	answer(&concordpb.OpResult{Ok: true, IntValue: 1})
+	if _, err := s.Batch(ctx, &concordpb.BatchRequest{Header: &concordpb.RequestHeader{SessionId: 7, Seq: 1},
+		Ops: []*concordpb.Op{{Type: concordpb.OpType_OP_INCR, Key: []byte("k"), IntDelta: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if log.Count() != 0 {
+		t.Fatal("a committed INCR of the key left the older hint")
+	}
+}

@@ -244,7 +244,18 @@ func (s *KV) batch(ctx context.Context, req *concordpb.BatchRequest, reconcile b
 		}
 		return s.readBatch(ctx, req, shard)
 	}
-	return s.writeBatch(ctx, req, shard)
+	if reconcile || req.GetHeader().GetHops() > 0 {
+		return s.writeBatch(ctx, req, shard)
+	}
+	prior, err := s.priorHints(req.GetOps())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.writeBatch(ctx, req, shard)
+	if err == nil && prior != nil {
+		s.dropPriorHints(prior, req.GetOps(), resp.GetResults())
+	}
+	return resp, err
 }
 
 // writeBatch proposes a batch that may write, on shard's leader: here, or

@@ -84,14 +84,17 @@ const (
 // claim returns the items of batch a write sender may send: those it takes
 // before their waiters abandon them. The others are neither sent nor
 // answered.
+// The batch is compacted in place (the queue no longer holds its items),
+// so a batch taken whole, the common case, allocates nothing.
 func claim(batch []*queuedOps) []*queuedOps {
-	out := batch[:0:0]
+	n := 0
 	for _, q := range batch {
 		if q.state.CompareAndSwap(queued, taken) {
-			out = append(out, q)
+			batch[n] = q
+			n++
 		}
 	}
-	return out
+	return batch[:n]
 }
 
 // errAbandoned is the error of a queued write whose waiter gave up before

@@ -127,6 +127,9 @@ type Node struct {
 	// their shards have a quorum again (reconcile.go).
 	hints *hints.Log
 	recon reconciler
+	// versionedShards are the shards versionShards made versioned (only
+	// the sweep's goroutine touches it).
+	versionedShards map[ids.ShardID]bool
 	// failed is closed when the node stops itself for good (its identity
 	// was removed); failErr says why.
 	failOnce sync.Once

@@ -71,8 +71,13 @@ type reconcileEnv struct {
 	shardOf func(key []byte) (ids.ShardID, bool)
 	// send proposes ops, of one shard (KV.Reconcile).
 	send func(ctx context.Context, ops []*concordpb.Op) (*concordpb.BatchResponse, error)
-	now  func() time.Time
-	log  *slog.Logger
+	// invalid says why h could never be written through this node as it
+	// is configured now (its key or value over this node's limits); nil:
+	// it could. A refusal from elsewhere (a leader with other limits, one
+	// behind in a rolling restart) drops nothing by itself.
+	invalid func(h hints.Hint) error
+	now     func() time.Time
+	log     *slog.Logger
 }
 
 // reconciler is the reconciler's state; only its goroutine touches it,
@@ -122,8 +127,17 @@ func (n *Node) startReconciler() {
 			return ids.ShardID(d.GetShardId()), d != nil
 		},
 		send: n.kv.Reconcile,
-		now:  time.Now,
-		log:  n.log,
+		invalid: func(h hints.Hint) error {
+			switch {
+			case len(h.Key) == 0 || len(h.Key) > n.cfg.MaxKeyBytes:
+				return fmt.Errorf("key of %d bytes, limit %d (--max-key-bytes)", len(h.Key), n.cfg.MaxKeyBytes)
+			case len(h.Value) > n.cfg.MaxValueBytes:
+				return fmt.Errorf("value of %d bytes, limit %d (--max-value-bytes)", len(h.Value), n.cfg.MaxValueBytes)
+			}
+			return nil
+		},
+		now: time.Now,
+		log: n.log,
 	}
 	n.wg.Add(1)
 	go func() {
@@ -147,29 +161,38 @@ func (r *reconciler) run(stopC <-chan struct{}) {
 	}()
 	t := time.NewTicker(reconcileInterval)
 	defer t.Stop()
+	waiting := false
 	for {
+		// After a round that found only shards backing off, a write
+		// held (likely of one of them: its node is cut off) starts no
+		// round before the next tick: each would read pages for nothing.
+		added := r.env.hints.Added()
+		if waiting {
+			added = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-r.env.hints.Added():
+		case <-added:
 		}
-		r.round(ctx)
+		waiting = r.round(ctx)
 	}
 }
 
 // round runs the groups of a page whose shards are not backing off. A
 // page with none (every shard backing off, or unknown) is passed over for
-// the next, up to reconcileSkipPages, or the end of the log.
-func (r *reconciler) round(ctx context.Context) {
+// the next, up to reconcileSkipPages, or the end of the log. It reports
+// whether it found hints but none it could send now.
+func (r *reconciler) round(ctx context.Context) (waiting bool) {
 	if r.env.hints.Count() == 0 || !r.env.allowed() {
-		return
+		return false
 	}
 	for range reconcileSkipPages {
 		page, err := r.nextPage()
 		if err != nil {
 			r.env.log.Error("reading the hint log", "err", err)
-			return
+			return false
 		}
 		ran := false
 		for _, g := range r.groupHints(page) {
@@ -179,14 +202,18 @@ func (r *reconciler) round(ctx context.Context) {
 			ran = true
 			err := r.reconcileGroup(ctx, g.shard, g.hints)
 			if ctx.Err() != nil {
-				return // cut short by the stop: no failure of the shard's
+				return false // cut short by the stop: no failure of the shard's
 			}
 			r.settle(g.shard, err)
 		}
-		if ran || r.from == nil {
-			return
+		if ran {
+			return false
+		}
+		if r.from == nil {
+			return true
 		}
 	}
+	return true
 }
 
 // nextPage reads the page at the cursor and moves the cursor past it (to
@@ -311,13 +338,22 @@ func (r *reconciler) reconcileBatch(ctx context.Context, shard ids.ShardID, batc
 	case status.Code(err) != codes.InvalidArgument:
 		return err
 	case len(batch) > 1:
+		// One at a time: each valid op applies, whatever one refused
+		// does; the first error (kept hints) backs the shard off.
+		var first error
 		for i := range batch {
-			if err := r.reconcileBatch(ctx, shard, batch[i:i+1], o); err != nil {
-				return err
+			if err := r.reconcileBatch(ctx, shard, batch[i:i+1], o); err != nil && first == nil {
+				first = err
 			}
 		}
-		return nil
+		return first
 	case !neverApplies(err):
+		return err
+	}
+	if r.env.invalid == nil || r.env.invalid(batch[0]) == nil {
+		// Refused elsewhere, valid here: the refusing node's limits
+		// differ (a rolling restart changing them). Kept, and retried
+		// with the shard's backoff, never dropped on another's word.
 		return err
 	}
 	return r.refuse(shard, batch[0], err, o)

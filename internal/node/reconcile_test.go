@@ -259,9 +259,10 @@ func TestReconcileKeepsANewerHint(t *testing.T) {
 }
 
 // TestReconcileCutsLargeGroups: nine 1 MiB hints of one shard are more
-// than one batch may carry (8 MiB): they go in batches the KV service
-// takes, each at most reconcileBatchBytes (pages of at most
-// reconcilePageMem), and all are reconciled within a few rounds.
+// than one batch may carry (8 MiB): no batch the KV service gets is over
+// reconcileBatchBytes, and all are reconciled within a few rounds. With
+// today's bounds the page (reconcilePageMem) already keeps a round's group
+// within one batch; TestCutBatches tests the cutting itself.
 func TestReconcileCutsLargeGroups(t *testing.T) {
 	tr := newTestReconciler(t)
 	for i := range 9 {
@@ -324,6 +325,21 @@ func TestReconcileDropsAHintThatCanNeverApply(t *testing.T) {
 		}
 		return applyAll(ops), nil
 	}
+	// Refused by the leader but valid under this node's own limits (a
+	// leader behind in a rolling restart that raises them): kept.
+	tr.env.invalid = func(hints.Hint) error { return nil }
+	tr.round(context.Background())
+	if tr.log.Count() != 1 || tr.counted(t, "refused") != 0 || tr.counted(t, "applied") != 2 {
+		t.Fatalf("refused elsewhere, valid here: %d hints left, refused %v, applied %v; want 1, 0, 2", tr.log.Count(), tr.counted(t, "refused"), tr.counted(t, "applied"))
+	}
+	// Over this node's own limits too (lowered since it was held): dropped.
+	tr.env.invalid = func(h hints.Hint) error {
+		if len(h.Value) > 4 {
+			return fmt.Errorf("value of %d bytes, limit 4", len(h.Value))
+		}
+		return nil
+	}
+	delete(tr.backoff, 1)
 	tr.round(context.Background())
 	if tr.log.Count() != 0 || tr.counted(t, "refused") != 1 || tr.counted(t, "applied") != 2 {
 		t.Fatalf("%d hints left, refused %v, applied %v; want 0, 1, 2", tr.log.Count(), tr.counted(t, "refused"), tr.counted(t, "applied"))
@@ -487,5 +503,28 @@ func TestRemovedNodeLogsItsLostHints(t *testing.T) {
 	}
 	if logs := tr.logs.String(); !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "holding 2 tentative writes") || !strings.Contains(logs, "lost") {
 		t.Fatalf("no ERROR saying 2 tentative writes are lost:\n%s", logs)
+	}
+}
+
+// TestRoundReportsWaiting: a round that finds hints only of shards
+// backing off says so (the loop then starts no round for each write held
+// until its next tick: each would read pages for nothing); one that sends,
+// or finds no hint, does not.
+func TestRoundReportsWaiting(t *testing.T) {
+	tr := newTestReconciler(t)
+	if tr.round(context.Background()) {
+		t.Fatal("an empty log: waiting")
+	}
+	tr.hold(t, "a1", []byte("x"))
+	tr.backoff = map[ids.ShardID]shardBackoff{1: {wait: time.Second, until: tr.now.Add(time.Hour)}}
+	if !tr.round(context.Background()) {
+		t.Fatal("only a shard backing off: not waiting")
+	}
+	delete(tr.backoff, 1)
+	if tr.round(context.Background()) {
+		t.Fatal("a round that sent: waiting")
+	}
+	if tr.log.Count() != 0 {
+		t.Fatalf("%d hints left", tr.log.Count())
 	}
 }

@@ -77,10 +77,43 @@ func (n *Node) expireShardSessions(ctx context.Context, shard ids.ShardID, ttl t
 
 // sweepExpired deletes, through raft, keys whose expiry has passed on the
 // shards this node leads (internal/expiry). Until the sweep gets to them
-// they already read as absent.
+// they already read as absent. It first makes new leaderships' shards
+// versioned (versionShards), on the same once-a-second beat.
 func (n *Node) sweepExpired(ctx context.Context) {
+	n.versionShards(ctx)
 	onStamps := n.backend().ClusterVersion().Allows(version.ExpiryOnStamps)
 	if deleted, err := expiry.Sweep(ctx, n.host, time.Now(), expiry.MaxKeysPerShard, onStamps); err != nil {
 		n.log.Debug("expiry sweep", "deleted", deleted, "err", err)
+	}
+}
+
+// versionShards proposes, on each user shard this node leads, one empty
+// versioned KV command once the cluster's version allows versions
+// (version.Versions), and once per shard per process: a shard's first
+// versioned command fixes its first version (kv: values written before
+// carry none, and a tentative write of an absent key is compared with
+// it), at the highest stamp the shard applied before it. Proposed at once,
+// that is about when the cluster was raised; left to the first client
+// write, it could come after a tentative write was taken, and any stamped
+// command in between (session expiry, a sweep) would make that write lose
+// to writes that never were. Only the sweep's goroutine calls it.
+func (n *Node) versionShards(ctx context.Context) {
+	if !n.backend().ClusterVersion().Allows(version.Versions) {
+		return
+	}
+	for _, info := range n.host.Infos() {
+		if !info.IsLeader || info.Shard == routing.MetaShard || n.versionedShards[info.Shard] {
+			continue
+		}
+		_, err := n.host.Propose(ctx, info.Shard, &storepb.Command{UnixNanos: time.Now().UnixNano(),
+			Kind: &storepb.Command_Kv{Kv: &storepb.KVCommand{Versioned: true}}})
+		if err != nil {
+			n.log.Debug("version shard", "shard", info.Shard, "err", err)
+			continue
+		}
+		if n.versionedShards == nil {
+			n.versionedShards = map[ids.ShardID]bool{}
+		}
+		n.versionedShards[info.Shard] = true
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/ids"
+	"github.com/concord-kv/concord/internal/keys"
 	"github.com/concord-kv/concord/internal/localcluster"
 	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/storage"
@@ -555,5 +556,35 @@ func TestJoinAndRaiseAreOrdered(t *testing.T) {
 		if err != nil || len(v.Nodes) != 1 {
 			t.Fatalf("nodes after the refused join: %v, %v; want only the first", v.Nodes, err)
 		}
+	})
+}
+
+// TestShardsVersionedOnceTheClusterIs: once the cluster's version allows
+// versions, every user shard gets its first versioned command from its
+// leader without any client write (versionShards), so its first version
+// (kv: versions_from) is fixed at about the raise, not at whatever write
+// comes first, which could come after a tentative write was taken.
+func TestShardsVersionedOnceTheClusterIs(t *testing.T) {
+	nodes, _ := startCluster(t, []version.Level{0, 0, 0})
+	waitFor(t, 30*time.Second, func() error {
+		for _, n := range nodes {
+			for _, info := range n.host.Infos() {
+				if info.Shard == routing.MetaShard {
+					continue
+				}
+				var as storepb.AppliedState
+				err := n.eng.Read(func(r storage.Reader) error {
+					_, err := storage.GetProto(r, keys.Applied(uint64(info.Shard)), &as)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				if as.GetClock().GetVersionsFrom() == 0 {
+					return fmt.Errorf("node %d: shard %d has no first version yet (cluster version %d)", n.ID(), info.Shard, n.backend().ClusterVersion())
+				}
+			}
+		}
+		return nil
 	})
 }
