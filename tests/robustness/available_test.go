@@ -1,0 +1,185 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/concord-kv/concord/internal/testcluster"
+	"github.com/concord-kv/concord/internal/version"
+)
+
+// TestAvailableNoLostWrites checks available mode's one exact promise
+// under faults: no acknowledged write is lost. Writers put unique keys,
+// each once, with PutAvailable through a random node while the nemesis
+// cuts nodes off, kills, pauses and restarts them; every put that
+// returned success, committed or held as tentative, must read back with
+// its value linearizably once the faults are healed and every node has
+// reconciled what it held. Available mode is not linearizable, so this
+// is not a porcupine history: with no overwrite and no delete, nothing
+// may supersede a tentative write here.
+//
+// CONCORD_ROBUSTNESS_HISTORY sets the run's length (45 s), CONCORD_SEED
+// the fault schedule (random, printed), CONCORD_AVAILABLE_FAULTS the
+// kinds (availableFaultKinds, comma separated).
+func TestAvailableNoLostWrites(t *testing.T) {
+	d := envDuration(t, "CONCORD_ROBUSTNESS_HISTORY", 45*time.Second)
+	seed := availableSeed(t)
+	kinds := availableKinds(t)
+	t.Logf("seed %d, faults %v, %v (rerun: CONCORD_SEED=%d CONCORD_AVAILABLE_FAULTS=%s go test -run TestAvailableNoLostWrites -v ./tests/robustness)",
+		seed, kinds, d, seed, joinKinds(kinds))
+	opts := clusterOptions(kinds)
+	opts.HTTP = true // /metrics: concord_tentative_writes
+	c := testcluster.New(t, opts)
+	c.WaitReady(t, 60*time.Second)
+	waitVersions(t, c)
+
+	w := newAvailableWorkload(t, c, seed)
+	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: kinds, injected: map[faultKind]int{}, held: map[faultKind]int{}, members: &liveSet{}}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { w.run(ctx); close(done) }()
+	n.run(ctx) // heals its last fault before it returns
+	<-done
+	t.Logf("faults injected: %v", n.injected)
+
+	for i := range c.N() {
+		if !c.Running(i) {
+			c.Start(i)
+		}
+	}
+	n.waitHealthy(60 * time.Second)
+	took, settleErr := waitNoTentative(c, availableSettle)
+	if settleErr != nil {
+		t.Errorf("the nodes did not reconcile every tentative write: %v", settleErr)
+	}
+	checkAvailableWrites(t, c, w, seed, took)
+}
+
+// checkAvailableWrites reads back every put and fails for each
+// acknowledged one that is missing or wrong; a put that failed may be
+// present (it may have committed, or been held), but only with its value.
+func checkAvailableWrites(t *testing.T, c *testcluster.Cluster, w *availableWorkload, seed uint64, took time.Duration) {
+	acked, tentative, failed := w.snapshot()
+	keys := make([]string, 0, len(acked)+len(failed))
+	for _, a := range acked {
+		keys = append(keys, a.key)
+	}
+	keys = append(keys, failed...)
+	got, err := readBack(c.Client(t), keys, time.Now().Add(2*time.Minute))
+	if err != nil {
+		t.Fatalf("reading back (seed %d): %v", seed, err)
+	}
+	var lost []availableAck
+	for _, a := range acked {
+		if v, ok := got[a.key]; !ok || v != a.value {
+			lost = append(lost, a)
+		}
+	}
+	present := 0
+	for _, k := range failed {
+		if v, ok := got[k]; ok {
+			present++
+			if v != availableValue(k) {
+				t.Errorf("%s, whose put failed, reads %q: not the value it was written with (seed %d)", k, v, seed)
+			}
+		}
+	}
+	w.mu.Lock()
+	errs, byNode := fmt.Sprint(w.errs), fmt.Sprint(w.byNode)
+	w.mu.Unlock()
+	t.Logf("available: %d acknowledged (%d tentative, held by node id: %s; %d committed), %d lost; %d puts failed (%s), %d of them present; every node held none %v after the heal; reconciled %s",
+		len(acked), tentative, byNode, len(acked)-tentative, len(lost), len(failed), errs, present, took.Round(time.Millisecond), reconciledTotals(c))
+	if len(acked) == 0 || tentative == 0 {
+		t.Errorf("the run acknowledged %d puts, %d of them tentative: it checked nothing of available mode (seed %d)", len(acked), tentative, seed)
+	}
+	for _, a := range lost {
+		t.Errorf("lost acknowledged write %s: reads %q (seed %d)", a, got[a.key], seed)
+	}
+	logLostKeys(t, c, lost)
+}
+
+// logLostKeys logs what the nodes' logs say about the first lost keys.
+func logLostKeys(t *testing.T, c *testcluster.Cluster, lost []availableAck) {
+	for _, a := range lost[:min(5, len(lost))] {
+		for i := range c.N() {
+			for _, line := range strings.Split(c.Log(i), "\n") {
+				if strings.Contains(line, a.key) {
+					t.Logf("node %d log on %s: %s", i+1, a.key, line)
+				}
+			}
+		}
+	}
+}
+
+// reconciledTotals sums concord_reconciled_total over the nodes, per
+// outcome (a node that never reconciled reports none).
+func reconciledTotals(c *testcluster.Cluster) string {
+	var parts []string
+	for _, outcome := range []string{"applied", "superseded", "refused"} {
+		sum := 0.0
+		for i := range c.N() {
+			if v, err := metricOf(c, i, fmt.Sprintf("concord_reconciled_total{outcome=%q}", outcome)); err == nil {
+				sum += v
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s %v", outcome, sum))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// waitVersions waits until every node knows the cluster's version allows
+// versions: until then a node fails an available write it cannot commit
+// rather than hold it.
+func waitVersions(t *testing.T, c *testcluster.Cluster) {
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		for i := range c.N() {
+			v, err := metricOf(c, i, "concord_cluster_version")
+			if err != nil {
+				return err
+			}
+			if v < float64(version.Versions) {
+				return fmt.Errorf("node %d knows cluster version %v", i+1, v)
+			}
+		}
+		return nil
+	})
+}
+
+// availableSeed is CONCORD_SEED, or a random seed.
+func availableSeed(t *testing.T) uint64 {
+	s := os.Getenv("CONCORD_SEED")
+	if s == "" {
+		return rand.Uint64() % 1_000_000_000
+	}
+	seed, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("CONCORD_SEED: %v", err)
+	}
+	return seed
+}
+
+// availableKinds is CONCORD_AVAILABLE_FAULTS, or availableFaultKinds. A
+// kind that loses hints by design (wipe, the membership kinds) is refused
+// before any cluster starts.
+func availableKinds(t *testing.T) []faultKind {
+	s := os.Getenv("CONCORD_AVAILABLE_FAULTS")
+	if s == "" {
+		return availableFaultKinds
+	}
+	var kinds []faultKind
+	for _, k := range strings.Split(s, ",") {
+		if !slices.Contains(availableFaultKinds, faultKind(k)) {
+			t.Fatalf("CONCORD_AVAILABLE_FAULTS: %q is not one of %v (wipe and the membership kinds lose a node's tentative writes by design)", k, availableFaultKinds)
+		}
+		kinds = append(kinds, faultKind(k))
+	}
+	return kinds
+}
