@@ -55,10 +55,25 @@ func (a availableAck) String() string {
 	return fmt.Sprintf("%s (%s, sent to node %d, acknowledged at +%v)", a.key, how, a.sentTo+1, a.at.Round(time.Millisecond))
 }
 
+// heldElsewhere counts the tentative acks held by a node other than the
+// one they were sent to: a client given one node tries the others once
+// that one has failed the call (client.Client.call), and the node that
+// answers holds it.
+func (w *availableWorkload) heldElsewhere(acked []availableAck) int {
+	n := 0
+	for _, a := range acked {
+		if a.heldBy != 0 && a.heldBy != w.ids[a.sentTo] {
+			n++
+		}
+	}
+	return n
+}
+
 // availableWorkload writes each of its keys once, with PutAvailable
 // through a random node, and records the outcome of every put.
 type availableWorkload struct {
 	nodes []*client.Client // one client per node, given that node alone
+	ids   []uint64         // the nodes' ids, by index (none is wiped: they stay)
 	seed  uint64
 	start time.Time
 
@@ -73,6 +88,13 @@ func newAvailableWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *av
 	w := &availableWorkload{seed: seed, errs: map[string]int{}, byNode: map[uint64]int{}}
 	for i := range c.N() {
 		w.nodes = append(w.nodes, c.NodeClient(t, i))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		id, err := c.NodeID(ctx, i)
+		cancel()
+		if err != nil {
+			t.Fatalf("node %d's id: %v", i+1, err)
+		}
+		w.ids = append(w.ids, id)
 	}
 	return w
 }

@@ -6,7 +6,9 @@
 // records every operation with its invocation and return times, and
 // checks the history for linearizability with porcupine. It also writes
 // unique keys throughout and checks, after healing, that every acknowledged
-// one is present.
+// one is present. TestAvailableNoLostWrites (available.go) does the same for
+// available-mode puts, tentative ones included, outside any history: available
+// mode is not linearizable.
 //
 // A fault schedule comes from a seed, printed by every run; the same seed
 // replays the same faults at the same moments (the interleavings of a real
