@@ -127,7 +127,9 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 
 // PutAvailable stores value under key in available mode
 // (docs/architecture.md, "Available mode"), through one of the endpoints
-// the client was given (another only if none answers). If the key's shard
+// the client was given, or, if none answers, any node of the cluster the
+// client has learned of (so the node that holds it may be one the caller
+// did not name: PutAvailableHeldBy says which). If the key's shard
 // commits it within the node's --available-timeout, it is an ordinary put
 // and tentative is false. If the shard cannot (no quorum), the node holds
 // it as a tentative write, durable on that node, and tentative is true:
