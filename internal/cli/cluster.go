@@ -42,6 +42,9 @@ func newClusterUpCmd() *cobra.Command {
 		Short: "Start N nodes on 127.0.0.1 (one process and data dir each); Ctrl-C stops them all",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkCounts(cmd, "shards", "replicas"); err != nil {
+				return err
+			}
 			return clusterUp(f)
 		},
 	}

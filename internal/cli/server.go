@@ -52,6 +52,9 @@ func newServerCmd() *cobra.Command {
 			if err := checkNodeAddrs(cfg); err != nil {
 				return err
 			}
+			if err := checkCounts(cmd, "shards", "replicas"); err != nil {
+				return err
+			}
 			// 0 would read as "the default" to the node's config.
 			if cmd.Flags().Changed("available-timeout") && cfg.AvailableTimeout <= 0 {
 				return fmt.Errorf("--available-timeout must be positive (how long an available write waits for its shard to commit before it is held as tentative), got %v", cfg.AvailableTimeout)
@@ -142,6 +145,24 @@ func checkNodeAddrs(cfg node.Config) error {
 		return nil
 	}
 	return errors.Join(check("--addr", []string{cfg.Addr}), check("--peers", cfg.Peers), check("--join", cfg.Join))
+}
+
+// checkCounts refuses a count flag given as 0 or less. node.Config and
+// localcluster read a 0 as "the default", so --shards 0 started 16
+// shards and --replicas 0 three replicas, without a word to the user who
+// typed 0; only a value the user gave is checked (Changed), the flag's
+// own default is positive.
+func checkCounts(cmd *cobra.Command, names ...string) error {
+	for _, name := range names {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 1 {
+			return fmt.Errorf("--%s must be at least 1, got %d", name, n)
+		}
+	}
+	return nil
 }
 
 // readToken reads an auth token file: its content without surrounding

@@ -141,6 +141,43 @@ func TestServerRefusesUnreachableAddr(t *testing.T) {
 	}
 }
 
+// TestZeroCountsRefused: --shards and --replicas given as 0 or less are
+// refused naming the flag, exit status 2, before a data dir is created or
+// a node started (before: node.Config and localcluster read 0 as "the
+// default", so --shards 0 started 16 shards and --replicas 0 three
+// replicas without a word).
+func TestZeroCountsRefused(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := lis.Addr().String()
+	lis.Close() // free for the node to listen on, had it started
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"--shards", "0", "--shards must be at least 1, got 0"},
+		{"--replicas", "0", "--replicas must be at least 1, got 0"},
+		{"--replicas", "-2", "--replicas must be at least 1, got -2"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		err := runServerFor(t, []string{"server", "--addr", free, "--data-dir", dir, "--log-level", "error", tc.flag, tc.value})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("concord server %s %s: err = %v, want %q", tc.flag, tc.value, err, tc.want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("concord server %s %s: the data dir was created (stat: %v)", tc.flag, tc.value, err)
+		}
+		// --nodes 0: were the count not checked first, the launcher
+		// refuses it (another error) rather than start nodes.
+		args := []string{"cluster", "up", "--nodes", "0", "--data-dir", dir, tc.flag, tc.value}
+		var out bytes.Buffer
+		if code := run(args, &out, &out); code != 2 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("concord %s: exit %d, output %q; want exit 2 and %q", strings.Join(args, " "), code, out.String(), tc.want)
+		}
+	}
+}
+
 // runServerFor runs `concord server` in-process and returns its error; a
 // server that is still running after a while started (the defect): it is
 // stopped with SIGINT, which runServer takes as its signal to stop.
