@@ -24,6 +24,7 @@ const backupAttempts = 5
 
 func newBackupCmd() *cobra.Command {
 	var f clientFlags
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "backup FILE",
 		Short: "Write a backup of every key of a running cluster to FILE",
@@ -31,10 +32,11 @@ func newBackupCmd() *cobra.Command {
 			"linearizable point on its leader: every write acknowledged before the backup started is in it.\n" +
 			"Shards are read one after another, so the file is consistent per shard, not across shards.\n" +
 			"Restore it with `concord restore FILE --data-dir DIR`. FILE appears only once complete, readable by\n" +
-			"its owner only (mode 0600): it holds every key.",
+			"its owner only (mode 0600): it holds every key. An existing FILE is refused unless --force is given;\n" +
+			"then it is replaced only once the new backup is complete (a failed backup leaves it as it was).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkBackupPath(args[0]); err != nil {
+			if err := checkBackupPath(args[0], force); err != nil {
 				return err
 			}
 			c, ctx, done, err := f.connect()
@@ -66,6 +68,7 @@ func newBackupCmd() *cobra.Command {
 		},
 	}
 	addClientFlags(cmd, &f)
+	cmd.Flags().BoolVar(&force, "force", false, "replace FILE if it exists (once the new backup is complete)")
 	// A backup takes as long as the data takes to stream, not a request's
 	// few seconds.
 	t := cmd.Flags().Lookup("timeout")
@@ -77,13 +80,17 @@ func newBackupCmd() *cobra.Command {
 // checkBackupPath refuses, before a byte is read from the cluster, a FILE
 // the finished backup can never be renamed to: an empty name or an
 // existing directory read every shard and then failed with "rename
-// FILE.partial-N FILE: file exists".
-func checkBackupPath(path string) error {
+// FILE.partial-N FILE: file exists". An existing file is refused without
+// force: the rename at the end replaced it without a word, and it may be
+// the only good backup there is.
+func checkBackupPath(path string, force bool) error {
 	if path == "" {
 		return errors.New("backup FILE is empty: name the file to write")
 	}
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return fmt.Errorf("backup %s: it is a directory; name a file (e.g. %s)", path, filepath.Join(path, "concord.backup"))
+	} else if err == nil && !force {
+		return fmt.Errorf("backup %s: the file exists; name another, or give --force to replace it", path)
 	}
 	return nil
 }

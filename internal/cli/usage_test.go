@@ -108,6 +108,41 @@ func TestBadClientFlagsRefusedBeforeDialing(t *testing.T) {
 	}
 }
 
+// TestBackupRefusesExistingFile: `backup FILE` where FILE exists fails
+// naming it, before anything is dialed, and leaves it as it was (before:
+// the finished backup was renamed over it without a word); with --force
+// it goes ahead, and a backup that then fails (here: no node answers)
+// still leaves the old file whole, as it only renames a complete one in.
+func TestBackupRefusesExistingFile(t *testing.T) {
+	addr, dialed := countingListener(t)
+	path := filepath.Join(t.TempDir(), "cluster.bak")
+	old := []byte("the only good backup")
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"backup", path, "--endpoints", addr, "--timeout", "2s"}
+	var out bytes.Buffer
+	code := run(args, &out, &out)
+	if want := "backup " + path + ": the file exists; name another, or give --force to replace it"; code != 2 || !strings.Contains(out.String(), want) {
+		t.Errorf("backup onto an existing file: exit %d, output %q; want exit 2 and %q", code, out.String(), want)
+	}
+	if n := dialed.Swap(0); n != 0 {
+		t.Errorf("backup onto an existing file: %d connections made before it was refused", n)
+	}
+	if _, err := runCLI(append(args, "--force")...); err == nil || strings.Contains(err.Error(), "file exists") {
+		t.Errorf("backup --force against a listener that answers nothing: err = %v, want a failure to reach the cluster", err)
+	}
+	if dialed.Load() == 0 {
+		t.Errorf("backup --force did not try the cluster")
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, old) {
+		t.Errorf("after a failed backup --force the file holds %q (err %v), want the old %q", got, err, old)
+	}
+	if m, _ := filepath.Glob(path + ".partial-*"); len(m) != 0 {
+		t.Errorf("a failed backup left partial files: %v", m)
+	}
+}
+
 // TestServerRefusesUnreachableAddr: a node address with port 0 or past
 // 65535 fails the start with an error naming the flag, before the data dir
 // is created (before: --addr 127.0.0.1:0 bootstrapped a cluster whose only
