@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +24,7 @@ import (
 	"github.com/concord-kv/concord/internal/frame"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/node"
+	"github.com/concord-kv/concord/internal/storage"
 )
 
 func newServerCmd() *cobra.Command {
@@ -190,9 +193,13 @@ func runServer(cfg node.Config) error {
 	if err != nil {
 		return err
 	}
+	// "" is the default data dir, as node.Config reads it.
+	dataDir := cmp.Or(cfg.DataDir, node.DefaultConfig().DataDir)
+	created := missingRoot(dataDir) // nothing has created it yet
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := n.Start(ctx); err != nil {
+		removeFailedDataDir(created, dataDir, cfg.Logger)
 		if ctx.Err() != nil {
 			return nil // interrupted while waiting for peers
 		}
@@ -207,6 +214,49 @@ func runServer(cfg node.Config) error {
 	cfg.Logger.Info("stopping node: handing off leaderships, then flushing")
 	n.Shutdown(5 * time.Second)
 	return nil
+}
+
+// missingRoot is the topmost directory of dir's path that does not exist
+// (dir itself, or an ancestor a start would create with it), or "" when
+// dir exists: a data dir that existed before is never removed.
+func missingRoot(dir string) string {
+	root := ""
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			return root
+		}
+		root = d
+		if filepath.Dir(d) == d {
+			return root
+		}
+	}
+}
+
+// removeFailedDataDir removes root, the directories a start that failed
+// created for dataDir, when the node got no identity in it. Left behind,
+// the empty database made the dir look like a node's: `concord restore
+// --data-dir` refused it as "not empty", and an operator could not tell it
+// from a node that had once run. Nothing is removed if the storage cannot
+// be opened again (another process holds its lock: two nodes started on
+// one new dir at once) or holds an identity (the node bootstrapped or
+// joined before it failed: the cluster may know it).
+func removeFailedDataDir(root, dataDir string, logger *slog.Logger) {
+	if root == "" {
+		return
+	}
+	eng, err := storage.Open(dataDir)
+	if err != nil {
+		logger.Warn("failed start: data dir left as it is", "data_dir", dataDir, "err", err)
+		return
+	}
+	_, identified, err := eng.Ident()
+	_ = eng.Close()
+	if err != nil || identified {
+		return
+	}
+	if err := os.RemoveAll(root); err != nil {
+		logger.Warn("failed start: could not remove the data dir it created", "data_dir", root, "err", err)
+	}
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

@@ -213,6 +213,45 @@ func TestZeroCountsRefused(t *testing.T) {
 	}
 }
 
+// TestFailedStartRemovesDataDirItCreated: a server whose start fails (its
+// address is in use) removes the data dir it created, parents included,
+// so the dir does not pass for a node's (before: it left an empty
+// database there, which `concord restore --data-dir` then refused as "not
+// empty"); a data dir that existed before is left, whatever it holds.
+func TestFailedStartRemovesDataDirItCreated(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	start := func(dir string) {
+		t.Helper()
+		err := runServerFor(t, []string{"server", "--addr", busy.Addr().String(), "--data-dir", dir, "--log-level", "error"})
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("server on a busy address: err = %v, want address already in use", err)
+		}
+	}
+	parent := filepath.Join(t.TempDir(), "new")
+	start(filepath.Join(parent, "data"))
+	if _, err := os.Stat(parent); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed start left the dirs it created (stat %s: %v)", parent, err)
+	}
+	existing := t.TempDir()
+	keep := filepath.Join(existing, "operator-file")
+	if err := os.WriteFile(keep, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(existing)
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("the failed start touched a data dir that existed before: %v", err)
+	}
+	empty := t.TempDir()
+	start(empty)
+	if _, err := os.Stat(empty); err != nil {
+		t.Errorf("the failed start removed an empty data dir that existed before: %v", err)
+	}
+}
+
 // runServerFor runs `concord server` in-process and returns its error; a
 // server that is still running after a while started (the defect): it is
 // stopped with SIGINT, which runServer takes as its signal to stop.
