@@ -465,23 +465,7 @@ func backupNeedsToken(t *testing.T, c *testcluster.Cluster, conn *grpc.ClientCon
 // HTTP(S) port: the calls it forwarded over the framed wire and over gRPC.
 func forwardedCalls(t *testing.T, c *testcluster.Cluster, i int) (framed, grpc int) {
 	t.Helper()
-	resp, err := c.HTTPClient().Get(c.HTTPURL(i, "/metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		var v float64
-		if _, err := fmt.Sscanf(line, `concord_forwarded_calls_total{wire="tcp"} %g`, &v); err == nil {
-			framed = int(v)
-		}
-		if _, err := fmt.Sscanf(line, `concord_forwarded_calls_total{wire="grpc"} %g`, &v); err == nil {
-			grpc = int(v)
-		}
-	}
+	framed = int(max(0, metric(t, c, i, `concord_forwarded_calls_total{wire="tcp"}`)))
+	grpc = int(max(0, metric(t, c, i, `concord_forwarded_calls_total{wire="grpc"}`)))
 	return framed, grpc
 }
