@@ -28,12 +28,14 @@ func Stale() ReadOption {
 	return func(h *concordpb.RequestHeader) { h.Consistency = concordpb.Consistency_STALE }
 }
 
-// Available reads as Stale does, from one of the endpoints the client was
-// given, except that the node that serves it answers from the tentative
-// write of the key it holds, if any (available mode: PutAvailable,
-// DeleteAvailable): a held put is found with its value, a held delete is
-// not found. Other nodes do not see a tentative write until it is
-// reconciled.
+// Available reads through one of the endpoints the client was given (as
+// Stale does) in available mode: the node that serves it answers from the
+// tentative write of the key it holds, if any (PutAvailable,
+// DeleteAvailable: a held put is found with its value, a held delete is
+// not found); otherwise the read is linearizable when the key's shard
+// answers within the node's --available-timeout, and reads the node's
+// replica, as Stale, when it cannot. Other nodes do not see a tentative
+// write until it is reconciled.
 func Available() ReadOption {
 	return func(h *concordpb.RequestHeader) { h.Consistency = concordpb.Consistency_AVAILABLE }
 }
