@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/concord-kv/concord/internal/certs"
 	"github.com/concord-kv/concord/internal/localcluster"
 	"github.com/concord-kv/concord/internal/routing"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 // WaitFor polls cond until it returns nil, and returns how long that took.
@@ -236,4 +239,53 @@ func (c *Cluster) HTTPClient() *http.Client {
 		hc.Transport = &http.Transport{TLSClientConfig: cfg}
 	}
 	return hc
+}
+
+// Metric reads the value of the sample named exactly name (labels
+// included, as `m{k="v"}`) from node i's /metrics (the cluster needs
+// Options.HTTP): -1 if the node exports no such sample.
+func (c *Cluster) Metric(i int, name string) (float64, error) {
+	resp, err := c.HTTPClient().Get(c.HTTPURL(i, "/metrics"))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			if _, err := fmt.Sscanf(v, "%g", &f); err == nil {
+				return f, nil
+			}
+		}
+	}
+	return -1, nil
+}
+
+// WaitClusterVersion waits until every running node knows that the
+// cluster's version is at least level (concord_cluster_version; the cluster
+// needs Options.HTTP). A fresh cluster starts below it and raises it from
+// heartbeats: a feature gated on it (available mode's tentative writes)
+// is off on a node until then, and stays off on a node cut off before it
+// learned it.
+func (c *Cluster) WaitClusterVersion(t testing.TB, level version.Level, timeout time.Duration) {
+	t.Helper()
+	WaitFor(t, timeout, func() error {
+		for i := range c.N() {
+			if !c.Running(i) {
+				continue
+			}
+			v, err := c.Metric(i, "concord_cluster_version")
+			if err != nil {
+				return fmt.Errorf("node %d: %w", i+1, err)
+			}
+			if v < float64(level) {
+				return fmt.Errorf("node %d knows cluster version %v, want %d", i+1, v, level)
+			}
+		}
+		return nil
+	})
 }

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"strings"
 	"testing"
 	"time"
 
@@ -58,24 +56,11 @@ func isolate(t *testing.T, c *testcluster.Cluster, i int) (heal func()) {
 // labels) from node i's /metrics; -1 if the node does not report it.
 func metric(t *testing.T, c *testcluster.Cluster, i int, name string) float64 {
 	t.Helper()
-	resp, err := c.HTTPClient().Get(c.HTTPURL(i, "/metrics"))
+	v, err := c.Metric(i, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			var f float64
-			if _, err := fmt.Sscanf(v, "%g", &f); err == nil {
-				return f
-			}
-		}
-	}
-	return -1
+	return v
 }
 
 // startAvailableCluster starts 3 nodes with the fault API and /metrics,
@@ -90,14 +75,7 @@ func startAvailableCluster(t *testing.T) (c *testcluster.Cluster, c1, c3 *client
 	}
 	// A node holds writes only once it knows the cluster's version allows
 	// versions (from a heartbeat answer): until then it fails them.
-	testcluster.WaitFor(t, 30*time.Second, func() error {
-		for i := range c.N() {
-			if v := metric(t, c, i, "concord_cluster_version"); v < float64(version.Versions) {
-				return fmt.Errorf("node %d knows cluster version %v", i+1, v)
-			}
-		}
-		return nil
-	})
+	c.WaitClusterVersion(t, version.Versions, 30*time.Second)
 	return c, c1, c3
 }
 

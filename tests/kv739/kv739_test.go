@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/concord-kv/concord/internal/testcluster"
+	"github.com/concord-kv/concord/internal/version"
 )
 
 func TestMain(m *testing.M) { testcluster.Main(m) }
@@ -63,8 +64,12 @@ func TestCLibrary(t *testing.T) {
 	}
 	dir := t.TempDir()
 	build(t, dir, []string{"-fsanitize=address"}, "kv739_test")
-	c := testcluster.New(t, testcluster.Options{Nodes: 3, FaultInjection: true, Supervise: true})
+	c := testcluster.New(t, testcluster.Options{Nodes: 3, FaultInjection: true, Supervise: true, HTTP: true})
 	c.WaitReady(t, 60*time.Second)
+	// The available profile's check cuts every server off: a node holds a
+	// write only once it knows the cluster's version allows it, which a
+	// fresh cluster raises by heartbeats a moment after it is ready.
+	c.WaitClusterVersion(t, version.Versions, 60*time.Second)
 	p := startDropProxy(t, c.Addr(0))
 
 	cmd := exec.Command(filepath.Join(dir, "kv739_test"), append([]string{p.addr}, c.Endpoints()...)...)

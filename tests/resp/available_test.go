@@ -3,7 +3,6 @@ package resp
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -97,27 +96,5 @@ func isolateNode(t *testing.T, ctx context.Context, c *testcluster.Cluster, i in
 // commit rather than hold it.
 func waitVersions(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
-	testcluster.WaitFor(t, 30*time.Second, func() error {
-		for i := range c.N() {
-			resp, err := c.HTTPClient().Get(c.HTTPURL(i, "/metrics"))
-			if err != nil {
-				return err
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return err
-			}
-			var v float64
-			for _, line := range strings.Split(string(body), "\n") {
-				if s, ok := strings.CutPrefix(line, "concord_cluster_version "); ok {
-					fmt.Sscanf(s, "%g", &v)
-				}
-			}
-			if v < float64(version.Versions) {
-				return fmt.Errorf("node %d knows cluster version %v", i+1, v)
-			}
-		}
-		return nil
-	})
+	c.WaitClusterVersion(t, version.Versions, 30*time.Second)
 }
