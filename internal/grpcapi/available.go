@@ -335,3 +335,45 @@ func hasTentative(ops []*concordpb.Op) bool {
 	}
 	return false
 }
+
+// RefusedForGood reports whether err, the refusal of a batch Reconcile
+// sent with one op, says the op can never apply as it is, so that the
+// reconciler may drop its hint (node/reconcile.go, which drops it only if
+// this node's own limits agree): InvalidArgument (its key or value over
+// the limits, lowered since the write was held), but for the refusals in
+// reconcileTransient, which say that the node that checked it was behind.
+// Everything else may pass: Unavailable, DeadlineExceeded, an ambiguous
+// outcome, the space alarm's ResourceExhausted (it clears), and
+// FailedPrecondition, which no check of a reconciling batch returns.
+//
+// The refusals are told apart by their text. A mark of their kind (an
+// errdetails.ErrorInfo, as transport's snapshot refusals carry) would not
+// reach the reconciler: the shard's leader answers a forwarded batch over
+// the peer request stream, whose StreamReply carries a code and a message
+// only, and the state machine's refusal (storepb.CommandResult) a code and
+// a message too; and a leader of an older binary in a rolling upgrade
+// would answer unmarked all the same. So these texts are a contract
+// between nodes: TestReconcileRefusals produces each refusal a
+// reconciling op can get and checks its verdict, and fails when a
+// rewording would change it.
+func RefusedForGood(err error) bool {
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument {
+		return false
+	}
+	for _, t := range reconcileTransient {
+		if strings.Contains(st.Message(), t) {
+			return false
+		}
+	}
+	return true
+}
+
+// reconcileTransient are texts of InvalidArgument refusals of a
+// reconciling op that do not say the op is bad, but that the node which
+// checked it was behind: its routing, after a split moved the key (the
+// state machine's "key ... does not belong to shard N", checkBatch's
+// "batch keys span shards"), or its cluster version or binary during an
+// upgrade (checkOp's tentative_version gate, "once the cluster version
+// allows it", and "a field this server does not know").
+var reconcileTransient = []string{"does not belong to shard", "span shards", "cluster version", "does not know"}

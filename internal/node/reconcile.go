@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/hints"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/version"
@@ -347,7 +347,7 @@ func (r *reconciler) reconcileBatch(ctx context.Context, shard ids.ShardID, batc
 			}
 		}
 		return first
-	case !neverApplies(err):
+	case !grpcapi.RefusedForGood(err):
 		return err
 	}
 	if r.env.invalid == nil || r.env.invalid(batch[0]) == nil {
@@ -389,34 +389,6 @@ func (r *reconciler) answered(batch []hints.Hint, resp *concordpb.BatchResponse,
 	r.reconciled.WithLabelValues("superseded").Add(float64(superseded))
 	o.applied, o.superseded = o.applied+applied, o.superseded+superseded
 	return nil
-}
-
-// transientRefusals are texts of InvalidArgument refusals that do not say
-// the op is bad, but that the node which checked it was behind: its
-// routing (a split moved the key: "key ... does not belong to shard N",
-// "batch keys span shards"), or its cluster version or binary during an
-// upgrade (tentative_version "once the cluster version allows it", "a
-// field this server does not know"). Such a hint is kept and retried.
-var transientRefusals = []string{"does not belong to shard", "span shards", "cluster version", "does not know"}
-
-// neverApplies reports whether err, the refusal of one op alone, says the
-// op can never apply: InvalidArgument (a key or value over the limits,
-// lowered since the write was held), but for a transient refusal.
-// Everything else may pass: Unavailable, DeadlineExceeded, an ambiguous
-// outcome, the space alarm's ResourceExhausted (it clears), and
-// FailedPrecondition, which no check of a reconciling batch returns (a
-// session's, a membership change's, a node of another cluster's).
-func neverApplies(err error) bool {
-	st := status.Convert(err)
-	if st.Code() != codes.InvalidArgument {
-		return false
-	}
-	for _, t := range transientRefusals {
-		if strings.Contains(st.Message(), t) {
-			return false
-		}
-	}
-	return true
 }
 
 // refuse drops h, which its shard refused alone as invalid: it can never

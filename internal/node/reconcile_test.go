@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -354,7 +355,9 @@ func TestReconcileDropsAHintThatCanNeverApply(t *testing.T) {
 
 // TestReconcileKeepsHintsOnOtherErrors: only InvalidArgument that says
 // the op is bad drops a hint; every other error of a single op keeps it
-// and backs its shard off.
+// and backs its shard off, even for a hint over this node's own limits
+// (which a refusal for good would drop): the refusal decides
+// (grpcapi.RefusedForGood, whose TestReconcileRefusals produces each).
 func TestReconcileKeepsHintsOnOtherErrors(t *testing.T) {
 	for _, err := range []error{
 		status.Error(codes.Unavailable, "no leader"),
@@ -371,6 +374,7 @@ func TestReconcileKeepsHintsOnOtherErrors(t *testing.T) {
 		t.Run(status.Code(err).String(), func(t *testing.T) {
 			tr := newTestReconciler(t)
 			tr.hold(t, "a1", []byte("x"))
+			tr.env.invalid = func(hints.Hint) error { return errors.New("over this node's limits too") }
 			tr.kv.answer = func(context.Context, []*concordpb.Op) (*concordpb.BatchResponse, error) { return nil, err }
 			tr.round(context.Background())
 			if _, ok := tr.held(t, "a1"); !ok || tr.counted(t, "refused") != 0 {
