@@ -53,6 +53,19 @@ type placementState struct {
 	// lastRound is when this node, as placement leader, last ran a
 	// scheduler round (guarded by mu); zero while it does not lead.
 	lastRound time.Time
+	// learnerSince holds, per shard and learner replica, when view first
+	// saw the learner in the shard descriptors (guarded by mu): the age
+	// the scheduler bounds (View.LearnerSince, Settings.LearnerTimeout).
+	// A learner promoted or removed is dropped; all are forgotten with
+	// observedSince, so a learner's age counts from when this placement
+	// leadership first saw it.
+	learnerSince map[ids.ShardID]map[ids.ReplicaID]time.Time
+	// stuck holds, per shard, the nodes a stuck learner of it was removed
+	// from by a step this node executed, and when (guarded by mu;
+	// View.StuckLearners): the shard's next replica goes elsewhere while
+	// the entry is no older than Settings.LearnerTimeout, after which view
+	// drops it.
+	stuck map[ids.ShardID]map[ids.NodeID]time.Time
 
 	// lastLeader is the placement leader named by the last heartbeat answer
 	// (an ids.NodeID; atomic has no typed uint64).
@@ -249,7 +262,73 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 		v.InFlightSteps = maps.Clone(m.steps)
 	}
 	v.LeaderOverride = m.transferOverrides(now, s.ReportMaxAge)
+	v.LearnerSince = m.learnerAges(now, shards)
+	v.StuckLearners = m.stuckLearners(now, s.LearnerTimeout)
 	return v
+}
+
+// learnerAges records now as the time each learner of shards not seen
+// before was first seen, forgets those the descriptors no longer list as
+// learners, and returns a copy (View.LearnerSince). m.mu is held.
+func (m *placementState) learnerAges(now time.Time, shards []*concordpb.ShardDescriptor) map[ids.ShardID]map[ids.ReplicaID]time.Time {
+	seen := make(map[ids.ShardID]map[ids.ReplicaID]time.Time)
+	for _, d := range shards {
+		shard := ids.ShardID(d.GetShardId())
+		for _, r := range d.GetReplicas() {
+			if r.GetRole() != concordpb.ReplicaRole_REPLICA_LEARNER {
+				continue
+			}
+			id := ids.ReplicaID(r.GetReplicaId())
+			since, ok := m.learnerSince[shard][id]
+			if !ok {
+				since = now
+			}
+			if seen[shard] == nil {
+				seen[shard] = map[ids.ReplicaID]time.Time{}
+			}
+			seen[shard][id] = since
+		}
+	}
+	m.learnerSince = seen
+	out := make(map[ids.ShardID]map[ids.ReplicaID]time.Time, len(seen))
+	for shard, l := range seen {
+		out[shard] = maps.Clone(l)
+	}
+	return out
+}
+
+// stuckRemoved records that a stuck learner of shard was removed from
+// node at now (a StepRemoveReplica with Stuck set, done).
+func (m *placementState) stuckRemoved(shard ids.ShardID, node ids.NodeID, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stuck == nil {
+		m.stuck = map[ids.ShardID]map[ids.NodeID]time.Time{}
+	}
+	if m.stuck[shard] == nil {
+		m.stuck[shard] = map[ids.NodeID]time.Time{}
+	}
+	m.stuck[shard][node] = now
+}
+
+// stuckLearners drops the records of stuck learners older than timeout
+// (all of them when it is zero: the scheduler then ignores them) and
+// returns a copy of the others (View.StuckLearners). m.mu is held.
+func (m *placementState) stuckLearners(now time.Time, timeout time.Duration) map[ids.ShardID]map[ids.NodeID]time.Time {
+	out := make(map[ids.ShardID]map[ids.NodeID]time.Time, len(m.stuck))
+	for shard, nodes := range m.stuck {
+		for node, at := range nodes {
+			if now.Sub(at) > timeout {
+				delete(nodes, node)
+			}
+		}
+		if len(nodes) == 0 {
+			delete(m.stuck, shard)
+			continue
+		}
+		out[shard] = maps.Clone(nodes)
+	}
+	return out
 }
 
 // stopObserving forgets when this node began observing: it no longer
@@ -258,6 +337,7 @@ func (m *placementState) stopObserving() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.observedSince, m.lastRound = time.Time{}, time.Time{}
+	m.learnerSince = nil
 }
 
 // roundAt records a scheduler round at now. If the previous one was more

@@ -147,6 +147,11 @@ func (n *Node) runStepOn(ctx, fctx context.Context, c clusterCaller, s scheduler
 	if s.Kind == scheduler.StepTransferLeader {
 		n.placement.transferDone(s.Shard, s.ReplicaNode, time.Now())
 	}
+	if s.Kind == scheduler.StepRemoveReplica && s.Stuck {
+		// The shard's next learner goes elsewhere for a while
+		// (View.StuckLearners).
+		n.placement.stuckRemoved(s.Shard, s.ReplicaNode, time.Now())
+	}
 	if desc != nil {
 		// Recorded before the step ends, so that the next round, which
 		// no longer sees the step in flight, sees its result: planned from

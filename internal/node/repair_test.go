@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -135,5 +136,81 @@ func TestRecordNoticesNewLeaders(t *testing.T) {
 		if got := m.record(c.req); got != c.noticed {
 			t.Errorf("%s: new leader %t, want %t", c.name, got, c.noticed)
 		}
+	}
+}
+
+// TestPlacementViewLearnerAges protects the learner ages the scheduler
+// bounds (View.LearnerSince, Settings.LearnerTimeout): a learner's time
+// is when a view first listed it, kept while it stays a learner, dropped
+// once it is promoted or removed, and forgotten when this node stops
+// observing (a new placement leadership counts from its own first view).
+// The view's copy is the caller's: changing it changes nothing here.
+func TestPlacementViewLearnerAges(t *testing.T) {
+	var m placementState
+	s := scheduler.DefaultSettings(time.Second)
+	voter, learner := concordpb.ReplicaRole_REPLICA_VOTER, concordpb.ReplicaRole_REPLICA_LEARNER
+	shard := func(role concordpb.ReplicaRole) []*concordpb.ShardDescriptor {
+		return []*concordpb.ShardDescriptor{{ShardId: 7, Replicas: []*concordpb.ReplicaDescriptor{
+			{ReplicaId: 1, NodeId: 1, Role: voter}, {ReplicaId: 4, NodeId: 3, Role: role}}}}
+	}
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got := m.view(t0, s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t0) {
+		t.Fatalf("a learner seen first at %v: since %v", t0, got)
+	}
+	v := m.view(t0.Add(time.Hour), s, nil, shard(learner))
+	if got := v.LearnerSince[7][4]; !got.Equal(t0) {
+		t.Fatalf("the same learner an hour later: since %v, want %v", got, t0)
+	}
+	v.LearnerSince[7][4] = t0.Add(time.Minute)
+	if got := m.view(t0.Add(time.Hour), s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t0) {
+		t.Fatalf("a change to a view's copy reached the state: since %v", got)
+	}
+	m.view(t0.Add(2*time.Hour), s, nil, shard(voter))
+	t1 := t0.Add(3 * time.Hour)
+	if got := m.view(t1, s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t1) {
+		t.Fatalf("after a view listing it as a voter: since %v, want %v (seen afresh)", got, t1)
+	}
+	m.stopObserving()
+	t2 := t0.Add(4 * time.Hour)
+	if got := m.view(t2, s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t2) {
+		t.Fatalf("after this node stopped observing: since %v, want %v", got, t2)
+	}
+}
+
+// TestRepairRecordsStuckLearners protects the executor's record of the
+// stuck learners it removed (View.StuckLearners): a removal the scheduler
+// marked stuck, once done, names its node for the shard, for
+// Settings.LearnerTimeout, so that the shard's next learner goes
+// elsewhere; an ordinary removal records nothing.
+func TestRepairRecordsStuckLearners(t *testing.T) {
+	n := startSoloPlacement(t, testHooks{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l := &recordingLeader{release: make(chan struct{})}
+	close(l.release) // removals succeed at once
+	s := scheduler.DefaultSettings(time.Second)
+
+	plain := scheduler.Step{Kind: scheduler.StepRemoveReplica, Shard: 7, Via: n.ID(), Epoch: 2, Replica: 4, ReplicaNode: 3}
+	if !n.runStepOn(ctx, ctx, l, plain) {
+		t.Fatal("the removal failed")
+	}
+	if got := n.placement.view(time.Now(), s, nil, nil).StuckLearners; len(got) != 0 {
+		t.Fatalf("an ordinary removal recorded %v", got)
+	}
+	stuck := plain
+	stuck.Stuck = true
+	before := time.Now()
+	if !n.runStepOn(ctx, ctx, l, stuck) {
+		t.Fatal("the removal failed")
+	}
+	at, ok := n.placement.view(time.Now(), s, nil, nil).StuckLearners[7][3]
+	if !ok || at.Before(before) {
+		t.Fatalf("a stuck learner's removal from n3: recorded %v (%t), want a time after %v", at, ok, before)
+	}
+	if got := n.placement.view(at.Add(s.LearnerTimeout), s, nil, nil).StuckLearners[7]; len(got) != 1 {
+		t.Fatalf("exactly LearnerTimeout after the removal: %v, want n3 still", got)
+	}
+	if got := n.placement.view(at.Add(s.LearnerTimeout+time.Nanosecond), s, nil, nil).StuckLearners; len(got) != 0 {
+		t.Fatalf("past LearnerTimeout after the removal: %v, want none", got)
 	}
 }

@@ -82,13 +82,15 @@ func (p *planner) replicaMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (
 
 // movable is the shard to move from src to dst: healthy (a known leader,
 // nothing in flight, no step this round, exactly its count of replicas,
-// all voters on eligible nodes), with a replica on src and none on dst.
+// all voters on eligible nodes), with a replica on src and none on dst,
+// and not avoided on dst (planner.avoided: a stuck learner of it left dst
+// lately).
 func (p *planner) movable(src, dst ids.NodeID, stepped map[ids.ShardID]bool) (shardView, bool) {
 	var fallback *shardView
 	for _, d := range p.shards {
 		shard := ids.ShardID(d.GetShardId())
 		via := p.via(shard)
-		if stepped[shard] || p.busy(shard) || via == 0 || replicaOn(d, src) == nil || replicaOn(d, dst) != nil {
+		if stepped[shard] || p.busy(shard) || via == 0 || replicaOn(d, src) == nil || replicaOn(d, dst) != nil || p.avoided(shard, dst) {
 			continue
 		}
 		c := p.classify(d, via)

@@ -55,11 +55,18 @@
 //  2. Fewer good replicas than wanted (Settings.Replication; the meta
 //     shard MetaReplication from that many good nodes on): StepAddLearner
 //     on the least-loaded eligible node that does not hold the shard, is
-//     under its move cap and is not low on space (LowOnSpace); ties to the
-//     lower id. Nowhere to go: nothing (the shard runs under-replicated;
-//     Health says so).
+//     under its move cap, is not low on space (LowOnSpace) and had no
+//     stuck learner of the shard removed within Settings.LearnerTimeout
+//     (View.StuckLearners); ties to the lower id. Nowhere to go: nothing
+//     (the shard runs under-replicated; Health says so). Whether the
+//     shard's snapshot fits in the node's room above its reserve is not
+//     known here (no report gives a shard's size): a learner that cannot
+//     take it is stuck, below.
 //  3. A caught-up learner on an eligible node: StepPromoteLearner.
-//  4. StepRemoveReplica of: a learner on a node that is not good; a voter
+//  4. StepRemoveReplica of: a learner on a node that is not good; a
+//     stuck learner, one not caught up longer than Settings.LearnerTimeout
+//     after the planning node first saw it (View.LearnerSince), marked
+//     Step.Stuck so the executor records its node; a voter
 //     on a node that is not live, once the good voters are back to the
 //     wanted count; a voter on a leaving node, once the good voters are as
 //     many as the shard can get; a good voter in excess, the one
@@ -79,10 +86,11 @@
 // repair can go on: a learner being added, catching up or promoted, or a
 // node rule 2 would give one): repair keeps the move caps to itself. A
 // shard that can be repaired nowhere (every node without its replica low
-// on space, say) holds nothing up.
+// on space or left by a stuck learner of it lately, say) holds nothing up.
 // Among eligible nodes, and on shards that got no step this round, it
 // balances replica counts (a learner on a node that will hold at least
-// two fewer than a more loaded one and is not low on space; the excess
+// two fewer than a more loaded one, is not low on space and was not left
+// by a stuck learner of the shard lately; the excess
 // voter is removed by rule 4
 // after promotion) and, in the same round, leader counts (transfers to
 // caught-up voters; when no single transfer from a loaded node reaches

@@ -24,6 +24,7 @@ import (
 //	reset                                   empty view, default settings
 //	settings [report-max-age=3s] [suspect-after=5s] [dead-after=60s]
 //	         [replication=3] [meta-replication=5] [max-moves=2] [catch-up=100]
+//	         [learner-timeout=30m]
 //	node id=3 [state=up|replaced|suspect|dead|leaving|removed] [replaced-by=4]
 //	                                        add or overwrite
 //	shard id=1 replicas=(1@1,2@2,3@3l) [epoch=1]
@@ -43,6 +44,8 @@ import (
 //	running s=1 kind=add-learner [target=4] [replica-node=2] | stopped s=1
 //	                                        InFlightSteps[s1] set / cleared
 //	override s=1 n=2                        LeaderOverride[s1] = n2
+//	learner s=1 r=3 age=31m                 LearnerSince[s1][r3] = now - age
+//	stuck s=1 n=3 age=1m                    StuckLearners[s1][n3] = now - age
 //	schedule                                prints Schedule(view)
 //	leaders                                 prints Leaders(view)
 //	states                                  prints NodeStates(view)
@@ -67,6 +70,7 @@ func newEnv() *env {
 		Now: base, Settings: DefaultSettings(time.Second),
 		Reports: map[ids.NodeID]Report{}, InFlight: map[ids.ShardID]bool{},
 		InFlightSteps: map[ids.ShardID]Step{}, LeaderOverride: map[ids.ShardID]ids.NodeID{},
+		LearnerSince: map[ids.ShardID]map[ids.ReplicaID]time.Time{}, StuckLearners: map[ids.ShardID]map[ids.NodeID]time.Time{},
 	}}
 }
 
@@ -100,6 +104,18 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "override":
 		e.v.LeaderOverride[ids.ShardID(number(t, d, "s"))] = ids.NodeID(number(t, d, "n"))
+	case "learner":
+		shard := ids.ShardID(number(t, d, "s"))
+		if e.v.LearnerSince[shard] == nil {
+			e.v.LearnerSince[shard] = map[ids.ReplicaID]time.Time{}
+		}
+		e.v.LearnerSince[shard][ids.ReplicaID(number(t, d, "r"))] = e.v.Now.Add(-duration(t, d, "age"))
+	case "stuck":
+		shard := ids.ShardID(number(t, d, "s"))
+		if e.v.StuckLearners[shard] == nil {
+			e.v.StuckLearners[shard] = map[ids.NodeID]time.Time{}
+		}
+		e.v.StuckLearners[shard][ids.NodeID(number(t, d, "n"))] = e.v.Now.Add(-duration(t, d, "age"))
 	case "schedule":
 		steps := Schedule(e.v)
 		checkSteps(t, e.v, steps)
@@ -235,6 +251,8 @@ func (e *env) settings(t *testing.T, d *datadriven.TestData) {
 			s.MaxMovesPerNode = int(number(t, d, a.Key))
 		case "catch-up":
 			s.CatchUpEntries = number(t, d, a.Key)
+		case "learner-timeout":
+			s.LearnerTimeout = duration(t, d, a.Key)
 		default:
 			d.Fatalf(t, "unknown setting %q", a.Key)
 		}

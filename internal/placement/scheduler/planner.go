@@ -525,9 +525,11 @@ func (p *planner) noteRepair(d *concordpb.ShardDescriptor, s *Step) {
 // that can go on: a learner being added or promoted (s), a learner on an
 // eligible node that can be promoted (caught up, or not low on space: a
 // low node refuses the snapshot a learner behind needs), or a node the
-// add-learner rule would take (canTake, the very test leastLoaded makes).
+// add-learner rule would take (canTakeShard, the very test leastLoaded
+// makes).
 // A shard that can be repaired nowhere (every node without its replica
-// low on space, or at a cap that never frees: MaxMovesPerNode zero) waits
+// low on space or avoided for it, a stuck learner of it removed from
+// there lately, or at a cap that never frees: MaxMovesPerNode zero) waits
 // for the cluster to change and holds nothing up meanwhile: were it to
 // count, balancing, leader balancing included, would stop in the whole
 // cluster for as long as it lasts. A node at its move cap is no target
@@ -545,7 +547,7 @@ func (p *planner) repairable(c shardView, s *Step) bool {
 		}
 	}
 	for _, id := range p.order {
-		if replicaOn(c.d, id) == nil && p.canTake(id) {
+		if p.canTakeShard(c.d, id) {
 			return true
 		}
 	}

@@ -85,8 +85,9 @@ func (c shardView) base(kind StepKind) Step {
 
 // addLearner: a shard with fewer good replicas than it wants gets a learner
 // on the least-loaded eligible node that does not hold it, is under its
-// move cap and is not low on space (ties: the lower node id). No such
-// node: nothing (the shard runs under-replicated; Health says so).
+// move cap, is not low on space and did not lately have a stuck learner
+// of it removed (ties: the lower node id). No such node: nothing (the
+// shard runs under-replicated; Health says so).
 func (p *planner) addLearner(c shardView) (Step, bool) {
 	if c.good >= c.want {
 		return Step{}, false
@@ -99,12 +100,13 @@ func (p *planner) addLearner(c shardView) (Step, bool) {
 }
 
 // leastLoaded is the eligible node under its move cap and not low on
-// space that holds no replica of d and the fewest replicas overall, ties
-// to the lower id.
+// space that holds no replica of d, is not avoided for d (a stuck learner
+// of d was removed from it lately: planner.avoided) and holds the fewest
+// replicas overall, ties to the lower id.
 func (p *planner) leastLoaded(d *concordpb.ShardDescriptor) (ids.NodeID, bool) {
 	var best ids.NodeID
 	for _, id := range p.order {
-		if !p.canTake(id) || replicaOn(d, id) != nil {
+		if !p.canTakeShard(d, id) {
 			continue
 		}
 		if best == 0 || p.replicas[id] < p.replicas[best] {
@@ -118,6 +120,12 @@ func (p *planner) leastLoaded(d *concordpb.ShardDescriptor) (ids.NodeID, bool) {
 // its move cap, and not low on space.
 func (p *planner) canTake(node ids.NodeID) bool {
 	return p.nodes[node].eligible && p.underCap(node) && !p.low[node]
+}
+
+// canTakeShard reports whether a new replica of d may go to node:
+// canTake, no replica of d there, and not avoided for d.
+func (p *planner) canTakeShard(d *concordpb.ShardDescriptor, node ids.NodeID) bool {
+	return p.canTake(node) && replicaOn(d, node) == nil && !p.avoided(ids.ShardID(d.GetShardId()), node)
 }
 
 // planAdd is an add-learner step on target, counted against its load and
@@ -152,6 +160,23 @@ func (p *planner) caughtUp(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bo
 	return rs != nil && rs.GetAppliedIndex() != 0 && rs.GetAppliedIndex()+p.s.CatchUpEntries >= p.commitIndex(shard)
 }
 
+// stuck reports whether learner r of shard has been behind for longer
+// than Settings.LearnerTimeout: not caught up (caughtUp), and first seen
+// by the planning node (View.LearnerSince) longer than that ago. A learner
+// with no such time is not stuck.
+func (p *planner) stuck(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bool {
+	since, ok := p.v.LearnerSince[shard][ids.ReplicaID(r.GetReplicaId())]
+	return ok && p.s.LearnerTimeout > 0 && p.v.Now.Sub(since) > p.s.LearnerTimeout && !p.caughtUp(shard, r)
+}
+
+// avoided reports whether a stuck learner of shard was removed from node
+// no longer than Settings.LearnerTimeout ago (View.StuckLearners): no new
+// replica of shard goes there meanwhile.
+func (p *planner) avoided(shard ids.ShardID, node ids.NodeID) bool {
+	at, ok := p.v.StuckLearners[shard][node]
+	return ok && p.s.LearnerTimeout > 0 && p.v.Now.Sub(at) <= p.s.LearnerTimeout
+}
+
 // with is a step of kind on existing replica r of c's shard.
 func (c shardView) with(kind StepKind, r *concordpb.ReplicaDescriptor) Step {
 	s := c.base(kind)
@@ -164,7 +189,8 @@ func (c shardView) with(kind StepKind, r *concordpb.ReplicaDescriptor) Step {
 
 // removeReplica removes, in this order: a learner on a node that is not
 // good (dead, leaving, replaced, removed, unknown: it will never be
-// promoted); a voter on a node that is not live, once the shard has its
+// promoted); a stuck learner (planner.stuck; the step says so, Step.Stuck,
+// so that the executor records its node); a voter on a node that is not live, once the shard has its
 // full count of good voters again (its replacement was promoted); a voter
 // on a leaving or removed node (dead or alive), once the shard has as many
 // good voters as it can get (its count, or every eligible node); a good
@@ -180,6 +206,10 @@ func (p *planner) removeReplica(c shardView) (Step, bool) {
 		switch {
 		case !isVoter(r) && !j.good:
 			return c.with(StepRemoveReplica, r), true
+		case !isVoter(r) && p.stuck(c.id, r):
+			s := c.with(StepRemoveReplica, r)
+			s.Stuck = true
+			return s, true
 		case !isVoter(r):
 		case !j.live && !p.departing(ids.NodeID(r.GetNodeId())):
 			dead = append(dead, r)

@@ -82,6 +82,11 @@ type Step struct {
 	// (replica.RemoveChange), which only a shard meant to have one replica
 	// needs, to end a move (two voters, then its leader alone).
 	MinVoters int
+	// Stuck, for StepRemoveReplica, says the replica is a learner removed
+	// because it did not catch up within Settings.LearnerTimeout: once
+	// the removal is done, the executor records its node in
+	// View.StuckLearners, so that the shard's next learner goes elsewhere.
+	Stuck bool
 }
 
 // sortSteps orders steps by shard, then kind, then the remaining fields, so
@@ -112,7 +117,12 @@ func DescribeStep(s Step) string {
 		return fmt.Sprintf("s%d: %s r%d@n%d -> new replica on n%d %s", s.Shard, name, s.Replica, s.ReplicaNode, s.Target, via)
 	case StepAddLearner:
 		return fmt.Sprintf("s%d: %s on n%d %s", s.Shard, name, s.Target, via)
-	case StepPromoteLearner, StepRemoveReplica, StepTransferLeader:
+	case StepRemoveReplica:
+		if s.Stuck {
+			return fmt.Sprintf("s%d: %s r%d@n%d, a stuck learner %s", s.Shard, name, s.Replica, s.ReplicaNode, via)
+		}
+		return fmt.Sprintf("s%d: %s r%d@n%d %s", s.Shard, name, s.Replica, s.ReplicaNode, via)
+	case StepPromoteLearner, StepTransferLeader:
 		return fmt.Sprintf("s%d: %s r%d@n%d %s", s.Shard, name, s.Replica, s.ReplicaNode, via)
 	default: // StepMarkNode
 		return fmt.Sprintf("%s n%d %s (via n%d)", name, s.Target, s.State, s.Via)

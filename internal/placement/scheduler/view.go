@@ -54,6 +54,17 @@ type Settings struct {
 	// cannot see: it plans nothing for a shard whose membership is mid
 	// change (planner.inherited). Zero turns the wait off.
 	StepTimeout time.Duration
+	// LearnerTimeout is how long a learner may stay behind (not caught
+	// up: see CatchUpEntries) before the scheduler removes it as stuck, so
+	// that its shard's repair tries another node: a learner whose node
+	// cannot take its snapshot (too little room above the space guard's
+	// reserve, or low on space since) never catches up, holds its node's
+	// move slot, counts towards its shard's replicas and, while it sits
+	// on a node that is not low, keeps balancing waiting for a repair that
+	// never ends. Counted from when the planning node first saw the
+	// learner (View.LearnerSince); a learner it has no time for is never
+	// judged stuck. Zero turns it off.
+	LearnerTimeout time.Duration
 }
 
 // DefaultSettings returns the settings the node uses for a heartbeat
@@ -61,7 +72,8 @@ type Settings struct {
 // suspect after 5 s of silence and dead after 60 s; three replicas per
 // shard, five of the meta shard from five nodes on; four moves per node at
 // a time; a learner within 1,000 entries of its shard's commit index is
-// caught up; a step runs for at most 10 s.
+// caught up; a step runs for at most 10 s; a learner still behind 30 min
+// after it was first seen is stuck.
 //
 // Four moves: a learner holds its node's slot from its add until its
 // promotion, which waits for the learner's next heartbeat (up to an
@@ -76,14 +88,16 @@ type Settings struct {
 // the learner of a shard taking more than 100 writes a second looked
 // behind whenever its report was the older one, and waited. A voter a few hundred entries behind
 // catches up from the log in milliseconds, and the quorum it joins has
-// the others.
+// the others. 30 min: a snapshot send gives up after 10 min (the
+// transport's snapshotSendTimeout), so by then a learner has had several
+// full tries; a slower one would never finish anyway.
 func DefaultSettings(heartbeat time.Duration) Settings {
 	return Settings{
 		ReportMaxAge: 3 * heartbeat,
 		SuspectAfter: 5 * time.Second, DeadAfter: 60 * time.Second,
 		Replication: 3, MetaReplication: 5,
 		MaxMovesPerNode: 4, CatchUpEntries: 1000,
-		StepTimeout: 10 * time.Second,
+		StepTimeout: 10 * time.Second, LearnerTimeout: 30 * time.Minute,
 	}
 }
 
@@ -147,6 +161,18 @@ type View struct {
 	// did when it preferred itself over the heartbeat-derived leader. Only
 	// Schedule consults it; Leaders reports what heartbeats say.
 	LeaderOverride map[ids.ShardID]ids.NodeID
+
+	// LearnerSince holds, per shard and learner (by replica id), when the
+	// planning node first saw the learner in the shard's descriptor since
+	// it began observing: the age Settings.LearnerTimeout bounds. A
+	// learner missing here is never judged stuck.
+	LearnerSince map[ids.ShardID]map[ids.ReplicaID]time.Time
+	// StuckLearners holds, per shard, the nodes a stuck learner of it was
+	// removed from (a StepRemoveReplica with Stuck set, once done), and
+	// when: no new replica of that shard goes to such a node until
+	// Settings.LearnerTimeout has passed since, so its repair tries
+	// another node first. The executor keeps it; the scheduler only reads.
+	StuckLearners map[ids.ShardID]map[ids.NodeID]time.Time
 }
 
 // Leader is a shard's leader according to the heartbeat reports.
