@@ -53,13 +53,13 @@ type placementState struct {
 	// lastRound is when this node, as placement leader, last ran a
 	// scheduler round (guarded by mu); zero while it does not lead.
 	lastRound time.Time
-	// learnerSince holds, per shard and learner replica, when view first
-	// saw the learner in the shard descriptors (guarded by mu): the age
-	// the scheduler bounds (View.LearnerSince, Settings.LearnerTimeout).
-	// A learner promoted or removed is dropped; all are forgotten with
-	// observedSince, so a learner's age counts from when this placement
-	// leadership first saw it.
-	learnerSince map[ids.ShardID]map[ids.ReplicaID]time.Time
+	// learnerSince holds, per shard and learner replica, since when the
+	// learner has made no progress although it could have (guarded by mu;
+	// learnerAges): the age the scheduler bounds (View.LearnerSince,
+	// Settings.LearnerTimeout). A learner promoted or removed is dropped;
+	// all are forgotten with observedSince, so a learner's age counts
+	// within this placement leadership only.
+	learnerSince map[ids.ShardID]map[ids.ReplicaID]learnerClock
 	// stuck holds, per shard, the nodes a stuck learner of it was removed
 	// from by a step this node executed, and when (guarded by mu;
 	// View.StuckLearners): the shard's next replica goes elsewhere while
@@ -262,39 +262,85 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 		v.InFlightSteps = maps.Clone(m.steps)
 	}
 	v.LeaderOverride = m.transferOverrides(now, s.ReportMaxAge)
-	v.LearnerSince = m.learnerAges(now, shards)
+	v.LearnerSince = m.learnerAges(now, s, shards)
 	v.StuckLearners = m.stuckLearners(now, s.LearnerTimeout)
 	return v
 }
 
-// learnerAges records now as the time each learner of shards not seen
-// before was first seen, forgets those the descriptors no longer list as
-// learners, and returns a copy (View.LearnerSince). m.mu is held.
-func (m *placementState) learnerAges(now time.Time, shards []*concordpb.ShardDescriptor) map[ids.ShardID]map[ids.ReplicaID]time.Time {
-	seen := make(map[ids.ShardID]map[ids.ReplicaID]time.Time)
+// learnerClock is what view keeps of a learner: the applied index it
+// last reported, and since when it has reported that index with its
+// shard led all along.
+type learnerClock struct {
+	applied uint64
+	since   time.Time
+}
+
+// learnerAges returns, for each learner of shards, since when it has been
+// stuck (View.LearnerSince): the clock restarts at now whenever the
+// learner could not have caught up, or did make progress. That is, when a
+// view first lists it, when its node has no fresh report of it, when no
+// fresh report names a leader of its shard (no leader sends it the log or
+// a snapshot: an outage of the shard's quorum is not the learner's node's
+// fault), and when its applied index moved. So a learner is judged stuck
+// only after LearnerTimeout of a led shard and no progress: a snapshot that
+// never fits, never one that is slow but arrives within it, or one held
+// up by the shard. m.mu is held.
+func (m *placementState) learnerAges(now time.Time, s scheduler.Settings, shards []*concordpb.ShardDescriptor) map[ids.ShardID]map[ids.ReplicaID]time.Time {
+	seen := make(map[ids.ShardID]map[ids.ReplicaID]learnerClock)
+	out := make(map[ids.ShardID]map[ids.ReplicaID]time.Time)
 	for _, d := range shards {
 		shard := ids.ShardID(d.GetShardId())
+		led := false
 		for _, r := range d.GetReplicas() {
 			if r.GetRole() != concordpb.ReplicaRole_REPLICA_LEARNER {
 				continue
 			}
-			id := ids.ReplicaID(r.GetReplicaId())
-			since, ok := m.learnerSince[shard][id]
-			if !ok {
-				since = now
-			}
 			if seen[shard] == nil {
-				seen[shard] = map[ids.ReplicaID]time.Time{}
+				seen[shard], out[shard] = map[ids.ReplicaID]learnerClock{}, map[ids.ReplicaID]time.Time{}
+				led = m.shardLed(now, s, shard)
 			}
-			seen[shard][id] = since
+			id := ids.ReplicaID(r.GetReplicaId())
+			st := m.replicaReport(now, s, ids.NodeID(r.GetNodeId()), shard, id)
+			c, ok := m.learnerSince[shard][id]
+			if !ok || st == nil || !led || st.GetAppliedIndex() != c.applied {
+				c = learnerClock{applied: st.GetAppliedIndex(), since: now}
+			}
+			seen[shard][id], out[shard][id] = c, c.since
 		}
 	}
 	m.learnerSince = seen
-	out := make(map[ids.ShardID]map[ids.ReplicaID]time.Time, len(seen))
-	for shard, l := range seen {
-		out[shard] = maps.Clone(l)
-	}
 	return out
+}
+
+// replicaReport is replica id of shard as node's fresh report lists it,
+// or nil. m.mu is held.
+func (m *placementState) replicaReport(now time.Time, s scheduler.Settings, node ids.NodeID, shard ids.ShardID, id ids.ReplicaID) *concordpb.ReplicaStatus {
+	rep, ok := m.reports[node]
+	if !ok || !rep.Fresh(now, s) {
+		return nil
+	}
+	for _, rs := range rep.Replicas {
+		if ids.ShardID(rs.GetShardId()) == shard && ids.ReplicaID(rs.GetReplicaId()) == id {
+			return rs
+		}
+	}
+	return nil
+}
+
+// shardLed reports whether a fresh report names a leader of shard. m.mu
+// is held.
+func (m *placementState) shardLed(now time.Time, s scheduler.Settings, shard ids.ShardID) bool {
+	for _, rep := range m.reports {
+		if !rep.Fresh(now, s) {
+			continue
+		}
+		for _, rs := range rep.Replicas {
+			if ids.ShardID(rs.GetShardId()) == shard && rs.GetIsLeader() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stuckRemoved records that a stuck learner of shard was removed from

@@ -139,6 +139,15 @@ func (n *Node) runStepOn(ctx, fctx context.Context, c clusterCaller, s scheduler
 		desc, err = n.change(fctx, c, changeRequest(s))
 	}
 	n.steps.record(s.Kind, err)
+	if s.Kind == scheduler.StepRemoveReplica && s.Stuck {
+		// The shard's next learner goes elsewhere for a while
+		// (View.StuckLearners). Even if the call failed: its removal may
+		// have applied all the same (a timeout after the proposal), and
+		// the node would then be the first choice for the shard's next
+		// learner. If it did not apply, avoiding the node for the shard
+		// changes nothing while the learner is still there.
+		n.placement.stuckRemoved(s.Shard, s.ReplicaNode, time.Now())
+	}
 	if err != nil {
 		n.log.Info("scheduler step not done yet", "step", scheduler.DescribeStep(s), "err", err)
 		return false
@@ -146,11 +155,6 @@ func (n *Node) runStepOn(ctx, fctx context.Context, c clusterCaller, s scheduler
 	n.log.Info("scheduler step done", "step", scheduler.DescribeStep(s), "epoch", desc.GetEpoch())
 	if s.Kind == scheduler.StepTransferLeader {
 		n.placement.transferDone(s.Shard, s.ReplicaNode, time.Now())
-	}
-	if s.Kind == scheduler.StepRemoveReplica && s.Stuck {
-		// The shard's next learner goes elsewhere for a while
-		// (View.StuckLearners).
-		n.placement.stuckRemoved(s.Shard, s.ReplicaNode, time.Now())
 	}
 	if desc != nil {
 		// Recorded before the step ends, so that the next round, which

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement/scheduler"
 )
 
@@ -140,11 +141,13 @@ func TestRecordNoticesNewLeaders(t *testing.T) {
 }
 
 // TestPlacementViewLearnerAges protects the learner ages the scheduler
-// bounds (View.LearnerSince, Settings.LearnerTimeout): a learner's time
-// is when a view first listed it, kept while it stays a learner, dropped
-// once it is promoted or removed, and forgotten when this node stops
-// observing (a new placement leadership counts from its own first view).
-// The view's copy is the caller's: changing it changes nothing here.
+// bounds (View.LearnerSince, Settings.LearnerTimeout): a learner's clock
+// starts when a view first lists it and runs only while its shard is led
+// and the learner reports the same applied index; progress, a missing
+// report of it or a shard without a leader restart it (an outage of the
+// shard is not the learner's node's fault). It is dropped once the learner
+// is promoted or removed, and forgotten when this node stops observing. The
+// view's copy is the caller's: changing it changes nothing here.
 func TestPlacementViewLearnerAges(t *testing.T) {
 	var m placementState
 	s := scheduler.DefaultSettings(time.Second)
@@ -153,26 +156,74 @@ func TestPlacementViewLearnerAges(t *testing.T) {
 		return []*concordpb.ShardDescriptor{{ShardId: 7, Replicas: []*concordpb.ReplicaDescriptor{
 			{ReplicaId: 1, NodeId: 1, Role: voter}, {ReplicaId: 4, NodeId: 3, Role: role}}}}
 	}
+	// report sets the nodes' reports, received at: node 1 leads shard 7
+	// when led, node 3's learner has applied index applied (none: no
+	// report of it).
+	report := func(at time.Time, led bool, applied uint64, none bool) {
+		m.reports = map[ids.NodeID]scheduler.Report{
+			1: {At: at, Replicas: []*concordpb.ReplicaStatus{{ShardId: 7, ReplicaId: 1, IsLeader: led, AppliedIndex: 90}}},
+		}
+		if !none {
+			m.reports[3] = scheduler.Report{At: at, Replicas: []*concordpb.ReplicaStatus{{ShardId: 7, ReplicaId: 4, AppliedIndex: applied}}}
+		}
+	}
+	since := func(at time.Time, role concordpb.ReplicaRole) time.Time {
+		t.Helper()
+		return m.view(at, s, nil, shard(role)).LearnerSince[7][4]
+	}
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	if got := m.view(t0, s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t0) {
+	report(t0, true, 0, false)
+	if got := since(t0, learner); !got.Equal(t0) {
 		t.Fatalf("a learner seen first at %v: since %v", t0, got)
 	}
-	v := m.view(t0.Add(time.Hour), s, nil, shard(learner))
+	at := t0.Add(time.Hour)
+	report(at, true, 0, false)
+	v := m.view(at, s, nil, shard(learner))
 	if got := v.LearnerSince[7][4]; !got.Equal(t0) {
-		t.Fatalf("the same learner an hour later: since %v, want %v", got, t0)
+		t.Fatalf("the same learner an hour later, no progress, its shard led: since %v, want %v", got, t0)
 	}
 	v.LearnerSince[7][4] = t0.Add(time.Minute)
-	if got := m.view(t0.Add(time.Hour), s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t0) {
+	if got := since(at, learner); !got.Equal(t0) {
 		t.Fatalf("a change to a view's copy reached the state: since %v", got)
 	}
-	m.view(t0.Add(2*time.Hour), s, nil, shard(voter))
-	t1 := t0.Add(3 * time.Hour)
-	if got := m.view(t1, s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t1) {
+	for _, c := range []struct {
+		name     string
+		led      bool
+		applied  uint64
+		noReport bool
+	}{
+		{name: "its applied index moved", led: true, applied: 5},
+		{name: "no fresh report of it", led: true, applied: 5, noReport: true},
+		{name: "no leader of its shard", led: false, applied: 5},
+	} {
+		at = at.Add(time.Hour)
+		report(at, c.led, c.applied, c.noReport)
+		if got := since(at, learner); !got.Equal(at) {
+			t.Fatalf("%s: since %v, want %v (the clock restarts)", c.name, got, at)
+		}
+	}
+	restarted := at
+	at = at.Add(time.Hour)
+	report(at, true, 5, false)
+	if got := since(at, learner); !got.Equal(restarted) {
+		t.Fatalf("led again, same applied index: since %v, want %v", got, restarted)
+	}
+	stale := at.Add(s.ReportMaxAge + time.Second)
+	if got := since(stale, learner); !got.Equal(stale) {
+		t.Fatalf("reports older than ReportMaxAge: since %v, want %v (none fresh: restarted)", got, stale)
+	}
+	at = stale.Add(time.Hour)
+	report(at, true, 5, false)
+	since(at, voter)
+	t1 := at.Add(time.Hour)
+	report(t1, true, 5, false)
+	if got := since(t1, learner); !got.Equal(t1) {
 		t.Fatalf("after a view listing it as a voter: since %v, want %v (seen afresh)", got, t1)
 	}
 	m.stopObserving()
-	t2 := t0.Add(4 * time.Hour)
-	if got := m.view(t2, s, nil, shard(learner)).LearnerSince[7][4]; !got.Equal(t2) {
+	t2 := t1.Add(time.Hour)
+	report(t2, true, 5, false)
+	if got := since(t2, learner); !got.Equal(t2) {
 		t.Fatalf("after this node stopped observing: since %v, want %v", got, t2)
 	}
 }
@@ -212,5 +263,18 @@ func TestRepairRecordsStuckLearners(t *testing.T) {
 	}
 	if got := n.placement.view(at.Add(s.LearnerTimeout+time.Nanosecond), s, nil, nil).StuckLearners; len(got) != 0 {
 		t.Fatalf("past LearnerTimeout after the removal: %v, want none", got)
+	}
+
+	// A stuck removal whose call fails (it may have applied all the same:
+	// a timeout after the proposal) still names the node.
+	failing := &recordingLeader{release: make(chan struct{})}
+	expired, cancelExpired := context.WithCancel(ctx)
+	cancelExpired()
+	stuck.Shard = 8
+	if n.runStepOn(ctx, expired, failing, stuck) {
+		t.Fatal("a removal whose call was cancelled reported done")
+	}
+	if _, ok := n.placement.view(time.Now(), s, nil, nil).StuckLearners[8][3]; !ok {
+		t.Fatal("a stuck learner's removal that failed recorded nothing: the node would take the shard's next learner")
 	}
 }
