@@ -637,7 +637,15 @@ type ReplicaStatus struct {
 	IsLeader        bool                   `protobuf:"varint,8,opt,name=is_leader,json=isLeader,proto3" json:"is_leader,omitempty"`
 	DescriptorEpoch uint64                 `protobuf:"varint,9,opt,name=descriptor_epoch,json=descriptorEpoch,proto3" json:"descriptor_epoch,omitempty"`
 	// The replica's role in the descriptor it has applied.
-	Role          ReplicaRole `protobuf:"varint,10,opt,name=role,proto3,enum=concord.v1.ReplicaRole" json:"role,omitempty"`
+	Role ReplicaRole `protobuf:"varint,10,opt,name=role,proto3,enum=concord.v1.ReplicaRole" json:"role,omitempty"`
+	// Approximate bytes the replica's state (what a snapshot of it carries)
+	// takes on the node's disk: Pebble's estimate over the shard's state
+	// span, refreshed every few seconds, not on every heartbeat. 0: unknown
+	// (a node from before sizes, or data not yet flushed to disk). The
+	// placement leader takes a shard's size as the largest any replica
+	// reports, and puts a new replica of it only on a node with room for it
+	// above its reserve.
+	ApproxBytes   uint64 `protobuf:"varint,11,opt,name=approx_bytes,json=approxBytes,proto3" json:"approx_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -740,6 +748,13 @@ func (x *ReplicaStatus) GetRole() ReplicaRole {
 		return x.Role
 	}
 	return ReplicaRole_REPLICA_VOTER
+}
+
+func (x *ReplicaStatus) GetApproxBytes() uint64 {
+	if x != nil {
+		return x.ApproxBytes
+	}
+	return 0
 }
 
 type NodeStatus struct {
@@ -1975,7 +1990,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x03(\v2\x1a.concord.v1.NodeDescriptorR\x05nodes\x12.\n" +
 	"\x06shards\x18\x03 \x03(\v2\x16.concord.v1.ShardRouteR\x06shards\"%\n" +
 	"\rStatusRequest\x12\x14\n" +
-	"\x05stale\x18\x01 \x01(\bR\x05stale\"\xdf\x02\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\"\x82\x03\n" +
 	"\rReplicaStatus\x12\x19\n" +
 	"\bshard_id\x18\x01 \x01(\x04R\ashardId\x12\x1d\n" +
 	"\n" +
@@ -1988,7 +2003,8 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\tis_leader\x18\b \x01(\bR\bisLeader\x12)\n" +
 	"\x10descriptor_epoch\x18\t \x01(\x04R\x0fdescriptorEpoch\x12+\n" +
 	"\x04role\x18\n" +
-	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\"\xfc\x02\n" +
+	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\x12!\n" +
+	"\fapprox_bytes\x18\v \x01(\x04R\vapproxBytes\"\xfc\x02\n" +
 	"\n" +
 	"NodeStatus\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x12;\n" +

@@ -184,7 +184,8 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 			newLeader = true
 		}
 	}
-	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow()}
+	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow(),
+		DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
 		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow()}
 	return newLeader
@@ -485,11 +486,17 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 	if req.Node == nil {
 		req.Node = &concordpb.NodeDescriptor{NodeId: uint64(n.ID()), Address: n.cfg.Addr}
 	}
-	for _, info := range n.host.Infos() {
+	infos := n.host.Infos()
+	shards := make([]ids.ShardID, len(infos))
+	for i, info := range infos {
+		shards[i] = info.Shard
+	}
+	sizes := n.approxBytes(time.Now(), shards)
+	for _, info := range infos {
 		req.Replicas = append(req.Replicas, &concordpb.ReplicaStatus{
 			ShardId: uint64(info.Shard), ReplicaId: uint64(info.ReplicaID), NodeId: uint64(n.ID()), LeaderReplicaId: uint64(info.LeaderReplica),
 			Term: info.Term, CommitIndex: info.Commit, AppliedIndex: info.Applied, IsLeader: info.IsLeader,
-			DescriptorEpoch: info.Desc.GetEpoch(), Role: roleIn(info.Desc, info.ReplicaID),
+			DescriptorEpoch: info.Desc.GetEpoch(), Role: roleIn(info.Desc, info.ReplicaID), ApproxBytes: sizes[info.Shard],
 		})
 		if info.IsLeader && info.Desc != nil {
 			req.LedDescriptors = append(req.LedDescriptors, info.Desc)

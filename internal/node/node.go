@@ -122,6 +122,9 @@ type Node struct {
 	requests requestMeter
 	// space is the disk space guard (space.go).
 	space spaceGuard
+	// shardSizes caches the replicas' sizes the heartbeats report
+	// (shardsize.go).
+	shardSizes shardSizes
 	// hints holds the tentative writes of available mode this node took
 	// (internal/hints), opened with storage; recon proposes them when
 	// their shards have a quorum again (reconcile.go).

@@ -34,9 +34,6 @@ const ReserveDiskAuto = -1
 const (
 	defaultReserveCap   = 1 << 30 // 1 GiB
 	defaultReserveShare = 20      // 1/20: 5 % of the filesystem
-	// minSpaceMargin is the least margin above the reserve a low node must
-	// regain to be low no more, unless the reserve is smaller (spaceMargin).
-	minSpaceMargin = 64 << 20
 )
 
 // resolveReserve is the reserve in bytes that setting (Config.
@@ -60,15 +57,11 @@ func snapshotDiskMargin(reserve uint64) int64 {
 }
 
 // spaceMargin is how far above reserve free space must climb before a low
-// node is low no more: a tenth of the reserve, at least 64 MiB, so that a
-// disk hovering at the line (compactions freeing and taking space) does
-// not turn the alarm on and off every second; but never more than the
-// reserve itself, so that on a small filesystem the line to clear stays
-// near the line to go low (a 128 MiB volume's auto reserve is 6.4 MiB: a
-// 64 MiB margin would hold the alarm on until it was 55 % free).
-func spaceMargin(reserve uint64) uint64 {
-	return min(max(reserve/10, minSpaceMargin), reserve)
-}
+// node is low no more (scheduler.SpaceMargin: a tenth of the reserve, at
+// least 64 MiB, at most the reserve). The placement scheduler keeps the
+// same margin free above a node's reserve when it sends the node a
+// replica, so one rule serves both.
+func spaceMargin(reserve uint64) uint64 { return scheduler.SpaceMargin(reserve) }
 
 // lowAfter is whether a node that was (or was not) low is low with free
 // bytes and reserve: it becomes low under the reserve and stays low until

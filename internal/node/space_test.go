@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/concord-kv/concord/internal/dial"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/placement/scheduler"
+	"github.com/concord-kv/concord/internal/routing"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -425,4 +427,74 @@ func TestRedisFaultDiskLow(t *testing.T) {
 	if got := do("CONCORD.FAULT", "DISK-LOW", "ON"); !strings.HasPrefix(got, "-ERR the disk space guard is off") || off.space.full.Load() {
 		t.Fatalf("CONCORD.FAULT DISK-LOW ON with the guard off answered %q (fault set: %v); want refused, not set", got, off.space.full.Load())
 	}
+}
+
+// TestReplicaSizesReachThePlacementView: each node reports its replicas'
+// sizes on disk (approx_bytes) and its space guard's free bytes and
+// reserve, and the placement leader's scheduler view carries them, so
+// that placement can tell whether a shard fits on a node. 2 MiB of
+// incompressible values put into the user shard and flushed show as at
+// least 1 MiB on every replica; the meta shard's replicas report too.
+func TestReplicaSizesReachThePlacementView(t *testing.T) {
+	const reserve, free = 1 << 30, 8 << 30
+	nodes, _ := startClusterWith(t, []version.Level{0, 0, 0}, func(i int, cfg *Config, hooks *testHooks) {
+		cfg.ReserveDiskBytes = reserve
+		hooks.diskSpace = func() (uint64, uint64, error) { return free, 100 << 30, nil }
+		hooks.shardSizeEvery = 50 * time.Millisecond
+	})
+	c, err := client.NewWithOptions(context.Background(), client.Options{Endpoints: []string{nodes[0].Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	value := make([]byte, 32<<10)
+	for i := range 64 {
+		_, _ = rand.Read(value)
+		waitFor(t, 10*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _, err := c.Put(ctx, fmt.Appendf(nil, "size-%d", i), value)
+			return err
+		})
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for _, n := range nodes {
+			if err := n.eng.Flush(); err != nil {
+				return err
+			}
+		}
+		var v scheduler.View
+		for _, n := range nodes {
+			if _, local := n.leaderOf(routing.MetaShard); local {
+				if v, err = n.placementView(); err != nil {
+					return err
+				}
+			}
+		}
+		if v.Reports == nil {
+			return errors.New("no placement leader yet")
+		}
+		for _, n := range nodes {
+			r, ok := v.Reports[n.ID()]
+			if !ok {
+				return fmt.Errorf("no report from node %d", n.ID())
+			}
+			if r.DiskFree != free || r.DiskReserve != reserve {
+				return fmt.Errorf("node %d's report: %d free, reserve %d; want %d, %d", n.ID(), r.DiskFree, r.DiskReserve, uint64(free), uint64(reserve))
+			}
+			user, meta := false, false
+			for _, rs := range r.Replicas {
+				switch {
+				case rs.GetShardId() == uint64(routing.MetaShard):
+					meta = rs.GetApproxBytes() > 0
+				case rs.GetApproxBytes() >= 1<<20:
+					user = true
+				}
+			}
+			if !user || !meta {
+				return fmt.Errorf("node %d's report: %v; want the user shard at 1 MiB or more, the meta shard above 0", n.ID(), r.Replicas)
+			}
+		}
+		return nil
+	})
 }

@@ -260,6 +260,9 @@ type testHooks struct {
 	// diskSpace, when set, replaces the measurement of the data dir's
 	// filesystem (free and total bytes) by the space guard.
 	diskSpace func() (free, total uint64, err error)
+	// shardSizeEvery, when set, replaces shardSizeEvery: how often the
+	// heartbeats measure the replicas' sizes anew.
+	shardSizeEvery time.Duration
 }
 
 // JoinVersionError is the refusal of a join from a binary below the

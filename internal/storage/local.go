@@ -181,3 +181,24 @@ func (e *Engine) DiskUsage() uint64 {
 	}
 	return e.db.Metrics().DiskSpaceUsage()
 }
+
+// ShardDiskUsage is Pebble's estimate of the bytes shard's state (its
+// keys.StateSpan: what a snapshot of the shard carries) takes in the
+// database's sstables on disk, compressed as stored. Data still only in a
+// memtable (and the WAL) is not counted, so a shard written to lately
+// reads smaller than it is, and an unflushed one 0. It reads file
+// metadata, not data (BenchmarkShardDiskUsage), and gives 0 once the
+// engine is closed.
+func (e *Engine) ShardDiskUsage(shard ids.ShardID) uint64 {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return 0
+	}
+	lo, hi := keys.StateSpan(uint64(shard))
+	n, err := e.db.EstimateDiskUsage(lo, hi)
+	if err != nil {
+		return 0
+	}
+	return n
+}

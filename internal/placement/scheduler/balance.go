@@ -59,9 +59,10 @@ func (p *planner) finals(nodes []ids.NodeID) map[ids.NodeID]int {
 
 // replicaMove finds one move: from the node with the highest final count
 // to the one with the lowest that will hold at least two fewer, both under
-// their caps and the destination not low on space, trying the pairs in that order; the shard is the
-// lowest-numbered movable one, preferring shards the source does not lead
-// (their removal then needs no transfer).
+// their caps and the destination not low on space, trying the pairs in
+// that order; the shard is the lowest-numbered movable one (movable: it
+// fits on the destination, among others), preferring shards the source
+// does not lead (their removal then needs no transfer).
 func (p *planner) replicaMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (Step, ids.NodeID, bool) {
 	finals := p.finals(elig)
 	for _, src := range byCount(elig, finals, true) {
@@ -83,14 +84,14 @@ func (p *planner) replicaMove(elig []ids.NodeID, stepped map[ids.ShardID]bool) (
 // movable is the shard to move from src to dst: healthy (a known leader,
 // nothing in flight, no step this round, exactly its count of replicas,
 // all voters on eligible nodes), with a replica on src and none on dst,
-// and not avoided on dst (planner.avoided: a stuck learner of it left dst
-// lately).
+// room for it on dst above dst's reserve (planner.fits), and not avoided
+// on dst (planner.avoided: a stuck learner of it left dst lately).
 func (p *planner) movable(src, dst ids.NodeID, stepped map[ids.ShardID]bool) (shardView, bool) {
 	var fallback *shardView
 	for _, d := range p.shards {
 		shard := ids.ShardID(d.GetShardId())
 		via := p.via(shard)
-		if stepped[shard] || p.busy(shard) || via == 0 || replicaOn(d, src) == nil || replicaOn(d, dst) != nil || p.avoided(shard, dst) {
+		if stepped[shard] || p.busy(shard) || via == 0 || replicaOn(d, src) == nil || replicaOn(d, dst) != nil || !p.fits(shard, dst) || p.avoided(shard, dst) {
 			continue
 		}
 		c := p.classify(d, via)

@@ -14,16 +14,17 @@ import (
 // sent to a known leader, never on a node DEAD, REPLACED or REMOVED (its
 // address reaches nobody, or its successor); marks only of known nodes and only to a new
 // state; new replicas only on nodes that may take them (replace: UP as
-// recorded; add-learner: UP as judged); every step consistent with the
-// shard's descriptor; a removal never on the leader's node and never
-// leaving the shard without a quorum of live voters. The harness runs it
+// recorded; add-learner: UP as judged, not low on space, and with room
+// for the shard's size above its reserve plus the margin); every step
+// consistent with the shard's descriptor; a removal never on the leader's
+// node and never leaving the shard without a quorum of live voters. The harness runs it
 // on every scripted schedule, the property tests on every random view.
 func checkSteps(t *testing.T, v View, steps []Step) {
 	t.Helper()
 	if !slices.IsSortedFunc(steps, func(a, b Step) int { return cmp.Compare(a.Shard, b.Shard) }) {
 		t.Fatalf("steps not in shard order:\n%s", DescribeSteps(steps))
 	}
-	judged, low := NodeStates(v), LowOnSpace(v)
+	judged, low, sizes := NodeStates(v), LowOnSpace(v), shardSizes(v)
 	seen := map[ids.ShardID]bool{}
 	for _, s := range steps {
 		if s.Kind == StepMarkNode {
@@ -56,6 +57,10 @@ func checkSteps(t *testing.T, v View, steps []Step) {
 			}
 			if low[s.Target] {
 				t.Fatalf("%s: targets a node low on space", DescribeStep(s))
+			}
+			if size, r, ok := sizes[s.Shard], v.Reports[s.Target], v.Reports[s.Target].DiskReserve > 0; ok && size > 0 && !r.At.Before(v.ObservedSince) &&
+				r.DiskFree < r.DiskReserve+SpaceMargin(r.DiskReserve)+size {
+				t.Fatalf("%s: the shard (%d bytes) does not fit on its target (%d free, reserve %d)", DescribeStep(s), size, r.DiskFree, r.DiskReserve)
 			}
 			continue
 		}

@@ -55,13 +55,11 @@
 //  2. Fewer good replicas than wanted (Settings.Replication; the meta
 //     shard MetaReplication from that many good nodes on): StepAddLearner
 //     on the least-loaded eligible node that does not hold the shard, is
-//     under its move cap, is not low on space (LowOnSpace) and had no
-//     stuck learner of the shard removed within Settings.LearnerTimeout
-//     (View.StuckLearners); ties to the lower id. Nowhere to go: nothing
-//     (the shard runs under-replicated; Health says so). Whether the
-//     shard's snapshot fits in the node's room above its reserve is not
-//     known here (no report gives a shard's size): a learner that cannot
-//     take it is stuck, below.
+//     under its move cap, is not low on space (LowOnSpace), has room for
+//     the shard above its reserve (below) and had no stuck learner of the
+//     shard removed within Settings.LearnerTimeout (View.StuckLearners);
+//     ties to the lower id. Nowhere to go: nothing (the shard runs
+//     under-replicated; Health says so).
 //  3. A caught-up learner on an eligible node: StepPromoteLearner.
 //  4. StepRemoveReplica of: a learner on a node that is not good; a
 //     stuck learner, one not caught up longer than Settings.LearnerTimeout
@@ -86,11 +84,12 @@
 // repair can go on: a learner being added, catching up or promoted, or a
 // node rule 2 would give one): repair keeps the move caps to itself. A
 // shard that can be repaired nowhere (every node without its replica low
-// on space or left by a stuck learner of it lately, say) holds nothing up.
-// Among eligible nodes, and on shards that got no step this round, it
-// balances replica counts (a learner on a node that will hold at least
-// two fewer than a more loaded one, is not low on space and was not left
-// by a stuck learner of the shard lately; the excess
+// on space, without room for it, or left by a stuck learner of it lately,
+// say) holds nothing up. Among eligible nodes, and on shards that got no
+// step this round, it balances replica counts (a learner on a node that
+// will hold at least two fewer than a more loaded one, is not low on
+// space, has room for the shard and was not left by a stuck learner of
+// the shard lately; the excess
 // voter is removed by rule 4
 // after promotion) and, in the same round, leader counts (transfers to
 // caught-up voters; when no single transfer from a loaded node reaches
@@ -106,6 +105,19 @@
 // without planning a move one under way already makes. Either kind stops
 // once every count is within one of the mean, so a balanced cluster plans
 // nothing, however long it runs.
+//
+// A node has room for a shard when its free bytes, less the shard's size
+// and the sizes of the replicas on their way to it, stay at or above its
+// reserve plus the margin a low node must regain to be low no more
+// (SpaceMargin): free - size - incoming >= reserve + margin. Free bytes
+// and reserve come from the node's report (Report.DiskFree, DiskReserve),
+// a shard's size is the largest ReplicaStatus.approx_bytes a fresh report
+// gives for it, and incoming are the node's learners not caught up, the
+// adds in flight to it and the learners planned for it earlier in the
+// round. An unknown size (0), a guard off (reserve 0) or no report since
+// View.ObservedSince skip the check (fit.go). A learner that cannot take
+// its snapshot anyway (the estimate is approximate; the disk filled
+// since) is stuck, rule 4.
 //
 // A node takes part in at most Settings.MaxMovesPerNode moves at a time:
 // the learners it hosts, the steps in flight (View.InFlightSteps) that add

@@ -31,13 +31,20 @@ import (
 //	                                        replica@node; a trailing l: learner
 //	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
 //	       [led-by=2] [commit=10] [applied=10] [desc-epoch=3] [low]
+//	       [free=10G] [reserve=1G] [size=(s1:2G,s2:10M)]
 //	                                        received age before now; followers
 //	                                        name the replica on node led-by
 //	                                        as leader; every replica reports
 //	                                        commit and applied (default 10)
 //	                                        and the descriptor epoch it has
 //	                                        applied (default 0: none given);
-//	                                        low: the node says its disk is low
+//	                                        low: the node says its disk is low;
+//	                                        free, reserve: its space guard's
+//	                                        figures (default 0: guard off);
+//	                                        size: the approx_bytes its replica
+//	                                        of each shard named reports
+//	                                        (default 0: unknown); bytes take
+//	                                        a K, M or G suffix (binary)
 //	observed age=30s                        ObservedSince = now - age
 //	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
@@ -196,12 +203,28 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 		ledBy = ids.NodeID(number(t, d, "led-by"))
 	}
 	r := Report{At: e.v.Now.Add(-duration(t, d, "age")), DiskLow: d.HasArg("low")}
+	if d.HasArg("free") {
+		r.DiskFree = byteCount(t, d, oneValue(t, d, "free"))
+	}
+	if d.HasArg("reserve") {
+		r.DiskReserve = byteCount(t, d, oneValue(t, d, "reserve"))
+	}
+	sizes := map[uint64]uint64{}
+	if arg, ok := d.Arg("size"); ok {
+		for _, val := range arg.Vals {
+			s, b, ok := strings.Cut(val, ":")
+			if !ok {
+				d.Fatalf(t, "size %q is not shard:bytes", val)
+			}
+			sizes[parse(t, d, s)] = byteCount(t, d, b)
+		}
+	}
 	for _, kind := range []string{"leader", "follower"} {
 		for _, s := range numbers(t, d, kind) {
 			rs := &concordpb.ReplicaStatus{
 				ShardId: s, ReplicaId: e.replicaID(ids.ShardID(s), node), NodeId: uint64(node),
 				Term: term, IsLeader: kind == "leader", CommitIndex: commit, AppliedIndex: applied,
-				DescriptorEpoch: epoch,
+				DescriptorEpoch: epoch, ApproxBytes: sizes[s],
 			}
 			if kind == "leader" {
 				rs.LeaderReplicaId = rs.ReplicaId
@@ -345,6 +368,36 @@ func parse(t *testing.T, d *datadriven.TestData, s string) uint64 {
 		d.Fatalf(t, "%q: %v", s, err)
 	}
 	return n
+}
+
+// oneValue is key's single value, as written.
+func oneValue(t *testing.T, d *datadriven.TestData, key string) string {
+	arg, _ := d.Arg(key)
+	if len(arg.Vals) != 1 {
+		d.Fatalf(t, "%s needs one value, got %d", key, len(arg.Vals))
+	}
+	return arg.Vals[0]
+}
+
+// byteCount parses a byte count: digits, then K, M or G for KiB, MiB, GiB.
+func byteCount(t *testing.T, d *datadriven.TestData, s string) uint64 {
+	shift := 0
+	switch {
+	case strings.HasSuffix(s, "K"):
+		shift = 10
+	case strings.HasSuffix(s, "M"):
+		shift = 20
+	case strings.HasSuffix(s, "G"):
+		shift = 30
+	}
+	if shift > 0 {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		d.Fatalf(t, "%q: %v", s, err)
+	}
+	return n << shift
 }
 
 func duration(t *testing.T, d *datadriven.TestData, key string) time.Duration {

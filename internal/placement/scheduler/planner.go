@@ -31,8 +31,15 @@ type planner struct {
 	// low are the nodes held low on space (LowOnSpace): eligible still
 	// (they serve, lead and keep their replicas), but no new replica goes
 	// there: a node under its reserve refuses the snapshot that would
-	// fill it (the transport's SnapshotDiskMargin).
+	// fill it (the transport's SnapshotDiskMargin). Nor to a node where a
+	// shard's snapshot would not fit above the reserve (fits).
 	low map[ids.NodeID]bool
+	// size is, per shard, its size as fresh reports give it (shardSizes;
+	// missing: unknown), and incoming, per node, the bytes of the
+	// replicas on their way there: learners not caught up, adds in flight
+	// and those planned this round. See fits.
+	size     map[ids.ShardID]uint64
+	incoming map[ids.NodeID]uint64
 
 	replicas map[ids.NodeID]int // replicas per node (any role), planned learners included
 	// leaving counts, per node, the replicas that moves under way will
@@ -68,7 +75,7 @@ func newPlanner(v View) *planner {
 		wiped: replacements(v), low: LowOnSpace(v),
 		replicas: map[ids.NodeID]int{}, leaving: map[ids.NodeID]int{}, leads: map[ids.NodeID]int{}, moves: map[ids.NodeID]int{},
 		vias: map[ids.ShardID]ids.NodeID{}, victims: map[ids.ShardID][]*concordpb.ReplicaDescriptor{},
-		adding: map[ids.ShardID]int{},
+		adding: map[ids.ShardID]int{}, size: shardSizes(v), incoming: map[ids.NodeID]uint64{},
 	}
 	p.nameLeaders()
 	p.inherited = p.inheritedShards()
@@ -115,6 +122,7 @@ func newPlanner(v View) *planner {
 	for k := range p.unrecordedReplicas() {
 		moving[pair{k.shard, k.node}] = true
 	}
+	p.countIncoming()
 	for _, d := range p.shards {
 		p.predictVictims(d)
 	}
@@ -283,6 +291,7 @@ func (p *planner) countInFlight(shard ids.ShardID, s Step) {
 			return
 		}
 		p.replicas[s.Target]++
+		p.addIncoming(s.Target, shard)
 		if s.Kind == StepAddLearner && p.nodes[s.Target].good {
 			p.adding[shard]++
 		}
@@ -526,10 +535,11 @@ func (p *planner) noteRepair(d *concordpb.ShardDescriptor, s *Step) {
 // eligible node that can be promoted (caught up, or not low on space: a
 // low node refuses the snapshot a learner behind needs), or a node the
 // add-learner rule would take (canTakeShard, the very test leastLoaded
-// makes).
+// makes: fits included).
 // A shard that can be repaired nowhere (every node without its replica
-// low on space or avoided for it, a stuck learner of it removed from
-// there lately, or at a cap that never frees: MaxMovesPerNode zero) waits
+// low on space, without room for the shard above its reserve (fits) or
+// avoided for it, a stuck learner of it removed from there lately, or at
+// a cap that never frees: MaxMovesPerNode zero) waits
 // for the cluster to change and holds nothing up meanwhile: were it to
 // count, balancing, leader balancing included, would stop in the whole
 // cluster for as long as it lasts. A node at its move cap is no target

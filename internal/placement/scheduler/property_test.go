@@ -209,7 +209,9 @@ func shuffled(rng *rand.Rand, v View) View {
 	}
 	w.Reports = map[ids.NodeID]Report{}
 	for _, k := range shuffledKeys(rng, v.Reports) {
-		w.Reports[k] = Report{At: v.Reports[k].At, Replicas: shuffledClones(rng, v.Reports[k].Replicas), DiskLow: v.Reports[k].DiskLow}
+		r := v.Reports[k]
+		r.Replicas = shuffledClones(rng, r.Replicas)
+		w.Reports[k] = r
 	}
 	w.InFlight = map[ids.ShardID]bool{}
 	for _, k := range shuffledKeys(rng, v.InFlight) {
@@ -243,7 +245,8 @@ func shuffledKeys[K cmp.Ordered, V any](rng *rand.Rand, m map[K]V) []K {
 // replication factor from 0 to 4, move caps from 0 to 3, with and without
 // ObservedSince (within StepTimeout of now, sometimes: a new placement
 // leader), reports of a newer descriptor epoch than the view's, reports of a
-// disk low on space. Whatever the view, no plan may break the invariants.
+// disk low on space, of free bytes, reserves and shard sizes. Whatever the
+// view, no plan may break the invariants.
 func TestScheduleSafeOnWildViews(t *testing.T) {
 	states := []concordpb.NodeState{concordpb.NodeState_NODE_UP, concordpb.NodeState_NODE_SUSPECT, concordpb.NodeState_NODE_DEAD,
 		concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED}
@@ -264,7 +267,8 @@ func TestScheduleSafeOnWildViews(t *testing.T) {
 			}
 			v.Nodes = append(v.Nodes, n)
 			if rng.IntN(4) != 0 {
-				v.Reports[ids.NodeID(id+1)] = Report{At: base.Add(-ages[rng.IntN(len(ages))]), DiskLow: rng.IntN(4) == 0}
+				v.Reports[ids.NodeID(id+1)] = Report{At: base.Add(-ages[rng.IntN(len(ages))]), DiskLow: rng.IntN(4) == 0,
+					DiskFree: uint64(rng.IntN(8)) << 30, DiskReserve: uint64(rng.IntN(3)) << 29}
 			}
 		}
 		for id := range uint64(rng.IntN(6)) {
@@ -292,7 +296,8 @@ func TestScheduleSafeOnWildViews(t *testing.T) {
 				}
 				rs := &concordpb.ReplicaStatus{ShardId: id, ReplicaId: r.GetReplicaId(), NodeId: r.GetNodeId(), Term: 1,
 					CommitIndex: 100, AppliedIndex: uint64(rng.IntN(2) * 100), IsLeader: i == lead,
-					DescriptorEpoch: uint64(rng.IntN(3))} // 2: a change the view does not show
+					DescriptorEpoch: uint64(rng.IntN(3)),       // 2: a change the view does not show
+					ApproxBytes:     uint64(rng.IntN(4)) << 30} // 0: unknown
 				if lead >= 0 {
 					rs.LeaderReplicaId = d.Replicas[lead].GetReplicaId()
 				}

@@ -85,9 +85,10 @@ func (c shardView) base(kind StepKind) Step {
 
 // addLearner: a shard with fewer good replicas than it wants gets a learner
 // on the least-loaded eligible node that does not hold it, is under its
-// move cap, is not low on space and did not lately have a stuck learner
-// of it removed (ties: the lower node id). No such node: nothing (the
-// shard runs under-replicated; Health says so).
+// move cap, is not low on space, has room for it above its reserve (fits)
+// and did not lately have a stuck learner of it removed (ties: the lower
+// node id). No such node: nothing (the shard runs under-replicated;
+// Health says so).
 func (p *planner) addLearner(c shardView) (Step, bool) {
 	if c.good >= c.want {
 		return Step{}, false
@@ -100,9 +101,10 @@ func (p *planner) addLearner(c shardView) (Step, bool) {
 }
 
 // leastLoaded is the eligible node under its move cap and not low on
-// space that holds no replica of d, is not avoided for d (a stuck learner
-// of d was removed from it lately: planner.avoided) and holds the fewest
-// replicas overall, ties to the lower id.
+// space that holds no replica of d, has room for d above its reserve
+// (planner.fits), is not avoided for d (a stuck learner of d was removed
+// from it lately: planner.avoided) and holds the fewest replicas overall,
+// ties to the lower id.
 func (p *planner) leastLoaded(d *concordpb.ShardDescriptor) (ids.NodeID, bool) {
 	var best ids.NodeID
 	for _, id := range p.order {
@@ -123,16 +125,20 @@ func (p *planner) canTake(node ids.NodeID) bool {
 }
 
 // canTakeShard reports whether a new replica of d may go to node:
-// canTake, no replica of d there, and not avoided for d.
+// canTake, no replica of d there, room for d (fits), and not avoided for
+// d.
 func (p *planner) canTakeShard(d *concordpb.ShardDescriptor, node ids.NodeID) bool {
-	return p.canTake(node) && replicaOn(d, node) == nil && !p.avoided(ids.ShardID(d.GetShardId()), node)
+	shard := ids.ShardID(d.GetShardId())
+	return p.canTake(node) && replicaOn(d, node) == nil && p.fits(shard, node) && !p.avoided(shard, node)
 }
 
-// planAdd is an add-learner step on target, counted against its load and
-// its cap for the rest of the round.
+// planAdd is an add-learner step on target, counted against its load, its
+// cap and its room (the shard's size, planner.fits) for the rest of the
+// round.
 func (p *planner) planAdd(c shardView, target ids.NodeID) Step {
 	p.replicas[target]++
 	p.moves[target]++
+	p.addIncoming(target, c.id)
 	s := c.base(StepAddLearner)
 	s.Target = target
 	return s

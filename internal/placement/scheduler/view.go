@@ -58,7 +58,9 @@ type Settings struct {
 	// up: see CatchUpEntries) before the scheduler removes it as stuck, so
 	// that its shard's repair tries another node: a learner whose node
 	// cannot take its snapshot (too little room above the space guard's
-	// reserve, or low on space since) never catches up, holds its node's
+	// reserve after all: the shard grew, its size was unknown or
+	// underestimated, the disk filled since; or low on space since) never
+	// catches up, holds its node's
 	// move slot, counts towards its shard's replicas and, while it sits
 	// on a node that is not low, keeps balancing waiting for a repair that
 	// never ends. Counted from when the planning node first saw the
@@ -111,6 +113,13 @@ type Report struct {
 	// DiskLow: the node said it is under its disk reserve (the space
 	// guard, HeartbeatRequest.disk_low). See LowOnSpace.
 	DiskLow bool
+	// DiskFree and DiskReserve are the space guard's figures the node
+	// reported (HeartbeatRequest.disk_free_bytes, disk_reserve_bytes): the
+	// free bytes of its data dir's filesystem and its reserve (0: the
+	// guard is off). With the sizes its Replicas give
+	// (ReplicaStatus.approx_bytes), they decide whether a shard fits on
+	// the node (fit.go).
+	DiskFree, DiskReserve uint64
 }
 
 // Fresh reports whether r is recent enough to count at now.
