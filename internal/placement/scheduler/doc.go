@@ -62,8 +62,9 @@
 //     under-replicated; Health says so).
 //  3. A caught-up learner on an eligible node: StepPromoteLearner.
 //  4. StepRemoveReplica of: a learner on a node that is not good; a
-//     stuck learner, one not caught up longer than Settings.LearnerTimeout
-//     after the planning node first saw it (View.LearnerSince), marked
+//     stuck learner, one not caught up and without progress for longer
+//     than Settings.LearnerTimeout while its shard was led
+//     (View.LearnerSince), marked
 //     Step.Stuck so the executor records its node; a voter
 //     on a node that is not live, once the good voters are back to the
 //     wanted count; a voter on a leaving node, once the good voters are as

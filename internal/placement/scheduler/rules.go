@@ -167,9 +167,9 @@ func (p *planner) caughtUp(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bo
 }
 
 // stuck reports whether learner r of shard has been behind for longer
-// than Settings.LearnerTimeout: not caught up (caughtUp), and first seen
-// by the planning node (View.LearnerSince) longer than that ago. A learner
-// with no such time is not stuck.
+// than Settings.LearnerTimeout: not caught up (caughtUp), and without
+// progress while its shard was led (View.LearnerSince) for longer than
+// that. A learner with no such time is not stuck.
 func (p *planner) stuck(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bool {
 	since, ok := p.v.LearnerSince[shard][ids.ReplicaID(r.GetReplicaId())]
 	return ok && p.s.LearnerTimeout > 0 && p.v.Now.Sub(since) > p.s.LearnerTimeout && !p.caughtUp(shard, r)

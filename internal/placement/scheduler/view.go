@@ -63,9 +63,9 @@ type Settings struct {
 	// catches up, holds its node's
 	// move slot, counts towards its shard's replicas and, while it sits
 	// on a node that is not low, keeps balancing waiting for a repair that
-	// never ends. Counted from when the planning node first saw the
-	// learner (View.LearnerSince); a learner it has no time for is never
-	// judged stuck. Zero turns it off.
+	// never ends. Counted from View.LearnerSince: since when the
+	// learner has made no progress while its shard was led; a learner
+	// with no such time is never judged stuck. Zero turns it off.
 	LearnerTimeout time.Duration
 }
 
@@ -74,8 +74,8 @@ type Settings struct {
 // suspect after 5 s of silence and dead after 60 s; three replicas per
 // shard, five of the meta shard from five nodes on; four moves per node at
 // a time; a learner within 1,000 entries of its shard's commit index is
-// caught up; a step runs for at most 10 s; a learner still behind 30 min
-// after it was first seen is stuck.
+// caught up; a step runs for at most 10 s; a learner behind, without
+// progress for 30 min while its shard is led, is stuck.
 //
 // Four moves: a learner holds its node's slot from its add until its
 // promotion, which waits for the learner's next heartbeat (up to an
@@ -171,10 +171,13 @@ type View struct {
 	// Schedule consults it; Leaders reports what heartbeats say.
 	LeaderOverride map[ids.ShardID]ids.NodeID
 
-	// LearnerSince holds, per shard and learner (by replica id), when the
-	// planning node first saw the learner in the shard's descriptor since
-	// it began observing: the age Settings.LearnerTimeout bounds. A
-	// learner missing here is never judged stuck.
+	// LearnerSince holds, per shard and learner (by replica id), since
+	// when the learner has reported the same applied index while its
+	// shard was led, as the planning node has observed (it restarts the
+	// time when the learner first appears, makes progress, goes
+	// unreported or its shard has no leader): the age
+	// Settings.LearnerTimeout bounds. A learner missing here is never
+	// judged stuck.
 	LearnerSince map[ids.ShardID]map[ids.ReplicaID]time.Time
 	// StuckLearners holds, per shard, the nodes a stuck learner of it was
 	// removed from (a StepRemoveReplica with Stuck set, once done), and
