@@ -279,7 +279,8 @@ type learnerClock struct {
 // learnerAges returns, for each learner of shards, since when it has been
 // stuck (View.LearnerSince): the clock restarts at now whenever the
 // learner could not have caught up, or did make progress. That is, when a
-// view first lists it, when its node has no fresh report of it, when no
+// view first lists it, when its node has no fresh report (a report that
+// does not list the replica counts as applied index 0), when no
 // fresh report names a leader of its shard (no leader sends it the log or
 // a snapshot: an outage of the shard's quorum is not the learner's node's
 // fault), and when its applied index moved. So a learner is judged stuck
@@ -301,10 +302,10 @@ func (m *placementState) learnerAges(now time.Time, s scheduler.Settings, shards
 				led = m.shardLed(now, s, shard)
 			}
 			id := ids.ReplicaID(r.GetReplicaId())
-			st := m.replicaReport(now, s, ids.NodeID(r.GetNodeId()), shard, id)
+			applied, fresh := m.learnerApplied(now, s, ids.NodeID(r.GetNodeId()), shard, id)
 			c, ok := m.learnerSince[shard][id]
-			if !ok || st == nil || !led || st.GetAppliedIndex() != c.applied {
-				c = learnerClock{applied: st.GetAppliedIndex(), since: now}
+			if !ok || !fresh || !led || applied != c.applied {
+				c = learnerClock{applied: applied, since: now}
 			}
 			seen[shard][id], out[shard][id] = c, c.since
 		}
@@ -313,19 +314,22 @@ func (m *placementState) learnerAges(now time.Time, s scheduler.Settings, shards
 	return out
 }
 
-// replicaReport is replica id of shard as node's fresh report lists it,
-// or nil. m.mu is held.
-func (m *placementState) replicaReport(now time.Time, s scheduler.Settings, node ids.NodeID, shard ids.ShardID, id ids.ReplicaID) *concordpb.ReplicaStatus {
+// learnerApplied returns the applied index node's fresh report gives
+// replica id of shard, and whether node has a fresh report: a fresh report
+// that does not list the replica counts as applied index 0 (a node that
+// could not even create it, its first snapshot refused, is the stuck
+// learner's case itself). m.mu is held.
+func (m *placementState) learnerApplied(now time.Time, s scheduler.Settings, node ids.NodeID, shard ids.ShardID, id ids.ReplicaID) (uint64, bool) {
 	rep, ok := m.reports[node]
 	if !ok || !rep.Fresh(now, s) {
-		return nil
+		return 0, false
 	}
 	for _, rs := range rep.Replicas {
 		if ids.ShardID(rs.GetShardId()) == shard && ids.ReplicaID(rs.GetReplicaId()) == id {
-			return rs
+			return rs.GetAppliedIndex(), true
 		}
 	}
-	return nil
+	return 0, true
 }
 
 // shardLed reports whether a fresh report names a leader of shard. m.mu

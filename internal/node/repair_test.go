@@ -157,8 +157,8 @@ func TestPlacementViewLearnerAges(t *testing.T) {
 			{ReplicaId: 1, NodeId: 1, Role: voter}, {ReplicaId: 4, NodeId: 3, Role: role}}}}
 	}
 	// report sets the nodes' reports, received at: node 1 leads shard 7
-	// when led, node 3's learner has applied index applied (none: no
-	// report of it).
+	// when led, node 3's learner has applied index applied (none: node 3
+	// has no report).
 	report := func(at time.Time, led bool, applied uint64, none bool) {
 		m.reports = map[ids.NodeID]scheduler.Report{
 			1: {At: at, Replicas: []*concordpb.ReplicaStatus{{ShardId: 7, ReplicaId: 1, IsLeader: led, AppliedIndex: 90}}},
@@ -166,6 +166,12 @@ func TestPlacementViewLearnerAges(t *testing.T) {
 		if !none {
 			m.reports[3] = scheduler.Report{At: at, Replicas: []*concordpb.ReplicaStatus{{ShardId: 7, ReplicaId: 4, AppliedIndex: applied}}}
 		}
+	}
+	// unhosted sets a fresh report of node 3 that does not list the
+	// learner (its first snapshot was refused: it never created it).
+	unhosted := func(at time.Time) {
+		report(at, true, 0, false)
+		m.reports[3] = scheduler.Report{At: at}
 	}
 	since := func(at time.Time, role concordpb.ReplicaRole) time.Time {
 		t.Helper()
@@ -193,7 +199,7 @@ func TestPlacementViewLearnerAges(t *testing.T) {
 		noReport bool
 	}{
 		{name: "its applied index moved", led: true, applied: 5},
-		{name: "no fresh report of it", led: true, applied: 5, noReport: true},
+		{name: "no fresh report from its node", led: true, applied: 5, noReport: true},
 		{name: "no leader of its shard", led: false, applied: 5},
 	} {
 		at = at.Add(time.Hour)
@@ -208,6 +214,21 @@ func TestPlacementViewLearnerAges(t *testing.T) {
 	if got := since(at, learner); !got.Equal(restarted) {
 		t.Fatalf("led again, same applied index: since %v, want %v", got, restarted)
 	}
+	// A node that reports but does not host the learner (it could not
+	// even create it): applied index 0, no progress, the clock runs.
+	at = at.Add(time.Hour)
+	unhosted(at)
+	if got := since(at, learner); !got.Equal(at) {
+		t.Fatalf("first view of the unhosted learner: since %v, want %v (applied 5 -> 0)", got, at)
+	}
+	unhostedSince := at
+	at = at.Add(time.Hour)
+	unhosted(at)
+	if got := since(at, learner); !got.Equal(unhostedSince) {
+		t.Fatalf("a node reporting without the learner an hour on: since %v, want %v (the clock runs)", got, unhostedSince)
+	}
+	report(at, true, 5, false)
+	since(at, learner)
 	stale := at.Add(s.ReportMaxAge + time.Second)
 	if got := since(stale, learner); !got.Equal(stale) {
 		t.Fatalf("reports older than ReportMaxAge: since %v, want %v (none fresh: restarted)", got, stale)
