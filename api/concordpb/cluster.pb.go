@@ -893,8 +893,15 @@ type ShardStatus struct {
 	IsMeta       bool                   `protobuf:"varint,6,opt,name=is_meta,json=isMeta,proto3" json:"is_meta,omitempty"`
 	// Fewer voters on UP or SUSPECT nodes than the shard should have.
 	UnderReplicated bool `protobuf:"varint,7,opt,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The shard's approximate size on disk as the placement leader last saw
+	// it: the largest ReplicaStatus.approx_bytes a fresh report gives for a
+	// replica of it (what placement checks a new replica against). A node
+	// answering with its own replicas only gives its own replica's last
+	// measurement. 0: unknown (no fresh report gives a size, or the data is
+	// not yet flushed to disk).
+	ApproxBytes   uint64 `protobuf:"varint,8,opt,name=approx_bytes,json=approxBytes,proto3" json:"approx_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
@@ -974,6 +981,13 @@ func (x *ShardStatus) GetUnderReplicated() bool {
 		return x.UnderReplicated
 	}
 	return false
+}
+
+func (x *ShardStatus) GetApproxBytes() uint64 {
+	if x != nil {
+		return x.ApproxBytes
+	}
+	return 0
 }
 
 type StatusResponse struct {
@@ -2018,7 +2032,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x0fdisk_free_bytes\x18\b \x01(\x04R\rdiskFreeBytes\x12,\n" +
 	"\x12disk_reserve_bytes\x18\t \x01(\x04R\x10diskReserveBytes\x12\x19\n" +
 	"\bdisk_low\x18\n" +
-	" \x01(\bR\adiskLow\"\x86\x02\n" +
+	" \x01(\bR\adiskLow\"\xa9\x02\n" +
 	"\vShardStatus\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12\x12\n" +
@@ -2026,7 +2040,8 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12\x17\n" +
 	"\ais_meta\x18\x06 \x01(\bR\x06isMeta\x12)\n" +
-	"\x10under_replicated\x18\a \x01(\bR\x0funderReplicated\"\xe6\x01\n" +
+	"\x10under_replicated\x18\a \x01(\bR\x0funderReplicated\x12!\n" +
+	"\fapprox_bytes\x18\b \x01(\x04R\vapproxBytes\"\xe6\x01\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12-\n" +
