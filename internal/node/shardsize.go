@@ -52,3 +52,12 @@ func (n *Node) approxBytes(now time.Time, shards []ids.ShardID) map[ids.ShardID]
 	}
 	return out
 }
+
+// measuredBytes returns shard's size as last measured for the heartbeats
+// (approxBytes), without measuring: 0 if it has not been (unknown).
+func (n *Node) measuredBytes(shard ids.ShardID) uint64 {
+	c := &n.shardSizes
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes[shard]
+}

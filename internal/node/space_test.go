@@ -498,3 +498,58 @@ func TestReplicaSizesReachThePlacementView(t *testing.T) {
 		return nil
 	})
 }
+
+// TestStatusShowsShardSizes: the Status RPC (`concord status`, `shard
+// list`) gives a shard holding data a size (ShardStatus.approx_bytes):
+// the placement leader's answer the largest its nodes report, and a
+// node's own view (the stale fallback) its replica's last measurement.
+func TestStatusShowsShardSizes(t *testing.T) {
+	nodes, _ := startClusterWith(t, []version.Level{0, 0, 0}, func(i int, cfg *Config, hooks *testHooks) {
+		hooks.shardSizeEvery = 50 * time.Millisecond
+	})
+	c, err := client.NewWithOptions(context.Background(), client.Options{Endpoints: []string{nodes[1].Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	value := make([]byte, 32<<10)
+	for i := range 64 {
+		_, _ = rand.Read(value)
+		waitFor(t, 10*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _, err := c.Put(ctx, fmt.Appendf(nil, "size-%d", i), value)
+			return err
+		})
+	}
+	userSize := func(st *concordpb.StatusResponse) (uint64, error) {
+		for _, ss := range st.GetShards() {
+			if !ss.GetIsMeta() {
+				return ss.GetApproxBytes(), nil
+			}
+		}
+		return 0, errors.New("no user shard in the status")
+	}
+	waitFor(t, 20*time.Second, func() error {
+		for _, n := range nodes {
+			if err := n.eng.Flush(); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := c.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if b, err := userSize(st); err != nil || b < 1<<20 {
+			return fmt.Errorf("status from node %d: user shard at %d bytes (%v); want 1 MiB or more", st.GetAnsweredByNodeId(), b, err)
+		}
+		for _, n := range nodes {
+			if b, err := userSize(n.localStatus()); err != nil || b < 1<<20 {
+				return fmt.Errorf("node %d's own view: user shard at %d bytes (%v); want 1 MiB or more", n.ID(), b, err)
+			}
+		}
+		return nil
+	})
+}

@@ -13,7 +13,8 @@ import (
 )
 
 // localStatus reports only this node's replicas, when the placement leader
-// cannot be reached.
+// cannot be reached. A shard's size is its replica's here, as last
+// measured for the heartbeats (0 until the first).
 func (n *Node) localStatus() *concordpb.StatusResponse {
 	resp := &concordpb.StatusResponse{ClusterId: n.ident.Load().GetClusterId(), AnsweredByNodeId: uint64(n.ID()),
 		ClusterVersion: n.clusterVersion.Load()}
@@ -24,6 +25,7 @@ func (n *Node) localStatus() *concordpb.StatusResponse {
 		resp.Shards = append(resp.Shards, &concordpb.ShardStatus{
 			Shard: info.Desc, LeaderNodeId: uint64(info.LeaderNode), Term: info.Term,
 			CommitIndex: info.Commit, AppliedIndex: info.Applied, IsMeta: info.Shard == routing.MetaShard,
+			ApproxBytes: n.measuredBytes(info.Shard),
 		})
 	}
 	sort.Slice(resp.Shards, func(i, j int) bool {
@@ -35,7 +37,8 @@ func (n *Node) localStatus() *concordpb.StatusResponse {
 // clusterStatus is the placement leader's whole-cluster view: the placement
 // state, with each node's last heartbeat report. A node's state is the
 // scheduler's judgement as of now (the meta shard records it within a
-// repair round), and each shard says whether it is under-replicated.
+// repair round), and each shard says whether it is under-replicated and
+// its size as placement takes it (scheduler.ShardSizes).
 //
 // If linearizable, it first confirms this node's leadership of the meta
 // shard (confirmPlacementLeader), as a heartbeat's answer does: a leader
@@ -84,9 +87,11 @@ func (n *Node) clusterStatus(ctx context.Context, linearizable bool) (*concordpb
 	for _, h := range scheduler.Health(v) {
 		under[h.Shard] = h.UnderReplicated
 	}
+	sizes := scheduler.ShardSizes(v)
 	for _, d := range v.Shards {
 		ss := n.shardStatus(d, leaders[ids.ShardID(d.GetShardId())].Status)
 		ss.UnderReplicated = under[ids.ShardID(d.GetShardId())]
+		ss.ApproxBytes = sizes[ids.ShardID(d.GetShardId())]
 		resp.Shards = append(resp.Shards, ss)
 	}
 	return resp, nil

@@ -24,7 +24,7 @@ func checkSteps(t *testing.T, v View, steps []Step) {
 	if !slices.IsSortedFunc(steps, func(a, b Step) int { return cmp.Compare(a.Shard, b.Shard) }) {
 		t.Fatalf("steps not in shard order:\n%s", DescribeSteps(steps))
 	}
-	judged, low, sizes := NodeStates(v), LowOnSpace(v), shardSizes(v)
+	judged, low, sizes := NodeStates(v), LowOnSpace(v), ShardSizes(v)
 	seen := map[ids.ShardID]bool{}
 	for _, s := range steps {
 		if s.Kind == StepMarkNode {

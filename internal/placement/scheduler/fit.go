@@ -46,10 +46,11 @@ func SpaceMargin(reserve uint64) uint64 {
 	return min(max(reserve/10, minSpaceMargin), reserve)
 }
 
-// shardSizes returns, per shard, the largest ApproxBytes a fresh report
+// ShardSizes returns, per shard, the largest ApproxBytes a fresh report
 // gives for a replica of it; a shard no replica gave a size for is
-// missing (unknown).
-func shardSizes(v View) map[ids.ShardID]uint64 {
+// missing (unknown). Placement checks a new replica's room against it,
+// and the status pages show it (ShardStatus.approx_bytes).
+func ShardSizes(v View) map[ids.ShardID]uint64 {
 	out := map[ids.ShardID]uint64{}
 	for _, rep := range v.Reports {
 		if !rep.Fresh(v.Now, v.Settings) {

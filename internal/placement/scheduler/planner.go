@@ -34,7 +34,7 @@ type planner struct {
 	// fill it (the transport's SnapshotDiskMargin). Nor to a node where a
 	// shard's snapshot would not fit above the reserve (fits).
 	low map[ids.NodeID]bool
-	// size is, per shard, its size as fresh reports give it (shardSizes;
+	// size is, per shard, its size as fresh reports give it (ShardSizes;
 	// missing: unknown), and incoming, per node, the bytes of the
 	// replicas on their way there: learners not caught up, adds in flight
 	// and those planned this round. See fits.
@@ -75,7 +75,7 @@ func newPlanner(v View) *planner {
 		wiped: replacements(v), low: LowOnSpace(v),
 		replicas: map[ids.NodeID]int{}, leaving: map[ids.NodeID]int{}, leads: map[ids.NodeID]int{}, moves: map[ids.NodeID]int{},
 		vias: map[ids.ShardID]ids.NodeID{}, victims: map[ids.ShardID][]*concordpb.ReplicaDescriptor{},
-		adding: map[ids.ShardID]int{}, size: shardSizes(v), incoming: map[ids.NodeID]uint64{},
+		adding: map[ids.ShardID]int{}, size: ShardSizes(v), incoming: map[ids.NodeID]uint64{},
 	}
 	p.nameLeaders()
 	p.inherited = p.inheritedShards()
