@@ -11,7 +11,7 @@ import (
 
 // TestListJSONContract pins the JSON that scripts read from `node list` and
 // `shard list`: field names, lower-case states and roles, node ids in
-// replicas, the meta shard left out unless asked for, and every column of
+// replicas, a shard's size in bytes, the meta shard left out unless asked for, and every column of
 // the table (VERSION too: a script must not have to parse the table for it).
 func TestListJSONContract(t *testing.T) {
 	st := &concordpb.StatusResponse{
@@ -23,7 +23,7 @@ func TestListJSONContract(t *testing.T) {
 			{Shard: &concordpb.ShardDescriptor{ShardId: 0}, IsMeta: true},
 			{Shard: &concordpb.ShardDescriptor{ShardId: 1, StartHash: 0, EndHash: 99, Epoch: 3, KeyHash: 1, Replicas: []*concordpb.ReplicaDescriptor{
 				{ReplicaId: 1, NodeId: 1}, {ReplicaId: 7, NodeId: 2, Role: concordpb.ReplicaRole_REPLICA_LEARNER}}},
-				LeaderNodeId: 1, UnderReplicated: true},
+				LeaderNodeId: 1, UnderReplicated: true, ApproxBytes: 7 << 20},
 		},
 	}
 	var nodes []map[string]any
@@ -36,7 +36,7 @@ func TestListJSONContract(t *testing.T) {
 	}
 	var shards []map[string]any
 	roundTrip(t, shardsJSON(st, false), &shards)
-	want := `[{"end_hash":99,"epoch":3,"id":1,"key_hash":"tags","leader":1,"meta":false,"replica_ids":[1,7],"replicas":[1,2],"roles":["voter","learner"],"start_hash":0,"under_replicated":true}]`
+	want := `[{"approx_bytes":7340032,"end_hash":99,"epoch":3,"id":1,"key_hash":"tags","leader":1,"meta":false,"replica_ids":[1,7],"replicas":[1,2],"roles":["voter","learner"],"start_hash":0,"under_replicated":true}]`
 	if got, _ := json.Marshal(shards); string(got) != want {
 		t.Fatalf("shard list JSON:\n got %s\nwant %s", got, want)
 	}
@@ -65,6 +65,37 @@ func TestShardListTextShowsKeyHash(t *testing.T) {
 	if !strings.Contains(b.String(), "tags") {
 		t.Fatalf("shard list table does not show key_hash:\n%s", b.String())
 	}
+}
+
+// TestShardSizeColumns: `shard list` and `status` show each shard's size
+// (ShardStatus.approx_bytes) in a SIZE column after the existing ones,
+// in the units node list uses, and "-" for a shard of unknown size.
+func TestShardSizeColumns(t *testing.T) {
+	st := &concordpb.StatusResponse{Shards: []*concordpb.ShardStatus{
+		{Shard: &concordpb.ShardDescriptor{ShardId: 1}, ApproxBytes: 12<<20 + 3<<20/10},
+		{Shard: &concordpb.ShardDescriptor{ShardId: 2}},
+		{Shard: &concordpb.ShardDescriptor{ShardId: 3}, ApproxBytes: 5 << 30},
+	}}
+	check := func(cmd, table string) {
+		t.Helper()
+		lines := strings.Split(strings.TrimSpace(table), "\n")
+		if len(lines) < 4 {
+			t.Fatalf("%s table:\n%s", cmd, table)
+		}
+		lines = lines[len(lines)-4:] // the shard table: header and three shards
+		ends := []string{"UNDER-REPLICATED  SIZE", "12.3M", "-", "5.0G"}
+		for i, end := range ends {
+			if !strings.HasSuffix(strings.TrimRight(lines[i], " "), end) {
+				t.Fatalf("%s table: line %d should end with %q:\n%s", cmd, i, end, table)
+			}
+		}
+	}
+	var b strings.Builder
+	printShards(&b, shardsJSON(st, false))
+	check("shard list", b.String())
+	b.Reset()
+	printStatus(&b, st)
+	check("status", b.String())
 }
 
 // TestNodeListShowsLowSpace: `node list` shows each node's free space and

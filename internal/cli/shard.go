@@ -38,6 +38,10 @@ type shardJSON struct {
 	// tags, every cluster bootstrapped since they exist) or "whole" (the
 	// whole key, clusters bootstrapped before).
 	KeyHash string `json:"key_hash"`
+	// ApproxBytes is the shard's approximate size on disk as the placement
+	// leader last saw it (the largest its replicas' nodes report); 0:
+	// unknown.
+	ApproxBytes uint64 `json:"approx_bytes"`
 }
 
 func newShardListCmd() *cobra.Command {
@@ -46,7 +50,7 @@ func newShardListCmd() *cobra.Command {
 	var meta bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "Show every user shard: hash range, replicas with roles, leader, epoch, under-replication",
+		Short: "Show every user shard: hash range, replicas with roles, leader, epoch, under-replication, size",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := f.status(stale)
@@ -76,7 +80,8 @@ func shardsJSON(st *concordpb.StatusResponse, meta bool) []shardJSON {
 		d := ss.GetShard()
 		s := shardJSON{ID: d.GetShardId(), Meta: ss.GetIsMeta(), StartHash: d.GetStartHash(), EndHash: d.GetEndHash(),
 			Replicas: []uint64{}, ReplicaIDs: []uint64{}, Roles: []string{},
-			Leader: ss.GetLeaderNodeId(), Epoch: d.GetEpoch(), UnderReplicated: ss.GetUnderReplicated(), KeyHash: keyHashName(d.GetKeyHash())}
+			Leader: ss.GetLeaderNodeId(), Epoch: d.GetEpoch(), UnderReplicated: ss.GetUnderReplicated(), KeyHash: keyHashName(d.GetKeyHash()),
+			ApproxBytes: ss.GetApproxBytes()}
 		for _, r := range d.GetReplicas() {
 			s.Replicas = append(s.Replicas, r.GetNodeId())
 			s.ReplicaIDs = append(s.ReplicaIDs, r.GetReplicaId())
@@ -103,7 +108,7 @@ func roleName(r concordpb.ReplicaRole) string {
 
 func printShards(out io.Writer, shards []shardJSON) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SHARD\tHASH RANGE\tKEY HASH\tLEADER\tEPOCH\tREPLICAS (replica@node role)\tUNDER-REPLICATED")
+	fmt.Fprintln(w, "SHARD\tHASH RANGE\tKEY HASH\tLEADER\tEPOCH\tREPLICAS (replica@node role)\tUNDER-REPLICATED\tSIZE")
 	for _, s := range shards {
 		name := fmt.Sprint(s.ID)
 		if s.Meta {
@@ -121,7 +126,17 @@ func printShards(out io.Writer, shards []shardJSON) {
 		if s.UnderReplicated {
 			under = "yes"
 		}
-		fmt.Fprintf(w, "%s\t%016x-%016x\t%s\t%s\t%d\t%s\t%s\n", name, s.StartHash, s.EndHash, s.KeyHash, leader, s.Epoch, strings.Join(reps, ", "), under)
+		fmt.Fprintf(w, "%s\t%016x-%016x\t%s\t%s\t%d\t%s\t%s\t%s\n", name, s.StartHash, s.EndHash, s.KeyHash, leader, s.Epoch, strings.Join(reps, ", "), under,
+			shardSize(s.ApproxBytes))
 	}
 	w.Flush()
+}
+
+// shardSize is a shard's approximate size as the tables show it (as
+// node list shows disk bytes), "-" when unknown (0).
+func shardSize(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	return diskSize(b)
 }

@@ -16,7 +16,7 @@ func newStatusCmd() *cobra.Command {
 	var stale bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the cluster's nodes and every shard's leader, term, applied index and replicas",
+		Short: "Show the cluster's nodes and every shard's leader, term, applied index, replicas and size",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := f.status(stale)
@@ -40,7 +40,7 @@ func printStatus(out io.Writer, st *concordpb.StatusResponse) {
 	printNodes(out, st)
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SHARD\tLEADER\tTERM\tCOMMIT\tAPPLIED\tEPOCH\tREPLICAS (replica@node)\tUNDER-REPLICATED")
+	fmt.Fprintln(w, "SHARD\tLEADER\tTERM\tCOMMIT\tAPPLIED\tEPOCH\tREPLICAS (replica@node)\tUNDER-REPLICATED\tSIZE")
 	for _, ss := range st.GetShards() {
 		name := fmt.Sprint(ss.GetShard().GetShardId())
 		if ss.GetIsMeta() {
@@ -62,8 +62,8 @@ func printStatus(out io.Writer, st *concordpb.StatusResponse) {
 		if ss.GetUnderReplicated() {
 			under = "yes"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", name, leader, ss.GetTerm(), ss.GetCommitIndex(), ss.GetAppliedIndex(),
-			ss.GetShard().GetEpoch(), strings.Join(reps, " "), under)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", name, leader, ss.GetTerm(), ss.GetCommitIndex(), ss.GetAppliedIndex(),
+			ss.GetShard().GetEpoch(), strings.Join(reps, " "), under, shardSize(ss.GetApproxBytes()))
 	}
 	w.Flush()
 }
