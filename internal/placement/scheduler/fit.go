@@ -19,9 +19,11 @@ import (
 // where free and reserve are N's last report's (Report.DiskFree,
 // DiskReserve), size(S) is the largest ApproxBytes any fresh report
 // gives for a replica of S, and incoming(N) is the size of the replicas
-// on their way to N: learners there not caught up, adds and replacements
-// in flight that the descriptors do not show yet, and the learners
-// planned for N earlier in the round. The margin is the one a low node
+// on their way to N: learners there not caught up, replicas there that
+// N's last report does not list yet (just arrived: N measured its free
+// bytes before them), adds and replacements in flight that the
+// descriptors do not show yet, and the learners planned for N earlier in
+// the round. The margin is the one a low node
 // must regain to be low no more, so that a replica placed by this rule
 // does not leave its node low once it has arrived. A shard of unknown
 // size (0: a node from before sizes, or data not flushed yet), a node
@@ -66,19 +68,38 @@ func ShardSizes(v View) map[ids.ShardID]uint64 {
 	return out
 }
 
-// countIncoming adds, per node, the size of the learners in the
-// descriptors that are not caught up yet: their snapshot may still be
-// on its way (see fits). Adds in flight are counted by countInFlight,
-// the learners planned this round by planAdd.
+// countIncoming adds, per node, the size of the replicas in the
+// descriptors whose data the node's free bytes may not show yet (see
+// fits): learners not caught up (their snapshot may still be on its way),
+// and any replica the node's last report does not list (an add just
+// done, even promoted since: the node measured its free bytes before the
+// snapshot arrived, and the executor's kick plans the next round at
+// once). Adds in flight are counted by countInFlight, the learners
+// planned this round by planAdd.
 func (p *planner) countIncoming() {
+	reported := map[replicaKey]bool{}
+	for node, rep := range p.v.Reports {
+		for _, rs := range rep.Replicas {
+			reported[replicaKey{node, ids.ShardID(rs.GetShardId()), ids.ReplicaID(rs.GetReplicaId())}] = true
+		}
+	}
 	for _, d := range p.shards {
 		shard := ids.ShardID(d.GetShardId())
 		for _, r := range d.GetReplicas() {
-			if r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER && !p.caughtUp(shard, r) {
-				p.addIncoming(ids.NodeID(r.GetNodeId()), shard)
+			node := ids.NodeID(r.GetNodeId())
+			behind := r.GetRole() == concordpb.ReplicaRole_REPLICA_LEARNER && !p.caughtUp(shard, r)
+			if behind || !reported[replicaKey{node, shard, ids.ReplicaID(r.GetReplicaId())}] {
+				p.addIncoming(node, shard)
 			}
 		}
 	}
+}
+
+// replicaKey names a replica as a node's report lists it.
+type replicaKey struct {
+	node    ids.NodeID
+	shard   ids.ShardID
+	replica ids.ReplicaID
 }
 
 // addIncoming counts a replica of shard on its way to node.
