@@ -53,7 +53,7 @@ type placementState struct {
 	// lastRound is when this node, as placement leader, last ran a
 	// scheduler round (guarded by mu); zero while it does not lead.
 	lastRound time.Time
-	// learnerSince holds, per shard and learner replica, since when the
+	// learnerSince holds, per shard and learner replica, how long the
 	// learner has made no progress although it could have (guarded by mu;
 	// learnerAges): the age the scheduler bounds (View.LearnerSince,
 	// Settings.LearnerTimeout). A learner promoted or removed is dropped;
@@ -269,24 +269,26 @@ func (m *placementState) view(now time.Time, s scheduler.Settings, nodes []*conc
 }
 
 // learnerClock is what view keeps of a learner: the applied index it
-// last reported, and since when it has reported that index with its
-// shard led all along.
+// last reported, how long it has reported that index while its shard was
+// led (stuck), and when that was last brought up to date.
 type learnerClock struct {
 	applied uint64
-	since   time.Time
+	stuck   time.Duration
+	last    time.Time
 }
 
 // learnerAges returns, for each learner of shards, since when it has been
-// stuck (View.LearnerSince): the clock restarts at now whenever the
-// learner could not have caught up, or did make progress. That is, when a
-// view first lists it, when its node has no fresh report (a report that
-// does not list the replica counts as applied index 0), when no
-// fresh report names a leader of its shard (no leader sends it the log or
-// a snapshot: an outage of the shard's quorum is not the learner's node's
-// fault), and when its applied index moved. So a learner is judged stuck
-// only after LearnerTimeout of a led shard and no progress: a snapshot that
-// never fits, never one that is slow but arrives within it, or one held
-// up by the shard. m.mu is held.
+// stuck (View.LearnerSince): now less the time it has reported the same
+// applied index while its shard was led. The count starts at zero when a
+// view first lists the learner and again whenever its applied index
+// moves (progress); it pauses, keeping what it has, while the learner's
+// node has no fresh report or no fresh report names a leader of its shard
+// (an outage of the shard is not the learner's node's fault, and a
+// leadership change or a late heartbeat must not wipe out the half hour
+// a learner that never fits has already spent). A fresh report that does
+// not list the learner counts as applied index 0: a node that refused its
+// first snapshot never creates the replica. So a learner is judged stuck
+// only after LearnerTimeout of a led shard without progress. m.mu is held.
 func (m *placementState) learnerAges(now time.Time, s scheduler.Settings, shards []*concordpb.ShardDescriptor) map[ids.ShardID]map[ids.ReplicaID]time.Time {
 	seen := make(map[ids.ShardID]map[ids.ReplicaID]learnerClock)
 	out := make(map[ids.ShardID]map[ids.ReplicaID]time.Time)
@@ -304,10 +306,16 @@ func (m *placementState) learnerAges(now time.Time, s scheduler.Settings, shards
 			id := ids.ReplicaID(r.GetReplicaId())
 			applied, fresh := m.learnerApplied(now, s, ids.NodeID(r.GetNodeId()), shard, id)
 			c, ok := m.learnerSince[shard][id]
-			if !ok || !fresh || !led || applied != c.applied {
-				c = learnerClock{applied: applied, since: now}
+			switch {
+			case !ok || fresh && applied != c.applied:
+				c = learnerClock{applied: applied, last: now}
+			case fresh && led:
+				c.stuck += now.Sub(c.last)
+				c.last = now
+			default: // paused
+				c.last = now
 			}
-			seen[shard][id], out[shard][id] = c, c.since
+			seen[shard][id], out[shard][id] = c, now.Add(-c.stuck)
 		}
 	}
 	m.learnerSince = seen

@@ -171,11 +171,11 @@ type View struct {
 	// Schedule consults it; Leaders reports what heartbeats say.
 	LeaderOverride map[ids.ShardID]ids.NodeID
 
-	// LearnerSince holds, per shard and learner (by replica id), since
-	// when the learner has reported the same applied index while its
-	// shard was led, as the planning node has observed (it restarts the
-	// time when the learner first appears, makes progress, goes
-	// unreported or its shard has no leader): the age
+	// LearnerSince holds, per shard and learner (by replica id), now
+	// less how long the learner has reported the same applied index while
+	// its shard was led, as the planning node has observed (the count
+	// starts when the learner first appears or makes progress, and pauses
+	// while it goes unreported or its shard has no leader): the age
 	// Settings.LearnerTimeout bounds. A learner missing here is never
 	// judged stuck.
 	LearnerSince map[ids.ShardID]map[ids.ReplicaID]time.Time
