@@ -115,7 +115,8 @@
 // a shard's size is the largest ReplicaStatus.approx_bytes a fresh report
 // gives for it, and incoming are the node's learners not caught up, the
 // adds in flight to it, the learners planned for it earlier in the round
-// and the replicas its last report does not list yet. An unknown size (0), a guard off (reserve 0) or no report since
+// and the replicas its last report does not list with data (applied
+// index above 0) yet. An unknown size (0), a guard off (reserve 0) or no report since
 // View.ObservedSince skip the check (fit.go). A learner that cannot take
 // its snapshot anyway (the estimate is approximate; the disk filled
 // since) is stuck, rule 4.

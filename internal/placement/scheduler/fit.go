@@ -20,8 +20,8 @@ import (
 // DiskReserve), size(S) is the largest ApproxBytes any fresh report
 // gives for a replica of S, and incoming(N) is the size of the replicas
 // on their way to N: learners there not caught up, replicas there that
-// N's last report does not list yet (just arrived: N measured its free
-// bytes before them), adds and replacements in flight that the
+// N's last report does not list at an applied index above 0 (just
+// arrived: N measured its free bytes before them), adds and replacements in flight that the
 // descriptors do not show yet, and the learners planned for N earlier in
 // the round. The margin is the one a low node
 // must regain to be low no more, so that a replica placed by this rule
@@ -71,16 +71,19 @@ func ShardSizes(v View) map[ids.ShardID]uint64 {
 // countIncoming adds, per node, the size of the replicas in the
 // descriptors whose data the node's free bytes may not show yet (see
 // fits): learners not caught up (their snapshot may still be on its way),
-// and any replica the node's last report does not list (an add just
-// done, even promoted since: the node measured its free bytes before the
-// snapshot arrived, and the executor's kick plans the next round at
-// once). Adds in flight are counted by countInFlight, the learners
-// planned this round by planAdd.
+// and any replica the node's last report does not list with data, at an
+// applied index above 0 (an add just done, even promoted since: the node
+// created the replica empty at the leader's first message and listed it
+// at applied 0, and measured its free bytes before the snapshot arrived;
+// the executor's kick plans the next round at once). Adds in flight are
+// counted by countInFlight, the learners planned this round by planAdd.
 func (p *planner) countIncoming() {
 	reported := map[replicaKey]bool{}
 	for node, rep := range p.v.Reports {
 		for _, rs := range rep.Replicas {
-			reported[replicaKey{node, ids.ShardID(rs.GetShardId()), ids.ReplicaID(rs.GetReplicaId())}] = true
+			if rs.GetAppliedIndex() > 0 {
+				reported[replicaKey{node, ids.ShardID(rs.GetShardId()), ids.ReplicaID(rs.GetReplicaId())}] = true
+			}
 		}
 	}
 	for _, d := range p.shards {

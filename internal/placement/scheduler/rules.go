@@ -167,12 +167,16 @@ func (p *planner) caughtUp(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bo
 }
 
 // stuck reports whether learner r of shard has been behind for longer
-// than Settings.LearnerTimeout: not caught up (caughtUp), and without
-// progress while its shard was led (View.LearnerSince) for longer than
-// that. A learner with no such time is not stuck.
+// than Settings.LearnerTimeout: without progress while its shard was led
+// (View.LearnerSince) for longer than that, and not caught up (caughtUp)
+// by a fresh report of its node. A learner with no such time is not
+// stuck; nor is one whose node's report is stale right now (caughtUp
+// could not tell a learner waiting for its promotion from one behind).
 func (p *planner) stuck(shard ids.ShardID, r *concordpb.ReplicaDescriptor) bool {
 	since, ok := p.v.LearnerSince[shard][ids.ReplicaID(r.GetReplicaId())]
-	return ok && p.s.LearnerTimeout > 0 && p.v.Now.Sub(since) > p.s.LearnerTimeout && !p.caughtUp(shard, r)
+	rep, reported := p.v.Reports[ids.NodeID(r.GetNodeId())]
+	return ok && p.s.LearnerTimeout > 0 && p.v.Now.Sub(since) > p.s.LearnerTimeout &&
+		reported && rep.Fresh(p.v.Now, p.s) && !p.caughtUp(shard, r)
 }
 
 // avoided reports whether a stuck learner of shard was removed from node
