@@ -447,16 +447,7 @@ func TestReplicaSizesReachThePlacementView(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	value := make([]byte, 32<<10)
-	for i := range 64 {
-		_, _ = rand.Read(value)
-		waitFor(t, 10*time.Second, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, _, err := c.Put(ctx, fmt.Appendf(nil, "size-%d", i), value)
-			return err
-		})
-	}
+	putIncompressible(t, c)
 	waitFor(t, 20*time.Second, func() error {
 		for _, n := range nodes {
 			if err := n.eng.Flush(); err != nil {
@@ -512,16 +503,7 @@ func TestStatusShowsShardSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	value := make([]byte, 32<<10)
-	for i := range 64 {
-		_, _ = rand.Read(value)
-		waitFor(t, 10*time.Second, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, _, err := c.Put(ctx, fmt.Appendf(nil, "size-%d", i), value)
-			return err
-		})
-	}
+	putIncompressible(t, c)
 	userSize := func(st *concordpb.StatusResponse) (uint64, error) {
 		for _, ss := range st.GetShards() {
 			if !ss.GetIsMeta() {
@@ -552,4 +534,21 @@ func TestStatusShowsShardSizes(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// putIncompressible writes 2 MiB through c: 64 random (incompressible)
+// values of 32 KiB under keys size-0 … size-63, each retried until it
+// commits.
+func putIncompressible(t *testing.T, c *client.Client) {
+	t.Helper()
+	value := make([]byte, 32<<10)
+	for i := range 64 {
+		_, _ = rand.Read(value)
+		waitFor(t, 10*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _, err := c.Put(ctx, fmt.Appendf(nil, "size-%d", i), value)
+			return err
+		})
+	}
 }
