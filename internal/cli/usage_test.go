@@ -149,12 +149,7 @@ func TestBackupRefusesExistingFile(t *testing.T) {
 // node was named 127.0.0.1:0, which no one can dial; --peers with port
 // 70000 waited for ever for that peer).
 func TestServerRefusesUnreachableAddr(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	free := lis.Addr().String()
-	lis.Close() // free for the node to listen on, had it started
+	free := freeAddr(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -182,12 +177,7 @@ func TestServerRefusesUnreachableAddr(t *testing.T) {
 // default", so --shards 0 started 16 shards and --replicas 0 three
 // replicas without a word).
 func TestZeroCountsRefused(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	free := lis.Addr().String()
-	lis.Close() // free for the node to listen on, had it started
+	free := freeAddr(t)
 	for _, tc := range []struct {
 		flag, value, want string
 	}{
@@ -306,4 +296,17 @@ func TestFaultDiskLowArgsRefusedBeforeDialing(t *testing.T) {
 			t.Errorf("concord %s: %d connections made before the arguments were refused", strings.Join(tc.args, " "), n)
 		}
 	}
+}
+
+// freeAddr returns a 127.0.0.1 address whose port the OS just handed out
+// and that nothing listens on now: free for a node to listen on, had it
+// started.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
 }
