@@ -779,8 +779,12 @@ type NodeStatus struct {
 	DiskFreeBytes    uint64 `protobuf:"varint,8,opt,name=disk_free_bytes,json=diskFreeBytes,proto3" json:"disk_free_bytes,omitempty"`
 	DiskReserveBytes uint64 `protobuf:"varint,9,opt,name=disk_reserve_bytes,json=diskReserveBytes,proto3" json:"disk_reserve_bytes,omitempty"`
 	DiskLow          bool   `protobuf:"varint,10,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// From the node's last report: the tentative writes (available mode) it
+	// holds, not yet reconciled (HeartbeatRequest.tentative_writes). A
+	// drained LEAVING node waits for them to reach 0 before it is REMOVED.
+	TentativeWrites uint64 `protobuf:"varint,11,opt,name=tentative_writes,json=tentativeWrites,proto3" json:"tentative_writes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -881,6 +885,13 @@ func (x *NodeStatus) GetDiskLow() bool {
 		return x.DiskLow
 	}
 	return false
+}
+
+func (x *NodeStatus) GetTentativeWrites() uint64 {
+	if x != nil {
+		return x.TentativeWrites
+	}
+	return 0
 }
 
 type ShardStatus struct {
@@ -1459,8 +1470,14 @@ type HeartbeatRequest struct {
 	DiskFreeBytes    uint64 `protobuf:"varint,7,opt,name=disk_free_bytes,json=diskFreeBytes,proto3" json:"disk_free_bytes,omitempty"`
 	DiskReserveBytes uint64 `protobuf:"varint,8,opt,name=disk_reserve_bytes,json=diskReserveBytes,proto3" json:"disk_reserve_bytes,omitempty"`
 	DiskLow          bool   `protobuf:"varint,9,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The tentative writes (available mode) this node holds in its hint log,
+	// not yet reconciled: a LEAVING node is marked REMOVED only once a fresh
+	// report of it says 0 (or it is dead). 0 from a binary older than this
+	// field, which is the rule before it: such a node is removed once
+	// drained, whatever it holds.
+	TentativeWrites uint64 `protobuf:"varint,10,opt,name=tentative_writes,json=tentativeWrites,proto3" json:"tentative_writes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -1554,6 +1571,13 @@ func (x *HeartbeatRequest) GetDiskLow() bool {
 		return x.DiskLow
 	}
 	return false
+}
+
+func (x *HeartbeatRequest) GetTentativeWrites() uint64 {
+	if x != nil {
+		return x.TentativeWrites
+	}
+	return 0
 }
 
 // LowSpaceNode is a node the placement leader holds low on space, with the
@@ -2018,7 +2042,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x10descriptor_epoch\x18\t \x01(\x04R\x0fdescriptorEpoch\x12+\n" +
 	"\x04role\x18\n" +
 	" \x01(\x0e2\x17.concord.v1.ReplicaRoleR\x04role\x12!\n" +
-	"\fapprox_bytes\x18\v \x01(\x04R\vapproxBytes\"\xfc\x02\n" +
+	"\fapprox_bytes\x18\v \x01(\x04R\vapproxBytes\"\xa7\x03\n" +
 	"\n" +
 	"NodeStatus\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x12;\n" +
@@ -2032,7 +2056,8 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x0fdisk_free_bytes\x18\b \x01(\x04R\rdiskFreeBytes\x12,\n" +
 	"\x12disk_reserve_bytes\x18\t \x01(\x04R\x10diskReserveBytes\x12\x19\n" +
 	"\bdisk_low\x18\n" +
-	" \x01(\bR\adiskLow\"\xa9\x02\n" +
+	" \x01(\bR\adiskLow\x12)\n" +
+	"\x10tentative_writes\x18\v \x01(\x04R\x0ftentativeWrites\"\xa9\x02\n" +
 	"\vShardStatus\x121\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1b.concord.v1.ShardDescriptorR\x05shard\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12\x12\n" +
@@ -2077,7 +2102,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"D\n" +
 	"\x12RemoveNodeResponse\x12.\n" +
-	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\x8c\x03\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\xb7\x03\n" +
 	"\x10HeartbeatRequest\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.concord.v1.ReplicaStatusR\breplicas\x12D\n" +
@@ -2088,7 +2113,9 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\aversion\x18\x06 \x01(\rR\aversion\x12&\n" +
 	"\x0fdisk_free_bytes\x18\a \x01(\x04R\rdiskFreeBytes\x12,\n" +
 	"\x12disk_reserve_bytes\x18\b \x01(\x04R\x10diskReserveBytes\x12\x19\n" +
-	"\bdisk_low\x18\t \x01(\bR\adiskLow\"k\n" +
+	"\bdisk_low\x18\t \x01(\bR\adiskLow\x12)\n" +
+	"\x10tentative_writes\x18\n" +
+	" \x01(\x04R\x0ftentativeWrites\"k\n" +
 	"\fLowSpaceNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
