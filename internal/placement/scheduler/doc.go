@@ -43,7 +43,8 @@
 // # What it plans
 //
 // Marks first: a StepMarkNode for every node whose judged state differs
-// from the recorded one, and REMOVED for a LEAVING node no descriptor lists.
+// from the recorded one, and REMOVED for a LEAVING node no descriptor lists
+// once it holds no tentative writes (a fresh report says 0) or is DEAD.
 // Then, per shard, at most one step, the first rule that applies (a busy
 // shard, one with no known leader, or one without a live quorum of voters
 // gets none; a leader on a node that is not live — DEAD, REPLACED,

@@ -31,7 +31,7 @@ import (
 //	                                        replica@node; a trailing l: learner
 //	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
 //	       [led-by=2] [commit=10] [applied=10] [desc-epoch=3] [low]
-//	       [free=10G] [reserve=1G] [size=(s1:2G,s2:10M)]
+//	       [free=10G] [reserve=1G] [size=(s1:2G,s2:10M)] [tentative=3]
 //	                                        received age before now; followers
 //	                                        name the replica on node led-by
 //	                                        as leader; every replica reports
@@ -44,7 +44,9 @@ import (
 //	                                        size: the approx_bytes its replica
 //	                                        of each shard named reports
 //	                                        (default 0: unknown); bytes take
-//	                                        a K, M or G suffix (binary)
+//	                                        a K, M or G suffix (binary);
+//	                                        tentative: the tentative writes
+//	                                        it holds (default 0)
 //	observed age=30s                        ObservedSince = now - age
 //	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
@@ -208,6 +210,9 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 	}
 	if d.HasArg("reserve") {
 		r.DiskReserve = byteCount(t, d, oneValue(t, d, "reserve"))
+	}
+	if d.HasArg("tentative") {
+		r.Tentative = number(t, d, "tentative")
 	}
 	sizes := map[uint64]uint64{}
 	if arg, ok := d.Arg("size"); ok {

@@ -131,12 +131,13 @@ func silence(v View, node ids.NodeID, rec concordpb.NodeState) concordpb.NodeSta
 // marks returns a StepMarkNode for every node whose judged state differs
 // from the recorded one (UP, SUSPECT and DEAD only), so the meta shard
 // records what the scheduler acts on, and for every LEAVING node that no
-// shard's descriptor lists any more (it is drained: REMOVED) and that no
-// step still executing involves: an add-learner planned before the node
-// was marked LEAVING puts a replica there (and promotes it) that no
-// descriptor shows yet. While a shard is busy with a step the view does
-// not know (View.InFlight alone, or one an earlier placement leader may
-// still run: planner.inheritedShards), no node is marked REMOVED.
+// shard's descriptor lists any more (it is drained: REMOVED), that no
+// step still executing involves (an add-learner planned before the node
+// was marked LEAVING puts a replica there, and promotes it, that no
+// descriptor shows yet) and that holds no tentative writes (holdsHints).
+// While a shard is busy with a step the view does not know (View.InFlight
+// alone, or one an earlier placement leader may still run:
+// planner.inheritedShards), no node is marked REMOVED.
 func (p *planner) marks() []Step {
 	held := map[ids.NodeID]bool{}
 	for _, d := range p.v.Shards {
@@ -165,11 +166,34 @@ func (p *planner) marks() []Step {
 				out = append(out, mark)
 			}
 		case concordpb.NodeState_NODE_LEAVING:
-			if !held[id] && !unknownStep {
+			if !held[id] && !unknownStep && !holdsHints(p.v, id, p.nodes[id]) {
 				mark.State = concordpb.NodeState_NODE_REMOVED
 				out = append(out, mark)
 			}
 		}
 	}
 	return out
+}
+
+// holdsHints reports whether the removal of LEAVING node id, judged j,
+// waits for tentative writes (available mode) it may hold: a removed node
+// never serves again, so the writes it holds would be lost with it, and
+// only it can reconcile them. It waits unless the node is judged DEAD (no
+// one can reconcile its writes while it is down, and a dead node must not
+// hold its removal up for ever: it is removed as before, and says what it
+// lost if it is started again) or its last report is fresh
+// (Settings.ReportMaxAge) and says it holds none (Report.Tentative). A
+// live node whose last report is stale (SUSPECT, or silent a little
+// longer than ReportMaxAge), or that has not reported to this placement
+// leader yet, waits too: it may be reconciling and report 0 next, and
+// removing it on an old count would lose what it took since; it waits at
+// most until DeadAfter of silence. A node older than
+// HeartbeatRequest.tentative_writes reports 0: it is removed once
+// drained, the rule before the field.
+func holdsHints(v View, id ids.NodeID, j judgement) bool {
+	if !j.live {
+		return false
+	}
+	r, ok := v.Reports[id]
+	return !ok || !r.Fresh(v.Now, v.Settings) || r.Tentative > 0
 }

@@ -120,6 +120,12 @@ type Report struct {
 	// (ReplicaStatus.approx_bytes), they decide whether a shard fits on
 	// the node (fit.go).
 	DiskFree, DiskReserve uint64
+	// Tentative is the number of tentative writes (available mode) the
+	// node said it holds, not yet reconciled
+	// (HeartbeatRequest.tentative_writes): a drained LEAVING node is not
+	// marked REMOVED while a fresh report says it holds any (see marks).
+	// A node older than the field says 0, which is the rule before it.
+	Tentative uint64
 }
 
 // Fresh reports whether r is recent enough to count at now.
