@@ -44,6 +44,10 @@ type nodeJSON struct {
 	// table's VERSION column); 0: none reported yet, or a binary from before
 	// versions.
 	Version uint32 `json:"version"`
+	// TentativeWrites are the tentative writes (available mode) the node
+	// last reported holding, not yet reconciled: a LEAVING node is
+	// removed only once it holds none (or is dead).
+	TentativeWrites uint64 `json:"tentative_writes"`
 }
 
 func newNodeListCmd() *cobra.Command {
@@ -77,7 +81,8 @@ func nodesJSON(st *concordpb.StatusResponse) []nodeJSON {
 		out = append(out, nodeJSON{ID: n.GetNodeId(), Addr: n.GetAddress(), State: stateName(n.GetState()),
 			Replicas: ns.GetReplicas(), Leaders: ns.GetLeaders(), LastHeartbeatAgeS: ns.GetLastHeartbeatAgeSeconds(),
 			ReplacedBy: n.GetReplacedBy(), DiskBytes: ns.GetDiskBytes(), RequestRate: ns.GetRequestRate(),
-			Version: ns.GetVersion(), DiskFreeBytes: ns.GetDiskFreeBytes(), DiskReserveBytes: ns.GetDiskReserveBytes(), DiskLow: ns.GetDiskLow()})
+			Version: ns.GetVersion(), DiskFreeBytes: ns.GetDiskFreeBytes(), DiskReserveBytes: ns.GetDiskReserveBytes(), DiskLow: ns.GetDiskLow(),
+			TentativeWrites: ns.GetTentativeWrites()})
 	}
 	return out
 }
@@ -95,6 +100,10 @@ func printNodes(out io.Writer, st *concordpb.StatusResponse) {
 		state := stateName(n.GetState())
 		if n.GetReplacedBy() != 0 {
 			state += fmt.Sprintf(" (by %d)", n.GetReplacedBy())
+		}
+		if t := ns.GetTentativeWrites(); t > 0 && n.GetState() == concordpb.NodeState_NODE_LEAVING {
+			// Why a drained node is not removed yet (it waits for them).
+			state += fmt.Sprintf(" (holds %d tentative writes)", t)
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%s\n", n.GetNodeId(), n.GetAddress(), state,
 			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), freeText(ns), ns.GetRequestRate(), levelText(ns.GetVersion()))

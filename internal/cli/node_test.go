@@ -122,3 +122,27 @@ func TestNodeListShowsLowSpace(t *testing.T) {
 		t.Fatalf("node list JSON: %v", nodes)
 	}
 }
+
+// TestNodeListShowsTentativeWrites: a LEAVING node holding tentative
+// writes, which it waits for before it is removed, says so in the
+// table's STATE and in JSON (tentative_writes); an UP node's count shows
+// in JSON only.
+func TestNodeListShowsTentativeWrites(t *testing.T) {
+	st := &concordpb.StatusResponse{Nodes: []*concordpb.NodeStatus{
+		{Node: &concordpb.NodeDescriptor{NodeId: 1, Address: "a:1"}, TentativeWrites: 2},
+		{Node: &concordpb.NodeDescriptor{NodeId: 4, Address: "d:1", State: concordpb.NodeState_NODE_LEAVING}, TentativeWrites: 3},
+		{Node: &concordpb.NodeDescriptor{NodeId: 5, Address: "e:1", State: concordpb.NodeState_NODE_LEAVING}},
+	}}
+	var b strings.Builder
+	printNodes(&b, st)
+	lines := strings.Split(b.String(), "\n")
+	if strings.Contains(lines[1], "tentative") || !strings.Contains(lines[2], "leaving (holds 3 tentative writes)") ||
+		strings.Contains(lines[3], "tentative") {
+		t.Fatalf("node list table:\n%s", b.String())
+	}
+	var nodes []map[string]any
+	roundTrip(t, nodesJSON(st), &nodes)
+	if nodes[0]["tentative_writes"] != float64(2) || nodes[1]["tentative_writes"] != float64(3) || nodes[2]["tentative_writes"] != float64(0) {
+		t.Fatalf("node list JSON: %v", nodes)
+	}
+}

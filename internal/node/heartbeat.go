@@ -162,6 +162,9 @@ type load struct {
 	// The space guard's figures (HeartbeatRequest.disk_free_bytes, ...).
 	diskFree, diskReserve uint64
 	diskLow               bool
+	// tentative is the tentative writes it holds
+	// (HeartbeatRequest.tentative_writes).
+	tentative uint64
 }
 
 // record keeps req as its node's last report. It reports whether req
@@ -184,10 +187,14 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 			newLeader = true
 		}
 	}
+	// A node older than tentative_writes sends none: 0, and a drained
+	// LEAVING node of that binary is removed whatever it holds, as
+	// before the field (scheduler.Report.Tentative).
 	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow(),
-		DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes()}
+		DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes(), Tentative: req.GetTentativeWrites()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
-		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow()}
+		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow(),
+		tentative: req.GetTentativeWrites()}
 	return newLeader
 }
 
@@ -494,7 +501,8 @@ func (n *Node) placementView() (scheduler.View, error) {
 func (n *Node) sendHeartbeat(ctx context.Context) {
 	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()), Version: uint32(n.level()),
 		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now()),
-		DiskFreeBytes: n.space.free.Load(), DiskReserveBytes: n.space.reserve.Load(), DiskLow: n.space.low.Load()}
+		DiskFreeBytes: n.space.free.Load(), DiskReserveBytes: n.space.reserve.Load(), DiskLow: n.space.low.Load(),
+		TentativeWrites: n.tentativeWrites()}
 	if req.Node == nil {
 		req.Node = &concordpb.NodeDescriptor{NodeId: uint64(n.ID()), Address: n.cfg.Addr}
 	}

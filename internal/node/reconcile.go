@@ -142,6 +142,13 @@ func (n *Node) startReconciler() {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
+		if g := n.testHooks.reconcileGate; g != nil {
+			select {
+			case <-g:
+			case <-n.stopC:
+				return
+			}
+		}
 		n.recon.run(n.stopC)
 	}()
 }
@@ -410,6 +417,17 @@ func (r *reconciler) refuse(shard ids.ShardID, h hints.Hint, err error, o *outco
 	return nil
 }
 
+// tentativeWrites is the number of tentative writes this node holds, for
+// its heartbeats: while it is LEAVING, the placement leader marks it
+// REMOVED only once it reports 0 (or is dead), so that a drain does not
+// throw away writes only this node can reconcile.
+func (n *Node) tentativeWrites() uint64 {
+	if n.hints == nil {
+		return 0
+	}
+	return uint64(max(n.hints.Count(), 0))
+}
+
 // failRemoved stops the node, which a heartbeat answer says was removed
 // from the cluster, after saying what its hint log loses.
 func (n *Node) failRemoved() {
@@ -419,8 +437,10 @@ func (n *Node) failRemoved() {
 
 // logLostHints logs an ERROR if the node, removed from the cluster, holds
 // tentative writes: only a node that serves proposes its hints, and a
-// removed identity never serves again, so they are lost with its data dir
-// (docs/operations.md: check concord_tentative_writes before a removal).
+// removed identity never serves again, so they are lost with its data dir.
+// A live LEAVING node is removed only once it reports none
+// (scheduler.Report.Tentative); one removed while it was DEAD, or from a
+// binary older than the report's field, may still hold some.
 func (n *Node) logLostHints() {
 	if n.hints == nil || n.hints.Count() == 0 {
 		return

@@ -81,6 +81,7 @@ func (n *Node) clusterStatus(ctx context.Context, linearizable bool) (*concordpb
 		l := n.placement.loadOf(id)
 		ns.DiskBytes, ns.RequestRate, ns.Version = l.diskBytes, l.requestRate, uint32(l.version)
 		ns.DiskFreeBytes, ns.DiskReserveBytes, ns.DiskLow = l.diskFree, l.diskReserve, l.diskLow
+		ns.TentativeWrites = l.tentative
 		resp.Nodes = append(resp.Nodes, ns)
 	}
 	under := map[ids.ShardID]bool{}

@@ -263,6 +263,9 @@ type testHooks struct {
 	// shardSizeEvery, when set, replaces shardSizeEvery: how often the
 	// heartbeats measure the replicas' sizes anew.
 	shardSizeEvery time.Duration
+	// reconcileGate, when set, holds the reconciler back until it is
+	// closed: the node keeps the tentative writes it holds meanwhile.
+	reconcileGate <-chan struct{}
 }
 
 // JoinVersionError is the refusal of a join from a binary below the
