@@ -207,21 +207,19 @@ const DefaultMaxHintBytes = 256 << 20
 // megabytes per key; 64 KiB is far above any key a client needs.
 const MaxKeyBytesCap = 64 << 10
 
-// minLearnerTimeout is the shortest --learner-timeout a node with
-// heartbeat interval hb takes: the longer of the scheduler's StepTimeout
-// (10 s) and two ReportMaxAge (six heartbeats). A learner's progress is
-// seen only in its node's heartbeat reports, a report counts for
-// ReportMaxAge, and one or two may be lost, so a shorter timeout judged a
-// learner stuck that was moving; and the step that adds a learner may
-// itself run for StepTimeout before the learner's snapshot is even sent,
-// so a shorter one could remove a learner before it had the time one step
-// is given. Both are floors of sense, not advice: a learner whose
-// snapshot takes longer than the timeout is removed every time (a
-// snapshot send gives up after 10 min; the default is 30 min).
-func minLearnerTimeout(hb time.Duration) time.Duration {
-	s := scheduler.DefaultSettings(hb)
-	return max(s.StepTimeout, 2*s.ReportMaxAge)
-}
+// minLearnerTimeout is the shortest --learner-timeout a node takes: the
+// scheduler's StepTimeout (10 s). The step that adds a learner may itself
+// run that long before the learner's snapshot is even sent, so a shorter
+// timeout could remove a learner before it had the time one step is
+// given; and a learner's progress is seen only in its node's heartbeat
+// reports (one a second, each counting for three), so anything shorter
+// than a few of them judged a learner stuck that was moving. (The bound
+// does not follow HeartbeatInterval: that has no flag, and tests that
+// lengthen it to an hour keep the default timeout.) It is a floor of
+// sense, not advice: a learner whose snapshot takes longer than the
+// timeout to arrive is removed on every try (a snapshot send gives up
+// after 10 min; the default is 30 min).
+var minLearnerTimeout = scheduler.DefaultSettings(time.Second).StepTimeout
 
 func (c *Config) validate() error {
 	d := DefaultConfig()
@@ -311,10 +309,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--max-moves-per-node must not be negative, got %d", c.MaxMovesPerNode)
 	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:
 		return fmt.Errorf("--dead-after (%v) must be longer than --suspect-after (%v), and both positive", c.DeadAfter, c.SuspectAfter)
-	case c.LearnerTimeout < minLearnerTimeout(c.HeartbeatInterval):
+	case c.LearnerTimeout < minLearnerTimeout:
 		// Zero took the default above: this is a value given.
-		return fmt.Errorf("--learner-timeout must be at least %v (a step's time limit, and a few heartbeats: a learner's progress is seen only in its node's reports), got %v",
-			minLearnerTimeout(c.HeartbeatInterval), c.LearnerTimeout)
+		return fmt.Errorf("--learner-timeout must be at least %v (the time a placement step is given; a learner's progress is seen only in its node's heartbeats), got %v",
+			minLearnerTimeout, c.LearnerTimeout)
 	case c.TestDropJoinAnswers > 0 && !c.EnableFaultInjection:
 		return errors.New("dropping join answers is a fault hook: it needs --enable-fault-injection")
 	}
