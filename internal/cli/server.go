@@ -27,7 +27,11 @@ import (
 	"github.com/concord-kv/concord/internal/storage"
 )
 
-func newServerCmd() *cobra.Command {
+func newServerCmd() *cobra.Command { return serverCmd(runServer) }
+
+// serverCmd is `concord server`, which hands the configuration its flags
+// make to run (runServer; tests look at it instead).
+func serverCmd(run func(node.Config) error) *cobra.Command {
 	cfg := node.DefaultConfig()
 	var peers, join, logLevel, logFormat, pprofAddr, tokenFile string
 	cmd := &cobra.Command{
@@ -62,6 +66,9 @@ func newServerCmd() *cobra.Command {
 			if cmd.Flags().Changed("available-timeout") && cfg.AvailableTimeout <= 0 {
 				return fmt.Errorf("--available-timeout must be positive (how long an available write waits for its shard to commit before it is held as tentative), got %v", cfg.AvailableTimeout)
 			}
+			if cmd.Flags().Changed("learner-timeout") && cfg.LearnerTimeout == 0 {
+				return errors.New("--learner-timeout must be positive (how long a learner may make no progress before it is removed as stuck), got 0s")
+			}
 			if tokenFile != "" {
 				tok, err := readToken(tokenFile)
 				if err != nil {
@@ -74,7 +81,7 @@ func newServerCmd() *cobra.Command {
 					return err
 				}
 			}
-			return runServer(cfg)
+			return run(cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -84,6 +91,7 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&join, "join", "", "comma-separated addresses of members of a running cluster to join through (empty data dir only)")
 	f.DurationVar(&cfg.SuspectAfter, "suspect-after", cfg.SuspectAfter, "silence after which a node is suspect: no new replicas, its leaders move away")
 	f.DurationVar(&cfg.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a node is dead: its replicas are re-created elsewhere")
+	f.DurationVar(&cfg.LearnerTimeout, "learner-timeout", cfg.LearnerTimeout, "when this node runs the scheduler: time a learner may make no progress while its shard is led before it is removed as stuck, after which its node takes no replica of that shard for as long (at least 10s)")
 	f.IntVar(&cfg.TestDropJoinAnswers, "test-drop-join-answers", 0, "fault injection: discard this many join answers as if lost (needs --enable-fault-injection)")
 	_ = f.MarkHidden("test-drop-join-answers")
 	f.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of shards (fixed when the cluster bootstraps)")

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/concord-kv/concord/internal/node"
 )
 
 // runCLI executes the command line in-process and returns its error and what
@@ -159,6 +161,9 @@ func TestServerRefusesUnreachableAddr(t *testing.T) {
 		{[]string{"--addr", free, "--join", "127.0.0.1:0"}, `--join "127.0.0.1:0": the port must be between 1 and 65535`},
 		{[]string{"--addr", free, "--available-timeout", "0s"}, `--available-timeout must be positive`},
 		{[]string{"--addr", free, "--max-hint-bytes", "-1"}, `--max-hint-bytes must be a number of bytes`},
+		{[]string{"--addr", free, "--learner-timeout", "0s"}, `--learner-timeout must be positive`},
+		{[]string{"--addr", free, "--learner-timeout", "-1m"}, `--learner-timeout must be at least 10s`},
+		{[]string{"--addr", free, "--learner-timeout", "9s"}, `--learner-timeout must be at least 10s`},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		err := runServerFor(t, append([]string{"server", "--data-dir", dir, "--log-level", "error"}, tc.args...))
@@ -167,6 +172,31 @@ func TestServerRefusesUnreachableAddr(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("concord server %s: the data dir was created (stat: %v)", strings.Join(tc.args, " "), err)
+		}
+	}
+}
+
+// TestServerLearnerTimeoutFlag: --learner-timeout reaches the node's
+// configuration (node.Config.LearnerTimeout, which the scheduler's
+// settings take: internal/node's TestLearnerTimeoutReachesScheduler),
+// from the command line or a config file; without it, 30 min.
+func TestServerLearnerTimeoutFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 30 * time.Minute},
+		{[]string{"--learner-timeout", "5m"}, 5 * time.Minute},
+		{[]string{"--config", writeConfig(t, "learner-timeout: 2h\n")}, 2 * time.Hour},
+	} {
+		var got node.Config
+		cmd := withSettings(serverCmd(func(c node.Config) error { got = c; return nil }))
+		cmd.SetArgs(append([]string{"--log-level", "error"}, tc.args...))
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("server %v: %v", tc.args, err)
+		}
+		if got.LearnerTimeout != tc.want {
+			t.Errorf("server %v: LearnerTimeout %v, want %v", tc.args, got.LearnerTimeout, tc.want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/concord-kv/concord/internal/frame"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/kv"
+	"github.com/concord-kv/concord/internal/placement/scheduler"
 	"github.com/concord-kv/concord/internal/transport"
 	"github.com/concord-kv/concord/internal/version"
 )
@@ -40,6 +41,11 @@ type Config struct {
 	// the placement leader judges it SUSPECT (no new replicas, leaders move
 	// away) and DEAD (its replicas are re-created elsewhere).
 	SuspectAfter, DeadAfter time.Duration
+	// LearnerTimeout is how long a learner may make no progress while its
+	// shard is led before the placement leader removes it as stuck, and
+	// how long its node then takes no new replica of that shard
+	// (scheduler.Settings.LearnerTimeout): at least minLearnerTimeout.
+	LearnerTimeout time.Duration
 	// TestDropJoinAnswers makes the node throw away the answers of its first
 	// that many successful join attempts, as if they were lost, and retry:
 	// a fault hook for tests of join idempotence, honoured only with
@@ -181,6 +187,7 @@ func DefaultConfig() Config {
 		SnapshotRateMiB:    64,
 		SuspectAfter:       5 * time.Second,
 		DeadAfter:          60 * time.Second,
+		LearnerTimeout:     30 * time.Minute,
 		LeaseReads:         true,
 		ReserveDiskBytes:   ReserveDiskAuto,
 		AvailableTimeout:   time.Second,
@@ -199,6 +206,20 @@ const DefaultMaxHintBytes = 256 << 20
 // len(pattern)·len(key)), so a limit of megabytes made each of those
 // megabytes per key; 64 KiB is far above any key a client needs.
 const MaxKeyBytesCap = 64 << 10
+
+// minLearnerTimeout is the shortest --learner-timeout a node takes: the
+// scheduler's StepTimeout (10 s). The step that adds a learner may itself
+// run that long before the learner's snapshot is even sent, so a shorter
+// timeout could remove a learner before it had the time one step is
+// given; and a learner's progress is seen only in its node's heartbeat
+// reports (one a second, each counting for three), so anything shorter
+// than a few of them judged a learner stuck that was moving. (The bound
+// does not follow HeartbeatInterval: that has no flag, and tests that
+// lengthen it to an hour keep the default timeout.) It is a floor of
+// sense, not advice: a learner whose snapshot takes longer than the
+// timeout to arrive is removed on every try (a snapshot send gives up
+// after 10 min; the default is 30 min).
+var minLearnerTimeout = scheduler.DefaultSettings(time.Second).StepTimeout
 
 func (c *Config) validate() error {
 	d := DefaultConfig()
@@ -235,7 +256,7 @@ func (c *Config) validate() error {
 		def time.Duration
 	}{{&c.SessionTTL, d.SessionTTL}, {&c.TickInterval, d.TickInterval}, {&c.HeartbeatInterval, d.HeartbeatInterval},
 		{&c.RepairInterval, d.RepairInterval}, {&c.SuspectAfter, d.SuspectAfter}, {&c.DeadAfter, d.DeadAfter},
-		{&c.AvailableTimeout, d.AvailableTimeout}} {
+		{&c.AvailableTimeout, d.AvailableTimeout}, {&c.LearnerTimeout, d.LearnerTimeout}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -288,6 +309,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--max-moves-per-node must not be negative, got %d", c.MaxMovesPerNode)
 	case c.SuspectAfter < 0 || c.DeadAfter <= c.SuspectAfter:
 		return fmt.Errorf("--dead-after (%v) must be longer than --suspect-after (%v), and both positive", c.DeadAfter, c.SuspectAfter)
+	case c.LearnerTimeout < minLearnerTimeout:
+		// Zero took the default above: this is a value given.
+		return fmt.Errorf("--learner-timeout must be at least %v (the time a placement step is given; a learner's progress is seen only in its node's heartbeats), got %v",
+			minLearnerTimeout, c.LearnerTimeout)
 	case c.TestDropJoinAnswers > 0 && !c.EnableFaultInjection:
 		return errors.New("dropping join answers is a fault hook: it needs --enable-fault-injection")
 	}

@@ -25,6 +25,40 @@ func TestMaxMovesPerNodeReachesScheduler(t *testing.T) {
 	}
 }
 
+// TestLearnerTimeoutReachesScheduler: --learner-timeout sets the
+// scheduler's LearnerTimeout (stuck-learner removal, and how long the node
+// a stuck learner left is avoided for its shard), zero keeps the default
+// (30 min); a value below the step timeout (10 s) is refused naming the
+// flag. The default passes with a heartbeat of an hour (tests use one).
+func TestLearnerTimeoutReachesScheduler(t *testing.T) {
+	for _, tc := range []struct{ flag, want time.Duration }{{0, 30 * time.Minute}, {time.Minute, time.Minute}, {2 * time.Hour, 2 * time.Hour}} {
+		n := &Node{cfg: Config{HeartbeatInterval: time.Second, LearnerTimeout: tc.flag}}
+		if got := n.schedulerSettings().LearnerTimeout; got != tc.want {
+			t.Errorf("--learner-timeout %v: scheduler's %v, want %v", tc.flag, got, tc.want)
+		}
+	}
+	c := Config{}
+	if err := c.validate(); err != nil || c.LearnerTimeout != 30*time.Minute {
+		t.Fatalf("no --learner-timeout: validate said %v and set %v, want the default 30m", err, c.LearnerTimeout)
+	}
+	for _, tc := range []struct {
+		hb, v time.Duration
+		ok    bool
+	}{
+		{0, -time.Minute, false}, {0, time.Nanosecond, false}, {0, 10*time.Second - 1, false}, {0, 10 * time.Second, true},
+		{time.Hour, 0, true},
+	} {
+		c := Config{HeartbeatInterval: tc.hb, LearnerTimeout: tc.v}
+		err := c.validate()
+		if tc.ok && err != nil {
+			t.Errorf("--learner-timeout %v (heartbeat %v): validate said %v, want it taken", tc.v, tc.hb, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "--learner-timeout must be at least")) {
+			t.Errorf("--learner-timeout %v (heartbeat %v): validate said %v, want an error naming the flag", tc.v, tc.hb, err)
+		}
+	}
+}
+
 // TestSessionTTLBelowRetryWindowRefused: --session-ttl is how long a shard
 // keeps a session's last answer, so that a retry gets it instead of
 // applying again. A negative or tiny one panicked the node's expiry loop

@@ -473,6 +473,9 @@ func (n *Node) schedulerSettings() scheduler.Settings {
 	if n.cfg.MaxMovesPerNode > 0 {
 		s.MaxMovesPerNode = n.cfg.MaxMovesPerNode
 	}
+	if n.cfg.LearnerTimeout > 0 { // 0: a Config not validated (tests)
+		s.LearnerTimeout = n.cfg.LearnerTimeout
+	}
 	return s
 }
 

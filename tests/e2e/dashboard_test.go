@@ -48,11 +48,17 @@ func runChromium(t *testing.T, bin string, args ...string) []byte {
 var (
 	nodeRow  = regexp.MustCompile(`<tr data-node="(\d+)" data-state="(\w+)">`)
 	shardRow = regexp.MustCompile(`<tr data-shard="(\d+)" data-leader="(\d+)"`)
+	// shardSize is a shard row's size cell: the bytes /api/status gave,
+	// and the text shown (as the CLI's SIZE column: internal/cli's
+	// TestDashboardSizeLikeCLI checks the formatting).
+	shardSize = regexp.MustCompile(`<tr data-shard="(\d+)"[^>]*>(?:<td>[^<]*</td>)*<td class="size" data-bytes="(\d+)">([^<]*)</td>`)
+	sizeText  = regexp.MustCompile(`^\d+\.\d[KMG]$`)
 )
 
 // TestDashboard drives the dashboard in headless Chromium against a live
-// 3-node cluster: its tables must show the cluster's real nodes and every
-// shard's real leader. It saves a screenshot.
+// 3-node cluster: its tables must show the cluster's real nodes, every
+// shard's real leader and its size as /api/status gives it ("-": unknown).
+// It saves a screenshot.
 func TestDashboard(t *testing.T) {
 	bin := chromium(t)
 	c := startCluster(t, testcluster.Options{HTTP: true, Shards: 4})
@@ -129,8 +135,20 @@ func checkDashboard(dom []byte, before, after *concordpb.StatusResponse) error {
 		return fmt.Errorf("dashboard shows %d shards, the cluster has %d", len(leaders), len(after.GetShards()))
 	}
 	was := map[uint64]uint64{}
+	sizeWas := map[uint64]uint64{}
 	for _, s := range before.GetShards() {
 		was[s.GetShard().GetShardId()] = s.GetLeaderNodeId()
+		sizeWas[s.GetShard().GetShardId()] = s.GetApproxBytes()
+	}
+	type size struct {
+		bytes uint64
+		text  string
+	}
+	sizes := map[uint64]size{}
+	for _, m := range shardSize.FindAllSubmatch(dom, -1) {
+		id, _ := strconv.ParseUint(string(m[1]), 10, 64)
+		b, _ := strconv.ParseUint(string(m[2]), 10, 64)
+		sizes[id] = size{b, string(m[3])}
 	}
 	for _, s := range after.GetShards() {
 		id, l := s.GetShard().GetShardId(), s.GetLeaderNodeId()
@@ -139,6 +157,16 @@ func checkDashboard(dom []byte, before, after *concordpb.StatusResponse) error {
 		}
 		if leaders[id] != l {
 			return fmt.Errorf("shard %d: dashboard shows leader %d, status says %d", id, leaders[id], l)
+		}
+		// Sizes are measured every 10 s: the page's may be either.
+		sz, ok := sizes[id]
+		switch {
+		case !ok:
+			return fmt.Errorf("shard %d: no size cell", id)
+		case sz.bytes != s.GetApproxBytes() && sz.bytes != sizeWas[id]:
+			return fmt.Errorf("shard %d: dashboard shows %d bytes, status says %d, then %d", id, sz.bytes, sizeWas[id], s.GetApproxBytes())
+		case sz.bytes == 0 && sz.text != "-", sz.bytes != 0 && !sizeText.MatchString(sz.text):
+			return fmt.Errorf("shard %d: %d bytes shown as %q, want - for 0, else like 12.3M", id, sz.bytes, sz.text)
 		}
 	}
 	return nil

@@ -28,6 +28,19 @@ function fmtBytes(b) {
   return (i ? b.toFixed(1) : b) + " " + u[i];
 }
 
+// fmtSize is a shard's approximate size as the CLI's SIZE column shows it
+// (internal/cli shardSize: "-" when unknown, 0; else K, M or G of 1024,
+// one decimal, rounded as Go's %.1f does: a tie to the even digit).
+function fmtSize(b) {
+  b = num(b);
+  if (b === 0) return "-";
+  const [d, u] = b >= 2 ** 30 ? [2 ** 30, "G"] : b >= 2 ** 20 ? [2 ** 20, "M"] : [2 ** 10, "K"];
+  const t = (b / d) * 10;
+  let n = Math.floor(t);
+  if (t - n > 0.5 || (t - n === 0.5 && n % 2 === 1)) n++;
+  return (n / 10).toFixed(1) + u;
+}
+
 function roleOf(shard, nodeId) {
   const r = (shard.shard.replicas || []).find((r) => r.nodeId === nodeId);
   if (!r) return null;
@@ -58,6 +71,7 @@ function renderNodes(st) {
 function renderShards(st) {
   const nodes = st.nodes.map((n) => n.node.nodeId);
   $("#shards thead").innerHTML = "<tr><th>shard</th><th>leader</th><th>term</th><th>applied</th>" +
+    `<th title="approximate size on disk, as concord shard list's SIZE (-: unknown)">size</th>` +
     nodes.map((id) => `<th>node ${esc(id)}</th>`).join("") + "</tr>";
   $("#shards tbody").innerHTML = st.shards.map((s) => {
     const id = s.shard.shardId;
@@ -69,7 +83,8 @@ function renderShards(st) {
     const name = s.isMeta ? `${esc(id)} (placement)` : esc(id);
     return `<tr data-shard="${esc(id)}" data-leader="${esc(s.leaderNodeId)}" class="${s.underReplicated ? "under" : ""}">` +
       `<td>${name}</td><td>${s.leaderNodeId === "0" ? "none" : "node " + esc(s.leaderNodeId)}</td>` +
-      `<td>${esc(s.term)}</td><td>${esc(s.appliedIndex)}</td>${cells}</tr>`;
+      `<td>${esc(s.term)}</td><td>${esc(s.appliedIndex)}</td>` +
+      `<td class="size" data-bytes="${esc(s.approxBytes || "0")}">${esc(fmtSize(s.approxBytes))}</td>${cells}</tr>`;
   }).join("");
 }
 
