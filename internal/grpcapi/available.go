@@ -36,6 +36,9 @@ type available struct {
 	// onHeld is told of every write held, with its shard and whether the
 	// log held none before (the node's WARN); nil: nothing.
 	onHeld func(shard ids.ShardID, first bool)
+	// holding, when set, reports whether this node may hold a write now
+	// (HoldOnlyWhile); nil: always.
+	holding func() bool
 }
 
 // WithAvailable turns available mode on: AVAILABLE writes that their
@@ -44,6 +47,19 @@ type available struct {
 // ordinary one. Call it before the service serves.
 func (s *KV) WithAvailable(log *hints.Log, timeout time.Duration, onHeld func(shard ids.ShardID, first bool)) *KV {
 	s.avail = &available{log: log, timeout: timeout, onHeld: onHeld}
+	return s
+}
+
+// HoldOnlyWhile makes the node hold a write only while ok reports true;
+// otherwise the write fails as it would without available mode. The node
+// passes "not leaving the cluster": a leaving node is marked removed once a
+// heartbeat of it says it holds no tentative writes, and a write it held
+// after that heartbeat would be lost with it. Call it after WithAvailable,
+// before the service serves.
+func (s *KV) HoldOnlyWhile(ok func() bool) *KV {
+	if s.avail != nil {
+		s.avail.holding = ok
+	}
 	return s
 }
 
@@ -68,7 +84,7 @@ func (s *KV) writeAvailable(ctx context.Context, h *concordpb.RequestHeader, op 
 	actx, cancel := context.WithTimeout(ctx, s.attemptTimeout(ctx))
 	defer cancel()
 	res, hdr, err := s.apply(actx, h, op) // committed, it drops an older hint of the key (priorHints)
-	if err == nil || !s.mayHold(ctx, err) {
+	if err == nil || !s.mayHold(ctx, err) || (s.avail.holding != nil && !s.avail.holding()) {
 		return res, hdr, err
 	}
 	shard, serr := shardOf(s.b, op.GetKey())

@@ -460,3 +460,33 @@ func TestCommittedBatchDropsTheOlderHintOnlyIfItWrote(t *testing.T) {
 		t.Fatal("a committed INCR of the key left the older hint")
 	}
 }
+
+// TestAvailableWriteNotHeldWhileHoldingIsOff: with HoldOnlyWhile saying
+// no (the node is leaving the cluster), an AVAILABLE write its shard
+// cannot commit fails as an ordinary write would, and nothing is held;
+// once it says yes again, the same write is held.
+func TestAvailableWriteNotHeldWhileHoldingIsOff(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, held := availableKV(t, f, 1<<20)
+	leaving := true
+	s.HoldOnlyWhile(func() bool { return !leaving })
+	ctx := context.Background()
+
+	f.failProposals(multiraft.ErrStopped)
+	resp, err := s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
+	if status.Code(err) != codes.Unavailable || log.Count() != 0 || len(*held) != 0 {
+		t.Fatalf("available put on a leaving node with no quorum: %v (header %v), %d hints, onHeld %v; want Unavailable, nothing held",
+			err, resp.GetHeader(), log.Count(), *held)
+	}
+	f.failProposals(multiraft.ErrStopped)
+	if _, err := s.Delete(ctx, &concordpb.DeleteRequest{Header: availHeader, Key: []byte("k")}); status.Code(err) != codes.Unavailable || log.Count() != 0 {
+		t.Fatalf("available delete on a leaving node with no quorum: %v, %d hints; want Unavailable, nothing held", err, log.Count())
+	}
+
+	leaving = false
+	f.failProposals(multiraft.ErrStopped)
+	resp, err = s.Put(ctx, &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
+	if err != nil || !resp.GetHeader().GetTentative() || log.Count() != 1 {
+		t.Fatalf("available put once holding is on again: %v, tentative %v, %d hints", err, resp.GetHeader().GetTentative(), log.Count())
+	}
+}

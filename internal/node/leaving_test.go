@@ -10,7 +10,9 @@ import (
 	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/client"
 	"github.com/concord-kv/concord/internal/hints"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/localcluster"
+	"github.com/concord-kv/concord/internal/storepb"
 	"github.com/concord-kv/concord/internal/version"
 )
 
@@ -111,5 +113,26 @@ func TestLeavingNodeWaitsForItsTentativeWrites(t *testing.T) {
 	v, found, err := c.Get(ctx, []byte("hinted"))
 	if err != nil || !found || string(v) != "held" {
 		t.Fatalf("the reconciled write: %q, found %v, err %v; want \"held\"", v, found, err)
+	}
+}
+
+// TestLeavingNodeHoldsNoNewTentativeWrites: a node whose own record says
+// it is leaving (or gone) holds no new tentative write: the placement
+// leader removes a drained leaving node once a heartbeat says it holds
+// none, and a write held after that heartbeat would be lost with it.
+func TestLeavingNodeHoldsNoNewTentativeWrites(t *testing.T) {
+	n := &Node{book: addressBook{m: map[ids.NodeID]*concordpb.NodeDescriptor{}}}
+	n.ident.Store(&storepb.NodeIdent{NodeId: 4})
+	if !n.mayHoldTentative() {
+		t.Fatal("a node not yet in its address book refused to hold a tentative write")
+	}
+	for st, want := range map[concordpb.NodeState]bool{
+		concordpb.NodeState_NODE_UP: true, concordpb.NodeState_NODE_SUSPECT: true, concordpb.NodeState_NODE_DEAD: true,
+		concordpb.NodeState_NODE_LEAVING: false, concordpb.NodeState_NODE_REMOVED: false, concordpb.NodeState_NODE_REPLACED: false,
+	} {
+		n.book.m[4] = &concordpb.NodeDescriptor{NodeId: 4, State: st}
+		if got := n.mayHoldTentative(); got != want {
+			t.Errorf("node recorded %v: mayHoldTentative %v, want %v", st, got, want)
+		}
 	}
 }

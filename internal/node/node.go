@@ -383,7 +383,7 @@ func (n *Node) newServer() *grpc.Server {
 	limits := grpcapi.Limits{MaxKeyBytes: n.cfg.MaxKeyBytes, MaxValueBytes: n.cfg.MaxValueBytes}
 	// Stream calls get the per-call accounting the unary chain gives.
 	n.kv = grpcapi.NewKV(b, limits).WithCallInterceptors(n.trackUnary, n.observeUnary).
-		WithAvailable(n.hints, n.cfg.AvailableTimeout, n.heldTentative)
+		WithAvailable(n.hints, n.cfg.AvailableTimeout, n.heldTentative).HoldOnlyWhile(n.mayHoldTentative)
 	if n.cfg.PeerDialer != nil {
 		// Forwards to peers travel as the client's calls do: on the framed
 		// wire, with the peer dial's TLS and token, stamped with this node's

@@ -117,6 +117,23 @@ func (n *Node) heldTentative(shard ids.ShardID, first bool) {
 	}
 }
 
+// mayHoldTentative reports whether this node may hold a new tentative
+// write: not once its own record says it is leaving (or gone). The
+// placement leader marks a drained leaving node removed once a heartbeat
+// of it says it holds none (scheduler rule 6), so a write held after that
+// heartbeat would be lost with it; refused, the client gets the shard's
+// error and can write through another node. The node learns its state from
+// a heartbeat answer, a round after the removal was asked for: before it
+// has drained, unless it held no replicas (then a write held in that one
+// round can still be lost, with the ERROR of a removed node).
+func (n *Node) mayHoldTentative() bool {
+	switch n.book.get(n.ID()).GetState() {
+	case concordpb.NodeState_NODE_LEAVING, concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
+		return false
+	}
+	return true
+}
+
 // startReconciler runs the reconciler until the node stops.
 func (n *Node) startReconciler() {
 	n.recon.env = reconcileEnv{
