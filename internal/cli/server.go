@@ -69,6 +69,12 @@ func serverCmd(run func(node.Config) error) *cobra.Command {
 			if cmd.Flags().Changed("learner-timeout") && cfg.LearnerTimeout == 0 {
 				return errors.New("--learner-timeout must be positive (how long a learner may make no progress before it is removed as stuck), got 0s")
 			}
+			// 0 would read as "the default" to the node's config, and to
+			// grpc-go as unlimited.
+			if cmd.Flags().Changed("max-concurrent-streams") && cfg.MaxConcurrentStreams < 1 {
+				return fmt.Errorf("--max-concurrent-streams must be at least 1 (the gRPC calls one client connection may have open at once; "+
+					"calls past it wait for one to end), got %d", cfg.MaxConcurrentStreams)
+			}
 			if tokenFile != "" {
 				tok, err := readToken(tokenFile)
 				if err != nil {
@@ -123,6 +129,7 @@ func serverCmd(run func(node.Config) error) *cobra.Command {
 	f.Uint64Var(&cfg.LogTruncateEntries, "raft-log-truncate-entries", cfg.LogTruncateEntries, "fewest entries a log truncation removes")
 	f.IntVar(&cfg.RedisMaxClients, "redis-max-clients", 0, "most RESP connections the node serves at once, --addr and --redis-addr together; one more closes the oldest that has sent no command, or, when all have, gets \"ERR max number of clients reached\" (0: 10000)")
 	f.IntVar(&cfg.GRPCMaxConns, "grpc-max-conns", 0, "most gRPC connections the node serves at once on --addr; one more takes the place of one idle for 30 s (no call in flight, nothing read), or, when none is, is closed at once (its client sees Unavailable and retries) (0: 10000)")
+	f.IntVar(&cfg.MaxConcurrentStreams, "max-concurrent-streams", cfg.MaxConcurrentStreams, "most gRPC calls (streams) one connection may have open on --addr at once; a gRPC client's calls past it wait for one to end (at least 1)")
 	f.IntVar(&cfg.RedisOutputBufferLimit, "redis-output-buffer-limit", 0, "bytes of replies one Redis connection may hold for one pipeline (0: 64 MiB)")
 	_ = f.MarkHidden("redis-output-buffer-limit")
 	_ = f.MarkHidden("tick-interval")

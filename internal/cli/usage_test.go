@@ -201,6 +201,31 @@ func TestServerLearnerTimeoutFlag(t *testing.T) {
 	}
 }
 
+// TestMaxConcurrentStreamsRefusesNoBound: --max-concurrent-streams 0 or
+// less, or past what HTTP/2 can announce, is refused naming the flag
+// before a data dir is created; 0 must not slip through as grpc-go's
+// "unlimited" (or node.Config's "the default").
+func TestMaxConcurrentStreamsRefusesNoBound(t *testing.T) {
+	free := freeAddr(t)
+	for _, tc := range []struct {
+		value, want string
+	}{
+		{"0", "--max-concurrent-streams must be at least 1 (the gRPC calls one client connection may have open at once; calls past it wait for one to end), got 0"},
+		{"-3", "--max-concurrent-streams must be at least 1"},
+		{"4294967296", "--max-concurrent-streams must be between 1 and 4294967295"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := []string{"server", "--addr", free, "--data-dir", dir, "--log-level", "error", "--max-concurrent-streams", tc.value}
+		err := runServerFor(t, args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("concord %s: err = %v, want %q", strings.Join(args, " "), err, tc.want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("concord %s: the data dir was created (stat: %v)", strings.Join(args, " "), err)
+		}
+	}
+}
+
 // TestZeroCountsRefused: --shards and --replicas given as 0 or less are
 // refused naming the flag, exit status 2, before a data dir is created or
 // a node started (before: node.Config and localcluster read 0 as "the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"time"
 
@@ -109,6 +110,13 @@ type Config struct {
 	// has been idle this long (portmux.LimitListener.EvictIdle); 0 means
 	// defaultGRPCEvictIdleAfter (30 s). No flag: tests shorten it.
 	GRPCEvictIdleAfter time.Duration
+	// MaxConcurrentStreams bounds the gRPC calls (streams) one connection
+	// may have open on the node at once (grpc.MaxConcurrentStreams; 0:
+	// DefaultMaxConcurrentStreams). The node tells each client so in its
+	// HTTP/2 settings: a gRPC client's calls past it wait for one to end,
+	// within their deadlines, and the server starts no more handlers than
+	// that for a connection.
+	MaxConcurrentStreams int
 	// PeerDialer, when set, makes the node forward KV calls to peers over
 	// their framed wire (grpcapi.WithPeerWire); the CLI sets it to the
 	// public client's (client.NewPeerKV), which this layer may not import.
@@ -171,27 +179,28 @@ type Config struct {
 // DefaultConfig returns the settings `concord server` starts with.
 func DefaultConfig() Config {
 	return Config{
-		Addr:               "127.0.0.1:7001",
-		DataDir:            "concord-data",
-		Shards:             16,
-		Replicas:           3,
-		MaxKeyBytes:        4096,
-		MaxValueBytes:      1 << 20,
-		SessionTTL:         time.Hour,
-		TickInterval:       100 * time.Millisecond,
-		LogKeepEntries:     5000,
-		LogTailEntries:     100,
-		LogTruncateEntries: 100,
-		HeartbeatInterval:  time.Second,
-		RepairInterval:     500 * time.Millisecond,
-		SnapshotRateMiB:    64,
-		SuspectAfter:       5 * time.Second,
-		DeadAfter:          60 * time.Second,
-		LearnerTimeout:     30 * time.Minute,
-		LeaseReads:         true,
-		ReserveDiskBytes:   ReserveDiskAuto,
-		AvailableTimeout:   time.Second,
-		MaxHintBytes:       DefaultMaxHintBytes,
+		Addr:                 "127.0.0.1:7001",
+		DataDir:              "concord-data",
+		Shards:               16,
+		Replicas:             3,
+		MaxKeyBytes:          4096,
+		MaxValueBytes:        1 << 20,
+		SessionTTL:           time.Hour,
+		TickInterval:         100 * time.Millisecond,
+		LogKeepEntries:       5000,
+		LogTailEntries:       100,
+		LogTruncateEntries:   100,
+		HeartbeatInterval:    time.Second,
+		RepairInterval:       500 * time.Millisecond,
+		SnapshotRateMiB:      64,
+		SuspectAfter:         5 * time.Second,
+		DeadAfter:            60 * time.Second,
+		LearnerTimeout:       30 * time.Minute,
+		LeaseReads:           true,
+		ReserveDiskBytes:     ReserveDiskAuto,
+		AvailableTimeout:     time.Second,
+		MaxHintBytes:         DefaultMaxHintBytes,
+		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
 	}
 }
 
@@ -261,6 +270,9 @@ func (c *Config) validate() error {
 			*f.v = f.def
 		}
 	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = d.MaxConcurrentStreams
+	}
 	if c.LogKeepEntries == 0 {
 		c.LogKeepEntries = d.LogKeepEntries
 	}
@@ -303,6 +315,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--redis-max-clients must not be negative (0: 10000), got %d", c.RedisMaxClients)
 	case c.GRPCMaxConns < 0:
 		return fmt.Errorf("--grpc-max-conns must not be negative (0: %d), got %d", DefaultGRPCMaxConns, c.GRPCMaxConns)
+	case c.MaxConcurrentStreams < 0 || int64(c.MaxConcurrentStreams) > math.MaxUint32:
+		return fmt.Errorf("--max-concurrent-streams must be between 1 and %d (the gRPC calls one connection may have open at once), got %d",
+			uint32(math.MaxUint32), c.MaxConcurrentStreams)
 	case c.GRPCMaxConnIdle < 0 || c.GRPCEvictIdleAfter < 0:
 		return fmt.Errorf("the gRPC idle times must not be negative (0: their defaults), got %v and %v", c.GRPCMaxConnIdle, c.GRPCEvictIdleAfter)
 	case c.MaxMovesPerNode < 0:

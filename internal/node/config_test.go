@@ -3,7 +3,9 @@ package node
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +222,32 @@ func TestAvailableFlagsChecked(t *testing.T) {
 	}
 	if d := DefaultConfig(); d.MaxHintBytes != 256<<20 || d.AvailableTimeout != time.Second {
 		t.Fatalf("defaults: %v, %d", d.AvailableTimeout, d.MaxHintBytes)
+	}
+}
+
+// TestMaxConcurrentStreamsChecked: a negative --max-concurrent-streams, or
+// one past what HTTP/2 can announce (uint32), is refused naming the flag;
+// 0 (a Config that says nothing) takes DefaultMaxConcurrentStreams, never
+// grpc-go's "unlimited"; a positive one is kept.
+func TestMaxConcurrentStreamsChecked(t *testing.T) {
+	if strconv.IntSize < 64 {
+		t.Skip("an int cannot pass uint32 here")
+	}
+	var wide int64 = math.MaxUint32 // a variable: this file compiles where int is 32 bits
+	most := int(wide)
+	for _, v := range []int{-1, most + 1} {
+		c := Config{MaxConcurrentStreams: v}
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--max-concurrent-streams") {
+			t.Errorf("--max-concurrent-streams %d: validate said %v, want an error naming the flag", v, err)
+		}
+	}
+	for _, tc := range []struct{ given, want int }{{0, DefaultMaxConcurrentStreams}, {1, 1}, {most, most}} {
+		c := Config{MaxConcurrentStreams: tc.given}
+		if err := c.validate(); err != nil && strings.Contains(err.Error(), "--max-concurrent-streams") {
+			t.Errorf("--max-concurrent-streams %d: %v", tc.given, err)
+		}
+		if c.MaxConcurrentStreams != tc.want {
+			t.Errorf("--max-concurrent-streams %d: validate left %d, want %d", tc.given, c.MaxConcurrentStreams, tc.want)
+		}
 	}
 }

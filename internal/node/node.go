@@ -51,6 +51,29 @@ const muxTimeout = 10 * time.Second
 // over one connection (or a few), so only a flood comes near it.
 const DefaultGRPCMaxConns = 10000
 
+// DefaultMaxConcurrentStreams bounds the gRPC calls one connection may
+// have open on the node at once unless --max-concurrent-streams says
+// otherwise. grpc-go's own default is unlimited: one connection could hold
+// any number of calls waiting (an AVAILABLE put up to --available-timeout,
+// a linearizable read up to its deadline), each a goroutine and its request
+// of up to 64 MiB. The server announces the bound in its HTTP/2 settings;
+// gRPC clients queue the calls past it until one ends (within their
+// deadlines) instead of failing them, and grpc-go's server starts no more
+// handlers than that for a connection.
+//
+// 1,024 is far above what Concord's own traffic opens on one connection:
+// the Go client sends its KV calls on one KV.Stream per node (none at all
+// on its default framed wire) plus one routing refresh at a time and the
+// admin calls its user makes, so `concord bench` (its --clients share --conns clients: 100 over
+// 10 or 1,000 over 100) opens one or two streams per connection; a peer's
+// raft transport connection carries its two lanes (--peer-wire grpc) and
+// at most 4 snapshot streams (multiraft's MaxOutgoingSnapshots); forwards
+// travel on the framed wire, or one KV.Stream. Only unary calls open a
+// stream each: the Go client with Options.Unary and forwards to a node
+// without KV.Stream, which past 1,024 at once on one connection wait for
+// a slot rather than fail.
+const DefaultMaxConcurrentStreams = 1024
+
 // defaultGRPCEvictIdleAfter is how long a gRPC connection must have had no
 // call in flight and read nothing before, at --grpc-max-conns, a new one
 // is served in its place (Config.GRPCEvictIdleAfter): three of the
@@ -366,6 +389,8 @@ func (n *Node) newServer() *grpc.Server {
 	// ServerCodec counts a request's repeated elements before it decodes it.
 	srv := grpc.NewServer(append(n.sec.grpcOptions(), grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.ForceServerCodecV2(grpcapi.ServerCodec()),
+		// validate took 0 for the default and refused past uint32.
+		grpc.MaxConcurrentStreams(uint32(n.cfg.MaxConcurrentStreams)),
 		grpc.KeepaliveEnforcementPolicy(dial.KeepaliveEnforcement), grpc.KeepaliveParams(n.serverKeepalive()),
 		// Auth as a call's headers arrive, before its message is read.
 		grpc.InTapHandle(n.sec.auth.Tap()),
