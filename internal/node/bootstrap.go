@@ -53,6 +53,41 @@ func (n *Node) loadLocal() error {
 	return nil
 }
 
+// checkAddrAtStart refuses to start a node that has an identity at an
+// --addr other than the one the cluster records it at (its own descriptor
+// in the address book the data dir holds). The recorded address is where
+// its peers send raft traffic and clients are routed, and nothing changes
+// it: a node that served at another address would heartbeat as healthy at
+// the old one while nothing listens there, and receive no writes. As etcd
+// refuses a member whose peer URLs do not match the cluster's record, the
+// start stops here, before it listens or writes anything, and says what to
+// do. The strings are compared as recorded (the node advertises exactly
+// its --addr): localhost:7001 is not 127.0.0.1:7001 to a peer that dials it.
+//
+// A node without an identity (a new one, or a data dir `concord restore`
+// staged) takes whatever --addr it is given; a removed node is refused by
+// establishIdentity for that, which no address can help.
+func (n *Node) checkAddrAtStart() error {
+	id := n.ident.Load()
+	if id == nil {
+		return nil
+	}
+	self := n.book.get(ids.NodeID(id.GetNodeId()))
+	if self == nil || self.GetState() == concordpb.NodeState_NODE_REMOVED || self.GetAddress() == n.cfg.Addr {
+		return nil
+	}
+	return addrChangedError(n.cfg.DataDir, id.GetNodeId(), self.GetAddress(), n.cfg.Addr)
+}
+
+func addrChangedError(dataDir string, node uint64, recorded, addr string) error {
+	return fmt.Errorf("data dir %s holds node %d, which the cluster records at %s, but it was started with --addr %s: "+
+		"a node's --addr is its identity in the cluster (where its peers and clients reach it) and a restart cannot change it; "+
+		"start it again with --addr %s, spelled exactly so; to move it to %s, start a new node there with an empty data dir and --join "+
+		"(it gets a new node id and the replicas), then `concord node remove %d` (docs/operations.md, Adding and removing nodes). "+
+		"Nothing was recorded in the data dir",
+		dataDir, node, recorded, addr, recorded, addr, node)
+}
+
 // establishIdentity loads the node's identity or, for an empty data dir,
 // decides between bootstrapping the cluster in --peers and joining it.
 //

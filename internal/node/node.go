@@ -315,6 +315,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.loadLocal(); err != nil {
 		return n.abort(err)
 	}
+	if err := n.checkAddrAtStart(); err != nil {
+		return n.abort(err)
+	}
 	if n.hints, err = hints.Open(eng, n.cfg.MaxHintBytes); err != nil {
 		return n.abort(fmt.Errorf("open the hint log: %w", err))
 	}
