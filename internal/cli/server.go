@@ -40,7 +40,7 @@ func serverCmd(run func(node.Config) error) *cobra.Command {
 		Long: "Run a Concord node. The nodes in --peers form the initial cluster the first time they start\n" +
 			"with empty data dirs; a node started with --join and an empty data dir joins a running cluster\n" +
 			"through any of the members listed. On restart a node takes its identity and membership from its\n" +
-			"data dir (--peers and --join are then ignored).\n" +
+			"data dir (--peers and --join are then ignored); its --addr must be the one it was recorded at.\n" +
 			"With no flags: a single-node cluster on 127.0.0.1:7001 with data in ./concord-data.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
