@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/concord-kv/concord/api/concordpb"
+	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/storage"
+	"github.com/concord-kv/concord/internal/storepb"
 )
 
 // TestRestartAtAnotherAddrRefused: a node restarted on its data dir with
@@ -95,4 +98,42 @@ func dumpRecords(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestCheckAddrAtStartCases: only a node with an identity whose own
+// descriptor records another address is refused; a new or restored data
+// dir (no identity) takes any address, and a removed node is left to its
+// own refusal (exit status 3: no address can bring it back).
+func TestCheckAddrAtStartCases(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ident   bool
+		self    *concordpb.NodeDescriptor
+		refused bool
+	}{
+		{"no identity", false, nil, false},
+		{"no descriptor of its own", true, nil, false},
+		{"same address", true, &concordpb.NodeDescriptor{NodeId: 2, Address: "10.0.0.2:7001"}, false},
+		{"removed", true, &concordpb.NodeDescriptor{NodeId: 2, Address: "10.0.0.9:7001", State: concordpb.NodeState_NODE_REMOVED}, false},
+		{"another address", true, &concordpb.NodeDescriptor{NodeId: 2, Address: "10.0.0.9:7001"}, true},
+		{"a host name for it", true, &concordpb.NodeDescriptor{NodeId: 2, Address: "node2.example:7001"}, true},
+	} {
+		n := &Node{cfg: Config{Addr: "10.0.0.2:7001", DataDir: "/d"}}
+		n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{
+			1: {NodeId: 1, Address: "10.0.0.1:7001"},
+		}
+		if tc.ident {
+			n.ident.Store(&storepb.NodeIdent{ClusterId: 7, NodeId: 2})
+		}
+		if tc.self != nil {
+			n.book.m[2] = tc.self
+		}
+		err := n.checkAddrAtStart()
+		if (err != nil) != tc.refused {
+			t.Errorf("%s: err = %v, refused: want %v", tc.name, err, tc.refused)
+		}
+		if err != nil && !strings.Contains(err.Error(), "records at "+tc.self.GetAddress()+", but it was started with --addr 10.0.0.2:7001") {
+			t.Errorf("%s: error %q does not name both addresses", tc.name, err)
+		}
+	}
 }
