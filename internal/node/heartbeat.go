@@ -191,7 +191,8 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 	// LEAVING node of that binary is removed whatever it holds, as
 	// before the field (scheduler.Report.Tentative).
 	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow(),
-		DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes(), Tentative: req.GetTentativeWrites()}
+		DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes(), Tentative: req.GetTentativeWrites(),
+		SawLeaving: req.GetNode().GetState() == concordpb.NodeState_NODE_LEAVING}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
 		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow(),
 		tentative: req.GetTentativeWrites()}

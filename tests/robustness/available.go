@@ -21,8 +21,10 @@ import (
 // availableFaultKinds are the kinds TestAvailableNoLostWrites draws from:
 // every classic kind but wipe, since a node that loses its disk loses the
 // tentative writes it holds (docs/architecture.md, "What is not"); the
-// membership kinds are left out for the same reason (a removed node's
-// hints are never proposed). space stays: a reconciliation refused for
+// membership kinds are left out too: a node removed while dead
+// (killStayDead) loses its hints the same way. (A live node being
+// removed now keeps its hints until reconciled; remove is not drawn
+// here yet.) space stays: a reconciliation refused for
 // space must keep its hints.
 var availableFaultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, pause, pauseLeader, crashAll, space}
 

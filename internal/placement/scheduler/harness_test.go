@@ -46,7 +46,9 @@ import (
 //	                                        (default 0: unknown); bytes take
 //	                                        a K, M or G suffix (binary);
 //	                                        tentative: the tentative writes
-//	                                        it holds (default 0)
+//	                                        it holds (default 0); unaware:
+//	                                        a node recorded LEAVING sent it
+//	                                        before it knew (SawLeaving false)
 //	observed age=30s                        ObservedSince = now - age
 //	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
@@ -213,6 +215,13 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 	}
 	if d.HasArg("tentative") {
 		r.Tentative = number(t, d, "tentative")
+	}
+	// A node reports the state its own record has; a LEAVING node's
+	// report has seen it unless the test says it was sent before.
+	for _, n := range e.v.Nodes {
+		if ids.NodeID(n.GetNodeId()) == node {
+			r.SawLeaving = n.GetState() == concordpb.NodeState_NODE_LEAVING && !d.HasArg("unaware")
+		}
 	}
 	sizes := map[uint64]uint64{}
 	if arg, ok := d.Arg("size"); ok {

@@ -182,7 +182,9 @@ func (p *planner) marks() []Step {
 // one can reconcile its writes while it is down, and a dead node must not
 // hold its removal up for ever: it is removed as before, and says what it
 // lost if it is started again) or its last report is fresh
-// (Settings.ReportMaxAge) and says it holds none (Report.Tentative). A
+// (Settings.ReportMaxAge), was sent once the node knew it is leaving
+// (Report.SawLeaving: from then on it holds no new one) and says it holds
+// none (Report.Tentative). A
 // live node whose last report is stale (SUSPECT, or silent a little
 // longer than ReportMaxAge), or that has not reported to this placement
 // leader yet, waits too: it may be reconciling and report 0 next, and
@@ -195,5 +197,5 @@ func holdsHints(v View, id ids.NodeID, j judgement) bool {
 		return false
 	}
 	r, ok := v.Reports[id]
-	return !ok || !r.Fresh(v.Now, v.Settings) || r.Tentative > 0
+	return !ok || !r.Fresh(v.Now, v.Settings) || !r.SawLeaving || r.Tentative > 0
 }

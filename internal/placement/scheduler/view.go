@@ -126,6 +126,13 @@ type Report struct {
 	// marked REMOVED while a fresh report says it holds any (see marks).
 	// A node older than the field says 0, which is the rule before it.
 	Tentative uint64
+	// SawLeaving: the node's own record in the report
+	// (HeartbeatRequest.node) said LEAVING, so it was built after the
+	// node had learned it is leaving, from then on holding no new
+	// tentative write (node.mayHoldTentative): its Tentative count cannot
+	// grow after it. A count from before could: a write held between the
+	// report and the node learning it is leaving would be lost with it.
+	SawLeaving bool
 }
 
 // Fresh reports whether r is recent enough to count at now.
