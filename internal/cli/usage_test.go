@@ -226,11 +226,13 @@ func TestMaxConcurrentStreamsRefusesNoBound(t *testing.T) {
 	}
 }
 
-// TestZeroCountsRefused: --shards and --replicas given as 0 or less are
-// refused naming the flag, exit status 2, before a data dir is created or
-// a node started (before: node.Config and localcluster read 0 as "the
-// default", so --shards 0 started 16 shards and --replicas 0 three
-// replicas without a word).
+// TestZeroCountsRefused: --shards, --replicas, --max-key-bytes and
+// --max-value-bytes given as 0 or less are refused naming the flag, exit
+// status 2, before a data dir is created or a node started, 0 with the
+// same error as a negative count (before: node.Config and localcluster
+// read 0 as "the default", so --shards 0 started 16 shards, --replicas 0
+// three replicas and --max-key-bytes 0 took keys of 4096 bytes without a
+// word).
 func TestZeroCountsRefused(t *testing.T) {
 	free := freeAddr(t)
 	for _, tc := range []struct {
@@ -239,6 +241,10 @@ func TestZeroCountsRefused(t *testing.T) {
 		{"--shards", "0", "--shards must be at least 1, got 0"},
 		{"--replicas", "0", "--replicas must be at least 1, got 0"},
 		{"--replicas", "-2", "--replicas must be at least 1, got -2"},
+		{"--max-key-bytes", "0", "--max-key-bytes must be at least 1, got 0"},
+		{"--max-key-bytes", "-5", "--max-key-bytes must be at least 1, got -5"},
+		{"--max-value-bytes", "0", "--max-value-bytes must be at least 1, got 0"},
+		{"--max-value-bytes", "-5", "--max-value-bytes must be at least 1, got -5"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		err := runServerFor(t, []string{"server", "--addr", free, "--data-dir", dir, "--log-level", "error", tc.flag, tc.value})
@@ -247,6 +253,9 @@ func TestZeroCountsRefused(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("concord server %s %s: the data dir was created (stat: %v)", tc.flag, tc.value, err)
+		}
+		if tc.flag != "--shards" && tc.flag != "--replicas" {
+			continue // a node flag `cluster up` does not take
 		}
 		// --nodes 0: were the count not checked first, the launcher
 		// refuses it (another error) rather than start nodes.
