@@ -42,7 +42,7 @@ func serverCmd(run func(node.Config) error) *cobra.Command {
 			"through any of the members listed. On restart a node takes its identity and membership from its\n" +
 			"data dir (--peers and --join are then ignored).\n" +
 			"With no flags: a single-node cluster on 127.0.0.1:7001 with data in ./concord-data.",
-		Args: cobra.NoArgs,
+		Args: argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			logger, err := newLogger(logLevel, logFormat)
 			if err != nil {

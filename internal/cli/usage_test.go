@@ -349,11 +349,46 @@ func TestFaultDiskLowArgsRefusedBeforeDialing(t *testing.T) {
 	}{
 		{[]string{"fault", "disk-low", addr, "true"}, `disk-low takes on or off after the address, not "true"`},
 		{[]string{"fault", "disk-low", addr, "ON"}, `disk-low takes on or off after the address, not "ON"`},
-		{[]string{"fault", "disk-low", addr}, "accepts 2 arg(s), received 1"},
-		{[]string{"fault", "disk-low", addr, "on", "off"}, "accepts 2 arg(s), received 3"},
+		{[]string{"fault", "disk-low", addr}, "fault disk-low takes ADDR on|off (got 1 argument)"},
+		{[]string{"fault", "disk-low", addr, "on", "off"}, "fault disk-low takes ADDR on|off (got 3 arguments)"},
 	} {
 		_, err := runCLI(tc.args...)
 		if err == nil || !strings.Contains(errorText(err), tc.want) {
+			t.Errorf("concord %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+		if n := dialed.Swap(0); n != 0 {
+			t.Errorf("concord %s: %d connections made before the arguments were refused", strings.Join(tc.args, " "), n)
+		}
+	}
+}
+
+// TestArgumentCountsWorded: a wrong number of arguments is refused in the
+// CLI's own words, "VERB takes ARGS (got N arguments)" with the arguments
+// as the usage line names them and "argument" singular for one, for every
+// command (before: get, del, scan and the commands with a fixed count
+// answered cobra's "accepts at most 1 arg(s), received 2", and put said
+// "got 1 arguments"); nothing is dialed first.
+func TestArgumentCountsWorded(t *testing.T) {
+	addr, dialed := countingListener(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "a", "b", "--endpoints", addr}, "get takes KEY (got 2 arguments)"},
+		{[]string{"get", "--endpoints", addr}, "get takes KEY (got 0 arguments)"},
+		{[]string{"del", "a", "b", "--endpoints", addr}, "del takes KEY (got 2 arguments)"},
+		{[]string{"put", "k", "--endpoints", addr}, "put takes KEY VALUE (got 1 argument)"},
+		{[]string{"put", "k", "v", "w", "--endpoints", addr}, "put takes KEY VALUE (got 3 arguments)"},
+		{[]string{"cas", "k", "a", "b", "c", "--endpoints", addr}, "cas takes KEY OLD NEW (got 4 arguments)"},
+		{[]string{"scan", "a", "b", "c", "--endpoints", addr}, "scan takes [START [END]] (got 3 arguments)"},
+		{[]string{"status", "x", "--endpoints", addr}, "status takes no arguments (got 1 argument)"},
+		{[]string{"node", "remove", "--endpoints", addr}, "node remove takes ID (got 0 arguments)"},
+		{[]string{"leader", "transfer", "1", "--endpoints", addr}, "leader transfer takes SHARD NODE (got 1 argument)"},
+		{[]string{"fault", "partition"}, "fault partition takes ADDR [REACHABLE...] (got 0 arguments)"},
+		{[]string{"restore", "a", "b", "--data-dir", filepath.Join(t.TempDir(), "d")}, "restore takes FILE (got 2 arguments)"},
+	} {
+		_, err := runCLI(tc.args...)
+		if err == nil || errorText(err) != tc.want {
 			t.Errorf("concord %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
 		}
 		if n := dialed.Swap(0); n != 0 {
