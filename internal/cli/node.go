@@ -103,7 +103,7 @@ func printNodes(out io.Writer, st *concordpb.StatusResponse) {
 		}
 		if t := ns.GetTentativeWrites(); t > 0 && n.GetState() == concordpb.NodeState_NODE_LEAVING {
 			// Why a drained node is not removed yet (it waits for them).
-			state += fmt.Sprintf(" (holds %d tentative writes)", t)
+			state += fmt.Sprintf(" (holds %s)", counted(int(t), "tentative write"))
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%s\n", n.GetNodeId(), n.GetAddress(), state,
 			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), freeText(ns), ns.GetRequestRate(), levelText(ns.GetVersion()))
