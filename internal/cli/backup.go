@@ -34,7 +34,7 @@ func newBackupCmd() *cobra.Command {
 			"Restore it with `concord restore FILE --data-dir DIR`. FILE appears only once complete, readable by\n" +
 			"its owner only (mode 0600): it holds every key. An existing FILE is refused unless --force is given;\n" +
 			"then it is replaced only once the new backup is complete (a failed backup leaves it as it was).",
-		Args: cobra.ExactArgs(1),
+		Args: argCount(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkBackupPath(args[0], force); err != nil {
 				return err
@@ -63,7 +63,7 @@ func newBackupCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"file": args[0], "keys": sum.Records, "shards": len(sum.Shards),
 					"cluster_id": fmt.Sprintf("%x", sum.ClusterID)})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "backup %s: %d keys from %d shards of cluster %x\n", args[0], sum.Records, len(sum.Shards), sum.ClusterID)
+			fmt.Fprintf(cmd.OutOrStdout(), "backup %s: %s from %s of cluster %x\n", args[0], counted(int(sum.Records), "key"), counted(len(sum.Shards), "shard"), sum.ClusterID)
 			return nil
 		},
 	}
@@ -177,7 +177,7 @@ func newRestoreCmd() *cobra.Command {
 			"  concord server --addr HOST:PORT --data-dir DIR --peers HOST:PORT\n\n" +
 			"Its first start loads the keys, at any address and with any --shards, and serves them.\n" +
 			"Add more nodes with --join once it serves.",
-		Args: cobra.ExactArgs(1),
+		Args: argCount(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dataDir == "" {
 				return errors.New("--data-dir is required: the new node's data dir")
@@ -186,9 +186,9 @@ func newRestoreCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("restore refused, nothing written: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "verified %d keys of %d shards (backup of cluster %x taken %s); staged in %s\n"+
+			fmt.Fprintf(cmd.OutOrStdout(), "verified %s of %s (backup of cluster %x taken %s); staged in %s\n"+
 				"start it: concord server --addr HOST:PORT --data-dir %s --peers HOST:PORT\n",
-				sum.Records, len(sum.Shards), sum.ClusterID, sum.Created.UTC().Format(time.RFC3339), dataDir, dataDir)
+				counted(int(sum.Records), "key"), counted(len(sum.Shards), "shard"), sum.ClusterID, sum.Created.UTC().Format(time.RFC3339), dataDir, dataDir)
 			return nil
 		},
 	}

@@ -41,7 +41,7 @@ func newBenchCmd() *cobra.Command {
 			"--duration or --ops, against Concord, etcd or Redis (--target), the same load for each.\n" +
 			"Examples:\n  concord bench --workload a --clients 16 --duration 15s --output json\n" +
 			"  concord bench --target etcd --endpoints 127.0.0.1:2379 --workload put --clients 100 --conns 10",
-		Args: cobra.NoArgs,
+		Args: argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.resolve(cmd); err != nil {
 				return err

@@ -23,7 +23,7 @@ func newCertsCmd() *cobra.Command {
 			"never replaced without --force. Start every node with\n" +
 			"  --tls-cert DIR/node.crt --tls-key DIR/node.key --tls-ca DIR/ca.crt\n" +
 			"and give clients --tls-ca DIR/ca.crt.",
-		Args: cobra.NoArgs,
+		Args: argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
 				return fmt.Errorf("--dir is required")

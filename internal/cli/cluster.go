@@ -40,7 +40,7 @@ func newClusterUpCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start N nodes on 127.0.0.1 (one process and data dir each); Ctrl-C stops them all",
-		Args:  cobra.NoArgs,
+		Args:  argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkCounts(cmd, "shards", "replicas"); err != nil {
 				return err
@@ -104,7 +104,7 @@ func runClusterUp(ctx context.Context, f clusterUpFlags, self string) error {
 	if err != nil {
 		return err
 	}
-	printBanner(f, c)
+	printBanner(os.Stdout, f, c)
 	select {
 	case <-ctx.Done():
 	case <-allExited:
@@ -149,8 +149,8 @@ func exitDesc(err error) string {
 	return err.Error()
 }
 
-func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
-	fmt.Printf("Concord cluster of %d nodes is starting; data under %s\n", f.nodes, f.dataDir)
+func printBanner(w io.Writer, f clusterUpFlags, c *localcluster.Cluster) {
+	fmt.Fprintf(w, "Concord cluster of %s is starting; data under %s\n", counted(f.nodes, "node"), f.dataDir)
 	for i, a := range c.Addrs() {
 		line := fmt.Sprintf("  node %d: %s", i+1, a)
 		if r := c.RedisAddr(i); r != "" {
@@ -159,28 +159,28 @@ func printBanner(f clusterUpFlags, c *localcluster.Cluster) {
 		if h := c.HTTPAddr(i); h != "" {
 			line += ", HTTP on " + h
 		}
-		fmt.Printf("%s (pid %d)\n", line, c.Process(i).PID())
+		fmt.Fprintf(w, "%s (pid %d)\n", line, c.Process(i).PID())
 	}
 	if f.supervise {
-		fmt.Printf("Supervised: a node that exits is restarted after %v.\n", f.restartDelay)
+		fmt.Fprintf(w, "Supervised: a node that exits is restarted after %v.\n", f.restartDelay)
 	}
 	eps := strings.Join(c.Addrs(), ",")
 	tlsFlag, redisTLS, scheme, curlTLS := "", "", "http", ""
 	if ca := c.CAFile(); ca != "" {
-		fmt.Printf("TLS on every port; CA certificate: %s (node and client certificates beside it)\n", ca)
+		fmt.Fprintf(w, "TLS on every port; CA certificate: %s (node and client certificates beside it)\n", ca)
 		tlsFlag, redisTLS, scheme, curlTLS = " --tls-ca "+ca, " --tls --cacert "+ca, "https", " --cacert "+ca
 	}
 	// The command as it was run (bin/concord under make run), so that
 	// the line works as pasted where concord is not on PATH.
-	fmt.Printf("Endpoints: %s\nTry:       %s put hello world --endpoints %s%s\n", eps, os.Args[0], eps, tlsFlag)
+	fmt.Fprintf(w, "Endpoints: %s\nTry:       %s put hello world --endpoints %s%s\n", eps, os.Args[0], eps, tlsFlag)
 	if r := c.RedisAddr(0); r != "" {
 		host, port, _ := net.SplitHostPort(r)
-		fmt.Printf("           redis-cli -h %s -p %s%s set hello world   (any node's Redis port)\n", host, port, redisTLS)
+		fmt.Fprintf(w, "           redis-cli -h %s -p %s%s set hello world   (any node's Redis port)\n", host, port, redisTLS)
 	}
 	if h := c.HTTPAddr(0); h != "" {
-		fmt.Printf("           curl%s %s://%s/metrics   (also /healthz, /readyz, /api/status)\n", curlTLS, scheme, h)
+		fmt.Fprintf(w, "           curl%s %s://%s/metrics   (also /healthz, /readyz, /api/status)\n", curlTLS, scheme, h)
 	}
-	fmt.Println("Ctrl-C stops the cluster.")
+	fmt.Fprintln(w, "Ctrl-C stops the cluster.")
 }
 
 // prefixWriter writes a node's output to stderr, each line prefixed with the node.

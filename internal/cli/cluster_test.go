@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os/exec"
@@ -59,5 +60,39 @@ func TestClusterUpEndsWhenEveryNodeExited(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "every node exited") {
 		t.Fatalf("cluster up whose nodes all failed: err = %v, want one saying every node exited", err)
+	}
+}
+
+// TestClusterUpBannerCountsNodes: the banner counts the nodes in words that
+// fit the count: "Concord cluster of 1 node" (before: "of 1 nodes").
+func TestClusterUpBannerCountsNodes(t *testing.T) {
+	fail, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no false(1) binary to stand for the nodes")
+	}
+	for _, tc := range []struct {
+		nodes int
+		want  string
+	}{
+		{1, "Concord cluster of 1 node is starting"},
+		{2, "Concord cluster of 2 nodes is starting"},
+	} {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := lis.Addr().(*net.TCPAddr).Port
+		lis.Close()
+		f := clusterUpFlags{nodes: tc.nodes, basePort: port, shards: 1, replicas: 1, dataDir: t.TempDir(), host: "127.0.0.1"}
+		c, err := localcluster.Start(upConfig(f, fail))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		printBanner(&out, f, c)
+		c.Shutdown(10 * time.Second)
+		if first, _, _ := strings.Cut(out.String(), "\n"); !strings.HasPrefix(first, tc.want) {
+			t.Errorf("--nodes %d: banner starts %q, want %q", tc.nodes, first, tc.want)
+		}
 	}
 }

@@ -21,7 +21,7 @@ func newFaultCmd() *cobra.Command {
 	die := &cobra.Command{
 		Use:   "die ADDR",
 		Short: "End the node at ADDR: at once as after a power cut, or with --clean gracefully",
-		Args:  cobra.ExactArgs(1),
+		Args:  argCount(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(sec, args[0], func(ctx context.Context, a concordpb.AdminClient) error {
 				_, err := a.Die(ctx, &concordpb.DieRequest{Clean: clean})
@@ -36,7 +36,7 @@ func newFaultCmd() *cobra.Command {
 	partition := &cobra.Command{
 		Use:   "partition ADDR [REACHABLE...]",
 		Short: "Cut the node at ADDR off from every peer not listed (no list: isolate it)",
-		Args:  cobra.MinimumNArgs(1),
+		Args:  argCount(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(sec, args[0], func(ctx context.Context, a concordpb.AdminClient) error {
 				resp, err := a.Partition(ctx, &concordpb.PartitionRequest{Reachable: args[1:]})
@@ -50,7 +50,7 @@ func newFaultCmd() *cobra.Command {
 	heal := &cobra.Command{
 		Use:   "heal ADDR",
 		Short: "Make the node at ADDR reachable from every peer again",
-		Args:  cobra.ExactArgs(1),
+		Args:  argCount(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withAdmin(sec, args[0], func(ctx context.Context, a concordpb.AdminClient) error {
 				_, err := a.Heal(ctx, &concordpb.HealRequest{})
@@ -86,7 +86,7 @@ func newFaultCmd() *cobra.Command {
 // address and on or off (any other word, "true" or "ON" included, is
 // refused rather than read as off).
 func diskLowArgs(cmd *cobra.Command, args []string) error {
-	if err := cobra.ExactArgs(2)(cmd, args); err != nil {
+	if err := argCount(cobra.ExactArgs(2))(cmd, args); err != nil {
 		return err
 	}
 	if args[1] != "on" && args[1] != "off" {

@@ -31,7 +31,7 @@ func newPutCmd() *cobra.Command {
 			"within that node's --available-timeout (no quorum), the node holds it as a tentative write and\n" +
 			"proposes it when the shard has a quorum again, where the newest version of the key wins\n" +
 			"(\"OK (tentative: ...)\"; JSON \"tentative\": true). See docs/architecture.md, \"Available mode\".",
-		Args: cobra.MaximumNArgs(2),
+		Args: cobra.ArbitraryArgs, // readOperands checks the count, as the file flags leave it
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("ttl") && ttl <= 0 {
 				return fmt.Errorf("--ttl must be positive, got %v", ttl)
@@ -131,7 +131,7 @@ func newGetCmd() *cobra.Command {
 			"instead, byte for byte; -o json carries binary keys and values exactly (value_base64).\n" +
 			"--available reads as --stale does, and sees the tentative write of the key the answering node\n" +
 			"holds, if any (put --available).",
-		Args: cobra.MaximumNArgs(1),
+		Args: cobra.ArbitraryArgs, // readOperands checks the count, as the file flags leave it
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stale && available {
 				return errors.New("--stale and --available are exclusive: --available reads as --stale does, and sees the node's tentative writes")
@@ -190,7 +190,7 @@ func newDelCmd() *cobra.Command {
 		Short:   "Delete KEY; prints 1 if it existed, 0 if not",
 		Long: "Delete KEY; prints 1 if it existed, 0 if not. --key-file takes KEY from a file instead, byte for byte.\n" +
 			"With --available (see put --available) it prints OK, or that the delete is held as tentative.",
-		Args: cobra.MaximumNArgs(1),
+		Args: cobra.ArbitraryArgs, // readOperands checks the count, as the file flags leave it
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, err := readOperands("del", args, []*operand{key}, cmd.InOrStdin())
 			if err != nil {
@@ -241,7 +241,7 @@ func newCasCmd() *cobra.Command {
 			"With --delete the key is deleted on a match and NEW is omitted:\n" +
 			"  concord cas KEY OLD --delete\n" +
 			"--key-file, --old-file and --value-file take KEY, OLD and NEW from files instead, byte for byte.",
-		Args: cobra.MaximumNArgs(3),
+		Args: cobra.ArbitraryArgs, // readOperands checks the count, as the file flags leave it
 		RunE: func(cmd *cobra.Command, args []string) error {
 			old.omit, value.omit = absent, del
 			k, cas, err := casArgs(args, key, old, value, cmd.InOrStdin())
@@ -306,7 +306,7 @@ func newScanCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "scan [START [END]]",
 		Short: "Print keys in [START, END) in byte order, one \"key<TAB>value\" per line",
-		Args:  cobra.MaximumNArgs(2),
+		Args:  argCount(cobra.MaximumNArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 0 {
 				// The client reads a limit below 1 as "all keys": -5 printed them all.

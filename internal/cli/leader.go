@@ -18,7 +18,7 @@ func newLeaderTransferCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "transfer SHARD NODE",
 		Short: "Hand SHARD's leadership to its voting replica on NODE; returns once it moved",
-		Args:  cobra.ExactArgs(2),
+		Args:  argCount(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			shard, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil {

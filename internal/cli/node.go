@@ -56,7 +56,7 @@ func newNodeListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "Show every node: id, address, state, replicas, leaders, last heartbeat",
-		Args:  cobra.NoArgs,
+		Args:  argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := f.status(stale)
 			if err != nil {
@@ -103,7 +103,7 @@ func printNodes(out io.Writer, st *concordpb.StatusResponse) {
 		}
 		if t := ns.GetTentativeWrites(); t > 0 && n.GetState() == concordpb.NodeState_NODE_LEAVING {
 			// Why a drained node is not removed yet (it waits for them).
-			state += fmt.Sprintf(" (holds %d tentative writes)", t)
+			state += fmt.Sprintf(" (holds %s)", counted(int(t), "tentative write"))
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%s\n", n.GetNodeId(), n.GetAddress(), state,
 			ns.GetReplicas(), ns.GetLeaders(), heartbeatAge(ns), diskSize(ns.GetDiskBytes()), freeText(ns), ns.GetRequestRate(), levelText(ns.GetVersion()))
@@ -158,7 +158,7 @@ func newNodeRemoveCmd() *cobra.Command {
 		Long: "Mark the node LEAVING: the placement service moves its replicas to other nodes and marks it\n" +
 			"REMOVED once it holds nothing. A removed node cannot rejoin under its identity. Refused when\n" +
 			"fewer nodes than the replication factor would remain up.",
-		Args: cobra.ExactArgs(1),
+		Args: argCount(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil || id == 0 {

@@ -71,7 +71,7 @@ func readOperands(verb string, args []string, ops []*operand, stdin io.Reader) (
 		if len(files) > 0 {
 			with = " with " + strings.Join(files, " and ")
 		}
-		return nil, fmt.Errorf("%s%s takes %s (got %d arguments)", verb, with, argList(want), len(args))
+		return nil, fmt.Errorf("%s%s takes %s (got %s)", verb, with, argList(want), counted(len(args), "argument"))
 	}
 	if stdinUsers > 1 {
 		return nil, errors.New("only one of the file flags can read standard input (-)")
@@ -91,6 +91,35 @@ func readOperands(verb string, args []string, ops []*operand, stdin io.Reader) (
 		}
 	}
 	return out, nil
+}
+
+// argCount is check (cobra's ExactArgs, MaximumNArgs, ...) worded as
+// readOperands words a wrong count: "node remove takes ID (got 2
+// arguments)", the arguments as the command's usage line names them,
+// rather than cobra's "accepts 1 arg(s), received 2".
+func argCount(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if check(cmd, args) == nil {
+			return nil
+		}
+		var names []string
+		for _, w := range strings.Fields(cmd.Use)[1:] {
+			if strings.HasPrefix(w, "-") { // restore FILE --data-dir DIR: flags follow the arguments
+				break
+			}
+			names = append(names, w)
+		}
+		verb := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+		return fmt.Errorf("%s takes %s (got %s)", verb, argList(names), counted(len(args), "argument"))
+	}
+}
+
+// counted is n with noun, plural unless n is 1: "1 node", "3 nodes".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // argList names the arguments a verb wants, "no arguments" for none.

@@ -72,8 +72,8 @@ func TestReadOperandsRefuses(t *testing.T) {
 	}{
 		{"extra argument", []string{"k", "v"}, "", small, "put with --value-file takes KEY (got 2 arguments)"},
 		{"missing argument", nil, small, "", "put with --key-file takes VALUE (got 0 arguments)"},
-		{"both files and an argument", []string{"k"}, small, small, "put with --key-file and --value-file takes no arguments (got 1 arguments)"},
-		{"no files, one argument", []string{"k"}, "", "", "put takes KEY VALUE (got 1 arguments)"},
+		{"both files and an argument", []string{"k"}, small, small, "put with --key-file and --value-file takes no arguments (got 1 argument)"},
+		{"no files, one argument", []string{"k"}, "", "", "put takes KEY VALUE (got 1 argument)"},
 		{"stdin twice", nil, "-", "-", "only one of the file flags can read standard input"},
 		{"missing file", []string{"k"}, "", filepath.Join(dir, "nope"), "--value-file: open " + filepath.Join(dir, "nope")},
 		{"a directory", []string{"k"}, "", dir, "--value-file " + dir + ": read " + dir + ": is a directory"},

@@ -42,7 +42,7 @@ func serverCmd(run func(node.Config) error) *cobra.Command {
 			"through any of the members listed. On restart a node takes its identity and membership from its\n" +
 			"data dir (--peers and --join are then ignored); its --addr must be the one it was recorded at.\n" +
 			"With no flags: a single-node cluster on 127.0.0.1:7001 with data in ./concord-data.",
-		Args: cobra.NoArgs,
+		Args: argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			logger, err := newLogger(logLevel, logFormat)
 			if err != nil {
@@ -59,7 +59,7 @@ func serverCmd(run func(node.Config) error) *cobra.Command {
 			if err := checkNodeAddrs(cfg); err != nil {
 				return err
 			}
-			if err := checkCounts(cmd, "shards", "replicas"); err != nil {
+			if err := checkCounts(cmd, "shards", "replicas", "max-key-bytes", "max-value-bytes"); err != nil {
 				return err
 			}
 			// 0 would read as "the default" to the node's config.
@@ -167,8 +167,8 @@ func checkNodeAddrs(cfg node.Config) error {
 
 // checkCounts refuses a count flag given as 0 or less. node.Config and
 // localcluster read a 0 as "the default", so --shards 0 started 16
-// shards and --replicas 0 three replicas, without a word to the user who
-// typed 0; only a value the user gave is checked (Changed), the flag's
+// shards, --replicas 0 three replicas and --max-key-bytes 0 took keys of
+// 4096 bytes, without a word to the user who typed 0; only a value the user gave is checked (Changed), the flag's
 // own default is positive.
 func checkCounts(cmd *cobra.Command, names ...string) error {
 	for _, name := range names {

@@ -51,7 +51,7 @@ func newShardListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "Show every user shard: hash range, replicas with roles, leader, epoch, under-replication, size",
-		Args:  cobra.NoArgs,
+		Args:  argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := f.status(stale)
 			if err != nil {

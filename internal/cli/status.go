@@ -17,7 +17,7 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster's nodes and every shard's leader, term, applied index, replicas and size",
-		Args:  cobra.NoArgs,
+		Args:  argCount(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := f.status(stale)
 			if err != nil {

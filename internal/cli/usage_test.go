@@ -226,11 +226,13 @@ func TestMaxConcurrentStreamsRefusesNoBound(t *testing.T) {
 	}
 }
 
-// TestZeroCountsRefused: --shards and --replicas given as 0 or less are
-// refused naming the flag, exit status 2, before a data dir is created or
-// a node started (before: node.Config and localcluster read 0 as "the
-// default", so --shards 0 started 16 shards and --replicas 0 three
-// replicas without a word).
+// TestZeroCountsRefused: --shards, --replicas, --max-key-bytes and
+// --max-value-bytes given as 0 or less are refused naming the flag, exit
+// status 2, before a data dir is created or a node started, 0 with the
+// same error as a negative count (before: node.Config and localcluster
+// read 0 as "the default", so --shards 0 started 16 shards, --replicas 0
+// three replicas and --max-key-bytes 0 took keys of 4096 bytes without a
+// word).
 func TestZeroCountsRefused(t *testing.T) {
 	free := freeAddr(t)
 	for _, tc := range []struct {
@@ -239,6 +241,10 @@ func TestZeroCountsRefused(t *testing.T) {
 		{"--shards", "0", "--shards must be at least 1, got 0"},
 		{"--replicas", "0", "--replicas must be at least 1, got 0"},
 		{"--replicas", "-2", "--replicas must be at least 1, got -2"},
+		{"--max-key-bytes", "0", "--max-key-bytes must be at least 1, got 0"},
+		{"--max-key-bytes", "-5", "--max-key-bytes must be at least 1, got -5"},
+		{"--max-value-bytes", "0", "--max-value-bytes must be at least 1, got 0"},
+		{"--max-value-bytes", "-5", "--max-value-bytes must be at least 1, got -5"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		err := runServerFor(t, []string{"server", "--addr", free, "--data-dir", dir, "--log-level", "error", tc.flag, tc.value})
@@ -247,6 +253,9 @@ func TestZeroCountsRefused(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("concord server %s %s: the data dir was created (stat: %v)", tc.flag, tc.value, err)
+		}
+		if tc.flag != "--shards" && tc.flag != "--replicas" {
+			continue // a node flag `cluster up` does not take
 		}
 		// --nodes 0: were the count not checked first, the launcher
 		// refuses it (another error) rather than start nodes.
@@ -340,11 +349,46 @@ func TestFaultDiskLowArgsRefusedBeforeDialing(t *testing.T) {
 	}{
 		{[]string{"fault", "disk-low", addr, "true"}, `disk-low takes on or off after the address, not "true"`},
 		{[]string{"fault", "disk-low", addr, "ON"}, `disk-low takes on or off after the address, not "ON"`},
-		{[]string{"fault", "disk-low", addr}, "accepts 2 arg(s), received 1"},
-		{[]string{"fault", "disk-low", addr, "on", "off"}, "accepts 2 arg(s), received 3"},
+		{[]string{"fault", "disk-low", addr}, "fault disk-low takes ADDR on|off (got 1 argument)"},
+		{[]string{"fault", "disk-low", addr, "on", "off"}, "fault disk-low takes ADDR on|off (got 3 arguments)"},
 	} {
 		_, err := runCLI(tc.args...)
 		if err == nil || !strings.Contains(errorText(err), tc.want) {
+			t.Errorf("concord %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+		if n := dialed.Swap(0); n != 0 {
+			t.Errorf("concord %s: %d connections made before the arguments were refused", strings.Join(tc.args, " "), n)
+		}
+	}
+}
+
+// TestArgumentCountsWorded: a wrong number of arguments is refused in the
+// CLI's own words, "VERB takes ARGS (got N arguments)" with the arguments
+// as the usage line names them and "argument" singular for one, for every
+// command (before: get, del, scan and the commands with a fixed count
+// answered cobra's "accepts at most 1 arg(s), received 2", and put said
+// "got 1 arguments"); nothing is dialed first.
+func TestArgumentCountsWorded(t *testing.T) {
+	addr, dialed := countingListener(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "a", "b", "--endpoints", addr}, "get takes KEY (got 2 arguments)"},
+		{[]string{"get", "--endpoints", addr}, "get takes KEY (got 0 arguments)"},
+		{[]string{"del", "a", "b", "--endpoints", addr}, "del takes KEY (got 2 arguments)"},
+		{[]string{"put", "k", "--endpoints", addr}, "put takes KEY VALUE (got 1 argument)"},
+		{[]string{"put", "k", "v", "w", "--endpoints", addr}, "put takes KEY VALUE (got 3 arguments)"},
+		{[]string{"cas", "k", "a", "b", "c", "--endpoints", addr}, "cas takes KEY OLD NEW (got 4 arguments)"},
+		{[]string{"scan", "a", "b", "c", "--endpoints", addr}, "scan takes [START [END]] (got 3 arguments)"},
+		{[]string{"status", "x", "--endpoints", addr}, "status takes no arguments (got 1 argument)"},
+		{[]string{"node", "remove", "--endpoints", addr}, "node remove takes ID (got 0 arguments)"},
+		{[]string{"leader", "transfer", "1", "--endpoints", addr}, "leader transfer takes SHARD NODE (got 1 argument)"},
+		{[]string{"fault", "partition"}, "fault partition takes ADDR [REACHABLE...] (got 0 arguments)"},
+		{[]string{"restore", "a", "b", "--data-dir", filepath.Join(t.TempDir(), "d")}, "restore takes FILE (got 2 arguments)"},
+	} {
+		_, err := runCLI(tc.args...)
+		if err == nil || errorText(err) != tc.want {
 			t.Errorf("concord %s: err = %v, want %q", strings.Join(tc.args, " "), err, tc.want)
 		}
 		if n := dialed.Swap(0); n != 0 {

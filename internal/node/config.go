@@ -293,8 +293,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--shards must be between 1 and 4096, got %d", c.Shards)
 	case c.Replicas < 1:
 		return fmt.Errorf("--replicas must be at least 1, got %d", c.Replicas)
-	case c.MaxKeyBytes < 1 || c.MaxValueBytes < 0:
-		return errors.New("--max-key-bytes must be positive and --max-value-bytes not negative")
+	case c.MaxKeyBytes < 1:
+		return fmt.Errorf("--max-key-bytes must be at least 1, got %d", c.MaxKeyBytes)
+	case c.MaxValueBytes < 1:
+		return fmt.Errorf("--max-value-bytes must be at least 1, got %d", c.MaxValueBytes)
 	case c.MaxKeyBytes > MaxKeyBytesCap:
 		return fmt.Errorf("--max-key-bytes above %d (64 KiB) is not supported, got %d", MaxKeyBytesCap, c.MaxKeyBytes)
 	case c.MaxValueBytes > grpcapi.DefaultMaxBatchBytes: // a value must fit in a batch

@@ -109,3 +109,29 @@ func TestAddressBookReportsGoneNodesOnce(t *testing.T) {
 		t.Fatalf("atAddress(a:3) after the replacement = %v, want [4] (not the REPLACED 3)", got)
 	}
 }
+
+// TestMembersLeaveOutNodesThatServeNothing: CONCORD.MEMBERS lists the
+// addresses a node may be serving at. A REMOVED node is left out, and a
+// REPLACED one's address is listed once, under its successor; a DEAD node
+// (it may come back) and a LEAVING one (it still serves) stay.
+func TestMembersLeaveOutNodesThatServeNothing(t *testing.T) {
+	n := &Node{book: addressBook{m: map[ids.NodeID]*concordpb.NodeDescriptor{}}}
+	for _, d := range []*concordpb.NodeDescriptor{
+		{NodeId: 1, Address: "a:1", State: concordpb.NodeState_NODE_UP},
+		{NodeId: 2, Address: "a:2", State: concordpb.NodeState_NODE_SUSPECT},
+		{NodeId: 3, Address: "a:3", State: concordpb.NodeState_NODE_DEAD},
+		{NodeId: 4, Address: "a:4", State: concordpb.NodeState_NODE_REMOVED},
+		{NodeId: 5, Address: "a:5", State: concordpb.NodeState_NODE_LEAVING},
+		{NodeId: 6, Address: "a:6", State: concordpb.NodeState_NODE_REPLACED, ReplacedBy: 7},
+		{NodeId: 7, Address: "a:6", State: concordpb.NodeState_NODE_UP},
+		{NodeId: 8, Address: "a:8", State: concordpb.NodeState_NODE_REPLACED, ReplacedBy: 9},
+		{NodeId: 9, Address: "a:8", State: concordpb.NodeState_NODE_REMOVED},
+	} {
+		n.book.m[ids.NodeID(d.GetNodeId())] = d
+	}
+	got := redisBackend{n: n}.Members()
+	slices.Sort(got)
+	if want := []string{"a:1", "a:2", "a:3", "a:5", "a:6"}; !slices.Equal(got, want) {
+		t.Fatalf("Members() = %v, want %v", got, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/concord-kv/concord/api/concordpb"
 	"github.com/concord-kv/concord/internal/grpcapi"
 	"github.com/concord-kv/concord/internal/ids"
 	"github.com/concord-kv/concord/internal/redisapi"
@@ -104,9 +105,21 @@ func (n *Node) RedisAddr() string {
 	return n.redisLis.Addr().String()
 }
 
+// Members lists the addresses a client may find a node serving at
+// (CONCORD.MEMBERS; the CS739 library adds them to its server list). A
+// REMOVED node serves nothing, and a REPLACED one's address is its
+// successor's (listed under that node): both are left out. A DEAD node is
+// kept: it is the same identity if it comes back (a restart on its data
+// dir), and a client that tries it while it is down only moves on to the
+// next address. A LEAVING node still serves until it is removed, so it is
+// kept too.
 func (b redisBackend) Members() []string {
 	var out []string
-	for _, d := range b.n.book.all() { // a replaced node shares its successor's address
+	for _, d := range b.n.book.all() {
+		switch d.GetState() {
+		case concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
+			continue
+		}
 		if a := d.GetAddress(); !slices.Contains(out, a) {
 			out = append(out, a)
 		}

@@ -74,7 +74,7 @@ func slicesContains(ss []string, s string) bool {
 }
 
 // cmdMembers: CONCORD.MEMBERS: the nodes' addresses, each serving gRPC and
-// RESP.
+// RESP (not those of removed or replaced nodes: Backend.Members).
 func cmdMembers(c *conn, _ [][]byte, w *resp.Writer) {
 	m := c.s.b.Members()
 	w.Array(len(m))

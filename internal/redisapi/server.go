@@ -42,7 +42,8 @@ type Backend interface {
 	// Info reports the node's figures for INFO.
 	Info() NodeInfo
 	// Members are the addresses of the cluster's nodes (CONCORD.MEMBERS):
-	// each serves gRPC and RESP on that one port.
+	// each serves gRPC and RESP on that one port. Removed and replaced
+	// nodes, which serve nothing, are left out.
 	Members() []string
 	// ClusterVersion is the cluster's version as the node knows it, which
 	// says which ops every replica applies (INCRBYFLOAT's text increment).

@@ -1,11 +1,13 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -41,7 +43,10 @@ const (
 type Engine struct {
 	// db is the raw database; it never leaves this package, so every key
 	// written outside the state machines' batches is written here.
-	db   *pebble.DB
+	db *pebble.DB
+	// lock is Pebble's lock on the database directory, held from before
+	// the data dir is touched until Close.
+	lock *pebble.Lock
 	opts *pebble.Options
 	fs   vfs.FS
 	// dir holds the database; auxDir holds snapshot files being received.
@@ -90,6 +95,19 @@ func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, 
 			return nil, fmt.Errorf("storage: create %s: %w", d, err)
 		}
 	}
+	// Pebble's lock on the database, taken before anything in the data dir
+	// changes: a second process started on a node's data dir must fail
+	// before it clears the running node's snapshot files from aux.
+	lock, err := pebble.LockDirectory(dir, fs)
+	if err != nil {
+		return nil, lockError(dataDir, err)
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			_ = lock.Close()
+		}
+	}()
 	// Make the directories themselves durable: a power cut must not lose
 	// the entries that name them (Pebble syncs only inside its own dir).
 	for _, d := range []string{dir, aux, dataDir, filepath.Dir(dataDir)} {
@@ -112,6 +130,8 @@ func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, 
 		// WAL files preallocated with their size set, so that a synced
 		// commit's fdatasync need not journal a new size (walfs.go).
 		FS: withSizedWALs(fs),
+		// Held already; Close releases it after the database closes.
+		Lock: lock,
 	}
 	// Bloom filters in every level's tables (L0's setting is every
 	// level's default): a point read seeks with its key as the prefix
@@ -134,10 +154,22 @@ func openTuned(fs vfs.FS, dataDir string, tune func(*pebble.Options)) (*Engine, 
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	e := &Engine{db: db, opts: opts, fs: fs, dir: dir, auxDir: aux,
+	e := &Engine{db: db, lock: lock, opts: opts, fs: fs, dir: dir, auxDir: aux,
 		stopFlusher: make(chan struct{}), flusherDone: make(chan struct{})}
+	opened = true
 	go e.flushQueuedMemtables(memtableCheckInterval)
 	return e, nil
+}
+
+// lockError is the error for a failed lock of dataDir's database. Another
+// process holding the lock (fcntl's EAGAIN) is said in words: Pebble's
+// "resource temporarily unavailable" read as if it were worth a retry.
+func lockError(dataDir string, err error) error {
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+		return fmt.Errorf("storage: data dir %s is in use by another concord process (its lock is held): "+
+			"stop that process first, or give this one another data dir", dataDir)
+	}
+	return fmt.Errorf("storage: lock %s: %w", filepath.Join(dataDir, "db"), err)
 }
 
 // newBlockCache is a Pebble cache with room for blocks bytes of blocks
@@ -239,7 +271,11 @@ func (e *Engine) Close() error {
 	e.closed = true
 	close(e.stopFlusher)
 	<-e.flusherDone
-	return e.db.Close()
+	err := e.db.Close()
+	if lerr := e.lock.Close(); err == nil {
+		err = lerr
+	}
+	return err
 }
 
 // AuxDir is a scratch directory for files that are not part of the database.
