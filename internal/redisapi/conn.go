@@ -271,8 +271,13 @@ func (c *conn) readPipeline() ([]*call, error) {
 	size := 0
 	for len(calls) < maxPipeline && size < maxPipelineBytes {
 		// Unauthenticated, one command at a time: an AUTH runs, and lifts
-		// the reader's limits, before the command after it is read.
-		if len(calls) > 0 && (c.r.Buffered() == 0 || !c.authed) {
+		// the reader's limits, before the command after it is read. And
+		// only a command that has begun to arrive joins the pipeline: with
+		// nothing but blank lines buffered (which ReadCommand skips), the
+		// read would wait for the client's next command with this
+		// pipeline's replies unwritten, and a client waiting for them
+		// would wait for ever.
+		if len(calls) > 0 && (!c.r.CommandBuffered() || !c.authed) {
 			return calls, nil
 		}
 		args, n, err := c.r.ReadCommand()
