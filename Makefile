@@ -129,6 +129,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzConnFrames$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadCommand$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadPathsAgree$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
+	$(GO) test -run '^$$' -fuzz '^FuzzCommandBuffered$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/resp/
 	$(GO) test -run '^$$' -fuzz '^FuzzEncodeThenDecode$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/multiraft/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) -parallel 1 ./internal/grpcapi/

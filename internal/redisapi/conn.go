@@ -221,12 +221,38 @@ func (c *conn) servePipeline() bool {
 	c.calls = calls[:0]
 	c.endPipeline()
 	if readErr != nil {
+		if errors.Is(readErr, errCrossProtocol) {
+			c.s.crossProtocolWarning(c)
+			return false
+		}
 		if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, net.ErrClosed) && pe == nil {
 			c.s.cfg.Logger.Debug("redis connection read failed", "client", c.id, "err", readErr)
 		}
 		return false
 	}
 	return true
+}
+
+// errCrossProtocol ends the pipeline at a command named POST or Host:
+// (crossProtocol): the connection is closed without an answer to it.
+var errCrossProtocol = errors.New("a command named POST or Host:")
+
+// crossProtocol reports whether a command's name is "POST" or "Host:", in
+// any case: no Redis command, but the first words of an HTTP request's
+// lines. Redis closes such a connection unanswered, and logs it as a
+// possible attack (securityWarningCommand, networking.c): a web page can
+// make a browser POST to a Redis port with commands in the body, which
+// Redis would otherwise run line by line after answering the HTTP lines
+// with errors. An HTTP request sent to the port by mistake (a health
+// check) is closed at once instead of left open.
+func crossProtocol(name []byte) bool {
+	switch len(name) {
+	case 4:
+		return bytes.EqualFold(name, []byte("post"))
+	case 5:
+		return bytes.EqualFold(name, []byte("host:"))
+	}
+	return false
 }
 
 // protocolError returns err as a *resp.ProtocolError, or nil. A function
@@ -271,8 +297,13 @@ func (c *conn) readPipeline() ([]*call, error) {
 	size := 0
 	for len(calls) < maxPipeline && size < maxPipelineBytes {
 		// Unauthenticated, one command at a time: an AUTH runs, and lifts
-		// the reader's limits, before the command after it is read.
-		if len(calls) > 0 && (c.r.Buffered() == 0 || !c.authed) {
+		// the reader's limits, before the command after it is read. And
+		// only a command that has begun to arrive joins the pipeline: with
+		// nothing but blank lines buffered (which ReadCommand skips), the
+		// read would wait for the client's next command with this
+		// pipeline's replies unwritten, and a client waiting for them
+		// would wait for ever.
+		if len(calls) > 0 && (!c.r.CommandBuffered() || !c.authed) {
 			return calls, nil
 		}
 		args, n, err := c.r.ReadCommand()
@@ -281,6 +312,9 @@ func (c *conn) readPipeline() ([]*call, error) {
 		}
 		size += n
 		if len(args) > 0 {
+			if crossProtocol(args[0]) {
+				return calls, errCrossProtocol // not run, not answered: the commands before it are
+			}
 			if c.silent {
 				c.silent = false
 				c.s.spoke(c)

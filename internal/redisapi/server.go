@@ -186,6 +186,9 @@ type Server struct {
 	nextID atomic.Int64
 	// refused counts the connections refused at MaxClients (Refused).
 	refused atomic.Int64
+	// crossWarned is when crossProtocolWarning last logged (Unix
+	// nanoseconds; 0: never).
+	crossWarned atomic.Int64
 
 	mu      sync.Mutex
 	lis     []net.Listener  // guarded by mu: every listener served
@@ -463,4 +466,22 @@ func (t *cursorTable) get(id uint64) ([]byte, bool) {
 	defer t.mu.Unlock()
 	v, ok := t.m[id]
 	return v, ok
+}
+
+// crossProtocolWarning logs that c sent a command named POST or Host: (an
+// HTTP request, perhaps a cross-protocol attack: crossProtocol) and is
+// closed; at most once a minute, as Redis does, so that a flood of them
+// cannot flood the log.
+func (s *Server) crossProtocolWarning(c *conn) {
+	now := time.Now().UnixNano()
+	last := s.crossWarned.Load()
+	if last != 0 && now-last < int64(time.Minute) || !s.crossWarned.CompareAndSwap(last, now) {
+		return
+	}
+	remote := ""
+	if c.nc != nil {
+		remote = c.nc.RemoteAddr().String()
+	}
+	s.cfg.Logger.Warn("possible cross-protocol attack: a client sent a command named POST or Host: "+
+		"(an HTTP request to the Redis port); connection closed", "client", c.id, "remote", remote)
 }

@@ -26,6 +26,9 @@ func FuzzReadCommand(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range blankLineCases {
+		f.Add([]byte(s))
+	}
 	limits := Limits{MaxBulkBytes: 1 << 10, MaxArgs: 64, MaxInlineBytes: 256, MaxCommandBytes: 4 << 10}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := NewReader(bytes.NewReader(in), limits)
@@ -143,4 +146,57 @@ var readPathCases = []string{
 	"*1\r\n$-1\r\n",
 	"*1\r\n$4\nPING\r\n",                              // LF without CR
 	"*1\r\n$4\r\nPING\r\nSET a b\r\n*1\r\n$4\r\nPING", // inline between, a truncated last
+}
+
+// blankLineCases are commands followed by blank lines or whitespace, which
+// the server once left unanswered until the next command came.
+var blankLineCases = []string{
+	"SET blank1 x\r\n\r\n",
+	"PING\r\n\r\n",
+	"PING\r\n\n",
+	"PING\n\n",
+	"PING\r\n   \r\n",
+	"*1\r\n$4\r\nPING\r\n\r\n",
+	"PING\r\n\r",
+	"PING\r\n   ",
+	"\r\nPING\r\n",
+	"PING\r\n\r\nPING\r\n",
+	"PING\r\n*0\r\n",
+	"PING\r\nP",
+	"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+}
+
+// FuzzCommandBuffered: once the stream is buffered whole, CommandBuffered
+// says whether ReadCommand would find another command: when it says no,
+// ReadCommand finds none (it skips what is left and meets the end, or
+// fails); when it says yes, ReadCommand does not meet a clean end. A
+// server answers its pipeline before reading on when it says no, so a
+// wrong no would cut a pipeline and a wrong yes would hold its replies.
+func FuzzCommandBuffered(f *testing.F) {
+	for _, s := range blankLineCases {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		limits := Limits{MaxBulkBytes: 600, MaxArgs: 6, MaxInlineBytes: 256, MaxCommandBytes: 1000}
+		if len(in) >= 64<<10 {
+			return // the reader's buffer holds it whole
+		}
+		r := NewReader(bytes.NewReader(in), limits)
+		if _, _, err := r.ReadCommand(); err != nil { // its first read buffers the whole stream
+			return
+		}
+		for range 1000 {
+			more := r.CommandBuffered()
+			a, _, err := r.ReadCommand()
+			switch {
+			case !more && (len(a) > 0 || err == nil):
+				t.Fatalf("%q: no command buffered, then read %q, %v", in, a, err)
+			case more && errors.Is(err, io.EOF):
+				t.Fatalf("%q: a command buffered, then a clean end", in)
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
 }

@@ -71,10 +71,23 @@ func NewReader(r io.Reader, limits Limits) *Reader {
 	return &Reader{br: bufio.NewReaderSize(r, 64<<10), limits: limits.withDefaults()}
 }
 
-// Buffered is the number of bytes read from the stream but not yet parsed:
-// when positive, another command (or part of one) has already arrived, so
-// the caller can gather a pipeline without waiting.
-func (r *Reader) Buffered() int { return r.br.Buffered() }
+// CommandBuffered reports whether a byte of another command has already
+// arrived: a byte other than whitespace is buffered, read from the stream
+// but not yet parsed. Then the caller can go on gathering a pipeline, and
+// ReadCommand waits, if at all, only for the rest of a command the client
+// has begun to send. False when the buffer holds nothing but blank lines
+// (or whitespace of a line not yet ended), which ReadCommand skips: it
+// would then wait for a command the client may never send, so the caller
+// must answer what it has read first. It consumes nothing.
+func (r *Reader) CommandBuffered() bool {
+	buf, _ := r.br.Peek(r.br.Buffered()) // never waits: no more than is buffered
+	for _, c := range buf {
+		if !isSpace(c) {
+			return true
+		}
+	}
+	return false
+}
 
 // SetLimits replaces the limits of the commands read from now on (zero
 // fields: DefaultLimits): a server lifts an unauthenticated client's small

@@ -364,3 +364,40 @@ func TestReuseArgs(t *testing.T) {
 		t.Errorf("%.1f allocations per pipeline of 16 SETs with ReuseArgs, want 0", n)
 	}
 }
+
+// TestCommandBuffered: after a command, only a byte of another one counts
+// as a command buffered, not blank lines or whitespace (which the server
+// once read on, waiting for the next command with the replies unwritten);
+// asking consumes nothing.
+func TestCommandBuffered(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"PING\r\n", false},
+		{"PING\r\n\r\n", false},
+		{"PING\r\n\n", false},
+		{"PING\n\n", false},
+		{"PING\r\n   \r\n", false},
+		{"PING\r\n\r", false},
+		{"PING\r\n \t", false},
+		{"*1\r\n$4\r\nPING\r\n\r\n", false},
+		{"PING\r\n\r\nPING\r\n", true},
+		{"PING\r\nP", true},
+		{"PING\r\n*0\r\n", true},
+		{"PING\r\n  *", true},
+	} {
+		r := NewReader(strings.NewReader(tc.in), Limits{})
+		if a, _, err := r.ReadCommand(); err != nil || string(a[0]) != "PING" {
+			t.Fatalf("%q: read %q, %v", tc.in, a, err)
+		}
+		if got := r.CommandBuffered(); got != tc.want {
+			t.Errorf("%q: CommandBuffered %v, want %v", tc.in, got, tc.want)
+		}
+		if tc.in == "PING\r\n\r\nPING\r\n" {
+			if a, _, err := r.ReadCommand(); err != nil || len(a) != 1 || string(a[0]) != "PING" {
+				t.Errorf("%q: the second command read %q, %v after CommandBuffered", tc.in, a, err)
+			}
+		}
+	}
+}
