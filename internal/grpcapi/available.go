@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -36,9 +37,12 @@ type available struct {
 	// onHeld is told of every write held, with its shard and whether the
 	// log held none before (the node's WARN); nil: nothing.
 	onHeld func(shard ids.ShardID, first bool)
-	// holding, when set, reports whether this node may hold a write now
+	// allowed, when set, reports whether this node may hold a write now
 	// (HoldOnlyWhile); nil: always.
-	holding func() bool
+	allowed func() bool
+	// holding counts the writes past their ordinary attempt, from before
+	// the allowed check until their Hold returned (HoldsInProgress).
+	holding atomic.Int64
 }
 
 // WithAvailable turns available mode on: AVAILABLE writes that their
@@ -58,9 +62,23 @@ func (s *KV) WithAvailable(log *hints.Log, timeout time.Duration, onHeld func(sh
 // before the service serves.
 func (s *KV) HoldOnlyWhile(ok func() bool) *KV {
 	if s.avail != nil {
-		s.avail.holding = ok
+		s.avail.allowed = ok
 	}
 	return s
+}
+
+// HoldsInProgress is the number of writes on their way into the hint log:
+// past the HoldOnlyWhile check (or about to make it), their Hold not yet
+// returned. A node reporting what it holds adds them to the log's count,
+// read after its own state: a write that passed the check before the node
+// learned it is leaving is then in one or the other, however long its
+// Hold waits (for the log's lock, behind other holds' fsyncs), so the
+// node is not removed under it.
+func (s *KV) HoldsInProgress() int64 {
+	if s.avail == nil {
+		return 0
+	}
+	return s.avail.holding.Load()
 }
 
 func isAvailable(h *concordpb.RequestHeader) bool {
@@ -84,7 +102,12 @@ func (s *KV) writeAvailable(ctx context.Context, h *concordpb.RequestHeader, op 
 	actx, cancel := context.WithTimeout(ctx, s.attemptTimeout(ctx))
 	defer cancel()
 	res, hdr, err := s.apply(actx, h, op) // committed, it drops an older hint of the key (priorHints)
-	if err == nil || !s.mayHold(ctx, err) || (s.avail.holding != nil && !s.avail.holding()) {
+	if err == nil || !s.mayHold(ctx, err) {
+		return res, hdr, err
+	}
+	s.avail.holding.Add(1) // before the check: see HoldsInProgress
+	defer s.avail.holding.Add(-1)
+	if s.avail.allowed != nil && !s.avail.allowed() {
 		return res, hdr, err
 	}
 	shard, serr := shardOf(s.b, op.GetKey())

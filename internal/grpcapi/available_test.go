@@ -490,3 +490,37 @@ func TestAvailableWriteNotHeldWhileHoldingIsOff(t *testing.T) {
 		t.Fatalf("available put once holding is on again: %v, tentative %v, %d hints", err, resp.GetHeader().GetTentative(), log.Count())
 	}
 }
+
+// TestHoldsInProgressCountedFromBeforeTheCheck: a write past its ordinary
+// attempt counts in HoldsInProgress from before its HoldOnlyWhile check
+// until its Hold returned, then in the log's count. A node reports the
+// sum after its own state, so a write that passed the check before the
+// node learned it is leaving is never missing from a report that says
+// it knew (else the node could be removed with the write not yet held).
+func TestHoldsInProgressCountedFromBeforeTheCheck(t *testing.T) {
+	f := newFakeNode(t, 1, 4, 1)
+	s, log, _ := availableKV(t, f, 1<<20)
+	inCheck, release := make(chan struct{}), make(chan struct{})
+	s.HoldOnlyWhile(func() bool {
+		close(inCheck)
+		<-release
+		return true
+	})
+	f.failProposals(multiraft.ErrStopped)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(context.Background(), &concordpb.PutRequest{Header: availHeader, Key: []byte("k"), Value: []byte("v")})
+		done <- err
+	}()
+	<-inCheck
+	if n := s.HoldsInProgress(); n != 1 || log.Count() != 0 {
+		t.Fatalf("during the check: HoldsInProgress %d, log count %d; want 1 and 0", n, log.Count())
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("available put: %v", err)
+	}
+	if n := s.HoldsInProgress(); n != 0 || log.Count() != 1 {
+		t.Fatalf("after the hold: HoldsInProgress %d, log count %d; want 0 and 1", n, log.Count())
+	}
+}

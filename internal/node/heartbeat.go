@@ -503,7 +503,12 @@ func (n *Node) placementView() (scheduler.View, error) {
 // sendHeartbeat reports this node's replicas to the placement leader and
 // learns the cluster's nodes and shards from the answer.
 func (n *Node) sendHeartbeat(ctx context.Context) {
-	req := &concordpb.HeartbeatRequest{Node: n.book.get(n.ID()), Version: uint32(n.level()),
+	// Its own record before the count: once the record says LEAVING, no
+	// write can start holding (mayHoldTentative), and one that started
+	// before is in the count (tentativeWrites), so the placement leader
+	// may remove it on a count of 0 (scheduler.Report.SawLeaving).
+	self := n.book.get(n.ID())
+	req := &concordpb.HeartbeatRequest{Node: self, Version: uint32(n.level()),
 		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now()),
 		DiskFreeBytes: n.space.free.Load(), DiskReserveBytes: n.space.reserve.Load(), DiskLow: n.space.low.Load(),
 		TentativeWrites: n.tentativeWrites()}

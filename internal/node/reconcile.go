@@ -438,11 +438,18 @@ func (r *reconciler) refuse(shard ids.ShardID, h hints.Hint, err error, o *outco
 // its heartbeats: while it is LEAVING, the placement leader marks it
 // REMOVED only once it reports 0 (or is dead), so that a drain does not
 // throw away writes only this node can reconcile.
+// tentativeWrites is the number of tentative writes this node holds, and
+// those on their way into its hint log (grpcapi.KV.HoldsInProgress): what
+// its heartbeat reports, after its own state (sendHeartbeat).
 func (n *Node) tentativeWrites() uint64 {
 	if n.hints == nil {
 		return 0
 	}
-	return uint64(max(n.hints.Count(), 0))
+	var inProgress int64
+	if n.kv != nil {
+		inProgress = n.kv.HoldsInProgress()
+	}
+	return uint64(max(n.hints.Count()+inProgress, 0))
 }
 
 // failRemoved stops the node, which a heartbeat answer says was removed
