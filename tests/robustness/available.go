@@ -20,13 +20,16 @@ import (
 
 // availableFaultKinds are the kinds TestAvailableNoLostWrites draws from:
 // every classic kind but wipe, since a node that loses its disk loses the
-// tentative writes it holds (docs/architecture.md, "What is not"); the
-// membership kinds are left out too: a node removed while dead
-// (killStayDead) loses its hints the same way. (A live node being
-// removed now keeps its hints until reconciled; remove is not drawn
-// here yet.) space stays: a reconciliation refused for
-// space must keep its hints.
-var availableFaultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, pause, pauseLeader, crashAll, space}
+// tentative writes it holds (docs/architecture.md, "What is not"), and of
+// the membership kinds join and remove but not killStayDead: a node
+// removed while dead loses its hints the same way. A live node being
+// removed keeps its hints until it has reconciled them (the placement
+// leader removes a LEAVING node only on a report, sent once it knew it was
+// leaving, of none held or being held), which remove checks: in this test
+// it cuts its node off first (nemesis.cutOffRemoved), so that the node
+// holds the writes sent to it when it is asked to leave. space stays: a
+// reconciliation refused for space must keep its hints.
+var availableFaultKinds = []faultKind{killLeader, killFollower, cleanDie, restart, minority, leaderCutOff, bridge, isolate, pause, pauseLeader, crashAll, space, joinNode, removeNode}
 
 const (
 	// availableWriters is how many goroutines write unique keys.
@@ -62,6 +65,8 @@ func (a availableAck) String() string {
 // that one has failed the call (client.Client.call), and the node that
 // answers holds it.
 func (w *availableWorkload) heldElsewhere(acked []availableAck) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	n := 0
 	for _, a := range acked {
 		if a.heldBy != 0 && a.heldBy != w.ids[a.sentTo] {
@@ -74,31 +79,55 @@ func (w *availableWorkload) heldElsewhere(acked []availableAck) int {
 // availableWorkload writes each of its keys once, with PutAvailable
 // through a random node, and records the outcome of every put.
 type availableWorkload struct {
-	nodes []*client.Client // one client per node, given that node alone
-	ids   []uint64         // the nodes' ids, by index (none is wiped: they stay)
 	seed  uint64
 	start time.Time
 
-	mu     sync.Mutex
-	acked  []availableAck // guarded by mu
-	failed []string       // guarded by mu: keys whose put returned an error
-	errs   map[string]int // guarded by mu: failed puts per kind of error
-	byNode map[uint64]int // guarded by mu: tentative acks per holding node id
+	mu sync.Mutex
+	// nodes has one client per node, given that node alone, and ids the
+	// nodes' ids, by index (none is wiped: they stay); a joined node is
+	// added once its join has settled (addNode). A removed node stays: a
+	// put sent to it once it has stopped fails, as one to a killed node.
+	nodes  []*client.Client // guarded by mu
+	ids    []uint64         // guarded by mu
+	acked  []availableAck   // guarded by mu
+	failed []string         // guarded by mu: keys whose put returned an error
+	errs   map[string]int   // guarded by mu: failed puts per kind of error
+	byNode map[uint64]int   // guarded by mu: tentative acks per holding node id
 }
 
 func newAvailableWorkload(t *testing.T, c *testcluster.Cluster, seed uint64) *availableWorkload {
 	w := &availableWorkload{seed: seed, errs: map[string]int{}, byNode: map[uint64]int{}}
 	for i := range c.N() {
-		w.nodes = append(w.nodes, c.NodeClient(t, i))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		id, err := c.NodeID(ctx, i)
-		cancel()
-		if err != nil {
-			t.Fatalf("node %d's id: %v", i+1, err)
-		}
-		w.ids = append(w.ids, id)
+		w.addNode(t, c, i)
 	}
 	return w
+}
+
+// addNode gives the writers node i, the next index, to write through.
+func (w *availableWorkload) addNode(t *testing.T, c *testcluster.Cluster, i int) {
+	cl := c.NodeClient(t, i)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	id, err := c.NodeID(ctx, i)
+	cancel()
+	if err != nil {
+		t.Fatalf("node %d's id: %v", i+1, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i != len(w.nodes) {
+		t.Fatalf("node index %d added after %d nodes", i, len(w.nodes))
+	}
+	w.nodes = append(w.nodes, cl)
+	w.ids = append(w.ids, id)
+}
+
+// node picks a node with pick, given how many there are, and returns its
+// index and client.
+func (w *availableWorkload) node(pick func(n int) int) (int, *client.Client) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := pick(len(w.nodes))
+	return i, w.nodes[i]
 }
 
 // run writes until ctx ends.
@@ -119,9 +148,9 @@ func (w *availableWorkload) write(ctx context.Context, id int) {
 	rng := rand.New(rand.NewPCG(w.seed, 0xa7a1+uint64(id)))
 	for n := 0; ctx.Err() == nil; n++ {
 		k := fmt.Sprintf("av-%d-%d", id, n)
-		node := rng.IntN(len(w.nodes))
+		node, cl := w.node(rng.IntN)
 		octx, cancel := context.WithTimeout(context.Background(), availableOpTimeout)
-		heldBy, err := w.nodes[node].PutAvailableHeldBy(octx, []byte(k), []byte(availableValue(k)))
+		heldBy, err := cl.PutAvailableHeldBy(octx, []byte(k), []byte(availableValue(k)))
 		cancel()
 		w.record(k, node, heldBy, err)
 		if err != nil {
@@ -176,15 +205,16 @@ func (w *availableWorkload) snapshot() (acked []availableAck, tentative int, fai
 	return slices.Clone(w.acked), tentative, slices.Clone(w.failed)
 }
 
-// waitNoTentative polls every node's concord_tentative_writes until all
-// are 0, and returns how long that took or why it did not happen.
-func waitNoTentative(c *testcluster.Cluster, timeout time.Duration) (time.Duration, error) {
+// waitNoTentative polls the concord_tentative_writes of every node in
+// live until all are 0, and returns how long that took or why it did not
+// happen.
+func waitNoTentative(c *testcluster.Cluster, live []int, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var last error
 	for {
-		last = tentativeHeld(c)
+		last = tentativeHeld(c, live)
 		if last == nil {
 			return time.Since(start), nil
 		}
@@ -194,10 +224,11 @@ func waitNoTentative(c *testcluster.Cluster, timeout time.Duration) (time.Durati
 	}
 }
 
-// tentativeHeld says which nodes still hold tentative writes, or nil.
-func tentativeHeld(c *testcluster.Cluster) error {
+// tentativeHeld says which nodes of live still hold tentative writes, or
+// nil.
+func tentativeHeld(c *testcluster.Cluster, live []int) error {
 	var held []string
-	for i := range c.N() {
+	for _, i := range live {
 		n, err := metricOf(c, i, "concord_tentative_writes")
 		if err != nil {
 			return err

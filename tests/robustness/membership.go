@@ -133,14 +133,25 @@ func (n *nemesis) join(via int) func() {
 			n.t.Logf("nemesis: joined node %d (index %d) holds voters of shards %v", id, j, votersOn(st, id))
 			return nil
 		})
+		if n.joined != nil {
+			n.joined(j)
+		}
 	}
 }
 
 // remove asks the placement service to remove node i (concord node remove),
 // which drains it while the workload runs; the heal waits until it is
-// REMOVED, no shard lists it, and its process has stopped itself.
+// REMOVED, no shard lists it, and its process has stopped itself. With
+// cutOffRemoved, node i is cut off from every peer first and the cut is
+// healed before the wait: the removal then also waits until the node has
+// reconciled the tentative writes it took meanwhile.
 func (n *nemesis) remove(i int) func() {
 	id := n.nodeID(i)
+	reconnect := func() {}
+	if n.cutOffRemoved {
+		reconnect = n.partition(map[int][]int{i: nil})
+		n.t.Logf("nemesis: node %d (index %d) cut off from every peer before its removal", id, i)
+	}
 	exited := n.c.ExpectExit(i)
 	n.members.markGone(i)
 	asked := n.members.live(n.c.N())[0]
@@ -152,6 +163,10 @@ func (n *nemesis) remove(i int) func() {
 	})
 	n.t.Logf("nemesis: removing node %d (index %d)", id, i)
 	return func() {
+		if n.removing != nil {
+			n.removing(i)
+		}
+		reconnect()
 		n.settle(fmt.Sprintf("removal of node %d", id), func(st *concordpb.StatusResponse) error {
 			if s := stateOf(st, id); s != concordpb.NodeState_NODE_REMOVED {
 				return fmt.Errorf("removed node %d is %v", id, s)

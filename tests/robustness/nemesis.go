@@ -63,6 +63,21 @@ type nemesis struct {
 	// members says which nodes are gone for good (killed to stay dead, or
 	// removed); no fault touches them, and the RESP clients skip them.
 	members *liveSet
+	// The fields below are for TestAvailableNoLostWrites; the other
+	// histories leave them unset.
+	//
+	// opening are kinds injected first, in order, before any drawn one
+	// (each still made feasible).
+	opening []faultKind
+	// cutOffRemoved makes a remove cut its node off from every peer
+	// before it asks for the removal and heal that cut before it waits
+	// for the removal: the node goes on taking writes it cannot commit
+	// (available mode holds them) without knowing it is leaving.
+	cutOffRemoved bool
+	// joined is told of each joined node once its join has settled;
+	// removing of each node being removed, just before the nemesis waits
+	// for its removal (after the cut-off, before its heal). nil: nothing.
+	joined, removing func(i int)
 }
 
 // run injects faults until ctx ends: wait, break, hold, heal, wait healthy.
@@ -71,7 +86,11 @@ func (n *nemesis) run(ctx context.Context) {
 		if !sleepCtx(ctx, time.Duration(1000+n.rng.IntN(2000))*time.Millisecond) {
 			return
 		}
-		kind := n.feasible(n.kinds[n.rng.IntN(len(n.kinds))])
+		kind := n.kinds[n.rng.IntN(len(n.kinds))]
+		if len(n.opening) > 0 {
+			kind, n.opening = n.opening[0], n.opening[1:]
+		}
+		kind = n.feasible(kind)
 		hold := time.Duration(2000+n.rng.IntN(3000)) * time.Millisecond
 		n.t.Logf("nemesis: %s for %v", kind, hold)
 		heal := n.inject(kind)
