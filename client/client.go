@@ -33,9 +33,12 @@
 // and its last attempt's: errors.Is(err, context.DeadlineExceeded) is
 // true, errors.Is and errors.As reach the last attempt's error, and
 // status.Code reads the last attempt's code (Unavailable: no leader or no
-// node answered; DeadlineExceeded: the attempts timed out; the context's
+// node answered, or the request was not sent, no connection being ready;
+// DeadlineExceeded: the attempts timed out after sending; the context's
 // code when the last error has none, or has Unknown). New, Status and the
-// other helpers that retry or ask node after node say the same.
+// other helpers that retry or ask node after node say the same. A call
+// whose context is done before it starts makes no attempt: its error is
+// the context's alone, with the context's code.
 //
 // TLS and authentication: Options.TLSCAFile turns TLS on (trusting the
 // nodes' CA), TLSCertFile/TLSKeyFile add a client certificate, and
@@ -510,6 +513,19 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		firstEndpoint = mrand.IntN(len(c.endpoints))
 	}
 	for attempt := 0; ; attempt++ {
+		// A context that is done before an attempt gets none: gRPC would
+		// refuse the call locally with the context's code, which reads as
+		// an attempt cut in flight (a write that may have applied), and a
+		// request stream would answer that nothing was sent, as if no
+		// connection had been ready. Before the first attempt the error is
+		// the context's alone (plain, with its code); after one, as below.
+		now := time.Now()
+		if err := ctx.Err(); err != nil || !now.Before(deadline) {
+			if err == nil {
+				err = context.DeadlineExceeded
+			}
+			return c.failed(err, lastErr, mutation && uncertain)
+		}
 		addr, _ := c.target(key, attempt, avoid)
 		if viaEndpoints && (c.opts.ThroughEndpoints || attempt < len(c.endpoints)) {
 			addr = c.endpoints[(firstEndpoint+attempt)%len(c.endpoints)]
@@ -531,7 +547,7 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		}
 		actx.deadline = deadline
 		if per >= 0 {
-			actx.deadline = minTime(deadline, time.Now().Add(per))
+			actx.deadline = minTime(deadline, now.Add(per))
 		}
 		rh, err := c.attempt(actx, c.kv(addr, conn), h, do)
 		if err == nil {
@@ -583,12 +599,43 @@ type callState struct {
 func (c *Client) attempt(a *attemptCtx, kv concordpb.KVClient, h *concordpb.RequestHeader,
 	do func(ctx context.Context, kv concordpb.KVClient, h *concordpb.RequestHeader) (*concordpb.ResponseHeader, error)) (*concordpb.ResponseHeader, error) {
 	if _, ok := kv.(streamKV); ok {
-		return do(a, kv, h)
+		rh, err := do(a, kv, h)
+		return rh, unsentPick(err)
 	}
 	ctx, cancel := a.bounded()
 	defer cancel()
-	return do(ctx, kv, h)
+	rh, err := do(ctx, kv, h)
+	return rh, unsentPick(err)
 }
+
+// unsentPick turns gRPC's error for a call whose context ended while it
+// waited for a ready connection (its picker's: no transport was chosen, so
+// nothing was sent) into the client's own not-sent Unavailable, as a
+// request stream answers a call that ended still queued (errNotSent). With
+// the context's code it read as an attempt cut in flight: a write that a
+// stalled node (one the client had no connection to yet) never received
+// was reported ErrAmbiguous, and its code differed from the stream's.
+func unsentPick(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled {
+		return err
+	}
+	if msg := st.Message(); strings.HasSuffix(msg, pickWaitMark) || strings.HasPrefix(msg, pickErrMark) {
+		return status.Errorf(codes.Unavailable, "concord: the request was not sent: %s (%s)", notSentMark, msg)
+	}
+	return err
+}
+
+// pickWaitMark and pickErrMark are in gRPC's errors for a call whose
+// context ended while its picker waited for a connection
+// (grpc.pickerWrapper.pick), before any transport stream existed.
+const (
+	pickWaitMark = " while waiting for connections to become ready"
+	pickErrMark  = "latest balancer error: "
+)
 
 // attemptCtx is a call's context during one attempt: the caller's, with
 // the attempt's deadline. Its Done is the caller's, which does not close
@@ -688,8 +735,9 @@ func (e *deadlineError) Unwrap() []error {
 
 // GRPCStatus is what status.Code and status.FromError read: the last
 // attempt's code, which says why the retries did not succeed in time
-// (Unavailable: no leader, or no node reachable; DeadlineExceeded: the
-// attempts timed out), with the whole message. A last error without a
+// (Unavailable: no leader, no node reachable, or no connection ready to
+// send on; DeadlineExceeded: the attempts timed out after sending), with
+// the whole message. A last error without a
 // code, or with Unknown (which says nothing a caller can act on), gives
 // the context's: DeadlineExceeded, or Canceled.
 func (e *deadlineError) GRPCStatus() *status.Status {

@@ -396,7 +396,7 @@ func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.Clie
 	}
 	deadline, _ := ctx.Deadline()
 	per := c.attemptTimeout(time.Until(deadline))
-	lastErr := errors.New("concord: no node known")
+	var lastErr error // nil: a context done before the first node is asked ends the call with its error alone
 	for _, addr := range c.candidates() {
 		if ctx.Err() != nil {
 			return expired(ctx.Err(), lastErr)
@@ -415,6 +415,9 @@ func (c *Client) anyNode(ctx context.Context, f func(context.Context, *grpc.Clie
 			}
 		}
 		lastErr = err
+	}
+	if lastErr == nil {
+		lastErr = errors.New("concord: no node known")
 	}
 	// The last node's attempt may have run into the call's deadline: a
 	// gRPC DeadlineExceeded, which errors.Is does not take for the

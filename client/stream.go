@@ -239,20 +239,31 @@ func (m *streamMux) sendQueued() bool {
 		}
 		m.queue = nil
 	}
-	batch := m.takeBatch()
 	conn := m.cur
-	m.mu.Unlock()
-	if len(batch) == 0 {
-		return false
-	}
-	if conn == nil {
+	if conn == nil && len(m.queue) > 0 {
+		// The stream is opened with the calls still queued: opening one to
+		// a stalled node takes seconds (wireDialTimeout, gRPC's connect),
+		// and a call whose attempt ends meanwhile is then found queued by
+		// forget, so certainly unsent. Taken out of the queue first, as
+		// they were, they read as sent: a write no node had seen came back
+		// ErrAmbiguous.
+		m.mu.Unlock()
 		var err error
 		if conn, err = m.open(); err != nil {
+			m.mu.Lock()
+			batch := m.takeBatch()
+			m.mu.Unlock()
 			for _, p := range batch {
 				p.res <- callResult{err: err} // never sent: the caller may retry anywhere
 			}
 			return m.queued()
 		}
+		m.mu.Lock()
+	}
+	batch := m.takeBatch()
+	m.mu.Unlock()
+	if len(batch) == 0 {
+		return false
 	}
 	// The framed wire encodes the request before Send returns: its
 	// message and call list are the sender's, reused. gRPC's may hold a
