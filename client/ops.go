@@ -88,6 +88,9 @@ func TTL(ttl time.Duration) PutOption {
 	return func(r *concordpb.PutRequest) { r.TtlMs = ms }
 }
 
+// errBadTTL is Put's error for TTL(d) with d not positive.
+var errBadTTL = status.Error(codes.InvalidArgument, "concord: TTL must be positive (leave TTL out for a key that never expires)")
+
 // ReturnPrev makes Put return the previous value and whether one existed.
 // Without it Put returns nil and false whatever was there: the shard does
 // not read the key before writing it (a blind write, the cheaper put).
@@ -104,6 +107,12 @@ func (c *Client) Put(ctx context.Context, key, value []byte, opts ...PutOption) 
 	req := &concordpb.PutRequest{Key: key, Value: value}
 	for _, o := range opts {
 		o(req)
+	}
+	if req.TtlMs < 0 {
+		// TTL(d) of a d not positive: refused here, before anything is
+		// sent. The node's refusal named "operation 0" and said "must not
+		// be negative", which TTL(0) is not.
+		return nil, false, errBadTTL
 	}
 	kind := blindWrite // a result of a few bytes: the windowed session
 	if req.ReturnPrev {

@@ -140,6 +140,10 @@ func (s *KV) getOnce(ctx context.Context, req *concordpb.GetRequest, shard ids.S
 // when the request asks for it. With AVAILABLE (no ttl, no return_prev)
 // it may be held as a tentative write (available.go).
 func (s *KV) Put(ctx context.Context, req *concordpb.PutRequest) (*concordpb.PutResponse, error) {
+	if req.GetTtlMs() < 0 {
+		// Said of the Put, not of "operation 0" of the batch it becomes.
+		return nil, invalid("ttl_ms %d is negative: give a positive time to live, or 0 for none", req.GetTtlMs())
+	}
 	op := &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: req.GetKey(), Value: req.GetValue(), TtlMs: req.GetTtlMs(),
 		ReturnPrev: req.GetReturnPrev()}
 	apply := s.apply

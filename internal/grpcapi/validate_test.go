@@ -83,6 +83,8 @@ func TestInvalidRequestsAreRefusedWithTheirReason(t *testing.T) {
 		{"skip on a put", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), Skip: 1}), codes.InvalidArgument,
 			"operation 0: OP_PUT takes no skip"},
 		{"negative put ttl", err(kv.Put(ctx, &concordpb.PutRequest{Key: []byte("k"), TtlMs: -1})), codes.InvalidArgument,
+			"ttl_ms -1 is negative: give a positive time to live, or 0 for none"},
+		{"negative ttl of a batch's put", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_PUT, Key: []byte("k"), TtlMs: -1}), codes.InvalidArgument,
 			"operation 0: ttl_ms and expire_at_unix_ms must not be negative"},
 		{"negative expire_at", batchErr(kv, &concordpb.Op{Type: concordpb.OpType_OP_EXPIRE, Key: []byte("k"), ExpireAtUnixMs: -5}),
 			codes.InvalidArgument, "operation 0: ttl_ms and expire_at_unix_ms must not be negative"},
