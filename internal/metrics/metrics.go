@@ -93,6 +93,18 @@ func New() *Node {
 		Name: "concord_linearizable_reads_total",
 		Help: "Linearizable reads served by leaders on this node, by path: lease (by the host loop, no ReadIndex round), lease_fast (by lease, off the host loop) or round (released by a ReadIndex round).",
 	}, []string{"path"})
+	// Every label value a counter is documented with (docs/operations.md)
+	// is there at 0 from the start: a series that appears only at its
+	// first event (the first snapshot, or none on a quiet node) left
+	// /metrics without it, and a rate() or an alert on it without data.
+	for _, dir := range []string{"sent", "received"} {
+		m.snapshotBytes.WithLabelValues(dir)
+		m.raftFrames.WithLabelValues(dir)
+		m.raftMessages.WithLabelValues(dir)
+	}
+	for _, path := range []string{"lease", "lease_fast", "round"} {
+		m.reads.WithLabelValues(path)
+	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.commits, m.readies, m.records, m.proposals, m.leaderChanges, m.snapshotBytes, m.raftFrames, m.raftMessages, m.reads)
 	return m

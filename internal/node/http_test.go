@@ -159,6 +159,26 @@ func TestHTTPFrontDoor(t *testing.T) {
 			t.Errorf("%s = %v, want a count", series, got)
 		}
 	}
+	// Every documented label value of a counter is there from the start,
+	// at 0 where its event has not happened: a node alone sends and
+	// receives no snapshot and no raft frame, and reconciles nothing.
+	// They once appeared only at their first event.
+	for _, series := range []string{
+		`concord_snapshot_bytes_total{direction="sent"}`, `concord_snapshot_bytes_total{direction="received"}`,
+		`concord_raft_frames_total{direction="sent"}`, `concord_raft_frames_total{direction="received"}`,
+		`concord_raft_messages_total{direction="sent"}`, `concord_raft_messages_total{direction="received"}`,
+		`concord_reconciled_total{outcome="applied"}`, `concord_reconciled_total{outcome="superseded"}`,
+		`concord_reconciled_total{outcome="refused"}`,
+	} {
+		if got := metricValue(t, m, series); got != 0 {
+			t.Errorf("%s = %v on a node alone, want 0", series, got)
+		}
+	}
+	for _, path := range []string{"lease", "lease_fast", "round"} {
+		if got := metricValue(t, m, `concord_linearizable_reads_total{path="`+path+`"}`); got < 0 {
+			t.Errorf("linearizable reads by %s = %v, want a count", path, got)
+		}
+	}
 	if got := metricValue(t, m, "concord_binary_version"); got != float64(version.Binary) {
 		t.Errorf("concord_binary_version = %v, want %d", got, version.Binary)
 	}

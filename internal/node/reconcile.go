@@ -101,11 +101,21 @@ type shardBackoff struct {
 	until time.Time
 }
 
+// reconcileOutcomes are concord_reconciled_total's outcomes, each there
+// at 0 from the node's start (docs/operations.md lists them): one that
+// appeared only at its first event, as a refusal is rare, left /metrics
+// without it.
+var reconcileOutcomes = []string{"applied", "superseded", "refused"}
+
 func newReconcileCounter() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "concord_reconciled_total",
 		Help: "Tentative writes (available mode) this node proposed once their shard had a quorum, by outcome: applied, superseded by a newer version of the key, or refused by the shard as invalid (dropped: it can never apply).",
 	}, []string{"outcome"})
+	for _, o := range reconcileOutcomes {
+		c.WithLabelValues(o)
+	}
+	return c
 }
 
 // heldTentative is told of each write the KV service held; the first
