@@ -230,7 +230,8 @@ func (c *Client) Delete(ctx context.Context, key []byte) (existed bool, err erro
 
 // CAS describes a compare-and-swap: the swap happens when the key is absent
 // (ExpectAbsent) or holds exactly Expected; it then stores Value, or deletes
-// the key if Delete is set.
+// the key if Delete is set. A swap that stores Value clears the key's
+// expiry, as a Put without TTL does.
 type CAS struct {
 	Expected     []byte
 	ExpectAbsent bool
