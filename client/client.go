@@ -557,8 +557,13 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 		lastErr = err
 		code := status.Code(err)
 		timedOut := code == codes.DeadlineExceeded || code == codes.Canceled
+		// Not sent because no connection to the node was ready for the
+		// attempt's whole time: a node stalled (or black-holed) before
+		// this client connected. Like a timeout it is avoided and not
+		// waited for again, but nothing was sent, so nothing is uncertain.
+		waitedOut := notSent(err) && !time.Now().Before(actx.deadline)
 		switch {
-		case timedOut, code == codes.Unavailable && !isRefusal(err) && !notSent(err):
+		case timedOut, waitedOut, code == codes.Unavailable && !isRefusal(err) && !notSent(err):
 			if avoid == nil {
 				avoid = map[string]bool{}
 			}
@@ -579,7 +584,7 @@ func (c *Client) call(ctx context.Context, key []byte, kind callKind, consistenc
 			return c.failed(err, lastErr, mutation && uncertain)
 		}
 		c.maybeRefresh()
-		if !timedOut { // a timed-out attempt has waited long enough
+		if !timedOut && !waitedOut { // an attempt that ran out its time has waited long enough
 			if werr := sleep(ctx, backoff(attempt), deadline); werr != nil {
 				return c.failed(werr, lastErr, mutation && uncertain)
 			}

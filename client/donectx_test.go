@@ -171,3 +171,40 @@ func TestWriteToAStalledNodeNeverConnectedIsNotAmbiguous(t *testing.T) {
 		})
 	}
 }
+
+// TestStalledLeaderNeverConnectedIsAvoided: a write whose first attempt
+// goes to a stalled leader the client has no connection to yet is not
+// sent there (no connection becomes ready), and its next attempt goes to
+// another node at once, as after a timeout, so it succeeds within a
+// deadline shorter than two attempts. Before, a not-sent attempt left the
+// node eligible: the routing table's leader took the first three attempts
+// (each waiting out its attempt timeout, with backoffs between), and the
+// write failed at its deadline (the tcp wire) or came late.
+func TestStalledLeaderNeverConnectedIsAvoided(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			hole := newBlackHole(t)
+			opts := p.opts
+			opts.AttemptTimeout = 400 * time.Millisecond
+			f, c := scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error { return nil })
+			f.rt = &concordpb.RoutingTableResponse{
+				Nodes: []*concordpb.NodeDescriptor{{NodeId: 1, Address: c.endpoints[0]}, {NodeId: 2, Address: hole.l.Addr().String()}},
+				Shards: []*concordpb.ShardRoute{{Shard: &concordpb.ShardDescriptor{ShardId: 1, EndHash: math.MaxUint64},
+					LeaderNodeId: 2}},
+			}
+			if err := c.refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Two attempts at the stalled node would take 800 ms of it.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if _, _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+				t.Fatalf("put with the routing table's leader stalled and never connected: %v", err)
+			}
+			if hole.accepted.Load() == 0 {
+				t.Fatal("no attempt went to the stalled node")
+			}
+		})
+	}
+}

@@ -51,6 +51,11 @@ var ServerKeepalive = keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Min
 // Reconnect backoff is capped at one second: gRPC's default grows to two
 // minutes, which would keep a restarted node unreachable to its peers (and
 // clients) long after it is back.
+//
+// Service configs are off: a config published in DNS (TXT records, which
+// grpc-go reads by default) could turn on gRPC's own retries, and a call
+// gRPC retried after the node took it would break the client's reading of
+// which attempts were sent (client.notSent): a write could apply twice.
 func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -65,6 +70,7 @@ func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithKeepaliveParams(Keepalive),
+		grpc.WithDisableServiceConfig(),
 	}
 	return grpc.NewClient(addr, append(opts, extra...)...)
 }

@@ -455,6 +455,8 @@ func (n *Node) tentativeWrites() uint64 {
 	if n.hints == nil {
 		return 0
 	}
+	// Those in progress first: a Hold raises the log's count before its
+	// write leaves HoldsInProgress, so a write is in one or the other.
 	var inProgress int64
 	if n.kv != nil {
 		inProgress = n.kv.HoldsInProgress()
