@@ -1476,8 +1476,15 @@ type HeartbeatRequest struct {
 	// field, which is the rule before it: such a node is removed once
 	// drained, whatever it holds.
 	TentativeWrites uint64 `protobuf:"varint,10,opt,name=tentative_writes,json=tentativeWrites,proto3" json:"tentative_writes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The node is stopping cleanly (SIGTERM, concord fault die --clean): it
+	// is handing off its leaderships and takes none back. While this is its
+	// latest fresh report, the placement service plans no leadership and no
+	// new replica onto it (scheduler.Report.Stopping). Its next process's
+	// first report says false. false from a binary older than this field,
+	// which is the rule before it.
+	Stopping      bool `protobuf:"varint,11,opt,name=stopping,proto3" json:"stopping,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -1578,6 +1585,13 @@ func (x *HeartbeatRequest) GetTentativeWrites() uint64 {
 		return x.TentativeWrites
 	}
 	return 0
+}
+
+func (x *HeartbeatRequest) GetStopping() bool {
+	if x != nil {
+		return x.Stopping
+	}
+	return false
 }
 
 // LowSpaceNode is a node the placement leader holds low on space, with the
@@ -2102,7 +2116,7 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"D\n" +
 	"\x12RemoveNodeResponse\x12.\n" +
-	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\xb7\x03\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\"\xd3\x03\n" +
 	"\x10HeartbeatRequest\x12.\n" +
 	"\x04node\x18\x01 \x01(\v2\x1a.concord.v1.NodeDescriptorR\x04node\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.concord.v1.ReplicaStatusR\breplicas\x12D\n" +
@@ -2115,7 +2129,8 @@ const file_api_concordpb_cluster_proto_rawDesc = "" +
 	"\x12disk_reserve_bytes\x18\b \x01(\x04R\x10diskReserveBytes\x12\x19\n" +
 	"\bdisk_low\x18\t \x01(\bR\adiskLow\x12)\n" +
 	"\x10tentative_writes\x18\n" +
-	" \x01(\x04R\x0ftentativeWrites\"k\n" +
+	" \x01(\x04R\x0ftentativeWrites\x12\x1a\n" +
+	"\bstopping\x18\v \x01(\bR\bstopping\"k\n" +
 	"\fLowSpaceNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +

@@ -282,11 +282,37 @@ func (h *Host) Infos() []ReplicaInfo {
 // Engine is the node's storage engine.
 func (h *Host) Engine() *storage.Engine { return h.eng }
 
-// TransferLeadersAway asks every replica this node leads to hand leadership
-// to a caught-up peer, and waits until none leads here or ctx ends.
+// RefuseLeadership makes every replica here, and every one created later,
+// refuse leadership for the rest of the host's life: none campaigns or
+// takes a leadership transferred to it (replica/handoff.go), while those
+// that lead keep leading until they hand it away (TransferLeadersAway).
+// For a node that is stopping: leadership it took now would leave with
+// it. It returns once the replicas refuse, or with ctx's error.
+func (h *Host) RefuseLeadership(ctx context.Context) error {
+	return h.Do(ctx, h.refuseLeadership)
+}
+
+// refuseLeadership is RefuseLeadership on the loop; the turns to campaign
+// after a gone leader (gone.go) go too.
+func (h *Host) refuseLeadership() {
+	if !h.refusing {
+		h.log.Info("node is stopping: its replicas take no leadership")
+	}
+	h.refusing = true
+	for _, r := range h.replicas {
+		r.RefuseLeadership()
+	}
+	clear(h.campaigns)
+}
+
+// TransferLeadersAway makes the replicas here refuse leadership
+// (RefuseLeadership), asks every replica this node leads to hand
+// leadership to a caught-up peer, and waits until none leads here or ctx
+// ends.
 func (h *Host) TransferLeadersAway(ctx context.Context) error {
 	started := 0
 	if err := h.Do(ctx, func() {
+		h.refuseLeadership()
 		for _, r := range h.replicas {
 			if r.TransferAway() {
 				started++

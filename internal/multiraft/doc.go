@@ -47,7 +47,7 @@
 //	clock_*.go    the lease clock (CLOCK_BOOTTIME on Linux), read once a turn
 //	api.go        what other goroutines call: Propose, ReadIndex,
 //	              ChangeReplicas, Deliver, DeliverSnapshot, ReportUnreachable,
-//	              Info/Infos, TransferLeadersAway, Do
+//	              Info/Infos, RefuseLeadership, TransferLeadersAway, Do
 //	loop.go       the loop: the inbox, run, tick, drain, step, handleReady, send
 //	lifecycle.go  Start/Stop and replica load, creation and removal
 //	policy.go     periodic policies: leader preference, log truncation

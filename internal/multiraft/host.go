@@ -56,6 +56,9 @@ type Host struct {
 	// campaigns are the turns to campaign of followers whose leader's node
 	// is gone (gone.go), by shard.
 	campaigns map[ids.ShardID]pendingCampaign
+	// refusing: the node is stopping, and its replicas, those loaded
+	// later included, take no leadership (RefuseLeadership).
+	refusing bool
 
 	// Lease reads off the loop (fastread.go): leases maps a shard to its
 	// replica's *leaseSlot, for readers; slots is the same, for the loop;

@@ -81,6 +81,9 @@ func (h *Host) loadReplica(shard ids.ShardID, id ids.ReplicaID) (*replica.Replic
 	if err != nil {
 		return nil, err
 	}
+	if h.refusing {
+		r.RefuseLeadership()
+	}
 	h.replicas[shard] = r
 	h.newLeaseSlot(shard)
 	h.publish(r)

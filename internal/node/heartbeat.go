@@ -192,7 +192,7 @@ func (m *placementState) record(req *concordpb.HeartbeatRequest) (newLeader bool
 	// before the field (scheduler.Report.Tentative).
 	m.reports[node] = scheduler.Report{At: time.Now(), Replicas: req.GetReplicas(), DiskLow: req.GetDiskLow(),
 		DiskFree: req.GetDiskFreeBytes(), DiskReserve: req.GetDiskReserveBytes(), Tentative: req.GetTentativeWrites(),
-		SawLeaving: req.GetNode().GetState() == concordpb.NodeState_NODE_LEAVING}
+		SawLeaving: req.GetNode().GetState() == concordpb.NodeState_NODE_LEAVING, Stopping: req.GetStopping()}
 	m.loads[node] = load{diskBytes: req.GetDiskBytes(), requestRate: req.GetRequestRate(), version: reportedLevel(req),
 		diskFree: req.GetDiskFreeBytes(), diskReserve: req.GetDiskReserveBytes(), diskLow: req.GetDiskLow(),
 		tentative: req.GetTentativeWrites()}
@@ -511,7 +511,10 @@ func (n *Node) sendHeartbeat(ctx context.Context) {
 	req := &concordpb.HeartbeatRequest{Node: self, Version: uint32(n.level()),
 		DiskBytes: n.eng.DiskUsage(), RequestRate: n.requests.rate(time.Now()),
 		DiskFreeBytes: n.space.free.Load(), DiskReserveBytes: n.space.reserve.Load(), DiskLow: n.space.low.Load(),
-		TentativeWrites: n.tentativeWrites()}
+		TentativeWrites: n.tentativeWrites(), Stopping: n.stopping.Load()}
+	if req.Stopping {
+		defer n.stoppingOnce.Do(func() { close(n.stoppingSent) })
+	}
 	if req.Node == nil {
 		req.Node = &concordpb.NodeDescriptor{NodeId: uint64(n.ID()), Address: n.cfg.Addr}
 	}

@@ -171,6 +171,12 @@ type Node struct {
 	stopOnce sync.Once
 	stopC    chan struct{}
 	wg       sync.WaitGroup
+	// stopping is set once Shutdown begins: every heartbeat from then on
+	// says so (HeartbeatRequest.stopping), and stoppingSent is closed once
+	// the first such heartbeat was sent (answered or not).
+	stopping     atomic.Bool
+	stoppingSent chan struct{}
+	stoppingOnce sync.Once
 	// rpcs counts the gRPC handlers running: Stop waits for them (at most
 	// drainTimeout) before it closes storage, since grpc.Server.Stop does not.
 	rpcs         inflight
@@ -280,7 +286,8 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, sec: sec, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), failed: make(chan struct{}), drainTimeout: 2 * time.Second}
+	n := &Node{cfg: cfg, sec: sec, log: cfg.Logger, ready: make(chan struct{}), stopC: make(chan struct{}), failed: make(chan struct{}), drainTimeout: 2 * time.Second,
+		stoppingSent: make(chan struct{})}
 	n.placement.kick, n.placement.report = make(chan struct{}, 1), make(chan struct{}, 1)
 	n.book.m = map[ids.NodeID]*concordpb.NodeDescriptor{}
 	n.seen.m = map[ids.NodeID]*seenEntry{}
@@ -659,17 +666,23 @@ func (n *Node) stop() {
 	})
 }
 
-// Shutdown leaves gracefully: it hands leadership of the shards this node
-// leads to caught-up peers (so the cluster does not wait out an election
+// Shutdown leaves gracefully: it tells the placement leader that this node
+// is stopping (so that it plans no leadership or replica onto it), hands
+// leadership of the shards this node leads to caught-up peers, its
+// replicas taking none back (so the cluster does not wait out an election
 // timeout), gives in-flight requests a moment to finish, then stops and
 // flushes storage. It is bounded by timeout.
 func (n *Node) Shutdown(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	select {
 	case <-n.ready:
+		n.announceStop(min(stopReportWait, timeout/4))
 		ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-time.Second))
+		start := time.Now()
 		if err := n.host.TransferLeadersAway(ctx); err != nil {
 			n.log.Info("some leaderships not handed off before shutdown", "err", err)
+		} else {
+			n.log.Info("leaderships handed off", "took", time.Since(start).Round(time.Millisecond))
 		}
 		cancel()
 	default:
@@ -689,4 +702,25 @@ func (n *Node) Shutdown(timeout time.Duration) {
 		}
 	}
 	n.Stop()
+}
+
+// stopReportWait bounds how long Shutdown waits for the heartbeat that
+// tells the placement leader this node is stopping: an unanswering
+// placement leader must not delay a stop by more.
+const stopReportWait = time.Second
+
+// announceStop makes every heartbeat from now on say that this node is
+// stopping, asks the heartbeat loop for one now, and waits until it was
+// sent or wait passed (the loop may be inside a heartbeat that hangs; the
+// next one says it). The placement leader then plans no leadership or new
+// replica onto this node (scheduler.Report.Stopping), and its leader
+// balancing does not hand back the leaderships this node is handing off.
+func (n *Node) announceStop(wait time.Duration) {
+	n.stopping.Store(true)
+	n.placement.reportSoon()
+	select {
+	case <-n.stoppingSent:
+	case <-time.After(wait):
+		n.log.Info("placement leader not told of the stop in time; handing off anyway", "waited", wait)
+	}
 }

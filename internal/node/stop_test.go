@@ -100,3 +100,37 @@ func TestPlacementViewAfterStorageCloses(t *testing.T) {
 		t.Fatalf("placement view after Stop: %v; want storage.ErrClosed wrapped as multiraft.ErrStopped", err)
 	}
 }
+
+// TestShutdownTellsPlacementItStops protects the first step of a clean
+// stop: before it hands its leaderships off, the node tells the placement
+// leader (here itself) that it is stopping, so that leader balancing does
+// not move them back (scheduler.Report.Stopping); and the scheduler then
+// judges it no target for leaderships.
+func TestShutdownTellsPlacementItStops(t *testing.T) {
+	n := startSolo(t)
+	waitFor(t, 20*time.Second, func() error { // the node's own first report
+		n.placement.mu.Lock()
+		defer n.placement.mu.Unlock()
+		if _, ok := n.placement.reports[n.ID()]; !ok {
+			return errors.New("no report of the node yet")
+		}
+		return nil
+	})
+	n.placement.mu.Lock()
+	before := n.placement.reports[n.ID()].Stopping
+	n.placement.mu.Unlock()
+	if before {
+		t.Fatal("a running node reports that it is stopping")
+	}
+	start := time.Now()
+	n.Shutdown(5 * time.Second)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("shutdown took %v", took)
+	}
+	n.placement.mu.Lock()
+	r := n.placement.reports[n.ID()]
+	n.placement.mu.Unlock()
+	if !r.Stopping {
+		t.Fatalf("the placement leader's last report of the stopping node says it is not stopping: %+v", r)
+	}
+}

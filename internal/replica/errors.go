@@ -32,6 +32,10 @@ var ErrRemoved = errors.New("replica: removed from this node")
 // election timeout ago that may back a leader's read lease (lease.go).
 var ErrVoteQuiet = errors.New("replica: loaded less than an election timeout ago; not campaigning yet")
 
+// ErrRefusingLeadership is returned by Campaign on a replica that refuses
+// leadership because its node is stopping (handoff.go).
+var ErrRefusingLeadership = errors.New("replica: node is stopping; not campaigning")
+
 // NotLeaderError is returned when a request that needs the shard leader
 // reaches another replica. Nothing was applied.
 type NotLeaderError struct {

@@ -345,7 +345,8 @@ type Outbound struct {
 // acknowledgements, anything sent under a new term — waits, since it promises
 // state this node has not yet persisted.
 //
-// A MsgTimeoutNow among them ends lease reads for the term (lease.go).
+// A MsgTimeoutNow among them ends lease reads for the term (lease.go). A
+// replica that refuses leadership sends no vote request (handoff.go).
 //
 // A commit-only append is left out when a later append of rd covers it
 // (supersededAppend), and a leader sends none to a follower it replicates
@@ -356,7 +357,7 @@ func (r *Replica) Messages(rd raft.Ready) (early, late []Outbound) {
 	r.stampTruncations(rd.Messages)
 	skipper := commitSkipper{r: r}
 	for i, m := range rd.Messages {
-		if supersededAppend(rd.Messages, i) || skipper.skip(m) {
+		if supersededAppend(rd.Messages, i) || skipper.skip(m) || r.refusedSend(m) {
 			continue
 		}
 		node, ok := r.nodes[ids.ReplicaID(m.GetTo())]

@@ -222,6 +222,9 @@ type Replica struct {
 	// stagedAt is the tick at which each staged snapshot arrived.
 	stagedAt map[uint64]uint64
 	removed  bool
+	// refuseLead: this replica's node is stopping; it takes no leadership
+	// (handoff.go).
+	refuseLead bool
 }
 
 type completion struct {
@@ -362,8 +365,13 @@ func (r *Replica) Progress(id ids.ReplicaID) (match uint64, replicating, ok bool
 // would break that acknowledgement's promise to the leader's lease as
 // granting another's would (lease.go). It then returns ErrVoteQuiet; raft's
 // own election timer fires only after that window. The only voter of its
-// configuration backs no other replica's lease and campaigns at once.
+// configuration backs no other replica's lease and campaigns at once. A
+// replica that refuses leadership (handoff.go) returns
+// ErrRefusingLeadership.
 func (r *Replica) Campaign() error {
+	if r.refuseLead {
+		return ErrRefusingLeadership
+	}
 	if r.ticks < r.voteQuietTicks && !r.soleVoter() {
 		return ErrVoteQuiet
 	}
@@ -414,7 +422,8 @@ func (r *Replica) Tick() {
 // unless checkStep refuses it (an error wrapping ErrInvalidMessage; raft saw
 // nothing). A sender's replica id not known yet is recorded as living on
 // fromNode. A vote request that dropVote refuses is dropped silently, as
-// raft ignores one during its own lease.
+// raft ignores one during its own lease; so are the messages that would
+// make a replica that refuses leadership lead (refusedStep, handoff.go).
 func (r *Replica) Step(fromNode ids.NodeID, m *pb.Message, now int64) error {
 	if err := r.checkStep(fromNode, m); err != nil {
 		return err
@@ -424,6 +433,11 @@ func (r *Replica) Step(fromNode ids.NodeID, m *pb.Message, now int64) error {
 	}
 	if r.dropVote(m) {
 		r.logger().Debug("vote request dropped: replica loaded less than an election timeout ago",
+			"shard", r.cfg.Shard, "replica", r.cfg.ReplicaID, "from", m.GetFrom(), "type", m.GetType())
+		return nil
+	}
+	if r.refusedStep(m) {
+		r.logger().Debug("message dropped: the node is stopping and takes no leadership",
 			"shard", r.cfg.Shard, "replica", r.cfg.ReplicaID, "from", m.GetFrom(), "type", m.GetType())
 		return nil
 	}

@@ -36,7 +36,8 @@
 // DEAD, REPLACED, REMOVED or unknown (a LEAVING node is live until it dies);
 // its replicas make up a shard's quorum. It is good if UP or SUSPECT: its
 // replicas count towards the shard's replication factor. It is eligible
-// (may receive replicas and leaderships) only if UP. A learner is caught up
+// (may receive replicas and leaderships) only if UP and not stopping (its
+// latest report says it is stopping cleanly: Report.Stopping). A learner is caught up
 // when its applied index is non-zero and within Settings.CatchUpEntries of
 // the highest commit index reported for its shard.
 //
@@ -75,7 +76,7 @@
 //     the voters without a live quorum, and never the leader's: its
 //     leadership moves first (StepTransferLeader), to a caught-up voter
 //     only; with none, the next candidate goes instead, or nothing.
-//  5. A leader on a SUSPECT or LEAVING node: StepTransferLeader to a
+//  5. A leader on a SUSPECT, LEAVING or stopping node: StepTransferLeader to a
 //     running voter on an eligible node, caught up if any is (else one
 //     that lags), leading the fewest shards (counting transfers in
 //     flight).

@@ -32,6 +32,7 @@ import (
 //	report node=1 age=1s [term=5] [leader=(s1,s2)] [follower=(s3)]
 //	       [led-by=2] [commit=10] [applied=10] [desc-epoch=3] [low]
 //	       [free=10G] [reserve=1G] [size=(s1:2G,s2:10M)] [tentative=3]
+//	       [unaware] [stopping]
 //	                                        received age before now; followers
 //	                                        name the replica on node led-by
 //	                                        as leader; every replica reports
@@ -48,7 +49,9 @@ import (
 //	                                        tentative: the tentative writes
 //	                                        it holds (default 0); unaware:
 //	                                        a node recorded LEAVING sent it
-//	                                        before it knew (SawLeaving false)
+//	                                        before it knew (SawLeaving false);
+//	                                        stopping: the node said it is
+//	                                        stopping cleanly (Stopping)
 //	observed age=30s                        ObservedSince = now - age
 //	tick d=10s                              now += d (reports age)
 //	inflight s=(2,3) | done s=2             mark / clear shards busy
@@ -216,6 +219,7 @@ func (e *env) report(t *testing.T, d *datadriven.TestData) {
 	if d.HasArg("tentative") {
 		r.Tentative = number(t, d, "tentative")
 	}
+	r.Stopping = d.HasArg("stopping")
 	// A node reports the state its own record has; a LEAVING node's
 	// report has seen it unless the test says it was sent before.
 	for _, n := range e.v.Nodes {

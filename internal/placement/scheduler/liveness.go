@@ -63,8 +63,15 @@ type judgement struct {
 	// good: live and staying (UP or SUSPECT): its replicas count towards
 	// the replication factor.
 	good bool
-	// eligible: UP, the only state that receives new replicas and leaders.
+	// eligible: UP, the only state that receives new replicas and leaders,
+	// and not stopping.
 	eligible bool
+	// stopping: UP, but the node's fresh report says it is stopping
+	// cleanly (Report.Stopping): not eligible, as a SUSPECT node is not,
+	// since leaderships and replicas put there would leave with the
+	// process. It is expected back: it counts wherever the rules count the
+	// nodes that could take a replica (planner.eligible).
+	stopping bool
 	// answering: live and not silent for longer than SuspectAfter (UP, or
 	// LEAVING and heard from lately): a voter there can be counted on to
 	// vote now, unlike one on a SUSPECT node, which may be dead.
@@ -82,13 +89,28 @@ func judge(v View, n *concordpb.NodeDescriptor) judgement {
 	if rec == concordpb.NodeState_NODE_LEAVING {
 		return judgement{state: rec, live: heard != concordpb.NodeState_NODE_DEAD, answering: answering}
 	}
+	stopping := answering && reportsStopping(v, ids.NodeID(n.GetNodeId()))
 	return judgement{
 		state:     heard,
 		live:      heard != concordpb.NodeState_NODE_DEAD,
 		good:      heard != concordpb.NodeState_NODE_DEAD,
-		eligible:  answering,
+		eligible:  answering && !stopping,
+		stopping:  stopping,
 		answering: answering,
 	}
+}
+
+// reportsStopping reports whether node's last report says it is stopping
+// (Report.Stopping), received since this placement leader began observing
+// (View.ObservedSince; one from an earlier term of its leadership says
+// nothing of the process running now). Whatever its age: a node that
+// stopped reports nothing more, and its stale report must not make it
+// eligible again in the seconds before its silence makes it SUSPECT
+// (ReportMaxAge is shorter than SuspectAfter). The next process's first
+// report says otherwise, and replaces it.
+func reportsStopping(v View, node ids.NodeID) bool {
+	r, ok := v.Reports[node]
+	return ok && r.Stopping && !r.At.Before(v.ObservedSince)
 }
 
 // silence classifies node by how long it has been silent: UP, SUSPECT or

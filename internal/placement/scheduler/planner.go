@@ -26,8 +26,10 @@ type planner struct {
 	recorded map[ids.NodeID]concordpb.NodeState
 	wiped    []move // REPLACED nodes whose successor is UP
 
-	members  int // nodes UP or SUSPECT
-	eligible int // nodes UP
+	members int // nodes UP or SUSPECT
+	// eligible counts the nodes UP, stopping ones included (they are
+	// expected back): the nodes a shard could have replicas on.
+	eligible int
 	// low are the nodes held low on space (LowOnSpace): eligible still
 	// (they serve, lead and keep their replicas), but no new replica goes
 	// there: a node under its reserve refuses the snapshot that would
@@ -86,7 +88,7 @@ func newPlanner(v View) *planner {
 		if j.good {
 			p.members++
 		}
-		if j.eligible {
+		if j.eligible || j.stopping {
 			p.eligible++
 		}
 	}

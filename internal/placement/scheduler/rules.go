@@ -313,10 +313,11 @@ func (p *planner) canRemove(d *concordpb.ShardDescriptor, r *concordpb.ReplicaDe
 	return !p.nodes[ids.NodeID(r.GetNodeId())].answering || answering >= quorum(voters)
 }
 
-// moveLeader: a leader on a node that is not eligible (SUSPECT or LEAVING)
-// hands its leadership to a voter on an eligible node, one that lags if
-// none is caught up: it may catch up while raft waits on the transfer,
-// and a leader left on a node about to go is worse than a failed try.
+// moveLeader: a leader on a node that is not eligible (SUSPECT, LEAVING or
+// stopping) hands its leadership to a voter on an eligible node, one that
+// lags if none is caught up: it may catch up while raft waits on the
+// transfer, and a leader left on a node about to go is worse than a failed
+// try.
 func (p *planner) moveLeader(c shardView) (Step, bool) {
 	if j, known := p.nodes[c.via]; !known || j.eligible {
 		return Step{}, false

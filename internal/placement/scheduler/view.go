@@ -133,6 +133,15 @@ type Report struct {
 	// grow after it. A count from before could: a write held between the
 	// report and the node learning it is leaving would be lost with it.
 	SawLeaving bool
+	// Stopping: the node said it is stopping cleanly
+	// (HeartbeatRequest.stopping): it is handing its leaderships off and
+	// takes none back. While this is the node's latest report (received
+	// since ObservedSince, of any age: see reportsStopping), the node is
+	// not eligible (no leadership and no new replica goes there) but stays
+	// UP and good until its silence says otherwise: it is expected back,
+	// so its replicas are not replaced, and its voters still vote. A node
+	// older than the field says false, which is the rule before it.
+	Stopping bool
 }
 
 // Fresh reports whether r is recent enough to count at now.
