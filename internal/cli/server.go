@@ -122,7 +122,7 @@ func serverCmd(run func(node.Config) error) *cobra.Command {
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate the node presents on every port and to its peers (with --tls-key and --tls-ca: TLS on; see concord certs)")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM CA certificate: peers (raft, forwarding) must present a certificate it signed; client certificates are checked against it")
-	f.BoolVar(&cfg.EnableFaultInjection, "enable-fault-injection", false, "serve the Admin fault API (die, partition, heal); test clusters only")
+	f.BoolVar(&cfg.EnableFaultInjection, "enable-fault-injection", false, "serve the Admin fault API (concord fault die, partition, heal, disk-low; CONCORD.FAULT over RESP) and allow --test-drop-join-answers; test clusters only")
 	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "raft tick; elections time out after 10 ticks")
 	f.Uint64Var(&cfg.LogKeepEntries, "raft-log-keep-entries", cfg.LogKeepEntries, "most applied raft entries a replica keeps for followers that lag (further behind: snapshot)")
 	f.Uint64Var(&cfg.LogTailEntries, "raft-log-tail-entries", cfg.LogTailEntries, "entries a leader keeps below its slowest follower's position")

@@ -409,3 +409,31 @@ func freeAddr(t *testing.T) string {
 	defer lis.Close()
 	return lis.Addr().String()
 }
+
+// TestFaultInjectionHelpNamesEveryFault: `concord server --help` says
+// which faults --enable-fault-injection lets through, every `concord
+// fault` subcommand (disk-low was left out).
+func TestFaultInjectionHelpNamesEveryFault(t *testing.T) {
+	out, err := runCLI("server", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "--enable-fault-injection") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatalf("server --help has no --enable-fault-injection line:\n%s", out)
+	}
+	fault, _, err := NewRoot().Find([]string{"fault"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range fault.Commands() {
+		if name := c.Name(); name != "help" && name != "completion" && !strings.Contains(line, name) {
+			t.Errorf("--enable-fault-injection's help does not name `fault %s`: %q", name, line)
+		}
+	}
+}

@@ -19,7 +19,7 @@
 //     their expiry, from the leader's view after a read barrier (one
 //     linearizable point per shard); another node relays the leader's
 //     stream. `concord backup` reads every shard through it.
-//   - Admin (admin.go): fault injection (Die, Partition, Heal), refused with
+//   - Admin (admin.go): fault injection (Die, Partition, Heal, DiskLow), refused with
 //     PermissionDenied unless the node enables it.
 //   - RaftTransport (raftservice.go): hands peers' raft streams to the
 //     node's transport once the node is initialized.

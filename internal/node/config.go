@@ -170,8 +170,9 @@ type Config struct {
 	// fails as an ordinary one would. 0 (the zero Config's) refuses every
 	// tentative write; DefaultConfig's is DefaultMaxHintBytes.
 	MaxHintBytes int64
-	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal);
-	// off, it refuses every call. For test clusters only.
+	// EnableFaultInjection turns on the Admin service (Die, Partition, Heal,
+	// DiskLow) and CONCORD.FAULT over RESP; off, they refuse every call.
+	// For test clusters only.
 	EnableFaultInjection bool
 	Logger               *slog.Logger
 }

@@ -480,7 +480,7 @@ func (n *Node) startRaft() error {
 	id := n.ident.Load()
 	n.transport = transport.New(transport.Config{
 		ClusterID: id.GetClusterId(), NodeID: ids.NodeID(id.GetNodeId()),
-		Resolve:   n.book.resolve,
+		Resolve:   n.book.resolvePeer,
 		OnReceive: n.markSeen,
 		Blocked:   n.blocked,
 		Logger:    n.log,

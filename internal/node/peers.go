@@ -41,6 +41,25 @@ func (b *addressBook) resolve(node ids.NodeID) (string, bool) {
 	return d.GetAddress(), ok
 }
 
+// resolvePeer is resolve for raft traffic (the transport's Resolve): a
+// node REMOVED, or REPLACED by a fresh process at its address, gets none,
+// and none is taken from it. Both states are final (placement's
+// allowedMark), and a REPLACED node's address, often a REMOVED one's too
+// (the README's replace procedure), now reaches another node, which would
+// refuse every message "for node 3" it got. The transport then drops its
+// peer for the node (its lanes redialled the old address for ever) and
+// refuses its streams.
+func (b *addressBook) resolvePeer(node ids.NodeID) (string, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	d, ok := b.m[node]
+	switch d.GetState() {
+	case concordpb.NodeState_NODE_REMOVED, concordpb.NodeState_NODE_REPLACED:
+		return "", false
+	}
+	return d.GetAddress(), ok
+}
+
 func (b *addressBook) get(node ids.NodeID) *concordpb.NodeDescriptor {
 	b.mu.RLock()
 	defer b.mu.RUnlock()

@@ -135,3 +135,32 @@ func TestMembersLeaveOutNodesThatServeNothing(t *testing.T) {
 		t.Fatalf("Members() = %v, want %v", got, want)
 	}
 }
+
+// TestRemovedNodesGetNoRaftTraffic: the transport's address book
+// (resolvePeer) has no address for a REMOVED node, nor for one REPLACED by
+// a fresh process at its address, whose traffic would reach that process
+// ("message for node 3 reached node 5", six times a second); a DEAD node
+// (it may come back) and a LEAVING one (it still serves) keep theirs.
+func TestRemovedNodesGetNoRaftTraffic(t *testing.T) {
+	b := addressBook{m: map[ids.NodeID]*concordpb.NodeDescriptor{}}
+	for _, d := range []*concordpb.NodeDescriptor{
+		{NodeId: 1, Address: "a:1", State: concordpb.NodeState_NODE_UP},
+		{NodeId: 2, Address: "a:2", State: concordpb.NodeState_NODE_DEAD},
+		{NodeId: 3, Address: "a:3", State: concordpb.NodeState_NODE_REMOVED},
+		{NodeId: 4, Address: "a:4", State: concordpb.NodeState_NODE_LEAVING},
+		{NodeId: 5, Address: "a:3", State: concordpb.NodeState_NODE_UP},
+		{NodeId: 6, Address: "a:6", State: concordpb.NodeState_NODE_REPLACED, ReplacedBy: 7},
+		{NodeId: 7, Address: "a:6", State: concordpb.NodeState_NODE_UP},
+	} {
+		b.m[ids.NodeID(d.GetNodeId())] = d
+	}
+	for id, want := range map[ids.NodeID]string{1: "a:1", 2: "a:2", 3: "", 4: "a:4", 5: "a:3", 6: "", 7: "a:6", 8: ""} {
+		got, ok := b.resolvePeer(id)
+		if got != want || ok != (want != "") {
+			t.Errorf("resolvePeer(%d) = %q, %v; want %q, %v", id, got, ok, want, want != "")
+		}
+	}
+	if got, ok := b.resolve(3); !ok || got != "a:3" {
+		t.Errorf("resolve(3) = %q, %v: the book itself still records removed node 3 at a:3", got, ok)
+	}
+}

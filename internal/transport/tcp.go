@@ -101,6 +101,9 @@ func (t *Transport) tcpStream(p *peer, l *lane) (sent bool, err error) {
 		select {
 		case <-l.wakeC:
 		case <-keep.C:
+			if t.retireIfGone(p) { // a removed node's connection ends here
+				return sent, errPeerClosed
+			}
 			if err := t.writeAll(conn, l.keepalive()); err != nil {
 				return sent, err
 			}

@@ -74,7 +74,11 @@ type Receiver interface {
 type Config struct {
 	ClusterID uint64
 	NodeID    ids.NodeID
-	// Resolve returns the address of a node.
+	// Resolve returns the address of a node; false for one that must get
+	// no traffic (removed, or replaced by a fresh process at its address):
+	// Send reports it unreachable, a stream from it is refused, and a peer
+	// already made for it ends at its next reconnect or keepalive
+	// (retireIfGone).
 	Resolve func(node ids.NodeID) (string, bool)
 	// OnReceive is called with the sender of every accepted batch, before
 	// its messages are delivered (the node records which peers it has heard).
@@ -497,6 +501,9 @@ func (t *Transport) runLane(p *peer, l *lane) {
 	defer t.wg.Done()
 	backoff := minBackoff
 	for {
+		if t.retireIfGone(p) { // before each dial: a removed node's address is not dialled
+			return
+		}
 		stream := t.stream
 		if t.cfg.Wire == WireTCP && !p.grpcOnly.Load() {
 			stream = t.tcpStream
@@ -528,6 +535,40 @@ func (t *Transport) runLane(p *peer, l *lane) {
 }
 
 var errPeerClosed = errors.New("peer closed")
+
+// retireIfGone ends p when the address book no longer gives its node p's
+// address: the node was removed (or replaced by a fresh process at its
+// address: Config.Resolve refuses both) or moved. Without this a peer's
+// lanes redialled its old address for ever, each connection carrying a
+// keepalive: after `concord node remove 3` and a new node at 3's address,
+// every other node's two lanes to node 3 reached the new node once a
+// second, which refused and logged each one ("message for node 3 reached
+// node 5"). Each lane checks before it dials and at each keepalive. A
+// peer in the map is removed from it under t.mu and its goroutines told to
+// end (p.stopC), once: a lane that finds p already gone from the map (the
+// other lane retired it, or peer remade it for a new address) only stops.
+// It says whether p is gone.
+func (t *Transport) retireIfGone(p *peer) bool {
+	if addr, ok := t.cfg.Resolve(p.node); ok && addr == p.addr {
+		select {
+		case <-p.stopC: // closed by peer for a new address
+			return true
+		default:
+			return false
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.peers[p.node] == p {
+		delete(t.peers, p.node)
+		t.publishPeers()
+		close(p.stopC)
+		p.conn.Close()
+		t.log.Info("raft peer dropped: the address book no longer lists it at this address (removed, replaced or moved)",
+			"peer", p.node, "addr", p.addr)
+	}
+	return true
+}
 
 // stream sends l's queue over one stream until it fails or p stops; sent
 // says whether any batch went out on it.

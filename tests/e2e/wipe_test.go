@@ -63,6 +63,12 @@ func TestWipedNodeRejoinsAsNewNode(t *testing.T) {
 	c.Wipe(victim)
 	write(seqKeys("wipe-during-", 300))
 	mark := c.LogMark(victim)
+	peerMarks := map[int]int64{}
+	for i := range c.N() {
+		if i != victim {
+			peerMarks[i] = c.LogMark(i)
+		}
+	}
 	c.Start(victim)
 	restarted := time.Now()
 
@@ -136,11 +142,28 @@ func TestWipedNodeRejoinsAsNewNode(t *testing.T) {
 		return nil
 	})
 	t.Logf("all %d shards replaced their replica on the wiped node %v after its restart", len(oldReplicas), replaced.Round(time.Millisecond))
+	// Once every peer has dropped its lanes to the REPLACED node (they
+	// redialled its address for ever, every connection refused by the new
+	// node), no peer sends anything for the old id to its address.
+	dropped := fmt.Sprintf(`msg="raft peer dropped: the address book no longer lists it at this address (removed, replaced or moved)" peer=%d `, oldID)
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		for i, m := range peerMarks {
+			if !strings.Contains(c.LogSince(i, m), dropped) {
+				return fmt.Errorf("node %d has not dropped its raft peer for the replaced node %d", i, oldID)
+			}
+		}
+		return nil
+	})
+	settled := c.LogMark(victim)
 
 	write(seqKeys("wipe-after-", 100))
 	caught := time.Now().Add(waitStaleHasAll(t, c, victim, want, 60*time.Second))
 	t.Logf("wiped node holds all %d values %v after its restart", len(want), caught.Sub(restarted).Round(time.Millisecond))
 
+	misaddressed := fmt.Sprintf("message for node %d reached node %d", oldID, newID)
+	if n := strings.Count(c.LogSince(victim, settled), misaddressed); n > 0 {
+		t.Errorf("the new node refused %d connections for the old node %d after the replacement (%q)", n, oldID, misaddressed)
+	}
 	log := c.LogSince(victim, mark)
 	if !strings.Contains(log, "joined cluster as a new node") {
 		t.Errorf("the wiped node's log does not say it joined as a new node")
