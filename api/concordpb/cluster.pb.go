@@ -1478,7 +1478,9 @@ type HeartbeatRequest struct {
 	TentativeWrites uint64 `protobuf:"varint,10,opt,name=tentative_writes,json=tentativeWrites,proto3" json:"tentative_writes,omitempty"`
 	// The node is stopping cleanly (SIGTERM, concord fault die --clean): it
 	// is handing off its leaderships and takes none back. While this is its
-	// latest fresh report, the placement service plans no leadership and no
+	// latest report (of any age, received since the placement leader began
+	// observing: the node is judged by its silence as before), the
+	// placement service plans no leadership and no
 	// new replica onto it (scheduler.Report.Stopping). Its next process's
 	// first report says false. false from a binary older than this field,
 	// which is the rule before it.

@@ -308,29 +308,35 @@ func (h *Host) refuseLeadership() {
 // TransferLeadersAway makes the replicas here refuse leadership
 // (RefuseLeadership), asks every replica this node leads to hand
 // leadership to a caught-up peer, and waits until none leads here or ctx
-// ends.
+// ends. A leader with no peer to take it just now (none heard from
+// lately: raft's CheckQuorum round has just cleared them) is asked again
+// every 20 ms; one that found none for transferRetries rounds in a row (a
+// shard whose only voter is here) makes it fail, saying how many it keeps.
 func (h *Host) TransferLeadersAway(ctx context.Context) error {
-	started := 0
-	if err := h.Do(ctx, func() {
-		h.refuseLeadership()
-		for _, r := range h.replicas {
-			if r.TransferAway() {
-				started++
-				h.dirty[r.Shard()] = r
+	for round := 0; ; round++ {
+		var underway, stuck int
+		if err := h.Do(ctx, func() {
+			h.refuseLeadership()
+			for _, r := range h.replicas {
+				switch {
+				case !r.IsLeader():
+				case r.Status().LeadTransferee != 0:
+					underway++
+				case r.TransferAway():
+					underway++
+					h.dirty[r.Shard()] = r
+				default:
+					stuck++
+				}
 			}
+		}); err != nil {
+			return err
 		}
-	}); err != nil {
-		return err
-	}
-	for started > 0 {
-		leading := 0
-		for _, i := range h.Infos() {
-			if i.IsLeader {
-				leading++
-			}
-		}
-		if leading == 0 {
+		if underway == 0 && stuck == 0 {
 			return nil
+		}
+		if underway == 0 && round >= transferRetries {
+			return fmt.Errorf("no caught-up peer to take the leadership of %d shards led here", stuck)
 		}
 		select {
 		case <-ctx.Done():
@@ -338,8 +344,12 @@ func (h *Host) TransferLeadersAway(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil
 }
+
+// transferRetries is how many 20 ms rounds TransferLeadersAway asks a
+// leader with no peer to take its leadership before giving up on it:
+// 200 ms, a couple of heartbeat rounds, in which peers answer again.
+const transferRetries = 10
 
 // marshalWithID encodes cmd with its Id field set to id, without touching
 // cmd (the caller may share it) and without cloning it: it appends the id

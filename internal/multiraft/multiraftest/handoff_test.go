@@ -127,3 +127,21 @@ func TestRefusingHostLeavesGoneLeaderToOthers(t *testing.T) {
 	c.Put("k", "v2")
 	c.WaitValue("k", "v2", other, refusing)
 }
+
+// TestTransferLeadersAwayFailsWhenNoneCanTake: a host that is the only
+// voter of its shard cannot hand its leadership to anyone, and
+// TransferLeadersAway says so instead of reporting the handoff done (the
+// node logged "leaderships handed off" while it still led).
+func TestTransferLeadersAwayFailsWhenNoneCanTake(t *testing.T) {
+	c := multiraftest.New(t, multiraftest.Options{Nodes: 1, Shards: 1})
+	leader := c.WaitLeader(1)
+	c.Put("k", "v")
+	err := c.Node(leader).Host.TransferLeadersAway(context.Background())
+	if err == nil {
+		t.Fatal("TransferLeadersAway of a sole voter's leadership reported the handoff done")
+	}
+	t.Logf("TransferLeadersAway: %v", err)
+	if i, _ := c.Node(leader).Host.Info(1); !i.IsLeader {
+		t.Fatal("the sole voter no longer leads shard 1")
+	}
+}
