@@ -125,6 +125,20 @@ func newBlackHole(t *testing.T) *blackHole {
 	return b
 }
 
+// routeToStalledLeader gives c a routing table whose one shard is led by
+// the stalled node behind hole (node 2), the scripted node f being node 1.
+func routeToStalledLeader(t *testing.T, f *scriptNode, c *Client, hole *blackHole) {
+	t.Helper()
+	f.rt = &concordpb.RoutingTableResponse{
+		Nodes: []*concordpb.NodeDescriptor{{NodeId: 1, Address: c.endpoints[0]}, {NodeId: 2, Address: hole.l.Addr().String()}},
+		Shards: []*concordpb.ShardRoute{{Shard: &concordpb.ShardDescriptor{ShardId: 1, EndHash: math.MaxUint64},
+			LeaderNodeId: 2}},
+	}
+	if err := c.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWriteToAStalledNodeNeverConnectedIsNotAmbiguous: a write whose
 // first attempt goes to a stalled leader the client has no connection to
 // yet never leaves the client (no connection becomes ready), so when its
@@ -143,17 +157,9 @@ func TestWriteToAStalledNodeNeverConnectedIsNotAmbiguous(t *testing.T) {
 			opts := p.opts
 			opts.AttemptTimeout = 300 * time.Millisecond
 			f, c := scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error { return refused })
-			// The routing table names the stalled node as the shard's
-			// leader: the first attempt goes there, the others (it is
-			// avoided once it timed out) to the node that refuses.
-			f.rt = &concordpb.RoutingTableResponse{
-				Nodes: []*concordpb.NodeDescriptor{{NodeId: 1, Address: c.endpoints[0]}, {NodeId: 2, Address: hole.l.Addr().String()}},
-				Shards: []*concordpb.ShardRoute{{Shard: &concordpb.ShardDescriptor{ShardId: 1, EndHash: math.MaxUint64},
-					LeaderNodeId: 2}},
-			}
-			if err := c.refresh(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			// The first attempt goes to the stalled node, the others (it is
+			// avoided once its attempt ran out) to the node that refuses.
+			routeToStalledLeader(t, f, c, hole)
 			for _, o := range kvOps {
 				if !o.write {
 					continue
@@ -188,14 +194,7 @@ func TestStalledLeaderNeverConnectedIsAvoided(t *testing.T) {
 			opts := p.opts
 			opts.AttemptTimeout = 400 * time.Millisecond
 			f, c := scriptedNode(t, opts, func(int, *concordpb.RequestHeader) error { return nil })
-			f.rt = &concordpb.RoutingTableResponse{
-				Nodes: []*concordpb.NodeDescriptor{{NodeId: 1, Address: c.endpoints[0]}, {NodeId: 2, Address: hole.l.Addr().String()}},
-				Shards: []*concordpb.ShardRoute{{Shard: &concordpb.ShardDescriptor{ShardId: 1, EndHash: math.MaxUint64},
-					LeaderNodeId: 2}},
-			}
-			if err := c.refresh(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			routeToStalledLeader(t, f, c, hole)
 			// Two attempts at the stalled node would take 800 ms of it.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
