@@ -174,6 +174,13 @@ func TestSilentConnsCannotKeepPeerOut(t *testing.T) {
 		silent = append(silent, rawConn(t, addr, Magic))
 	}
 	waitFor(t, "the hello slots full", func() bool { return b.inHello() == slots })
+	// Every silent connection taken in before the real peer dials: 2*slots
+	// of them pushed out by later ones, the last slots holding the hello
+	// slots. Under load the accept loop could otherwise still be taking
+	// silent connections as the peer's lanes came, each pushing the then
+	// oldest out (the peer's too: it redialled with backoff).
+	closed := map[net.Conn]bool{}
+	waitFor(t, "the silent connections past the slots pushed out", func() bool { return closedSoFar(silent, closed) == 2*slots })
 	a := New(Config{ClusterID: 7, NodeID: 1, Resolve: func(n ids.NodeID) (string, bool) { return addr, n == 2 }}, nil)
 	a.SetReceiver(&recorder{})
 	defer a.Stop()
@@ -184,7 +191,24 @@ func TestSilentConnsCannotKeepPeerOut(t *testing.T) {
 	if n := b.inHello(); n > slots {
 		t.Fatalf("%d connections in their hello, at most %d", n, slots)
 	}
-	closedByPeer(t, silent[0], "the oldest silent connection")
+	waitFor(t, "a silent connection pushed out by the peer's", func() bool { return closedSoFar(silent, closed) > 2*slots })
+}
+
+// closedSoFar counts the connections of cs the other end has closed,
+// recording them in closed; it waits at most a millisecond on each open one.
+func closedSoFar(cs []net.Conn, closed map[net.Conn]bool) int {
+	for _, c := range cs {
+		if closed[c] {
+			continue
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		var one [1]byte
+		var ne net.Error
+		if _, err := c.Read(one[:]); err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			closed[c] = true
+		}
+	}
+	return len(closed)
 }
 
 // TestSilentConnClosedAfterHelloWait: a connection that sends the magic
